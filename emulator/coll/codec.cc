@@ -1,0 +1,128 @@
+// Parse & encapsulate: building collective packets (BTH + CETH + block),
+// and parsing and classifying arriving ones before the algorithm sees
+// them.  Forged or damaged packets (wrong job key or job, unknown member,
+// bad lengths) stop here, counted, and are never reduced.
+#include "coll/coll_engine.h"
+
+#include "nic/engine.h"
+#include "util/log.h"
+#include "wire/roce.h"
+
+#include <cstring>
+
+namespace ibv_coll::emu {
+
+using namespace wire;
+
+bool CollEngine::parse(const InPacket &p, CollPacket *out)
+{
+	if (p.bth.opcode < kCollData || p.bth.opcode > kCollKindLast ||
+	    p.len < kBthBytes + kCethBytes + p.bth.pad)
+		return false;
+	out->kind = p.bth.opcode;
+	out->h = Ceth::load(p.data + kBthBytes);
+	out->payload = p.data + kBthBytes + kCethBytes;
+	out->paylen = uint32_t(p.len - kBthBytes - kCethBytes - p.bth.pad);
+	out->src = p.src;
+	return out->paylen == out->h.len;
+}
+
+Ceth CollEngine::header(const CollJob &job, const Message &m, uint32_t sid) const
+{
+	Ceth h;
+	h.coll = uint8_t(m.coll);
+	h.op = uint8_t(m.op);
+	h.dtype = uint8_t(m.dtype);
+	h.src_node = job.cfg.node;
+	h.jid = job.cfg.jid;
+	h.mid = m.mid;
+	h.sid = sid;
+	h.seg = uint16_t(seg_of(job, sid));
+	h.job_key = job.cfg.key;
+	return h;
+}
+
+void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth &h0,
+		      const void *payload, uint32_t len)
+{
+	const JobMember &dst = job.cfg.members[to];
+	uint8_t *buf = e_.port.tx_buf();
+	Bth bth;
+	bth.opcode = kind;
+	bth.dqpn = dst.qpn;
+	bth.psn = h0.sid & kPsnMask;
+	bth.store(buf);
+	Ceth h = h0;
+	h.len = uint16_t(len);
+	h.store(buf + kBthBytes);
+	if (len)
+		memcpy(buf + kBthBytes + kCethBytes, payload, len);
+	e_.tx_to(dst.ep, job.src_ip, buf, kBthBytes + kCethBytes, len);
+	if (kind == kCollData)
+		ctr.tx_data++;
+	else if (kind == kCollResult)
+		ctr.tx_result++;
+	ctr.tx_bytes += len;
+}
+
+void CollEngine::on_packet(const InPacket &ip)
+{
+	CollPacket p;
+	if (!parse(ip, &p)) {
+		ctr.malformed++;
+		return;
+	}
+	auto it = e_.qps.find(ip.bth.dqpn);
+	if (it == e_.qps.end() || !it->second->job) {
+		e_.ctr.rx_no_qp++;
+		return;
+	}
+	Qp &qp = *it->second;
+	CollJob &job = *qp.job;
+	if (p.h.job_key != job.cfg.key) {
+		ctr.bad_key++;
+		IBVC_DEBUG("coll", "{}: qp {:#x}: packet with a wrong job key from {}:{} dropped",
+			   e_.params.name, qp.qpn, p.src.ip.str(), p.src.port);
+		return;
+	}
+	if (p.h.jid != job.cfg.jid) {
+		ctr.bad_job++;
+		return;
+	}
+	if (p.h.src_node >= job.cfg.nodes() || !(job.cfg.members[p.h.src_node].ep == p.src) ||
+	    p.h.src_node == job.cfg.node) {
+		ctr.bad_node++;
+		return;
+	}
+	if (qp.state != QpState::rts) {
+		e_.ctr.rx_bad_state++;
+		IBVC_TRACE("coll", "{}: qp {:#x} in state {}: packet {:#x} mid {} sid {} dropped",
+			   e_.params.name, qp.qpn, int(qp.state), p.kind, p.h.mid, p.h.sid);
+		return;
+	}
+	ctr.rx_bytes += p.paylen;
+	switch (p.kind) {
+	case kCollData:
+		ctr.rx_data++;
+		ring_on_data(qp, job, p);
+		break;
+	case kCollResult:
+		ctr.rx_result++;
+		ring_on_result(qp, job, p);
+		break;
+	case kCollAbort:
+		ctr.aborts_rcvd++;
+		if (job.active && job.active->mid == p.h.mid) {
+			fail(qp, job, CollStatus::remote_abort, false, "a member aborted the collective");
+		} else if (p.h.mid > job.last_mid) {
+			job.aborted_mid = p.h.mid;
+			job.abort_status = CollStatus::remote_abort;
+		}
+		break;
+	default:
+		ctr.malformed++;
+		break;
+	}
+}
+
+} // namespace ibv_coll::emu

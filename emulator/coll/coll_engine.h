@@ -1,0 +1,103 @@
+// The collective offload engine of the emulated NIC, in the five modules
+// of the seed design: execution control (exec_ctrl.cc: WQEs, validation,
+// the job table), parse & encapsulate (codec.cc: CETH packets and their
+// classification), data cache & compute (seg_pool.cc), data transmission
+// (xmit.cc: the block chain, DMA from and to the local ranks, sending) and
+// status update (status.cc: CQEs).  The NIC ring algorithm (ring.cc) runs
+// on top of them.
+#pragma once
+
+#include "coll/coll_job.h"
+#include "coll/seg_pool.h"
+#include "wire/ceth.h"
+
+#include <cstdint>
+
+namespace ibv_coll::emu {
+
+class Engine;
+struct Qp;
+struct InPacket;
+
+struct CollCounters {
+	uint64_t tx_data = 0, tx_result = 0, rx_data = 0, rx_result = 0;
+	uint64_t tx_bytes = 0, rx_bytes = 0;
+	uint64_t retrans_data = 0, retrans_result = 0;
+	uint64_t dup_dropped = 0, early_stored = 0, early_dropped = 0, stale_dropped = 0;
+	uint64_t bad_key = 0, bad_job = 0, bad_block = 0, bad_node = 0, malformed = 0;
+	uint64_t seg_busy = 0, aborts_sent = 0, aborts_rcvd = 0, timeouts = 0;
+	uint64_t reductions = 0;
+};
+
+// A parsed collective packet.
+struct CollPacket {
+	uint8_t kind;
+	wire::Ceth h;
+	const uint8_t *payload;
+	uint32_t paylen;
+	Endpoint src;
+};
+
+class CollEngine {
+public:
+	CollEngine(Engine &e, uint32_t seg_units, uint32_t seg_bytes);
+
+	// Execution control.
+	int configure(Qp &qp, const JobConfig &cfg);
+	bool progress(Qp &qp, uint64_t now);
+	uint64_t next_deadline(const Qp &qp) const;
+	bool flush(Qp &qp);
+
+	// Parse & encapsulate: a packet with a collective BTH opcode.
+	void on_packet(const InPacket &p);
+
+	SegPool &segs() { return segs_; }
+	CollCounters ctr;
+
+private:
+	friend struct RingOps;
+	// exec_ctrl.cc
+	void answer_query(Qp &qp, CollJob &job, uint32_t idx);
+	void activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now);
+	// codec.cc
+	bool parse(const InPacket &p, CollPacket *out);
+	void send(const CollJob &job, uint16_t to, uint8_t kind, const wire::Ceth &h,
+		  const void *payload, uint32_t len);
+	wire::Ceth header(const CollJob &job, const Message &m, uint32_t sid) const;
+	// xmit.cc
+	void build_chain(const CollJob &job, Message &m, uint32_t path_mtu);
+	bool local_partial(const CollJob &job, Message &m, uint32_t sid, uint8_t *out);
+	bool write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data);
+	bool result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out);
+	// status.cc
+	void complete(Qp &qp, CollJob &job, CollStatus st);
+	void fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, const char *why);
+	void send_abort(const CollJob &job, uint32_t mid, CollStatus st);
+	// ring.cc
+	void ring_start(Qp &qp, CollJob &job, uint64_t now);
+	void ring_pump(Qp &qp, CollJob &job, uint64_t now);
+	void ring_on_data(Qp &qp, CollJob &job, const CollPacket &p);
+	void ring_on_result(Qp &qp, CollJob &job, const CollPacket &p);
+	void ring_timers(Qp &qp, CollJob &job, uint64_t now);
+	bool ring_done(const CollJob &job) const;
+	void ring_early(CollJob &job, const CollPacket &p);
+	void ring_adopt_early(Qp &qp, CollJob &job);
+	void ring_data(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
+	void ring_result(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
+	void ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again);
+	void ring_finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now);
+	void ring_resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now);
+	uint64_t rto_ns() const;
+	uint32_t window(const CollJob &job) const;
+	uint32_t seg_of(const CollJob &job, uint32_t sid) const
+	{
+		return job.cfg.seg_base + sid % job.cfg.seg_count;
+	}
+
+	Engine &e_;
+	SegPool segs_;
+	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
+	uint64_t next_owner_ = 1;
+};
+
+} // namespace ibv_coll::emu

@@ -1,0 +1,120 @@
+// Execution control's tables: the job a collective QP holds, and the state
+// of the message (collective WR) it is running.
+#pragma once
+
+#include "nic/udp_port.h"
+#include "nic/wqe.h"
+#include "reduce/reduce.h"
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace ibv_coll::emu {
+
+constexpr uint32_t kMaxCollRanks = 64;	// rank bitmap width
+constexpr uint32_t kMaxCollNodes = 64;	// node bitmap width
+constexpr uint32_t kSegUnitBytes = 4096; // the largest data block (path MTU)
+
+enum class Topology : uint8_t { ring = 0, sw = 1, hierarchy = 2, autosel = 3 };
+
+struct JobMember {
+	Endpoint ep;
+	uint32_t qpn = 0;
+	uint16_t ranks = 0;
+	uint32_t first_rank = 0; // global rank of its local rank 0
+};
+
+struct JobConfig {
+	uint32_t jid = 0;
+	uint16_t node = 0; // this node's index
+	std::vector<JobMember> members;
+	Topology topology = Topology::ring;
+	uint32_t seg_base = 0, seg_count = 0;
+	uint32_t block_len = 0; // 0: the path MTU
+	uint64_t key = 0;
+	uint32_t timeout_ms = 0; // 0: the device default
+	uint32_t total_ranks = 0;
+	uint16_t nodes() const { return uint16_t(members.size()); }
+};
+
+// One link of the chain of block descriptors (seed 004): operator, end
+// marker, block size and source position.  Built once per message and
+// walked by both ring phases.
+struct BlockDesc {
+	uint64_t voff;	 // first element, in the collective's vector
+	uint32_t elems;
+	uint16_t chunk;
+	uint8_t op;	 // RedOp
+	uint8_t end;	 // last block of the message
+};
+
+// Who does what with one chunk of the vector: its reduce-scatter starts at
+// origin and ends, complete, at fin; its result then travels the ring
+// from fin back round to fin.
+struct ChunkRole {
+	uint64_t vbegin = 0, vend = 0;
+	uint32_t first_sid = 0, nblocks = 0;
+	uint16_t origin = 0, fin = 0;
+	bool rs = false; // has a reduce-scatter phase
+};
+
+struct Message {
+	// From the WQE.
+	uint32_t idx = 0; // SQ index
+	uint64_t wr_id = 0;
+	CollOp coll = CollOp::allreduce;
+	RedOp op = RedOp::sum;
+	Dtype dtype = Dtype::uint8;
+	uint32_t es = 1; // element bytes
+	uint64_t count = 0;
+	uint32_t root = 0;
+	uint16_t root_node = 0, root_local = 0;
+	uint32_t mid = 0;
+	bool signaled = true;
+	uint16_t ranks = 0;
+	Sge src[kMaxCollRanks], dst[kMaxCollRanks];
+
+	// Layout.
+	std::vector<BlockDesc> chain;
+	std::vector<ChunkRole> chunks;
+	uint32_t nblocks = 0;
+	bool result_data = true; // the result phase carries data (not just a token)
+
+	// Progress.
+	std::vector<uint8_t> final_; // per block: its result is here
+	uint32_t finals = 0;
+	uint32_t next_inject = 0, inject_end = 0; // this node's own blocks to start
+	std::map<uint32_t, uint64_t> o_pending;	 // started here, result not back: deadline
+	std::map<uint32_t, uint64_t> f_pending;	 // result sent round, not back: deadline
+	uint64_t last_progress = 0;
+	// This node's finished chunk when no local destination holds it.
+	std::vector<uint8_t> staging;
+	uint64_t staging_voff = 0;
+	std::vector<uint8_t> zeros; // barrier input
+	uint8_t ran = 0;	   // CollRan
+	bool dma_error = false;	   // a local buffer failed its check
+};
+
+struct MsgRecord {
+	uint32_t mid;
+	MsgState state;
+	uint32_t blocks;
+};
+
+struct CollJob {
+	JobConfig cfg;
+	IpAddr src_ip;
+	uint32_t pdn = 0;
+	uint32_t qpn = 0;
+	uint64_t owner = 0; // Seg range owner id
+	std::unique_ptr<Message> active;
+	uint32_t last_mid = 0;	  // most recent finished (or failed) message
+	uint32_t aborted_mid = 0; // a member aborted this message before we ran it
+	CollStatus abort_status = CollStatus::remote_abort;
+	std::deque<MsgRecord> history; // recent messages, for QUERY
+};
+
+} // namespace ibv_coll::emu

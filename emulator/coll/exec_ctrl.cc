@@ -1,0 +1,216 @@
+// Execution control: configures a collective QP's job, consumes its WQEs
+// in order (answering QUERY at once), validates each message against the
+// device's own tables before it runs, and hands it to the algorithm.
+#include "coll/coll_engine.h"
+
+#include "nic/engine.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <algorithm>
+
+namespace ibv_coll::emu {
+
+CollEngine::CollEngine(Engine &e, uint32_t seg_units, uint32_t seg_bytes)
+	: e_(e), segs_(seg_units, seg_bytes), scratch_(2 * size_t(seg_bytes))
+{
+}
+
+int CollEngine::configure(Qp &qp, const JobConfig &in)
+{
+	JobConfig c = in;
+	const uint32_t n = c.nodes();
+	if (!n || n > kMaxCollNodes || c.node >= n || !c.seg_count ||
+	    uint64_t(c.seg_base) + c.seg_count > segs_.size() || c.block_len > segs_.unit_bytes())
+		return EINVAL;
+	if (c.topology != Topology::ring && c.topology != Topology::autosel)
+		return EOPNOTSUPP; // the switch topologies need an aggregation switch
+	uint32_t rank = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		JobMember &m = c.members[i];
+		if (!m.ranks || m.ranks > kMaxCollRanks)
+			return EINVAL;
+		m.first_rank = rank;
+		rank += m.ranks;
+	}
+	c.total_ranks = rank;
+	// Our own entry must name this QP on this device.
+	const JobMember &me = c.members[c.node];
+	auto gid = std::find(e_.params.gids.begin(), e_.params.gids.end(), me.ep.ip);
+	if (me.qpn != qp.qpn || gid == e_.params.gids.end() || me.ep.port != e_.port.port())
+		return EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		if (c.members[i].ep.ip.v4() != me.ep.ip.v4() ||
+		    (!e_.port.ipv6() && !c.members[i].ep.ip.v4()))
+			return EINVAL;
+	auto job = std::make_unique<CollJob>();
+	job->cfg = std::move(c);
+	job->src_ip = *gid;
+	job->pdn = qp.pdn;
+	job->qpn = qp.qpn;
+	job->owner = next_owner_++;
+	qp.job = std::move(job);
+	return 0;
+}
+
+void CollEngine::answer_query(Qp &qp, CollJob &job, uint32_t idx)
+{
+	const CollWqe *w = qp.sq->at<CollWqe>(idx);
+	Cqe c{};
+	c.wr_id = w->wr_id;
+	c.qpn = qp.qpn;
+	c.opcode = uint8_t(CollOp::query);
+	c.jid = job.cfg.jid;
+	c.mid = w->mid;
+	c.msg_state = uint8_t(MsgState::unknown);
+	if (job.active && job.active->mid == w->mid) {
+		c.msg_state = uint8_t(MsgState::active);
+		c.blocks_done = job.active->finals;
+		c.blocks_total = job.active->nblocks;
+	} else {
+		for (const MsgRecord &r : job.history) {
+			if (r.mid == w->mid) {
+				c.msg_state = uint8_t(r.state);
+				c.blocks_done = c.blocks_total = r.blocks;
+			}
+		}
+		// Posted but not started: still in the queue.
+		const uint32_t mask = qp.sq->slots() - 1;
+		for (uint32_t i = qp.sq->cons(); i != qp.sq->prod(); i++) {
+			const CollWqe *o = qp.sq->at<CollWqe>(i);
+			if (o->opcode != uint8_t(CollOp::query) && o->mid == w->mid &&
+			    !qp.meta[i & mask].started)
+				c.msg_state = uint8_t(MsgState::queued);
+		}
+	}
+	e_.push_cqe(qp.scq, c);
+	qp.meta[idx & (qp.sq->slots() - 1)].done = true;
+}
+
+void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
+{
+	const CollWqe *w = qp.sq->at<CollWqe>(idx);
+	qp.meta[idx & (qp.sq->slots() - 1)].started = true;
+	auto mp = std::make_unique<Message>();
+	Message &m = *mp;
+	const JobConfig &c = job.cfg;
+	m.idx = idx;
+	m.wr_id = w->wr_id;
+	m.coll = CollOp(w->opcode);
+	m.op = RedOp(w->op);
+	m.dtype = Dtype(w->dtype);
+	m.count = w->count;
+	m.root = w->root;
+	m.mid = w->mid;
+	m.signaled = qp.sig_all || (w->flags & kWqeSignaled);
+	m.ranks = c.members[c.node].ranks;
+	if (m.coll == CollOp::barrier) {
+		m.op = RedOp::max;
+		m.dtype = Dtype::uint8;
+		m.count = 0;
+		m.zeros.assign(c.nodes(), 0);
+	}
+	m.es = uint32_t(dtype_size(m.dtype));
+	for (uint16_t r = 0; r < m.ranks && r < w->num_sge; r++) {
+		m.src[r] = w->srcs()[r];
+		m.dst[r] = w->dsts()[r];
+	}
+	for (uint16_t n = 0; n < c.nodes(); n++) {
+		const JobMember &mb = c.members[n];
+		if (m.root >= mb.first_rank && m.root < mb.first_rank + mb.ranks) {
+			m.root_node = n;
+			m.root_local = uint16_t(m.root - mb.first_rank);
+		}
+	}
+	m.last_progress = now;
+	job.active = std::move(mp);
+	IBVC_DEBUG("coll", "{}: job {} message {} starts ({} opcode {:#x})", e_.params.name, c.jid,
+		   job.active->mid, job.active->count, w->opcode);
+
+	// The driver checked the WR when it was posted; the device checks
+	// again what it can only know now.
+	if (w->num_sge != m.ranks && m.coll != CollOp::barrier)
+		return fail(qp, job, CollStatus::local_err, true, "wrong number of buffers");
+	if (job.aborted_mid == m.mid)
+		return fail(qp, job, job.abort_status, false, "a member aborted it before it started");
+	if (!segs_.reserve(c.seg_base, c.seg_count, job.owner))
+		return fail(qp, job, CollStatus::buffer_err, true,
+			    "its Seg units are held by another job's collective");
+	// The block length may not exceed the path MTU or a Seg unit.
+	uint32_t mtu = std::min(qp.attr.path_mtu, segs_.unit_bytes());
+	if (w->block_len && w->block_len < mtu)
+		mtu = w->block_len;
+	build_chain(job, m, mtu);
+	m.final_.assign(m.nblocks, 0);
+	// What this node finishes and must be able to send again, when no
+	// local destination keeps it.
+	for (const ChunkRole &r : m.chunks) {
+		if (r.fin == c.node && r.rs &&
+		    (m.coll == CollOp::barrier ||
+		     (m.coll == CollOp::reduce && m.root_node != c.node))) {
+			m.staging.assign((r.vend - r.vbegin) * m.es, 0);
+			m.staging_voff = r.vbegin;
+		}
+	}
+	ring_start(qp, job, now);
+}
+
+bool CollEngine::progress(Qp &qp, uint64_t now)
+{
+	if (!qp.job)
+		return false;
+	CollJob &job = *qp.job;
+	bool did = false;
+	const uint32_t mask = qp.sq->slots() - 1;
+	const uint32_t prod = qp.sq->prod();
+	bool blocked = false; // an earlier collective is not done
+	for (uint32_t i = qp.sq->cons(); i != prod && qp.state == QpState::rts; i++) {
+		WqeMeta &meta = qp.meta[i & mask];
+		if (meta.done)
+			continue;
+		const CollWqe *w = qp.sq->at<CollWqe>(i);
+		if (w->opcode == uint8_t(CollOp::query)) {
+			answer_query(qp, job, i);
+			did = true;
+			continue;
+		}
+		if (!blocked && !job.active && !meta.started) {
+			activate(qp, job, i, now);
+			did = true;
+		}
+		blocked = true;
+	}
+	if (job.active && qp.state == QpState::rts) {
+		size_t before = e_.port.counters().tx_packets;
+		ring_timers(qp, job, now);
+		if (job.active && qp.state == QpState::rts)
+			ring_pump(qp, job, now);
+		if (job.active && ring_done(job)) {
+			complete(qp, job, CollStatus::success);
+			did = true;
+		}
+		did |= e_.port.counters().tx_packets != before;
+	}
+	// Retire finished WQEs in order.
+	while (qp.sq->cons() != qp.sq->prod() && qp.meta[qp.sq->cons() & mask].done) {
+		qp.meta[qp.sq->cons() & mask] = WqeMeta{};
+		qp.sq->consume(qp.sq->cons() + 1);
+	}
+	return did;
+}
+
+uint64_t CollEngine::next_deadline(const Qp &qp) const
+{
+	if (!qp.job || !qp.job->active)
+		return 0;
+	const Message &m = *qp.job->active;
+	uint64_t d = m.last_progress + uint64_t(qp.job->cfg.timeout_ms ? qp.job->cfg.timeout_ms
+								     : e_.params.cfg.coll_timeout_ms) *
+						 util::kNsPerMs;
+	for (const auto *pend : {&m.o_pending, &m.f_pending})
+		for (const auto &kv : *pend)
+			d = std::min(d, kv.second);
+	return d;
+}
+
+} // namespace ibv_coll::emu

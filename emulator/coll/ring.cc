@@ -1,0 +1,486 @@
+// The NIC ring: reduce-scatter then allgather over the member NICs,
+// pipelined by data block.
+//
+// The vector is cut into one chunk per node.  Chunk c's blocks start at
+// their origin o and travel the ring as partials (DATA, hop h reaching node
+// o+h), each node reducing its local ranks' data in: op(partial, local).
+// At hop N-1 the block is complete at fin; fin sends the result (RESULT,
+// hop h reaching node fin+h) round the ring, each node writing it into its
+// local destinations, until it comes back to fin at hop N.  The result's
+// first hop reaches o, so the result is o's acknowledgement; its return to
+// fin is fin's.  o keeps at most W blocks without their result and starts
+// them again after a timeout; fin sends a result again until it returns.
+// A node only ever recomputes a partial from its own (unchanged) source,
+// so a repeated block is never reduced twice: a DATA block whose result
+// this node already holds is dropped, and at fin answered with the result.
+// Allgather and broadcast have no reduce-scatter: their chunks start as
+// results at their owner.  Reduce-scatter sends a result token (no data).
+#include "coll/coll_engine.h"
+
+#include "nic/engine.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ibv_coll::emu {
+
+using namespace wire;
+
+namespace {
+
+uint16_t next_node(const JobConfig &c)
+{
+	return uint16_t((c.node + 1) % c.nodes());
+}
+
+uint16_t prev_node(const JobConfig &c)
+{
+	return uint16_t((c.node + c.nodes() - 1) % c.nodes());
+}
+
+// The nodes o, o+1, ..., o+h-1 (mod N) as a bitmap.
+uint64_t ring_bits(uint16_t o, uint32_t h, uint16_t n)
+{
+	uint64_t b = 0;
+	for (uint32_t i = 0; i < h; i++)
+		b |= 1ull << ((o + i) % n);
+	return b;
+}
+
+uint64_t all_nodes(uint16_t n)
+{
+	return n >= 64 ? ~0ull : (1ull << n) - 1;
+}
+
+uint64_t rank_mask(uint16_t k)
+{
+	return k >= 64 ? ~0ull : (1ull << k) - 1;
+}
+
+} // namespace
+
+uint64_t CollEngine::rto_ns() const
+{
+	return uint64_t(e_.params.cfg.coll_rto_us) * util::kNsPerUs;
+}
+
+uint32_t CollEngine::window(const CollJob &job) const
+{
+	return std::max<uint32_t>(1, std::min(job.cfg.seg_count, e_.params.cfg.coll_window));
+}
+
+// Complete block sid here: finish AVG, write the local destinations, and
+// send the result on its way round.
+void CollEngine::ring_finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data,
+				   uint64_t now)
+{
+	const BlockDesc &b = m.chain[sid];
+	if (m.op == RedOp::avg)
+		avg_finalize(m.dtype, data, b.elems, job.cfg.total_ranks);
+	if (!write_result(job, m, sid, data)) {
+		m.dma_error = true;
+		return;
+	}
+	m.final_[sid] = 1;
+	m.finals++;
+	m.last_progress = now;
+	Ceth h = header(job, m, sid);
+	h.phase = 1;
+	h.node_map = all_nodes(job.cfg.nodes());
+	send(job, next_node(job.cfg), kCollResult, h, m.result_data ? data : nullptr,
+	     m.result_data ? b.elems * m.es : 0);
+	m.f_pending[sid] = now + rto_ns();
+}
+
+void CollEngine::ring_start(Qp &qp, CollJob &job, uint64_t now)
+{
+	Message &m = *job.active;
+	const JobConfig &c = job.cfg;
+	m.ran = c.nodes() == 1 ? kRanLocal : kRanRing;
+	if (c.topology == Topology::autosel && c.nodes() > 1)
+		m.ran |= kRanFallback; // no switch to ask (yet): the ring serves
+	if (c.nodes() == 1) {
+		// One node: the NIC reduces its ranks and writes the result back.
+		uint8_t *buf = scratch_.data();
+		for (uint32_t sid = 0; sid < m.nblocks; sid++) {
+			const BlockDesc &b = m.chain[sid];
+			bool ok;
+			if (m.chunks[b.chunk].rs) {
+				ok = local_partial(job, m, sid, buf);
+				if (ok && m.op == RedOp::avg)
+					avg_finalize(m.dtype, buf, b.elems, c.total_ranks);
+				ok = ok && write_result(job, m, sid, buf);
+			} else {
+				const uint8_t *src;
+				ok = result_source(job, m, sid, &src) && write_result(job, m, sid, src);
+			}
+			if (!ok)
+				return fail(qp, job, CollStatus::local_err, false,
+					    "a local buffer is not accessible");
+			m.final_[sid] = 1;
+			m.finals++;
+		}
+		return;
+	}
+	// The blocks this node starts: its chunk's partials (as origin) or its
+	// chunk's results (allgather, broadcast).
+	for (const ChunkRole &r : m.chunks) {
+		if ((r.rs && r.origin == c.node) || (!r.rs && r.fin == c.node)) {
+			m.next_inject = r.first_sid;
+			m.inject_end = r.first_sid + r.nblocks;
+		}
+	}
+	ring_adopt_early(qp, job);
+	if (job.active)
+		ring_pump(qp, job, now);
+}
+
+void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again)
+{
+	const BlockDesc &b = m.chain[sid];
+	const ChunkRole &r = m.chunks[b.chunk];
+	const uint32_t len = b.elems * m.es;
+	if (r.rs) {
+		uint8_t *buf = scratch_.data();
+		if (!local_partial(job, m, sid, buf)) {
+			m.dma_error = true;
+			return;
+		}
+		Ceth h = header(job, m, sid);
+		h.phase = 1;
+		h.node_map = 1ull << job.cfg.node;
+		h.rank_map = rank_mask(m.ranks);
+		if (again)
+			h.flags |= kCethRetrans;
+		send(job, next_node(job.cfg), kCollData, h, buf, len);
+		m.o_pending[sid] = now + rto_ns();
+		if (again)
+			ctr.retrans_data++;
+		return;
+	}
+	// A chunk that starts as a result here (allgather, broadcast).
+	const uint8_t *src;
+	if (!result_source(job, m, sid, &src)) {
+		m.dma_error = true;
+		return;
+	}
+	if (!m.final_[sid]) {
+		if (!write_result(job, m, sid, src)) {
+			m.dma_error = true;
+			return;
+		}
+		m.final_[sid] = 1;
+		m.finals++;
+		m.last_progress = now;
+	}
+	Ceth h = header(job, m, sid);
+	h.phase = 1;
+	h.node_map = all_nodes(job.cfg.nodes());
+	if (again)
+		h.flags |= kCethRetrans;
+	send(job, next_node(job.cfg), kCollResult, h, src, len);
+	m.f_pending[sid] = now + rto_ns();
+	if (again)
+		ctr.retrans_result++;
+}
+
+void CollEngine::ring_pump(Qp &qp, CollJob &job, uint64_t now)
+{
+	Message &m = *job.active;
+	const uint32_t w = window(job);
+	while (m.next_inject < m.inject_end && !m.dma_error) {
+		const ChunkRole &r = m.chunks[m.chain[m.next_inject].chunk];
+		if ((r.rs ? m.o_pending.size() : m.f_pending.size()) >= w)
+			break;
+		ring_inject(job, m, m.next_inject++, now, false);
+	}
+	if (m.dma_error)
+		fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+}
+
+void CollEngine::ring_resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now)
+{
+	const BlockDesc &b = m.chain[sid];
+	const uint8_t *src = nullptr;
+	if (m.result_data && !result_source(job, m, sid, &src)) {
+		m.dma_error = true;
+		return;
+	}
+	Ceth h = header(job, m, sid);
+	h.phase = 1;
+	h.node_map = all_nodes(job.cfg.nodes());
+	h.flags |= kCethRetrans;
+	send(job, next_node(job.cfg), kCollResult, h, src, m.result_data ? b.elems * m.es : 0);
+	m.f_pending[sid] = now + rto_ns();
+	ctr.retrans_result++;
+}
+
+// A partial of the running message: reduce this node's data in and pass
+// it on, or finish the block.
+void CollEngine::ring_data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
+{
+	const JobConfig &c = job.cfg;
+	const uint16_t n = c.nodes();
+	const uint32_t sid = p.h.sid;
+	if (sid >= m.nblocks) {
+		ctr.bad_block++;
+		return;
+	}
+	const BlockDesc &b = m.chain[sid];
+	const ChunkRole &r = m.chunks[b.chunk];
+	const uint32_t hop = p.h.phase;
+	const uint32_t len = b.elems * m.es;
+	// Where a partial may come from and what it may hold are fixed by the
+	// ring: anything else is forged or damaged, and never reduced.
+	if (!r.rs || hop < 1 || hop >= n || (r.origin + hop) % n != c.node ||
+	    p.h.src_node != prev_node(c) || p.h.node_map != ring_bits(r.origin, hop, n) ||
+	    p.paylen != len || p.h.coll != uint8_t(m.coll) || p.h.op != uint8_t(m.op) ||
+	    p.h.dtype != uint8_t(m.dtype)) {
+		ctr.malformed++;
+		return;
+	}
+	if (m.final_[sid]) {
+		if (r.fin == c.node)
+			ring_resend_result(job, m, sid, now); // the origin asks again
+		else
+			ctr.dup_dropped++;
+		return;
+	}
+	// Data cache & compute: the block's Seg unit gets the partial, then
+	// this node's ranks (already reduced among themselves, in rank order).
+	uint32_t seg = seg_of(job, sid);
+	bool own = segs_.acquire(seg, c.jid, m.mid, sid, m.op, m.dtype, len, 1ull << p.h.src_node,
+				 rank_mask(m.ranks));
+	uint8_t *acc;
+	if (own) {
+		segs_.contribute(seg, 1ull << p.h.src_node, 0, p.payload, len);
+		acc = segs_.unit(seg).data;
+	} else {
+		// Held by an early block of a later message: work beside it.
+		ctr.seg_busy++;
+		acc = scratch_.data();
+		memcpy(acc, p.payload, len);
+	}
+	uint8_t *local = scratch_.data() + segs_.unit_bytes();
+	if (!local_partial(job, m, sid, local)) {
+		if (own)
+			segs_.release(seg);
+		m.dma_error = true;
+		return;
+	}
+	if (own)
+		segs_.contribute_ranks(seg, rank_mask(m.ranks), local, len);
+	else
+		reduce_fn(m.op, m.dtype)(acc, acc, local, b.elems);
+	ctr.reductions++;
+	if (hop == uint32_t(n - 1)) {
+		ring_finish_block(job, m, sid, acc, now);
+	} else {
+		Ceth h = header(job, m, sid);
+		h.phase = uint8_t(hop + 1);
+		h.node_map = p.h.node_map | 1ull << c.node;
+		h.rank_map = rank_mask(m.ranks);
+		send(job, next_node(c), kCollData, h, acc, len);
+	}
+	if (own)
+		segs_.release(seg); // both bitmaps are empty: the block has moved on
+}
+
+// A result of the running message: write it here and pass it on.
+void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
+{
+	const JobConfig &c = job.cfg;
+	const uint16_t n = c.nodes();
+	const uint32_t sid = p.h.sid;
+	if (sid >= m.nblocks) {
+		ctr.bad_block++;
+		return;
+	}
+	const BlockDesc &b = m.chain[sid];
+	const ChunkRole &r = m.chunks[b.chunk];
+	const uint32_t hop = p.h.phase;
+	const uint32_t len = m.result_data ? b.elems * m.es : 0;
+	if (hop < 1 || hop > n || (r.fin + hop) % n != c.node || p.h.src_node != prev_node(c) ||
+	    p.h.node_map != all_nodes(n) || p.paylen != len || p.h.coll != uint8_t(m.coll)) {
+		ctr.malformed++;
+		return;
+	}
+	if (hop == n) {
+		// Back where it started: everyone has it.
+		if (m.f_pending.erase(sid))
+			m.last_progress = now;
+		return;
+	}
+	if (!m.final_[sid]) {
+		if (len && !write_result(job, m, sid, p.payload)) {
+			m.dma_error = true;
+			return;
+		}
+		m.final_[sid] = 1;
+		m.finals++;
+		m.last_progress = now;
+	} else {
+		ctr.dup_dropped++;
+	}
+	if (r.rs && r.origin == c.node)
+		m.o_pending.erase(sid);
+	Ceth h = p.h;
+	h.src_node = c.node;
+	h.phase = uint8_t(hop + 1);
+	send(job, next_node(c), kCollResult, h, p.payload, len);
+}
+
+void CollEngine::ring_on_data(Qp &qp, CollJob &job, const CollPacket &p)
+{
+	uint64_t now = util::now_ns();
+	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", e_.params.name, p.h.mid,
+		   p.h.sid, p.h.phase, p.h.src_node, job.active ? int(job.active->mid) : -1);
+	if (job.active && p.h.mid == job.active->mid) {
+		ring_data(job, *job.active, p, now);
+		if (job.active->dma_error)
+			fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+		return;
+	}
+	if (p.h.mid > (job.active ? job.active->mid : job.last_mid)) {
+		ring_early(job, p);
+		return;
+	}
+	// A message that is over here: its result has passed this node, so
+	// the origin holds it too.
+	ctr.stale_dropped++;
+}
+
+void CollEngine::ring_on_result(Qp &qp, CollJob &job, const CollPacket &p)
+{
+	uint64_t now = util::now_ns();
+	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}", e_.params.name,
+		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node, job.active ? int(job.active->mid) : -1);
+	if (job.active && p.h.mid == job.active->mid) {
+		ring_result(job, *job.active, p, now);
+		if (job.active->dma_error)
+			fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+		return;
+	}
+	if (p.h.mid > (job.active ? job.active->mid : job.last_mid)) {
+		ring_early(job, p);
+		return;
+	}
+	// Over here, perhaps not downstream: pass it on until it is home.
+	const uint16_t n = job.cfg.nodes();
+	if (p.h.phase >= 1 && p.h.phase < n && p.h.src_node == prev_node(job.cfg)) {
+		Ceth h = p.h;
+		h.src_node = job.cfg.node;
+		h.phase = uint8_t(p.h.phase + 1);
+		send(job, next_node(job.cfg), kCollResult, h, p.payload, p.paylen);
+	} else {
+		ctr.stale_dropped++;
+	}
+}
+
+// A block of a message this node has not started: keep it in its Seg unit
+// until the message starts here.  A result is passed on at once (it needs
+// nothing from this node), but only if it could be kept.
+void CollEngine::ring_early(CollJob &job, const CollPacket &p)
+{
+	const JobConfig &c = job.cfg;
+	uint32_t seg = seg_of(job, p.h.sid);
+	if (p.paylen > segs_.unit_bytes() || p.h.phase < 1 || p.h.phase >= c.nodes() ||
+	    p.h.src_node != prev_node(c) ||
+	    !segs_.acquire(seg, c.jid, p.h.mid, p.h.sid, RedOp(p.h.op & 7), Dtype::uint8,
+			   p.paylen, 1ull << p.h.src_node, 0)) {
+		ctr.early_dropped++;
+		return;
+	}
+	SegUnit &u = segs_.unit(seg);
+	segs_.contribute(seg, 1ull << p.h.src_node, 0, p.payload, p.paylen);
+	u.kind = p.kind;
+	u.hop = p.h.phase;
+	u.src_node = p.h.src_node;
+	u.node_map = p.h.node_map;
+	u.rank_pending = 1; // waits for this node's message to start
+	ctr.early_stored++;
+	if (p.kind == kCollResult) {
+		Ceth h = p.h;
+		h.src_node = c.node;
+		h.phase = uint8_t(p.h.phase + 1);
+		send(job, next_node(c), kCollResult, h, p.payload, p.paylen);
+	}
+}
+
+// The message has started: take in what arrived before it.
+void CollEngine::ring_adopt_early(Qp &qp, CollJob &job)
+{
+	Message &m = *job.active;
+	const JobConfig &c = job.cfg;
+	uint64_t now = util::now_ns();
+	for (uint32_t i = c.seg_base; i < c.seg_base + c.seg_count && job.active; i++) {
+		SegUnit &u = segs_.unit(i);
+		if (!u.busy || u.jid != c.jid || u.mid != m.mid || !u.rank_pending)
+			continue;
+		CollPacket p;
+		p.kind = u.kind;
+		p.h = header(job, m, u.sid);
+		p.h.src_node = u.src_node;
+		p.h.phase = u.hop;
+		p.h.node_map = u.node_map;
+		p.payload = u.data;
+		p.paylen = u.len;
+		p.src = c.members[u.src_node].ep;
+		std::vector<uint8_t> copy(u.data, u.data + u.len);
+		p.payload = copy.data();
+		segs_.release(i);
+		if (p.kind == kCollData) {
+			ring_data(job, m, p, now);
+		} else if (u.sid < m.nblocks && !m.final_[u.sid]) {
+			// Already passed on when it arrived: only write it here.
+			const uint32_t len = m.result_data ? m.chain[u.sid].elems * m.es : 0;
+			if (p.paylen == len && (!len || write_result(job, m, u.sid, p.payload))) {
+				m.final_[u.sid] = 1;
+				m.finals++;
+				m.last_progress = now;
+			} else {
+				ctr.malformed++;
+			}
+		}
+		if (m.dma_error)
+			return fail(qp, job, CollStatus::local_err, true,
+				    "a local buffer is not accessible");
+	}
+}
+
+void CollEngine::ring_timers(Qp &qp, CollJob &job, uint64_t now)
+{
+	Message &m = *job.active;
+	for (auto &kv : m.o_pending)
+		if (now >= kv.second)
+			ring_inject(job, m, kv.first, now, true);
+	for (auto &kv : m.f_pending) {
+		if (now < kv.second)
+			continue;
+		const ChunkRole &r = m.chunks[m.chain[kv.first].chunk];
+		if (r.rs)
+			ring_resend_result(job, m, kv.first, now);
+		else
+			ring_inject(job, m, kv.first, now, true);
+	}
+	if (m.dma_error)
+		return fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+	uint64_t limit = uint64_t(job.cfg.timeout_ms ? job.cfg.timeout_ms
+						     : e_.params.cfg.coll_timeout_ms) *
+			 util::kNsPerMs;
+	if (now > m.last_progress && now - m.last_progress > limit) {
+		ctr.timeouts++;
+		fail(qp, job, CollStatus::timeout, true, "no progress within the job's timeout");
+	}
+}
+
+bool CollEngine::ring_done(const CollJob &job) const
+{
+	const Message &m = *job.active;
+	return m.finals == m.nblocks && m.o_pending.empty() && m.f_pending.empty() &&
+	       m.next_inject == m.inject_end;
+}
+
+} // namespace ibv_coll::emu

@@ -1,0 +1,102 @@
+// Data cache & compute: the Seg pool.
+#include "coll/seg_pool.h"
+
+#include <cstring>
+
+namespace ibv_coll::emu {
+
+SegPool::SegPool(uint32_t units, uint32_t unit_bytes)
+	: units_(units), owner_(units, 0), unit_bytes_(unit_bytes)
+{
+	mem_.reset(new uint8_t[size_t(units) * unit_bytes]);
+	for (uint32_t i = 0; i < units; i++)
+		units_[i].data = mem_.get() + size_t(i) * unit_bytes;
+}
+
+bool SegPool::acquire(uint32_t i, uint32_t jid, uint32_t mid, uint32_t sid, RedOp op, Dtype dt,
+		      uint32_t len, uint64_t node_pending, uint64_t rank_pending)
+{
+	SegUnit &u = units_[i];
+	if (u.busy || len > unit_bytes_)
+		return false;
+	uint8_t *data = u.data;
+	u = SegUnit{};
+	u.data = data;
+	u.busy = true;
+	u.jid = jid;
+	u.mid = mid;
+	u.sid = sid;
+	u.op = op;
+	u.dtype = dt;
+	u.len = len;
+	u.node_pending = node_pending;
+	u.rank_pending = rank_pending;
+	if (++in_use_ > high_water_)
+		high_water_ = in_use_;
+	return true;
+}
+
+void SegPool::release(uint32_t i)
+{
+	if (units_[i].busy) {
+		units_[i].busy = false;
+		in_use_--;
+	}
+}
+
+SegResult SegPool::contribute(uint32_t i, uint64_t node_bit, uint64_t rank_bit, const void *src,
+			      uint32_t len)
+{
+	SegUnit &u = units_[i];
+	if (len != u.len)
+		return SegResult::mismatch;
+	if ((node_bit && !(u.node_pending & node_bit)) || (rank_bit && !(u.rank_pending & rank_bit)))
+		return SegResult::duplicate;
+	u.node_pending &= ~node_bit;
+	u.rank_pending &= ~rank_bit;
+	u.node_map |= node_bit;
+	if (!u.filled) {
+		memcpy(u.data, src, len);
+		u.filled = true;
+		return SegResult::filled;
+	}
+	size_t n = len / dtype_size(u.dtype);
+	reduce_fn(u.op, u.dtype)(u.data, u.data, src, n);
+	return SegResult::reduced;
+}
+
+SegResult SegPool::contribute_ranks(uint32_t i, uint64_t rank_mask, const void *src, uint32_t len)
+{
+	SegUnit &u = units_[i];
+	if (len != u.len)
+		return SegResult::mismatch;
+	if (!rank_mask || (u.rank_pending & rank_mask) != rank_mask)
+		return SegResult::duplicate;
+	u.rank_pending &= ~rank_mask;
+	if (!u.filled) {
+		memcpy(u.data, src, len);
+		u.filled = true;
+		return SegResult::filled;
+	}
+	reduce_fn(u.op, u.dtype)(u.data, u.data, src, len / dtype_size(u.dtype));
+	return SegResult::reduced;
+}
+
+bool SegPool::reserve(uint32_t base, uint32_t count, uint64_t owner)
+{
+	for (uint32_t i = base; i < base + count; i++)
+		if (owner_[i] && owner_[i] != owner)
+			return false;
+	for (uint32_t i = base; i < base + count; i++)
+		owner_[i] = owner;
+	return true;
+}
+
+void SegPool::unreserve(uint32_t base, uint32_t count, uint64_t owner)
+{
+	for (uint32_t i = base; i < base + count; i++)
+		if (owner_[i] == owner)
+			owner_[i] = 0;
+}
+
+} // namespace ibv_coll::emu

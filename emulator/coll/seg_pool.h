@@ -1,0 +1,80 @@
+// Data cache & compute: the pool of Seg cache units.  A unit holds one
+// data block of one (job, message, block), its op and datatype, and two
+// pending bitmaps: the nodes and the local ranks whose contributions are
+// still to come.  The first contribution fills the unit, later ones are
+// reduced into it and clear their bit; a contribution whose bit is not
+// pending is refused, so nothing is ever reduced twice.  When both bitmaps
+// are empty the block is complete and the owner moves it on and releases
+// the unit at once.  The NIC and the switch use the same pool.
+#pragma once
+
+#include "reduce/reduce.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace ibv_coll::emu {
+
+struct SegUnit {
+	bool busy = false;
+	bool filled = false;
+	uint32_t jid = 0, mid = 0, sid = 0;
+	RedOp op = RedOp::sum;
+	Dtype dtype = Dtype::uint8;
+	uint8_t kind = 0;	 // what the holder stored (protocol specific)
+	uint8_t hop = 0;	 // protocol specific
+	uint16_t src_node = 0;	 // protocol specific
+	uint32_t len = 0;	 // payload bytes
+	uint64_t node_pending = 0;
+	uint64_t rank_pending = 0;
+	uint64_t node_map = 0;	 // nodes whose data the payload holds
+	uint8_t *data = nullptr; // unit_bytes of payload
+};
+
+enum class SegResult : uint8_t { filled, reduced, duplicate, mismatch };
+
+class SegPool {
+public:
+	SegPool(uint32_t units, uint32_t unit_bytes);
+	uint32_t size() const { return uint32_t(units_.size()); }
+	uint32_t unit_bytes() const { return unit_bytes_; }
+	uint32_t in_use() const { return in_use_; }
+	uint64_t high_water() const { return high_water_; }
+	SegUnit &unit(uint32_t i) { return units_[i]; }
+
+	// Take unit i for (jid, mid, sid): false if it is busy.
+	bool acquire(uint32_t i, uint32_t jid, uint32_t mid, uint32_t sid, RedOp op, Dtype dt,
+		     uint32_t len, uint64_t node_pending, uint64_t rank_pending);
+	void release(uint32_t i);
+
+	// Add one contribution: a node's (node_bit) or a local rank's
+	// (rank_bit) data, exactly one of the two bits set.  The first fills
+	// the unit; later ones are reduced in, in arrival order (callers that
+	// need a fixed order feed contributions in that order).
+	SegResult contribute(uint32_t i, uint64_t node_bit, uint64_t rank_bit, const void *src,
+			     uint32_t len);
+	// Add the already-reduced data of several local ranks (rank_mask, all
+	// pending): fills an empty unit, else unit = op(unit, src).
+	SegResult contribute_ranks(uint32_t i, uint64_t rank_mask, const void *src, uint32_t len);
+	bool complete(uint32_t i) const
+	{
+		return !units_[i].node_pending && !units_[i].rank_pending;
+	}
+
+	// Exclusive use of a range of units by one job's running message;
+	// false if another owner holds any of them.
+	bool reserve(uint32_t base, uint32_t count, uint64_t owner);
+	void unreserve(uint32_t base, uint32_t count, uint64_t owner);
+
+private:
+	std::vector<SegUnit> units_;
+	std::vector<uint64_t> owner_;
+	std::unique_ptr<uint8_t[]> mem_;
+	uint32_t unit_bytes_;
+	uint32_t in_use_ = 0;
+	uint32_t high_water_ = 0;
+};
+
+} // namespace ibv_coll::emu

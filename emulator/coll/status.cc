@@ -1,0 +1,125 @@
+// Status update: the completion of a collective WR (success or failure),
+// aborts sent to the other members, and flushing a failed job's queue.
+#include "coll/coll_engine.h"
+
+#include "nic/engine.h"
+#include "util/log.h"
+
+namespace ibv_coll::emu {
+
+static WcStatus wc_status_of(CollStatus st)
+{
+	switch (st) {
+	case CollStatus::success:
+		return WcStatus::success;
+	case CollStatus::buffer_err:
+		return WcStatus::loc_len_err;
+	case CollStatus::timeout:
+		return WcStatus::resp_timeout_err;
+	case CollStatus::remote_abort:
+		return WcStatus::rem_abort_err;
+	case CollStatus::denied:
+		return WcStatus::rem_access_err;
+	case CollStatus::local_err:
+		return WcStatus::loc_prot_err;
+	case CollStatus::flushed:
+		return WcStatus::wr_flush_err;
+	}
+	return WcStatus::general_err;
+}
+
+static void remember(CollJob &job, uint32_t mid, MsgState st, uint32_t blocks)
+{
+	job.history.push_back(MsgRecord{mid, st, blocks});
+	if (job.history.size() > 64)
+		job.history.pop_front();
+}
+
+void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
+{
+	Message &m = *job.active;
+	if (m.signaled || st != CollStatus::success) {
+		Cqe c{};
+		c.wr_id = m.wr_id;
+		c.byte_len = m.coll == CollOp::barrier ? 0 : m.count * m.es;
+		c.qpn = qp.qpn;
+		c.status = uint8_t(wc_status_of(st));
+		c.opcode = uint8_t(m.coll);
+		c.coll_status = uint8_t(st);
+		c.coll_flags = m.ran;
+		c.msg_state = uint8_t(st == CollStatus::success ? MsgState::done : MsgState::failed);
+		c.jid = job.cfg.jid;
+		c.mid = m.mid;
+		c.blocks_done = m.finals;
+		c.blocks_total = m.nblocks;
+		e_.push_cqe(qp.scq, c);
+	}
+	qp.meta[m.idx & (qp.sq->slots() - 1)].done = true;
+	segs_.unreserve(job.cfg.seg_base, job.cfg.seg_count, job.owner);
+	remember(job, m.mid, st == CollStatus::success ? MsgState::done : MsgState::failed,
+		 m.nblocks);
+	job.last_mid = m.mid;
+	job.active.reset();
+}
+
+void CollEngine::send_abort(const CollJob &job, uint32_t mid, CollStatus st)
+{
+	wire::Ceth h;
+	h.src_node = job.cfg.node;
+	h.jid = job.cfg.jid;
+	h.mid = mid;
+	h.status = uint8_t(st);
+	h.job_key = job.cfg.key;
+	for (uint16_t n = 0; n < job.cfg.nodes(); n++) {
+		if (n == job.cfg.node)
+			continue;
+		send(job, n, wire::kCollAbort, h, nullptr, 0);
+		ctr.aborts_sent++;
+	}
+}
+
+void CollEngine::fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, const char *why)
+{
+	IBVC_WARN("coll", "{}: job {} message {} failed: {}", e_.params.name, job.cfg.jid,
+		  job.active ? job.active->mid : 0, why);
+	if (tell_others && job.active)
+		send_abort(job, job.active->mid, st);
+	if (job.active)
+		complete(qp, job, st);
+	// The job's members no longer agree on where they are: stop the QP;
+	// what is queued behind completes with a flush error.
+	e_.qp_to_error(qp, why);
+}
+
+bool CollEngine::flush(Qp &qp)
+{
+	bool did = false;
+	const uint32_t mask = qp.sq->slots() - 1;
+	uint32_t prod = qp.sq->prod();
+	for (uint32_t i = qp.sq->cons(); i != prod; i++) {
+		WqeMeta &meta = qp.meta[i & mask];
+		if (!meta.done) {
+			const CollWqe *w = qp.sq->at<CollWqe>(i);
+			Cqe c{};
+			c.wr_id = w->wr_id;
+			c.qpn = qp.qpn;
+			c.status = uint8_t(WcStatus::wr_flush_err);
+			c.opcode = w->opcode;
+			c.coll_status = uint8_t(CollStatus::flushed);
+			c.jid = qp.job ? qp.job->cfg.jid : 0;
+			c.mid = w->mid;
+			e_.push_cqe(qp.scq, c);
+			did = true;
+		}
+		meta = WqeMeta{};
+	}
+	qp.sq->consume(prod);
+	qp.req_idx = prod;
+	if (qp.job && qp.job->active) {
+		segs_.unreserve(qp.job->cfg.seg_base, qp.job->cfg.seg_count, qp.job->owner);
+		qp.job->active.reset();
+	}
+	return did;
+}
+
+} // namespace ibv_coll::emu

@@ -1,0 +1,214 @@
+// Data transmission: the chain of block descriptors built once per
+// message, and the DMA between blocks and the local ranks' buffers (every
+// access checked against the MR table first).
+#include "coll/coll_engine.h"
+
+#include "nic/engine.h"
+#include "util/log.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ibv_coll::emu {
+
+namespace {
+
+uint64_t first_rank_elem(const JobConfig &c, uint16_t node, uint64_t count)
+{
+	return uint64_t(c.members[node].first_rank) * count;
+}
+
+} // namespace
+
+void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
+{
+	const JobConfig &c = job.cfg;
+	const uint16_t N = c.nodes();
+	uint32_t bytes = path_mtu;
+	if (c.block_len && c.block_len < bytes)
+		bytes = c.block_len;
+	uint32_t block_elems = std::max<uint32_t>(bytes / m.es, 1);
+
+	m.chunks.assign(N, ChunkRole{});
+	m.chain.clear();
+	m.result_data = m.coll != CollOp::reduce_scatter;
+	auto add_blocks = [&](uint16_t chunk, uint64_t b, uint64_t e) {
+		for (uint64_t v = b; v < e; v += block_elems)
+			m.chain.push_back(BlockDesc{v, uint32_t(std::min<uint64_t>(block_elems, e - v)),
+						    chunk, uint8_t(m.op), 0});
+	};
+	for (uint16_t ch = 0; ch < N; ch++) {
+		ChunkRole &r = m.chunks[ch];
+		r.first_sid = uint32_t(m.chain.size());
+		switch (m.coll) {
+		case CollOp::allreduce:
+		case CollOp::reduce:
+		case CollOp::barrier: {
+			// N near-equal chunks; chunk ch starts at node ch and is complete
+			// at the node before it.
+			uint64_t L = m.coll == CollOp::barrier ? N : m.count;
+			r.vbegin = L * ch / N;
+			r.vend = L * (ch + 1) / N;
+			r.rs = true;
+			r.origin = ch;
+			r.fin = uint16_t((ch + N - 1) % N);
+			add_blocks(ch, r.vbegin, r.vend);
+			break;
+		}
+		case CollOp::reduce_scatter:
+		case CollOp::allgather: {
+			// Chunk ch is node ch's ranks' part of the vector: reduce-scatter
+			// ends it at node ch, allgather starts it there.
+			r.vbegin = first_rank_elem(c, ch, m.count);
+			r.vend = r.vbegin + uint64_t(c.members[ch].ranks) * m.count;
+			r.fin = ch;
+			r.rs = m.coll == CollOp::reduce_scatter;
+			r.origin = r.rs ? uint16_t((ch + 1) % N) : ch;
+			// Blocks never straddle two ranks' parts.
+			for (uint64_t v = r.vbegin; v < r.vend; v += m.count)
+				add_blocks(ch, v, v + m.count);
+			break;
+		}
+		case CollOp::bcast:
+			r.fin = r.origin = ch;
+			if (ch == m.root_node) {
+				r.vbegin = 0;
+				r.vend = m.count;
+				add_blocks(ch, 0, m.count);
+			}
+			break;
+		case CollOp::query:
+			break;
+		}
+		r.nblocks = uint32_t(m.chain.size()) - r.first_sid;
+	}
+	if (!m.chain.empty())
+		m.chain.back().end = 1;
+	m.nblocks = uint32_t(m.chain.size());
+}
+
+// Check one local buffer access.
+static bool dma_ok(Engine &e, uint32_t pdn, const Sge &s, uint64_t off, uint64_t len,
+		   uint32_t need)
+{
+	if (!len)
+		return true;
+	if (off + len > s.length)
+		return false;
+	return e.mrs.check(s.lkey, pdn, s.addr + off, len, need) == DmaErr::ok;
+}
+
+bool CollEngine::local_partial(const CollJob &job, Message &m, uint32_t sid, uint8_t *out)
+{
+	const BlockDesc &b = m.chain[sid];
+	const uint64_t len = uint64_t(b.elems) * m.es;
+	const void *srcs[kMaxCollRanks];
+	for (uint16_t r = 0; r < m.ranks; r++) {
+		if (m.coll == CollOp::barrier) {
+			srcs[r] = m.zeros.data() + b.voff;
+			continue;
+		}
+		if (!dma_ok(e_, job.pdn, m.src[r], b.voff * m.es, len, 0))
+			return false;
+		srcs[r] = reinterpret_cast<const void *>(m.src[r].addr + b.voff * m.es);
+	}
+	reduce_many(m.op, m.dtype, out, srcs, m.ranks, b.elems);
+	ctr.reductions += m.ranks > 1 ? m.ranks - 1 : 0;
+	return true;
+}
+
+static void copy_out(uint64_t dst, const uint8_t *src, uint64_t len)
+{
+	if (reinterpret_cast<const uint8_t *>(dst) != src)
+		memcpy(reinterpret_cast<void *>(dst), src, len);
+}
+
+bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data)
+{
+	const JobConfig &c = job.cfg;
+	const BlockDesc &b = m.chain[sid];
+	const uint64_t len = uint64_t(b.elems) * m.es;
+	const ChunkRole &cr = m.chunks[b.chunk];
+	switch (m.coll) {
+	case CollOp::allreduce:
+	case CollOp::allgather:
+	case CollOp::bcast:
+		for (uint16_t r = 0; r < m.ranks; r++) {
+			if (!dma_ok(e_, job.pdn, m.dst[r], b.voff * m.es, len, kAccLocalWrite))
+				return false;
+			copy_out(m.dst[r].addr + b.voff * m.es, data, len);
+		}
+		break;
+	case CollOp::reduce:
+		if (m.root_node == c.node) {
+			const Sge &d = m.dst[m.root_local];
+			if (!dma_ok(e_, job.pdn, d, b.voff * m.es, len, kAccLocalWrite))
+				return false;
+			copy_out(d.addr + b.voff * m.es, data, len);
+		} else if (cr.fin == c.node) {
+			// Keep what we finished: we answer retransmissions from it.
+			memcpy(m.staging.data() + (b.voff - m.staging_voff) * m.es, data, len);
+		}
+		break;
+	case CollOp::reduce_scatter: {
+		if (cr.fin != c.node)
+			break;
+		uint64_t g = b.voff / m.count; // the global rank whose part this is
+		uint64_t r = g - c.members[c.node].first_rank;
+		uint64_t off = (b.voff - g * m.count) * m.es;
+		if (!dma_ok(e_, job.pdn, m.dst[r], off, len, kAccLocalWrite))
+			return false;
+		copy_out(m.dst[r].addr + off, data, len);
+		break;
+	}
+	case CollOp::barrier:
+		if (cr.fin == c.node)
+			memcpy(m.staging.data() + (b.voff - m.staging_voff) * m.es, data, len);
+		break;
+	case CollOp::query:
+		break;
+	}
+	return true;
+}
+
+bool CollEngine::result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out)
+{
+	const JobConfig &c = job.cfg;
+	const BlockDesc &b = m.chain[sid];
+	const uint64_t len = uint64_t(b.elems) * m.es;
+	const Sge *s = nullptr;
+	uint64_t off = b.voff * m.es;
+	switch (m.coll) {
+	case CollOp::allreduce:
+		s = &m.dst[0];
+		break;
+	case CollOp::reduce:
+		if (m.root_node == c.node)
+			s = &m.dst[m.root_local];
+		break;
+	case CollOp::allgather: {
+		uint64_t g = b.voff / m.count;
+		s = &m.src[g - c.members[c.node].first_rank];
+		off = (b.voff - g * m.count) * m.es;
+		break;
+	}
+	case CollOp::bcast:
+		s = &m.src[m.root_local];
+		break;
+	case CollOp::reduce_scatter: // the result travels as a token
+		*out = nullptr;
+		return true;
+	default:
+		break;
+	}
+	if (!s) {
+		*out = m.staging.data() + (b.voff - m.staging_voff) * m.es;
+		return true;
+	}
+	if (!dma_ok(e_, job.pdn, *s, off, len, 0))
+		return false;
+	*out = reinterpret_cast<const uint8_t *>(s->addr + off);
+	return true;
+}
+
+} // namespace ibv_coll::emu

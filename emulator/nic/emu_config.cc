@@ -1,0 +1,121 @@
+// The device model's configuration table (IBV_COLL_EMU_*).
+#include "nic/emu_config.h"
+
+#include "util/log.h"
+
+#include <cerrno>
+
+namespace ibv_coll::emu {
+namespace {
+
+using util::ConfigKind;
+using util::ConfigVar;
+
+enum {
+	kPollUs,
+	kRcWindow,
+	kAckReq,
+	kRcTimeout,
+	kSockbuf,
+	kReadBurst,
+	kImpair,
+	kIsa,
+	kSegUnits,
+	kCollWindow,
+	kCollRto,
+	kCollTimeout,
+	kCount
+};
+
+const ConfigVar kVars[kCount] = {
+	{"IBV_COLL_EMU_POLL_US", "20",
+	 "microseconds the engine thread keeps polling before it blocks (0: block at once)",
+	 ConfigKind::uint, 0, 1000000},
+	{"IBV_COLL_EMU_RC_WINDOW", "256", "unacknowledged packets an RC QP may have in flight",
+	 ConfigKind::uint, 1, 1u << 20},
+	{"IBV_COLL_EMU_ACK_REQ_EVERY", "32",
+	 "set AckReq on every Nth packet of a long message (and always on the last)",
+	 ConfigKind::uint, 1, 1u << 20},
+	{"IBV_COLL_EMU_RC_TIMEOUT", "14",
+	 "local ACK timeout exponent (4.096 us * 2^n) used when a QP sets timeout 0",
+	 ConfigKind::uint, 1, 31},
+	{"IBV_COLL_EMU_SOCKBUF", "4194304", "UDP socket send and receive buffer bytes",
+	 ConfigKind::uint, 65536, 1u << 30},
+	{"IBV_COLL_EMU_READ_BURST", "64",
+	 "RDMA READ response packets a QP sends per engine pass", ConfigKind::uint, 1, 1u << 20},
+	{"IBV_COLL_EMU_IMPAIR", "",
+	 "test only: impair transmitted packets, e.g. drop=0.05,dup=0.01,reorder=0.01,seed=7",
+	 ConfigKind::string},
+	{"IBV_COLL_EMU_ISA", "auto",
+	 "vector instructions for the reduce kernels: auto, scalar, avx2 or avx512 (read once per "
+	 "process; one the CPU lacks falls back to the best it has)",
+	 ConfigKind::string},
+	{"IBV_COLL_EMU_SEG_UNITS", "4096", "Seg cache units (4 KiB each) in the NIC's collective engine",
+	 ConfigKind::uint, 1, 1u << 20},
+	{"IBV_COLL_EMU_COLL_WINDOW", "64",
+	 "data blocks a node keeps in flight per collective (at most the job's Seg units)",
+	 ConfigKind::uint, 1, 1u << 16},
+	{"IBV_COLL_EMU_COLL_RTO_US", "20000",
+	 "microseconds after which a collective block without its result is sent again",
+	 ConfigKind::uint, 100, 60000000},
+	{"IBV_COLL_EMU_COLL_TIMEOUT_MS", "10000",
+	 "a collective that makes no progress this long fails with a timeout (jobs may set their own)",
+	 ConfigKind::uint, 1, 3600000},
+};
+
+} // namespace
+
+std::span<const ConfigVar> emu_config_vars()
+{
+	return kVars;
+}
+
+int load_emu_config(EmuConfig *out)
+{
+	EmuConfig c;
+	uint64_t v;
+	int err;
+	if ((err = util::config_uint(kVars[kPollUs], &v)))
+		return err;
+	c.poll_us = uint32_t(v);
+	if ((err = util::config_uint(kVars[kRcWindow], &v)))
+		return err;
+	c.rc_window = uint32_t(v);
+	if ((err = util::config_uint(kVars[kAckReq], &v)))
+		return err;
+	c.ack_req_every = uint32_t(v);
+	if ((err = util::config_uint(kVars[kRcTimeout], &v)))
+		return err;
+	c.rc_timeout = uint8_t(v);
+	if ((err = util::config_uint(kVars[kSockbuf], &v)))
+		return err;
+	c.sockbuf = uint32_t(v);
+	if ((err = util::config_uint(kVars[kReadBurst], &v)))
+		return err;
+	c.read_burst = uint32_t(v);
+	if ((err = util::config_uint(kVars[kSegUnits], &v)))
+		return err;
+	c.seg_units = uint32_t(v);
+	if ((err = util::config_uint(kVars[kCollWindow], &v)))
+		return err;
+	c.coll_window = uint32_t(v);
+	if ((err = util::config_uint(kVars[kCollRto], &v)))
+		return err;
+	c.coll_rto_us = uint32_t(v);
+	if ((err = util::config_uint(kVars[kCollTimeout], &v)))
+		return err;
+	c.coll_timeout_ms = uint32_t(v);
+	std::string imp = util::config_text(kVars[kImpair]);
+	if (Impairment::parse(imp, &c.impair)) {
+		IBVC_ERR("config", "IBV_COLL_EMU_IMPAIR={}: expected drop=P,dup=P,reorder=P,seed=N",
+			 imp);
+		return EINVAL;
+	}
+	if (c.impair.active())
+		IBVC_WARN("emu", "transmit impairment on: drop {} dup {} reorder {} seed {}",
+			  c.impair.drop, c.impair.dup, c.impair.reorder, c.impair.seed);
+	*out = c;
+	return 0;
+}
+
+} // namespace ibv_coll::emu

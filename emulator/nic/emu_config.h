@@ -1,0 +1,30 @@
+// The device model's configuration table (IBV_COLL_EMU_*).
+#pragma once
+
+#include "nic/udp_port.h"
+#include "util/config.h"
+
+#include <cstdint>
+#include <span>
+
+namespace ibv_coll::emu {
+
+struct EmuConfig {
+	uint32_t poll_us = 20;	      // engine thread spins this long before it sleeps
+	uint32_t rc_window = 256;     // unacknowledged packets per RC QP
+	uint32_t ack_req_every = 32;  // AckReq on every Nth packet of a long message
+	uint8_t rc_timeout = 14;      // exponent used when a QP asks for timeout 0
+	uint32_t sockbuf = 4u << 20;  // UDP socket buffer bytes
+	uint32_t read_burst = 64;     // read-response packets per QP per engine pass
+	uint32_t seg_units = 4096;    // Seg cache units in the NIC
+	uint32_t coll_window = 64;    // blocks a node keeps in flight per collective
+	uint32_t coll_rto_us = 20000; // a block without its result is sent again after this
+	uint32_t coll_timeout_ms = 10000; // a collective without progress fails after this
+	Impairment impair;
+};
+
+std::span<const util::ConfigVar> emu_config_vars();
+// Read the IBV_COLL_EMU_* variables; EINVAL (logged) on a bad value.
+int load_emu_config(EmuConfig *out);
+
+} // namespace ibv_coll::emu

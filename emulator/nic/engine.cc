@@ -1,0 +1,488 @@
+// The device's engine: object tables, the engine thread and its wake-up
+// protocol, packet dispatch, QP life cycle and completion writing.
+#include "nic/engine.h"
+
+#include "util/clock.h"
+#include "util/log.h"
+#include "wire/icrc.h"
+
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+namespace ibv_coll::emu {
+
+Engine::Engine(const NicParams &p) : params(p) {}
+
+Engine::~Engine()
+{
+	stop_.store(true);
+	if (thread_.joinable()) {
+		wake();
+		thread_.join();
+	}
+	if (coll) {
+		const CollCounters &c = coll->ctr;
+		const PortCounters &pc = port.counters();
+		IBVC_INFO("emu",
+			  "{}: tx {} pkts {} B, rx {} pkts {} B, icrc errors {}, malformed {}, no qp {}, "
+			  "bad state {}, coll: data {}/{} "
+			  "result {}/{} retrans {}/{} dup {} early {}/{} stale {} bad key {} job {} "
+			  "block {} node {} malformed {} seg busy {} aborts {}/{} timeouts {}",
+			  params.name, pc.tx_packets, pc.tx_bytes, pc.rx_packets, pc.rx_bytes,
+			  ctr.rx_icrc_err, ctr.rx_malformed, ctr.rx_no_qp, ctr.rx_bad_state, c.tx_data, c.rx_data, c.tx_result, c.rx_result,
+			  c.retrans_data, c.retrans_result, c.dup_dropped, c.early_stored,
+			  c.early_dropped, c.stale_dropped, c.bad_key, c.bad_job, c.bad_block,
+			  c.bad_node, c.malformed, c.seg_busy, c.aborts_sent, c.aborts_rcvd,
+			  c.timeouts);
+	}
+}
+
+int Engine::start()
+{
+	int err = port.open(params.udp_port, params.port_fallback, params.cfg.impair,
+			    params.cfg.sockbuf);
+	if (err)
+		return err;
+	// Several contexts may drive one netdev: name each by its port too.
+	params.name += ":" + std::to_string(port.port());
+	try {
+		coll = std::make_unique<CollEngine>(*this, params.cfg.seg_units, kSegUnitBytes);
+	} catch (const std::bad_alloc &) {
+		IBVC_ERR("emu", "{}: no memory for {} Seg units", params.name, params.cfg.seg_units);
+		return ENOMEM;
+	}
+	epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
+	evfd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	tfd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+	if (!epfd_ || !evfd_ || !tfd_) {
+		err = errno;
+		IBVC_ERR("emu", "{}: engine fds: {}", params.name, util::errstr(err));
+		return err;
+	}
+	for (int fd : {port.fd(), evfd_.get(), tfd_.get()}) {
+		epoll_event ev{};
+		ev.events = EPOLLIN;
+		ev.data.fd = fd;
+		if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev)) {
+			err = errno;
+			IBVC_ERR("emu", "{}: epoll_ctl: {}", params.name, util::errstr(err));
+			return err;
+		}
+	}
+	try {
+		thread_ = std::thread(&Engine::run, this);
+	} catch (const std::system_error &e) {
+		IBVC_ERR("emu", "{}: engine thread: {}", params.name, e.what());
+		return EAGAIN;
+	}
+	return 0;
+}
+
+void Engine::wake()
+{
+	uint64_t one = 1;
+	ssize_t r = write(evfd_.get(), &one, sizeof(one));
+	(void)r; // a full counter still wakes the reader
+}
+
+// Wake-up protocol.  Whoever changes device state outside the engine
+// thread (a doorbell, or progress on an application thread) either runs
+// progress itself or sets work_pending and wakes the engine if it sleeps.
+// The engine clears work_pending before each pass and re-reads it after
+// announcing sleep, so a change is never left unseen.  armed_deadline is
+// the timer the engine will sleep with; a thread that creates an earlier
+// one makes the engine re-arm.
+void Engine::kick()
+{
+	if (mu.try_lock()) {
+		progress_locked();
+		uint64_t d = next_deadline_locked();
+		mu.unlock();
+		if (d && d < armed_deadline.load()) {
+			work_pending.store(true);
+			if (sleeping.load())
+				wake();
+		}
+		return;
+	}
+	work_pending.store(true);
+	if (sleeping.load())
+		wake();
+}
+
+void Engine::run()
+{
+	uint64_t idle_since = 0;
+	epoll_event evs[4];
+	while (!stop_.load()) {
+		work_pending.store(false);
+		bool did;
+		uint64_t deadline;
+		{
+			std::lock_guard lk(mu);
+			did = progress_locked();
+			deadline = next_deadline_locked();
+			armed_deadline.store(deadline ? deadline : UINT64_MAX);
+		}
+		if (did) {
+			idle_since = 0;
+			continue;
+		}
+		uint64_t now = util::now_ns();
+		if (!idle_since)
+			idle_since = now;
+		if (now - idle_since < uint64_t(params.cfg.poll_us) * util::kNsPerUs) {
+			sched_yield();
+			continue;
+		}
+		sleeping.store(true);
+		if (work_pending.load() || stop_.load()) {
+			sleeping.store(false);
+			continue;
+		}
+		itimerspec its{};
+		if (deadline) {
+			its.it_value.tv_sec = time_t(deadline / 1000000000ull);
+			its.it_value.tv_nsec = long(deadline % 1000000000ull);
+		}
+		timerfd_settime(tfd_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
+		int n = epoll_wait(epfd_.get(), evs, 4, -1);
+		sleeping.store(false);
+		for (int i = 0; i < n; i++) {
+			if (evs[i].data.fd == evfd_.get() || evs[i].data.fd == tfd_.get()) {
+				uint64_t v;
+				ssize_t r = read(evs[i].data.fd, &v, sizeof(v));
+				(void)r;
+			}
+		}
+		idle_since = 0;
+	}
+}
+
+bool Engine::progress_locked()
+{
+	bool did = false;
+	RxPacket pkts[UdpPort::kBatch];
+	for (int b = 0; b < 4; b++) {
+		unsigned n = port.rx_batch(pkts);
+		for (unsigned i = 0; i < n; i++)
+			handle_packet(pkts[i]);
+		if (n)
+			did = true;
+		if (n < UdpPort::kBatch)
+			break;
+	}
+	uint64_t now = util::now_ns();
+	for (auto &kv : qps) {
+		Qp &qp = *kv.second;
+		if (qp.coll) {
+			if (qp.state == QpState::err)
+				did |= coll->flush(qp);
+			else if (qp.state == QpState::rts)
+				did |= coll->progress(qp, now);
+			continue;
+		}
+		switch (qp.state) {
+		case QpState::err:
+			did |= flush(qp);
+			break;
+		case QpState::rts:
+			req_timers(qp, now);
+			if (qp.state == QpState::rts)
+				did |= req_progress(qp, now);
+			if (qp.state == QpState::rts)
+				did |= resp_progress(qp);
+			break;
+		case QpState::rtr:
+			did |= resp_progress(qp);
+			break;
+		default:
+			break;
+		}
+	}
+	port.tx_flush();
+	for (Cq *cq : cqs) {
+		if (cq->event_due) {
+			cq->event_due = false;
+			cq->fn(cq->arg);
+		}
+	}
+	return did;
+}
+
+uint64_t Engine::next_deadline_locked() const
+{
+	uint64_t d = 0;
+	for (const auto &kv : qps) {
+		const Qp &qp = *kv.second;
+		if (qp.state != QpState::rts)
+			continue;
+		if (qp.coll) {
+			uint64_t t = coll->next_deadline(qp);
+			if (t && (!d || t < d))
+				d = t;
+			continue;
+		}
+		for (uint64_t t : {qp.rto_deadline, qp.rnr_deadline})
+			if (t && (!d || t < d))
+				d = t;
+	}
+	return d;
+}
+
+void Engine::handle_packet(const RxPacket &rx)
+{
+	using namespace wire;
+	if (rx.len < kBthBytes + kIcrcBytes) {
+		ctr.rx_malformed++;
+		return;
+	}
+	size_t len = rx.len - kIcrcBytes;
+	UdpEndpoints ep;
+	memcpy(ep.src, rx.src.ip.b, 16);
+	memcpy(ep.dst, rx.dst.b, 16);
+	ep.sport = rx.src.port;
+	ep.dport = port.port();
+	if (icrc(ep, rx.data, len) != load_icrc(rx.data + len)) {
+		ctr.rx_icrc_err++;
+		IBVC_DEBUG("emu", "{}: bad icrc from {}:{}", params.name, rx.src.ip.str(),
+			   rx.src.port);
+		return;
+	}
+	InPacket p;
+	p.data = rx.data;
+	p.len = len;
+	p.src = rx.src;
+	p.bth = Bth::load(rx.data);
+	if (is_coll_opcode(p.bth.opcode) && Bth::tver(rx.data) == 0 &&
+	    p.bth.pkey == kDefaultPkey) {
+		coll->on_packet(p);
+		return;
+	}
+	p.flags = opcode_flags(p.bth.opcode);
+	if (Bth::tver(rx.data) != 0 || !p.flags || p.bth.pkey != kDefaultPkey) {
+		ctr.rx_malformed++;
+		return;
+	}
+	size_t ext = ext_header_bytes(p.flags);
+	if (len < kBthBytes + ext + p.bth.pad) {
+		ctr.rx_malformed++;
+		return;
+	}
+	p.ext = rx.data + kBthBytes;
+	p.payload = p.ext + ext;
+	p.paylen = uint32_t(len - kBthBytes - ext - p.bth.pad);
+	if (!(p.flags & kHasPayload) && p.paylen) {
+		ctr.rx_malformed++;
+		return;
+	}
+	auto it = qps.find(p.bth.dqpn);
+	if (it == qps.end()) {
+		ctr.rx_no_qp++;
+		return;
+	}
+	Qp &qp = *it->second;
+	if (qp.coll) {
+		ctr.rx_malformed++; // RC opcodes never address a collective QP
+		return;
+	}
+	if (!(p.src == qp.attr.remote)) {
+		ctr.rx_bad_src++;
+		return;
+	}
+	if (p.flags & kRequest) {
+		if (qp.state != QpState::rtr && qp.state != QpState::rts) {
+			ctr.rx_bad_state++;
+			return;
+		}
+		resp_on_request(qp, p);
+		return;
+	}
+	if (qp.state != QpState::rts) {
+		ctr.rx_bad_state++;
+		return;
+	}
+	if (p.flags & kReadResp)
+		req_on_read_resp(qp, p);
+	else
+		req_on_ack(qp, p);
+}
+
+uint8_t *Engine::tx_begin(const Qp &qp, const wire::Bth &bth, size_t, uint8_t **ext)
+{
+	uint8_t *buf = port.tx_buf();
+	wire::Bth b = bth;
+	b.dqpn = qp.attr.dest_qpn;
+	b.store(buf);
+	*ext = buf + wire::kBthBytes;
+	return buf;
+}
+
+void Engine::tx_finish(const Qp &qp, uint8_t *pkt, size_t hdr_len, uint32_t paylen)
+{
+	tx_to(qp.attr.remote, qp.src_ip, pkt, hdr_len, paylen);
+}
+
+void Engine::tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
+		   uint32_t paylen)
+{
+	uint32_t pad = (4 - (paylen & 3)) & 3;
+	memset(pkt + hdr_len + paylen, 0, pad);
+	pkt[1] = uint8_t((pkt[1] & ~0x30) | pad << 4);
+	size_t roce_len = hdr_len + paylen + pad;
+	wire::UdpEndpoints ep;
+	memcpy(ep.src, src.b, 16);
+	memcpy(ep.dst, dst.ip.b, 16);
+	ep.sport = port.port();
+	ep.dport = dst.port;
+	wire::store_icrc(pkt + roce_len, wire::icrc(ep, pkt, roce_len));
+	port.tx_commit(roce_len + wire::kIcrcBytes, dst, src);
+}
+
+// A job's Seg units go back when its QP is reset or destroyed, with any
+// blocks that arrived early for messages that will now never run.
+void Engine::release_job(Qp &qp)
+{
+	if (!qp.job)
+		return;
+	const JobConfig &c = qp.job->cfg;
+	SegPool &segs = coll->segs();
+	segs.unreserve(c.seg_base, c.seg_count, qp.job->owner);
+	for (uint32_t i = c.seg_base; i < c.seg_base + c.seg_count; i++)
+		if (segs.unit(i).busy && segs.unit(i).jid == c.jid)
+			segs.release(i);
+	qp.job.reset();
+}
+
+bool Engine::push_cqe(Cq *cq, const Cqe &c)
+{
+	Queue *q = cq->ring;
+	if (q->free_slots() == 0) {
+		ctr.cq_overruns++;
+		if (!cq->overrun)
+			IBVC_ERR("emu", "{}: cq {:#x} overrun, completion of wr_id {:#x} lost",
+				 params.name, cq->cqn, c.wr_id);
+		cq->overrun = true;
+		return false;
+	}
+	uint32_t idx = q->prod_relaxed();
+	memcpy(q->slot(idx), &c, sizeof(c));
+	q->publish(idx + 1);
+	uint8_t a = cq->arm.load();
+	bool fire = a == kArmAny ||
+		    (a == kArmSolicited &&
+		     ((c.flags & kCqeSolicited) || c.status != uint8_t(WcStatus::success)));
+	if (fire && cq->arm.compare_exchange_strong(a, kArmOff))
+		cq->event_due = true;
+	return true;
+}
+
+static WcOpcode wc_opcode_of(uint8_t wr_opcode)
+{
+	switch (WrOpcode(wr_opcode)) {
+	case WrOpcode::rdma_write:
+	case WrOpcode::rdma_write_imm:
+		return WcOpcode::rdma_write;
+	case WrOpcode::rdma_read:
+		return WcOpcode::rdma_read;
+	default:
+		return WcOpcode::send;
+	}
+}
+
+void Engine::complete_send(Qp &qp, uint32_t idx, WcStatus st, bool force)
+{
+	const SendWqe *w = qp.sq->at<SendWqe>(idx);
+	if (force || qp.sig_all || (w->flags & kWqeSignaled) || st != WcStatus::success) {
+		Cqe c{};
+		c.wr_id = w->wr_id;
+		c.byte_len = w->length;
+		c.qpn = qp.qpn;
+		c.status = uint8_t(st);
+		c.opcode = uint8_t(wc_opcode_of(w->opcode));
+		push_cqe(qp.scq, c);
+	}
+	qp.meta[idx & (qp.sq->slots() - 1)] = WqeMeta{};
+	qp.sq->consume(idx + 1);
+}
+
+void Engine::complete_recv(Qp &qp, WcStatus st, WcOpcode op, uint64_t len, uint32_t imm,
+			   uint8_t flags)
+{
+	uint32_t idx = qp.rq->cons();
+	const RecvWqe *r = qp.rq->at<RecvWqe>(idx);
+	Cqe c{};
+	c.wr_id = r->wr_id;
+	c.byte_len = len;
+	c.qpn = qp.qpn;
+	c.src_qp = qp.attr.dest_qpn;
+	c.imm = imm;
+	c.status = uint8_t(st);
+	c.opcode = uint8_t(op);
+	c.flags = flags;
+	push_cqe(qp.rcq, c);
+	qp.rq->consume(idx + 1);
+}
+
+void Engine::qp_to_error(Qp &qp, const char *why)
+{
+	if (qp.state == QpState::err)
+		return;
+	IBVC_WARN("emu", "{}: qp {:#x} moves to error: {}", params.name, qp.qpn, why);
+	qp.state = QpState::err;
+	qp.rto_deadline = qp.rnr_deadline = 0;
+	qp.reads.clear();
+	qp.ack_due = false;
+}
+
+bool Engine::flush(Qp &qp)
+{
+	bool did = false;
+	if (qp.sq) {
+		uint32_t prod = qp.sq->prod();
+		while (qp.sq->cons() != prod) {
+			complete_send(qp, qp.sq->cons(), WcStatus::wr_flush_err, true);
+			did = true;
+		}
+		qp.req_idx = prod;
+	}
+	if (qp.rq) {
+		uint32_t prod = qp.rq->prod();
+		while (qp.rq->cons() != prod) {
+			complete_recv(qp, WcStatus::wr_flush_err, WcOpcode::recv, 0, 0, 0);
+			did = true;
+		}
+	}
+	return did;
+}
+
+void Engine::qp_reset(Qp &qp)
+{
+	// RESET discards every WQE without completing it.
+	if (qp.sq)
+		qp.sq->consume(qp.sq->prod());
+	if (qp.rq)
+		qp.rq->consume(qp.rq->prod());
+	release_job(qp);
+	Qp fresh;
+	fresh.coll = qp.coll;
+	fresh.qpn = qp.qpn;
+	fresh.pdn = qp.pdn;
+	fresh.sq = qp.sq;
+	fresh.rq = qp.rq;
+	fresh.scq = qp.scq;
+	fresh.rcq = qp.rcq;
+	fresh.sig_all = qp.sig_all;
+	fresh.meta.assign(qp.meta.size(), WqeMeta{});
+	if (fresh.sq)
+		fresh.req_idx = fresh.sq->cons();
+	qp = std::move(fresh);
+}
+
+} // namespace ibv_coll::emu

@@ -1,0 +1,107 @@
+// The device's engine: owns the port, the MR table, the QPs and CQs, the
+// engine thread, and the RC transport (requester, responder, completer).
+#pragma once
+
+#include "nic/mr_table.h"
+#include "nic/nic.h"
+#include "nic/qp.h"
+#include "nic/udp_port.h"
+#include "util/fd.h"
+#include "wire/roce.h"
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+namespace ibv_coll::emu {
+
+// A received packet, parsed enough to dispatch.
+struct InPacket {
+	const uint8_t *data; // BTH
+	size_t len;	     // BTH to end of padded payload (ICRC removed)
+	Endpoint src;
+	wire::Bth bth;
+	uint16_t flags;	     // wire::opcode_flags
+	const uint8_t *ext;  // first extension header
+	const uint8_t *payload;
+	uint32_t paylen;     // without pad
+};
+
+class Engine {
+public:
+	explicit Engine(const NicParams &p);
+	~Engine();
+	int start();
+
+	// Held by commands, the engine thread, and progress().
+	std::mutex mu;
+	NicParams params;
+	UdpPort port;
+	MrTable mrs;
+	NicCounters ctr;
+
+	// Objects.
+	std::set<uint32_t> pds;
+	uint32_t next_pdn = 1;
+	std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps;
+	uint32_t next_qpn = 0x11;
+	std::set<std::unique_ptr<Cq>> cqs_owner;
+	std::vector<Cq *> cqs;
+	uint32_t next_cqn = 1;
+
+	// Wake-up protocol with the engine thread: see engine.cc.
+	std::atomic<bool> work_pending{false};
+	std::atomic<bool> sleeping{false};
+	std::atomic<uint64_t> armed_deadline{0};
+	void wake();
+	void kick(); // run progress now if the lock is free, else make sure someone will
+
+	bool progress_locked();
+	uint64_t next_deadline_locked() const;
+
+	// RC transport (rc_requester.cc, rc_responder.cc).
+	bool req_progress(Qp &qp, uint64_t now);
+	void req_on_ack(Qp &qp, const InPacket &p);
+	void req_on_read_resp(Qp &qp, const InPacket &p);
+	void req_timers(Qp &qp, uint64_t now);
+	void req_retry_from(Qp &qp, uint32_t psn);
+	void resp_on_request(Qp &qp, const InPacket &p);
+	bool resp_progress(Qp &qp);
+	void send_ack(Qp &qp, uint8_t syndrome, uint32_t psn);
+
+	// QP life cycle (engine.cc).
+	void qp_to_error(Qp &qp, const char *why);
+	void qp_reset(Qp &qp);
+	bool flush(Qp &qp);
+	void complete_send(Qp &qp, uint32_t idx, WcStatus st, bool force);
+	void complete_recv(Qp &qp, WcStatus st, WcOpcode op, uint64_t len, uint32_t imm,
+			   uint8_t flags);
+	bool push_cqe(Cq *cq, const Cqe &c);
+
+	// The collective offload engine (coll/).
+	std::unique_ptr<CollEngine> coll;
+	void release_job(Qp &qp);
+
+	// Send a packet built in port.tx_buf(): pad, ICRC, queue.
+	void tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
+		   uint32_t paylen);
+
+	// Packet output: build the headers, the payload comes from the caller.
+	// Returns the buffer to fill at *payload; finish with tx_finish().
+	uint8_t *tx_begin(const Qp &qp, const wire::Bth &bth, size_t ext_len, uint8_t **ext);
+	void tx_finish(const Qp &qp, uint8_t *pkt, size_t hdr_len, uint32_t paylen);
+
+private:
+	void run();
+	void handle_packet(const RxPacket &rx);
+
+	util::UniqueFd epfd_, evfd_, tfd_;
+	std::thread thread_;
+	std::atomic<bool> stop_{false};
+};
+
+} // namespace ibv_coll::emu

@@ -1,0 +1,156 @@
+// The emulated RoCEv2 NIC: what a driver sees of the device.  A command
+// interface creates and changes objects; work arrives through queues and
+// doorbells; completions leave through CQ rings and an event callback;
+// application memory is reached only through the MR table.  An engine
+// thread makes progress while the application sleeps, and the driver lends
+// its own thread through progress() so that a polling application is not
+// paying a wake-up per packet.
+#pragma once
+
+#include "coll/coll_engine.h"
+#include "nic/emu_config.h"
+#include "nic/queue.h"
+#include "nic/udp_port.h"
+#include "nic/wqe.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ibv_coll::emu {
+
+struct Cq;
+struct Qp;
+struct JobConfig;
+class Engine;
+
+// Values of enum ibv_qp_state.
+enum class QpState : uint8_t { reset = 0, init = 1, rtr = 2, rts = 3, sqd = 4, sqe = 5, err = 6 };
+
+// Object limits of one device.
+constexpr size_t kMaxPds = 1u << 16, kMaxCqs = 1u << 16, kMaxQps = 1u << 16;
+constexpr uint32_t kMaxMrs = (1u << 24) - 1;
+
+struct NicParams {
+	std::string name;	     // for log lines
+	std::vector<IpAddr> gids;    // the port's addresses
+	uint16_t udp_port = 4791;
+	bool port_fallback = true;   // a busy port falls back to a free one
+	uint32_t active_mtu = 1024;  // bytes: the largest path MTU allowed
+	EmuConfig cfg;
+};
+
+// Called (from the engine or a driver thread, never under a driver lock)
+// when an armed CQ receives a completion.
+using CqEventFn = void (*)(void *arg);
+
+struct QpCreate {
+	uint32_t pdn = 0;
+	Queue *sq = nullptr;
+	Queue *rq = nullptr;
+	Cq *send_cq = nullptr;
+	Cq *recv_cq = nullptr;
+	bool sig_all = false;
+	bool coll = false; // a collective QP: the SQ holds CollWqe
+};
+
+// Bits of enum ibv_coll_qp_attr_mask.
+enum QpAttrMask : uint32_t {
+	kQpState = 1 << 0,
+	kQpAccess = 1 << 3,
+	kQpPort = 1 << 5,
+	kQpAv = 1 << 7,
+	kQpPathMtu = 1 << 8,
+	kQpTimeout = 1 << 9,
+	kQpRetryCnt = 1 << 10,
+	kQpRnrRetry = 1 << 11,
+	kQpRqPsn = 1 << 12,
+	kQpMaxRdAtomic = 1 << 13,
+	kQpMinRnrTimer = 1 << 15,
+	kQpSqPsn = 1 << 16,
+	kQpMaxDestRdAtomic = 1 << 17,
+	kQpDestQpn = 1 << 20,
+	kQpJob = 1 << 28,
+};
+
+struct QpAttr {
+	QpState state = QpState::reset;
+	uint32_t access = 0;
+	uint32_t path_mtu = 0; // bytes
+	Endpoint remote;
+	uint8_t sgid_index = 0;
+	uint32_t dest_qpn = 0;
+	uint32_t rq_psn = 0;
+	uint32_t sq_psn = 0;
+	uint8_t timeout = 0;
+	uint8_t retry_cnt = 7;
+	uint8_t rnr_retry = 7;
+	uint8_t min_rnr_timer = 0;
+	uint8_t max_rd_atomic = 1;
+	uint8_t max_dest_rd_atomic = 1;
+	const JobConfig *job = nullptr; // kQpJob
+};
+
+struct NicCounters {
+	PortCounters port;
+	uint64_t rx_icrc_err = 0, rx_malformed = 0, rx_no_qp = 0, rx_bad_src = 0,
+		 rx_bad_state = 0, rx_dup = 0;
+	uint64_t tx_retransmits = 0, timeouts = 0, seq_naks_sent = 0, seq_naks_rcvd = 0,
+		 rnr_naks_sent = 0, rnr_naks_rcvd = 0, acks_sent = 0, cq_overruns = 0;
+	CollCounters coll;
+	uint32_t seg_units = 0, seg_in_use = 0, seg_high_water = 0;
+};
+
+class Nic {
+public:
+	// Bind the port and start the engine thread.
+	static int create(const NicParams &p, std::unique_ptr<Nic> *out);
+	~Nic();
+	Nic(const Nic &) = delete;
+	Nic &operator=(const Nic &) = delete;
+
+	uint16_t udp_port() const;
+	const NicParams &params() const;
+
+	// Command interface; each returns 0 or an errno value.
+	int alloc_pd(uint32_t *pdn);
+	int dealloc_pd(uint32_t pdn);
+	int reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,
+		   uint32_t *key);
+	int dereg_mr(uint32_t key);
+	int create_cq(Queue *ring, CqEventFn fn, void *arg, Cq **cq, uint32_t *cqn);
+	int destroy_cq(Cq *cq);
+	int create_qp(const QpCreate &c, Qp **qp, uint32_t *qpn);
+	// Apply attributes; the caller has checked the transition and mask.
+	int modify_qp(Qp *qp, const QpAttr &a, uint32_t mask);
+	int query_qp(Qp *qp, QpAttr *a);
+	int destroy_qp(Qp *qp);
+
+	// Doorbells, from any thread.
+	void sq_doorbell(Qp *qp);
+	void rq_doorbell(Qp *qp);
+	// Request an event for the next completion (solicited_only: the next
+	// solicited or error completion).
+	void cq_arm(Cq *cq, bool solicited_only);
+
+	// Do whatever work is ready, without blocking, on the caller's thread.
+	void progress();
+
+	NicCounters counters();
+
+	// Collective engine.
+	uint32_t seg_units() const;
+	uint32_t seg_unit_bytes() const;
+	// Check, as the DMA engine will, that sges[0..n) are registered in pdn
+	// with `need` access and hold at least len[i] bytes: 0 or EINVAL.
+	int check_local(uint32_t pdn, const Sge *sges, const uint64_t *len, uint32_t n,
+			uint32_t need);
+
+private:
+	Nic();
+	std::unique_ptr<Engine> e_;
+};
+
+} // namespace ibv_coll::emu

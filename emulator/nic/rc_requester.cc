@@ -1,0 +1,407 @@
+// RC requester and completer: turns send WQEs into packets (segmented to
+// the path MTU), keeps a window of PSNs in flight, and retires WQEs as
+// ACKs and read responses arrive; go-back-N on NAK, timeout and RNR.
+#include "nic/engine.h"
+
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <algorithm>
+
+namespace ibv_coll::emu {
+
+using namespace wire;
+
+namespace {
+
+uint32_t npkts_of(uint64_t len, uint32_t mtu)
+{
+	uint64_t n = (len + mtu - 1) / mtu;
+	return n ? uint32_t(n) : 1;
+}
+
+bool is_read(const SendWqe *w)
+{
+	return WrOpcode(w->opcode) == WrOpcode::rdma_read;
+}
+
+bool has_imm(const SendWqe *w)
+{
+	return WrOpcode(w->opcode) == WrOpcode::send_imm ||
+	       WrOpcode(w->opcode) == WrOpcode::rdma_write_imm;
+}
+
+bool is_send(const SendWqe *w)
+{
+	return WrOpcode(w->opcode) == WrOpcode::send || WrOpcode(w->opcode) == WrOpcode::send_imm;
+}
+
+// Whether psn lies in [first, first + n).
+bool psn_in(uint32_t psn, uint32_t first, uint32_t n)
+{
+	int32_t d = psn_diff(psn, first);
+	return d >= 0 && uint32_t(d) < n;
+}
+
+} // namespace
+
+// The DMA check of a WQE's local buffers, repeated before every packet so
+// that a region deregistered mid-message is never touched.
+static bool local_sges_ok(Engine &e, const Qp &qp, const SendWqe *w, uint32_t need)
+{
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		const Sge &s = w->sges()[i];
+		if (s.length && e.mrs.check(s.lkey, qp.pdn, s.addr, s.length, need) != DmaErr::ok)
+			return false;
+	}
+	return true;
+}
+
+static unsigned reads_in_flight(const Qp &qp)
+{
+	unsigned n = 0;
+	uint32_t mask = qp.sq->slots() - 1;
+	for (uint32_t i = qp.sq->cons(); i != qp.req_idx; i++) {
+		const WqeMeta &m = qp.meta[i & mask];
+		if (m.started && !m.done && is_read(qp.sq->at<SendWqe>(i)))
+			n++;
+	}
+	return n;
+}
+
+bool Engine::req_progress(Qp &qp, uint64_t now)
+{
+	if (qp.rnr_deadline)
+		return false;
+	bool did = false;
+	const uint32_t mask = qp.sq->slots() - 1;
+	const uint32_t mtu = qp.mtu();
+	const uint32_t prod = qp.sq->prod();
+	while (qp.req_idx != prod && qp.state == QpState::rts) {
+		if (psn_diff(qp.req_psn, qp.una) >= int32_t(params.cfg.rc_window))
+			break;
+		SendWqe *w = qp.sq->at<SendWqe>(qp.req_idx);
+		WqeMeta &m = qp.meta[qp.req_idx & mask];
+		const uint32_t need = is_read(w) ? uint32_t(kAccLocalWrite) : 0u;
+		if (!m.started) {
+			if ((w->flags & kWqeFence) && reads_in_flight(qp))
+				break;
+			if (is_read(w) && reads_in_flight(qp) >= qp.attr.max_rd_atomic)
+				break;
+			m.first_psn = qp.npsn;
+			m.npkts = npkts_of(w->length, mtu);
+			m.read_rcvd = 0;
+			m.started = true;
+			m.done = false;
+			qp.npsn = psn_add(qp.npsn, m.npkts);
+			qp.req_off = 0;
+			qp.req_psn = m.first_psn;
+		}
+		if (!local_sges_ok(*this, qp, w, need)) {
+			IBVC_WARN("emu", "{}: qp {:#x} wr_id {:#x}: local protection error",
+				  params.name, qp.qpn, w->wr_id);
+			// Everything before this WQE must still complete normally, so
+			// the error waits until it is the oldest.
+			if (qp.sq->cons() == qp.req_idx) {
+				complete_send(qp, qp.req_idx, WcStatus::loc_prot_err, true);
+				qp_to_error(qp, "local protection error");
+			}
+			break;
+		}
+		uint8_t *ext;
+		Bth bth;
+		bth.psn = qp.req_psn;
+		if (is_read(w)) {
+			bth.opcode = kReadRequest;
+			bth.ack_req = true;
+			uint8_t *pkt = tx_begin(qp, bth, kRethBytes, &ext);
+			Reth r{w->remote_addr + qp.req_off, w->rkey, uint32_t(w->length - qp.req_off)};
+			r.store(ext);
+			tx_finish(qp, pkt, kBthBytes + kRethBytes, 0);
+			qp.req_psn = psn_add(m.first_psn, m.npkts);
+			qp.req_idx++;
+			qp.req_off = 0;
+			qp.pkts_since_ackreq = 0;
+		} else {
+			uint64_t left = w->length - qp.req_off;
+			uint32_t plen = uint32_t(std::min<uint64_t>(left, mtu));
+			bool first = qp.req_off == 0, last = plen == left;
+			bool write = !is_send(w), imm = last && has_imm(w);
+			if (write)
+				bth.opcode = first && last ? (imm ? kWriteOnlyImm : kWriteOnly)
+					     : first	   ? kWriteFirst
+					     : last	   ? (imm ? kWriteLastImm : kWriteLast)
+							   : kWriteMiddle;
+			else
+				bth.opcode = first && last ? (imm ? kSendOnlyImm : kSendOnly)
+					     : first	   ? kSendFirst
+					     : last	   ? (imm ? kSendLastImm : kSendLast)
+							   : kSendMiddle;
+			bth.se = last && (w->flags & kWqeSolicited) &&
+				 (!write || WrOpcode(w->opcode) == WrOpcode::rdma_write_imm);
+			bth.ack_req = last || ++qp.pkts_since_ackreq >= params.cfg.ack_req_every;
+			if (bth.ack_req)
+				qp.pkts_since_ackreq = 0;
+			size_t ext_len = (write && first ? kRethBytes : 0) + (imm ? kImmBytes : 0);
+			uint8_t *pkt = tx_begin(qp, bth, ext_len, &ext);
+			if (write && first) {
+				Reth r{w->remote_addr, w->rkey, w->length};
+				r.store(ext);
+				ext += kRethBytes;
+			}
+			if (imm) {
+				memcpy(ext, &w->imm, 4); // already network order
+				ext += kImmBytes;
+			}
+			SgeCursor c{w->sges(), w->num_sge};
+			c.seek(qp.req_off);
+			c.gather(ext, plen);
+			tx_finish(qp, pkt, kBthBytes + ext_len, plen);
+			qp.req_psn = psn_add(qp.req_psn, 1);
+			qp.req_off += plen;
+			if (last) {
+				qp.req_idx++;
+				qp.req_off = 0;
+			}
+		}
+		if (psn_diff(qp.req_psn, qp.sent_psn) > 0)
+			qp.sent_psn = qp.req_psn;
+		if (!qp.rto_deadline)
+			qp.rto_deadline = now + qp.rto_ns;
+		did = true;
+	}
+	return did;
+}
+
+// Retire, in order, every WQE that is fully acknowledged (or, for a read,
+// fully placed).
+static void complete_acked(Engine &e, Qp &qp)
+{
+	const uint32_t mask = qp.sq->slots() - 1;
+	while (qp.sq->cons() != qp.sq->prod()) {
+		uint32_t idx = qp.sq->cons();
+		WqeMeta &m = qp.meta[idx & mask];
+		if (!m.started)
+			break;
+		const SendWqe *w = qp.sq->at<SendWqe>(idx);
+		if (is_read(w)) {
+			if (m.read_rcvd < m.npkts)
+				break;
+		} else if (psn_diff(psn_add(m.first_psn, m.npkts - 1), qp.una) >= 0) {
+			break;
+		}
+		e.complete_send(qp, idx, WcStatus::success, false);
+	}
+}
+
+// The PSN to go back to: the first byte the responder has not confirmed.
+static uint32_t retry_point(const Qp &qp)
+{
+	const uint32_t mask = qp.sq->slots() - 1;
+	uint32_t idx = qp.sq->cons();
+	if (idx != qp.sq->prod()) {
+		const WqeMeta &m = qp.meta[idx & mask];
+		if (m.started && is_read(qp.sq->at<SendWqe>(idx)))
+			return psn_add(m.first_psn, m.read_rcvd);
+	}
+	return qp.una;
+}
+
+static void advance_una(Engine &e, Qp &qp, uint32_t una, uint64_t now)
+{
+	if (psn_diff(una, qp.una) > 0) {
+		qp.una = una;
+		qp.retries_left = qp.attr.retry_cnt;
+		qp.rnr_left = qp.attr.rnr_retry;
+		qp.rto_deadline = now + qp.rto_ns;
+		// An acknowledgement beyond the resend point: skip what it covers.
+		if (psn_diff(qp.una, qp.req_psn) > 0 && psn_diff(qp.una, qp.npsn) <= 0)
+			e.req_retry_from(qp, qp.una);
+	}
+	complete_acked(e, qp);
+	if (qp.sq->cons() == qp.sq->prod() || (qp.una == qp.sent_psn && !reads_in_flight(qp) &&
+					       qp.sq->cons() == qp.req_idx))
+		qp.rto_deadline = 0;
+}
+
+void Engine::req_retry_from(Qp &qp, uint32_t psn)
+{
+	const uint32_t mask = qp.sq->slots() - 1;
+	uint32_t idx = qp.sq->cons();
+	for (; idx != qp.sq->prod(); idx++) {
+		const WqeMeta &m = qp.meta[idx & mask];
+		if (!m.started)
+			break;
+		if (psn_in(psn, m.first_psn, m.npkts)) {
+			qp.req_idx = idx;
+			qp.req_off = uint64_t(psn_diff(psn, m.first_psn)) * qp.mtu();
+			qp.req_psn = psn;
+			qp.pkts_since_ackreq = 0;
+			ctr.tx_retransmits++;
+			return;
+		}
+	}
+	// psn is where the next new WQE starts: nothing to resend.
+	qp.req_idx = idx;
+	qp.req_off = 0;
+	qp.req_psn = qp.npsn;
+}
+
+// Complete the WQE holding psn (and anything acknowledged before it) with
+// an error reported by the responder, and stop the QP.
+static void remote_error(Engine &e, Qp &qp, uint32_t psn, WcStatus st, const char *why)
+{
+	advance_una(e, qp, psn, util::now_ns());
+	if (qp.sq->cons() != qp.sq->prod())
+		e.complete_send(qp, qp.sq->cons(), st, true);
+	e.qp_to_error(qp, why);
+}
+
+void Engine::req_on_ack(Qp &qp, const InPacket &p)
+{
+	const uint32_t psn = p.bth.psn;
+	const Aeth a = Aeth::load(p.ext);
+	// A response must name a PSN we have sent; anything else is stale or
+	// forged.
+	if (psn_diff(psn, qp.sent_psn) >= 0 || psn_diff(psn, qp.una) < -1) {
+		ctr.rx_dup++;
+		return;
+	}
+	uint64_t now = util::now_ns();
+	// The responder is alive: the transport timer restarts.
+	if (qp.rto_deadline)
+		qp.rto_deadline = now + qp.rto_ns;
+	switch (aeth_kind(a.syndrome)) {
+	case AethKind::ack:
+		advance_una(*this, qp, psn_add(psn, 1), now);
+		break;
+	case AethKind::rnr_nak:
+		ctr.rnr_naks_rcvd++;
+		advance_una(*this, qp, psn, now);
+		qp.rnr_psn = psn;
+		qp.rnr_deadline = now + uint64_t(rnr_timer_us(a.syndrome & 31)) * util::kNsPerUs;
+		qp.rto_deadline = 0; // re-armed when the RNR wait ends
+		req_retry_from(qp, psn);
+		break;
+	case AethKind::nak:
+		switch (a.syndrome) {
+		case kSynNakSeqErr:
+			ctr.seq_naks_rcvd++;
+			advance_una(*this, qp, psn, now);
+			if (psn != qp.last_nak_psn) {
+				qp.last_nak_psn = psn;
+				req_retry_from(qp, psn);
+			}
+			break;
+		case kSynNakInvReq:
+			remote_error(*this, qp, psn, WcStatus::rem_inv_req_err, "remote invalid request");
+			break;
+		case kSynNakRemAccess:
+			remote_error(*this, qp, psn, WcStatus::rem_access_err, "remote access error");
+			break;
+		default:
+			remote_error(*this, qp, psn, WcStatus::rem_op_err, "remote operational error");
+			break;
+		}
+		break;
+	default:
+		ctr.rx_malformed++;
+		break;
+	}
+}
+
+void Engine::req_on_read_resp(Qp &qp, const InPacket &p)
+{
+	const uint32_t psn = p.bth.psn;
+	const uint32_t mask = qp.sq->slots() - 1;
+	uint32_t idx = qp.sq->cons();
+	for (; idx != qp.req_idx; idx++) {
+		const WqeMeta &m = qp.meta[idx & mask];
+		if (is_read(qp.sq->at<SendWqe>(idx)) && psn_in(psn, m.first_psn, m.npkts))
+			break;
+	}
+	if (idx == qp.req_idx) {
+		ctr.rx_dup++;
+		return;
+	}
+	WqeMeta &m = qp.meta[idx & mask];
+	const SendWqe *w = qp.sq->at<SendWqe>(idx);
+	const uint32_t expect = psn_add(m.first_psn, m.read_rcvd);
+	if (m.done || psn_diff(psn, expect) < 0) {
+		ctr.rx_dup++;
+		return;
+	}
+	if (psn != expect) {
+		// A response went missing: ask again from the gap, once per gap.
+		if (qp.last_nak_psn != expect) {
+			qp.last_nak_psn = expect;
+			req_retry_from(qp, expect);
+		}
+		return;
+	}
+	if ((p.flags & kHasAeth) && aeth_kind(Aeth::load(p.ext).syndrome) != AethKind::ack) {
+		remote_error(*this, qp, psn, WcStatus::rem_access_err, "read refused");
+		return;
+	}
+	const uint64_t off = uint64_t(m.read_rcvd) * qp.mtu();
+	const uint32_t want = uint32_t(std::min<uint64_t>(w->length - off, qp.mtu()));
+	if (p.paylen != want) {
+		remote_error(*this, qp, psn, WcStatus::bad_resp_err, "read response of wrong length");
+		return;
+	}
+	if (!local_sges_ok(*this, qp, w, kAccLocalWrite)) {
+		advance_una(*this, qp, psn, util::now_ns());
+		if (qp.sq->cons() == idx)
+			complete_send(qp, idx, WcStatus::loc_prot_err, true);
+		qp_to_error(qp, "local protection error on read response");
+		return;
+	}
+	SgeCursor c{w->sges(), w->num_sge};
+	c.seek(off);
+	c.scatter(p.payload, want);
+	m.read_rcvd++;
+	if (m.read_rcvd == m.npkts)
+		m.done = true;
+	advance_una(*this, qp, psn_add(psn, 1), util::now_ns());
+}
+
+void Engine::req_timers(Qp &qp, uint64_t now)
+{
+	if (qp.rnr_deadline && now >= qp.rnr_deadline) {
+		qp.rnr_deadline = 0;
+		if (qp.attr.rnr_retry != 7) {
+			if (!qp.rnr_left) {
+				remote_error(*this, qp, qp.rnr_psn, WcStatus::rnr_retry_exc_err,
+					     "rnr retries exhausted");
+				return;
+			}
+			qp.rnr_left--;
+		}
+		req_retry_from(qp, qp.rnr_psn);
+		qp.rto_deadline = now + qp.rto_ns;
+	}
+	if (qp.rto_deadline && now >= qp.rto_deadline) {
+		if (qp.sq->cons() == qp.req_idx && qp.una == qp.sent_psn) {
+			qp.rto_deadline = 0;
+			return;
+		}
+		ctr.timeouts++;
+		if (!qp.retries_left) {
+			uint32_t psn = retry_point(qp);
+			IBVC_WARN("emu", "{}: qp {:#x}: no answer from {}:{} after {} retries",
+				  params.name, qp.qpn, qp.attr.remote.ip.str(), qp.attr.remote.port,
+				  qp.attr.retry_cnt);
+			if (qp.sq->cons() != qp.sq->prod())
+				complete_send(qp, qp.sq->cons(), WcStatus::retry_exc_err, true);
+			(void)psn;
+			qp_to_error(qp, "transport retries exhausted");
+			return;
+		}
+		qp.retries_left--;
+		qp.last_nak_psn = 0xffffffff;
+		req_retry_from(qp, retry_point(qp));
+		qp.rto_deadline = now + qp.rto_ns;
+	}
+}
+
+} // namespace ibv_coll::emu

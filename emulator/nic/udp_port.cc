@@ -1,0 +1,375 @@
+// The device's Ethernet port: a UDP socket carrying RoCEv2.
+#include "nic/udp_port.h"
+
+#include "util/config.h"
+#include "util/log.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+namespace ibv_coll::emu {
+
+bool IpAddr::operator==(const IpAddr &o) const
+{
+	return memcmp(b, o.b, 16) == 0;
+}
+
+bool IpAddr::v4() const
+{
+	static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	return memcmp(b, prefix, 12) == 0;
+}
+
+std::string IpAddr::str() const
+{
+	char buf[INET6_ADDRSTRLEN];
+	if (v4())
+		inet_ntop(AF_INET, b + 12, buf, sizeof(buf));
+	else
+		inet_ntop(AF_INET6, b, buf, sizeof(buf));
+	return buf;
+}
+
+IpAddr IpAddr::from_v4(uint32_t be_addr)
+{
+	IpAddr a;
+	a.b[10] = a.b[11] = 0xff;
+	memcpy(a.b + 12, &be_addr, 4);
+	return a;
+}
+
+int Impairment::parse(const std::string &spec, Impairment *out)
+{
+	Impairment r;
+	std::stringstream ss(spec);
+	std::string item;
+	while (std::getline(ss, item, ',')) {
+		if (item.empty())
+			continue;
+		auto eq = item.find('=');
+		if (eq == std::string::npos)
+			return EINVAL;
+		std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+		char *end = nullptr;
+		if (k == "seed") {
+			uint64_t s;
+			if (!util::parse_uint(v.c_str(), &s))
+				return EINVAL;
+			r.seed = s;
+			continue;
+		}
+		double x = strtod(v.c_str(), &end);
+		if (end == v.c_str() || *end || !(x >= 0 && x <= 1))
+			return EINVAL;
+		if (k == "drop" || k == "loss")
+			r.drop = x;
+		else if (k == "dup")
+			r.dup = x;
+		else if (k == "reorder")
+			r.reorder = x;
+		else
+			return EINVAL;
+	}
+	*out = r;
+	return 0;
+}
+
+struct UdpPort::Slot {
+	sockaddr_in6 addr;
+	iovec iov;
+	alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) +
+				      CMSG_SPACE(sizeof(in_pktinfo))];
+};
+
+UdpPort::UdpPort() = default;
+UdpPort::~UdpPort()
+{
+	if (fd_)
+		tx_flush();
+}
+
+static int try_bind(int fd, bool v6, uint16_t port)
+{
+	if (v6) {
+		sockaddr_in6 a{};
+		a.sin6_family = AF_INET6;
+		a.sin6_addr = in6addr_any;
+		a.sin6_port = htons(port);
+		return bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) ? errno : 0;
+	}
+	sockaddr_in a{};
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_ANY);
+	a.sin_port = htons(port);
+	return bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) ? errno : 0;
+}
+
+int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf)
+{
+	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	v6_ = fd >= 0;
+	if (fd >= 0) {
+		int off = 0;
+		if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off))) {
+			::close(fd);
+			fd = -1;
+			v6_ = false;
+		}
+	}
+	if (fd < 0)
+		fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		int err = errno;
+		IBVC_ERR("port", "socket: {}", util::errstr(err));
+		return err;
+	}
+	fd_.reset(fd);
+
+	int err = try_bind(fd, v6_, port);
+	if (err == EADDRINUSE && fallback && port) {
+		IBVC_INFO("port", "udp port {} is in use, taking a free one", port);
+		err = try_bind(fd, v6_, 0);
+	}
+	if (err) {
+		IBVC_ERR("port", "bind udp port {}: {}", port, util::errstr(err));
+		fd_.reset();
+		return err;
+	}
+	sockaddr_in6 a{};
+	socklen_t alen = sizeof(a);
+	getsockname(fd, reinterpret_cast<sockaddr *>(&a), &alen);
+	port_ = ntohs(a.sin6_port); // sin_port sits at the same offset
+
+	// Big socket buffers absorb a window of packets while the engine
+	// sleeps; as root, go past rmem_max.
+	int sz = int(sockbuf);
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)))
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+
+	// Learn each datagram's destination address (the ICRC covers it), and
+	// send with DF set and IP identification 0, so the IPv4 header the
+	// ICRC covers is the one on the wire.
+	int on = 1;
+	setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on));
+	int probe = IP_PMTUDISC_PROBE;
+	setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &probe, sizeof(probe));
+	if (v6_) {
+		setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
+		int probe6 = IPV6_PMTUDISC_PROBE;
+		setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &probe6, sizeof(probe6));
+	}
+
+	imp_ = imp;
+	rng_.seed(imp.seed * 0x9e3779b97f4a7c15ull + port_);
+	tx_arena_.assign(size_t(kBatch) * kMaxPacket, 0);
+	rx_arena_.assign(size_t(kBatch) * kMaxPacket, 0);
+	tx_.reset(new Slot[kBatch]);
+	rx_.reset(new Slot[kBatch]);
+	return 0;
+}
+
+uint8_t *UdpPort::tx_buf()
+{
+	if (tx_n_ == kBatch)
+		tx_flush();
+	return tx_arena_.data() + size_t(tx_n_) * kMaxPacket;
+}
+
+bool UdpPort::roll(double p)
+{
+	return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p;
+}
+
+void UdpPort::queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src)
+{
+	uint8_t *buf = tx_buf();
+	if (buf != data)
+		memcpy(buf, data, len);
+	Slot &s = tx_[tx_n_];
+	memset(&s.addr, 0, sizeof(s.addr));
+	if (v6_) {
+		s.addr.sin6_family = AF_INET6;
+		memcpy(&s.addr.sin6_addr, dst.ip.b, 16);
+		s.addr.sin6_port = htons(dst.port);
+	} else {
+		auto *a4 = reinterpret_cast<sockaddr_in *>(&s.addr);
+		a4->sin_family = AF_INET;
+		memcpy(&a4->sin_addr, dst.ip.b + 12, 4);
+		a4->sin_port = htons(dst.port);
+	}
+	s.iov.iov_base = buf;
+	s.iov.iov_len = len;
+	// The source address is fixed so that the receiver's ICRC check sees
+	// the address the sender's ICRC covered.
+	memset(s.cbuf, 0, sizeof(s.cbuf));
+	cmsghdr *c = reinterpret_cast<cmsghdr *>(s.cbuf);
+	if (src.v4()) {
+		c->cmsg_level = IPPROTO_IP;
+		c->cmsg_type = IP_PKTINFO;
+		c->cmsg_len = CMSG_LEN(sizeof(in_pktinfo));
+		in_pktinfo pi{};
+		memcpy(&pi.ipi_spec_dst, src.b + 12, 4);
+		memcpy(CMSG_DATA(c), &pi, sizeof(pi));
+	} else {
+		c->cmsg_level = IPPROTO_IPV6;
+		c->cmsg_type = IPV6_PKTINFO;
+		c->cmsg_len = CMSG_LEN(sizeof(in6_pktinfo));
+		in6_pktinfo pi{};
+		memcpy(&pi.ipi6_addr, src.b, 16);
+		memcpy(CMSG_DATA(c), &pi, sizeof(pi));
+	}
+	tx_n_++;
+	ctr_.tx_packets++;
+	ctr_.tx_bytes += len;
+}
+
+void UdpPort::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
+{
+	uint8_t *buf = tx_arena_.data() + size_t(tx_n_) * kMaxPacket;
+	if (imp_.active()) {
+		if (roll(imp_.drop)) {
+			ctr_.impair_dropped++;
+			return;
+		}
+		if (!have_held_ && roll(imp_.reorder)) {
+			held_.assign(buf, buf + len);
+			held_dst_ = dst;
+			held_src_ = src;
+			have_held_ = true;
+			ctr_.impair_reordered++;
+			return;
+		}
+		bool dup = roll(imp_.dup);
+		queue(buf, len, dst, src);
+		if (dup) {
+			ctr_.impair_duplicated++;
+			const uint8_t *prev = tx_arena_.data() + size_t(tx_n_ - 1) * kMaxPacket;
+			queue(prev, len, dst, src);
+		}
+		if (have_held_) {
+			have_held_ = false;
+			queue(held_.data(), held_.size(), held_dst_, held_src_);
+		}
+		return;
+	}
+	queue(buf, len, dst, src);
+}
+
+void UdpPort::tx_flush()
+{
+	if (have_held_) {
+		have_held_ = false;
+		queue(held_.data(), held_.size(), held_dst_, held_src_);
+	}
+	if (!tx_n_)
+		return;
+	mmsghdr msgs[kBatch];
+	for (unsigned i = 0; i < tx_n_; i++) {
+		Slot &s = tx_[i];
+		msghdr &m = msgs[i].msg_hdr;
+		memset(&m, 0, sizeof(m));
+		m.msg_name = &s.addr;
+		m.msg_namelen = v6_ ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+		m.msg_iov = &s.iov;
+		m.msg_iovlen = 1;
+		m.msg_control = s.cbuf;
+		m.msg_controllen = reinterpret_cast<cmsghdr *>(s.cbuf)->cmsg_len <=
+						   CMSG_LEN(sizeof(in_pktinfo))
+					   ? CMSG_SPACE(sizeof(in_pktinfo))
+					   : CMSG_SPACE(sizeof(in6_pktinfo));
+	}
+	unsigned done = 0;
+	while (done < tx_n_) {
+		int n = sendmmsg(fd_.get(), msgs + done, tx_n_ - done, 0);
+		if (n > 0) {
+			done += unsigned(n);
+			continue;
+		}
+		int err = n < 0 ? errno : EIO;
+		if (err == EINTR)
+			continue;
+		// A full socket buffer or an unreachable peer loses the packet, as
+		// a wire would; reliability is the transport's job.
+		ctr_.tx_errors++;
+		if (err != EAGAIN && err != ENOBUFS && err != ECONNREFUSED)
+			IBVC_WARN("port", "sendmmsg: {}", util::errstr(err));
+		done++;
+	}
+	tx_n_ = 0;
+}
+
+unsigned UdpPort::rx_batch(RxPacket *out)
+{
+	mmsghdr msgs[kBatch];
+	for (unsigned i = 0; i < kBatch; i++) {
+		Slot &s = rx_[i];
+		s.iov.iov_base = rx_arena_.data() + size_t(i) * kMaxPacket;
+		s.iov.iov_len = kMaxPacket;
+		msghdr &m = msgs[i].msg_hdr;
+		memset(&m, 0, sizeof(m));
+		m.msg_name = &s.addr;
+		m.msg_namelen = sizeof(s.addr);
+		m.msg_iov = &s.iov;
+		m.msg_iovlen = 1;
+		m.msg_control = s.cbuf;
+		m.msg_controllen = sizeof(s.cbuf);
+	}
+	int n = recvmmsg(fd_.get(), msgs, kBatch, MSG_DONTWAIT, nullptr);
+	if (n <= 0) {
+		if (n < 0 && errno != EAGAIN && errno != EINTR) {
+			ctr_.rx_errors++;
+			IBVC_WARN("port", "recvmmsg: {}", util::errstr(errno));
+		}
+		return 0;
+	}
+	unsigned k = 0;
+	for (int i = 0; i < n; i++) {
+		Slot &s = rx_[i];
+		msghdr &m = msgs[i].msg_hdr;
+		if (m.msg_flags & MSG_TRUNC) {
+			ctr_.rx_errors++;
+			continue;
+		}
+		RxPacket &p = out[k];
+		p.data = static_cast<uint8_t *>(s.iov.iov_base);
+		p.len = msgs[i].msg_len;
+		if (s.addr.sin6_family == AF_INET6) {
+			memcpy(p.src.ip.b, &s.addr.sin6_addr, 16);
+			p.src.port = ntohs(s.addr.sin6_port);
+		} else {
+			auto *a4 = reinterpret_cast<sockaddr_in *>(&s.addr);
+			p.src.ip = IpAddr::from_v4(a4->sin_addr.s_addr);
+			p.src.port = ntohs(a4->sin_port);
+		}
+		bool have_dst = false;
+		for (cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+			if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+				in_pktinfo pi;
+				memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+				p.dst = IpAddr::from_v4(pi.ipi_addr.s_addr);
+				have_dst = true;
+			} else if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+				in6_pktinfo pi;
+				memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+				memcpy(p.dst.b, &pi.ipi6_addr, 16);
+				have_dst = true;
+			}
+		}
+		if (!have_dst) {
+			ctr_.rx_errors++;
+			continue;
+		}
+		ctr_.rx_packets++;
+		ctr_.rx_bytes += p.len;
+		k++;
+	}
+	return k;
+}
+
+} // namespace ibv_coll::emu

@@ -1,0 +1,100 @@
+// Configuration tables: parsing and printing of IBV_COLL_* variables.
+#include "util/config.h"
+
+#include "util/log.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <strings.h>
+
+namespace ibv_coll::util {
+
+std::string config_text(const ConfigVar &v)
+{
+	const char *e = getenv(v.name);
+	return e ? std::string(e) : std::string(v.def);
+}
+
+bool config_is_set(const ConfigVar &v)
+{
+	return getenv(v.name) != nullptr;
+}
+
+bool parse_uint(const char *s, uint64_t *out)
+{
+	if (!s || !*s || *s == '-')
+		return false;
+	errno = 0;
+	char *end = nullptr;
+	unsigned long long x = strtoull(s, &end, 0);
+	if (errno || end == s || *end)
+		return false;
+	*out = x;
+	return true;
+}
+
+bool parse_bool(const char *s, bool *out)
+{
+	static const char *yes[] = {"1", "y", "yes", "true", "on"};
+	static const char *no[] = {"0", "n", "no", "false", "off"};
+	for (const char *y : yes)
+		if (!strcasecmp(s, y))
+			return *out = true, true;
+	for (const char *n : no)
+		if (!strcasecmp(s, n))
+			return *out = false, true;
+	return false;
+}
+
+int config_uint(const ConfigVar &v, uint64_t *out)
+{
+	std::string t = config_text(v);
+	uint64_t x;
+	if (!parse_uint(t.c_str(), &x) || x < v.min || x > v.max) {
+		IBVC_ERR("config", "{}={}: expected an integer in [{}, {}]", v.name, t, v.min,
+			 v.max);
+		return EINVAL;
+	}
+	*out = x;
+	return 0;
+}
+
+int config_bool(const ConfigVar &v, bool *out)
+{
+	std::string t = config_text(v);
+	if (!parse_bool(t.c_str(), out)) {
+		IBVC_ERR("config", "{}={}: expected a boolean (y/n)", v.name, t);
+		return EINVAL;
+	}
+	return 0;
+}
+
+int config_ratio(const ConfigVar &v, double *out)
+{
+	std::string t = config_text(v);
+	errno = 0;
+	char *end = nullptr;
+	double x = strtod(t.c_str(), &end);
+	if (errno || end == t.c_str() || *end || !(x >= 0.0 && x <= 1.0)) {
+		IBVC_ERR("config", "{}={}: expected a number in [0, 1]", v.name, t);
+		return EINVAL;
+	}
+	*out = x;
+	return 0;
+}
+
+void print_config_table(FILE *f, const ConfigTable &t)
+{
+	fprintf(f, "# %s\n", t.component);
+	for (const ConfigVar &v : t.vars) {
+		fprintf(f, "#   %s\n", v.help);
+		const char *e = getenv(v.name);
+		if (e)
+			fprintf(f, "%s=%s    # default: %s\n", v.name, e, v.def);
+		else
+			fprintf(f, "%s=%s\n", v.name, v.def);
+	}
+}
+
+} // namespace ibv_coll::util

@@ -1,0 +1,49 @@
+// Configuration tables: each component lists its IBV_COLL_* variables once
+// (name, default, help, parser); values are read when a context opens.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+
+namespace ibv_coll::util {
+
+enum class ConfigKind : uint8_t {
+	string,
+	uint,	 // decimal or 0x hex, within [min, max]
+	boolean, // 1/0, y/n, yes/no, true/false, on/off
+	ratio,	 // a real number in [0, 1]
+};
+
+struct ConfigVar {
+	const char *name; // full variable name, IBV_COLL_<COMPONENT>_<NAME>
+	const char *def;  // default, as text a user could set
+	const char *help;
+	ConfigKind kind = ConfigKind::string;
+	uint64_t min = 0;
+	uint64_t max = UINT64_MAX;
+};
+
+// The variable's text: the environment's value when set, else the default.
+std::string config_text(const ConfigVar &v);
+bool config_is_set(const ConfigVar &v);
+
+// Parse the variable (environment or default).  A value that does not
+// parse or is out of range is logged once and gives EINVAL.
+int config_uint(const ConfigVar &v, uint64_t *out);
+int config_bool(const ConfigVar &v, bool *out);
+int config_ratio(const ConfigVar &v, double *out);
+
+// Parsers for the same syntaxes, for programs' flags and sub-options.
+bool parse_uint(const char *s, uint64_t *out);
+bool parse_bool(const char *s, bool *out);
+
+// One table per component; print_config walks all of them.
+struct ConfigTable {
+	const char *component;
+	std::span<const ConfigVar> vars;
+};
+void print_config_table(FILE *f, const ConfigTable &t);
+
+} // namespace ibv_coll::util

@@ -1,0 +1,114 @@
+// The collective extended transport header (CETH), which follows the BTH
+// of every collective packet.  BTH opcodes 0xe0-0xff (the IBTA's
+// manufacturer range) name the packet kind; the CETH names the job,
+// message and block, the operation, and whose data the payload holds.
+// ibv_coll_wire(7) documents this layout.
+//
+//   0 u8  coll      collective opcode (CollOp)
+//   1 u8  op        reduction op (RedOp)
+//   2 u8  dtype     datatype (Dtype)
+//   3 u8  flags     CethFlags
+//   4 u8  status    CollStatus (abort/NAK packets)
+//   5 u8  phase     ring phase or hop count (algorithm specific)
+//   6 u16 src_node  sender's node index
+//   8 u32 jid       job
+//  12 u32 mid       message (one collective WR)
+//  16 u32 sid       data block within the message
+//  20 u16 seg       Seg unit the sender used
+//  22 u16 len       payload bytes (the data block length)
+//  24 u64 node_map  nodes whose data the payload holds (data) or all (result)
+//  32 u64 rank_map  local ranks of src_node whose data the payload holds
+//  40 u64 job_key   the job's key: a packet without it is dropped
+//  48
+#pragma once
+
+#include "wire/bytes.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ibv_coll::emu::wire {
+
+constexpr size_t kCethBytes = 48;
+
+// BTH opcodes of collective packets.
+enum CollKind : uint8_t {
+	kCollData = 0xe0,	// a partial to aggregate
+	kCollResult = 0xe1,	// a final result; also acknowledges the block
+	kCollAck = 0xe2,	// acknowledges a block that has no result to return
+	kCollAbort = 0xe3,	// the collective failed (status says why)
+	kCollConfig = 0xe4,	// job configuration for a switch
+	kCollConfigAck = 0xe5,	// admission grant (Seg units) or refusal
+	kCollRelease = 0xe6,	// the job leaves the switch
+	kCollKindLast = 0xe6,
+};
+
+inline bool is_coll_opcode(uint8_t op)
+{
+	return (op & 0xe0) == 0xe0;
+}
+
+enum CethFlags : uint8_t {
+	kCethInline = 1 << 0,	// carries the task information (no prior configuration)
+	kCethRetrans = 1 << 1,	// sent again after a timeout
+	kCethInPlace = 1 << 2,
+};
+
+struct Ceth {
+	uint8_t coll = 0;
+	uint8_t op = 0;
+	uint8_t dtype = 0;
+	uint8_t flags = 0;
+	uint8_t status = 0;
+	uint8_t phase = 0;
+	uint16_t src_node = 0;
+	uint32_t jid = 0;
+	uint32_t mid = 0;
+	uint32_t sid = 0;
+	uint16_t seg = 0;
+	uint16_t len = 0;
+	uint64_t node_map = 0;
+	uint64_t rank_map = 0;
+	uint64_t job_key = 0;
+
+	void store(uint8_t *p) const
+	{
+		p[0] = coll;
+		p[1] = op;
+		p[2] = dtype;
+		p[3] = flags;
+		p[4] = status;
+		p[5] = phase;
+		store_be16(p + 6, src_node);
+		store_be32(p + 8, jid);
+		store_be32(p + 12, mid);
+		store_be32(p + 16, sid);
+		store_be16(p + 20, seg);
+		store_be16(p + 22, len);
+		store_be64(p + 24, node_map);
+		store_be64(p + 32, rank_map);
+		store_be64(p + 40, job_key);
+	}
+	static Ceth load(const uint8_t *p)
+	{
+		Ceth c;
+		c.coll = p[0];
+		c.op = p[1];
+		c.dtype = p[2];
+		c.flags = p[3];
+		c.status = p[4];
+		c.phase = p[5];
+		c.src_node = load_be16(p + 6);
+		c.jid = load_be32(p + 8);
+		c.mid = load_be32(p + 12);
+		c.sid = load_be32(p + 16);
+		c.seg = load_be16(p + 20);
+		c.len = load_be16(p + 22);
+		c.node_map = load_be64(p + 24);
+		c.rank_map = load_be64(p + 32);
+		c.job_key = load_be64(p + 40);
+		return c;
+	}
+};
+
+} // namespace ibv_coll::emu::wire

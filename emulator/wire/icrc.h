@@ -1,0 +1,46 @@
+// The RoCEv2 invariant CRC (IBTA annex A17.3.3): CRC-32 (IEEE 802.3) over
+// eight 0xff bytes standing for the absent LRH, the IP and UDP headers with
+// their variant fields set to ones, the BTH with resv8a set to ones, and
+// the rest of the packet.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ibv_coll::emu::wire {
+
+// Reflected CRC-32, polynomial 0x04c11db7, no inversion in or out (the
+// caller starts at 0xffffffff and inverts at the end).
+uint32_t crc32_update(uint32_t crc, const void *data, size_t len);
+
+// The addresses and ports of the UDP datagram carrying a packet.  IPv4
+// addresses are IPv4-mapped IPv6 addresses (::ffff:a.b.c.d).
+struct UdpEndpoints {
+	uint8_t src[16];
+	uint8_t dst[16];
+	uint16_t sport;
+	uint16_t dport;
+};
+
+bool is_v4mapped(const uint8_t a[16]);
+
+// ICRC of a RoCEv2 packet: roce points at the BTH, roce_len counts the
+// bytes from the BTH to the end of the padded payload (not the ICRC).  The
+// IPv4 header is the one Linux sends from an unconnected UDP socket with
+// IP_PMTUDISC_PROBE: identification 0 and DF set.  The value is stored on
+// the wire least significant byte first, like an Ethernet FCS.
+uint32_t icrc(const UdpEndpoints &ep, const uint8_t *roce, size_t roce_len);
+
+inline void store_icrc(uint8_t *p, uint32_t v)
+{
+	p[0] = uint8_t(v);
+	p[1] = uint8_t(v >> 8);
+	p[2] = uint8_t(v >> 16);
+	p[3] = uint8_t(v >> 24);
+}
+inline uint32_t load_icrc(const uint8_t *p)
+{
+	return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+} // namespace ibv_coll::emu::wire

@@ -1,0 +1,486 @@
+/*
+ * ibv_coll - libibverbs-style verbs with collective offload.
+ *
+ * Every function is the libibverbs verb with "coll_" before its object
+ * (ibv_reg_mr -> ibv_reg_coll_mr).  Plain value types that libibverbs
+ * defines well (struct ibv_sge, enum ibv_wc_status, enum ibv_access_flags,
+ * enum ibv_qp_state, enum ibv_mtu, enum ibv_port_state, union ibv_gid) are
+ * reused from <infiniband/verbs.h>.
+ *
+ * Errors: calls returning a pointer give NULL and set errno; calls returning
+ * int give 0 or a positive errno value; ibv_poll_coll_cq() gives a count or
+ * a negative value.  A call that fails changes nothing.
+ *
+ * Fields are never reordered.  Input structs that carry comp_mask may gain
+ * fields at the end, used only when a comp_mask bit says so.  Output structs
+ * are written at the size this library was built with: build against a
+ * header at least as new as the library you run with.
+ */
+#ifndef IBV_COLL_IBV_COLL_H
+#define IBV_COLL_IBV_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <infiniband/verbs.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The RoCEv2 UDP destination port (IANA). */
+#define IBV_COLL_ROCE_UDP_PORT 4791
+
+/* ------------------------------------------------------------------ */
+/* Devices and contexts                                                */
+/* ------------------------------------------------------------------ */
+
+/* Opaque: one per device a provider found (crxe: one per netdev). */
+struct ibv_coll_device;
+
+struct ibv_coll_context {
+	struct ibv_coll_device *device;
+	int num_comp_vectors;
+};
+
+struct ibv_coll_device_attr {
+	uint64_t comp_mask;
+	char fw_ver[64];
+	uint64_t node_guid;
+	uint32_t vendor_id;
+	uint32_t vendor_part_id;
+	uint32_t hw_ver;
+	uint8_t phys_port_cnt;
+	uint64_t max_mr_size;
+	uint64_t page_size_cap;
+	uint32_t max_qp;
+	uint32_t max_qp_wr;
+	uint32_t max_sge;
+	uint32_t max_cq;
+	uint32_t max_cqe;
+	uint32_t max_mr;
+	uint32_t max_pd;
+	uint32_t max_qp_rd_atom;
+	uint32_t max_qp_init_rd_atom;
+	uint32_t max_msg_sz;
+};
+
+struct ibv_coll_port_attr {
+	uint64_t comp_mask;
+	enum ibv_port_state state;
+	enum ibv_mtu max_mtu;
+	enum ibv_mtu active_mtu;
+	int gid_tbl_len;
+	uint32_t max_msg_sz;
+	uint8_t link_layer;	/* IBV_LINK_LAYER_ETHERNET */
+	uint16_t udp_port;	/* UDP port this context receives on (host order) */
+	uint32_t netdev_mtu;	/* the bound netdev's MTU in bytes */
+	char netdev[16];	/* the bound netdev's name */
+};
+
+struct ibv_coll_device **ibv_get_coll_device_list(int *num_devices);
+void ibv_free_coll_device_list(struct ibv_coll_device **list);
+const char *ibv_get_coll_device_name(struct ibv_coll_device *device);
+struct ibv_coll_context *ibv_open_coll_device(struct ibv_coll_device *device);
+int ibv_close_coll_device(struct ibv_coll_context *context);
+int ibv_query_coll_device(struct ibv_coll_context *context,
+			  struct ibv_coll_device_attr *device_attr);
+int ibv_query_coll_port(struct ibv_coll_context *context, uint8_t port_num,
+			struct ibv_coll_port_attr *port_attr);
+/* GID table: the port's netdev addresses, IPv4 ones first and mapped
+ * (::ffff:a.b.c.d), then IPv6 ones except link-local. */
+int ibv_query_coll_gid(struct ibv_coll_context *context, uint8_t port_num,
+		       int index, union ibv_gid *gid);
+
+/* ------------------------------------------------------------------ */
+/* Protection domains and memory regions                               */
+/* ------------------------------------------------------------------ */
+
+struct ibv_coll_pd {
+	struct ibv_coll_context *context;
+	uint32_t handle;
+};
+
+struct ibv_coll_mr {
+	struct ibv_coll_context *context;
+	struct ibv_coll_pd *pd;
+	void *addr;
+	size_t length;
+	uint32_t handle;
+	uint32_t lkey;
+	uint32_t rkey;
+};
+
+struct ibv_coll_pd *ibv_alloc_coll_pd(struct ibv_coll_context *context);
+int ibv_dealloc_coll_pd(struct ibv_coll_pd *pd);
+/* access: enum ibv_access_flags (LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ). */
+struct ibv_coll_mr *ibv_reg_coll_mr(struct ibv_coll_pd *pd, void *addr,
+				    size_t length, int access);
+int ibv_dereg_coll_mr(struct ibv_coll_mr *mr);
+
+/* ------------------------------------------------------------------ */
+/* Completion channels and completion queues                          */
+/* ------------------------------------------------------------------ */
+
+struct ibv_coll_comp_channel {
+	struct ibv_coll_context *context;
+	int fd;		/* readable when an event waits; works with poll/epoll */
+};
+
+struct ibv_coll_cq {
+	struct ibv_coll_context *context;
+	struct ibv_coll_comp_channel *channel;
+	void *cq_context;
+	uint32_t handle;
+	int cqe;
+};
+
+enum ibv_coll_wc_opcode {
+	IBV_COLL_WC_SEND = 0,
+	IBV_COLL_WC_RDMA_WRITE = 1,
+	IBV_COLL_WC_RDMA_READ = 2,
+	/* Collective completions carry the WR's opcode value. */
+	IBV_COLL_WC_ALLREDUCE = 0x40,
+	IBV_COLL_WC_REDUCE = 0x41,
+	IBV_COLL_WC_BCAST = 0x42,
+	IBV_COLL_WC_ALLGATHER = 0x43,
+	IBV_COLL_WC_REDUCE_SCATTER = 0x44,
+	IBV_COLL_WC_BARRIER = 0x45,
+	IBV_COLL_WC_QUERY = 0x46,
+	/* Receive completions: test with (opcode & IBV_COLL_WC_RECV). */
+	IBV_COLL_WC_RECV = 1 << 7,
+	IBV_COLL_WC_RECV_RDMA_WITH_IMM = (1 << 7) + 1
+};
+
+enum ibv_coll_wc_flags {
+	IBV_COLL_WC_WITH_IMM = 1 << 1,
+	/* How a collective ran (one of these is set on its completion). */
+	IBV_COLL_WC_LOCAL = 1 << 8,	/* one node: reduced inside the NIC only */
+	IBV_COLL_WC_RING = 1 << 9,	/* NIC ring between the member NICs */
+	IBV_COLL_WC_SWITCH = 1 << 10,	/* aggregated in a switch */
+	IBV_COLL_WC_HIERARCHY = 1 << 11, /* leaf switches under a spine */
+	IBV_COLL_WC_FALLBACK = 1 << 12	/* the switch could not serve: ran the ring */
+};
+
+/* Collective outcome, beside the libibverbs status it maps to. */
+enum ibv_coll_status {
+	IBV_COLL_STATUS_SUCCESS = 0,
+	IBV_COLL_STATUS_BUFFER_ERR = 1,	  /* Seg units held by another job (IBV_WC_LOC_LEN_ERR) */
+	IBV_COLL_STATUS_TIMEOUT = 2,	  /* no progress within the job's timeout (IBV_WC_RESP_TIMEOUT_ERR) */
+	IBV_COLL_STATUS_REMOTE_ABORT = 3, /* another member failed it (IBV_WC_REM_ABORT_ERR) */
+	IBV_COLL_STATUS_DENIED = 4,	  /* the switch refused the job (IBV_WC_REM_ACCESS_ERR) */
+	IBV_COLL_STATUS_LOCAL_ERR = 5,	  /* a local buffer became inaccessible (IBV_WC_LOC_PROT_ERR) */
+	IBV_COLL_STATUS_FLUSHED = 6	  /* not run: the QP was in error (IBV_WC_WR_FLUSH_ERR) */
+};
+
+/* What IBV_COLL_WR_QUERY found out about a message. */
+enum ibv_coll_msg_state {
+	IBV_COLL_MSG_UNKNOWN = 0, /* never posted on this QP, or forgotten */
+	IBV_COLL_MSG_QUEUED = 1,  /* posted, waiting for earlier messages */
+	IBV_COLL_MSG_ACTIVE = 2,  /* running: see blocks_done / blocks_total */
+	IBV_COLL_MSG_DONE = 3,	  /* completed successfully */
+	IBV_COLL_MSG_FAILED = 4
+};
+
+struct ibv_coll_wc {
+	uint64_t wr_id;
+	enum ibv_wc_status status;
+	enum ibv_coll_wc_opcode opcode;
+	uint32_t vendor_err;
+	uint32_t byte_len;	/* collectives: count times the element size */
+	uint32_t imm_data;	/* network byte order, as sent */
+	uint32_t qp_num;
+	uint32_t src_qp;
+	unsigned int wc_flags;
+	/* Collective completions only. */
+	uint32_t jid;
+	uint32_t mid;
+	enum ibv_coll_status coll_status;
+	enum ibv_coll_msg_state msg_state; /* QUERY: the queried message's state */
+	uint32_t blocks_done;		   /* QUERY: its data blocks complete here */
+	uint32_t blocks_total;
+};
+
+struct ibv_coll_comp_channel *
+ibv_create_coll_comp_channel(struct ibv_coll_context *context);
+int ibv_destroy_coll_comp_channel(struct ibv_coll_comp_channel *channel);
+struct ibv_coll_cq *ibv_create_coll_cq(struct ibv_coll_context *context,
+				       int cqe, void *cq_context,
+				       struct ibv_coll_comp_channel *channel,
+				       int comp_vector);
+int ibv_destroy_coll_cq(struct ibv_coll_cq *cq);
+int ibv_poll_coll_cq(struct ibv_coll_cq *cq, int num_entries,
+		     struct ibv_coll_wc *wc);
+int ibv_req_notify_coll_cq(struct ibv_coll_cq *cq, int solicited_only);
+int ibv_get_coll_cq_event(struct ibv_coll_comp_channel *channel,
+			  struct ibv_coll_cq **cq, void **cq_context);
+void ibv_ack_coll_cq_events(struct ibv_coll_cq *cq, unsigned int nevents);
+
+/* ------------------------------------------------------------------ */
+/* Queue pairs                                                         */
+/* ------------------------------------------------------------------ */
+
+enum ibv_coll_qp_type {
+	IBV_COLL_QPT_RC = 2,	/* same value as IBV_QPT_RC */
+	IBV_COLL_QPT_COLL = 0x20 /* a collective QP: it holds one job */
+};
+
+/* ------------------------------------------------------------------ */
+/* Collective jobs                                                     */
+/* ------------------------------------------------------------------ */
+
+enum ibv_coll_topology {
+	IBV_COLL_TOPO_RING = 0,	/* reduce-scatter then allgather over the member NICs */
+	IBV_COLL_TOPO_SWITCH = 1,
+	IBV_COLL_TOPO_HIERARCHY = 2,
+	IBV_COLL_TOPO_AUTO = 3	/* the switch when it grants the job, else the ring */
+};
+
+/* One member device of a job.  Global ranks are numbered node by node in
+ * member order: node i's local rank r is global rank
+ * (members[0].num_ranks + ... + members[i-1].num_ranks) + r. */
+struct ibv_coll_member {
+	union ibv_gid gid;	/* the member's address (a GID of its device) */
+	uint16_t udp_port;	/* its UDP port, host order; 0 means 4791 */
+	uint16_t num_ranks;	/* local ranks its QP serves, 1..64 */
+	uint32_t qp_num;	/* its collective QP */
+};
+
+struct ibv_coll_job_attr {
+	uint64_t comp_mask;	/* 0 */
+	uint32_t jid;		/* job id, equal on every member */
+	uint32_t node_index;	/* this node's index in members */
+	uint32_t num_nodes;	/* 1..64 */
+	const struct ibv_coll_member *members; /* copied by the call */
+	enum ibv_coll_topology topology;
+	uint32_t seg_base;	/* the job's Seg units: [seg_base, seg_base + seg_count) */
+	uint32_t seg_count;
+	uint32_t block_len;	/* default data-block bytes; 0: the path MTU */
+	uint64_t job_key;	/* carried by every packet; others are dropped */
+	uint32_t timeout_ms;	/* a collective that makes no progress this long
+				 * fails (IBV_COLL_STATUS_TIMEOUT); 0: the device default */
+	uint32_t flags;		/* 0 */
+};
+
+enum ibv_coll_op {
+	IBV_COLL_OP_SUM = 0,
+	IBV_COLL_OP_PROD = 1,
+	IBV_COLL_OP_MIN = 2,
+	IBV_COLL_OP_MAX = 3,
+	IBV_COLL_OP_AVG = 4,	/* sum, then divided by the number of ranks */
+	IBV_COLL_OP_BAND = 5,	/* bitwise ops: integer types only */
+	IBV_COLL_OP_BOR = 6,
+	IBV_COLL_OP_BXOR = 7
+};
+
+enum ibv_coll_dtype {
+	IBV_COLL_DTYPE_INT8 = 0,
+	IBV_COLL_DTYPE_INT16 = 1,
+	IBV_COLL_DTYPE_INT32 = 2,
+	IBV_COLL_DTYPE_INT64 = 3,
+	IBV_COLL_DTYPE_UINT8 = 4,
+	IBV_COLL_DTYPE_UINT16 = 5,
+	IBV_COLL_DTYPE_UINT32 = 6,
+	IBV_COLL_DTYPE_UINT64 = 7,
+	IBV_COLL_DTYPE_FLOAT16 = 8,
+	IBV_COLL_DTYPE_BFLOAT16 = 9,
+	IBV_COLL_DTYPE_FLOAT32 = 10,
+	IBV_COLL_DTYPE_FLOAT64 = 11
+};
+
+/* What a device's collective engine can do (as SHARP's caps query). */
+struct ibv_coll_caps {
+	uint64_t comp_mask;
+	uint32_t opcodes;	/* bit (opcode - IBV_COLL_WR_ALLREDUCE) per supported opcode */
+	uint32_t ops;		/* bit per enum ibv_coll_op */
+	uint32_t dtypes;	/* bit per enum ibv_coll_dtype */
+	uint32_t topologies;	/* bit per enum ibv_coll_topology */
+	uint32_t max_seg_units;	/* Seg units in the device */
+	uint32_t seg_unit_bytes;
+	uint32_t max_local_ranks;
+	uint32_t max_nodes;
+	uint32_t max_block_len;
+	uint64_t max_count_bytes; /* bytes per rank of one collective */
+};
+
+int ibv_query_coll_caps(struct ibv_coll_context *context, struct ibv_coll_caps *caps);
+
+struct ibv_coll_qp_cap {
+	uint32_t max_send_wr;
+	uint32_t max_recv_wr;
+	uint32_t max_send_sge;
+	uint32_t max_recv_sge;
+	uint32_t max_inline_data;
+};
+
+struct ibv_coll_qp_init_attr {
+	uint64_t comp_mask;
+	void *qp_context;
+	struct ibv_coll_cq *send_cq;
+	struct ibv_coll_cq *recv_cq;
+	struct ibv_coll_qp_cap cap;
+	enum ibv_coll_qp_type qp_type;
+	int sq_sig_all;
+};
+
+/* Where the peer is: RoCEv2 carries no LID, only an IP address and a UDP
+ * port.  IPv4 addresses are given IPv4-mapped (::ffff:a.b.c.d). */
+struct ibv_coll_ah_attr {
+	union ibv_gid dgid;
+	uint16_t udp_port;	/* peer's UDP port, host order; 0 means 4791 */
+	uint8_t sgid_index;	/* local address, an index of the GID table */
+};
+
+/* The bits have libibverbs' enum ibv_qp_attr_mask values. */
+enum ibv_coll_qp_attr_mask {
+	IBV_COLL_QP_STATE = 1 << 0,
+	IBV_COLL_QP_CUR_STATE = 1 << 1,
+	IBV_COLL_QP_ACCESS_FLAGS = 1 << 3,
+	IBV_COLL_QP_PKEY_INDEX = 1 << 4,
+	IBV_COLL_QP_PORT = 1 << 5,
+	IBV_COLL_QP_AV = 1 << 7,
+	IBV_COLL_QP_PATH_MTU = 1 << 8,
+	IBV_COLL_QP_TIMEOUT = 1 << 9,
+	IBV_COLL_QP_RETRY_CNT = 1 << 10,
+	IBV_COLL_QP_RNR_RETRY = 1 << 11,
+	IBV_COLL_QP_RQ_PSN = 1 << 12,
+	IBV_COLL_QP_MAX_QP_RD_ATOMIC = 1 << 13,
+	IBV_COLL_QP_MIN_RNR_TIMER = 1 << 15,
+	IBV_COLL_QP_SQ_PSN = 1 << 16,
+	IBV_COLL_QP_MAX_DEST_RD_ATOMIC = 1 << 17,
+	IBV_COLL_QP_DEST_QPN = 1 << 20,
+	IBV_COLL_QP_JOB = 1 << 28	/* collective QPs: the job (INIT -> RTR) */
+};
+
+struct ibv_coll_qp_attr {
+	enum ibv_qp_state qp_state;
+	enum ibv_qp_state cur_qp_state;
+	enum ibv_mtu path_mtu;
+	uint32_t rq_psn;
+	uint32_t sq_psn;
+	uint32_t dest_qp_num;
+	unsigned int qp_access_flags;
+	struct ibv_coll_qp_cap cap;
+	struct ibv_coll_ah_attr ah_attr;
+	uint16_t pkey_index;
+	uint8_t max_rd_atomic;
+	uint8_t max_dest_rd_atomic;
+	uint8_t min_rnr_timer;	/* IBTA encoding: 0 = 655.36 ms, 1 = 0.01 ms ... */
+	uint8_t port_num;
+	uint8_t timeout;	/* 4.096 us * 2^timeout; 0 = the device default */
+	uint8_t retry_cnt;	/* 0..7 */
+	uint8_t rnr_retry;	/* 0..6, 7 = retry forever */
+	const struct ibv_coll_job_attr *job; /* IBV_COLL_QP_JOB */
+};
+
+struct ibv_coll_qp {
+	struct ibv_coll_context *context;
+	void *qp_context;
+	struct ibv_coll_pd *pd;
+	struct ibv_coll_cq *send_cq;
+	struct ibv_coll_cq *recv_cq;
+	uint32_t handle;
+	uint32_t qp_num;
+	enum ibv_qp_state state;
+	enum ibv_coll_qp_type qp_type;
+};
+
+struct ibv_coll_qp *ibv_create_coll_qp(struct ibv_coll_pd *pd,
+				       struct ibv_coll_qp_init_attr *qp_init_attr);
+int ibv_destroy_coll_qp(struct ibv_coll_qp *qp);
+int ibv_modify_coll_qp(struct ibv_coll_qp *qp, struct ibv_coll_qp_attr *attr,
+		       int attr_mask);
+int ibv_query_coll_qp(struct ibv_coll_qp *qp, struct ibv_coll_qp_attr *attr,
+		      int attr_mask, struct ibv_coll_qp_init_attr *init_attr);
+
+/* ------------------------------------------------------------------ */
+/* Work requests                                                       */
+/* ------------------------------------------------------------------ */
+
+enum ibv_coll_wr_opcode {
+	/* Ordinary RC traffic; the values are libibverbs' IBV_WR_*. */
+	IBV_COLL_WR_RDMA_WRITE = 0,
+	IBV_COLL_WR_RDMA_WRITE_WITH_IMM = 1,
+	IBV_COLL_WR_SEND = 2,
+	IBV_COLL_WR_SEND_WITH_IMM = 3,
+	IBV_COLL_WR_RDMA_READ = 4,
+	/* Collectives, on a collective QP.  count is per rank:
+	 *   ALLREDUCE, REDUCE: each source and destination holds count elements
+	 *     (REDUCE writes only the root's destination)
+	 *   BCAST: the root's source, every destination: count elements
+	 *   ALLGATHER: each source count, each destination count * ranks
+	 *   REDUCE_SCATTER: each source count * ranks, each destination count
+	 *   BARRIER: no data; QUERY: asks about wr.coll.mid */
+	IBV_COLL_WR_ALLREDUCE = 0x40,
+	IBV_COLL_WR_REDUCE = 0x41,
+	IBV_COLL_WR_BCAST = 0x42,
+	IBV_COLL_WR_ALLGATHER = 0x43,
+	IBV_COLL_WR_REDUCE_SCATTER = 0x44,
+	IBV_COLL_WR_BARRIER = 0x45,
+	IBV_COLL_WR_QUERY = 0x46
+};
+
+enum ibv_coll_send_flags {
+	IBV_COLL_SEND_FENCE = 1 << 0,
+	IBV_COLL_SEND_SIGNALED = 1 << 1,
+	IBV_COLL_SEND_SOLICITED = 1 << 2
+};
+
+struct ibv_coll_send_wr {
+	uint64_t wr_id;
+	struct ibv_coll_send_wr *next;
+	struct ibv_sge *sg_list;
+	int num_sge;
+	enum ibv_coll_wr_opcode opcode;
+	unsigned int send_flags;
+	uint32_t imm_data;	/* network byte order */
+	union {
+		struct {
+			uint64_t remote_addr;
+			uint32_t rkey;
+		} rdma;
+		/* Collective WRs: sg_list holds one source per local rank and
+		 * dst_list one destination, both in rank order (num_sge each). */
+		struct {
+			struct ibv_sge *dst_list;
+			uint64_t count;
+			enum ibv_coll_op op;
+			enum ibv_coll_dtype dtype;
+			uint32_t root;		/* REDUCE, BCAST: global rank */
+			uint32_t mid;		/* 0: the next message id; QUERY: the one asked about */
+			uint32_t block_len;	/* 0: the job's default */
+		} coll;
+	} wr;
+};
+
+struct ibv_coll_recv_wr {
+	uint64_t wr_id;
+	struct ibv_coll_recv_wr *next;
+	struct ibv_sge *sg_list;
+	int num_sge;
+};
+
+int ibv_post_coll_send(struct ibv_coll_qp *qp, struct ibv_coll_send_wr *wr,
+		       struct ibv_coll_send_wr **bad_wr);
+int ibv_post_coll_recv(struct ibv_coll_qp *qp, struct ibv_coll_recv_wr *wr,
+		       struct ibv_coll_recv_wr **bad_wr);
+
+/* ------------------------------------------------------------------ */
+/* Strings and configuration                                           */
+/* ------------------------------------------------------------------ */
+
+const char *ibv_coll_wc_status_str(enum ibv_wc_status status);
+const char *ibv_coll_wr_opcode_str(enum ibv_coll_wr_opcode opcode);
+const char *ibv_coll_wc_opcode_str(enum ibv_coll_wc_opcode opcode);
+const char *ibv_coll_status_str(enum ibv_coll_status status);
+
+/* Print every IBV_COLL_* environment variable with its default, its value
+ * in this process's environment and a line of help. */
+int ibv_coll_print_config(FILE *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IBV_COLL_IBV_COLL_H */

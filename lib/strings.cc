@@ -1,0 +1,130 @@
+// Status and opcode strings, and the configuration printout.
+#include "core.h"
+
+#include "nic/emu_config.h"
+
+using namespace ibv_coll;
+
+IBV_COLL_EXPORT const char *ibv_coll_wc_status_str(enum ibv_wc_status status)
+{
+	static const char *const s[] = {
+		"success",
+		"local length error",
+		"local QP operation error",
+		"local EE context operation error",
+		"local protection error",
+		"Work Request Flushed Error",
+		"memory management operation error",
+		"bad response error",
+		"local access error",
+		"remote invalid request error",
+		"remote access error",
+		"remote operation error",
+		"transport retry counter exceeded",
+		"RNR retry counter exceeded",
+		"local RDD violation error",
+		"remote invalid RD request",
+		"aborted error",
+		"invalid EE context number",
+		"invalid EE context state",
+		"fatal error",
+		"response timeout error",
+		"general error",
+	};
+	unsigned v = unsigned(core::raw_enum(status));
+	if (v < std::size(s))
+		return s[v];
+	return "unknown";
+}
+
+static const char *coll_opcode_name(int op)
+{
+	static const char *const s[] = {"ALLREDUCE", "REDUCE",	       "BCAST", "ALLGATHER",
+					"REDUCE_SCATTER", "BARRIER", "QUERY"};
+	return op >= 0x40 && op <= 0x46 ? s[op - 0x40] : nullptr;
+}
+
+IBV_COLL_EXPORT const char *ibv_coll_wr_opcode_str(enum ibv_coll_wr_opcode opcode)
+{
+	if (const char *c = coll_opcode_name(core::raw_enum(opcode)))
+		return c;
+	switch (core::raw_enum(opcode)) {
+	case IBV_COLL_WR_RDMA_WRITE:
+		return "RDMA_WRITE";
+	case IBV_COLL_WR_RDMA_WRITE_WITH_IMM:
+		return "RDMA_WRITE_WITH_IMM";
+	case IBV_COLL_WR_SEND:
+		return "SEND";
+	case IBV_COLL_WR_SEND_WITH_IMM:
+		return "SEND_WITH_IMM";
+	case IBV_COLL_WR_RDMA_READ:
+		return "RDMA_READ";
+	}
+	return "unknown";
+}
+
+IBV_COLL_EXPORT const char *ibv_coll_status_str(enum ibv_coll_status status)
+{
+	static const char *const s[] = {
+		"success",
+		"buffer error (Seg units unavailable)",
+		"timeout",
+		"aborted by a member",
+		"denied",
+		"local buffer not accessible",
+		"flushed",
+	};
+	unsigned v = unsigned(core::raw_enum(status));
+	return v < std::size(s) ? s[v] : "unknown";
+}
+
+IBV_COLL_EXPORT const char *ibv_coll_wc_opcode_str(enum ibv_coll_wc_opcode opcode)
+{
+	if (const char *c = coll_opcode_name(core::raw_enum(opcode)))
+		return c;
+	switch (core::raw_enum(opcode)) {
+	case IBV_COLL_WC_SEND:
+		return "SEND";
+	case IBV_COLL_WC_RDMA_WRITE:
+		return "RDMA_WRITE";
+	case IBV_COLL_WC_RDMA_READ:
+		return "RDMA_READ";
+	case IBV_COLL_WC_RECV:
+		return "RECV";
+	case IBV_COLL_WC_RECV_RDMA_WITH_IMM:
+		return "RECV_RDMA_WITH_IMM";
+	}
+	return "unknown";
+}
+
+namespace ibv_coll::crxe {
+std::span<const util::ConfigVar> config_vars();
+}
+
+namespace ibv_coll::core {
+namespace {
+const util::ConfigVar kCoreVars[] = {
+	{"IBV_COLL_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off"},
+	{"IBV_COLL_LOG_FILE", "", "write the log to this file instead of standard error"},
+};
+} // namespace
+
+std::span<const util::ConfigVar> core_config_vars()
+{
+	return kCoreVars;
+}
+
+} // namespace ibv_coll::core
+
+IBV_COLL_EXPORT int ibv_coll_print_config(FILE *stream)
+{
+	return core::guard_int("ibv_coll_print_config", [&] {
+		if (!stream)
+			return EINVAL;
+		util::print_config_table(stream, {"core", core::core_config_vars()});
+		for (const core::Provider *p : core::providers())
+			util::print_config_table(stream, {p->name, p->config_vars()});
+		util::print_config_table(stream, {"emu (device model)", emu::emu_config_vars()});
+		return 0;
+	});
+}

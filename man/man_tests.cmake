@@ -1,0 +1,49 @@
+# The manual's tests: man_lint (every page passes mandoc's lint at warning
+# level without a word) and man_coverage (every exported symbol has a
+# man/<symbol>.3 page).  Include this file from any directory where
+# enable_testing() is in effect; it registers the tests once.
+if(NOT CMAKE_TESTING_ENABLED)
+  return()
+endif()
+get_property(_ibvc_man_tests_done GLOBAL PROPERTY IBV_COLL_MAN_TESTS_REGISTERED)
+if(_ibvc_man_tests_done)
+  return()
+endif()
+set_property(GLOBAL PROPERTY IBV_COLL_MAN_TESTS_REGISTERED TRUE)
+
+find_program(IBV_COLL_MANDOC mandoc)
+if(NOT IBV_COLL_MANDOC)
+  set(IBV_COLL_MANDOC mandoc) # the test then fails, saying it is missing
+endif()
+
+# The pages are globbed when the test runs, so pages added later are
+# linted without re-running CMake.  Any output, or a non-zero exit status,
+# fails the test.
+add_test(NAME man_lint
+  COMMAND sh -c [=[
+mandoc=$1
+cd "$2" || exit 1
+set -- *.1 *.3 *.7 *.8
+pages=
+for p in "$@"; do
+	[ -f "$p" ] && pages="$pages $p"
+done
+if [ -z "$pages" ]; then
+	echo "no manual pages in $PWD"
+	exit 1
+fi
+out=$("$mandoc" -Tlint -W warning $pages 2>&1)
+status=$?
+if [ "$status" -ne 0 ] || [ -n "$out" ]; then
+	[ -n "$out" ] && printf '%s\n' "$out"
+	echo "mandoc -Tlint -W warning: exit status $status"
+	exit 1
+fi
+echo "$(echo $pages | wc -w) pages pass mandoc -Tlint -W warning"
+]=] sh ${IBV_COLL_MANDOC} ${CMAKE_CURRENT_LIST_DIR})
+set_tests_properties(man_lint PROPERTIES LABELS man)
+
+add_test(NAME man_coverage
+  COMMAND ${PROJECT_SOURCE_DIR}/tests/check_man_coverage.sh
+    $<TARGET_FILE:ibv_coll> ${CMAKE_CURRENT_LIST_DIR})
+set_tests_properties(man_coverage PROPERTIES LABELS man)

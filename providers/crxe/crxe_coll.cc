@@ -1,0 +1,230 @@
+// crxe: collective QPs: the job attribute into the NIC's job table, and
+// collective WRs checked in full (every buffer against the MR table) and
+// written as collective WQEs.
+#include "crxe.h"
+
+#include "util/log.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ibv_coll::crxe {
+
+int query_caps(core::Context *c, ibv_coll_caps *caps)
+{
+	Context *ctx = to_crxe(c);
+	memset(caps, 0, sizeof(*caps));
+	caps->opcodes = (1u << (IBV_COLL_WR_QUERY - IBV_COLL_WR_ALLREDUCE + 1)) - 1;
+	caps->ops = (1u << (IBV_COLL_OP_BXOR + 1)) - 1;
+	caps->dtypes = (1u << (IBV_COLL_DTYPE_FLOAT64 + 1)) - 1;
+	caps->topologies = 1u << IBV_COLL_TOPO_RING | 1u << IBV_COLL_TOPO_AUTO;
+	caps->max_seg_units = ctx->nic->seg_units();
+	caps->seg_unit_bytes = ctx->nic->seg_unit_bytes();
+	caps->max_local_ranks = emu::kMaxCollRanks;
+	caps->max_nodes = emu::kMaxCollNodes;
+	caps->max_block_len = ctx->nic->seg_unit_bytes();
+	caps->max_count_bytes = UINT32_MAX;
+	return 0;
+}
+
+int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
+{
+	if (!in || in->comp_mask || in->flags || !in->members || !in->num_nodes ||
+	    in->num_nodes > emu::kMaxCollNodes || in->node_index >= in->num_nodes)
+		return EINVAL;
+	int topo = core::raw_enum(in->topology);
+	if (topo < IBV_COLL_TOPO_RING || topo > IBV_COLL_TOPO_AUTO)
+		return EINVAL;
+	emu::JobConfig c;
+	c.jid = in->jid;
+	c.node = uint16_t(in->node_index);
+	c.topology = emu::Topology(topo);
+	c.seg_base = in->seg_base;
+	c.seg_count = in->seg_count;
+	c.block_len = in->block_len;
+	c.key = in->job_key;
+	c.timeout_ms = in->timeout_ms;
+	c.members.resize(in->num_nodes);
+	for (uint32_t i = 0; i < in->num_nodes; i++) {
+		const ibv_coll_member &m = in->members[i];
+		if (!m.num_ranks || m.num_ranks > emu::kMaxCollRanks)
+			return EINVAL;
+		memcpy(c.members[i].ep.ip.b, m.gid.raw, 16);
+		c.members[i].ep.port = m.udp_port ? m.udp_port : IBV_COLL_ROCE_UDP_PORT;
+		c.members[i].qpn = m.qp_num;
+		c.members[i].ranks = m.num_ranks;
+	}
+	// The QP was sized for cap.max_send_sge local ranks.
+	if (in->members[in->node_index].num_ranks > qp->cap.max_send_sge)
+		return EINVAL;
+	if (in->block_len && in->block_len % 8)
+		return EINVAL; // a block holds whole elements of every type
+	*out = std::move(c);
+	return 0;
+}
+
+namespace {
+
+bool op_valid_for(int op, int dtype)
+{
+	bool integer = dtype <= IBV_COLL_DTYPE_UINT64;
+	return op >= IBV_COLL_OP_SUM && op <= IBV_COLL_OP_BXOR && dtype >= IBV_COLL_DTYPE_INT8 &&
+	       dtype <= IBV_COLL_DTYPE_FLOAT64 && (integer || op < IBV_COLL_OP_BAND);
+}
+
+size_t dtype_bytes(int dtype)
+{
+	static const uint8_t sz[] = {1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8};
+	return sz[dtype];
+}
+
+struct Need {
+	uint64_t src[emu::kMaxCollRanks];
+	uint64_t dst[emu::kMaxCollRanks];
+};
+
+// EINVAL unless the WR is a well-formed collective for this job; fills the
+// bytes each buffer must hold.
+int check_coll_wr(const Qp *qp, const ibv_coll_send_wr *wr, Need *need)
+{
+	const int op = core::raw_enum(wr->opcode);
+	if (op < IBV_COLL_WR_ALLREDUCE || op > IBV_COLL_WR_QUERY)
+		return EINVAL;
+	if (wr->send_flags & ~unsigned(IBV_COLL_SEND_SIGNALED | IBV_COLL_SEND_SOLICITED |
+				       IBV_COLL_SEND_FENCE))
+		return EINVAL;
+	const uint16_t k = qp->local_ranks;
+	memset(need, 0, sizeof(*need));
+	if (op == IBV_COLL_WR_QUERY)
+		return 0;
+	if (op == IBV_COLL_WR_BARRIER)
+		return wr->num_sge == 0 || wr->num_sge == k ? 0 : EINVAL;
+	if (wr->num_sge != k || !wr->sg_list || !wr->wr.coll.dst_list)
+		return EINVAL;
+	const int redop = core::raw_enum(wr->wr.coll.op);
+	const int dtype = core::raw_enum(wr->wr.coll.dtype);
+	if (!op_valid_for(redop, dtype))
+		return EINVAL;
+	const uint64_t es = dtype_bytes(dtype);
+	const uint64_t count = wr->wr.coll.count;
+	const uint64_t K = qp->total_ranks;
+	if (count > UINT32_MAX / es)
+		return EINVAL; // more than max_count_bytes per rank
+	const uint64_t bytes = count * es;
+	const uint32_t bl = wr->wr.coll.block_len;
+	if (bl && (bl % es || bl > qp->path_mtu))
+		return EINVAL;
+	const uint32_t root = wr->wr.coll.root;
+	if ((op == IBV_COLL_WR_REDUCE || op == IBV_COLL_WR_BCAST) && root >= K)
+		return EINVAL;
+	const bool root_here = root >= qp->first_rank && root < qp->first_rank + k;
+	for (uint16_t r = 0; r < k; r++) {
+		uint32_t g = qp->first_rank + r;
+		switch (op) {
+		case IBV_COLL_WR_ALLREDUCE:
+			need->src[r] = need->dst[r] = bytes;
+			break;
+		case IBV_COLL_WR_REDUCE:
+			need->src[r] = bytes;
+			need->dst[r] = g == root ? bytes : 0;
+			break;
+		case IBV_COLL_WR_BCAST:
+			need->src[r] = root_here && g == root ? bytes : 0;
+			need->dst[r] = bytes;
+			break;
+		case IBV_COLL_WR_ALLGATHER:
+			need->src[r] = bytes;
+			need->dst[r] = bytes * K;
+			break;
+		case IBV_COLL_WR_REDUCE_SCATTER:
+			need->src[r] = bytes * K;
+			need->dst[r] = bytes;
+			break;
+		}
+	}
+	return 0;
+}
+
+} // namespace
+
+int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
+{
+	Context *ctx = ctx_of(qp->pub.context);
+	const uint32_t pdn = to_crxe(core::to_core(qp->pub.pd))->pdn;
+	std::unique_lock lk(qp->sq_mu);
+	ibv_qp_state st = qp->pub.state;
+	if ((st != IBV_QPS_RTS && st != IBV_QPS_ERR) || !qp->have_job) {
+		*bad = wr;
+		return EINVAL;
+	}
+	emu::Queue &sq = *qp->sq;
+	uint32_t free = sq.free_slots(), n = 0, mid = qp->last_mid;
+	Need need;
+	for (ibv_coll_send_wr *w = wr; w; w = w->next, n++) {
+		int err = check_coll_wr(qp, w, &need);
+		const bool query = core::raw_enum(w->opcode) == IBV_COLL_WR_QUERY;
+		if (!err && !query && w->wr.coll.mid) {
+			// Every member posts the same messages in the same order.
+			if (w->wr.coll.mid <= mid)
+				err = EINVAL;
+			else
+				mid = w->wr.coll.mid;
+		} else if (!err && !query) {
+			mid++;
+		}
+		if (!err && w->num_sge && core::raw_enum(w->opcode) != IBV_COLL_WR_BARRIER && !query) {
+			std::vector<emu::Sge> s(w->num_sge), d(w->num_sge);
+			for (int i = 0; i < w->num_sge; i++) {
+				s[i] = emu::Sge{w->sg_list[i].addr, w->sg_list[i].length,
+						w->sg_list[i].lkey};
+				d[i] = emu::Sge{w->wr.coll.dst_list[i].addr,
+						w->wr.coll.dst_list[i].length,
+						w->wr.coll.dst_list[i].lkey};
+			}
+			err = ctx->nic->check_local(pdn, s.data(), need.src, w->num_sge, 0);
+			if (!err)
+				err = ctx->nic->check_local(pdn, d.data(), need.dst, w->num_sge,
+							    IBV_ACCESS_LOCAL_WRITE);
+		}
+		if (!err && n >= free)
+			err = ENOMEM;
+		if (err) {
+			*bad = w;
+			return err;
+		}
+	}
+	uint32_t prod = sq.prod_relaxed();
+	for (ibv_coll_send_wr *w = wr; w; w = w->next, prod++) {
+		auto *e = sq.at<emu::CollWqe>(prod);
+		memset(e, 0, sizeof(*e));
+		const int op = core::raw_enum(w->opcode);
+		e->wr_id = w->wr_id;
+		e->opcode = uint8_t(op);
+		e->flags = uint8_t(w->send_flags);
+		if (op == IBV_COLL_WR_QUERY) {
+			e->mid = w->wr.coll.mid;
+			continue;
+		}
+		e->mid = w->wr.coll.mid ? w->wr.coll.mid : ++qp->last_mid;
+		qp->last_mid = e->mid;
+		if (op == IBV_COLL_WR_BARRIER)
+			continue;
+		e->num_sge = uint16_t(w->num_sge);
+		e->op = uint8_t(core::raw_enum(w->wr.coll.op));
+		e->dtype = uint8_t(core::raw_enum(w->wr.coll.dtype));
+		e->root = w->wr.coll.root;
+		e->block_len = w->wr.coll.block_len;
+		e->count = w->wr.coll.count;
+		for (int i = 0; i < w->num_sge; i++) {
+			const ibv_sge &s = w->sg_list[i], &d = w->wr.coll.dst_list[i];
+			e->srcs()[i] = emu::Sge{s.addr, s.length, s.lkey};
+			e->dsts()[i] = emu::Sge{d.addr, d.length, d.lkey};
+		}
+	}
+	sq.publish(prod);
+	lk.unlock();
+	ctx->nic->sq_doorbell(qp->hw);
+	return 0;
+}
+
+} // namespace ibv_coll::crxe

@@ -1,0 +1,149 @@
+// crxe: devices (one per usable netdev), contexts (one emulated NIC each)
+// and the device/port/GID queries.
+#include "crxe.h"
+
+#include "util/log.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ibv_coll::crxe {
+
+void discover(std::vector<ibv_coll_device *> &out)
+{
+	CrxeConfig cfg;
+	if (load_config(&cfg))
+		return;
+	std::vector<Netdev> nds;
+	if (list_netdevs(&nds))
+		return;
+	for (Netdev &nd : nds) {
+		if (!cfg.devices.empty() &&
+		    std::find(cfg.devices.begin(), cfg.devices.end(), nd.name) == cfg.devices.end())
+			continue;
+		if (!nd.up || nd.addrs.empty() || !active_mtu_for(nd.mtu))
+			continue;
+		auto *d = new Device();
+		d->ops = provider.ops;
+		d->name = "crxe_" + nd.name;
+		d->nd = std::move(nd);
+		out.push_back(d);
+	}
+}
+
+core::Context *open_device(ibv_coll_device *dev_)
+{
+	auto *dev = static_cast<Device *>(dev_);
+	CrxeConfig cfg;
+	emu::NicParams p;
+	int err = load_config(&cfg);
+	if (!err)
+		err = emu::load_emu_config(&p.cfg);
+	if (err) {
+		errno = err;
+		return nullptr;
+	}
+	// The address list may have changed since discovery.
+	Netdev nd;
+	if (netdev_state(dev->nd.name, &nd) == 0 && !nd.addrs.empty())
+		dev->nd.addrs = nd.addrs;
+	p.name = dev->name;
+	p.gids = dev->nd.addrs;
+	p.udp_port = cfg.udp_port;
+	p.port_fallback = cfg.port_fallback;
+	p.active_mtu = active_mtu_for(dev->nd.mtu);
+
+	auto ctx = std::make_unique<Context>();
+	ctx->dev = dev;
+	if ((err = emu::Nic::create(p, &ctx->nic))) {
+		errno = err;
+		return nullptr;
+	}
+	ctx->pub.num_comp_vectors = 1;
+	return ctx.release();
+}
+
+int close_device(core::Context *c)
+{
+	delete to_crxe(c);
+	return 0;
+}
+
+int query_device(core::Context *c, ibv_coll_device_attr *a)
+{
+	Context *ctx = to_crxe(c);
+	memset(a, 0, sizeof(*a));
+	snprintf(a->fw_ver, sizeof(a->fw_ver), "ibv_coll-emu 0.1");
+	// A locally administered EUI-64 from the netdev index and UDP port.
+	a->node_guid = 0x0200000000000000ull | uint64_t(ctx->dev->nd.ifindex) << 16 |
+		       ctx->nic->udp_port();
+	a->vendor_id = 0xffffff;
+	a->vendor_part_id = 0xc0;
+	a->hw_ver = 1;
+	a->phys_port_cnt = 1;
+	a->max_mr_size = UINT64_MAX;
+	a->page_size_cap = 4096;
+	a->max_qp = emu::kMaxQps;
+	a->max_qp_wr = kMaxQpWr;
+	a->max_sge = kMaxSge;
+	a->max_cq = emu::kMaxCqs;
+	a->max_cqe = kMaxCqe;
+	a->max_mr = emu::kMaxMrs;
+	a->max_pd = emu::kMaxPds;
+	a->max_qp_rd_atom = 128;
+	a->max_qp_init_rd_atom = 128;
+	a->max_msg_sz = kMaxMsg;
+	return 0;
+}
+
+static ibv_mtu mtu_enum(uint32_t bytes)
+{
+	switch (bytes) {
+	case 4096:
+		return IBV_MTU_4096;
+	case 2048:
+		return IBV_MTU_2048;
+	case 1024:
+		return IBV_MTU_1024;
+	case 512:
+		return IBV_MTU_512;
+	default:
+		return IBV_MTU_256;
+	}
+}
+
+int query_port(core::Context *c, uint8_t port, ibv_coll_port_attr *a)
+{
+	Context *ctx = to_crxe(c);
+	if (port != 1)
+		return EINVAL;
+	Netdev nd;
+	int err = netdev_state(ctx->dev->nd.name, &nd);
+	if (err == ENODEV)
+		nd = Netdev{}; // the netdev went away: the port is down
+	else if (err)
+		return err;
+	memset(a, 0, sizeof(*a));
+	a->state = nd.up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+	a->max_mtu = IBV_MTU_4096;
+	a->active_mtu = mtu_enum(ctx->nic->params().active_mtu);
+	a->gid_tbl_len = int(ctx->nic->params().gids.size());
+	a->max_msg_sz = kMaxMsg;
+	a->link_layer = IBV_LINK_LAYER_ETHERNET;
+	a->udp_port = ctx->nic->udp_port();
+	a->netdev_mtu = nd.mtu;
+	snprintf(a->netdev, sizeof(a->netdev), "%s", ctx->dev->nd.name.c_str());
+	return 0;
+}
+
+int query_gid(core::Context *c, uint8_t port, int index, ibv_gid *gid)
+{
+	Context *ctx = to_crxe(c);
+	const auto &gids = ctx->nic->params().gids;
+	if (port != 1 || index < 0 || size_t(index) >= gids.size())
+		return EINVAL;
+	memcpy(gid->raw, gids[size_t(index)].b, 16);
+	return 0;
+}
+
+} // namespace ibv_coll::crxe

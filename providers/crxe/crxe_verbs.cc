@@ -1,0 +1,135 @@
+// crxe: protection domains, memory regions and completion queues.
+#include "crxe.h"
+
+#include "util/log.h"
+
+#include <cstring>
+
+namespace ibv_coll::crxe {
+
+core::Pd *alloc_pd(core::Context *c)
+{
+	auto pd = std::make_unique<Pd>();
+	int err = to_crxe(c)->nic->alloc_pd(&pd->pdn);
+	if (err) {
+		errno = err;
+		return nullptr;
+	}
+	pd->pub.handle = pd->pdn;
+	return pd.release();
+}
+
+int dealloc_pd(core::Pd *p)
+{
+	Pd *pd = to_crxe(p);
+	int err = ctx_of(pd->pub.context)->nic->dealloc_pd(pd->pdn);
+	if (!err)
+		delete pd;
+	return err;
+}
+
+core::Mr *reg_mr(core::Pd *p, void *addr, size_t len, int access)
+{
+	Pd *pd = to_crxe(p);
+	auto mr = std::make_unique<Mr>();
+	uint32_t key;
+	int err = ctx_of(pd->pub.context)->nic->reg_mr(pd->pdn, addr, len, uint32_t(access), &key);
+	if (err) {
+		errno = err;
+		return nullptr;
+	}
+	mr->pub.lkey = mr->pub.rkey = mr->pub.handle = key;
+	return mr.release();
+}
+
+int dereg_mr(core::Mr *m)
+{
+	Mr *mr = to_crxe(m);
+	int err = ctx_of(mr->pub.context)->nic->dereg_mr(mr->pub.lkey);
+	if (!err)
+		delete mr;
+	return err;
+}
+
+static void cq_event_fn(void *arg)
+{
+	core::cq_event(static_cast<core::Cq *>(arg));
+}
+
+core::Cq *create_cq(core::Context *c, int cqe, core::CompChannel *)
+{
+	if (cqe < 1 || uint32_t(cqe) > kMaxCqe) {
+		errno = EINVAL;
+		return nullptr;
+	}
+	auto cq = std::make_unique<Cq>();
+	cq->ring = std::make_unique<emu::Queue>(uint32_t(cqe), uint32_t(sizeof(emu::Cqe)));
+	int err = to_crxe(c)->nic->create_cq(cq->ring.get(), cq_event_fn,
+					     static_cast<core::Cq *>(cq.get()), &cq->hw, &cq->pub.handle);
+	if (err) {
+		errno = err;
+		return nullptr;
+	}
+	cq->pub.cqe = int(cq->ring->slots());
+	return cq.release();
+}
+
+int destroy_cq(core::Cq *c)
+{
+	Cq *cq = to_crxe(c);
+	int err = ctx_of(cq->pub.context)->nic->destroy_cq(cq->hw);
+	if (!err)
+		delete cq;
+	return err;
+}
+
+static void to_wc(const emu::Cqe &c, ibv_coll_wc *wc)
+{
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = c.wr_id;
+	wc->status = ibv_wc_status(c.status);
+	wc->opcode = ibv_coll_wc_opcode(c.opcode);
+	wc->vendor_err = c.vendor_err;
+	wc->byte_len = uint32_t(c.byte_len);
+	wc->imm_data = c.imm;
+	wc->qp_num = c.qpn;
+	wc->src_qp = c.src_qp;
+	wc->wc_flags = (c.flags & emu::kCqeWithImm ? IBV_COLL_WC_WITH_IMM : 0) |
+		       unsigned(c.coll_flags) << 8;
+	wc->jid = c.jid;
+	wc->mid = c.mid;
+	wc->coll_status = ibv_coll_status(c.coll_status);
+	wc->msg_state = ibv_coll_msg_state(c.msg_state);
+	wc->blocks_done = c.blocks_done;
+	wc->blocks_total = c.blocks_total;
+}
+
+int poll_cq(core::Cq *c, int n, ibv_coll_wc *wc)
+{
+	Cq *cq = to_crxe(c);
+	std::lock_guard lk(cq->mu);
+	emu::Queue &q = *cq->ring;
+	uint32_t cons = q.cons(), prod = q.prod();
+	if (cons == prod) {
+		// Nothing yet: lend this thread to the device, then look again.
+		ctx_of(cq->pub.context)->nic->progress();
+		prod = q.prod();
+	}
+	int k = 0;
+	while (k < n && cons != prod) {
+		to_wc(*q.at<emu::Cqe>(cons), &wc[k]);
+		cons++;
+		k++;
+	}
+	q.consume(cons);
+	return k;
+}
+
+int req_notify_cq(core::Cq *c, int solicited_only)
+{
+	Cq *cq = to_crxe(c);
+	ctx_of(cq->pub.context)->nic->cq_arm(cq->hw, solicited_only != 0);
+	return 0;
+}
+
+} // namespace ibv_coll::crxe

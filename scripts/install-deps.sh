@@ -1,0 +1,23 @@
+#!/bin/sh
+# Install what ibv_coll needs to build, test and run, from Debian's archive.
+# Idempotent: a machine that has everything is left alone.
+set -eu
+
+pkgs="build-essential cmake pkg-config libibverbs-dev libnl-3-dev libnl-route-3-dev
+libspdlog-dev libgtest-dev mandoc iproute2 iputils-ping tshark"
+
+missing=""
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# tshark asks whether non-root users may capture; the default (no) is fine.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null

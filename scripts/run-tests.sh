@@ -1,0 +1,23 @@
+#!/bin/sh
+# Build everything and run the full test suite twice: an optimised build,
+# then a build with AddressSanitizer and UndefinedBehaviorSanitizer.
+# Installs what it needs first.  Extra arguments go to ctest (e.g. -L rc).
+set -eu
+cd "$(dirname "$0")/.."
+sh scripts/install-deps.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+run() {
+	dir=$1
+	shift
+	cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+	cmake --build "$dir" -j "$jobs"
+	(cd "$dir" && ctest -j "$jobs" --output-on-failure --timeout 600 $CTEST_ARGS)
+}
+CTEST_ARGS="$*"
+echo "== build and test: release"
+run build
+echo "== build and test: AddressSanitizer + UndefinedBehaviorSanitizer"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	run build-asan -DIBV_COLL_SANITIZE=ON
+echo "== all tests passed"

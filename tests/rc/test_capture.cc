@@ -1,0 +1,214 @@
+// A capture of real traffic, taken with tshark on the test's own ports:
+// it must decode as RoCE (BTH opcode, destination QP and PSN as sent), and
+// every packet's ICRC, recomputed here from the captured IP and UDP headers
+// with a reference CRC, must match.  This checks what the unit tests cannot:
+// the IP header Linux really sends (identification, DF) is the one the
+// ICRC covered.
+#include "rc_endpoint.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace ibvc_test;
+
+extern char **environ;
+
+namespace {
+
+uint32_t ref_crc(uint32_t crc, const uint8_t *p, size_t n)
+{
+	while (n--) {
+		crc ^= *p++;
+		for (int k = 0; k < 8; k++)
+			crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1)));
+	}
+	return crc;
+}
+
+// ICRC of a captured IPv4 packet (ip points at the IP header), per the
+// RoCEv2 annex: LRH stand-in, IP with TOS/TTL/checksum masked, UDP with its
+// checksum masked, BTH with resv8a masked, then the rest.
+uint32_t icrc_of_capture(const uint8_t *ip, size_t len)
+{
+	std::vector<uint8_t> b(8, 0xff);
+	b.insert(b.end(), ip, ip + len - 4);
+	uint8_t *h = b.data() + 8;
+	h[1] = 0xff;		   // TOS
+	h[8] = 0xff;		   // TTL
+	h[10] = h[11] = 0xff;	   // header checksum
+	h[20 + 6] = h[20 + 7] = 0xff; // UDP checksum
+	h[28 + 4] = 0xff;	   // BTH resv8a
+	return ~ref_crc(0xffffffffu, b.data(), b.size());
+}
+
+struct Pkt {
+	std::vector<uint8_t> ip; // from the IP header to the ICRC
+};
+
+std::vector<Pkt> read_pcap(const std::string &path)
+{
+	std::ifstream f(path, std::ios::binary);
+	std::vector<uint8_t> d((std::istreambuf_iterator<char>(f)), {});
+	std::vector<Pkt> out;
+	if (d.size() < 24)
+		return out;
+	uint32_t linktype;
+	memcpy(&linktype, &d[20], 4);
+	size_t off = 24, l2 = linktype == 1 ? 14 : linktype == 113 ? 16 : 0;
+	while (off + 16 <= d.size()) {
+		uint32_t caplen;
+		memcpy(&caplen, &d[off + 8], 4);
+		off += 16;
+		if (off + caplen > d.size())
+			break;
+		if (caplen > l2)
+			out.push_back({std::vector<uint8_t>(d.begin() + long(off + l2),
+							    d.begin() + long(off + caplen))});
+		off += caplen;
+	}
+	return out;
+}
+
+std::string run(const std::string &cmd)
+{
+	std::string out;
+	FILE *p = popen(cmd.c_str(), "r");
+	if (!p)
+		return out;
+	char buf[4096];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), p)) > 0)
+		out.append(buf, n);
+	pclose(p);
+	return out;
+}
+
+} // namespace
+
+TEST(Capture, DecodesAsRoceWithValidIcrc)
+{
+	if (test_device_name() != "crxe_lo")
+		GTEST_SKIP() << "captures run on the loopback device";
+	if (system("command -v tshark >/dev/null 2>&1"))
+		GTEST_SKIP() << "tshark is not installed";
+	RcEndpoint a, b;
+	RcOptions o;
+	o.buf_size = 1 << 16;
+	o.psn = 100;
+	o.mtu = IBV_MTU_1024;
+	ASSERT_EQ(a.open(o), 0);
+	ASSERT_EQ(b.open(o), 0);
+	PeerInfo ai = a.info(), bi = b.info();
+	std::string pcap = "/tmp/ibvc_capture_" + std::to_string(getpid()) + ".pcap";
+	std::string filter = "udp port " + std::to_string(ai.udp_port) + " or udp port " +
+			     std::to_string(bi.udp_port);
+	std::string errlog = pcap + ".log";
+	std::vector<std::string> args = {"tshark", "-i", "lo", "-F", "pcap", "-f", filter,
+					 "-w", pcap, "-q"};
+	std::vector<char *> argv;
+	for (auto &s : args)
+		argv.push_back(s.data());
+	argv.push_back(nullptr);
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 2, errlog.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	pid_t pid;
+	ASSERT_EQ(posix_spawnp(&pid, "tshark", &fa, nullptr, argv.data(), environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	// Wait until tshark says it is capturing.
+	bool capturing = false;
+	for (int i = 0; i < 200 && !capturing; i++) {
+		std::ifstream f(errlog);
+		std::stringstream ss;
+		ss << f.rdbuf();
+		capturing = ss.str().find("Capturing on") != std::string::npos;
+		int st;
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			unlink(errlog.c_str());
+			GTEST_SKIP() << "tshark cannot capture here: " << ss.str();
+		}
+		std::this_thread::sleep_for(std::chrono::milliseconds(50));
+	}
+	ASSERT_TRUE(capturing);
+	std::this_thread::sleep_for(std::chrono::milliseconds(200));
+
+	ASSERT_EQ(a.connect(bi), 0);
+	ASSERT_EQ(b.connect(ai), 0);
+	ibv_coll_wc wc;
+	// SEND 3000 B at MTU 1024: FIRST, MIDDLE, LAST (PSN 100..102).
+	ASSERT_EQ(b.post_recv(0, 4096, 1), 0);
+	ASSERT_EQ(a.post_send(IBV_COLL_WR_SEND, 0, 3000, 0, 0, 1), 0);
+	ASSERT_EQ(a.wait(&wc, 5000), 0);
+	ASSERT_EQ(b.wait(&wc, 5000), 0);
+	// WRITE_ONLY 100 B (PSN 103).
+	ASSERT_EQ(a.post_send(IBV_COLL_WR_RDMA_WRITE, 0, 100, bi.addr, bi.rkey, 2), 0);
+	ASSERT_EQ(a.wait(&wc, 5000), 0);
+	// READ 5000 B: a request at PSN 104, five responses 104..108.
+	ASSERT_EQ(a.post_send(IBV_COLL_WR_RDMA_READ, 0, 5000, bi.addr, bi.rkey, 3), 0);
+	ASSERT_EQ(a.wait(&wc, 5000), 0);
+	ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+	std::this_thread::sleep_for(std::chrono::milliseconds(300));
+	kill(pid, SIGINT);
+	int st;
+	waitpid(pid, &st, 0);
+
+	// 1. tshark decodes the capture as InfiniBand (RoCEv2).
+	std::string d = "-d udp.port==" + std::to_string(ai.udp_port) + ",infiniband -d udp.port==" +
+			std::to_string(bi.udp_port) + ",infiniband";
+	std::string fields = run("tshark -r " + pcap + " " + d +
+				 " -T fields -E separator=, -e udp.dstport -e infiniband.bth.opcode"
+				 " -e infiniband.bth.destqp -e infiniband.bth.psn 2>/dev/null");
+	std::vector<std::string> to_b, to_a;
+	std::stringstream ss(fields);
+	std::string line;
+	while (std::getline(ss, line)) {
+		std::stringstream ls(line);
+		std::string port, op, qp, psn;
+		std::getline(ls, port, ',');
+		std::getline(ls, op, ',');
+		std::getline(ls, qp, ',');
+		std::getline(ls, psn, ',');
+		std::string rec = op + "/" + std::to_string(std::stoul(qp, nullptr, 0)) + "/" + psn;
+		(std::stoul(port) == bi.udp_port ? to_b : to_a).push_back(rec);
+	}
+	auto rec = [](int op, uint32_t qpn, int psn) {
+		return std::to_string(op) + "/" + std::to_string(qpn) + "/" + std::to_string(psn);
+	};
+	const std::vector<std::string> want_to_b = {
+		rec(0, bi.qpn, 100),  rec(1, bi.qpn, 101), rec(2, bi.qpn, 102),
+		rec(10, bi.qpn, 103), rec(12, bi.qpn, 104),
+	};
+	EXPECT_EQ(to_b, want_to_b) << fields;
+	// b answers: ACKs (17) of 102 and 103, then read responses 13,14,14,14,15.
+	const std::vector<std::string> want_to_a = {
+		rec(17, ai.qpn, 102), rec(17, ai.qpn, 103), rec(13, ai.qpn, 104), rec(14, ai.qpn, 105),
+		rec(14, ai.qpn, 106), rec(14, ai.qpn, 107), rec(15, ai.qpn, 108),
+	};
+	EXPECT_EQ(to_a, want_to_a) << fields;
+
+	// 2. Every captured packet's ICRC is right over the real headers.
+	auto pkts = read_pcap(pcap);
+	EXPECT_EQ(pkts.size(), want_to_a.size() + want_to_b.size());
+	for (const Pkt &p : pkts) {
+		ASSERT_GE(p.ip.size(), 20u + 8 + 12 + 4);
+		ASSERT_EQ(p.ip[0], 0x45) << "IPv4 without options";
+		uint32_t got;
+		memcpy(&got, &p.ip[p.ip.size() - 4], 4); // little-endian on the wire
+		EXPECT_EQ(le32toh(got), icrc_of_capture(p.ip.data(), p.ip.size()))
+			<< "opcode " << int(p.ip[28]) << " psn " << int(p.ip[39]);
+	}
+	unlink(pcap.c_str());
+	unlink(errlog.c_str());
+}
