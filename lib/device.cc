@@ -134,3 +134,12 @@ IBV_COLL_EXPORT int ibv_query_coll_caps(ibv_coll_context *context, ibv_coll_caps
 		return context->device->ops->query_caps(to_core(context), caps);
 	});
 }
+
+IBV_COLL_EXPORT int ibv_query_coll_counters(ibv_coll_context *context, ibv_coll_counters *c)
+{
+	return guard_int("ibv_query_coll_counters", [&] {
+		if (!context || !c)
+			return EINVAL;
+		return context->device->ops->query_counters(to_core(context), c);
+	});
+}

@@ -105,6 +105,7 @@ struct ProviderOps {
 	int (*post_send)(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad);
 	int (*post_recv)(Qp *qp, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad);
 	int (*query_caps)(Context *ctx, ibv_coll_caps *caps);
+	int (*query_counters)(Context *ctx, ibv_coll_counters *c);
 };
 
 struct Provider {

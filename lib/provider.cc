@@ -56,6 +56,7 @@ ProviderOps complete(const ProviderOps &in)
 	fill(o.post_send);
 	fill(o.post_recv);
 	fill(o.query_caps);
+	fill(o.query_counters);
 	return o;
 }
 

@@ -87,7 +87,10 @@ private:
 	void ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again);
 	void ring_finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now);
 	void ring_resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now);
-	uint64_t rto_ns() const;
+	uint64_t rto_ns(const CollJob &job) const;
+	void rtt_sample(CollJob &job, uint64_t rtt);
+	void arm(CollJob &job, std::map<uint32_t, Message::Pending> &pend, uint32_t sid, uint64_t now,
+		 bool again);
 	uint32_t window(const CollJob &job) const;
 	uint32_t seg_of(const CollJob &job, uint32_t sid) const
 	{

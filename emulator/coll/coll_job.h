@@ -87,8 +87,13 @@ struct Message {
 	std::vector<uint8_t> final_; // per block: its result is here
 	uint32_t finals = 0;
 	uint32_t next_inject = 0, inject_end = 0; // this node's own blocks to start
-	std::map<uint32_t, uint64_t> o_pending;	 // started here, result not back: deadline
-	std::map<uint32_t, uint64_t> f_pending;	 // result sent round, not back: deadline
+	struct Pending {
+		uint64_t deadline; // send again after this
+		uint64_t sent;	   // when it was (last) sent
+		bool again;	   // sent more than once: no RTT sample (Karn)
+	};
+	std::map<uint32_t, Pending> o_pending; // started here, result not back
+	std::map<uint32_t, Pending> f_pending; // result sent round, not back
 	uint64_t last_progress = 0;
 	// This node's finished chunk when no local destination holds it.
 	std::vector<uint8_t> staging;
@@ -115,6 +120,9 @@ struct CollJob {
 	uint32_t aborted_mid = 0; // a member aborted this message before we ran it
 	CollStatus abort_status = CollStatus::remote_abort;
 	std::deque<MsgRecord> history; // recent messages, for QUERY
+	// Round trip of a block round the ring (smoothed, and its variation),
+	// from which the retransmission timeout follows, as TCP's does.
+	uint64_t srtt = 0, rttvar = 0;
 };
 
 } // namespace ibv_coll::emu

@@ -136,6 +136,9 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 	if (!segs_.reserve(c.seg_base, c.seg_count, job.owner))
 		return fail(qp, job, CollStatus::buffer_err, true,
 			    "its Seg units are held by another job's collective");
+	if (!window(job))
+		return fail(qp, job, CollStatus::buffer_err, true,
+			    "the job's Seg range cannot hold a block from every other node");
 	// The block length may not exceed the path MTU or a Seg unit.
 	uint32_t mtu = std::min(qp.attr.path_mtu, segs_.unit_bytes());
 	if (w->block_len && w->block_len < mtu)
@@ -209,7 +212,7 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 						 util::kNsPerMs;
 	for (const auto *pend : {&m.o_pending, &m.f_pending})
 		for (const auto &kv : *pend)
-			d = std::min(d, kv.second);
+			d = std::min(d, kv.second.deadline);
 	return d;
 }
 

@@ -61,14 +61,51 @@ uint64_t rank_mask(uint16_t k)
 
 } // namespace
 
-uint64_t CollEngine::rto_ns() const
+// The retransmission timeout: srtt + 4 rttvar, at least the configured
+// floor (IBV_COLL_EMU_COLL_RTO_US: on a loaded machine a node may not run
+// for several milliseconds, and a premature repeat only adds load) and at
+// most a second.
+uint64_t CollEngine::rto_ns(const CollJob &job) const
 {
-	return uint64_t(e_.params.cfg.coll_rto_us) * util::kNsPerUs;
+	const uint64_t lo = uint64_t(e_.params.cfg.coll_rto_us) * util::kNsPerUs;
+	const uint64_t hi = std::max<uint64_t>(lo, 1000 * util::kNsPerMs);
+	return std::clamp(job.srtt + 4 * job.rttvar, lo, hi);
 }
 
+void CollEngine::rtt_sample(CollJob &job, uint64_t rtt)
+{
+	if (!job.srtt) {
+		job.srtt = rtt;
+		job.rttvar = rtt / 2;
+		return;
+	}
+	uint64_t dev = rtt > job.srtt ? rtt - job.srtt : job.srtt - rtt;
+	job.rttvar = (3 * job.rttvar + dev) / 4;
+	job.srtt = (7 * job.srtt + rtt) / 8;
+}
+
+// (Re)start a block's retransmission timer; a repeat waits twice as long.
+void CollEngine::arm(CollJob &job, std::map<uint32_t, Message::Pending> &pend, uint32_t sid,
+		     uint64_t now, bool again)
+{
+	auto it = pend.find(sid);
+	uint64_t rto = rto_ns(job);
+	if (it == pend.end()) {
+		pend.emplace(sid, Message::Pending{now + rto, now, again});
+		return;
+	}
+	it->second.deadline = now + (again ? 2 * rto : rto);
+	it->second.sent = now;
+	it->second.again |= again;
+}
+
+// Blocks one node keeps in flight.  A node that has not started a message
+// yet keeps what every other node sent it of that message in Seg units, so
+// the job's range must hold a window from each of them.
 uint32_t CollEngine::window(const CollJob &job) const
 {
-	return std::max<uint32_t>(1, std::min(job.cfg.seg_count, e_.params.cfg.coll_window));
+	uint32_t others = std::max<uint32_t>(1, job.cfg.nodes() - 1u);
+	return std::min(job.cfg.seg_count / others, e_.params.cfg.coll_window);
 }
 
 // Complete block sid here: finish AVG, write the local destinations, and
@@ -91,7 +128,7 @@ void CollEngine::ring_finish_block(CollJob &job, Message &m, uint32_t sid, uint8
 	h.node_map = all_nodes(job.cfg.nodes());
 	send(job, next_node(job.cfg), kCollResult, h, m.result_data ? data : nullptr,
 	     m.result_data ? b.elems * m.es : 0);
-	m.f_pending[sid] = now + rto_ns();
+	arm(job, m.f_pending, sid, now, false);
 }
 
 void CollEngine::ring_start(Qp &qp, CollJob &job, uint64_t now)
@@ -155,7 +192,7 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 		if (again)
 			h.flags |= kCethRetrans;
 		send(job, next_node(job.cfg), kCollData, h, buf, len);
-		m.o_pending[sid] = now + rto_ns();
+		arm(job, m.o_pending, sid, now, again);
 		if (again)
 			ctr.retrans_data++;
 		return;
@@ -181,7 +218,7 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 	if (again)
 		h.flags |= kCethRetrans;
 	send(job, next_node(job.cfg), kCollResult, h, src, len);
-	m.f_pending[sid] = now + rto_ns();
+	arm(job, m.f_pending, sid, now, again);
 	if (again)
 		ctr.retrans_result++;
 }
@@ -213,7 +250,7 @@ void CollEngine::ring_resend_result(CollJob &job, Message &m, uint32_t sid, uint
 	h.node_map = all_nodes(job.cfg.nodes());
 	h.flags |= kCethRetrans;
 	send(job, next_node(job.cfg), kCollResult, h, src, m.result_data ? b.elems * m.es : 0);
-	m.f_pending[sid] = now + rto_ns();
+	arm(job, m.f_pending, sid, now, true);
 	ctr.retrans_result++;
 }
 
@@ -309,8 +346,13 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 	}
 	if (hop == n) {
 		// Back where it started: everyone has it.
-		if (m.f_pending.erase(sid))
+		auto it = m.f_pending.find(sid);
+		if (it != m.f_pending.end()) {
+			if (!it->second.again)
+				rtt_sample(job, now - it->second.sent);
+			m.f_pending.erase(it);
 			m.last_progress = now;
+		}
 		return;
 	}
 	if (!m.final_[sid]) {
@@ -324,8 +366,14 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 	} else {
 		ctr.dup_dropped++;
 	}
-	if (r.rs && r.origin == c.node)
-		m.o_pending.erase(sid);
+	if (r.rs && r.origin == c.node) {
+		auto it = m.o_pending.find(sid);
+		if (it != m.o_pending.end()) {
+			if (!it->second.again)
+				rtt_sample(job, now - it->second.sent);
+			m.o_pending.erase(it);
+		}
+	}
 	Ceth h = p.h;
 	h.src_node = c.node;
 	h.phase = uint8_t(hop + 1);
@@ -385,13 +433,41 @@ void CollEngine::ring_on_result(Qp &qp, CollJob &job, const CollPacket &p)
 void CollEngine::ring_early(CollJob &job, const CollPacket &p)
 {
 	const JobConfig &c = job.cfg;
-	uint32_t seg = seg_of(job, p.h.sid);
 	if (p.paylen > segs_.unit_bytes() || p.h.phase < 1 || p.h.phase >= c.nodes() ||
-	    p.h.src_node != prev_node(c) ||
-	    !segs_.acquire(seg, c.jid, p.h.mid, p.h.sid, RedOp(p.h.op & 7), Dtype::uint8,
-			   p.paylen, 1ull << p.h.src_node, 0)) {
+	    p.h.src_node != prev_node(c)) {
 		ctr.early_dropped++;
+		IBVC_DEBUG("coll", "{}: early mid {} sid {} kind {:#x} hop {} dropped", e_.params.name,
+			   p.h.mid, p.h.sid, p.kind, p.h.phase);
 		return;
+	}
+	// Held already (a repeat): a result is still passed on, in case the
+	// first copy was lost downstream.
+	for (uint32_t i = c.seg_base; i < c.seg_base + c.seg_count; i++) {
+		const SegUnit &u = segs_.unit(i);
+		if (u.busy && u.rank_pending && u.jid == c.jid && u.mid == p.h.mid &&
+		    u.sid == p.h.sid && u.kind == p.kind) {
+			ctr.dup_dropped++;
+			if (p.kind == kCollResult) {
+				Ceth h = p.h;
+				h.src_node = c.node;
+				h.phase = uint8_t(p.h.phase + 1);
+				send(job, next_node(c), kCollResult, h, p.payload, p.paylen);
+			}
+			return;
+		}
+	}
+	// The block's own unit, or the next free one of the job's range (the
+	// message is found again by its ids when it starts).
+	uint32_t seg = seg_of(job, p.h.sid), tries = 0;
+	while (!segs_.acquire(seg, c.jid, p.h.mid, p.h.sid, RedOp(p.h.op & 7), Dtype::uint8,
+			      p.paylen, 1ull << p.h.src_node, 0)) {
+		if (++tries == c.seg_count) {
+			ctr.early_dropped++;
+			IBVC_DEBUG("coll", "{}: no unit for early mid {} sid {} (in use {})",
+				   e_.params.name, p.h.mid, p.h.sid, segs_.in_use());
+			return;
+		}
+		seg = c.seg_base + (seg - c.seg_base + 1) % c.seg_count;
 	}
 	SegUnit &u = segs_.unit(seg);
 	segs_.contribute(seg, 1ull << p.h.src_node, 0, p.payload, p.paylen);
@@ -454,10 +530,10 @@ void CollEngine::ring_timers(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
 	for (auto &kv : m.o_pending)
-		if (now >= kv.second)
+		if (now >= kv.second.deadline)
 			ring_inject(job, m, kv.first, now, true);
 	for (auto &kv : m.f_pending) {
-		if (now < kv.second)
+		if (now < kv.second.deadline)
 			continue;
 		const ChunkRole &r = m.chunks[m.chain[kv.first].chunk];
 		if (r.rs)

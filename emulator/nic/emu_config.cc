@@ -56,7 +56,8 @@ const ConfigVar kVars[kCount] = {
 	 "data blocks a node keeps in flight per collective (at most the job's Seg units)",
 	 ConfigKind::uint, 1, 1u << 16},
 	{"IBV_COLL_EMU_COLL_RTO_US", "20000",
-	 "microseconds after which a collective block without its result is sent again",
+	 "least microseconds before a collective block without its result is sent again (the "
+	 "timeout grows with the measured round trip)",
 	 ConfigKind::uint, 100, 60000000},
 	{"IBV_COLL_EMU_COLL_TIMEOUT_MS", "10000",
 	 "a collective that makes no progress this long fails with a timeout (jobs may set their own)",

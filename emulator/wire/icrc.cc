@@ -7,6 +7,10 @@
 #include <array>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace ibv_coll::emu::wire {
 namespace {
 
@@ -31,9 +35,8 @@ constexpr Tables kT = make_tables();
 
 } // namespace
 
-uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
+static uint32_t crc32_table(uint32_t crc, const uint8_t *p, size_t len)
 {
-	const uint8_t *p = static_cast<const uint8_t *>(data);
 	while (len >= 8) {
 		uint32_t lo, hi;
 		memcpy(&lo, p, 4);
@@ -48,6 +51,111 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
 	while (len--)
 		crc = kT[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
 	return crc;
+}
+
+#if defined(__x86_64__)
+// Folding with carry-less multiplication.  In the bit-reflected layout a
+// 128-bit block A holds the coefficient of x^d at bit 127-d; A = H x^64 + L
+// with H its low and L its high quadword.  Moving A forward by n bits is
+// A x^n = H x^(n+64) + L x^n (mod P), and a quadword times a constant whose
+// x^t coefficient sits at bit 64-t lands exactly in that layout, so each
+// constant is (x^(n+63) mod P) x and (x^(n-1) mod P) x (the extra x keeps
+// the constant inside 64 bits).  They are computed here, not typed in.
+namespace {
+
+uint64_t xpow_mod(unsigned n)
+{
+	uint64_t v = 1;
+	while (n--) {
+		v <<= 1;
+		if (v & (1ull << 32))
+			v ^= 0x104c11db7ull;
+	}
+	return v;
+}
+
+uint64_t fold_const(unsigned n)
+{
+	uint64_t k = xpow_mod(n) << 1, r = 0; // degree <= 32, no x^0 term
+	for (unsigned t = 1; t <= 32; t++)
+		if (k >> t & 1)
+			r |= 1ull << (64 - t);
+	return r;
+}
+
+struct FoldConsts {
+	uint64_t k128_h, k128_l, k512_h, k512_l;
+};
+
+const FoldConsts kFold = {fold_const(128 + 63), fold_const(128 - 1), fold_const(512 + 63),
+			  fold_const(512 - 1)};
+
+__attribute__((target("pclmul,sse4.1"))) inline __m128i fold(__m128i a, __m128i k)
+{
+	return _mm_xor_si128(_mm_clmulepi64_si128(a, k, 0x00), _mm_clmulepi64_si128(a, k, 0x11));
+}
+
+__attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc, const uint8_t *p,
+							       size_t len)
+{
+	const __m128i k128 = _mm_set_epi64x(int64_t(kFold.k128_l), int64_t(kFold.k128_h));
+	const __m128i k512 = _mm_set_epi64x(int64_t(kFold.k512_l), int64_t(kFold.k512_h));
+	auto load = [](const uint8_t *q) {
+		return _mm_loadu_si128(reinterpret_cast<const __m128i *>(q));
+	};
+	// The register enters as an XOR into the first four bytes.
+	__m128i a = _mm_xor_si128(load(p), _mm_cvtsi32_si128(int(crc)));
+	p += 16;
+	len -= 16;
+	if (len >= 48) {
+		__m128i b = load(p), c = load(p + 16), d = load(p + 32);
+		p += 48;
+		len -= 48;
+		while (len >= 64) {
+			a = _mm_xor_si128(fold(a, k512), load(p));
+			b = _mm_xor_si128(fold(b, k512), load(p + 16));
+			c = _mm_xor_si128(fold(c, k512), load(p + 32));
+			d = _mm_xor_si128(fold(d, k512), load(p + 48));
+			p += 64;
+			len -= 64;
+		}
+		a = _mm_xor_si128(fold(a, k128), b);
+		a = _mm_xor_si128(fold(a, k128), c);
+		a = _mm_xor_si128(fold(a, k128), d);
+	}
+	while (len >= 16) {
+		a = _mm_xor_si128(fold(a, k128), load(p));
+		p += 16;
+		len -= 16;
+	}
+	// What is left of A is reduced by the table walk, then the tail.
+	uint8_t rest[16];
+	_mm_storeu_si128(reinterpret_cast<__m128i *>(rest), a);
+	return crc32_table(crc32_table(0, rest, 16), p, len);
+}
+
+bool have_clmul()
+{
+	static const bool yes = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+	return yes;
+}
+
+} // namespace
+#endif
+
+uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
+{
+	const uint8_t *p = static_cast<const uint8_t *>(data);
+#if defined(__x86_64__)
+	if (len >= 64 && have_clmul())
+		return crc32_clmul(crc, p, len);
+#endif
+	return crc32_table(crc, p, len);
+}
+
+uint32_t crc32_update_table(uint32_t crc, const void *data, size_t len)
+{
+	return crc32_table(crc, static_cast<const uint8_t *>(data), len);
 }
 
 bool is_v4mapped(const uint8_t a[16])

@@ -12,6 +12,8 @@ namespace ibv_coll::emu::wire {
 // Reflected CRC-32, polynomial 0x04c11db7, no inversion in or out (the
 // caller starts at 0xffffffff and inverts at the end).
 uint32_t crc32_update(uint32_t crc, const void *data, size_t len);
+// The same by table lookups only (the carry-less path is checked against it).
+uint32_t crc32_update_table(uint32_t crc, const void *data, size_t len);
 
 // The addresses and ports of the UDP datagram carrying a packet.  IPv4
 // addresses are IPv4-mapped IPv6 addresses (::ffff:a.b.c.d).

@@ -306,6 +306,38 @@ struct ibv_coll_caps {
 
 int ibv_query_coll_caps(struct ibv_coll_context *context, struct ibv_coll_caps *caps);
 
+/* The device's counters since the context was opened. */
+struct ibv_coll_counters {
+	uint64_t comp_mask;
+	/* the port */
+	uint64_t tx_packets, tx_bytes, rx_packets, rx_bytes;
+	uint64_t rx_icrc_errors;	/* dropped: bad invariant CRC */
+	uint64_t rx_malformed;		/* dropped: bad header, length or opcode */
+	uint64_t rx_no_qp;		/* dropped: no such QP */
+	uint64_t rx_bad_source;		/* dropped: not from the QP's peer */
+	uint64_t rx_bad_state;		/* dropped: the QP cannot take it now */
+	uint64_t rx_duplicates;		/* RC: repeated or stale packets */
+	/* RC transport */
+	uint64_t rc_retransmits, rc_timeouts;
+	uint64_t rc_seq_naks_sent, rc_seq_naks_rcvd, rc_rnr_naks_sent, rc_rnr_naks_rcvd;
+	/* collective engine */
+	uint64_t coll_tx_data, coll_rx_data;	 /* partials sent and received */
+	uint64_t coll_tx_result, coll_rx_result; /* results sent and received */
+	uint64_t coll_tx_bytes, coll_rx_bytes;	 /* their payload bytes */
+	uint64_t coll_retrans_data, coll_retrans_result;
+	uint64_t coll_duplicates;		 /* blocks seen again, not reduced again */
+	uint64_t coll_early, coll_early_dropped; /* blocks of messages not started here */
+	uint64_t coll_stale;			 /* blocks of finished messages */
+	uint64_t coll_bad_key, coll_bad_job, coll_bad_block, coll_bad_node, coll_malformed;
+	uint64_t coll_seg_busy;			 /* a block's Seg unit was taken */
+	uint64_t coll_aborts_sent, coll_aborts_rcvd, coll_timeouts;
+	uint64_t coll_reductions;		 /* reduce operations on blocks */
+	uint32_t seg_units, seg_in_use, seg_high_water;
+};
+
+int ibv_query_coll_counters(struct ibv_coll_context *context,
+			    struct ibv_coll_counters *counters);
+
 struct ibv_coll_qp_cap {
 	uint32_t max_send_wr;
 	uint32_t max_recv_wr;

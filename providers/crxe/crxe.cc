@@ -25,6 +25,7 @@ const core::ProviderOps kOps = {
 	.post_send = post_send,
 	.post_recv = post_recv,
 	.query_caps = query_caps,
+	.query_counters = query_counters,
 };
 
 } // namespace

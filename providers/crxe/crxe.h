@@ -108,6 +108,7 @@ int query_qp(core::Qp *qp, ibv_coll_qp_attr *attr, int mask, ibv_coll_qp_init_at
 int post_send(core::Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad);
 int post_recv(core::Qp *qp, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad);
 int query_caps(core::Context *ctx, ibv_coll_caps *caps);
+int query_counters(core::Context *ctx, ibv_coll_counters *c);
 // Collective QPs (crxe_coll.cc).
 int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out);
 int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad);

@@ -27,6 +27,55 @@ int query_caps(core::Context *c, ibv_coll_caps *caps)
 	return 0;
 }
 
+int query_counters(core::Context *c, ibv_coll_counters *o)
+{
+	emu::NicCounters n = to_crxe(c)->nic->counters();
+	memset(o, 0, sizeof(*o));
+	o->tx_packets = n.port.tx_packets;
+	o->tx_bytes = n.port.tx_bytes;
+	o->rx_packets = n.port.rx_packets;
+	o->rx_bytes = n.port.rx_bytes;
+	o->rx_icrc_errors = n.rx_icrc_err;
+	o->rx_malformed = n.rx_malformed;
+	o->rx_no_qp = n.rx_no_qp;
+	o->rx_bad_source = n.rx_bad_src;
+	o->rx_bad_state = n.rx_bad_state;
+	o->rx_duplicates = n.rx_dup;
+	o->rc_retransmits = n.tx_retransmits;
+	o->rc_timeouts = n.timeouts;
+	o->rc_seq_naks_sent = n.seq_naks_sent;
+	o->rc_seq_naks_rcvd = n.seq_naks_rcvd;
+	o->rc_rnr_naks_sent = n.rnr_naks_sent;
+	o->rc_rnr_naks_rcvd = n.rnr_naks_rcvd;
+	const emu::CollCounters &k = n.coll;
+	o->coll_tx_data = k.tx_data;
+	o->coll_rx_data = k.rx_data;
+	o->coll_tx_result = k.tx_result;
+	o->coll_rx_result = k.rx_result;
+	o->coll_tx_bytes = k.tx_bytes;
+	o->coll_rx_bytes = k.rx_bytes;
+	o->coll_retrans_data = k.retrans_data;
+	o->coll_retrans_result = k.retrans_result;
+	o->coll_duplicates = k.dup_dropped;
+	o->coll_early = k.early_stored;
+	o->coll_early_dropped = k.early_dropped;
+	o->coll_stale = k.stale_dropped;
+	o->coll_bad_key = k.bad_key;
+	o->coll_bad_job = k.bad_job;
+	o->coll_bad_block = k.bad_block;
+	o->coll_bad_node = k.bad_node;
+	o->coll_malformed = k.malformed;
+	o->coll_seg_busy = k.seg_busy;
+	o->coll_aborts_sent = k.aborts_sent;
+	o->coll_aborts_rcvd = k.aborts_rcvd;
+	o->coll_timeouts = k.timeouts;
+	o->coll_reductions = k.reductions;
+	o->seg_units = n.seg_units;
+	o->seg_in_use = n.seg_in_use;
+	o->seg_high_water = n.seg_high_water;
+	return 0;
+}
+
 int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 {
 	if (!in || in->comp_mask || in->flags || !in->members || !in->num_nodes ||

@@ -4,6 +4,7 @@
 // struct iphdr / ip6_hdr / udphdr).
 #include "wire/icrc.h"
 #include "wire/roce.h"
+#include "ref_icrc.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -16,66 +17,8 @@
 #include <vector>
 
 using namespace ibv_coll::emu::wire;
-
-namespace {
-
-// Reference CRC-32 (IEEE 802.3, reflected), one bit at a time.
-uint32_t ref_crc(uint32_t crc, const uint8_t *p, size_t n)
-{
-	while (n--) {
-		crc ^= *p++;
-		for (int k = 0; k < 8; k++)
-			crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1)));
-	}
-	return crc;
-}
-
-// Reference ICRC: build the masked pseudo packet in one buffer.
-uint32_t ref_icrc(bool v6, const uint8_t src[16], const uint8_t dst[16], uint16_t sport,
-		  uint16_t dport, const std::vector<uint8_t> &roce)
-{
-	std::vector<uint8_t> b(8, 0xff);
-	uint16_t udp_len = uint16_t(sizeof(udphdr) + roce.size() + 4);
-	if (!v6) {
-		iphdr ip{};
-		ip.version = 4;
-		ip.ihl = 5;
-		ip.tos = 0xff;
-		ip.tot_len = htons(uint16_t(sizeof(iphdr) + udp_len));
-		ip.id = 0;
-		ip.frag_off = htons(IP_DF);
-		ip.ttl = 0xff;
-		ip.protocol = IPPROTO_UDP;
-		ip.check = 0xffff;
-		memcpy(&ip.saddr, src + 12, 4);
-		memcpy(&ip.daddr, dst + 12, 4);
-		auto *p = reinterpret_cast<uint8_t *>(&ip);
-		b.insert(b.end(), p, p + sizeof(ip));
-	} else {
-		ip6_hdr ip{};
-		ip.ip6_flow = htonl(0x6fffffffu);
-		ip.ip6_plen = htons(udp_len);
-		ip.ip6_nxt = IPPROTO_UDP;
-		ip.ip6_hlim = 0xff;
-		memcpy(&ip.ip6_src, src, 16);
-		memcpy(&ip.ip6_dst, dst, 16);
-		auto *p = reinterpret_cast<uint8_t *>(&ip);
-		b.insert(b.end(), p, p + sizeof(ip));
-	}
-	udphdr u{};
-	u.source = htons(sport);
-	u.dest = htons(dport);
-	u.len = htons(udp_len);
-	u.check = 0xffff;
-	auto *up = reinterpret_cast<uint8_t *>(&u);
-	b.insert(b.end(), up, up + sizeof(u));
-	size_t bth = b.size();
-	b.insert(b.end(), roce.begin(), roce.end());
-	b[bth + 4] = 0xff; // resv8a
-	return ~ref_crc(0xffffffffu, b.data(), b.size());
-}
-
-} // namespace
+using ibvc_test::ref_crc;
+using ibvc_test::ref_icrc;
 
 TEST(Wire, HeaderSizes)
 {
@@ -181,6 +124,28 @@ TEST(Icrc, Crc32CheckValues)
 		b = uint8_t(rng());
 	for (size_t n : {0u, 1u, 7u, 8u, 9u, 63u, 4099u})
 		EXPECT_EQ(crc32_update(0x12345678u, buf.data(), n), ref_crc(0x12345678u, buf.data(), n));
+}
+
+TEST(Icrc, CarrylessFoldingMatchesTheTables)
+{
+	// Every length from 0 to 600 and some long ones, every alignment, random
+	// starting registers: the folding path against the table walk and the
+	// bitwise reference.
+	std::mt19937 rng(5);
+	std::vector<uint8_t> buf(70000);
+	for (auto &b : buf)
+		b = uint8_t(rng());
+	for (size_t n = 0; n <= 600; n++) {
+		uint32_t init = uint32_t(rng());
+		size_t off = n % 13;
+		uint32_t want = ref_crc(init, buf.data() + off, n);
+		ASSERT_EQ(crc32_update(init, buf.data() + off, n), want) << n;
+		ASSERT_EQ(crc32_update_table(init, buf.data() + off, n), want) << n;
+	}
+	for (size_t n : {4096u, 4097u, 9000u, 65536u, 69999u}) {
+		uint32_t init = uint32_t(rng());
+		EXPECT_EQ(crc32_update(init, buf.data() + 1, n), ref_crc(init, buf.data() + 1, n)) << n;
+	}
 }
 
 TEST(Icrc, MatchesReferenceForIpv4AndIpv6)

@@ -1,0 +1,285 @@
+/* ibvc_boot - a small out-of-band rendezvous: node 0 gathers every node's
+ * blob over a stream socket and sends the whole table back to each. */
+#define _GNU_SOURCE
+#include "ibvc_boot.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+struct ibvc_boot {
+	int node, nodes, timeout_ms;
+	int lfd;       /* node 0: listening socket */
+	int *fds;      /* node 0: one per other node, by node index */
+	int fd;        /* others: the connection to node 0 */
+	char *unix_path;
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int wait_fd(int fd, short ev, int64_t deadline)
+{
+	for (;;) {
+		int64_t left = deadline - now_ms();
+		struct pollfd p = {fd, ev, 0};
+		int r;
+		if (left <= 0)
+			return ETIMEDOUT;
+		r = poll(&p, 1, (int)left);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return errno;
+	}
+}
+
+static int send_all(int fd, const void *p, size_t n, int64_t deadline)
+{
+	const char *b = p;
+	while (n) {
+		ssize_t r;
+		int err = wait_fd(fd, POLLOUT, deadline);
+		if (err)
+			return err;
+		r = send(fd, b, n, MSG_NOSIGNAL);
+		if (r < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			return errno;
+		}
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int recv_all(int fd, void *p, size_t n, int64_t deadline)
+{
+	char *b = p;
+	while (n) {
+		ssize_t r;
+		int err = wait_fd(fd, POLLIN, deadline);
+		if (err)
+			return err;
+		r = recv(fd, b, n, 0);
+		if (r == 0)
+			return EPIPE; /* the peer went away */
+		if (r < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			return errno;
+		}
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* Resolve addr into a socket address; *family tells which. */
+static int resolve(const char *addr, struct sockaddr_storage *ss, socklen_t *len)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (!strncmp(addr, "unix:", 5)) {
+		struct sockaddr_un *u = (struct sockaddr_un *)ss;
+		if (strlen(addr + 5) >= sizeof(u->sun_path))
+			return ENAMETOOLONG;
+		u->sun_family = AF_UNIX;
+		strcpy(u->sun_path, addr + 5);
+		*len = sizeof(*u);
+		return 0;
+	}
+	const char *colon = strrchr(addr, ':');
+	char host[256];
+	struct addrinfo hints, *res;
+	size_t hl;
+	if (!colon || colon == addr)
+		return EINVAL;
+	hl = (size_t)(colon - addr);
+	if (hl >= sizeof(host))
+		return ENAMETOOLONG;
+	memcpy(host, addr, hl);
+	host[hl] = 0;
+	if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') { /* [v6]:port */
+		memmove(host, host + 1, hl - 2);
+		host[hl - 2] = 0;
+	}
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_socktype = SOCK_STREAM;
+	if (getaddrinfo(host, colon + 1, &hints, &res))
+		return EHOSTUNREACH;
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*len = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+static int open_server(struct ibvc_boot *b, const char *addr, int64_t deadline)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int one = 1, i, err = resolve(addr, &ss, &len);
+	if (err)
+		return err;
+	if (ss.ss_family == AF_UNIX) {
+		b->unix_path = strdup(((struct sockaddr_un *)&ss)->sun_path);
+		unlink(b->unix_path);
+	}
+	b->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (b->lfd < 0)
+		return errno;
+	setsockopt(b->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(b->lfd, (struct sockaddr *)&ss, len) || listen(b->lfd, b->nodes))
+		return errno;
+	for (i = 1; i < b->nodes; i++) {
+		int32_t who;
+		int fd;
+		if ((err = wait_fd(b->lfd, POLLIN, deadline)))
+			return err;
+		fd = accept4(b->lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0)
+			return errno;
+		if ((err = recv_all(fd, &who, sizeof(who), deadline))) {
+			close(fd);
+			return err;
+		}
+		if (who < 1 || who >= b->nodes || b->fds[who] >= 0) {
+			close(fd);
+			return EPROTO; /* a stranger, or a node twice */
+		}
+		b->fds[who] = fd;
+	}
+	return 0;
+}
+
+static int open_client(struct ibvc_boot *b, const char *addr, int64_t deadline)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int32_t me = b->node;
+	int err = resolve(addr, &ss, &len);
+	if (err)
+		return err;
+	/* Node 0 may not be listening yet: try until the deadline. */
+	for (;;) {
+		b->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (b->fd < 0)
+			return errno;
+		if (!connect(b->fd, (struct sockaddr *)&ss, len))
+			break;
+		err = errno;
+		close(b->fd);
+		b->fd = -1;
+		if (now_ms() >= deadline)
+			return err;
+		usleep(20000);
+	}
+	return send_all(b->fd, &me, sizeof(me), deadline);
+}
+
+int ibvc_boot_open(const char *addr, int node, int nodes, int timeout_ms, struct ibvc_boot **out)
+{
+	struct ibvc_boot *b;
+	int64_t deadline = now_ms() + timeout_ms;
+	int i, err;
+	if (!addr || !out || nodes < 1 || node < 0 || node >= nodes || timeout_ms <= 0)
+		return EINVAL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return ENOMEM;
+	b->node = node;
+	b->nodes = nodes;
+	b->timeout_ms = timeout_ms;
+	b->lfd = b->fd = -1;
+	b->fds = malloc(sizeof(int) * (size_t)nodes);
+	if (!b->fds) {
+		free(b);
+		return ENOMEM;
+	}
+	for (i = 0; i < nodes; i++)
+		b->fds[i] = -1;
+	err = nodes == 1 ? 0 : node == 0 ? open_server(b, addr, deadline)
+					 : open_client(b, addr, deadline);
+	if (err) {
+		ibvc_boot_close(b);
+		return err;
+	}
+	*out = b;
+	return 0;
+}
+
+int ibvc_boot_allgather(struct ibvc_boot *b, const void *mine, size_t len, void *all)
+{
+	int64_t deadline = now_ms() + b->timeout_ms;
+	char *table = all;
+	int i, err;
+	memcpy(table + (size_t)b->node * len, mine, len);
+	if (b->nodes == 1)
+		return 0;
+	if (b->node != 0) {
+		if ((err = send_all(b->fd, mine, len, deadline)))
+			return err;
+		return recv_all(b->fd, table, len * (size_t)b->nodes, deadline);
+	}
+	for (i = 1; i < b->nodes; i++)
+		if ((err = recv_all(b->fds[i], table + (size_t)i * len, len, deadline)))
+			return err;
+	for (i = 1; i < b->nodes; i++)
+		if ((err = send_all(b->fds[i], table, len * (size_t)b->nodes, deadline)))
+			return err;
+	return 0;
+}
+
+int ibvc_boot_barrier(struct ibvc_boot *b)
+{
+	char one = 1, *all = malloc((size_t)b->nodes);
+	int err;
+	if (!all)
+		return ENOMEM;
+	err = ibvc_boot_allgather(b, &one, 1, all);
+	free(all);
+	return err;
+}
+
+void ibvc_boot_close(struct ibvc_boot *b)
+{
+	int i;
+	if (!b)
+		return;
+	for (i = 0; i < b->nodes; i++)
+		if (b->fds[i] >= 0)
+			close(b->fds[i]);
+	if (b->fd >= 0)
+		close(b->fd);
+	if (b->lfd >= 0)
+		close(b->lfd);
+	if (b->unix_path) {
+		unlink(b->unix_path);
+		free(b->unix_path);
+	}
+	free(b->fds);
+	free(b);
+}
+
+int ibvc_boot_from_env(const char **addr, int *node, int *nodes)
+{
+	const char *a = getenv("IBVC_BOOT_ADDR"), *n = getenv("IBVC_BOOT_NODE"),
+		   *s = getenv("IBVC_BOOT_NODES");
+	if (!a || !n || !s)
+		return ENOENT;
+	*addr = a;
+	*node = atoi(n);
+	*nodes = atoi(s);
+	return *nodes >= 1 && *node >= 0 && *node < *nodes ? 0 : EINVAL;
+}

@@ -1,0 +1,318 @@
+/*
+ * ibv_coll_allreduce - run every collective through the offload engine
+ * and check the results.
+ *
+ * Start one process per node; each serves -k local ranks (buffers) through
+ * one collective QP.  The processes meet through ibvc_boot (node 0 listens
+ * on the -b address).  Each collective runs with int32 data whose correct
+ * result has a closed form, and every destination is checked against it.
+ *
+ *   ibv_coll_allreduce -b unix:/tmp/ar.sock -i 0 -n 4 -k 2 &   (one per node)
+ *   or, under ibv_coll_run, with no -b/-i/-n (read from IBVC_BOOT_*).
+ */
+#define _GNU_SOURCE
+#include "ibvc_boot.h"
+
+#include <ibv_coll/ibv_coll.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+struct opts {
+	const char *boot, *dev;
+	int node, nodes, ranks, iters;
+	uint64_t count;
+	int topology;
+	const char *only;
+};
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static void usage(const char *argv0)
+{
+	printf("usage: %s [-b ADDR -i NODE -n NODES] [-k RANKS] [-c COUNT] [-I ITERS] [-d DEV] "
+	       "[-t ring|auto]\n"
+	       "  -b, --boot ADDR    rendezvous: unix:/path or host:port (node 0 listens)\n"
+	       "  -i, --node N       this node's index; -n, --nodes N: how many\n"
+	       "                     (default: IBVC_BOOT_ADDR/NODE/NODES, as ibv_coll_run sets)\n"
+	       "  -k, --ranks K      local ranks served by this node (default 2)\n"
+	       "  -c, --count C      int32 elements per rank (default 262144)\n"
+	       "  -I, --iters N      repetitions of each collective (default 5)\n"
+	       "  -d, --ib-dev DEV   device (default crxe_lo)\n"
+	       "  -t, --topology T   ring or auto (default ring)\n"
+	       "  -o, --only NAME    run only this collective (allreduce, reduce, bcast, allgather,\n"
+	       "                     reduce_scatter, barrier)\n",
+	       argv0);
+}
+
+/* Rank g's source element e: small enough that sums of 64 ranks stay exact. */
+static int32_t input(uint32_t g, uint64_t e)
+{
+	return (int32_t)((g * 7919u + e * 31u) % 100003u) - 50000;
+}
+
+static const char *ran_str(unsigned flags)
+{
+	if (flags & IBV_COLL_WC_FALLBACK)
+		return "ring (fallback)";
+	if (flags & IBV_COLL_WC_HIERARCHY)
+		return "hierarchy";
+	if (flags & IBV_COLL_WC_SWITCH)
+		return "switch";
+	if (flags & IBV_COLL_WC_RING)
+		return "ring";
+	if (flags & IBV_COLL_WC_LOCAL)
+		return "local";
+	return "?";
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = {NULL, "crxe_lo", -1, -1, 2, 5, 262144, IBV_COLL_TOPO_RING, NULL};
+	static const struct option lo[] = {
+		{"boot", 1, NULL, 'b'},	 {"node", 1, NULL, 'i'},  {"nodes", 1, NULL, 'n'},
+		{"ranks", 1, NULL, 'k'}, {"count", 1, NULL, 'c'}, {"iters", 1, NULL, 'I'},
+		{"ib-dev", 1, NULL, 'd'}, {"topology", 1, NULL, 't'}, {"only", 1, NULL, 'o'},
+		{"help", 0, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int c, err, n, failures = 0;
+	while ((c = getopt_long(argc, argv, "b:i:n:k:c:I:d:t:o:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'b': o.boot = optarg; break;
+		case 'i': o.node = atoi(optarg); break;
+		case 'n': o.nodes = atoi(optarg); break;
+		case 'k': o.ranks = atoi(optarg); break;
+		case 'c': o.count = strtoull(optarg, NULL, 0); break;
+		case 'I': o.iters = atoi(optarg); break;
+		case 'd': o.dev = optarg; break;
+		case 't':
+			o.topology = !strcmp(optarg, "auto") ? IBV_COLL_TOPO_AUTO : IBV_COLL_TOPO_RING;
+			break;
+		case 'o': o.only = optarg; break;
+		case 'h': usage(argv[0]); return 0;
+		default: usage(argv[0]); return 2;
+		}
+	}
+	if (!o.boot && ibvc_boot_from_env(&o.boot, &o.node, &o.nodes)) {
+		fprintf(stderr, "ibv_coll_allreduce: give -b/-i/-n, or run under ibv_coll_run\n");
+		return 2;
+	}
+	if (o.ranks < 1 || o.ranks > 64 || o.node < 0 || o.node >= o.nodes || o.iters < 1) {
+		usage(argv[0]);
+		return 2;
+	}
+
+	struct ibv_coll_device **list = ibv_get_coll_device_list(&n);
+	struct ibv_coll_context *ctx = NULL;
+	for (int i = 0; list && i < n && !ctx; i++)
+		if (!strcmp(ibv_get_coll_device_name(list[i]), o.dev))
+			ctx = ibv_open_coll_device(list[i]);
+	ibv_free_coll_device_list(list);
+	if (!ctx) {
+		fprintf(stderr, "ibv_coll_allreduce: cannot open %s: %s\n", o.dev, strerror(errno));
+		return 1;
+	}
+	struct ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
+	struct ibv_coll_cq *cq = ibv_create_coll_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_coll_qp_init_attr ia = {0};
+	ia.send_cq = cq;
+	ia.recv_cq = cq;
+	ia.qp_type = IBV_COLL_QPT_COLL;
+	ia.cap.max_send_wr = 8;
+	ia.cap.max_send_sge = (uint32_t)o.ranks;
+	struct ibv_coll_qp *qp = pd && cq ? ibv_create_coll_qp(pd, &ia) : NULL;
+	if (!qp) {
+		fprintf(stderr, "ibv_coll_allreduce: create qp: %s\n", strerror(errno));
+		return 1;
+	}
+	struct ibv_coll_qp_attr a = {0};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	if ((err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT))) {
+		fprintf(stderr, "ibv_coll_allreduce: INIT: %s\n", strerror(err));
+		return 1;
+	}
+
+	/* Exchange member entries, then bring the job up. */
+	struct ibvc_boot *boot;
+	if ((err = ibvc_boot_open(o.boot, o.node, o.nodes, 60000, &boot))) {
+		fprintf(stderr, "ibv_coll_allreduce: bootstrap %s: %s\n", o.boot, strerror(err));
+		return 1;
+	}
+	struct ibv_coll_port_attr pa;
+	struct ibv_coll_member me = {0}, *members = calloc((size_t)o.nodes, sizeof(me));
+	ibv_query_coll_port(ctx, 1, &pa);
+	ibv_query_coll_gid(ctx, 1, 0, &me.gid);
+	me.udp_port = pa.udp_port;
+	me.num_ranks = (uint16_t)o.ranks;
+	me.qp_num = qp->qp_num;
+	if ((err = ibvc_boot_allgather(boot, &me, sizeof(me), members))) {
+		fprintf(stderr, "ibv_coll_allreduce: exchange: %s\n", strerror(err));
+		return 1;
+	}
+	uint32_t K = 0, first = 0;
+	for (int i = 0; i < o.nodes; i++) {
+		if (i == o.node)
+			first = K;
+		K += members[i].num_ranks;
+	}
+	struct ibv_coll_job_attr job = {0};
+	job.jid = 1;
+	job.node_index = (uint32_t)o.node;
+	job.num_nodes = (uint32_t)o.nodes;
+	job.members = members;
+	job.topology = (enum ibv_coll_topology)o.topology;
+	job.seg_count = 256;
+	job.job_key = 0x1bc011ull;
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = pa.active_mtu;
+	a.job = &job;
+	if ((err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB |
+							  IBV_COLL_QP_PATH_MTU))) {
+		fprintf(stderr, "ibv_coll_allreduce: RTR: %s\n", strerror(err));
+		return 1;
+	}
+	a.qp_state = IBV_QPS_RTS;
+	if ((err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE))) {
+		fprintf(stderr, "ibv_coll_allreduce: RTS: %s\n", strerror(err));
+		return 1;
+	}
+	ibvc_boot_barrier(boot);
+
+	/* Per rank: a source and a destination big enough for every collective. */
+	const uint64_t cnt = o.count, big = cnt * K;
+	size_t per = (size_t)(2 * big) * 4; /* source and destination, each up to count * ranks */
+	int32_t *arena = malloc(per * (size_t)o.ranks);
+	struct ibv_coll_mr *mr = ibv_reg_coll_mr(pd, arena, per * (size_t)o.ranks,
+						 IBV_ACCESS_LOCAL_WRITE);
+	if (!arena || !mr) {
+		fprintf(stderr, "ibv_coll_allreduce: buffers: %s\n", strerror(errno));
+		return 1;
+	}
+	struct ibv_sge *s = calloc((size_t)o.ranks, sizeof(*s)), *d = calloc((size_t)o.ranks, sizeof(*d));
+	static const enum ibv_coll_wr_opcode colls[] = {
+		IBV_COLL_WR_ALLREDUCE, IBV_COLL_WR_REDUCE,	   IBV_COLL_WR_BCAST,
+		IBV_COLL_WR_ALLGATHER, IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_WR_BARRIER,
+	};
+	if (o.node == 0)
+		printf("%-15s %12s %6s %-16s %10s %10s %8s\n", "collective", "count", "ranks",
+		       "ran", "avg_us", "GB/s", "#wrong");
+	for (size_t ci = 0; ci < sizeof(colls) / sizeof(colls[0]); ci++) {
+		enum ibv_coll_wr_opcode op = colls[ci];
+		if (o.only && strcasecmp(o.only, ibv_coll_wr_opcode_str(op)))
+			continue;
+		uint64_t src_n = op == IBV_COLL_WR_REDUCE_SCATTER ? big : cnt;
+		uint64_t dst_n = op == IBV_COLL_WR_ALLGATHER ? big : cnt;
+		uint32_t root = K - 1;
+		double total = 0;
+		long wrong = 0;
+		unsigned flags = 0;
+		for (int it = 0; it < o.iters; it++) {
+			for (int r = 0; r < o.ranks; r++) {
+				int32_t *src = (int32_t *)((char *)arena + per * (size_t)r);
+				int32_t *dst = src + big;
+				if (it == 0)
+					for (uint64_t e = 0; e < src_n; e++)
+						src[e] = input(first + (uint32_t)r, e);
+				if (it == o.iters - 1)
+					memset(dst, 0xa5, dst_n * 4);
+				s[r] = (struct ibv_sge){(uintptr_t)src, (uint32_t)(src_n * 4), mr->lkey};
+				d[r] = (struct ibv_sge){(uintptr_t)dst, (uint32_t)(dst_n * 4), mr->lkey};
+			}
+			struct ibv_coll_send_wr wr = {0}, *bad;
+			wr.wr_id = ci;
+			wr.opcode = op;
+			wr.send_flags = IBV_COLL_SEND_SIGNALED;
+			wr.sg_list = s;
+			wr.num_sge = op == IBV_COLL_WR_BARRIER ? 0 : o.ranks;
+			wr.wr.coll.dst_list = d;
+			wr.wr.coll.count = cnt;
+			wr.wr.coll.op = IBV_COLL_OP_SUM;
+			wr.wr.coll.dtype = IBV_COLL_DTYPE_INT32;
+			wr.wr.coll.root = root;
+			double t0 = now_us();
+			if ((err = ibv_post_coll_send(qp, &wr, &bad))) {
+				fprintf(stderr, "ibv_coll_allreduce: post: %s\n", strerror(err));
+				return 1;
+			}
+			struct ibv_coll_wc wc;
+			while ((n = ibv_poll_coll_cq(cq, 1, &wc)) == 0)
+				sched_yield();
+			total += now_us() - t0;
+			if (n < 0 || wc.status != IBV_WC_SUCCESS) {
+				fprintf(stderr, "node %d: %s failed: %s (%s)\n", o.node,
+					ibv_coll_wr_opcode_str(op), ibv_coll_wc_status_str(wc.status),
+					ibv_coll_status_str(wc.coll_status));
+				return 1;
+			}
+			flags = wc.wc_flags;
+			/* Check every destination against the closed form, after the
+			 * last run (checking in between would time the checks). */
+			for (int r = 0; r < o.ranks && it == o.iters - 1; r++) {
+				uint32_t g = first + (uint32_t)r;
+				int32_t *dst = (int32_t *)((char *)arena + per * (size_t)r) + big;
+				for (uint64_t e = 0; e < dst_n && op != IBV_COLL_WR_BARRIER; e++) {
+					int64_t want = 0;
+					int written = 1;
+					switch (op) {
+					case IBV_COLL_WR_ALLREDUCE:
+					case IBV_COLL_WR_REDUCE:
+						written = op == IBV_COLL_WR_ALLREDUCE || g == root;
+						for (uint32_t q = 0; q < K; q++)
+							want += input(q, e);
+						break;
+					case IBV_COLL_WR_BCAST:
+						want = input(root, e);
+						break;
+					case IBV_COLL_WR_ALLGATHER:
+						want = input((uint32_t)(e / cnt), e % cnt);
+						break;
+					case IBV_COLL_WR_REDUCE_SCATTER:
+						for (uint32_t q = 0; q < K; q++)
+							want += input(q, g * cnt + e);
+						break;
+					default:
+						break;
+					}
+					if (written ? dst[e] != (int32_t)want : dst[e] != (int32_t)0xa5a5a5a5)
+						wrong++;
+				}
+			}
+		}
+		failures += wrong != 0;
+		double avg = total / o.iters;
+		double bytes = (double)(op == IBV_COLL_WR_ALLGATHER ? big : cnt) * 4;
+		if (o.node == 0)
+			printf("%-15s %12lu %6u %-16s %10.1f %10.3f %8ld\n", ibv_coll_wr_opcode_str(op),
+			       (unsigned long)cnt, K, ran_str(flags), avg,
+			       op == IBV_COLL_WR_BARRIER ? 0.0 : bytes / avg / 1e3, wrong);
+		else if (wrong)
+			printf("node %d: %s: %ld wrong elements\n", o.node, ibv_coll_wr_opcode_str(op),
+			       wrong);
+	}
+	ibvc_boot_barrier(boot); /* everyone done before anyone leaves */
+	ibvc_boot_close(boot);
+	ibv_destroy_coll_qp(qp);
+	ibv_dereg_coll_mr(mr);
+	ibv_destroy_coll_cq(cq);
+	ibv_dealloc_coll_pd(pd);
+	ibv_close_coll_device(ctx);
+	free(arena);
+	free(members);
+	free(s);
+	free(d);
+	return failures ? 1 : 0;
+}

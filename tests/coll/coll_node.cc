@@ -1,0 +1,400 @@
+// One node of a multi-process collective test: opens the device, builds a
+// collective QP serving `ranks` local ranks, meets the other nodes through
+// ibvc_boot, then runs a scenario's list of collectives and checks every
+// local destination against the independent reference (coll_ref).  Exits 0
+// when everything matched; prints each mismatch.
+#include "coll_ref.h"
+#include "ibvc_boot.h"
+
+#include <ibv_coll/ibv_coll.h>
+
+#include <getopt.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace ibvc_test;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Opts {
+	std::string boot, dev, scenario = "full";
+	int node = 0, nodes = 1;
+	std::vector<uint16_t> ranks; // per node
+	uint64_t seed = 1;
+	int mtu = IBV_MTU_1024;
+	uint32_t timeout_ms = 0;
+	uint32_t seg_count = 256;
+	int topology = IBV_COLL_TOPO_RING;
+	bool verbose = false;
+};
+
+struct Case {
+	int coll, op, dtype;
+	uint64_t count;
+	uint32_t root;
+	int mode;
+};
+
+const int kColls[] = {IBV_COLL_WR_ALLREDUCE, IBV_COLL_WR_REDUCE,	   IBV_COLL_WR_BCAST,
+		      IBV_COLL_WR_ALLGATHER, IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_WR_BARRIER};
+
+bool valid(int op, int dtype)
+{
+	return dtype <= IBV_COLL_DTYPE_UINT64 || op < IBV_COLL_OP_BAND;
+}
+
+std::vector<Case> scenario(const Opts &o, uint32_t K)
+{
+	std::vector<Case> v;
+	const uint64_t mtu = 128u << o.mtu;
+	if (o.scenario == "full") {
+		for (int c : kColls) {
+			// Counts: none, one, odd, exactly one block, many blocks.
+			for (uint64_t n : {uint64_t(0), uint64_t(1), uint64_t(7), mtu / 4,
+					   3 * mtu / 4 + 5, uint64_t(1000)})
+				v.push_back({c, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, n, K - 1, 0});
+			if (c == IBV_COLL_WR_BARRIER)
+				continue;
+			v.push_back({c, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 1001, K / 2, 0});
+			v.push_back({c, IBV_COLL_OP_MAX, IBV_COLL_DTYPE_FLOAT16, 333, 0, 1});
+			v.push_back({c, IBV_COLL_OP_AVG, IBV_COLL_DTYPE_BFLOAT16, 257, K - 1, 0});
+			v.push_back({c, IBV_COLL_OP_BXOR, IBV_COLL_DTYPE_UINT8, 4099, 0, 0});
+		}
+		// Every valid (op, dtype) pair through allreduce, odd counts.
+		for (int d = IBV_COLL_DTYPE_INT8; d <= IBV_COLL_DTYPE_FLOAT64; d++)
+			for (int op = IBV_COLL_OP_SUM; op <= IBV_COLL_OP_BXOR; op++)
+				if (valid(op, d))
+					v.push_back({IBV_COLL_WR_ALLREDUCE, op, d, 515, 0,
+						     d >= IBV_COLL_DTYPE_FLOAT16 && op != IBV_COLL_OP_PROD
+							     ? 1
+							     : 0});
+	} else if (o.scenario == "big") {
+		// 64 MiB per rank (allgather and reduce-scatter: 64 MiB vectors).
+		const uint64_t f = 16u << 20;
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f, 0, 0});
+		v.push_back({IBV_COLL_WR_REDUCE, IBV_COLL_OP_MAX, IBV_COLL_DTYPE_INT32, f, K - 1, 0});
+		v.push_back({IBV_COLL_WR_BCAST, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, 4 * f, 1 % K, 0});
+		v.push_back({IBV_COLL_WR_ALLGATHER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f / K, 0, 0});
+		v.push_back({IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f / K,
+			     0, 0});
+	} else if (o.scenario == "lossy") {
+		for (int c : kColls)
+			for (uint64_t n : {uint64_t(1), uint64_t(7), uint64_t(4099), uint64_t(40000)})
+				v.push_back({c, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, n, K - 1, 0});
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 4u << 20, 0,
+			     0});
+	} else if (o.scenario == "die") {
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 8u << 20, 0,
+			     0});
+	}
+	return v;
+}
+
+[[noreturn]] void die(const char *what, int err)
+{
+	fprintf(stderr, "coll_node: %s: %s\n", what, strerror(err));
+	exit(100);
+}
+
+std::vector<uint16_t> parse_ranks(const char *s)
+{
+	std::vector<uint16_t> r;
+	std::stringstream ss(s);
+	std::string item;
+	while (std::getline(ss, item, ','))
+		r.push_back(uint16_t(atoi(item.c_str())));
+	return r;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	Opts o;
+	static const option lo[] = {
+		{"boot", 1, nullptr, 'b'},    {"node", 1, nullptr, 'i'},  {"nodes", 1, nullptr, 'n'},
+		{"ranks", 1, nullptr, 'k'},   {"scenario", 1, nullptr, 's'}, {"seed", 1, nullptr, 'S'},
+		{"dev", 1, nullptr, 'd'},     {"mtu", 1, nullptr, 'm'},   {"timeout-ms", 1, nullptr, 't'},
+		{"seg-count", 1, nullptr, 'g'}, {"topology", 1, nullptr, 'T'},
+		{"verbose", 0, nullptr, 'v'}, {nullptr, 0, nullptr, 0},
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:v", lo, nullptr)) != -1) {
+		switch (c) {
+		case 'b': o.boot = optarg; break;
+		case 'i': o.node = atoi(optarg); break;
+		case 'n': o.nodes = atoi(optarg); break;
+		case 'k': o.ranks = parse_ranks(optarg); break;
+		case 's': o.scenario = optarg; break;
+		case 'S': o.seed = strtoull(optarg, nullptr, 0); break;
+		case 'd': o.dev = optarg; break;
+		case 'm': o.mtu = atoi(optarg); break;
+		case 't': o.timeout_ms = uint32_t(atoi(optarg)); break;
+		case 'g': o.seg_count = uint32_t(atoi(optarg)); break;
+		case 'T': o.topology = atoi(optarg); break;
+		case 'v': o.verbose = true; break;
+		default: return 2;
+		}
+	}
+	if (o.ranks.size() == 1)
+		o.ranks.assign(size_t(o.nodes), o.ranks[0]);
+	if (o.ranks.size() != size_t(o.nodes))
+		return 2;
+	if (o.dev.empty())
+		o.dev = getenv("IBV_COLL_TEST_DEV") ? getenv("IBV_COLL_TEST_DEV") : "crxe_lo";
+	const uint16_t k = o.ranks[size_t(o.node)];
+
+	// Device, PD, CQ, the collective QP.
+	int n = 0;
+	ibv_coll_device **list = ibv_get_coll_device_list(&n);
+	ibv_coll_context *ctx = nullptr;
+	for (int i = 0; list && i < n && !ctx; i++)
+		if (o.dev == ibv_get_coll_device_name(list[i]))
+			ctx = ibv_open_coll_device(list[i]);
+	ibv_free_coll_device_list(list);
+	if (!ctx)
+		die("open device", errno ? errno : ENODEV);
+	ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
+	ibv_coll_cq *cq = ibv_create_coll_cq(ctx, 64, nullptr, nullptr, 0);
+	if (!pd || !cq)
+		die("pd/cq", errno);
+	ibv_coll_qp_init_attr ia{};
+	ia.send_cq = ia.recv_cq = cq;
+	ia.qp_type = IBV_COLL_QPT_COLL;
+	ia.cap.max_send_wr = 16;
+	ia.cap.max_send_sge = k;
+	ibv_coll_qp *qp = ibv_create_coll_qp(pd, &ia);
+	if (!qp)
+		die("create qp", errno);
+	ibv_coll_qp_attr a{};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	if (int err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT))
+		die("INIT", err);
+
+	// Meet the others.
+	ibvc_boot *boot;
+	if (int err = ibvc_boot_open(o.boot.c_str(), o.node, o.nodes, 60000, &boot))
+		die("bootstrap", err);
+	ibv_coll_member me{};
+	ibv_coll_port_attr pa;
+	ibv_query_coll_port(ctx, 1, &pa);
+	ibv_query_coll_gid(ctx, 1, 0, &me.gid);
+	me.udp_port = pa.udp_port;
+	me.num_ranks = k;
+	me.qp_num = qp->qp_num;
+	std::vector<ibv_coll_member> members(size_t(o.nodes));
+	if (int err = ibvc_boot_allgather(boot, &me, sizeof(me), members.data()))
+		die("exchange", err);
+	for (int i = 0; i < o.nodes; i++)
+		if (members[size_t(i)].num_ranks != o.ranks[size_t(i)])
+			die("rank counts disagree", EPROTO);
+	ibv_coll_job_attr job{};
+	job.jid = 42;
+	job.node_index = uint32_t(o.node);
+	job.num_nodes = uint32_t(o.nodes);
+	job.members = members.data();
+	job.topology = ibv_coll_topology(o.topology);
+	job.seg_base = 0;
+	job.seg_count = o.seg_count;
+	job.job_key = 0x5eed0000 ^ o.seed;
+	job.timeout_ms = o.timeout_ms;
+	a = {};
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = ibv_mtu(o.mtu);
+	a.job = &job;
+	if (int err = ibv_modify_coll_qp(qp, &a,
+					 IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU))
+		die("RTR", err);
+	a.qp_state = IBV_QPS_RTS;
+	if (int err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE))
+		die("RTS", err);
+	if (int err = ibvc_boot_barrier(boot))
+		die("barrier", err);
+
+	CollSpec spec;
+	spec.ranks = o.ranks;
+	const uint32_t K = spec.total_ranks(), first = spec.first_rank(uint32_t(o.node));
+	auto cases = scenario(o, K);
+
+	// One arena for every case: per rank a source and a destination.
+	uint64_t src_max = 0, dst_max = 0;
+	for (const Case &cs : cases) {
+		CollSpec s = spec;
+		s.coll = cs.coll;
+		s.dtype = cs.dtype;
+		s.count = cs.count;
+		src_max = std::max(src_max, src_elems(s) * dtype_size(cs.dtype));
+		dst_max = std::max(dst_max, dst_elems(s) * dtype_size(cs.dtype));
+	}
+	src_max = std::max<uint64_t>(src_max, 64);
+	dst_max = std::max<uint64_t>(dst_max, 64);
+	size_t arena_len = size_t(k) * (src_max + dst_max);
+	auto *arena = static_cast<uint8_t *>(
+		mmap(nullptr, arena_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+	if (arena == MAP_FAILED)
+		die("mmap", errno);
+	ibv_coll_mr *mr = ibv_reg_coll_mr(pd, arena, arena_len, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		die("reg mr", errno);
+	auto src = [&](uint16_t r) { return arena + size_t(r) * src_max; };
+	auto dst = [&](uint16_t r) { return arena + size_t(k) * src_max + size_t(r) * dst_max; };
+
+	int failures = 0;
+	uint32_t mid = 0;
+	for (size_t ci = 0; ci < cases.size(); ci++) {
+		const Case &cs = cases[ci];
+		CollSpec s = spec;
+		s.coll = cs.coll;
+		s.op = cs.op;
+		s.dtype = cs.dtype;
+		s.count = cs.count;
+		s.root = cs.root % K;
+		const size_t es = dtype_size(s.dtype);
+		const uint64_t se = src_elems(s), de = dst_elems(s);
+		std::vector<ibv_sge> ssge(k), dsge(k);
+		for (uint16_t r = 0; r < k; r++) {
+			fill_input(s, o.seed + ci, first + r, src(r), se, cs.mode);
+			memset(dst(r), 0xa5, de * es);
+			ssge[r] = {reinterpret_cast<uint64_t>(src(r)), uint32_t(se * es), mr->lkey};
+			dsge[r] = {reinterpret_cast<uint64_t>(dst(r)), uint32_t(de * es), mr->lkey};
+		}
+		ibv_coll_send_wr wr{}, *bad;
+		wr.wr_id = ci;
+		wr.opcode = ibv_coll_wr_opcode(s.coll);
+		wr.send_flags = IBV_COLL_SEND_SIGNALED;
+		wr.sg_list = ssge.data();
+		wr.num_sge = s.coll == IBV_COLL_WR_BARRIER ? 0 : k;
+		wr.wr.coll.dst_list = dsge.data();
+		wr.wr.coll.count = s.count;
+		wr.wr.coll.op = ibv_coll_op(s.op);
+		wr.wr.coll.dtype = ibv_coll_dtype(s.dtype);
+		wr.wr.coll.root = s.root;
+		auto t0 = Clock::now();
+		if (int err = ibv_post_coll_send(qp, &wr, &bad))
+			die("post", err);
+		mid++;
+		if (o.scenario == "die" && o.node == 2) {
+			usleep(30000);
+			fprintf(stderr, "coll_node %d: dying mid-allreduce\n", o.node);
+			_exit(0);
+		}
+		ibv_coll_wc wc{};
+		for (unsigned spins = 0;; spins++) {
+			int got = ibv_poll_coll_cq(cq, 1, &wc);
+			if (got < 0)
+				die("poll", -got);
+			if (got)
+				break;
+			if (spins > 64)
+				sched_yield();
+		}
+		double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+		if (o.scenario == "die") {
+			// Survivors: an error completion, within the job's timeout.
+			printf("node %d: %s / %s after %.0f ms\n", o.node,
+			       ibv_coll_wc_status_str(wc.status), ibv_coll_status_str(wc.coll_status), ms);
+			bool ok = wc.status != IBV_WC_SUCCESS &&
+				  (wc.coll_status == IBV_COLL_STATUS_TIMEOUT ||
+				   wc.coll_status == IBV_COLL_STATUS_REMOTE_ABORT) &&
+				  ms < o.timeout_ms + 2000.0;
+			return ok ? 0 : 1;
+		}
+		if (wc.status != IBV_WC_SUCCESS || wc.coll_status != IBV_COLL_STATUS_SUCCESS ||
+		    wc.wr_id != ci || wc.mid != mid || wc.jid != 42 ||
+		    wc.opcode != ibv_coll_wc_opcode(s.coll)) {
+			fprintf(stderr,
+				"node %d case %zu (coll %#x count %lu): completion %s / %s, wr_id %lu "
+				"mid %u\n",
+				o.node, ci, s.coll, (unsigned long)s.count,
+				ibv_coll_wc_status_str(wc.status), ibv_coll_status_str(wc.coll_status),
+				(unsigned long)wc.wr_id, wc.mid);
+			failures++;
+			break;
+		}
+		const unsigned want_flags = o.nodes == 1 ? IBV_COLL_WC_LOCAL : IBV_COLL_WC_RING;
+		if (!(wc.wc_flags & want_flags)) {
+			fprintf(stderr, "node %d case %zu: flags %#x lack %#x\n", o.node, ci, wc.wc_flags,
+				want_flags);
+			failures++;
+		}
+		for (uint16_t r = 0; r < k; r++) {
+			std::vector<uint8_t> want = expected_output(s, o.seed + ci, first + r, cs.mode);
+			if (want.empty()) {
+				// Not written: must still hold the fill.
+				for (uint64_t b = 0; b < de * es; b++) {
+					if (dst(r)[b] != 0xa5) {
+						fprintf(stderr, "node %d case %zu rank %u: byte %lu written\n",
+							o.node, ci, first + r, (unsigned long)b);
+						failures++;
+						break;
+					}
+				}
+				continue;
+			}
+			int64_t bad_at = first_mismatch(s, dst(r), want.data(), de);
+			if (bad_at >= 0) {
+				fprintf(stderr,
+					"node %d case %zu (coll %#x op %d dtype %d count %lu root %u): "
+					"rank %u element %ld differs\n",
+					o.node, ci, s.coll, s.op, s.dtype, (unsigned long)s.count, s.root,
+					first + r, (long)bad_at);
+				failures++;
+			}
+		}
+		if (o.verbose)
+			printf("node %d case %zu coll %#x count %lu: %.2f ms\n", o.node, ci, s.coll,
+			       (unsigned long)s.count, ms);
+	}
+	// QUERY on the last message: done.
+	if (!failures && mid) {
+		ibv_coll_send_wr q{}, *bad;
+		q.opcode = IBV_COLL_WR_QUERY;
+		q.wr_id = 9999;
+		q.send_flags = IBV_COLL_SEND_SIGNALED;
+		q.wr.coll.mid = mid;
+		if (int err = ibv_post_coll_send(qp, &q, &bad))
+			die("post query", err);
+		ibv_coll_wc wc{};
+		while (ibv_poll_coll_cq(cq, 1, &wc) == 0)
+			sched_yield();
+		if (wc.opcode != IBV_COLL_WC_QUERY || wc.msg_state != IBV_COLL_MSG_DONE ||
+		    wc.blocks_done != wc.blocks_total) {
+			fprintf(stderr, "node %d: query of mid %u: state %d %u/%u\n", o.node, mid,
+				wc.msg_state, wc.blocks_done, wc.blocks_total);
+			failures++;
+		}
+	}
+	ibv_coll_counters cn;
+	if (!ibv_query_coll_counters(ctx, &cn))
+		printf("node %d: %zu cases, %d failures; tx %lu pkts, coll data %lu/%lu result %lu/%lu, "
+		       "retrans %lu/%lu, dup %lu, early %lu, seg high water %u\n",
+		       o.node, cases.size(), failures, (unsigned long)cn.tx_packets,
+		       (unsigned long)cn.coll_tx_data, (unsigned long)cn.coll_rx_data,
+		       (unsigned long)cn.coll_tx_result, (unsigned long)cn.coll_rx_result,
+		       (unsigned long)cn.coll_retrans_data, (unsigned long)cn.coll_retrans_result,
+		       (unsigned long)cn.coll_duplicates, (unsigned long)cn.coll_early,
+		       cn.seg_high_water);
+	// Everyone finishes before anyone tears down: a node that leaves early
+	// would look dead to the others' last retransmissions.
+	ibvc_boot_barrier(boot);
+	ibvc_boot_close(boot);
+	ibv_destroy_coll_qp(qp);
+	ibv_dereg_coll_mr(mr);
+	ibv_destroy_coll_cq(cq);
+	ibv_dealloc_coll_pd(pd);
+	ibv_close_coll_device(ctx);
+	munmap(arena, arena_len);
+	return failures ? 1 : 0;
+}

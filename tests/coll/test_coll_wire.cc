@@ -1,0 +1,394 @@
+// The collective protocol on the wire, against a peer written here from
+// the specification: this test plays node 1 of a two-node ring job with a
+// plain UDP socket, builds and checks every packet itself (BTH, CETH,
+// ICRC by the reference implementation), sends forged and damaged packets
+// that must be dropped and counted, and checks that a repeated partial is
+// answered with the result and never reduced twice.
+#include "ref_icrc.h"
+
+#include <ibv_coll/ibv_coll.h>
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+using namespace ibvc_test;
+
+namespace {
+
+uint32_t be32(const uint8_t *p)
+{
+	return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
+}
+uint64_t be64(const uint8_t *p)
+{
+	return uint64_t(be32(p)) << 32 | be32(p + 4);
+}
+void put32(std::vector<uint8_t> &v, uint32_t x)
+{
+	for (int s = 24; s >= 0; s -= 8)
+		v.push_back(uint8_t(x >> s));
+}
+void put64(std::vector<uint8_t> &v, uint64_t x)
+{
+	put32(v, uint32_t(x >> 32));
+	put32(v, uint32_t(x));
+}
+
+// The CETH as ibv_coll_wire(7) lays it out.
+struct Ceth {
+	uint8_t coll = 0x40, op = 0, dtype = 2, flags = 0, status = 0, phase = 1;
+	uint16_t src_node = 1;
+	uint32_t jid = 9, mid = 1, sid = 0;
+	uint16_t seg = 0, len = 0;
+	uint64_t node_map = 0, rank_map = 1, key = 0;
+};
+
+struct Packet {
+	uint8_t opcode;
+	uint32_t dqpn, psn;
+	Ceth h;
+	std::vector<uint8_t> payload;
+	bool icrc_ok;
+};
+
+const uint8_t kLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+constexpr uint64_t kKey = 0xfeedbeefcafef00dull;
+constexpr uint32_t kFakeQpn = 0x99;
+
+class Fake {
+public:
+	explicit Fake(uint16_t port = 0)
+	{
+		fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		sockaddr_in a{};
+		a.sin_family = AF_INET;
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		a.sin_port = htons(port);
+		bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof(a));
+		socklen_t l = sizeof(a);
+		getsockname(fd_, reinterpret_cast<sockaddr *>(&a), &l);
+		port_ = ntohs(a.sin_port);
+	}
+	~Fake() { close(fd_); }
+	uint16_t port() const { return port_; }
+
+	void send(uint16_t to_port, uint8_t opcode, uint32_t dqpn, const Ceth &h,
+		  const std::vector<uint8_t> &payload, bool corrupt_icrc = false,
+		  int extra_payload = 0)
+	{
+		std::vector<uint8_t> r;
+		uint32_t pad = (4 - ((payload.size() + size_t(extra_payload)) & 3)) & 3;
+		r.push_back(opcode);
+		r.push_back(uint8_t(0x40 | pad << 4));
+		r.push_back(0xff);
+		r.push_back(0xff);
+		put32(r, dqpn & 0xffffff);
+		put32(r, h.sid & 0xffffff);
+		r.push_back(h.coll);
+		r.push_back(h.op);
+		r.push_back(h.dtype);
+		r.push_back(h.flags);
+		r.push_back(h.status);
+		r.push_back(h.phase);
+		r.push_back(uint8_t(h.src_node >> 8));
+		r.push_back(uint8_t(h.src_node));
+		put32(r, h.jid);
+		put32(r, h.mid);
+		put32(r, h.sid);
+		r.push_back(uint8_t(h.seg >> 8));
+		r.push_back(uint8_t(h.seg));
+		r.push_back(uint8_t(h.len >> 8));
+		r.push_back(uint8_t(h.len));
+		put64(r, h.node_map);
+		put64(r, h.rank_map);
+		put64(r, h.key);
+		r.insert(r.end(), payload.begin(), payload.end());
+		r.insert(r.end(), size_t(extra_payload) + pad, 0);
+		uint32_t crc = ref_icrc(false, kLo, kLo, port_, to_port, r);
+		if (corrupt_icrc)
+			crc ^= 1;
+		for (int i = 0; i < 4; i++)
+			r.push_back(uint8_t(crc >> (8 * i)));
+		sockaddr_in a{};
+		a.sin_family = AF_INET;
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		a.sin_port = htons(to_port);
+		sendto(fd_, r.data(), r.size(), 0, reinterpret_cast<sockaddr *>(&a), sizeof(a));
+	}
+
+	// The next packet from the device (the library's engine thread sends
+	// it): false on timeout.
+	bool recv(Packet *p, uint16_t from_port, int timeout_ms = 3000)
+	{
+		uint8_t b[9000];
+		pollfd pf{fd_, POLLIN, 0};
+		if (poll(&pf, 1, timeout_ms) != 1)
+			return false;
+		sockaddr_in a{};
+		socklen_t l = sizeof(a);
+		ssize_t n = recvfrom(fd_, b, sizeof(b), 0, reinterpret_cast<sockaddr *>(&a), &l);
+		if (n < 12 + 48 + 4)
+			return false;
+		p->opcode = b[0];
+		p->dqpn = be32(b + 4) & 0xffffff;
+		p->psn = be32(b + 8) & 0xffffff;
+		const uint8_t *c = b + 12;
+		Ceth &h = p->h;
+		h.coll = c[0];
+		h.op = c[1];
+		h.dtype = c[2];
+		h.flags = c[3];
+		h.status = c[4];
+		h.phase = c[5];
+		h.src_node = uint16_t(c[6] << 8 | c[7]);
+		h.jid = be32(c + 8);
+		h.mid = be32(c + 12);
+		h.sid = be32(c + 16);
+		h.seg = uint16_t(c[20] << 8 | c[21]);
+		h.len = uint16_t(c[22] << 8 | c[23]);
+		h.node_map = be64(c + 24);
+		h.rank_map = be64(c + 32);
+		h.key = be64(c + 40);
+		uint32_t pad = (b[1] >> 4) & 3;
+		p->payload.assign(b + 60, b + n - 4 - pad);
+		std::vector<uint8_t> roce(b, b + n - 4);
+		uint32_t crc = uint32_t(b[n - 4]) | uint32_t(b[n - 3]) << 8 | uint32_t(b[n - 2]) << 16 |
+			       uint32_t(b[n - 1]) << 24;
+		p->icrc_ok = crc == ref_icrc(false, kLo, kLo, from_port, port_, roce) &&
+			     ntohs(a.sin_port) == from_port;
+		return true;
+	}
+
+private:
+	int fd_;
+	uint16_t port_;
+};
+
+std::vector<uint8_t> i32(std::initializer_list<int32_t> v)
+{
+	std::vector<uint8_t> b;
+	for (int32_t x : v) {
+		uint8_t t[4];
+		memcpy(t, &x, 4); // the device reduces host-order elements
+		b.insert(b.end(), t, t + 4);
+	}
+	return b;
+}
+
+int32_t first_i32(const std::vector<uint8_t> &b)
+{
+	int32_t x = 0;
+	if (b.size() >= 4)
+		memcpy(&x, b.data(), 4);
+	return x;
+}
+
+} // namespace
+
+TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
+{
+	setenv("IBV_COLL_EMU_COLL_RTO_US", "30000", 1);
+	int n;
+	ibv_coll_device **l = ibv_get_coll_device_list(&n);
+	ibv_coll_context *ctx = nullptr;
+	for (int i = 0; l && i < n && !ctx; i++)
+		if (!strcmp(ibv_get_coll_device_name(l[i]), "crxe_lo"))
+			ctx = ibv_open_coll_device(l[i]);
+	ibv_free_coll_device_list(l);
+	unsetenv("IBV_COLL_EMU_COLL_RTO_US");
+	ASSERT_NE(ctx, nullptr);
+	ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
+	ibv_coll_cq *cq = ibv_create_coll_cq(ctx, 16, nullptr, nullptr, 0);
+	ibv_coll_qp_init_attr ia{};
+	ia.send_cq = ia.recv_cq = cq;
+	ia.qp_type = IBV_COLL_QPT_COLL;
+	ia.cap.max_send_wr = 8;
+	ia.cap.max_send_sge = 1;
+	ibv_coll_qp *qp = ibv_create_coll_qp(pd, &ia);
+	ASSERT_NE(qp, nullptr);
+	ibv_coll_port_attr pa;
+	ASSERT_EQ(ibv_query_coll_port(ctx, 1, &pa), 0);
+	const uint16_t dev_port = pa.udp_port;
+
+	Fake fake, stranger;
+	ibv_coll_member m[2]{};
+	memcpy(m[0].gid.raw, kLo, 16);
+	m[0].udp_port = dev_port;
+	m[0].num_ranks = 1;
+	m[0].qp_num = qp->qp_num;
+	memcpy(m[1].gid.raw, kLo, 16);
+	m[1].udp_port = fake.port();
+	m[1].num_ranks = 1;
+	m[1].qp_num = kFakeQpn;
+	ibv_coll_job_attr job{};
+	job.jid = 9;
+	job.node_index = 0;
+	job.num_nodes = 2;
+	job.members = m;
+	job.seg_count = 8;
+	job.job_key = kKey;
+	ibv_coll_qp_attr a{};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	ASSERT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT), 0);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.job = &job;
+	ASSERT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB |
+						     IBV_COLL_QP_PATH_MTU),
+		  0);
+	a.qp_state = IBV_QPS_RTS;
+	ASSERT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE), 0);
+
+	int32_t buf[4] = {10, 20, -1, -1}; // source [10, 20], destination after
+	ibv_coll_mr *mr = ibv_reg_coll_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	ibv_sge s{reinterpret_cast<uint64_t>(&buf[0]), 8, mr->lkey};
+	ibv_sge d{reinterpret_cast<uint64_t>(&buf[2]), 8, mr->lkey};
+	ibv_coll_send_wr wr{}, *bad;
+	wr.wr_id = 1;
+	wr.opcode = IBV_COLL_WR_ALLREDUCE;
+	wr.send_flags = IBV_COLL_SEND_SIGNALED;
+	wr.sg_list = &s;
+	wr.num_sge = 1;
+	wr.wr.coll.dst_list = &d;
+	wr.wr.coll.count = 2;
+	wr.wr.coll.op = IBV_COLL_OP_SUM;
+	wr.wr.coll.dtype = IBV_COLL_DTYPE_INT32;
+	ASSERT_EQ(ibv_post_coll_send(qp, &wr, &bad), 0);
+	ibv_coll_wc wc;
+	ibv_poll_coll_cq(cq, 1, &wc); // lend the thread once
+
+	// Chunk 0 (element 0) starts at node 0: its partial comes to us.
+	Packet p;
+	ASSERT_TRUE(fake.recv(&p, dev_port));
+	EXPECT_TRUE(p.icrc_ok) << "the device's ICRC fails the reference";
+	EXPECT_EQ(p.opcode, 0xe0);
+	EXPECT_EQ(p.dqpn, kFakeQpn);
+	EXPECT_EQ(p.h.coll, 0x40);
+	EXPECT_EQ(p.h.op, IBV_COLL_OP_SUM);
+	EXPECT_EQ(p.h.dtype, IBV_COLL_DTYPE_INT32);
+	EXPECT_EQ(p.h.jid, 9u);
+	EXPECT_EQ(p.h.mid, 1u);
+	EXPECT_EQ(p.h.sid, 0u);
+	EXPECT_EQ(p.h.phase, 1);
+	EXPECT_EQ(p.h.src_node, 0);
+	EXPECT_EQ(p.h.node_map, 1u);
+	EXPECT_EQ(p.h.key, kKey);
+	EXPECT_EQ(p.h.len, 4);
+	EXPECT_EQ(first_i32(p.payload), 10);
+
+	// Forged or damaged partials of chunk 1 (element 1): all dropped.
+	Ceth h;
+	h.sid = 1;
+	h.len = 4;
+	h.node_map = 2; // node 1's data only
+	h.key = kKey;
+	ibv_coll_counters c0, c1;
+	ASSERT_EQ(ibv_query_coll_counters(ctx, &c0), 0);
+	fake.send(dev_port, 0xe0, qp->qp_num, h, i32({1000}), true); // bad ICRC
+	Ceth x = h;
+	x.key ^= 1;
+	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // wrong key
+	x = h;
+	x.jid = 10;
+	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // wrong job
+	x = h;
+	x.sid = 7;
+	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // no such block
+	x = h;
+	x.node_map = 3;
+	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // claims node 0's data
+	x = h;
+	x.phase = 2;
+	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // impossible hop
+	x = h;
+	x.src_node = 0;
+	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // poses as node 0
+	fake.send(dev_port, 0xe0, qp->qp_num, h, i32({1000}), false, 4); // longer than its len
+	stranger.send(dev_port, 0xe0, qp->qp_num, h, i32({1000})); // not a member's address
+	usleep(100000);
+	ibv_poll_coll_cq(cq, 1, &wc);
+	ASSERT_EQ(ibv_query_coll_counters(ctx, &c1), 0);
+	EXPECT_EQ(c1.rx_icrc_errors - c0.rx_icrc_errors, 1u);
+	EXPECT_EQ(c1.coll_bad_key - c0.coll_bad_key, 1u);
+	EXPECT_EQ(c1.coll_bad_job - c0.coll_bad_job, 1u);
+	EXPECT_EQ(c1.coll_bad_block - c0.coll_bad_block, 1u);
+	EXPECT_EQ(c1.coll_bad_node - c0.coll_bad_node, 2u);
+	EXPECT_EQ(c1.coll_malformed - c0.coll_malformed, 3u);
+	EXPECT_EQ(c1.coll_reductions - c0.coll_reductions, 0u) << "a forged block was reduced";
+	// QUERY: nothing was accepted.
+	ibv_coll_send_wr q{};
+	q.opcode = IBV_COLL_WR_QUERY;
+	q.wr.coll.mid = 1;
+	ASSERT_EQ(ibv_post_coll_send(qp, &q, &bad), 0);
+	while (ibv_poll_coll_cq(cq, 1, &wc) == 0)
+		;
+	EXPECT_EQ(wc.msg_state, IBV_COLL_MSG_ACTIVE);
+	EXPECT_EQ(wc.blocks_done, 0u);
+	EXPECT_EQ(wc.blocks_total, 2u);
+
+	// The real partial: node 0 finishes chunk 1 (20 + 5) and sends us the
+	// result.  Node 0 may also have sent its chunk-0 partial again by now.
+	fake.send(dev_port, 0xe0, qp->qp_num, h, i32({5}));
+	auto next_result = [&](uint32_t sid, Packet *r) {
+		for (int i = 0; i < 20; i++) {
+			if (!fake.recv(r, dev_port))
+				return false;
+			if (r->opcode == 0xe1 && r->h.sid == sid)
+				return true;
+			EXPECT_EQ(r->opcode, 0xe0);
+			EXPECT_TRUE(r->h.flags & 2) << "a repeated partial is flagged";
+		}
+		return false;
+	};
+	ASSERT_TRUE(next_result(1, &p));
+	EXPECT_TRUE(p.icrc_ok);
+	EXPECT_EQ(p.h.phase, 1);
+	EXPECT_EQ(p.h.node_map, 3u);
+	EXPECT_EQ(first_i32(p.payload), 25);
+	// The same partial again: answered with the same result, not reduced.
+	ASSERT_EQ(ibv_query_coll_counters(ctx, &c0), 0);
+	fake.send(dev_port, 0xe0, qp->qp_num, h, i32({5}));
+	ASSERT_TRUE(next_result(1, &p));
+	EXPECT_EQ(first_i32(p.payload), 25) << "reduced twice";
+	ASSERT_EQ(ibv_query_coll_counters(ctx, &c1), 0);
+	EXPECT_EQ(c1.coll_reductions, c0.coll_reductions);
+	EXPECT_GE(c1.coll_retrans_result, c0.coll_retrans_result + 1);
+
+	// We finish chunk 0 (10 + 7); node 0 writes it and passes it back to us.
+	Ceth r0;
+	r0.sid = 0;
+	r0.len = 4;
+	r0.node_map = 3;
+	r0.key = kKey;
+	fake.send(dev_port, 0xe1, qp->qp_num, r0, i32({17}));
+	ASSERT_TRUE(next_result(0, &p));
+	EXPECT_EQ(p.h.phase, 2) << "the result's second hop";
+	EXPECT_EQ(first_i32(p.payload), 17);
+	// Node 0's own result comes home through us: hop 2.
+	Ceth r1 = r0;
+	r1.sid = 1;
+	r1.phase = 2;
+	fake.send(dev_port, 0xe1, qp->qp_num, r1, i32({25}));
+	wc = {};
+	for (int i = 0; i < 5000000 && ibv_poll_coll_cq(cq, 1, &wc) == 0; i++)
+		;
+	EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_coll_wc_status_str(wc.status);
+	EXPECT_EQ(wc.wr_id, 1u);
+	EXPECT_EQ(buf[2], 17);
+	EXPECT_EQ(buf[3], 25);
+
+	ibv_destroy_coll_qp(qp);
+	ibv_dereg_coll_mr(mr);
+	ibv_destroy_coll_cq(cq);
+	ibv_dealloc_coll_pd(pd);
+	ibv_close_coll_device(ctx);
+}

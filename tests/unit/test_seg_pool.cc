@@ -1,0 +1,56 @@
+// Data cache & compute: a Seg unit fills on the first contribution,
+// reduces later ones, refuses a contribution whose bit is not pending (so
+// nothing is reduced twice), completes when both bitmaps are empty, and
+// ranges are reserved by one owner at a time.
+#include "coll/seg_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+using namespace ibv_coll::emu;
+
+TEST(SegPool, FillReduceDuplicateRelease)
+{
+	SegPool p(8, 4096);
+	EXPECT_EQ(p.size(), 8u);
+	EXPECT_EQ(p.unit_bytes(), 4096u);
+	ASSERT_TRUE(p.acquire(3, 1, 2, 5, RedOp::sum, Dtype::int32, 16, 0b101, 0b11));
+	EXPECT_FALSE(p.acquire(3, 1, 2, 6, RedOp::sum, Dtype::int32, 16, 1, 0)) << "busy";
+	EXPECT_EQ(p.in_use(), 1u);
+	const int32_t a[4] = {1, 2, 3, 4}, b[4] = {10, 20, 30, 40}, c[4] = {100, 200, 300, 400};
+	EXPECT_EQ(p.contribute(3, 0b001, 0, a, 16), SegResult::filled);
+	EXPECT_EQ(p.contribute(3, 0b001, 0, a, 16), SegResult::duplicate) << "node 0 twice";
+	EXPECT_EQ(p.contribute(3, 0b010, 0, a, 16), SegResult::duplicate) << "node 1 not expected";
+	EXPECT_EQ(p.contribute(3, 0b100, 0, b, 12), SegResult::mismatch) << "wrong length";
+	EXPECT_FALSE(p.complete(3));
+	EXPECT_EQ(p.contribute(3, 0b100, 0, b, 16), SegResult::reduced);
+	EXPECT_EQ(p.contribute_ranks(3, 0b11, c, 16), SegResult::reduced);
+	EXPECT_EQ(p.contribute_ranks(3, 0b01, c, 16), SegResult::duplicate) << "rank 0 twice";
+	EXPECT_TRUE(p.complete(3));
+	int32_t got[4];
+	memcpy(got, p.unit(3).data, 16);
+	EXPECT_EQ(got[0], 111);
+	EXPECT_EQ(got[3], 444);
+	EXPECT_EQ(p.unit(3).node_map, 0b101u);
+	p.release(3);
+	EXPECT_EQ(p.in_use(), 0u);
+	EXPECT_EQ(p.high_water(), 1u);
+	EXPECT_TRUE(p.acquire(3, 1, 2, 6, RedOp::max, Dtype::int32, 16, 1, 0));
+	EXPECT_FALSE(p.unit(3).filled) << "a reused unit starts empty";
+	EXPECT_FALSE(p.acquire(4, 1, 2, 6, RedOp::max, Dtype::int32, 4097, 1, 0)) << "too long";
+}
+
+TEST(SegPool, RangesHaveOneOwnerAtATime)
+{
+	SegPool p(16, 256);
+	EXPECT_TRUE(p.reserve(0, 8, 1));
+	EXPECT_TRUE(p.reserve(0, 8, 1)) << "the owner again";
+	EXPECT_TRUE(p.reserve(8, 8, 2));
+	EXPECT_FALSE(p.reserve(4, 8, 3)) << "overlaps both";
+	p.unreserve(0, 8, 1);
+	EXPECT_TRUE(p.reserve(4, 4, 3));
+	EXPECT_FALSE(p.reserve(0, 8, 1));
+	p.unreserve(4, 4, 2); // not its owner: no effect
+	EXPECT_FALSE(p.reserve(0, 8, 1));
+}
