@@ -22,7 +22,7 @@ extern char **environ;
 
 namespace {
 
-struct Run {
+struct NodeSet {
 	int nodes;
 	std::string ranks; // "2" for all, or "2,1,3"
 	std::string scenario;
@@ -42,7 +42,7 @@ std::string slurp(const std::string &path)
 
 // Start every node, wait for all of them (killing the lot past the
 // timeout), and return each node's exit status (-1: killed).
-std::vector<int> launch(const Run &r, std::string *logs)
+std::vector<int> launch(const NodeSet &r, std::string *logs)
 {
 	static int seq;
 	std::string tag = std::to_string(getpid()) + "_" + std::to_string(seq++);
@@ -107,11 +107,11 @@ std::vector<int> launch(const Run &r, std::string *logs)
 	return status;
 }
 
-class Coll : public ::testing::TestWithParam<Run> {};
+class Coll : public ::testing::TestWithParam<NodeSet> {};
 
 TEST_P(Coll, EveryNodeMatchesTheReference)
 {
-	const Run &r = GetParam();
+	const NodeSet &r = GetParam();
 	std::string logs;
 	std::vector<int> st = launch(r, &logs);
 	for (int i = 0; i < r.nodes; i++)
@@ -122,9 +122,9 @@ TEST_P(Coll, EveryNodeMatchesTheReference)
 		std::cout << logs.substr(0, 4000);
 }
 
-std::vector<Run> runs()
+std::vector<NodeSet> runs()
 {
-	std::vector<Run> v;
+	std::vector<NodeSet> v;
 	for (int n : {1, 2, 3, 4})
 		for (const char *k : {"1", "2", "4"})
 			v.push_back({n, k, "full", {}, {}, 240, ""});
@@ -140,7 +140,7 @@ std::vector<Run> runs()
 	return v;
 }
 
-std::string run_name(const ::testing::TestParamInfo<Run> &i)
+std::string run_name(const ::testing::TestParamInfo<NodeSet> &i)
 {
 	std::string k = i.param.ranks;
 	for (char &c : k)
@@ -159,7 +159,7 @@ TEST(CollFailure, KilledMemberGivesEveryoneAnErrorWithinTheBound)
 	// Node 2 of 4 dies 30 ms into a large allreduce; with a 1 s job
 	// timeout every survivor must complete with TIMEOUT or REMOTE_ABORT
 	// well within 3 s.
-	Run r{4, "1", "die", {}, {"--timeout-ms", "1000"}, 60, ""};
+	NodeSet r{4, "1", "die", {}, {"--timeout-ms", "1000"}, 60, ""};
 	std::string logs;
 	auto t0 = std::chrono::steady_clock::now();
 	std::vector<int> st = launch(r, &logs);
