@@ -24,6 +24,7 @@ enum {
 	kCollWindow,
 	kCollRto,
 	kCollTimeout,
+	kGso,
 	kCount
 };
 
@@ -62,6 +63,10 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_EMU_COLL_TIMEOUT_MS", "10000",
 	 "a collective that makes no progress this long fails with a timeout (jobs may set their own)",
 	 ConfigKind::uint, 1, 3600000},
+	{"IBV_COLL_EMU_GSO", "1",
+	 "send runs of packets to one peer with UDP segmentation offload and receive with UDP GRO "
+	 "(0: one datagram per system call)",
+	 ConfigKind::uint, 0, 1},
 };
 
 } // namespace
@@ -106,6 +111,9 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kVars[kCollTimeout], &v)))
 		return err;
 	c.coll_timeout_ms = uint32_t(v);
+	if ((err = util::config_uint(kVars[kGso], &v)))
+		return err;
+	c.gso = v != 0;
 	std::string imp = util::config_text(kVars[kImpair]);
 	if (Impairment::parse(imp, &c.impair)) {
 		IBVC_ERR("config", "IBV_COLL_EMU_IMPAIR={}: expected drop=P,dup=P,reorder=P,seed=N",

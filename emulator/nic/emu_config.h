@@ -20,6 +20,7 @@ struct EmuConfig {
 	uint32_t coll_window = 64;    // blocks a node keeps in flight per collective
 	uint32_t coll_rto_us = 20000; // a block without its result is sent again after this
 	uint32_t coll_timeout_ms = 10000; // a collective without progress fails after this
+	bool gso = true;		  // UDP segmentation offload and GRO
 	Impairment impair;
 };
 

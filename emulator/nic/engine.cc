@@ -46,7 +46,7 @@ Engine::~Engine()
 int Engine::start()
 {
 	int err = port.open(params.udp_port, params.port_fallback, params.cfg.impair,
-			    params.cfg.sockbuf);
+			    params.cfg.sockbuf, params.cfg.gso);
 	if (err)
 		return err;
 	// Several contexts may drive one netdev: name each by its port too.

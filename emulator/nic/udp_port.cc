@@ -5,8 +5,10 @@
 #include "util/log.h"
 
 #include <arpa/inet.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -82,8 +84,25 @@ struct UdpPort::Slot {
 	sockaddr_in6 addr;
 	iovec iov;
 	alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) +
-				      CMSG_SPACE(sizeof(in_pktinfo))];
+				      CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int))];
 };
+
+namespace {
+
+// Control data of one outgoing datagram or GSO super-packet: the source
+// address and, for a super-packet, the segment size.
+struct TxCtl {
+	alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(uint16_t))];
+};
+
+size_t pktinfo_space(const uint8_t *cbuf)
+{
+	return reinterpret_cast<const cmsghdr *>(cbuf)->cmsg_len <= CMSG_LEN(sizeof(in_pktinfo))
+		       ? CMSG_SPACE(sizeof(in_pktinfo))
+		       : CMSG_SPACE(sizeof(in6_pktinfo));
+}
+
+} // namespace
 
 UdpPort::UdpPort() = default;
 UdpPort::~UdpPort()
@@ -108,7 +127,8 @@ static int try_bind(int fd, bool v6, uint16_t port)
 	return bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) ? errno : 0;
 }
 
-int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf)
+int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf,
+		  bool gso)
 {
 	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	v6_ = fd >= 0;
@@ -165,12 +185,27 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 		setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &probe6, sizeof(probe6));
 	}
 
+	// Segmentation offload: a run of equal-sized packets to one peer
+	// leaves in one send and, where the receiver asked for GRO, arrives in
+	// one receive; on the wire (and in a capture) they are the same
+	// datagrams as without it.
+	gso_ = false;
+	if (gso) {
+		int one = 1;
+		gso_ = setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+		if (!gso_)
+			IBVC_INFO("port", "no UDP GRO ({}); sending packet by packet",
+				  util::errstr(errno));
+	}
+
 	imp_ = imp;
 	rng_.seed(imp.seed * 0x9e3779b97f4a7c15ull + port_);
 	tx_arena_.assign(size_t(kBatch) * kMaxPacket, 0);
-	rx_arena_.assign(size_t(kBatch) * kMaxPacket, 0);
+	rx_arena_.assign(size_t(kRxMsgs) * kRxBuf, 0);
+	rx_pending_.reserve(kRxMsgs * 64);
+	rx_next_ = 0;
 	tx_.reset(new Slot[kBatch]);
-	rx_.reset(new Slot[kBatch]);
+	rx_.reset(new Slot[kRxMsgs]);
 	return 0;
 }
 
@@ -270,23 +305,53 @@ void UdpPort::tx_flush()
 	if (!tx_n_)
 		return;
 	mmsghdr msgs[kBatch];
-	for (unsigned i = 0; i < tx_n_; i++) {
+	iovec iovs[kBatch];
+	TxCtl ctl[kBatch];
+	unsigned first[kBatch + 1]; // msgs[m] carries slots first[m]..first[m+1]-1
+	unsigned nmsg = 0;
+	for (unsigned i = 0; i < tx_n_;) {
 		Slot &s = tx_[i];
-		msghdr &m = msgs[i].msg_hdr;
+		size_t seg = s.iov.iov_len, total = seg;
+		size_t pi = pktinfo_space(s.cbuf);
+		unsigned j = i + 1;
+		// Grow a run: same peer and source, every packet but the last
+		// exactly seg bytes, within the kernel's segment and size limits.
+		while (gso_ && j < tx_n_ && j - i < 64 && tx_[j].iov.iov_len <= seg &&
+		       tx_[j - 1].iov.iov_len == seg && total + tx_[j].iov.iov_len <= kGsoMax &&
+		       memcmp(&tx_[j].addr, &s.addr, sizeof(s.addr)) == 0 &&
+		       memcmp(tx_[j].cbuf, s.cbuf, pi) == 0) {
+			total += tx_[j].iov.iov_len;
+			j++;
+		}
+		for (unsigned k = i; k < j; k++)
+			iovs[k] = tx_[k].iov;
+		msghdr &m = msgs[nmsg].msg_hdr;
 		memset(&m, 0, sizeof(m));
 		m.msg_name = &s.addr;
 		m.msg_namelen = v6_ ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-		m.msg_iov = &s.iov;
-		m.msg_iovlen = 1;
-		m.msg_control = s.cbuf;
-		m.msg_controllen = reinterpret_cast<cmsghdr *>(s.cbuf)->cmsg_len <=
-						   CMSG_LEN(sizeof(in_pktinfo))
-					   ? CMSG_SPACE(sizeof(in_pktinfo))
-					   : CMSG_SPACE(sizeof(in6_pktinfo));
+		m.msg_iov = &iovs[i];
+		m.msg_iovlen = j - i;
+		memcpy(ctl[nmsg].cbuf, s.cbuf, pi);
+		m.msg_control = ctl[nmsg].cbuf;
+		m.msg_controllen = pi;
+		if (j - i > 1) {
+			cmsghdr *c = reinterpret_cast<cmsghdr *>(ctl[nmsg].cbuf + pi);
+			c->cmsg_level = SOL_UDP;
+			c->cmsg_type = UDP_SEGMENT;
+			c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+			uint16_t gs = uint16_t(seg);
+			memcpy(CMSG_DATA(c), &gs, sizeof(gs));
+			m.msg_controllen = pi + CMSG_SPACE(sizeof(uint16_t));
+			ctr_.tx_gso++;
+		}
+		first[nmsg++] = i;
+		i = j;
 	}
+	first[nmsg] = tx_n_;
 	unsigned done = 0;
-	while (done < tx_n_) {
-		int n = sendmmsg(fd_.get(), msgs + done, tx_n_ - done, 0);
+	while (done < nmsg) {
+		int n = sendmmsg(fd_.get(), msgs + done, nmsg - done, 0);
+		ctr_.tx_syscalls++;
 		if (n > 0) {
 			done += unsigned(n);
 			continue;
@@ -294,6 +359,24 @@ void UdpPort::tx_flush()
 		int err = n < 0 ? errno : EIO;
 		if (err == EINTR)
 			continue;
+		msghdr &m = msgs[done].msg_hdr;
+		if (m.msg_iovlen > 1 && (err == EINVAL || err == EIO || err == EOPNOTSUPP)) {
+			// The kernel or the route refuses segmentation offload:
+			// send this run packet by packet, and stop using it.
+			IBVC_INFO("port", "UDP GSO refused ({}); sending packet by packet",
+				  util::errstr(err));
+			gso_ = false;
+			for (unsigned k = first[done]; k < first[done + 1]; k++) {
+				msghdr one = m;
+				one.msg_iov = &iovs[k];
+				one.msg_iovlen = 1;
+				one.msg_controllen = pktinfo_space(tx_[k].cbuf);
+				if (sendmsg(fd_.get(), &one, 0) < 0)
+					ctr_.tx_errors++;
+			}
+			done++;
+			continue;
+		}
 		// A full socket buffer or an unreachable peer loses the packet, as
 		// a wire would; reliability is the transport's job.
 		ctr_.tx_errors++;
@@ -306,11 +389,24 @@ void UdpPort::tx_flush()
 
 unsigned UdpPort::rx_batch(RxPacket *out)
 {
-	mmsghdr msgs[kBatch];
-	for (unsigned i = 0; i < kBatch; i++) {
+	if (rx_next_ == rx_pending_.size() && !rx_fill())
+		return 0;
+	size_t n = std::min<size_t>(kBatch, rx_pending_.size() - rx_next_);
+	memcpy(out, rx_pending_.data() + rx_next_, n * sizeof(RxPacket));
+	rx_next_ += n;
+	return unsigned(n);
+}
+
+// One recvmmsg; a GRO super-packet is split back into its datagrams.
+unsigned UdpPort::rx_fill()
+{
+	rx_pending_.clear();
+	rx_next_ = 0;
+	mmsghdr msgs[kRxMsgs];
+	for (unsigned i = 0; i < kRxMsgs; i++) {
 		Slot &s = rx_[i];
-		s.iov.iov_base = rx_arena_.data() + size_t(i) * kMaxPacket;
-		s.iov.iov_len = kMaxPacket;
+		s.iov.iov_base = rx_arena_.data() + size_t(i) * kRxBuf;
+		s.iov.iov_len = gso_ ? kRxBuf : kMaxPacket;
 		msghdr &m = msgs[i].msg_hdr;
 		memset(&m, 0, sizeof(m));
 		m.msg_name = &s.addr;
@@ -320,7 +416,8 @@ unsigned UdpPort::rx_batch(RxPacket *out)
 		m.msg_control = s.cbuf;
 		m.msg_controllen = sizeof(s.cbuf);
 	}
-	int n = recvmmsg(fd_.get(), msgs, kBatch, MSG_DONTWAIT, nullptr);
+	int n = recvmmsg(fd_.get(), msgs, kRxMsgs, MSG_DONTWAIT, nullptr);
+	ctr_.rx_syscalls++;
 	if (n <= 0) {
 		if (n < 0 && errno != EAGAIN && errno != EINTR) {
 			ctr_.rx_errors++;
@@ -328,7 +425,6 @@ unsigned UdpPort::rx_batch(RxPacket *out)
 		}
 		return 0;
 	}
-	unsigned k = 0;
 	for (int i = 0; i < n; i++) {
 		Slot &s = rx_[i];
 		msghdr &m = msgs[i].msg_hdr;
@@ -336,9 +432,7 @@ unsigned UdpPort::rx_batch(RxPacket *out)
 			ctr_.rx_errors++;
 			continue;
 		}
-		RxPacket &p = out[k];
-		p.data = static_cast<uint8_t *>(s.iov.iov_base);
-		p.len = msgs[i].msg_len;
+		RxPacket p;
 		if (s.addr.sin6_family == AF_INET6) {
 			memcpy(p.src.ip.b, &s.addr.sin6_addr, 16);
 			p.src.port = ntohs(s.addr.sin6_port);
@@ -348,6 +442,7 @@ unsigned UdpPort::rx_batch(RxPacket *out)
 			p.src.port = ntohs(a4->sin_port);
 		}
 		bool have_dst = false;
+		size_t seg = 0;
 		for (cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
 			if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
 				in_pktinfo pi;
@@ -359,17 +454,32 @@ unsigned UdpPort::rx_batch(RxPacket *out)
 				memcpy(&pi, CMSG_DATA(c), sizeof(pi));
 				memcpy(p.dst.b, &pi.ipi6_addr, 16);
 				have_dst = true;
+			} else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+				int gs;
+				memcpy(&gs, CMSG_DATA(c), sizeof(gs));
+				seg = gs > 0 ? size_t(gs) : 0;
 			}
 		}
 		if (!have_dst) {
 			ctr_.rx_errors++;
 			continue;
 		}
-		ctr_.rx_packets++;
-		ctr_.rx_bytes += p.len;
-		k++;
+		auto *base = static_cast<uint8_t *>(s.iov.iov_base);
+		size_t len = msgs[i].msg_len;
+		if (!seg || seg >= len) {
+			seg = len;
+		} else {
+			ctr_.rx_gro++;
+		}
+		for (size_t off = 0; off < len; off += seg) {
+			p.data = base + off;
+			p.len = std::min(seg, len - off);
+			rx_pending_.push_back(p);
+			ctr_.rx_packets++;
+			ctr_.rx_bytes += p.len;
+		}
 	}
-	return k;
+	return unsigned(rx_pending_.size());
 }
 
 } // namespace ibv_coll::emu
