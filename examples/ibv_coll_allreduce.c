@@ -16,6 +16,7 @@
 #include <ibv_coll/ibv_coll.h>
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <getopt.h>
 #include <sched.h>
 #include <stdint.h>
@@ -31,6 +32,7 @@ struct opts {
 	uint64_t count;
 	int topology;
 	const char *only;
+	const char *sw; /* the aggregation switch, host:port */
 };
 
 static double now_us(void)
@@ -43,7 +45,7 @@ static double now_us(void)
 static void usage(const char *argv0)
 {
 	printf("usage: %s [-b ADDR -i NODE -n NODES] [-k RANKS] [-c COUNT] [-I ITERS] [-d DEV] "
-	       "[-t ring|auto]\n"
+	       "[-t ring|switch|auto] [-s HOST:PORT]\n"
 	       "  -b, --boot ADDR    rendezvous: unix:/path or host:port (node 0 listens)\n"
 	       "  -i, --node N       this node's index; -n, --nodes N: how many\n"
 	       "                     (default: IBVC_BOOT_ADDR/NODE/NODES, as ibv_coll_run sets)\n"
@@ -51,7 +53,8 @@ static void usage(const char *argv0)
 	       "  -c, --count C      int32 elements per rank (default 262144)\n"
 	       "  -I, --iters N      repetitions of each collective (default 5)\n"
 	       "  -d, --ib-dev DEV   device (default crxe_lo)\n"
-	       "  -t, --topology T   ring or auto (default ring)\n"
+	       "  -t, --topology T   ring, switch or auto (default ring; switch when -s is given)\n"
+	       "  -s, --switch H:P   the aggregation switch (ibv_coll_switchd) at IPv4 H, UDP port P\n"
 	       "  -o, --only NAME    run only this collective (allreduce, reduce, bcast, allgather,\n"
 	       "                     reduce_scatter, barrier)\n",
 	       argv0);
@@ -80,16 +83,16 @@ static const char *ran_str(unsigned flags)
 
 int main(int argc, char **argv)
 {
-	struct opts o = {NULL, "crxe_lo", -1, -1, 2, 5, 262144, IBV_COLL_TOPO_RING, NULL};
+	struct opts o = {NULL, "crxe_lo", -1, -1, 2, 5, 262144, -1, NULL, NULL};
 	static const struct option lo[] = {
 		{"boot", 1, NULL, 'b'},	 {"node", 1, NULL, 'i'},  {"nodes", 1, NULL, 'n'},
 		{"ranks", 1, NULL, 'k'}, {"count", 1, NULL, 'c'}, {"iters", 1, NULL, 'I'},
 		{"ib-dev", 1, NULL, 'd'}, {"topology", 1, NULL, 't'}, {"only", 1, NULL, 'o'},
-		{"help", 0, NULL, 'h'},
+		{"switch", 1, NULL, 's'}, {"help", 0, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	int c, err, n, failures = 0;
-	while ((c = getopt_long(argc, argv, "b:i:n:k:c:I:d:t:o:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:i:n:k:c:I:d:t:o:s:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'b': o.boot = optarg; break;
 		case 'i': o.node = atoi(optarg); break;
@@ -99,8 +102,12 @@ int main(int argc, char **argv)
 		case 'I': o.iters = atoi(optarg); break;
 		case 'd': o.dev = optarg; break;
 		case 't':
-			o.topology = !strcmp(optarg, "auto") ? IBV_COLL_TOPO_AUTO : IBV_COLL_TOPO_RING;
+			o.topology = !strcmp(optarg, "auto")	 ? IBV_COLL_TOPO_AUTO
+				     : !strcmp(optarg, "switch") ? IBV_COLL_TOPO_SWITCH
+				     : !strcmp(optarg, "ring")	 ? IBV_COLL_TOPO_RING
+								 : -2;
 			break;
+		case 's': o.sw = optarg; break;
 		case 'o': o.only = optarg; break;
 		case 'h': usage(argv[0]); return 0;
 		default: usage(argv[0]); return 2;
@@ -110,7 +117,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ibv_coll_allreduce: give -b/-i/-n, or run under ibv_coll_run\n");
 		return 2;
 	}
-	if (o.ranks < 1 || o.ranks > 64 || o.node < 0 || o.node >= o.nodes || o.iters < 1) {
+	if (o.topology == -1)
+		o.topology = o.sw ? IBV_COLL_TOPO_SWITCH : IBV_COLL_TOPO_RING;
+	if (o.ranks < 1 || o.ranks > 64 || o.node < 0 || o.node >= o.nodes || o.iters < 1 ||
+	    o.topology < 0 || (o.topology == IBV_COLL_TOPO_SWITCH && !o.sw)) {
 		usage(argv[0]);
 		return 2;
 	}
@@ -177,6 +187,32 @@ int main(int argc, char **argv)
 	job.topology = (enum ibv_coll_topology)o.topology;
 	job.seg_count = 256;
 	job.job_key = 0x1bc011ull;
+	/* The switch: an IPv4 address as an IPv4-mapped GID, and its port. */
+	struct ibv_coll_switch_addr swaddr = {0};
+	struct ibv_coll_switch_attr swattr = {0};
+	if (o.sw) {
+		char host[64];
+		const char *colon = strrchr(o.sw, ':');
+		struct in_addr a4;
+		if (!colon || (size_t)(colon - o.sw) >= sizeof(host)) {
+			fprintf(stderr, "ibv_coll_allreduce: -s wants HOST:PORT\n");
+			return 2;
+		}
+		memcpy(host, o.sw, (size_t)(colon - o.sw));
+		host[colon - o.sw] = 0;
+		if (inet_pton(AF_INET, host, &a4) != 1) {
+			fprintf(stderr, "ibv_coll_allreduce: %s: not an IPv4 address\n", host);
+			return 2;
+		}
+		swaddr.gid.raw[10] = swaddr.gid.raw[11] = 0xff;
+		memcpy(&swaddr.gid.raw[12], &a4, 4);
+		swaddr.udp_port = (uint16_t)atoi(colon + 1);
+		swattr.num_planes = 1;
+		swattr.num_leaves = 1;
+		swattr.leaves = &swaddr;
+		job.comp_mask = IBV_COLL_JOB_ATTR_SWITCH;
+		job.sw = &swattr;
+	}
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = pa.active_mtu;
 	a.job = &job;

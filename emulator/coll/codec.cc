@@ -4,6 +4,7 @@
 // bad lengths) stop here, counted, and are never reduced.
 #include "coll/coll_engine.h"
 
+#include "coll/swproto.h"
 #include "nic/engine.h"
 #include "util/log.h"
 #include "wire/roce.h"
@@ -65,6 +66,31 @@ void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth 
 	ctr.tx_bytes += len;
 }
 
+// To a switch (or anyone not a member): ext (the task information) goes
+// between the CETH and the payload.
+void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
+			 const Ceth &h0, const void *ext, uint32_t ext_len, const void *payload,
+			 uint32_t len)
+{
+	uint8_t *buf = e_.port.tx_buf();
+	Bth bth;
+	bth.opcode = kind;
+	bth.dqpn = qpn;
+	bth.psn = h0.sid & kPsnMask;
+	bth.store(buf);
+	Ceth h = h0;
+	h.len = uint16_t(ext_len + len);
+	h.store(buf + kBthBytes);
+	if (ext_len)
+		memcpy(buf + kBthBytes + kCethBytes, ext, ext_len);
+	if (len)
+		memcpy(buf + kBthBytes + kCethBytes + ext_len, payload, len);
+	e_.tx_to(to, job.src_ip, buf, kBthBytes + kCethBytes, ext_len + len);
+	if (kind == kCollData)
+		ctr.tx_data++;
+	ctr.tx_bytes += len;
+}
+
 void CollEngine::on_packet(const InPacket &ip)
 {
 	CollPacket p;
@@ -89,6 +115,19 @@ void CollEngine::on_packet(const InPacket &ip)
 		ctr.bad_job++;
 		return;
 	}
+	if (p.h.src_node == sw::kNodeSwitch) {
+		// From one of the job's switches, or forged.
+		bool known = false;
+		for (const Endpoint &e : job.cfg.sw.leaf)
+			known |= e == p.src;
+		if (!known || qp.state != QpState::rts) {
+			ctr.bad_node++;
+			return;
+		}
+		ctr.rx_bytes += p.paylen;
+		sw_on_packet(qp, job, p);
+		return;
+	}
 	if (p.h.src_node >= job.cfg.nodes() || !(job.cfg.members[p.h.src_node].ep == p.src) ||
 	    p.h.src_node == job.cfg.node) {
 		ctr.bad_node++;
@@ -109,6 +148,9 @@ void CollEngine::on_packet(const InPacket &ip)
 	case kCollResult:
 		ctr.rx_result++;
 		ring_on_result(qp, job, p);
+		break;
+	case kCollAck:
+		sw_on_ack(qp, job, p);
 		break;
 	case kCollAbort:
 		ctr.aborts_rcvd++;

@@ -52,6 +52,8 @@ public:
 	void on_packet(const InPacket &p);
 
 	SegPool &segs() { return segs_; }
+	// The job leaves its switches (its QP is reset or destroyed).
+	void sw_release(const CollJob &job);
 	CollCounters ctr;
 
 private:
@@ -63,6 +65,9 @@ private:
 	bool parse(const InPacket &p, CollPacket *out);
 	void send(const CollJob &job, uint16_t to, uint8_t kind, const wire::Ceth &h,
 		  const void *payload, uint32_t len);
+	void send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
+		     const wire::Ceth &h, const void *ext, uint32_t ext_len, const void *payload,
+		     uint32_t len);
 	wire::Ceth header(const CollJob &job, const Message &m, uint32_t sid) const;
 	// xmit.cc
 	void build_chain(const CollJob &job, Message &m, uint32_t path_mtu);
@@ -87,6 +92,23 @@ private:
 	void ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again);
 	void ring_finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now);
 	void ring_resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now);
+	// swpath.cc
+	bool sw_wanted(const CollJob &job) const;
+	uint32_t sw_request(const CollJob &job) const;
+	const Endpoint &sw_leaf(const CollJob &job, uint32_t plane) const;
+	void sw_send_config(CollJob &job, uint64_t now);
+	void sw_begin(Qp &qp, CollJob &job, uint64_t now);
+	void sw_ready(CollJob &job);
+	void sw_start(Qp &qp, CollJob &job, uint64_t now);
+	int sw_owner(const CollJob &job, const Message &m, uint32_t sid) const;
+	void sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again);
+	void sw_pump(Qp &qp, CollJob &job, uint64_t now);
+	void sw_timers(Qp &qp, CollJob &job, uint64_t now);
+	bool sw_done(const CollJob &job) const;
+	void sw_release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now);
+	void sw_send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uint16_t to, bool ask);
+	void sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p);
+	void sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p);
 	uint64_t rto_ns(const CollJob &job) const;
 	void rtt_sample(CollJob &job, uint64_t rtt);
 	void arm(CollJob &job, std::map<uint32_t, Message::Pending> &pend, uint32_t sid, uint64_t now,

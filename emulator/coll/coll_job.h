@@ -27,6 +27,19 @@ struct JobMember {
 	uint32_t first_rank = 0; // global rank of its local rank 0
 };
 
+// Where a job's aggregation switches are (topologies switch, hierarchy,
+// auto): P planes of L leaves, one spine per plane when L > 1.
+struct SwitchConfig {
+	bool on = false;
+	uint32_t planes = 1, leaves = 1;
+	std::vector<Endpoint> leaf;	 // planes * leaves: plane p's leaf l at p * leaves + l
+	std::vector<Endpoint> spine;	 // planes, when leaves > 1
+	std::vector<uint8_t> member_leaf; // per member node
+	uint32_t window = 0;		 // 0: as the grant allows
+	bool inline_task = false;	 // no configuration step
+	bool e2e_ack = false;		 // windows slide on node 0's ACK, not on the result
+};
+
 struct JobConfig {
 	uint32_t jid = 0;
 	uint16_t node = 0; // this node's index
@@ -37,6 +50,7 @@ struct JobConfig {
 	uint64_t key = 0;
 	uint32_t timeout_ms = 0; // 0: the device default
 	uint32_t total_ranks = 0;
+	SwitchConfig sw;
 	uint16_t nodes() const { return uint16_t(members.size()); }
 };
 
@@ -101,6 +115,14 @@ struct Message {
 	std::vector<uint8_t> zeros; // barrier input
 	uint8_t ran = 0;	   // CollRan
 	bool dma_error = false;	   // a local buffer failed its check
+
+	// Through the switch: blocks numbered across the job's messages.
+	bool sw = false;
+	bool waiting = false;	 // for the switch's grant
+	uint64_t gs0 = 0;	 // the job's number for block 0
+	uint32_t sw_base = 0;	 // oldest block without its result
+	uint32_t sw_next = 0;	 // next block to send
+	std::vector<uint8_t> acked; // end-to-end mode: node 0 acknowledged the block
 };
 
 struct MsgRecord {
@@ -123,6 +145,15 @@ struct CollJob {
 	// Round trip of a block round the ring (smoothed, and its variation),
 	// from which the retransmission timeout follows, as TCP's does.
 	uint64_t srtt = 0, rttvar = 0;
+
+	// The switch path's state.
+	enum class SwPhase : uint8_t { none, configuring, ready, fallback, failed };
+	SwPhase sw_phase = SwPhase::none;
+	std::vector<uint32_t> sw_granted; // per plane (0: not yet)
+	uint32_t sw_window = 0;
+	uint64_t sw_cfg_start = 0, sw_cfg_sent = 0;
+	uint64_t sw_next_gs = 0; // the job's number for the next message's block 0
+	CollStatus sw_fail = CollStatus::success;
 };
 
 } // namespace ibv_coll::emu

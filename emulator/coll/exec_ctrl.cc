@@ -3,6 +3,7 @@
 // device's own tables before it runs, and hands it to the algorithm.
 #include "coll/coll_engine.h"
 
+#include "coll/swproto.h"
 #include "nic/engine.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -23,8 +24,22 @@ int CollEngine::configure(Qp &qp, const JobConfig &in)
 	if (!n || n > kMaxCollNodes || c.node >= n || !c.seg_count ||
 	    uint64_t(c.seg_base) + c.seg_count > segs_.size() || c.block_len > segs_.unit_bytes())
 		return EINVAL;
-	if (c.topology != Topology::ring && c.topology != Topology::autosel)
-		return EOPNOTSUPP; // the switch topologies need an aggregation switch
+	// The switch topologies need switches; a hierarchy needs leaves under
+	// spines, a single switch one leaf per plane.
+	if ((c.topology == Topology::sw || c.topology == Topology::hierarchy) && !c.sw.on)
+		return EINVAL;
+	if (c.sw.on) {
+		const SwitchConfig &s = c.sw;
+		if (!s.planes || s.planes > sw::kMaxPlanes || !s.leaves || s.leaves > sw::kMaxLeaves ||
+		    s.leaf.size() != size_t(s.planes) * s.leaves ||
+		    (s.leaves > 1 && (s.spine.size() != s.planes || s.member_leaf.size() != n)) ||
+		    (c.topology == Topology::sw && s.leaves != 1) ||
+		    (c.topology == Topology::hierarchy && s.leaves < 2) || c.seg_count < 2)
+			return EINVAL;
+		for (uint8_t l : s.member_leaf)
+			if (l >= s.leaves)
+				return EINVAL;
+	}
 	uint32_t rank = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		JobMember &m = c.members[i];
@@ -155,7 +170,10 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 			m.staging_voff = r.vbegin;
 		}
 	}
-	ring_start(qp, job, now);
+	if (sw_wanted(job))
+		sw_begin(qp, job, now);
+	else
+		ring_start(qp, job, now);
 }
 
 bool CollEngine::progress(Qp &qp, uint64_t now)
@@ -185,10 +203,20 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 	}
 	if (job.active && qp.state == QpState::rts) {
 		size_t before = e_.port.counters().tx_packets;
-		ring_timers(qp, job, now);
-		if (job.active && qp.state == QpState::rts)
-			ring_pump(qp, job, now);
-		if (job.active && ring_done(job)) {
+		if (job.active->sw) {
+			sw_timers(qp, job, now);
+			if (job.active && qp.state == QpState::rts && !job.active->waiting &&
+			    job.active->sw)
+				sw_pump(qp, job, now);
+		} else {
+			ring_timers(qp, job, now);
+			if (job.active && qp.state == QpState::rts)
+				ring_pump(qp, job, now);
+		}
+		if (job.active && qp.state == QpState::rts &&
+		    (job.active->sw ? sw_done(job) : ring_done(job))) {
+			if (job.active->sw)
+				job.sw_next_gs += job.active->nblocks;
 			complete(qp, job, CollStatus::success);
 			did = true;
 		}
@@ -207,6 +235,8 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 	if (!qp.job || !qp.job->active)
 		return 0;
 	const Message &m = *qp.job->active;
+	if (m.waiting)
+		return qp.job->sw_cfg_sent + rto_ns(*qp.job);
 	uint64_t d = m.last_progress + uint64_t(qp.job->cfg.timeout_ms ? qp.job->cfg.timeout_ms
 								     : e_.params.cfg.coll_timeout_ms) *
 						 util::kNsPerMs;

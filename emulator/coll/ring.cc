@@ -137,7 +137,7 @@ void CollEngine::ring_start(Qp &qp, CollJob &job, uint64_t now)
 	const JobConfig &c = job.cfg;
 	m.ran = c.nodes() == 1 ? kRanLocal : kRanRing;
 	if (c.topology == Topology::autosel && c.nodes() > 1)
-		m.ran |= kRanFallback; // no switch to ask (yet): the ring serves
+		m.ran |= kRanFallback; // no switch, or it refused or did not answer
 	if (c.nodes() == 1) {
 		// One node: the NIC reduces its ranks and writes the result back.
 		uint8_t *buf = scratch_.data();
@@ -339,8 +339,10 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 	const ChunkRole &r = m.chunks[b.chunk];
 	const uint32_t hop = p.h.phase;
 	const uint32_t len = m.result_data ? b.elems * m.es : 0;
+	// The last hop, home to fin, is a token: fin has the data.
 	if (hop < 1 || hop > n || (r.fin + hop) % n != c.node || p.h.src_node != prev_node(c) ||
-	    p.h.node_map != all_nodes(n) || p.paylen != len || p.h.coll != uint8_t(m.coll)) {
+	    p.h.node_map != all_nodes(n) || p.paylen != (hop == n ? 0 : len) ||
+	    p.h.coll != uint8_t(m.coll)) {
 		ctr.malformed++;
 		return;
 	}
@@ -377,7 +379,7 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 	Ceth h = p.h;
 	h.src_node = c.node;
 	h.phase = uint8_t(hop + 1);
-	send(job, next_node(c), kCollResult, h, p.payload, len);
+	send(job, next_node(c), kCollResult, h, p.payload, h.phase == n ? 0 : len);
 }
 
 void CollEngine::ring_on_data(Qp &qp, CollJob &job, const CollPacket &p)
@@ -385,10 +387,14 @@ void CollEngine::ring_on_data(Qp &qp, CollJob &job, const CollPacket &p)
 	uint64_t now = util::now_ns();
 	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", e_.params.name, p.h.mid,
 		   p.h.sid, p.h.phase, p.h.src_node, job.active ? int(job.active->mid) : -1);
-	if (job.active && p.h.mid == job.active->mid) {
+	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
 		ring_data(job, *job.active, p, now);
 		if (job.active->dma_error)
 			fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+		return;
+	}
+	if (job.active && p.h.mid == job.active->mid) {
+		ring_early(job, p); // it waits for the switch, which another node gave up on
 		return;
 	}
 	if (p.h.mid > (job.active ? job.active->mid : job.last_mid)) {
@@ -405,13 +411,14 @@ void CollEngine::ring_on_result(Qp &qp, CollJob &job, const CollPacket &p)
 	uint64_t now = util::now_ns();
 	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}", e_.params.name,
 		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node, job.active ? int(job.active->mid) : -1);
-	if (job.active && p.h.mid == job.active->mid) {
+	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
 		ring_result(job, *job.active, p, now);
 		if (job.active->dma_error)
 			fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 		return;
 	}
-	if (p.h.mid > (job.active ? job.active->mid : job.last_mid)) {
+	if (p.h.mid > (job.active ? job.active->mid : job.last_mid) ||
+	    (job.active && p.h.mid == job.active->mid)) {
 		ring_early(job, p);
 		return;
 	}
@@ -421,7 +428,7 @@ void CollEngine::ring_on_result(Qp &qp, CollJob &job, const CollPacket &p)
 		Ceth h = p.h;
 		h.src_node = job.cfg.node;
 		h.phase = uint8_t(p.h.phase + 1);
-		send(job, next_node(job.cfg), kCollResult, h, p.payload, p.paylen);
+		send(job, next_node(job.cfg), kCollResult, h, p.payload, h.phase == n ? 0 : p.paylen);
 	} else {
 		ctr.stale_dropped++;
 	}
@@ -451,7 +458,8 @@ void CollEngine::ring_early(CollJob &job, const CollPacket &p)
 				Ceth h = p.h;
 				h.src_node = c.node;
 				h.phase = uint8_t(p.h.phase + 1);
-				send(job, next_node(c), kCollResult, h, p.payload, p.paylen);
+				send(job, next_node(c), kCollResult, h, p.payload,
+				     h.phase == c.nodes() ? 0 : p.paylen);
 			}
 			return;
 		}
@@ -481,7 +489,8 @@ void CollEngine::ring_early(CollJob &job, const CollPacket &p)
 		Ceth h = p.h;
 		h.src_node = c.node;
 		h.phase = uint8_t(p.h.phase + 1);
-		send(job, next_node(c), kCollResult, h, p.payload, p.paylen);
+		send(job, next_node(c), kCollResult, h, p.payload,
+		     h.phase == c.nodes() ? 0 : p.paylen);
 	}
 }
 

@@ -82,6 +82,26 @@ SegResult SegPool::contribute_ranks(uint32_t i, uint64_t rank_mask, const void *
 	return SegResult::reduced;
 }
 
+SegResult SegPool::contribute_nodes(uint32_t i, uint64_t node_mask, const void *src, uint32_t len)
+{
+	SegUnit &u = units_[i];
+	if (len && len != u.len)
+		return SegResult::mismatch;
+	if (!node_mask || (u.node_pending & node_mask) != node_mask)
+		return SegResult::duplicate;
+	u.node_pending &= ~node_mask;
+	u.node_map |= node_mask;
+	if (!len)
+		return SegResult::reduced; // a member with nothing to add (a token)
+	if (!u.filled) {
+		memcpy(u.data, src, len);
+		u.filled = true;
+		return SegResult::filled;
+	}
+	reduce_fn(u.op, u.dtype)(u.data, u.data, src, len / dtype_size(u.dtype));
+	return SegResult::reduced;
+}
+
 bool SegPool::reserve(uint32_t base, uint32_t count, uint64_t owner)
 {
 	for (uint32_t i = base; i < base + count; i++)

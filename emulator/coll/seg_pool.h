@@ -5,7 +5,9 @@
 // reduced into it and clear their bit; a contribution whose bit is not
 // pending is refused, so nothing is ever reduced twice.  When both bitmaps
 // are empty the block is complete and the owner moves it on and releases
-// the unit at once.  The NIC and the switch use the same pool.
+// the unit at once (the NIC), or keeps the result in it as the shadow copy
+// that answers a late repeat until the unit is reused (the switch).  The
+// NIC and the switch use the same pool.
 #pragma once
 
 #include "reduce/reduce.h"
@@ -58,6 +60,11 @@ public:
 	// Add the already-reduced data of several local ranks (rank_mask, all
 	// pending): fills an empty unit, else unit = op(unit, src).
 	SegResult contribute_ranks(uint32_t i, uint64_t rank_mask, const void *src, uint32_t len);
+	// Add the already-reduced data of several nodes (node_mask, all
+	// pending), as a switch gets it from the switch below: fills an empty
+	// unit, else unit = op(unit, src).  len 0 is a contribution of
+	// nothing (a broadcast's non-root): only the bits clear.
+	SegResult contribute_nodes(uint32_t i, uint64_t node_mask, const void *src, uint32_t len);
 	bool complete(uint32_t i) const
 	{
 		return !units_[i].node_pending && !units_[i].rank_pending;

@@ -25,6 +25,7 @@ enum {
 	kCollRto,
 	kCollTimeout,
 	kGso,
+	kSwConfig,
 	kCount
 };
 
@@ -67,6 +68,10 @@ const ConfigVar kVars[kCount] = {
 	 "send runs of packets to one peer with UDP segmentation offload and receive with UDP GRO "
 	 "(0: one datagram per system call)",
 	 ConfigKind::uint, 0, 1},
+	{"IBV_COLL_EMU_SW_CONFIG_MS", "1000",
+	 "how long a job waits for its switches to grant it Seg units before topology AUTO falls "
+	 "back to the ring (SWITCH and HIERARCHY fail with a timeout)",
+	 ConfigKind::uint, 1, 3600000},
 };
 
 } // namespace
@@ -114,6 +119,9 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kVars[kGso], &v)))
 		return err;
 	c.gso = v != 0;
+	if ((err = util::config_uint(kVars[kSwConfig], &v)))
+		return err;
+	c.sw_config_ms = uint32_t(v);
 	std::string imp = util::config_text(kVars[kImpair]);
 	if (Impairment::parse(imp, &c.impair)) {
 		IBVC_ERR("config", "IBV_COLL_EMU_IMPAIR={}: expected drop=P,dup=P,reorder=P,seed=N",

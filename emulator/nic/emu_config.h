@@ -21,6 +21,7 @@ struct EmuConfig {
 	uint32_t coll_rto_us = 20000; // a block without its result is sent again after this
 	uint32_t coll_timeout_ms = 10000; // a collective without progress fails after this
 	bool gso = true;		  // UDP segmentation offload and GRO
+	uint32_t sw_config_ms = 1000;	  // wait this long for a switch's grant
 	Impairment impair;
 };
 

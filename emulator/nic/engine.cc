@@ -352,6 +352,7 @@ void Engine::release_job(Qp &qp)
 	if (!qp.job)
 		return;
 	const JobConfig &c = qp.job->cfg;
+	coll->sw_release(*qp.job);
 	SegPool &segs = coll->segs();
 	segs.unreserve(c.seg_base, c.seg_count, qp.job->owner);
 	for (uint32_t i = c.seg_base; i < c.seg_base + c.seg_count; i++)

@@ -205,6 +205,7 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 	rx_pending_.reserve(kRxMsgs * 64);
 	rx_next_ = 0;
 	tx_.reset(new Slot[kBatch]);
+	tx_tmp_.reset(new Slot[kBatch]);
 	rx_.reset(new Slot[kRxMsgs]);
 	return 0;
 }
@@ -309,6 +310,8 @@ void UdpPort::tx_flush()
 	TxCtl ctl[kBatch];
 	unsigned first[kBatch + 1]; // msgs[m] carries slots first[m]..first[m+1]-1
 	unsigned nmsg = 0;
+	if (gso_)
+		group_by_peer();
 	for (unsigned i = 0; i < tx_n_;) {
 		Slot &s = tx_[i];
 		size_t seg = s.iov.iov_len, total = seg;
@@ -385,6 +388,35 @@ void UdpPort::tx_flush()
 		done++;
 	}
 	tx_n_ = 0;
+}
+
+// Put the queued packets of each peer together, keeping each peer's own
+// order (packets to different peers may pass each other, as on any
+// network), so that one peer's packets can leave as one GSO send: a
+// switch sending a block's result to every member otherwise alternates
+// between peers and no run forms.
+void UdpPort::group_by_peer()
+{
+	unsigned order[kBatch], n = 0;
+	bool moved = false;
+	uint8_t taken[kBatch] = {};
+	for (unsigned i = 0; i < tx_n_; i++) {
+		if (taken[i])
+			continue;
+		for (unsigned j = i; j < tx_n_; j++) {
+			if (taken[j] || memcmp(&tx_[j].addr, &tx_[i].addr, sizeof(tx_[i].addr)))
+				continue;
+			taken[j] = 1;
+			moved |= j != n;
+			order[n++] = j;
+		}
+	}
+	if (!moved)
+		return;
+	for (unsigned k = 0; k < tx_n_; k++)
+		tx_tmp_[k] = tx_[order[k]];
+	for (unsigned k = 0; k < tx_n_; k++)
+		tx_[k] = tx_tmp_[k];
 }
 
 unsigned UdpPort::rx_batch(RxPacket *out)

@@ -94,6 +94,7 @@ public:
 private:
 	struct Slot;
 	unsigned rx_fill();
+	void group_by_peer();
 	void queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src);
 	bool roll(double p);
 
@@ -103,7 +104,7 @@ private:
 	Impairment imp_;
 	std::mt19937_64 rng_;
 	std::vector<uint8_t> tx_arena_, rx_arena_;
-	std::unique_ptr<Slot[]> tx_, rx_;
+	std::unique_ptr<Slot[]> tx_, tx_tmp_, rx_;
 	unsigned tx_n_ = 0;
 	bool gso_ = false;
 	// Packets of the last recvmmsg not yet handed out.

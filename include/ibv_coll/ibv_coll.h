@@ -232,8 +232,8 @@ enum ibv_coll_qp_type {
 
 enum ibv_coll_topology {
 	IBV_COLL_TOPO_RING = 0,	/* reduce-scatter then allgather over the member NICs */
-	IBV_COLL_TOPO_SWITCH = 1,
-	IBV_COLL_TOPO_HIERARCHY = 2,
+	IBV_COLL_TOPO_SWITCH = 1,	/* through one aggregation switch per plane */
+	IBV_COLL_TOPO_HIERARCHY = 2,	/* through leaf switches under a spine */
 	IBV_COLL_TOPO_AUTO = 3	/* the switch when it grants the job, else the ring */
 };
 
@@ -247,8 +247,43 @@ struct ibv_coll_member {
 	uint32_t qp_num;	/* its collective QP */
 };
 
+/* A job's aggregation switches (topologies SWITCH, HIERARCHY and AUTO).
+ * Each of P planes is a tree: L leaf switches, and when L > 1 one spine
+ * above them.  Block i of the job goes to plane i mod P; a node sends it to
+ * its own leaf on that plane, and every member computes the same plane
+ * without talking. */
+struct ibv_coll_switch_addr {
+	union ibv_gid gid;	/* the switch's address (IPv4-mapped or IPv6) */
+	uint16_t udp_port;	/* host order; 0 means 4791 */
+	uint16_t reserved;	/* 0 */
+};
+
+enum ibv_coll_switch_flags {
+	/* No configuration step: every data packet carries the task
+	 * information and the switches build the job on first sight. */
+	IBV_COLL_SWITCH_INLINE = 1 << 0,
+	/* The benchmark baseline: a sender's window slides when a designated
+	 * receiver (node 0) acknowledges the block, as in ordinary RDMA,
+	 * instead of when the result comes back. */
+	IBV_COLL_SWITCH_E2E_ACK = 1 << 1
+};
+
+struct ibv_coll_switch_attr {
+	uint32_t num_planes;	/* P: 1..8 */
+	uint32_t num_leaves;	/* L leaf switches per plane: 1 (SWITCH) or 2..64 (HIERARCHY) */
+	const struct ibv_coll_switch_addr *leaves; /* P * L: plane p's leaf l at [p * L + l] */
+	const struct ibv_coll_switch_addr *spines; /* P when L > 1, else NULL */
+	const uint8_t *member_leaf; /* num_nodes entries when L > 1: each member's leaf */
+	uint32_t window;	/* data blocks a node keeps in flight; 0: what the grant allows */
+	uint32_t flags;		/* enum ibv_coll_switch_flags */
+};
+
+enum ibv_coll_job_attr_mask {
+	IBV_COLL_JOB_ATTR_SWITCH = 1 << 0 /* sw is valid */
+};
+
 struct ibv_coll_job_attr {
-	uint64_t comp_mask;	/* 0 */
+	uint64_t comp_mask;	/* enum ibv_coll_job_attr_mask */
 	uint32_t jid;		/* job id, equal on every member */
 	uint32_t node_index;	/* this node's index in members */
 	uint32_t num_nodes;	/* 1..64 */
@@ -261,6 +296,7 @@ struct ibv_coll_job_attr {
 	uint32_t timeout_ms;	/* a collective that makes no progress this long
 				 * fails (IBV_COLL_STATUS_TIMEOUT); 0: the device default */
 	uint32_t flags;		/* 0 */
+	const struct ibv_coll_switch_attr *sw; /* IBV_COLL_JOB_ATTR_SWITCH; copied by the call */
 };
 
 enum ibv_coll_op {

@@ -3,6 +3,8 @@
 // written as collective WQEs.
 #include "crxe.h"
 
+#include "coll/swproto.h"
+
 #include "util/log.h"
 
 #include <algorithm>
@@ -17,7 +19,8 @@ int query_caps(core::Context *c, ibv_coll_caps *caps)
 	caps->opcodes = (1u << (IBV_COLL_WR_QUERY - IBV_COLL_WR_ALLREDUCE + 1)) - 1;
 	caps->ops = (1u << (IBV_COLL_OP_BXOR + 1)) - 1;
 	caps->dtypes = (1u << (IBV_COLL_DTYPE_FLOAT64 + 1)) - 1;
-	caps->topologies = 1u << IBV_COLL_TOPO_RING | 1u << IBV_COLL_TOPO_AUTO;
+	caps->topologies = 1u << IBV_COLL_TOPO_RING | 1u << IBV_COLL_TOPO_SWITCH |
+			   1u << IBV_COLL_TOPO_HIERARCHY | 1u << IBV_COLL_TOPO_AUTO;
 	caps->max_seg_units = ctx->nic->seg_units();
 	caps->seg_unit_bytes = ctx->nic->seg_unit_bytes();
 	caps->max_local_ranks = emu::kMaxCollRanks;
@@ -78,7 +81,8 @@ int query_counters(core::Context *c, ibv_coll_counters *o)
 
 int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 {
-	if (!in || in->comp_mask || in->flags || !in->members || !in->num_nodes ||
+	if (!in || (in->comp_mask & ~uint64_t(IBV_COLL_JOB_ATTR_SWITCH)) || in->flags ||
+	    !in->members || !in->num_nodes ||
 	    in->num_nodes > emu::kMaxCollNodes || in->node_index >= in->num_nodes)
 		return EINVAL;
 	int topo = core::raw_enum(in->topology);
@@ -108,6 +112,33 @@ int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 		return EINVAL;
 	if (in->block_len && in->block_len % 8)
 		return EINVAL; // a block holds whole elements of every type
+	if (in->comp_mask & IBV_COLL_JOB_ATTR_SWITCH) {
+		const ibv_coll_switch_attr *s = in->sw;
+		if (!s || !s->num_planes || s->num_planes > emu::sw::kMaxPlanes || !s->num_leaves ||
+		    s->num_leaves > emu::sw::kMaxLeaves || !s->leaves ||
+		    (s->num_leaves > 1 && (!s->spines || !s->member_leaf)) ||
+		    (s->flags & ~uint32_t(IBV_COLL_SWITCH_INLINE | IBV_COLL_SWITCH_E2E_ACK)))
+			return EINVAL;
+		auto ep = [](const ibv_coll_switch_addr &a) {
+			emu::Endpoint e;
+			memcpy(e.ip.b, a.gid.raw, 16);
+			e.port = a.udp_port ? a.udp_port : IBV_COLL_ROCE_UDP_PORT;
+			return e;
+		};
+		c.sw.on = true;
+		c.sw.planes = s->num_planes;
+		c.sw.leaves = s->num_leaves;
+		for (uint32_t i = 0; i < s->num_planes * s->num_leaves; i++)
+			c.sw.leaf.push_back(ep(s->leaves[i]));
+		if (s->num_leaves > 1) {
+			for (uint32_t p = 0; p < s->num_planes; p++)
+				c.sw.spine.push_back(ep(s->spines[p]));
+			c.sw.member_leaf.assign(s->member_leaf, s->member_leaf + in->num_nodes);
+		}
+		c.sw.window = s->window;
+		c.sw.inline_task = s->flags & IBV_COLL_SWITCH_INLINE;
+		c.sw.e2e_ack = s->flags & IBV_COLL_SWITCH_E2E_ACK;
+	}
 	*out = std::move(c);
 	return 0;
 }

@@ -188,7 +188,48 @@ TEST(CollApi, QpCreationAndJobChecks)
 	EXPECT_EQ(rtr_with(j), EINVAL);
 	j = n.job();
 	j.topology = IBV_COLL_TOPO_SWITCH;
-	EXPECT_EQ(rtr_with(j), EOPNOTSUPP) << "no switch support yet";
+	EXPECT_EQ(rtr_with(j), EINVAL) << "SWITCH without switches";
+	j.topology = IBV_COLL_TOPO_HIERARCHY;
+	EXPECT_EQ(rtr_with(j), EINVAL) << "HIERARCHY without switches";
+	{
+		ibv_coll_switch_addr sw[4] = {};
+		for (auto &x : sw) {
+			x.gid = n.me.gid;
+			x.udp_port = 4999;
+		}
+		uint8_t leaf_of[1] = {0};
+		ibv_coll_switch_attr sa{};
+		sa.num_planes = 1;
+		sa.num_leaves = 1;
+		sa.leaves = sw;
+		j = n.job();
+		j.topology = IBV_COLL_TOPO_SWITCH;
+		j.comp_mask = IBV_COLL_JOB_ATTR_SWITCH;
+		j.sw = nullptr;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "switch mask without the attribute";
+		j.sw = &sa;
+		sa.num_planes = 0;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "no planes";
+		sa.num_planes = 9;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "9 planes";
+		sa.num_planes = 1;
+		sa.flags = 1u << 7;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "unknown switch flag";
+		sa.flags = 0;
+		sa.num_leaves = 2;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "two leaves and no spine";
+		sa.spines = &sw[3];
+		sa.member_leaf = leaf_of;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "SWITCH with two leaves";
+		j.topology = IBV_COLL_TOPO_HIERARCHY;
+		leaf_of[0] = 2;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "a member on a leaf that does not exist";
+		sa.num_leaves = 1;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "HIERARCHY with one leaf";
+		j.topology = IBV_COLL_TOPO_SWITCH;
+		j.seg_count = 1;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "one Seg unit cannot hold a window";
+	}
 	m = n.me;
 	m.qp_num ^= 1;
 	j = n.job();

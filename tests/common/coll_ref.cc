@@ -3,6 +3,9 @@
 //   - node j's partial P_j folds its ranks' elements in local rank order;
 //   - ALLREDUCE/REDUCE: chunk c = [c*L/N, (c+1)*L/N) folds P_c, P_c+1, ...
 //     round the ring; REDUCE_SCATTER: node j's chunk folds P_j+1, ..., P_j;
+//   - through switches (CollSpec::tree): every element folds the node
+//     partials leaf by leaf in node order, then the leaves' partials in
+//     the order of their lowest node;
 //   - AVG is SUM in that order, divided by K once at the end;
 //   - float32/float64: one IEEE operation per step; fp16/bf16: exact
 //     conversion to float, the float operation, round to nearest even back.
@@ -382,8 +385,39 @@ std::vector<uint8_t> reduce_all(const CollSpec &s, const std::vector<std::vector
 		return acc;
 	};
 
+	// The tree fold: each leaf's nodes in node order, then the leaves in
+	// the order of their lowest node.
+	auto tree = [&](uint64_t e) {
+		std::vector<int> leaf_order; // leaves by lowest node
+		std::vector<uint64_t> leaf_acc;
+		std::vector<bool> leaf_seen;
+		for (uint32_t j = 0; j < N; j++) {
+			uint32_t l = s.leaf_of.empty() ? 0 : s.leaf_of.at(j);
+			if (l >= leaf_seen.size()) {
+				leaf_seen.resize(l + 1, false);
+				leaf_acc.resize(l + 1, 0);
+			}
+			if (!leaf_seen[l]) {
+				leaf_seen[l] = true;
+				leaf_acc[l] = partial(j, e);
+				leaf_order.push_back(int(l));
+			} else {
+				leaf_acc[l] = op(leaf_acc[l], partial(j, e));
+			}
+		}
+		uint64_t acc = leaf_acc[size_t(leaf_order[0])];
+		for (size_t i = 1; i < leaf_order.size(); i++)
+			acc = op(acc, leaf_acc[size_t(leaf_order[i])]);
+		if (s.op == IBV_COLL_OP_AVG)
+			acc = avg_finish(s.dtype, acc, K);
+		return acc;
+	};
+
 	std::vector<uint8_t> out(L * size);
-	if (s.coll == IBV_COLL_WR_REDUCE_SCATTER) {
+	if (s.tree) {
+		for (uint64_t e = 0; e < L; e++)
+			store_elem(out.data(), e, size, tree(e));
+	} else if (s.coll == IBV_COLL_WR_REDUCE_SCATTER) {
 		for (uint32_t j = 0; j < N; j++) {
 			const uint64_t lo = uint64_t(first[j]) * s.count;
 			const uint64_t hi = uint64_t(first[j] + s.ranks[j]) * s.count;

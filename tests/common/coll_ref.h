@@ -25,6 +25,13 @@ struct CollSpec {
 	uint64_t count = 0;		  // per rank, as the WR's count
 	uint32_t root = 0;		  // global rank (REDUCE, BCAST)
 	std::vector<uint16_t> ranks;	  // ranks[j] = local ranks of node j; N = ranks.size()
+	// Through aggregation switches instead of the ring: every element folds
+	// the node partials in a tree.  leaf_of[j] = node j's leaf switch
+	// (empty: one switch).  A leaf folds its nodes in node order; the
+	// spine folds the leaves' partials in the order of each leaf's lowest
+	// node.
+	bool tree = false;
+	std::vector<uint16_t> leaf_of;
 
 	uint32_t total_ranks() const;		  // K = sum of ranks[]
 	uint32_t first_rank(uint32_t node) const; // sum of ranks[] before node

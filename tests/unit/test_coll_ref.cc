@@ -185,6 +185,26 @@ TEST(CollRef, AllreduceF32ChunkStartsAtItsNode)
 	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 2)), (std::vector<float>{-8.0f, -8.0f, -8.0f}));
 }
 
+// Through switches every element folds the node partials in a tree.
+// x = {1e8, 4, -100000008, 4}; float spacing near 1e8 is 8.
+//   one switch: ((1e8 + 4) + -100000008) + 4: 1e8 + 4 ties to 1e8, so -8 + 4 = -4
+//   leaves {0, 2} and {1, 3}: (1e8 + -100000008) + (4 + 4) = -8 + 8 = 0
+TEST(CollRef, SwitchTreeFoldOrder)
+{
+	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 3, {1, 1, 1, 1});
+	s.tree = true;
+	auto srcs = uniform_srcs(std::vector<float>{kA, kB, kC, kB}, 3);
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 2)), (std::vector<float>{-4.0f, -4.0f, -4.0f}));
+	s.leaf_of = {0, 1, 0, 1};
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 0)), (std::vector<float>{0.0f, 0.0f, 0.0f}));
+	// Reduce-scatter through the switch: the same fold, each node its slice.
+	s.coll = IBV_COLL_WR_REDUCE_SCATTER;
+	s.count = 1;
+	s.leaf_of.clear();
+	auto rs = uniform_srcs(std::vector<float>{kA, kB, kC, kB}, 4);
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, rs, 3)), (std::vector<float>{-4.0f}));
+}
+
 // Each node folds its own ranks before the ring: nodes {x0}, {x1, x2} with
 // x = {1e8, -100000008, 4}: P1 = -100000008 + 4 = tie -> -1e8, so both
 // chunks give 0 (a flat fold over the ranks would give -8 + 4 = -4).

@@ -1,0 +1,472 @@
+// The switch path: a member NIC's side of in-network aggregation
+// (coll/swproto.h).  The NIC reduces its local ranks, sends each block's
+// node partial once to the switch of the block's plane, and gets the
+// result back; the result is the acknowledgement.  At most W blocks are
+// outstanding past the oldest without its result; a block whose result
+// does not come back in time is sent again (the switch answers a repeat
+// from its shadow copy, never reducing it twice).
+#include "coll/coll_engine.h"
+
+#include "coll/swproto.h"
+#include "nic/engine.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ibv_coll::emu {
+
+using namespace wire;
+
+namespace {
+
+uint64_t bits(uint16_t n)
+{
+	return n >= 64 ? ~0ull : (1ull << n) - 1;
+}
+
+} // namespace
+
+// Seg units asked of each switch: the job's range, at most what the
+// CETH's 16-bit unit field can name.
+uint32_t CollEngine::sw_request(const CollJob &job) const
+{
+	return std::min<uint32_t>(job.cfg.seg_count, 0xffff);
+}
+
+bool CollEngine::sw_wanted(const CollJob &job) const
+{
+	const JobConfig &c = job.cfg;
+	return c.nodes() > 1 && c.sw.on && c.topology != Topology::ring &&
+	       job.sw_phase != CollJob::SwPhase::fallback;
+}
+
+const Endpoint &CollEngine::sw_leaf(const CollJob &job, uint32_t plane) const
+{
+	const SwitchConfig &s = job.cfg.sw;
+	uint32_t leaf = s.leaves > 1 ? s.member_leaf[job.cfg.node] : 0;
+	return s.leaf[plane * s.leaves + leaf];
+}
+
+void CollEngine::sw_send_config(CollJob &job, uint64_t now)
+{
+	const JobConfig &c = job.cfg;
+	const SwitchConfig &s = c.sw;
+	uint64_t subtree = 0;
+	for (uint16_t n = 0; n < c.nodes(); n++)
+		if (s.leaves == 1 || s.member_leaf[n] == s.member_leaf[c.node])
+			subtree |= 1ull << n;
+	for (uint32_t p = 0; p < s.planes; p++) {
+		if (job.sw_granted[p])
+			continue;
+		sw::Task t;
+		t.node = c.node;
+		t.nodes = c.nodes();
+		t.qpn = job.qpn;
+		t.members = bits(c.nodes());
+		t.subtree = subtree;
+		t.seg_req = sw_request(job);
+		t.plane = uint16_t(p);
+		if (s.leaves > 1) {
+			memcpy(t.parent_ip, s.spine[p].ip.b, 16);
+			t.parent_port = s.spine[p].port;
+		}
+		uint8_t tb[sw::kTaskBytes];
+		t.store(tb);
+		Ceth h;
+		h.src_node = c.node;
+		h.jid = c.jid;
+		h.node_map = 1ull << c.node;
+		h.job_key = c.key;
+		send_ep(job, sw_leaf(job, p), 0, kCollConfig, h, tb, sw::kTaskBytes, nullptr, 0);
+	}
+	job.sw_cfg_sent = now;
+}
+
+// The switch path's first message: ask for Seg units (or, inline, assume
+// them), then start.
+void CollEngine::sw_begin(Qp &qp, CollJob &job, uint64_t now)
+{
+	const SwitchConfig &s = job.cfg.sw;
+	if (job.sw_phase == CollJob::SwPhase::none) {
+		job.sw_granted.assign(s.planes, 0);
+		if (s.inline_task) {
+			job.sw_granted.assign(s.planes, sw_request(job));
+			sw_ready(job);
+		} else {
+			job.sw_phase = CollJob::SwPhase::configuring;
+			job.sw_cfg_start = now;
+			sw_send_config(job, now);
+		}
+	}
+	Message &m = *job.active;
+	m.sw = true;
+	if (job.sw_phase == CollJob::SwPhase::configuring) {
+		m.waiting = true;
+		return;
+	}
+	sw_start(qp, job, now);
+}
+
+void CollEngine::sw_ready(CollJob &job)
+{
+	const SwitchConfig &s = job.cfg.sw;
+	uint32_t g = *std::min_element(job.sw_granted.begin(), job.sw_granted.end());
+	uint32_t w = std::min<uint64_t>(uint64_t(s.planes) * g / 2, UINT32_MAX);
+	uint32_t want = s.window ? s.window : e_.params.cfg.coll_window;
+	job.sw_window = std::min(w, want);
+	job.sw_phase = CollJob::SwPhase::ready;
+	IBVC_INFO("coll", "{}: job {} through the switch: {} plane(s), {} Seg units, window {}",
+		  e_.params.name, job.cfg.jid, s.planes, g, job.sw_window);
+}
+
+void CollEngine::sw_start(Qp &qp, CollJob &job, uint64_t now)
+{
+	Message &m = *job.active;
+	m.waiting = false;
+	if (job.sw_phase == CollJob::SwPhase::fallback) {
+		m.sw = false;
+		ring_start(qp, job, now);
+		return;
+	}
+	if (job.sw_phase == CollJob::SwPhase::failed)
+		return fail(qp, job, job.sw_fail, false,
+			    job.sw_fail == CollStatus::denied ? "the switch refused the job"
+							      : "no answer from the switch");
+	if (!job.sw_window)
+		return fail(qp, job, CollStatus::buffer_err, true,
+			    "the switch granted too few Seg units for a window");
+	m.ran = kRanSwitch | (job.cfg.sw.leaves > 1 ? kRanHierarchy : 0);
+	m.gs0 = job.sw_next_gs;
+	m.sw_base = m.sw_next = 0;
+	if (job.cfg.sw.e2e_ack)
+		m.acked.assign(m.nblocks, job.cfg.node == 0 ? 1 : 0);
+	m.last_progress = now;
+	sw_pump(qp, job, now);
+}
+
+// Which node needs block sid's data (the others get a token): -1 for all.
+int CollEngine::sw_owner(const CollJob &job, const Message &m, uint32_t sid) const
+{
+	(void)job;
+	switch (m.coll) {
+	case CollOp::reduce:
+		return m.root_node;
+	case CollOp::reduce_scatter:
+		return m.chunks[m.chain[sid].chunk].fin;
+	default:
+		return -1;
+	}
+}
+
+void CollEngine::sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again)
+{
+	const JobConfig &c = job.cfg;
+	const BlockDesc &b = m.chain[sid];
+	const uint32_t len = b.elems * m.es;
+	const uint64_t gs = m.gs0 + sid;
+	const uint32_t plane = sw::plane_of(gs, c.sw.planes);
+	const uint8_t *payload = nullptr;
+	uint32_t plen = 0;
+	switch (m.coll) {
+	case CollOp::bcast:
+	case CollOp::allgather:
+		// Only the block's owner has data; the others send a token.
+		if ((m.coll == CollOp::bcast && m.root_node == c.node) ||
+		    (m.coll == CollOp::allgather && m.chunks[b.chunk].fin == c.node)) {
+			if (!result_source(job, m, sid, &payload)) {
+				m.dma_error = true;
+				return;
+			}
+			plen = len;
+		}
+		break;
+	default:
+		if (!local_partial(job, m, sid, scratch_.data())) {
+			m.dma_error = true;
+			return;
+		}
+		payload = scratch_.data();
+		plen = len;
+		break;
+	}
+	Ceth h = header(job, m, sid);
+	h.seg = uint16_t(sw::unit_of(gs, c.sw.planes, job.sw_granted[plane]));
+	h.node_map = 1ull << c.node;
+	h.rank_map = bits(m.ranks);
+	int owner = sw_owner(job, m, sid);
+	h.phase = uint8_t(owner < 0 ? 0 : owner + 1);
+	if (again)
+		h.flags |= kCethRetrans;
+	if (c.sw.inline_task) {
+		sw::Task t;
+		t.node = c.node;
+		t.nodes = c.nodes();
+		t.qpn = job.qpn;
+		t.members = bits(c.nodes());
+		t.subtree = 0;
+		for (uint16_t n = 0; n < c.nodes(); n++)
+			if (c.sw.leaves == 1 || c.sw.member_leaf[n] == c.sw.member_leaf[c.node])
+				t.subtree |= 1ull << n;
+		t.seg_req = sw_request(job);
+		t.plane = uint16_t(plane);
+		if (c.sw.leaves > 1) {
+			memcpy(t.parent_ip, c.sw.spine[plane].ip.b, 16);
+			t.parent_port = c.sw.spine[plane].port;
+		}
+		uint8_t tb[sw::kTaskBytes];
+		t.store(tb);
+		h.flags |= kCethInline;
+		send_ep(job, sw_leaf(job, plane), 0, kCollData, h, tb, sw::kTaskBytes, payload, plen);
+	} else {
+		send_ep(job, sw_leaf(job, plane), 0, kCollData, h, nullptr, 0, payload, plen);
+	}
+	arm(job, m.o_pending, sid, now, again);
+	if (again)
+		ctr.retrans_data++;
+}
+
+void CollEngine::sw_pump(Qp &qp, CollJob &job, uint64_t now)
+{
+	Message &m = *job.active;
+	while (m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_window && !m.dma_error)
+		sw_send_block(job, m, m.sw_next++, now, false);
+	if (m.dma_error)
+		fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+}
+
+void CollEngine::sw_timers(Qp &qp, CollJob &job, uint64_t now)
+{
+	if (job.sw_phase == CollJob::SwPhase::configuring) {
+		uint64_t limit = uint64_t(e_.params.cfg.sw_config_ms) * util::kNsPerMs;
+		if (now - job.sw_cfg_start > limit) {
+			if (job.cfg.topology == Topology::autosel) {
+				IBVC_WARN("coll", "{}: job {}: no answer from the switch, using the ring",
+					  e_.params.name, job.cfg.jid);
+				job.sw_phase = CollJob::SwPhase::fallback;
+			} else {
+				job.sw_phase = CollJob::SwPhase::failed;
+				job.sw_fail = CollStatus::timeout;
+			}
+			if (job.active && job.active->waiting)
+				sw_start(qp, job, now);
+			return;
+		}
+		if (now - job.sw_cfg_sent > rto_ns(job))
+			sw_send_config(job, now);
+		return;
+	}
+	if (!job.active || job.active->waiting)
+		return;
+	Message &m = *job.active;
+	for (auto &kv : m.o_pending) {
+		if (now < kv.second.deadline)
+			continue;
+		if (!m.final_[kv.first]) {
+			sw_send_block(job, m, kv.first, now, true);
+		} else {
+			// End-to-end mode: the result is here, node 0's ACK is not.
+			sw_send_ack(job, m.mid, kv.first, 0, true);
+			arm(job, m.o_pending, kv.first, now, true);
+		}
+	}
+	if (m.dma_error)
+		return fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+	uint64_t limit = uint64_t(job.cfg.timeout_ms ? job.cfg.timeout_ms
+						     : e_.params.cfg.coll_timeout_ms) *
+			 util::kNsPerMs;
+	if (now > m.last_progress && now - m.last_progress > limit) {
+		ctr.timeouts++;
+		fail(qp, job, CollStatus::timeout, true, "no result from the switch within the timeout");
+	}
+}
+
+bool CollEngine::sw_done(const CollJob &job) const
+{
+	const Message &m = *job.active;
+	return !m.waiting && m.finals == m.nblocks && m.o_pending.empty();
+}
+
+// A block leaves the window when its result is here and, in end-to-end
+// mode, node 0 has acknowledged it.
+void CollEngine::sw_release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now)
+{
+	if (!m.final_[sid] || (!m.acked.empty() && !m.acked[sid]))
+		return;
+	auto it = m.o_pending.find(sid);
+	if (it != m.o_pending.end()) {
+		if (!it->second.again)
+			rtt_sample(job, now - it->second.sent);
+		m.o_pending.erase(it);
+	}
+	while (m.sw_base < m.nblocks && m.final_[m.sw_base] &&
+	       (m.acked.empty() || m.acked[m.sw_base]))
+		m.sw_base++;
+}
+
+// End-to-end mode: node 0 acknowledges block sid to node `to` (or, with
+// ask, another node asks node 0 for it).
+void CollEngine::sw_send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uint16_t to, bool ask)
+{
+	Ceth h;
+	h.src_node = job.cfg.node;
+	h.jid = job.cfg.jid;
+	h.mid = mid;
+	h.sid = sid;
+	h.node_map = 1ull << job.cfg.node;
+	h.job_key = job.cfg.key;
+	if (ask)
+		h.flags |= kCethRetrans;
+	send(job, to, kCollAck, h, nullptr, 0);
+}
+
+// End-to-end mode: an ACK from node 0, or (at node 0) a request for one.
+void CollEngine::sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p)
+{
+	if (!job.cfg.sw.e2e_ack) {
+		ctr.malformed++;
+		return;
+	}
+	const uint64_t now = util::now_ns();
+	if (job.cfg.node == 0) {
+		if (!(p.h.flags & kCethRetrans)) {
+			ctr.malformed++;
+			return;
+		}
+		// Acknowledge it if we hold the result (or the message is over).
+		const Message *m = job.active ? job.active.get() : nullptr;
+		if ((m && m->sw && p.h.mid == m->mid && p.h.sid < m->nblocks && m->final_[p.h.sid]) ||
+		    int32_t(p.h.mid - (m ? m->mid : job.last_mid + 1)) < 0)
+			sw_send_ack(job, p.h.mid, p.h.sid, p.h.src_node, false);
+		return;
+	}
+	if (p.h.src_node != 0 || (p.h.flags & kCethRetrans)) {
+		ctr.malformed++;
+		return;
+	}
+	if (!job.active || !job.active->sw || job.active->waiting || p.h.mid != job.active->mid ||
+	    p.h.sid >= job.active->nblocks) {
+		ctr.stale_dropped++;
+		return;
+	}
+	Message &m = *job.active;
+	if (m.acked[p.h.sid]) {
+		ctr.dup_dropped++;
+		return;
+	}
+	m.acked[p.h.sid] = 1;
+	m.last_progress = now;
+	sw_release_block(job, m, p.h.sid, now);
+	sw_pump(qp, job, now);
+}
+
+// A packet from one of the job's switches.
+void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
+{
+	const uint64_t now = util::now_ns();
+	const SwitchConfig &s = job.cfg.sw;
+	if (p.kind == kCollConfigAck) {
+		if (job.sw_phase != CollJob::SwPhase::configuring) {
+			if (p.h.status == uint8_t(CollStatus::denied) && job.active && job.active->sw) {
+				// Inline: the switch could not take the job.
+				fail(qp, job, CollStatus::denied, true, "the switch refused the job");
+			}
+			return;
+		}
+		uint32_t plane = s.planes;
+		for (uint32_t q = 0; q < s.planes; q++)
+			if (sw_leaf(job, q) == p.src)
+				plane = q;
+		if (plane == s.planes)
+			return;
+		if (p.h.status || p.h.seg < 2) {
+			IBVC_WARN("coll", "{}: job {}: the switch refused it{}", e_.params.name,
+				  job.cfg.jid,
+				  job.cfg.topology == Topology::autosel ? ", using the ring" : "");
+			if (job.cfg.topology == Topology::autosel) {
+				job.sw_phase = CollJob::SwPhase::fallback;
+			} else {
+				job.sw_phase = CollJob::SwPhase::failed;
+				job.sw_fail = CollStatus::denied;
+			}
+		} else {
+			job.sw_granted[plane] = p.h.seg;
+			if (std::count(job.sw_granted.begin(), job.sw_granted.end(), 0u) == 0)
+				sw_ready(job);
+		}
+		if (job.sw_phase != CollJob::SwPhase::configuring && job.active && job.active->waiting)
+			sw_start(qp, job, now);
+		return;
+	}
+	if (p.kind != kCollResult) {
+		ctr.malformed++;
+		return;
+	}
+	ctr.rx_result++;
+	if (!job.active || !job.active->sw || job.active->waiting || p.h.mid != job.active->mid) {
+		ctr.stale_dropped++;
+		return;
+	}
+	Message &m = *job.active;
+	const uint32_t sid = p.h.sid;
+	if (sid >= m.nblocks) {
+		ctr.bad_block++;
+		return;
+	}
+	const BlockDesc &b = m.chain[sid];
+	const uint32_t len = b.elems * m.es;
+	int owner = sw_owner(job, m, sid);
+	bool need = owner < 0 || owner == job.cfg.node;
+	if (m.coll == CollOp::barrier)
+		need = false;
+	if ((need && p.paylen != len) || (!need && p.paylen != 0 && p.paylen != len) ||
+	    p.h.coll != uint8_t(m.coll) || sw::plane_of(m.gs0 + sid, s.planes) >= s.planes ||
+	    !(sw_leaf(job, sw::plane_of(m.gs0 + sid, s.planes)) == p.src)) {
+		ctr.malformed++;
+		return;
+	}
+	if (m.final_[sid]) {
+		ctr.dup_dropped++;
+		return;
+	}
+	if (need && len) {
+		const uint8_t *data = p.payload;
+		if (m.op == RedOp::avg && (m.coll == CollOp::allreduce || m.coll == CollOp::reduce ||
+					   m.coll == CollOp::reduce_scatter)) {
+			memcpy(scratch_.data(), p.payload, len);
+			avg_finalize(m.dtype, scratch_.data(), b.elems, job.cfg.total_ranks);
+			data = scratch_.data();
+		}
+		if (!write_result(job, m, sid, data)) {
+			fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+			return;
+		}
+	}
+	m.final_[sid] = 1;
+	m.finals++;
+	m.last_progress = now;
+	if (s.e2e_ack && job.cfg.node == 0)
+		for (uint16_t n = 1; n < job.cfg.nodes(); n++)
+			sw_send_ack(job, m.mid, sid, n, false);
+	sw_release_block(job, m, sid, now);
+	sw_pump(qp, job, now);
+}
+
+// The job leaves its switches (its QP is reset or destroyed).
+void CollEngine::sw_release(const CollJob &job)
+{
+	if (job.sw_phase != CollJob::SwPhase::ready)
+		return;
+	const SwitchConfig &s = job.cfg.sw;
+	for (uint32_t p = 0; p < s.planes; p++) {
+		Ceth h;
+		h.src_node = job.cfg.node;
+		h.jid = job.cfg.jid;
+		h.node_map = 1ull << job.cfg.node;
+		h.job_key = job.cfg.key;
+		send_ep(job, sw_leaf(job, p), 0, kCollRelease, h, nullptr, 0, nullptr, 0);
+	}
+}
+
+} // namespace ibv_coll::emu

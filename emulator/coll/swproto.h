@@ -1,0 +1,109 @@
+// The switch protocol between member NICs and aggregation switches (and
+// between leaf and spine switches), shared by both ends.
+//
+// Every packet is BTH + CETH (wire/ceth.h).  A switch serves a job's
+// "subtree": the member nodes below it.  Its children are member NICs (a
+// leaf) or switches (a spine); each child covers a set of nodes (its CETH
+// node_map).  ibv_coll_wire(7) documents the fields.
+//
+// Configuration.  A child sends CONFIG with the task information below; a
+// leaf that has heard from every node of its subtree (and, with a parent,
+// been granted by it) answers every child with CONFIG_ACK: CETH seg = the
+// Seg units granted (0 and CETH status = DENIED: refused).  Inline mode
+// skips this: every DATA packet carries the task information after the
+// CETH (flag kCethInline) and the switch builds the job on first sight.
+//
+// Data.  Block g of a job (its blocks numbered across messages) goes to
+// plane g mod P; on that plane it is block g / P, in Seg unit
+// (g / P) mod G of the grant.  A node keeps at most W <= P * G / 2 blocks
+// past the oldest one whose result it lacks, so a unit is only reused
+// once every node holds the result of the block it held before: that
+// result stays in the unit as the shadow copy that answers a late repeat.
+// A switch folds its children's partials in child order (lowest node
+// first), whatever order they arrive in, so results are reproducible.
+// CETH phase on DATA: 0, the result goes to every node; o + 1, only node o
+// needs the result's data and the others get a token (no payload).
+#pragma once
+
+#include "wire/bytes.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace ibv_coll::emu::sw {
+
+constexpr size_t kTaskBytes = 48;
+constexpr uint16_t kNodeSwitch = 0xffff; // CETH src_node of a switch
+constexpr uint32_t kMaxPlanes = 8;
+constexpr uint32_t kMaxLeaves = 64;
+
+// The task information: in a CONFIG payload, or after the CETH of an
+// inline DATA packet.
+//
+//   0 u16 node	   the sender's node index (kNodeSwitch from a switch)
+//   2 u16 nodes	   members in the job
+//   4 u32 qpn	   where results go (the sender's collective QP)
+//   8 u64 members	   every member node
+//  16 u64 subtree	   the nodes the receiving switch serves
+//  24 u32 seg_req	   Seg units asked for
+//  28 u16 plane
+//  30 u16 parent_port the receiving switch's parent (0: none)
+//  32 u8[16] parent_ip
+//  48
+struct Task {
+	uint16_t node = 0;
+	uint16_t nodes = 0;
+	uint32_t qpn = 0;
+	uint64_t members = 0;
+	uint64_t subtree = 0;
+	uint32_t seg_req = 0;
+	uint16_t plane = 0;
+	uint16_t parent_port = 0;
+	uint8_t parent_ip[16] = {};
+
+	void store(uint8_t *p) const
+	{
+		wire::store_be16(p, node);
+		wire::store_be16(p + 2, nodes);
+		wire::store_be32(p + 4, qpn);
+		wire::store_be64(p + 8, members);
+		wire::store_be64(p + 16, subtree);
+		wire::store_be32(p + 24, seg_req);
+		wire::store_be16(p + 28, plane);
+		wire::store_be16(p + 30, parent_port);
+		memcpy(p + 32, parent_ip, 16);
+	}
+	static Task load(const uint8_t *p)
+	{
+		Task t;
+		t.node = wire::load_be16(p);
+		t.nodes = wire::load_be16(p + 2);
+		t.qpn = wire::load_be32(p + 4);
+		t.members = wire::load_be64(p + 8);
+		t.subtree = wire::load_be64(p + 16);
+		t.seg_req = wire::load_be32(p + 24);
+		t.plane = wire::load_be16(p + 28);
+		t.parent_port = wire::load_be16(p + 30);
+		memcpy(t.parent_ip, p + 32, 16);
+		return t;
+	}
+};
+
+// Where block g of a job goes.
+inline uint32_t plane_of(uint64_t g, uint32_t planes)
+{
+	return uint32_t(g % planes);
+}
+inline uint32_t unit_of(uint64_t g, uint32_t planes, uint32_t granted)
+{
+	return uint32_t((g / planes) % granted);
+}
+
+// The job's blocks in order: (mid, sid) after (mid', sid')?
+inline bool block_after(uint32_t mid, uint32_t sid, uint32_t mid2, uint32_t sid2)
+{
+	return int32_t(mid - mid2) > 0 || (mid == mid2 && sid > sid2);
+}
+
+} // namespace ibv_coll::emu::sw

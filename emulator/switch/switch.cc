@@ -1,0 +1,856 @@
+// The emulated aggregation switch.  See coll/swproto.h for the protocol
+// and ibv_coll_switchd(8) for the program around it.
+#include "switch/switch.h"
+
+#include "util/clock.h"
+#include "util/log.h"
+#include "wire/icrc.h"
+#include "wire/roce.h"
+
+#include <sys/epoll.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+
+namespace ibv_coll::emu {
+
+using namespace wire;
+
+void SwitchCounters::add(const SwitchCounters &o)
+{
+	rx_packets += o.rx_packets;
+	rx_bytes += o.rx_bytes;
+	tx_packets += o.tx_packets;
+	tx_bytes += o.tx_bytes;
+	data += o.data;
+	reductions += o.reductions;
+	results += o.results;
+	duplicates += o.duplicates;
+	retrans_answered += o.retrans_answered;
+	resent_up += o.resent_up;
+	configs += o.configs;
+	grants += o.grants;
+	denials += o.denials;
+	releases += o.releases;
+	drop_icrc += o.drop_icrc;
+	drop_malformed += o.drop_malformed;
+	drop_key += o.drop_key;
+	drop_job += o.drop_job;
+	drop_node += o.drop_node;
+	drop_block += o.drop_block;
+	drop_stale += o.drop_stale;
+	drop_busy += o.drop_busy;
+}
+
+namespace {
+
+// Unit states, kept in SegUnit::kind.
+constexpr uint8_t kUnitCollecting = 1; // partials coming in
+constexpr uint8_t kUnitUp = 2;	       // our partial went to the parent
+constexpr uint8_t kUnitDone = 3;       // holds the result (the shadow copy)
+
+int lowest(uint64_t m)
+{
+	return m ? std::countr_zero(m) : 64;
+}
+
+} // namespace
+
+Switch::Switch(const SwitchParams &p)
+	: p_(p), pool_(p.units, p.unit_bytes), range_used_(p.units, 0)
+{
+}
+
+int Switch::open()
+{
+	int err = port_.open(p_.port, false, p_.impair, p_.sockbuf, p_.gso);
+	if (err)
+		return err;
+	epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
+	if (!epfd_)
+		return errno;
+	epoll_event ev{};
+	ev.events = EPOLLIN;
+	ev.data.fd = port_.fd();
+	if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, port_.fd(), &ev))
+		return errno;
+	IBVC_INFO("switch", "{}: udp port {}, {} Seg units of {} bytes", p_.name, port_.port(),
+		  p_.units, p_.unit_bytes);
+	return 0;
+}
+
+void Switch::run(const std::atomic<bool> &stop)
+{
+	while (!stop.load())
+		if (!poll_once())
+			wait(200);
+	port_.tx_flush();
+}
+
+void Switch::wait(int ms)
+{
+	epoll_event ev;
+	epoll_wait(epfd_.get(), &ev, 1, ms);
+}
+
+bool Switch::poll_once()
+{
+	RxPacket pkts[UdpPort::kBatch];
+	bool did = false;
+	for (int b = 0; b < 8; b++) {
+		unsigned n = port_.rx_batch(pkts);
+		for (unsigned i = 0; i < n; i++)
+			handle(pkts[i]);
+		if (!n)
+			break;
+		did = true;
+	}
+	port_.tx_flush();
+	uint64_t now = util::now_ns();
+	if (now - last_expire_ > 1000 * util::kNsPerMs) {
+		last_expire_ = now;
+		expire(now);
+	}
+	return did;
+}
+
+void Switch::handle(const RxPacket &rx)
+{
+	if (rx.len < kBthBytes + kCethBytes + kIcrcBytes) {
+		gone_.drop_malformed++;
+		return;
+	}
+	size_t len = rx.len - kIcrcBytes;
+	UdpEndpoints ep;
+	memcpy(ep.src, rx.src.ip.b, 16);
+	memcpy(ep.dst, rx.dst.b, 16);
+	ep.sport = rx.src.port;
+	ep.dport = port_.port();
+	if (icrc(ep, rx.data, len) != load_icrc(rx.data + len)) {
+		gone_.drop_icrc++;
+		IBVC_DEBUG("switch", "{}: bad icrc from {}:{}", p_.name, rx.src.ip.str(), rx.src.port);
+		return;
+	}
+	Bth bth = Bth::load(rx.data);
+	if (!is_coll_opcode(bth.opcode) || bth.opcode > kCollKindLast || Bth::tver(rx.data) != 0 ||
+	    bth.pkey != kDefaultPkey || len < kBthBytes + kCethBytes + bth.pad) {
+		gone_.drop_malformed++;
+		return;
+	}
+	In p;
+	p.kind = bth.opcode;
+	p.h = Ceth::load(rx.data + kBthBytes);
+	p.payload = rx.data + kBthBytes + kCethBytes;
+	p.paylen = uint32_t(len - kBthBytes - kCethBytes - bth.pad);
+	p.src = rx.src;
+	p.dst = rx.dst;
+	if (p.paylen != p.h.len) {
+		gone_.drop_malformed++;
+		return;
+	}
+	switch (p.kind) {
+	case kCollConfig:
+		on_config(p);
+		break;
+	case kCollConfigAck:
+		on_config_ack(p);
+		break;
+	case kCollData:
+		on_data(p);
+		break;
+	case kCollResult:
+		on_result(p);
+		break;
+	case kCollRelease:
+		on_release(p);
+		break;
+	default:
+		gone_.drop_malformed++;
+		break;
+	}
+}
+
+// The job a packet belongs to; with a task, a new one is made for it.
+Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
+{
+	auto it = jobs_.find(p.h.jid);
+	if (it == jobs_.end()) {
+		if (!create || !t) {
+			gone_.drop_job++;
+			return nullptr;
+		}
+		if (!t->nodes || t->nodes > 64 || !t->subtree || (t->subtree & ~t->members) ||
+		    t->plane >= sw::kMaxPlanes) {
+			gone_.drop_malformed++;
+			return nullptr;
+		}
+		Job &j = jobs_[p.h.jid];
+		j.jid = p.h.jid;
+		j.key = p.h.job_key;
+		j.nodes = t->nodes;
+		j.members = t->members;
+		j.subtree = t->subtree;
+		j.plane = t->plane;
+		j.inline_mode = p.kind == kCollData;
+		if (t->parent_port) {
+			j.has_parent = true;
+			memcpy(j.parent.ip.b, t->parent_ip, 16);
+			j.parent.port = t->parent_port;
+		}
+		IBVC_INFO("switch", "{}: job {} ({} nodes, subtree {:#x}{}{})", p_.name, j.jid, j.nodes,
+			  j.subtree, j.inline_mode ? ", inline" : "",
+			  j.has_parent ? ", parent " + j.parent.ip.str() + ":" +
+						 std::to_string(j.parent.port)
+				       : std::string());
+		return &j;
+	}
+	Job &j = it->second;
+	if (p.h.job_key != j.key) {
+		j.ctr.drop_key++;
+		IBVC_DEBUG("switch", "{}: job {}: wrong key from {}:{}", p_.name, j.jid,
+			   p.src.ip.str(), p.src.port);
+		return nullptr;
+	}
+	if (t && (t->members != j.members || t->subtree != j.subtree || t->nodes != j.nodes ||
+		  t->plane != j.plane)) {
+		j.ctr.drop_malformed++;
+		return nullptr;
+	}
+	return &j;
+}
+
+Switch::Child *Switch::child_of(Job &j, const Endpoint &ep)
+{
+	for (Child &c : j.children)
+		if (c.ep == ep)
+			return &c;
+	return nullptr;
+}
+
+// A child introduces itself (CONFIG, or an inline DATA packet's task).
+int Switch::add_child(Job &j, const In &p, const sw::Task &t)
+{
+	uint64_t cover = p.h.node_map;
+	bool is_switch = t.node == sw::kNodeSwitch;
+	if (!cover || (cover & ~j.subtree) || (!is_switch && cover != 1ull << t.node)) {
+		j.ctr.drop_node++;
+		return EINVAL;
+	}
+	if (Child *c = child_of(j, p.src)) {
+		if (c->cover != cover) {
+			j.ctr.drop_node++;
+			return EINVAL;
+		}
+		c->qpn = t.qpn;
+		return 0;
+	}
+	if (j.covered & cover) {
+		j.ctr.drop_node++; // another child already serves these nodes
+		return EINVAL;
+	}
+	if (j.children.empty())
+		j.parent_local = p.dst; // reach the parent as our children reach us
+	Child c;
+	c.ep = p.src;
+	c.local = p.dst;
+	c.qpn = t.qpn;
+	c.cover = cover;
+	c.is_switch = is_switch;
+	j.children.push_back(c);
+	std::sort(j.children.begin(), j.children.end(),
+		  [](const Child &a, const Child &b) { return lowest(a.cover) < lowest(b.cover); });
+	j.covered |= cover;
+	j.seg_req = std::min(j.seg_req, t.seg_req);
+	return 0;
+}
+
+bool Switch::alloc_units(Job &j, uint32_t want)
+{
+	// An inline job cannot be told its grant: it gets what it assumes or
+	// nothing.
+	if (p_.max_job_units && want > p_.max_job_units && j.inline_mode)
+		return false;
+	if (p_.max_job_units)
+		want = std::min(want, p_.max_job_units);
+	// First fit of the largest free run, up to want.
+	uint32_t best = 0, best_len = 0;
+	for (uint32_t i = 0; i < p_.units;) {
+		if (range_used_[i]) {
+			i++;
+			continue;
+		}
+		uint32_t k = i;
+		while (k < p_.units && !range_used_[k] && k - i < want)
+			k++;
+		if (k - i > best_len) {
+			best = i;
+			best_len = k - i;
+		}
+		if (best_len == want)
+			break;
+		i = k + 1;
+	}
+	if (best_len < 2 || (j.inline_mode && best_len < want))
+		return false;
+	for (uint32_t i = best; i < best + best_len; i++)
+		range_used_[i] = 1;
+	j.seg_base = best;
+	j.granted = best_len;
+	j.have_units = true;
+	return true;
+}
+
+void Switch::free_units(Job &j)
+{
+	if (!j.have_units)
+		return;
+	for (uint32_t i = j.seg_base; i < j.seg_base + j.granted; i++) {
+		range_used_[i] = 0;
+		pool_.release(i);
+	}
+	j.have_units = false;
+	j.stash.clear();
+}
+
+void Switch::send_to(const Endpoint &dst, const IpAddr &src, uint32_t qpn, uint8_t kind,
+		     const Ceth &h0, const void *task, const void *payload, uint32_t len)
+{
+	uint8_t *buf = port_.tx_buf();
+	Bth bth;
+	bth.opcode = kind;
+	bth.dqpn = qpn;
+	bth.psn = h0.sid & kPsnMask;
+	bth.store(buf);
+	Ceth h = h0;
+	size_t off = kBthBytes + kCethBytes;
+	uint32_t tlen = task ? uint32_t(sw::kTaskBytes) : 0;
+	h.len = uint16_t(len + tlen);
+	h.store(buf + kBthBytes);
+	if (task)
+		memcpy(buf + off, task, tlen);
+	if (len)
+		memcpy(buf + off + tlen, payload, len);
+	uint32_t paylen = len + tlen;
+	uint32_t pad = (4 - (paylen & 3)) & 3;
+	memset(buf + off + paylen, 0, pad);
+	buf[1] = uint8_t((buf[1] & ~0x30) | pad << 4);
+	size_t roce_len = off + paylen + pad;
+	UdpEndpoints ep;
+	memcpy(ep.src, src.b, 16);
+	memcpy(ep.dst, dst.ip.b, 16);
+	ep.sport = port_.port();
+	ep.dport = dst.port;
+	store_icrc(buf + roce_len, icrc(ep, buf, roce_len));
+	port_.tx_commit(roce_len + kIcrcBytes, dst, src);
+}
+
+void Switch::send_config_up(Job &j)
+{
+	sw::Task t;
+	t.node = sw::kNodeSwitch;
+	t.nodes = j.nodes;
+	t.members = j.members;
+	t.subtree = j.members; // a spine serves the whole job
+	t.seg_req = j.granted;
+	t.plane = j.plane;
+	uint8_t tb[sw::kTaskBytes];
+	t.store(tb);
+	Ceth h;
+	h.src_node = sw::kNodeSwitch;
+	h.jid = j.jid;
+	h.node_map = j.subtree;
+	h.job_key = j.key;
+	send_to(j.parent, j.parent_local, 0, kCollConfig, h, nullptr, tb, sw::kTaskBytes);
+}
+
+// Every node of the subtree has spoken: take units, ask the parent.
+void Switch::try_grant(Job &j)
+{
+	if (j.state != State::collecting || j.covered != j.subtree)
+		return;
+	if (!alloc_units(j, j.seg_req)) {
+		deny(j, "no free Seg units");
+		return;
+	}
+	if (j.has_parent && !j.inline_mode) {
+		j.state = State::waiting_parent;
+		send_config_up(j);
+		return;
+	}
+	j.state = State::granted;
+	if (!j.inline_mode)
+		grant_children(j);
+	IBVC_INFO("switch", "{}: job {} granted {} Seg units at {}", p_.name, j.jid, j.granted,
+		  j.seg_base);
+}
+
+void Switch::grant_children(Job &j)
+{
+	j.ctr.grants++;
+	for (const Child &c : j.children) {
+		Ceth h;
+		h.src_node = sw::kNodeSwitch;
+		h.jid = j.jid;
+		h.seg = uint16_t(std::min<uint32_t>(j.granted, 0xffff));
+		h.node_map = c.cover;
+		h.job_key = j.key;
+		send_to(c.ep, c.local, c.qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+	}
+}
+
+void Switch::deny(Job &j, const char *why)
+{
+	IBVC_WARN("switch", "{}: job {} refused: {}", p_.name, j.jid, why);
+	j.state = State::denied;
+	j.ctr.denials++;
+	free_units(j);
+	for (const Child &c : j.children) {
+		Ceth h;
+		h.src_node = sw::kNodeSwitch;
+		h.jid = j.jid;
+		h.status = 4; // CollStatus::denied
+		h.node_map = c.cover;
+		h.job_key = j.key;
+		send_to(c.ep, c.local, c.qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+	}
+}
+
+void Switch::on_config(const In &p)
+{
+	if (p.paylen != sw::kTaskBytes) {
+		gone_.drop_malformed++;
+		return;
+	}
+	sw::Task t = sw::Task::load(p.payload);
+	Job *j = job_for(p, &t, true);
+	if (!j)
+		return;
+	j->last_seen = util::now_ns();
+	j->ctr.configs++;
+	if (add_child(*j, p, t))
+		return;
+	switch (j->state) {
+	case State::collecting:
+		try_grant(*j);
+		break;
+	case State::waiting_parent:
+		send_config_up(*j); // the child asks again: so do we
+		break;
+	case State::granted:
+	case State::denied: {
+		// A repeat (our answer was lost): answer this child again.
+		Child *c = child_of(*j, p.src);
+		Ceth h;
+		h.src_node = sw::kNodeSwitch;
+		h.jid = j->jid;
+		h.seg = j->state == State::granted ? uint16_t(std::min<uint32_t>(j->granted, 0xffff))
+						   : 0;
+		h.status = j->state == State::granted ? 0 : 4;
+		h.node_map = c->cover;
+		h.job_key = j->key;
+		send_to(c->ep, c->local, c->qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+		break;
+	}
+	}
+}
+
+void Switch::on_config_ack(const In &p)
+{
+	Job *j = job_for(p, nullptr, false);
+	if (!j)
+		return;
+	if (!j->has_parent || !(p.src == j->parent)) {
+		j->ctr.drop_node++;
+		return;
+	}
+	j->last_seen = util::now_ns();
+	if (p.h.status || p.h.seg < 2) {
+		if (j->state != State::denied)
+			deny(*j, "the parent switch refused it");
+		return;
+	}
+	if (j->state != State::waiting_parent)
+		return; // a repeat
+	j->granted = std::min<uint32_t>(j->granted, p.h.seg);
+	j->state = State::granted;
+	grant_children(*j);
+	IBVC_INFO("switch", "{}: job {} granted {} Seg units (parent agreed)", p_.name, j->jid,
+		  j->granted);
+}
+
+void Switch::on_release(const In &p)
+{
+	auto it = jobs_.find(p.h.jid);
+	if (it == jobs_.end() || p.h.job_key != it->second.key)
+		return;
+	Job &j = it->second;
+	if (!child_of(j, p.src))
+		return;
+	j.ctr.releases++;
+	if (++j.released < j.children.size())
+		return;
+	IBVC_INFO("switch", "{}: job {} released", p_.name, j.jid);
+	if (j.has_parent) {
+		Ceth h;
+		h.src_node = sw::kNodeSwitch;
+		h.jid = j.jid;
+		h.node_map = j.subtree;
+		h.job_key = j.key;
+		send_to(j.parent, j.parent_local, 0, kCollRelease, h, nullptr, nullptr, 0);
+	}
+	free_units(j);
+	gone_.add(j.ctr);
+	jobs_.erase(it);
+}
+
+// Fold a child's partial into the unit, in child order: it goes in now
+// if its lowest node is the lowest still pending, else it waits.
+void Switch::fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, uint32_t len)
+{
+	SegUnit &u = pool_.unit(j.seg_base + unit);
+	if (lowest(cover) != lowest(u.node_pending)) {
+		j.stash[unit].push_back(Stash{cover, std::vector<uint8_t>(data, data + len)});
+		return;
+	}
+	pool_.contribute_nodes(j.seg_base + unit, cover, data, len);
+	if (len)
+		j.ctr.reductions++;
+	auto it = j.stash.find(unit);
+	while (it != j.stash.end() && u.node_pending) {
+		auto &v = it->second;
+		auto s = std::find_if(v.begin(), v.end(), [&](const Stash &x) {
+			return lowest(x.cover) == lowest(u.node_pending);
+		});
+		if (s == v.end())
+			break;
+		pool_.contribute_nodes(j.seg_base + unit, s->cover, s->data.data(),
+				       uint32_t(s->data.size()));
+		if (!s->data.empty())
+			j.ctr.reductions++;
+		v.erase(s);
+	}
+	if (it != j.stash.end() && it->second.empty())
+		j.stash.erase(it);
+	if (!u.node_pending)
+		complete_unit(j, unit);
+}
+
+void Switch::complete_unit(Job &j, uint32_t unit)
+{
+	SegUnit &u = pool_.unit(j.seg_base + unit);
+	if (!u.filled) {
+		// Nothing but tokens (a barrier, or data of length 0).
+		u.filled = true;
+	}
+	if (j.has_parent) {
+		u.kind = kUnitUp;
+		send_up(j, unit);
+		return;
+	}
+	u.kind = kUnitDone;
+	j.ctr.results++;
+	for (const Child &c : j.children)
+		send_result(j, unit, c);
+}
+
+static Ceth unit_header(const SegUnit &u, uint32_t jid, uint64_t key, uint32_t unit)
+{
+	Ceth h;
+	h.coll = u.hop;
+	h.op = uint8_t(u.op);
+	h.dtype = uint8_t(u.dtype);
+	h.src_node = sw::kNodeSwitch;
+	h.jid = jid;
+	h.mid = u.mid;
+	h.sid = u.sid;
+	h.seg = uint16_t(unit);
+	h.job_key = key;
+	h.phase = uint8_t(u.src_node);
+	return h;
+}
+
+void Switch::send_up(Job &j, uint32_t unit)
+{
+	SegUnit &u = pool_.unit(j.seg_base + unit);
+	Ceth h = unit_header(u, j.jid, j.key, unit);
+	h.node_map = j.subtree;
+	h.rank_map = 0;
+	if (j.inline_mode) {
+		sw::Task t;
+		t.node = sw::kNodeSwitch;
+		t.nodes = j.nodes;
+		t.members = j.members;
+		t.subtree = j.members;
+		t.seg_req = j.granted;
+		t.plane = j.plane;
+		uint8_t tb[sw::kTaskBytes];
+		t.store(tb);
+		h.flags |= kCethInline;
+		send_to(j.parent, j.parent_local, 0, kCollData, h, tb, u.data, u.len);
+	} else {
+		send_to(j.parent, j.parent_local, 0, kCollData, h, nullptr, u.data, u.len);
+	}
+}
+
+// The result to one child: the data if it needs it, else a token.
+void Switch::send_result(Job &j, uint32_t unit, const Child &c)
+{
+	SegUnit &u = pool_.unit(j.seg_base + unit);
+	Ceth h = unit_header(u, j.jid, j.key, unit);
+	h.node_map = j.members;
+	bool data = u.src_node == 0 || (c.cover >> (u.src_node - 1) & 1);
+	send_to(c.ep, c.local, c.qpn, kCollResult, h, nullptr, u.data, data ? u.len : 0);
+}
+
+void Switch::on_data(const In &p0)
+{
+	In p = p0;
+	sw::Task t;
+	bool inl = p.h.flags & kCethInline;
+	if (inl) {
+		if (p.paylen < sw::kTaskBytes) {
+			gone_.drop_malformed++;
+			return;
+		}
+		t = sw::Task::load(p.payload);
+		p.payload += sw::kTaskBytes;
+		p.paylen -= uint32_t(sw::kTaskBytes);
+	}
+	Job *jp = job_for(p, inl ? &t : nullptr, inl);
+	if (!jp)
+		return;
+	Job &j = *jp;
+	j.last_seen = util::now_ns();
+	if (inl) {
+		if (add_child(j, p, t))
+			return;
+		try_grant(j);
+	}
+	Child *c = child_of(j, p.src);
+	if (!c || c->cover != p.h.node_map) {
+		j.ctr.drop_node++;
+		return;
+	}
+	if (j.state != State::granted) {
+		j.ctr.drop_busy++;
+		if (j.state == State::denied) {
+			Ceth h;
+			h.src_node = sw::kNodeSwitch;
+			h.jid = j.jid;
+			h.status = 4; // CollStatus::denied
+			h.node_map = c->cover;
+			h.job_key = j.key;
+			send_to(c->ep, c->local, c->qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+		}
+		return;
+	}
+	j.ctr.data++;
+	j.ctr.rx_packets++;
+	j.ctr.rx_bytes += p.paylen;
+	const size_t es = dtype_size(Dtype(p.h.dtype));
+	if (p.h.seg >= j.granted || p.paylen > pool_.unit_bytes() || !es || p.paylen % es ||
+	    p.h.op > uint8_t(RedOp::bxor) || !reduce_fn(RedOp(p.h.op), Dtype(p.h.dtype))) {
+		j.ctr.drop_block++;
+		return;
+	}
+	const uint32_t unit = p.h.seg;
+	SegUnit &u = pool_.unit(j.seg_base + unit);
+	if (u.busy && u.mid == p.h.mid && u.sid == p.h.sid) {
+		if ((u.node_pending & p.h.node_map) == p.h.node_map) {
+			// Its first copy is still to come for this block.
+			bool stashed = false;
+			auto it = j.stash.find(unit);
+			if (it != j.stash.end())
+				for (const Stash &s : it->second)
+					stashed |= s.cover == p.h.node_map;
+			if (!stashed) {
+				if (p.paylen && p.paylen != u.len && u.len) {
+					j.ctr.drop_block++;
+					return;
+				}
+				if (p.paylen && !u.len)
+					u.len = p.paylen;
+				fold(j, unit, p.h.node_map, p.payload, p.paylen);
+				return;
+			}
+		}
+		// A repeat: never reduced again.  Answer it from what we have.
+		j.ctr.duplicates++;
+		if (u.kind == kUnitDone) {
+			j.ctr.retrans_answered++;
+			send_result(j, unit, *c);
+		} else if (u.kind == kUnitUp) {
+			j.ctr.resent_up++;
+			send_up(j, unit); // the parent may have lost ours
+		}
+		return;
+	}
+	if (u.busy && !sw::block_after(p.h.mid, p.h.sid, u.mid, u.sid)) {
+		j.ctr.drop_stale++; // an older block: every node has its result
+		return;
+	}
+	if (u.busy && u.kind != kUnitDone) {
+		// A newer block while this one is unfinished: not possible for
+		// members keeping the window.
+		j.ctr.drop_busy++;
+		return;
+	}
+	pool_.release(j.seg_base + unit);
+	j.stash.erase(unit);
+	pool_.acquire(j.seg_base + unit, j.jid, p.h.mid, p.h.sid, RedOp(p.h.op), Dtype(p.h.dtype),
+		      0, j.subtree, 0);
+	u.kind = kUnitCollecting;
+	u.hop = p.h.coll;
+	u.src_node = p.h.phase;
+	u.len = p.paylen;
+	fold(j, unit, p.h.node_map, p.payload, p.paylen);
+}
+
+// A result from our parent: keep it and send it down.
+void Switch::on_result(const In &p)
+{
+	Job *jp = job_for(p, nullptr, false);
+	if (!jp)
+		return;
+	Job &j = *jp;
+	if (!j.has_parent || !(p.src == j.parent) || p.h.seg >= j.granted) {
+		j.ctr.drop_node++;
+		return;
+	}
+	j.last_seen = util::now_ns();
+	SegUnit &u = pool_.unit(j.seg_base + p.h.seg);
+	if (!u.busy || u.mid != p.h.mid || u.sid != p.h.sid) {
+		j.ctr.drop_stale++;
+		return;
+	}
+	if (u.kind == kUnitDone) {
+		j.ctr.duplicates++;
+		return;
+	}
+	if (u.kind != kUnitUp || p.paylen > pool_.unit_bytes()) {
+		j.ctr.drop_block++;
+		return;
+	}
+	if (p.paylen)
+		memcpy(u.data, p.payload, p.paylen);
+	u.len = std::max(u.len, p.paylen);
+	u.kind = kUnitDone;
+	j.ctr.results++;
+	for (const Child &c : j.children)
+		send_result(j, p.h.seg, c);
+}
+
+void Switch::expire(uint64_t now)
+{
+	for (auto it = jobs_.begin(); it != jobs_.end();) {
+		if (now - it->second.last_seen > uint64_t(p_.job_idle_ms) * util::kNsPerMs) {
+			IBVC_INFO("switch", "{}: job {} idle, forgotten", p_.name, it->first);
+			free_units(it->second);
+			gone_.add(it->second.ctr);
+			it = jobs_.erase(it);
+		} else {
+			++it;
+		}
+	}
+}
+
+SwitchCounters Switch::totals() const
+{
+	SwitchCounters t = gone_;
+	for (const auto &kv : jobs_)
+		t.add(kv.second.ctr);
+	const PortCounters &pc = port_.counters();
+	t.rx_packets = pc.rx_packets;
+	t.rx_bytes = pc.rx_bytes;
+	t.tx_packets = pc.tx_packets;
+	t.tx_bytes = pc.tx_bytes;
+	return t;
+}
+
+uint32_t Switch::units_in_use() const
+{
+	uint32_t n = 0;
+	for (uint8_t b : range_used_)
+		n += b;
+	return n;
+}
+
+namespace {
+
+void print_ctr(FILE *f, const SwitchCounters &c, bool json)
+{
+	const std::pair<const char *, uint64_t> v[] = {
+		{"rx_packets", c.rx_packets},
+		{"rx_bytes", c.rx_bytes},
+		{"tx_packets", c.tx_packets},
+		{"tx_bytes", c.tx_bytes},
+		{"data", c.data},
+		{"reductions", c.reductions},
+		{"results", c.results},
+		{"duplicates", c.duplicates},
+		{"retrans_answered", c.retrans_answered},
+		{"resent_up", c.resent_up},
+		{"configs", c.configs},
+		{"grants", c.grants},
+		{"denials", c.denials},
+		{"releases", c.releases},
+		{"drop_icrc", c.drop_icrc},
+		{"drop_malformed", c.drop_malformed},
+		{"drop_key", c.drop_key},
+		{"drop_job", c.drop_job},
+		{"drop_node", c.drop_node},
+		{"drop_block", c.drop_block},
+		{"drop_stale", c.drop_stale},
+		{"drop_busy", c.drop_busy},
+	};
+	bool first = true;
+	for (const auto &kv : v) {
+		if (json)
+			fprintf(f, "%s\"%s\": %llu", first ? "" : ", ", kv.first,
+				static_cast<unsigned long long>(kv.second));
+		else
+			fprintf(f, "%s%s %llu", first ? "" : ", ", kv.first,
+				static_cast<unsigned long long>(kv.second));
+		first = false;
+	}
+}
+
+} // namespace
+
+void Switch::print_stats(FILE *f, bool json) const
+{
+	SwitchCounters t = totals();
+	if (json) {
+		fprintf(f, "{\"switch\": \"%s\", \"port\": %u, \"units\": %u, \"units_in_use\": %u, ",
+			p_.name.c_str(), port_.port(), p_.units, units_in_use());
+		fprintf(f, "\"total\": {");
+		print_ctr(f, t, true);
+		fprintf(f, "}, \"jobs\": [");
+		bool first = true;
+		for (const auto &kv : jobs_) {
+			fprintf(f, "%s{\"jid\": %u, \"units\": %u, \"children\": %zu, ", first ? "" : ", ",
+				kv.first, kv.second.granted, kv.second.children.size());
+			print_ctr(f, kv.second.ctr, true);
+			fprintf(f, "}");
+			first = false;
+		}
+		fprintf(f, "]}\n");
+	} else {
+		fprintf(f, "%s: port %u, Seg units %u, in use %u\n", p_.name.c_str(), port_.port(),
+			p_.units, units_in_use());
+		fprintf(f, "  total: ");
+		print_ctr(f, t, false);
+		fprintf(f, "\n");
+		for (const auto &kv : jobs_) {
+			fprintf(f, "  job %u (%u units, %zu children): ", kv.first, kv.second.granted,
+				kv.second.children.size());
+			print_ctr(f, kv.second.ctr, false);
+			fprintf(f, "\n");
+		}
+	}
+	fflush(f);
+}
+
+} // namespace ibv_coll::emu

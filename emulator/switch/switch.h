@@ -1,0 +1,141 @@
+// The emulated in-network aggregation switch: a UDP port speaking the
+// switch protocol (coll/swproto.h), a pool of Seg units (the NIC's
+// SegPool), the reduce kernels, and a table of jobs.  One thread drives it
+// (Switch::run); it blocks in epoll when there is nothing to do.
+#pragma once
+
+#include "coll/seg_pool.h"
+#include "coll/swproto.h"
+#include "nic/udp_port.h"
+#include "util/fd.h"
+#include "wire/ceth.h"
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ibv_coll::emu {
+
+struct SwitchParams {
+	std::string name = "switch";
+	uint16_t port = 4791;
+	uint32_t units = 4096;	      // Seg units
+	uint32_t unit_bytes = 4096;   // bytes each
+	uint32_t max_job_units = 0;   // most units one job gets (0: no limit)
+	uint32_t job_idle_ms = 60000; // a job silent this long is forgotten
+	Impairment impair;
+	unsigned sockbuf = 8u << 20;
+	bool gso = true;
+};
+
+struct SwitchCounters {
+	uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0;
+	uint64_t data = 0;		// partials taken in
+	uint64_t reductions = 0;	// folds into a unit
+	uint64_t results = 0;		// blocks completed (or relayed from the parent)
+	uint64_t duplicates = 0;	// repeated partials, never reduced again
+	uint64_t retrans_answered = 0;	// repeats answered from the shadow copy
+	uint64_t resent_up = 0;		// partials sent to the parent again
+	uint64_t configs = 0, grants = 0, denials = 0, releases = 0;
+	uint64_t drop_icrc = 0, drop_malformed = 0, drop_key = 0, drop_job = 0, drop_node = 0;
+	uint64_t drop_block = 0, drop_stale = 0, drop_busy = 0;
+	void add(const SwitchCounters &o);
+};
+
+class Switch {
+public:
+	explicit Switch(const SwitchParams &p);
+	int open();
+	uint16_t port() const { return port_.port(); }
+	// Serve until stop becomes true (checked at least every 200 ms).
+	void run(const std::atomic<bool> &stop);
+	// One pass: take in what has arrived, without blocking.
+	bool poll_once();
+	// Block until a packet arrives or ms milliseconds pass.
+	void wait(int ms);
+	// Per-job and total counters, as text (or JSON).
+	void print_stats(FILE *f, bool json) const;
+	SwitchCounters totals() const;
+	uint32_t units_in_use() const;
+
+private:
+	struct Child {
+		Endpoint ep;
+		IpAddr local; // our address it sent to: the source of our replies
+		uint32_t qpn = 0;
+		uint64_t cover = 0;
+		bool is_switch = false;
+	};
+	enum class State : uint8_t { collecting, waiting_parent, granted, denied };
+	struct Stash {
+		uint64_t cover;
+		std::vector<uint8_t> data;
+	};
+	struct Job {
+		uint32_t jid = 0;
+		uint64_t key = 0;
+		uint16_t nodes = 0;
+		uint64_t members = 0, subtree = 0;
+		uint16_t plane = 0;
+		bool inline_mode = false;
+		bool has_parent = false;
+		Endpoint parent;
+		IpAddr parent_local;
+		std::vector<Child> children;
+		uint64_t covered = 0;
+		uint32_t seg_req = UINT32_MAX;
+		State state = State::collecting;
+		uint32_t seg_base = 0, granted = 0;
+		bool have_units = false;
+		// Partials that came before their turn, by unit.
+		std::map<uint32_t, std::vector<Stash>> stash;
+		uint64_t last_seen = 0;
+		uint32_t released = 0; // children that said goodbye
+		SwitchCounters ctr;
+	};
+	struct In {
+		uint8_t kind;
+		wire::Ceth h;
+		const uint8_t *payload;
+		uint32_t paylen;
+		Endpoint src;
+		IpAddr dst;
+	};
+
+	void handle(const RxPacket &rx);
+	Job *job_for(const In &p, const sw::Task *t, bool create);
+	Child *child_of(Job &j, const Endpoint &ep);
+	int add_child(Job &j, const In &p, const sw::Task &t);
+	void on_config(const In &p);
+	void on_config_ack(const In &p);
+	void on_data(const In &p);
+	void on_result(const In &p);
+	void on_release(const In &p);
+	void try_grant(Job &j);
+	void grant_children(Job &j);
+	void deny(Job &j, const char *why);
+	bool alloc_units(Job &j, uint32_t want);
+	void free_units(Job &j);
+	void fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, uint32_t len);
+	void complete_unit(Job &j, uint32_t unit);
+	void send_up(Job &j, uint32_t unit);
+	void send_result(Job &j, uint32_t unit, const Child &c);
+	void send_to(const Endpoint &dst, const IpAddr &src, uint32_t qpn, uint8_t kind,
+		     const wire::Ceth &h, const void *task, const void *payload, uint32_t len);
+	void send_config_up(Job &j);
+	void expire(uint64_t now);
+
+	SwitchParams p_;
+	UdpPort port_;
+	SegPool pool_;
+	std::vector<uint8_t> range_used_; // per unit: taken by a job
+	std::map<uint32_t, Job> jobs_;
+	SwitchCounters gone_; // counters of jobs forgotten
+	util::UniqueFd epfd_;
+	uint64_t last_expire_ = 0;
+};
+
+} // namespace ibv_coll::emu

@@ -1,0 +1,219 @@
+// ibv_coll_switchd: the emulated in-network aggregation switch as a
+// program.  See ibv_coll_switchd(8).
+#include "nic/emu_config.h"
+#include "switch/switch.h"
+#include "util/config.h"
+#include "util/log.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+using namespace ibv_coll;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<bool> g_dump{false};
+
+void on_signal(int sig)
+{
+	if (sig == SIGUSR1)
+		g_dump = true;
+	else
+		g_stop = true;
+}
+
+void usage(FILE *f, const char *argv0)
+{
+	fprintf(f,
+		"usage: %s [-p PORT] [-u UNITS] [-b BYTES] [-m UNITS] [-i SEC] [-j] [-f FILE]\n"
+		"  -p, --port PORT        UDP port to serve on, every address (default 4791; 0: "
+		"any free)\n"
+		"  -u, --units N          Seg units in the pool (default 4096)\n"
+		"  -b, --unit-bytes N     bytes per Seg unit, the largest block (default 4096)\n"
+		"  -m, --max-job-units N  most units one job is granted (default: no limit)\n"
+		"  -I, --idle-ms MS       forget a job silent this long (default 60000)\n"
+		"  -i, --stats SEC        print the counters every SEC seconds (default: at exit "
+		"and on SIGUSR1)\n"
+		"  -j, --json             counters as JSON\n"
+		"  -f, --stats-file FILE  also write them (JSON) to FILE at each print\n"
+		"  -P, --port-file FILE   write the port served on to FILE once ready\n"
+		"  -n, --name NAME        name in logs and counters (default switch)\n"
+		"  -X, --fail-after N     testing: stop dead after taking in N partials\n",
+		argv0);
+}
+
+bool parse_u32(const char *s, uint32_t *out)
+{
+	uint64_t v;
+	if (!util::parse_uint(s, &v) || v > UINT32_MAX)
+		return false;
+	*out = uint32_t(v);
+	return true;
+}
+
+void write_file(const std::string &path, const std::string &text)
+{
+	std::string tmp = path + ".tmp";
+	FILE *f = fopen(tmp.c_str(), "w");
+	if (!f)
+		return;
+	fputs(text.c_str(), f);
+	fclose(f);
+	rename(tmp.c_str(), path.c_str());
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	emu::SwitchParams p;
+	uint32_t stats_s = 0, port = 4791;
+	uint64_t fail_after = 0;
+	bool json = false;
+	std::string stats_file, port_file;
+	static const option opts[] = {
+		{"port", 1, nullptr, 'p'},	 {"units", 1, nullptr, 'u'},
+		{"unit-bytes", 1, nullptr, 'b'}, {"max-job-units", 1, nullptr, 'm'},
+		{"idle-ms", 1, nullptr, 'I'},	 {"stats", 1, nullptr, 'i'},
+		{"json", 0, nullptr, 'j'},	 {"stats-file", 1, nullptr, 'f'},
+		{"port-file", 1, nullptr, 'P'},	 {"name", 1, nullptr, 'n'},
+		{"fail-after", 1, nullptr, 'X'}, {"help", 0, nullptr, 'h'},
+		{nullptr, 0, nullptr, 0},
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:h", opts, nullptr)) != -1) {
+		bool ok = true;
+		switch (c) {
+		case 'p':
+			ok = parse_u32(optarg, &port) && port <= 65535;
+			break;
+		case 'u':
+			ok = parse_u32(optarg, &p.units) && p.units >= 2 && p.units <= (1u << 22);
+			break;
+		case 'b':
+			ok = parse_u32(optarg, &p.unit_bytes) && p.unit_bytes >= 256 &&
+			     p.unit_bytes <= 4096 && p.unit_bytes % 8 == 0;
+			break;
+		case 'm':
+			ok = parse_u32(optarg, &p.max_job_units);
+			break;
+		case 'I':
+			ok = parse_u32(optarg, &p.job_idle_ms) && p.job_idle_ms > 0;
+			break;
+		case 'i':
+			ok = parse_u32(optarg, &stats_s);
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'f':
+			stats_file = optarg;
+			break;
+		case 'P':
+			port_file = optarg;
+			break;
+		case 'n':
+			p.name = optarg;
+			break;
+		case 'X':
+			ok = util::parse_uint(optarg, &fail_after) && fail_after > 0;
+			break;
+		case 'h':
+			usage(stdout, argv[0]);
+			return 0;
+		default:
+			usage(stderr, argv[0]);
+			return 2;
+		}
+		if (!ok) {
+			fprintf(stderr, "%s: bad value for -%c: %s\n", argv[0], c, optarg);
+			return 2;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr, argv[0]);
+		return 2;
+	}
+	p.port = uint16_t(port);
+	// The device model's variables apply here too: impairment (tests),
+	// socket buffers, segmentation offload.
+	emu::EmuConfig cfg;
+	if (int err = emu::load_emu_config(&cfg)) {
+		fprintf(stderr, "%s: bad IBV_COLL_EMU_* setting: %s\n", argv[0], strerror(err));
+		return 2;
+	}
+	p.impair = cfg.impair;
+	p.sockbuf = std::max<unsigned>(cfg.sockbuf, 8u << 20);
+	p.gso = cfg.gso;
+
+	emu::Switch *sw;
+	try {
+		sw = new emu::Switch(p);
+	} catch (const std::bad_alloc &) {
+		fprintf(stderr, "%s: no memory for %u Seg units of %u bytes\n", argv[0], p.units,
+			p.unit_bytes);
+		return 1;
+	}
+	if (int err = sw->open()) {
+		fprintf(stderr, "%s: cannot serve udp port %u: %s\n", argv[0], port, strerror(err));
+		delete sw;
+		return 1;
+	}
+	struct sigaction sa {};
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, nullptr);
+	sigaction(SIGTERM, &sa, nullptr);
+	sigaction(SIGUSR1, &sa, nullptr);
+	signal(SIGPIPE, SIG_IGN);
+	fprintf(stderr, "%s: %s serving udp port %u with %u Seg units of %u bytes\n", argv[0],
+		p.name.c_str(), sw->port(), p.units, p.unit_bytes);
+	if (!port_file.empty())
+		write_file(port_file, std::to_string(sw->port()) + "\n");
+
+	auto dump = [&]() {
+		sw->print_stats(stdout, json);
+		if (!stats_file.empty()) {
+			char *buf = nullptr;
+			size_t len = 0;
+			FILE *m = open_memstream(&buf, &len);
+			if (m) {
+				sw->print_stats(m, true);
+				fclose(m);
+				write_file(stats_file, std::string(buf, len));
+				free(buf);
+			}
+		}
+	};
+	// The switch runs on this thread; the counters are printed between
+	// its passes.
+	auto last = std::chrono::steady_clock::now();
+	while (!g_stop.load()) {
+		if (!sw->poll_once())
+			sw->wait(200); // nothing arrived: block until something does
+		if (fail_after && sw->totals().data >= fail_after) {
+			fprintf(stderr, "%s: %s stops dead (--fail-after %llu)\n", argv[0],
+				p.name.c_str(), static_cast<unsigned long long>(fail_after));
+			_exit(3);
+		}
+		auto now = std::chrono::steady_clock::now();
+		if (g_dump.exchange(false) ||
+		    (stats_s && now - last >= std::chrono::seconds(stats_s))) {
+			last = now;
+			dump();
+		}
+	}
+	dump();
+	delete sw;
+	return 0;
+}
