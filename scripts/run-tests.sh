@@ -9,15 +9,19 @@ sh scripts/install-deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 run() {
 	dir=$1
-	shift
+	extra=$2
+	shift 2
 	cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 	cmake --build "$dir" -j "$jobs"
-	(cd "$dir" && ctest -j "$jobs" --output-on-failure --timeout 600 $CTEST_ARGS)
+	(cd "$dir" && ctest -j "$jobs" --output-on-failure --timeout 600 $extra $CTEST_ARGS)
 }
 CTEST_ARGS="$*"
 echo "== build and test: release"
-run build
+run build ""
+# The 64 MiB runs (names ending in "big") spend their time in the scalar
+# reference; under the sanitizers they would take most of the budget, and
+# the same code paths run there at smaller sizes.
 echo "== build and test: AddressSanitizer + UndefinedBehaviorSanitizer"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	run build-asan -DIBV_COLL_SANITIZE=ON
+	run build-asan "-E big$" -DIBV_COLL_SANITIZE=ON
 echo "== all tests passed"
