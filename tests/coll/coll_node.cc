@@ -41,7 +41,8 @@ struct Opts {
 	// Switches: UDP ports on this node's own address (loopback) or on
 	// sw_addr; planes * leaves leaf ports (plane-major), a spine per plane.
 	std::string sw_addr;
-	std::vector<uint16_t> leaves, spines, member_leaf;
+	std::vector<std::string> leaves, spines; // PORT or IPV4:PORT each
+	std::vector<uint16_t> member_leaf;
 	uint32_t planes = 1, window = 0;
 	bool inline_task = false;
 	bool e2e_ack = false;
@@ -144,6 +145,16 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 	exit(100);
 }
 
+std::vector<std::string> parse_words(const char *s)
+{
+	std::vector<std::string> r;
+	std::stringstream ss(s);
+	std::string item;
+	while (std::getline(ss, item, ','))
+		r.push_back(item);
+	return r;
+}
+
 std::vector<uint16_t> parse_list(const char *s)
 {
 	std::vector<uint16_t> r;
@@ -180,8 +191,8 @@ int main(int argc, char **argv)
 		case 'n': o.nodes = atoi(optarg); break;
 		case 'k': o.ranks = parse_list(optarg); break;
 		case 'A': o.sw_addr = optarg; break;
-		case 'L': o.leaves = parse_list(optarg); break;
-		case 'P': o.spines = parse_list(optarg); break;
+		case 'L': o.leaves = parse_words(optarg); break;
+		case 'P': o.spines = parse_words(optarg); break;
 		case 'M': o.member_leaf = parse_list(optarg); break;
 		case 'p': o.planes = uint32_t(atoi(optarg)); break;
 		case 'w': o.window = uint32_t(atoi(optarg)); break;
@@ -266,24 +277,29 @@ int main(int argc, char **argv)
 	std::vector<uint8_t> member_leaf(o.member_leaf.begin(), o.member_leaf.end());
 	ibv_coll_switch_attr swa{};
 	if (!o.leaves.empty()) {
-		ibv_coll_switch_addr sa{};
-		sa.gid = me.gid; // the switches run on this host
-		if (!o.sw_addr.empty()) {
-			in_addr a4;
-			if (inet_pton(AF_INET, o.sw_addr.c_str(), &a4) != 1)
-				die("switch address", EINVAL);
-			memset(sa.gid.raw, 0, 16);
-			sa.gid.raw[10] = sa.gid.raw[11] = 0xff;
-			memcpy(sa.gid.raw + 12, &a4, 4);
-		}
-		for (uint16_t port : o.leaves) {
-			sa.udp_port = port;
-			leaf_addrs.push_back(sa);
-		}
-		for (uint16_t port : o.spines) {
-			sa.udp_port = port;
-			spine_addrs.push_back(sa);
-		}
+		// "PORT" (on --switch-addr, or this host) or "IPV4:PORT".
+		auto addr = [&](const std::string &w) {
+			ibv_coll_switch_addr sa{};
+			sa.gid = me.gid; // the switches run on this host
+			std::string host = o.sw_addr;
+			size_t colon = w.rfind(':');
+			if (colon != std::string::npos)
+				host = w.substr(0, colon);
+			if (!host.empty()) {
+				in_addr a4;
+				if (inet_pton(AF_INET, host.c_str(), &a4) != 1)
+					die("switch address", EINVAL);
+				memset(sa.gid.raw, 0, 16);
+				sa.gid.raw[10] = sa.gid.raw[11] = 0xff;
+				memcpy(sa.gid.raw + 12, &a4, 4);
+			}
+			sa.udp_port = uint16_t(atoi(w.c_str() + (colon == std::string::npos ? 0 : colon + 1)));
+			return sa;
+		};
+		for (const std::string &w : o.leaves)
+			leaf_addrs.push_back(addr(w));
+		for (const std::string &w : o.spines)
+			spine_addrs.push_back(addr(w));
 		swa.num_planes = o.planes;
 		swa.num_leaves = uint32_t(o.leaves.size() / o.planes);
 		swa.leaves = leaf_addrs.data();

@@ -5,22 +5,26 @@
 # fabric up and always tears it down, even when the command fails or the
 # script is interrupted.
 #
-#   fabric.sh [-n HOSTS] [-m MTU] -- COMMAND [ARGS...]
+#   fabric.sh [-n HOSTS] [-s SWITCHES] [-m MTU] -- COMMAND [ARGS...]
 #
 # COMMAND runs in the root namespace with these in its environment:
 #   FABRIC_HOSTS   number of hosts
 #   FABRIC_NS_<i>  the namespace of host i (run there with: ip netns exec)
 #   FABRIC_IP_<i>  host i's IPv4 address
+#   FABRIC_SWITCHES, FABRIC_SW_NS_<j>, FABRIC_SW_IP_<j>: the same for the
+#                  switch namespaces (10.77.0.(101+j)), where aggregation
+#                  switches (ibv_coll_switchd) run
 # Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN); without it, exits 77 (the
 # code ctest reads as "skipped") after saying why.
 set -u
 
-hosts=2 mtu=9000
-while getopts "n:m:" o; do
+hosts=2 switches=0 mtu=9000
+while getopts "n:s:m:" o; do
 	case $o in
 	n) hosts=$OPTARG ;;
+	s) switches=$OPTARG ;;
 	m) mtu=$OPTARG ;;
-	*) echo "usage: $0 [-n HOSTS] [-m MTU] -- COMMAND..." >&2; exit 2 ;;
+	*) echo "usage: $0 [-n HOSTS] [-s SWITCHES] [-m MTU] -- COMMAND..." >&2; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
@@ -38,7 +42,11 @@ p=${p:0:9}
 br="${p}br"
 
 cleanup() {
-	for ((i = 0; i < hosts; i++)); do ip netns del "${p}h$i" 2>/dev/null; done
+	# Whatever still runs in the namespaces goes with them.
+	for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${p}[hs]"); do
+		ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+		ip netns del "$ns" 2>/dev/null
+	done
 	ip netns del "$br" 2>/dev/null
 	true
 }
@@ -54,32 +62,42 @@ ip netns add "$br" || { echo "SKIP: cannot create network namespaces here" >&2; 
 ip -n "$br" link add br0 type bridge || fail "bridge"
 ip -n "$br" link set br0 up
 ip -n "$br" link set lo up
-for ((i = 0; i < hosts; i++)); do
-	ns="${p}h$i"
+# plug NS NAME IPV4 IPV6: a namespace with eth0 on the bridge.
+plug() {
+	local ns=$1 name=$2 v4=$3 v6=$4
 	ip netns add "$ns" || fail "netns $ns"
-	ip link add "${p}v$i" mtu "$mtu" type veth peer name "${p}p$i" mtu "$mtu" ||
-		fail "veth $i"
-	ip link set "${p}v$i" netns "$ns"
-	ip link set "${p}p$i" netns "$br"
-	ip -n "$ns" link set "${p}v$i" name eth0
+	ip link add "${p}v$name" mtu "$mtu" type veth peer name "${p}p$name" mtu "$mtu" ||
+		fail "veth $name"
+	ip link set "${p}v$name" netns "$ns"
+	ip link set "${p}p$name" netns "$br"
+	ip -n "$ns" link set "${p}v$name" name eth0
 	ip -n "$ns" link set lo up
 	ip -n "$ns" link set eth0 up
-	ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev eth0
-	ip -n "$ns" -6 addr add "fd77::$((i + 1))/64" dev eth0 nodad 2>/dev/null
-	ip -n "$br" link set "${p}p$i" master br0
-	ip -n "$br" link set "${p}p$i" up
-	export "FABRIC_NS_$i=$ns" "FABRIC_IP_$i=10.77.0.$((i + 1))"
+	ip -n "$ns" addr add "$v4/24" dev eth0
+	ip -n "$ns" -6 addr add "$v6/64" dev eth0 nodad 2>/dev/null
+	ip -n "$br" link set "${p}p$name" master br0
+	ip -n "$br" link set "${p}p$name" up
+}
+for ((i = 0; i < hosts; i++)); do
+	plug "${p}h$i" "$i" "10.77.0.$((i + 1))" "fd77::$((i + 1))"
+	export "FABRIC_NS_$i=${p}h$i" "FABRIC_IP_$i=10.77.0.$((i + 1))"
 done
-export FABRIC_HOSTS=$hosts
+for ((j = 0; j < switches; j++)); do
+	plug "${p}s$j" "s$j" "10.77.0.$((101 + j))" "fd77::$((101 + j))"
+	export "FABRIC_SW_NS_$j=${p}s$j" "FABRIC_SW_IP_$j=10.77.0.$((101 + j))"
+done
+export FABRIC_HOSTS=$hosts FABRIC_SWITCHES=$switches
 
 # Wait until every host reaches every other (ARP and the bridge settle).
-for ((i = 1; i < hosts; i++)); do
-	ok=0
+reach() {
+	local ok=0
 	for _ in $(seq 50); do
-		ip netns exec "${p}h0" ping -c1 -W1 "10.77.0.$((i + 1))" >/dev/null 2>&1 && { ok=1; break; }
+		ip netns exec "${p}h0" ping -c1 -W1 "$1" >/dev/null 2>&1 && { ok=1; break; }
 		sleep 0.1
 	done
-	[ $ok = 1 ] || fail "host 0 cannot reach host $i"
-done
+	[ $ok = 1 ] || fail "host 0 cannot reach $1"
+}
+for ((i = 1; i < hosts; i++)); do reach "10.77.0.$((i + 1))"; done
+for ((j = 0; j < switches; j++)); do reach "10.77.0.$((101 + j))"; done
 
 "$@"

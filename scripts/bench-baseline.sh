@@ -1,0 +1,165 @@
+#!/bin/bash
+# bench-baseline - ibv_coll's ALLREDUCE (ibv_coll_perf under ibv_coll_run)
+# against Open MPI's MPI_Allreduce over TCP on the loopback interface, with
+# the same process count, type, operation, sizes and result checks.
+#
+# Installs openmpi-bin and libopenmpi-dev if missing, builds ibv_coll_run and
+# ibv_coll_perf (cmake) and bench/mpi_allreduce_perf (mpicc), then for each
+# size runs ours and MPI alternately, so that both see the machine in the
+# same state, and prints both tables in nccl-tests' format and a comparison.
+#
+# Usage: scripts/bench-baseline.sh [ibv_coll_perf options...]
+#   e.g. scripts/bench-baseline.sh -t auto
+# Environment: BUILD_DIR (build), NP (4), MINBYTES (8), MAXBYTES (64M),
+#   FACTOR (2), ITERS (20) and WARMUP (5) up to 1 MiB, BIG_ITERS (5) and
+#   BIG_WARMUP (1) above, TIMEOUT (600 s per run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${BUILD_DIR:-build}
+np=${NP:-4}
+factor=${FACTOR:-2}
+iters=${ITERS:-20} warmup=${WARMUP:-5}
+big_iters=${BIG_ITERS:-5} big_warmup=${BIG_WARMUP:-1}
+timeout=${TIMEOUT:-600}
+ours_extra=("$@")
+
+bytes() { # 8, 64K, 64M, 1G -> bytes
+	local v=$1
+	case $v in
+	*[kK]) echo $((${v%?} * 1024)) ;;
+	*[mM]) echo $((${v%?} * 1024 * 1024)) ;;
+	*[gG]) echo $((${v%?} * 1024 * 1024 * 1024)) ;;
+	*) echo $((v)) ;;
+	esac
+}
+minb=$(bytes "${MINBYTES:-8}")
+maxb=$(bytes "${MAXBYTES:-64M}")
+
+echo "== dependencies"
+missing=""
+for p in openmpi-bin libopenmpi-dev; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo="sudo"
+	echo "installing$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	$sudo apt-get update -qq
+	$sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+echo "$(mpirun --version 2>&1 | head -1)"
+
+echo "== build"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j "$(nproc)" --target ibv_coll_run ibv_coll_perf >/dev/null
+mkdir -p "$build/bench"
+mpicc -O2 -std=c11 -Wall -Wextra -Werror -ffp-contract=off -I"$root/tools" \
+	bench/mpi_allreduce_perf.c -o "$build/bench/mpi_allreduce_perf"
+echo "built $build/tools/ibv_coll_run, $build/tools/ibv_coll_perf, $build/bench/mpi_allreduce_perf"
+
+# Open MPI: the ob1 point-to-point layer over the TCP BTL only ("self" is a
+# rank's messages to itself), on lo, so no shared memory (vader/sm) and no
+# UCX; coll/sm (shared-memory collectives, disabled by default) excluded
+# too; the runtime's own traffic stays on lo.  Processes are not bound:
+# four on two cores, as ours.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe -np "$np" --bind-to none
+	--mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo
+	--mca oob_tcp_if_include lo --mca coll ^sm)
+ours_cmd=("$build/tools/ibv_coll_run" --timeout "$timeout" -n "$np" -k 1 --
+	"$build/tools/ibv_coll_perf" -C allreduce -d float -o sum -c 1)
+mpi_cmd=(timeout "$timeout" "${mpirun_cmd[@]}" "$build/bench/mpi_allreduce_perf" -d float -o sum -c 1)
+
+echo "== transport check: what Open MPI selects"
+# Verbose selection output from every process: the PML, the BTLs that
+# initialise, and the collective components enabled on the communicators.
+verbose=$("${mpirun_cmd[@]}" --mca pml_base_verbose 10 --mca btl_base_verbose 30 \
+	--mca coll_base_verbose 20 "$build/bench/mpi_allreduce_perf" -b 8 -e 8 -n 1 -w 0 2>&1) || {
+	printf '%s\n' "$verbose"
+	echo "bench-baseline: the MPI check run failed" >&2
+	exit 1
+}
+summary=$(printf '%s\n' "$verbose" | sed 's/^\[[^]]*\] *//' | grep -E \
+	"select: component [a-z0-9]+ selected|init of component [a-z0-9]+ returned success|btl: tcp: Using interface|comm_select: selecting +[a-z0-9]+, priority +[0-9]+, Enabled" |
+	sed -E 's/ +/ /g' | sort | uniq -c || true)
+printf '%s\n' "$summary"
+if ! grep -q "component ob1 selected" <<<"$summary" ||
+	! grep -q "component tcp returned success" <<<"$summary" ||
+	grep -qE "component (vader|sm|smcuda|ucx) returned success|selecting (sm|hcoll|han|ucc),.*Enabled" \
+		<<<"$summary"; then
+	echo "bench-baseline: Open MPI does not run ob1 over TCP alone" >&2
+	exit 1
+fi
+echo "=> ob1 over the tcp BTL on lo (self for a rank's own messages), coll tuned; no shared memory"
+
+ours_hdr=$(mktemp) mpi_hdr=$(mktemp) ours_rows=$(mktemp) mpi_rows=$(mktemp)
+trap 'rm -f "$ours_hdr" "$mpi_hdr" "$ours_rows" "$mpi_rows"' EXIT
+
+# Header lines (once) into $2, result rows into $3.
+collect() {
+	local out=$1 hdr=$2 rows=$3
+	if [ ! -s "$hdr" ]; then
+		printf '%s\n' "$out" | awk '/^#/ { print } /^# +\(B\)/ { exit }' >"$hdr"
+	fi
+	printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 13' >>"$rows"
+}
+
+echo "== runs: $np processes, float sum, $minb to $maxb bytes, factor $factor, ours then MPI at each size"
+size=$minb
+while [ "$size" -le "$maxb" ]; do
+	n=$iters w=$warmup
+	if [ "$size" -gt $((1 << 20)) ]; then
+		n=$big_iters w=$big_warmup
+	fi
+	if ! out=$("${ours_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" "${ours_extra[@]}" 2>&1); then
+		printf '%s\n' "$out"
+		echo "bench-baseline: ibv_coll_perf failed at $size bytes" >&2
+		exit 1
+	fi
+	collect "$(printf '%s\n' "$out" | sed 's/^\[0\] //')" "$ours_hdr" "$ours_rows"
+	if ! out=$("${mpi_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" 2>&1); then
+		printf '%s\n' "$out"
+		echo "bench-baseline: mpi_allreduce_perf failed at $size bytes" >&2
+		exit 1
+	fi
+	collect "$out" "$mpi_hdr" "$mpi_rows"
+	printf '  %10d bytes: ours %s us, MPI %s us\n' "$size" \
+		"$(tail -1 "$ours_rows" | awk '{print $6}')" "$(tail -1 "$mpi_rows" | awk '{print $6}')"
+	size=$((size * factor))
+done
+
+# One table: the header of the first run with the sweep's sizes, the rows,
+# and nccl-tests' summary lines recomputed over all rows.
+table() {
+	local title=$1 hdr=$2 rows=$3
+	echo
+	echo "== $title"
+	sed -E "s/minBytes [0-9]+ maxBytes [0-9]+ step: [0-9]+\([a-z]+\) warmup iters: [0-9]+ iters: [0-9]+/minBytes $minb maxBytes $maxb step: $factor(factor) warmup iters: $warmup\/$big_warmup iters: $iters\/$big_iters (above 1 MiB)/" "$hdr"
+	cat "$rows"
+	# (each run already failed, stopping the script, on any wrong element or
+	# out-of-bounds write: these lines restate it for the whole sweep)
+	awk '{ w += $9 + $13; bw += $8 + $12; n += 2 }
+	     END { printf "# Out of bounds values : 0 OK\n# Wrong elements       : %d %s\n", w, w ? "FAILED" : "OK"
+		   printf "# Avg bus bandwidth    : %g \n#\n", n ? bw / n : 0 }' "$rows"
+}
+table "ibv_coll: ibv_coll_run -n $np -k 1 -- ibv_coll_perf -C allreduce -d float -o sum -c 1 ${ours_extra[*]}" \
+	"$ours_hdr" "$ours_rows"
+table "Open MPI: ${mpirun_cmd[*]} mpi_allreduce_perf" "$mpi_hdr" "$mpi_rows"
+
+echo
+echo "== comparison, out of place: busbw in GB/s, ratio = ours / MPI busbw, lat.ratio = ours / MPI time"
+printf '%12s  %12s  %12s  %8s  %12s  %12s  %8s  %s\n' "size(B)" "ours busbw" "MPI busbw" \
+	"ratio" "ours us" "MPI us" "lat.ratio" "ours ran"
+# busbw recomputed from size and time, with more digits than the tables.
+paste "$ours_rows" "$mpi_rows" | awk -v nf="$(head -1 "$ours_rows" | awk '{print NF}')" -v np="$np" '{
+	m = nf # the MPI row starts after the ours row
+	ot = $6; mt = $(m + 6); f = 2 * (np - 1) / np
+	ob = (ot > 0) ? $1 / ot / 1e3 * f : 0
+	mb = (mt > 0) ? $1 / mt / 1e3 * f : 0
+	ratio = (mb > 0) ? sprintf("%.2f", ob / mb) : "-"
+	lat = (mt > 0) ? sprintf("%.2f", ot / mt) : "-"
+	printf "%12d  %12.4f  %12.4f  %8s  %12.1f  %12.1f  %8s  %s\n", $1, ob, mb, ratio, ot, mt, lat, $14
+}'

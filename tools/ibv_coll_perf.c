@@ -1,0 +1,681 @@
+/*
+ * ibv_coll_perf - time one collective over a range of sizes and check its
+ * results, printing what nccl-tests' all_reduce_perf prints.
+ *
+ * One process per node (ibv_coll_run starts them), each serving k local
+ * ranks through one collective QP.  For each size: warm-up runs, timed runs
+ * (out of place, then in place), and with -c 1 one more run of each whose
+ * destinations are compared, element by element, with values computed by a
+ * scalar loop (perf_data.h).  Node 0 gathers every node's times, keeps the
+ * largest, and prints the table.
+ */
+#define _GNU_SOURCE
+#include "ibvc_boot.h"
+#include "perf_data.h"
+#include "perf_opts.h"
+
+#include <ibv_coll/ibv_coll.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* perf_data.h names types and operations by the library's values. */
+_Static_assert((int)PD_INT8 == (int)IBV_COLL_DTYPE_INT8 &&
+		       (int)PD_UINT8 == (int)IBV_COLL_DTYPE_UINT8 &&
+		       (int)PD_HALF == (int)IBV_COLL_DTYPE_FLOAT16 &&
+		       (int)PD_BF16 == (int)IBV_COLL_DTYPE_BFLOAT16 &&
+		       (int)PD_FLOAT == (int)IBV_COLL_DTYPE_FLOAT32 &&
+		       (int)PD_DOUBLE == (int)IBV_COLL_DTYPE_FLOAT64,
+	       "perf_data types follow enum ibv_coll_dtype");
+_Static_assert((int)PD_SUM == (int)IBV_COLL_OP_SUM && (int)PD_AVG == (int)IBV_COLL_OP_AVG &&
+		       (int)PD_BXOR == (int)IBV_COLL_OP_BXOR,
+	       "perf_data operations follow enum ibv_coll_op");
+
+#define QDEPTH          32   /* collectives in flight during a timed loop */
+#define GUARD           64   /* bytes after each buffer that must stay untouched */
+#define FILL            0xa5 /* what destinations hold before a checked run */
+#define BOOT_TIMEOUT_MS 60000
+#define STALL_MS        60000 /* no completion for this long: give up */
+
+/* What each node reports to node 0 after a size. */
+struct size_result {
+	double us[2]; /* out of place, in place: mean time of one run */
+	uint64_t wrong[2];
+	uint64_t oob;   /* guard bytes overwritten */
+	uint32_t flags; /* OR of the completions' wc_flags */
+	uint32_t failed;
+};
+
+/* What each node tells the others at the start. */
+struct node_info {
+	struct ibv_coll_member m;
+	int32_t pid;
+	char host[44];
+};
+
+struct perf {
+	struct perf_opts o;
+	struct ibv_coll_context *ctx;
+	struct ibv_coll_pd *pd;
+	struct ibv_coll_comp_channel *ch;
+	struct ibv_coll_cq *cq;
+	struct ibv_coll_qp *qp;
+	struct ibv_coll_mr *mr;
+	struct ibvc_boot *boot;
+	struct node_info *nodes;
+	uint32_t K, first; /* ranks in the job, this node's first global rank */
+	char *arena;
+	size_t per, src_cap, dst_cap; /* per local rank: source, guard, destination, guard */
+	struct ibv_sge *src, *dst;
+	int armed;      /* the CQ is armed for an event */
+	unsigned flags; /* OR of wc_flags since last cleared */
+};
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static const char *errname(int err)
+{
+	const char *n = strerrorname_np(err);
+	return n ? n : "?";
+}
+
+static char *src_of(struct perf *p, int r)
+{
+	return p->arena + p->per * (size_t)r;
+}
+
+static char *dst_of(struct perf *p, int r, int inplace)
+{
+	return inplace ? src_of(p, r) : src_of(p, r) + p->src_cap + GUARD;
+}
+
+/* ---- waiting for completions -------------------------------------- */
+
+/* Up to max completions: poll for a short while, then sleep on the
+ * completion channel, so that the NIC's engine threads get the cores. */
+static int wait_wcs(struct perf *p, struct ibv_coll_wc *wc, int max)
+{
+	double spin_end = now_us() + p->o.spin_us, stall_end = now_us() + STALL_MS * 1e3;
+	for (;;) {
+		int n = ibv_poll_coll_cq(p->cq, max, wc), err;
+		if (n < 0) {
+			fprintf(stderr, PROG ": node %d: poll cq failed (%d)\n", p->o.node, n);
+			return -1;
+		}
+		if (n > 0)
+			return n;
+		if (now_us() < spin_end)
+			continue;
+		if (!p->armed) {
+			/* Arm, then poll once more: a completion that came
+			 * before arming raises no event. */
+			if ((err = ibv_req_notify_coll_cq(p->cq, 0))) {
+				fprintf(stderr, PROG ": node %d: arm cq: %s\n", p->o.node,
+					strerror(err));
+				return -1;
+			}
+			p->armed = 1;
+			continue;
+		}
+		struct pollfd pf = {p->ch->fd, POLLIN, 0};
+		int r = poll(&pf, 1, 1000);
+		if (r < 0 && errno != EINTR) {
+			fprintf(stderr, PROG ": node %d: poll: %s\n", p->o.node, strerror(errno));
+			return -1;
+		}
+		if (r <= 0) {
+			if (now_us() > stall_end) {
+				fprintf(stderr, PROG ": node %d: no completion for %d s\n",
+					p->o.node, STALL_MS / 1000);
+				return -1;
+			}
+			continue;
+		}
+		struct ibv_coll_cq *ecq;
+		void *ectx;
+		if ((err = ibv_get_coll_cq_event(p->ch, &ecq, &ectx))) {
+			fprintf(stderr, PROG ": node %d: cq event: %s\n", p->o.node, strerror(err));
+			return -1;
+		}
+		ibv_ack_coll_cq_events(ecq, 1);
+		p->armed = 0;
+	}
+}
+
+/* Post n copies of *tmpl, at most QDEPTH in flight, and wait for all. */
+static int run_ops(struct perf *p, const struct ibv_coll_send_wr *tmpl, int n, size_t bytes)
+{
+	struct ibv_coll_send_wr wrs[QDEPTH], *bad;
+	struct ibv_coll_wc wc[QDEPTH];
+	int posted = 0, done = 0, err;
+	while (done < n) {
+		int batch = n - posted < QDEPTH - (posted - done) ? n - posted
+								  : QDEPTH - (posted - done);
+		for (int i = 0; i < batch; i++) {
+			wrs[i] = *tmpl;
+			wrs[i].wr_id = (uint64_t)(posted + i);
+			wrs[i].next = i + 1 < batch ? &wrs[i + 1] : NULL;
+		}
+		if (batch > 0 && (err = ibv_post_coll_send(p->qp, wrs, &bad))) {
+			fprintf(stderr, PROG ": node %d: post %s: %s (%s)\n", p->o.node,
+				ibv_coll_wr_opcode_str(tmpl->opcode), strerror(err), errname(err));
+			return -1;
+		}
+		posted += batch > 0 ? batch : 0;
+		int got = wait_wcs(p, wc, QDEPTH);
+		if (got < 0)
+			return -1;
+		for (int i = 0; i < got; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS) {
+				fprintf(stderr,
+					PROG ": node %d: %s of %zu bytes per rank failed: %s (%s), "
+					     "vendor_err 0x%x\n",
+					p->o.node, ibv_coll_wr_opcode_str(tmpl->opcode), bytes,
+					ibv_coll_wc_status_str(wc[i].status),
+					ibv_coll_status_str(wc[i].coll_status), wc[i].vendor_err);
+				return -1;
+			}
+			p->flags |= wc[i].wc_flags;
+		}
+		done += got;
+	}
+	return 0;
+}
+
+/* ---- data ---------------------------------------------------------- */
+
+/* Sources get their inputs; destinations (and every guard) the fill. */
+static void fill(struct perf *p, size_t count, int inplace)
+{
+	const struct coll_info *ci = &colls[p->o.coll];
+	int t = p->o.type, op = p->o.op;
+	size_t ts = pd_types[t].size, sn = count * (ci->src_k ? p->K : 1),
+	       dn = count * (ci->dst_k ? p->K : 1);
+	for (int r = 0; r < p->o.ranks; r++) {
+		char *s = src_of(p, r), *d = dst_of(p, r, inplace);
+		uint64_t g = p->first + (uint64_t)r;
+		for (size_t i = 0; i < sn; i++)
+			pd_store(t, s, i, pd_input(t, op, p->K, g, i));
+		memset(s + sn * ts, FILL, GUARD);
+		if (!inplace)
+			memset(d, FILL, dn * ts + GUARD);
+	}
+}
+
+/* Compare every element of every local destination with its expected
+ * value; count the guard bytes written over into *oob. */
+static uint64_t check(struct perf *p, size_t count, int inplace, uint64_t *oob)
+{
+	const struct coll_info *ci = &colls[p->o.coll];
+	int t = p->o.type, op = p->o.op;
+	uint32_t K = p->K, root = (uint32_t)p->o.root;
+	size_t ts = pd_types[t].size, dn = count * (ci->dst_k ? K : 1);
+	uint64_t wrong = 0;
+	char fillv[8];
+	memset(fillv, FILL, sizeof(fillv));
+	if (ci->op == IBV_COLL_WR_BARRIER)
+		return 0;
+	for (size_t e = 0; e < dn; e++) {
+		struct pd_val common = {0, 0};
+		if (ci->op == IBV_COLL_WR_ALLREDUCE || ci->op == IBV_COLL_WR_REDUCE)
+			common = pd_expect(t, op, K, e);
+		else if (ci->op == IBV_COLL_WR_BCAST)
+			common = pd_input(t, op, K, root, e);
+		else if (ci->op == IBV_COLL_WR_ALLGATHER)
+			common = pd_input(t, op, K, e / count, e % count);
+		for (int r = 0; r < p->o.ranks; r++) {
+			const char *d = dst_of(p, r, inplace);
+			uint32_t g = p->first + (uint32_t)r;
+			struct pd_val want = common;
+			if (ci->op == IBV_COLL_WR_REDUCE && g != root) {
+				/* not the root: untouched */
+				if (!inplace) {
+					wrong += memcmp(d + e * ts, fillv, ts) != 0;
+					continue;
+				}
+				want = pd_input(t, op, K, g, e);
+			} else if (ci->op == IBV_COLL_WR_REDUCE_SCATTER) {
+				want = pd_expect(t, op, K, (uint64_t)g * count + e);
+			}
+			wrong += !pd_matches(t, d, e, want);
+		}
+	}
+	for (int r = 0; r < p->o.ranks; r++) {
+		const unsigned char *guard = (const unsigned char *)dst_of(p, r, inplace) +
+					     (inplace ? count * (ci->src_k ? K : 1) : dn) * ts;
+		for (int i = 0; i < GUARD; i++)
+			*oob += guard[i] != FILL;
+	}
+	return wrong;
+}
+
+/* ---- one size -------------------------------------------------------- */
+
+static void make_wr(struct perf *p, size_t count, int inplace, struct ibv_coll_send_wr *wr)
+{
+	const struct coll_info *ci = &colls[p->o.coll];
+	size_t ts = pd_types[p->o.type].size;
+	for (int r = 0; r < p->o.ranks; r++) {
+		size_t sb = count * ts * (ci->src_k ? p->K : 1),
+		       db = count * ts * (ci->dst_k ? p->K : 1);
+		p->src[r] = (struct ibv_sge){(uintptr_t)src_of(p, r), (uint32_t)sb, p->mr->lkey};
+		p->dst[r] = (struct ibv_sge){(uintptr_t)dst_of(p, r, inplace), (uint32_t)db,
+					     p->mr->lkey};
+	}
+	memset(wr, 0, sizeof(*wr));
+	wr->opcode = ci->op;
+	wr->send_flags = IBV_COLL_SEND_SIGNALED;
+	wr->sg_list = p->src;
+	wr->num_sge = ci->op == IBV_COLL_WR_BARRIER ? 0 : p->o.ranks;
+	wr->wr.coll.dst_list = p->dst;
+	wr->wr.coll.count = count;
+	wr->wr.coll.op = (enum ibv_coll_op)p->o.op;
+	wr->wr.coll.dtype = (enum ibv_coll_dtype)p->o.type;
+	wr->wr.coll.root = (uint32_t)p->o.root;
+}
+
+static int bench_size(struct perf *p, size_t count, struct size_result *res)
+{
+	const struct coll_info *ci = &colls[p->o.coll];
+	size_t bytes = count * pd_types[p->o.type].size;
+	memset(res, 0, sizeof(*res));
+	p->flags = 0;
+	for (int inplace = 0; inplace < 2; inplace++) {
+		struct ibv_coll_send_wr wr;
+		if (inplace && !ci->inplace) {
+			res->us[1] = -1;
+			break;
+		}
+		make_wr(p, count, inplace, &wr);
+		fill(p, count, inplace);
+		if (ibvc_boot_barrier(p->boot) || run_ops(p, &wr, p->o.warmup, bytes) ||
+		    ibvc_boot_barrier(p->boot))
+			return -1;
+		double t0 = now_us();
+		if (run_ops(p, &wr, p->o.iters, bytes))
+			return -1;
+		res->us[inplace] = (now_us() - t0) / p->o.iters;
+		if (p->o.check) {
+			fill(p, count, inplace);
+			if (run_ops(p, &wr, 1, bytes))
+				return -1;
+			res->wrong[inplace] = check(p, count, inplace, &res->oob);
+		}
+	}
+	res->flags = p->flags;
+	return 0;
+}
+
+/* ---- output ---------------------------------------------------------- */
+
+static void ran_str(unsigned f, char *out, size_t len)
+{
+	static const struct {
+		unsigned bit;
+		const char *name;
+	} names[] = {
+		{IBV_COLL_WC_LOCAL, "local"},       {IBV_COLL_WC_RING, "ring"},
+		{IBV_COLL_WC_SWITCH, "switch"},     {IBV_COLL_WC_HIERARCHY, "hierarchy"},
+		{IBV_COLL_WC_FALLBACK, "fallback"},
+	};
+	out[0] = 0;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (f & names[i].bit)
+			snprintf(out + strlen(out), len - strlen(out), "%s%s", out[0] ? "+" : "",
+				 names[i].name);
+	if (!out[0])
+		snprintf(out, len, "?");
+}
+
+static void print_header(const struct perf *p)
+{
+	const struct perf_opts *o = &p->o;
+	const struct coll_info *ci = &colls[o->coll];
+	char gid[INET6_ADDRSTRLEN];
+	int same_k = 1;
+	for (int i = 1; i < o->nodes; i++)
+		same_k &= p->nodes[i].m.num_ranks == p->nodes[0].m.num_ranks;
+	printf("# ibv_coll_perf: %s, %s, %s\n", ci->name,
+	       ci->op == IBV_COLL_WR_BARRIER ? "none" : pd_types[o->type].name,
+	       ci->reduces ? pd_op_names[o->op] : "none");
+	printf("# nNodes %d ranksPerNode ", o->nodes);
+	if (same_k)
+		printf("%u", p->nodes[0].m.num_ranks);
+	else
+		printf("mixed");
+	printf(" nRanks %u minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
+	       "validation: %d\n",
+	       p->K, o->minbytes, o->maxbytes, o->stepfactor > 1 ? o->stepfactor : o->stepbytes,
+	       o->stepfactor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check);
+	printf("# device %s topology %s collective %s\n", o->dev, topo_name(o->topology), ci->name);
+	printf("#\n# Using devices\n");
+	for (int i = 0, g = 0; i < o->nodes; i++) {
+		const struct node_info *n = &p->nodes[i];
+		inet_ntop(AF_INET6, n->m.gid.raw, gid, sizeof(gid));
+		printf("#  Node %2d Ranks %3d-%-3d Pid %7d on %12s device %s gid %s udp %u qpn "
+		       "0x%06x\n",
+		       i, g, g + n->m.num_ranks - 1, n->pid, n->host, o->dev, gid, n->m.udp_port,
+		       n->m.qp_num);
+		g += n->m.num_ranks;
+	}
+	printf("#\n");
+	printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
+	       "in-place\n",
+	       "", "", "", "", "");
+	printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %s\n", "size",
+	       "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+	       "algbw", "busbw", "#wrong", "ran");
+	printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+	       "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+	       "");
+	fflush(stdout);
+}
+
+/* The time column as nccl-tests formats it. */
+static void print_time(double us)
+{
+	printf("  %7.*f", us >= 10000 ? 0 : us >= 100 ? 1 : 2, us);
+}
+
+/* One row from every node's results; returns the busbw values added to
+ * *bw_sum and their number to *bw_n. */
+static void print_row(const struct perf *p, size_t count, const struct size_result *all,
+		      uint64_t *wrong_total, uint64_t *oob_total, double *bw_sum, int *bw_n)
+{
+	const struct perf_opts *o = &p->o;
+	const struct coll_info *ci = &colls[o->coll];
+	size_t bytes = count * pd_types[o->type].size;
+	struct size_result m = all[0];
+	for (int i = 1; i < o->nodes; i++) {
+		for (int j = 0; j < 2; j++) {
+			if (all[i].us[j] > m.us[j])
+				m.us[j] = all[i].us[j];
+			m.wrong[j] += all[i].wrong[j];
+		}
+		m.oob += all[i].oob;
+		m.flags |= all[i].flags;
+	}
+	*oob_total += m.oob;
+	printf("%12zu  %12zu  %8s  %6s  %6d", bytes, count,
+	       ci->op == IBV_COLL_WR_BARRIER ? "none" : pd_types[o->type].name,
+	       ci->reduces ? pd_op_names[o->op] : "none", ci->rooted ? o->root : -1);
+	double n = p->K, algbytes = (double)bytes * (ci->src_k || ci->dst_k ? n : 1);
+	for (int j = 0; j < 2; j++) {
+		if (m.us[j] < 0) {
+			printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+			continue;
+		}
+		double algbw = m.us[j] > 0 ? algbytes / m.us[j] / 1e3 : 0;
+		double busbw = algbw * busbw_factor(ci->op, n);
+		print_time(m.us[j]);
+		printf("  %6.2f  %6.2f", algbw, busbw);
+		if (o->check)
+			printf("  %5" PRIu64, m.wrong[j]);
+		else
+			printf("  %5s", "N/A");
+		*wrong_total += m.wrong[j];
+		*bw_sum += busbw;
+		(*bw_n)++;
+	}
+	char ran[64];
+	ran_str(m.flags, ran, sizeof(ran));
+	printf("  %s\n", ran);
+	fflush(stdout);
+}
+
+/* ---- setup --------------------------------------------------------- */
+
+static int open_device(struct perf *p)
+{
+	int n, err;
+	struct ibv_coll_device **list = ibv_get_coll_device_list(&n);
+	for (int i = 0; list && i < n && !p->ctx; i++)
+		if (!strcmp(ibv_get_coll_device_name(list[i]), p->o.dev))
+			p->ctx = ibv_open_coll_device(list[i]);
+	err = errno;
+	ibv_free_coll_device_list(list);
+	if (!p->ctx) {
+		fprintf(stderr, PROG ": node %d: cannot open device %s: %s\n", p->o.node, p->o.dev,
+			list ? strerror(err) : "no device list");
+		return -1;
+	}
+	struct ibv_coll_qp_init_attr ia = {0};
+	if (!(p->pd = ibv_alloc_coll_pd(p->ctx)) ||
+	    !(p->ch = ibv_create_coll_comp_channel(p->ctx)) ||
+	    !(p->cq = ibv_create_coll_cq(p->ctx, 2 * QDEPTH, NULL, p->ch, 0))) {
+		fprintf(stderr, PROG ": node %d: pd/channel/cq: %s\n", p->o.node, strerror(errno));
+		return -1;
+	}
+	ia.send_cq = ia.recv_cq = p->cq;
+	ia.qp_type = IBV_COLL_QPT_COLL;
+	ia.cap.max_send_wr = QDEPTH;
+	ia.cap.max_send_sge = (uint32_t)p->o.ranks;
+	if (!(p->qp = ibv_create_coll_qp(p->pd, &ia))) {
+		fprintf(stderr, PROG ": node %d: create qp: %s\n", p->o.node, strerror(errno));
+		return -1;
+	}
+	struct ibv_coll_qp_attr a = {0};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	if ((err = ibv_modify_coll_qp(p->qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT))) {
+		fprintf(stderr, PROG ": node %d: qp to INIT: %s\n", p->o.node, strerror(err));
+		return -1;
+	}
+	return 0;
+}
+
+/* Meet the other nodes, learn the job, and bring the QP to RTS. */
+static int join_job(struct perf *p)
+{
+	struct ibv_coll_port_attr pa;
+	struct ibv_coll_caps caps;
+	struct node_info me;
+	int err;
+	if ((err = ibvc_boot_open(p->o.boot, p->o.node, p->o.nodes, BOOT_TIMEOUT_MS, &p->boot))) {
+		fprintf(stderr, PROG ": node %d: rendezvous at %s: %s\n", p->o.node, p->o.boot,
+			strerror(err));
+		return -1;
+	}
+	memset(&me, 0, sizeof(me));
+	if ((err = ibv_query_coll_port(p->ctx, 1, &pa)) ||
+	    (err = ibv_query_coll_gid(p->ctx, 1, 0, &me.m.gid)) ||
+	    (err = ibv_query_coll_caps(p->ctx, &caps))) {
+		fprintf(stderr, PROG ": node %d: query device: %s\n", p->o.node, strerror(err));
+		return -1;
+	}
+	me.m.udp_port = pa.udp_port;
+	me.m.num_ranks = (uint16_t)p->o.ranks;
+	me.m.qp_num = p->qp->qp_num;
+	me.pid = (int32_t)getpid();
+	gethostname(me.host, sizeof(me.host) - 1);
+	if (!(p->nodes = calloc((size_t)p->o.nodes, sizeof(me))) ||
+	    (err = ibvc_boot_allgather(p->boot, &me, sizeof(me), p->nodes))) {
+		fprintf(stderr, PROG ": node %d: exchange: %s\n", p->o.node,
+			p->nodes ? strerror(err) : "out of memory");
+		return -1;
+	}
+	struct ibv_coll_member *members = calloc((size_t)p->o.nodes, sizeof(*members));
+	if (!members)
+		return -1;
+	for (int i = 0; i < p->o.nodes; i++) {
+		members[i] = p->nodes[i].m;
+		if (i == p->o.node)
+			p->first = p->K;
+		p->K += p->nodes[i].m.num_ranks;
+	}
+	struct ibv_coll_job_attr job = {0};
+	struct ibv_coll_switch_addr swaddr = {0};
+	struct ibv_coll_switch_attr swattr = {0};
+	job.jid = 0x9e4f;
+	job.node_index = (uint32_t)p->o.node;
+	job.num_nodes = (uint32_t)p->o.nodes;
+	job.members = members;
+	job.topology = (enum ibv_coll_topology)p->o.topology;
+	job.seg_count = caps.max_seg_units; /* the device serves this one job */
+	job.job_key = 0x1bc0fe4full;
+	if (p->o.sw) {
+		memcpy(swaddr.gid.raw, p->o.sw_gid, 16);
+		swaddr.udp_port = p->o.sw_port;
+		swattr.num_planes = 1;
+		swattr.num_leaves = 1;
+		swattr.leaves = &swaddr;
+		job.comp_mask = IBV_COLL_JOB_ATTR_SWITCH;
+		job.sw = &swattr;
+	}
+	struct ibv_coll_qp_attr a = {0};
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = pa.active_mtu;
+	a.job = &job;
+	err = ibv_modify_coll_qp(p->qp, &a,
+				 IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
+	free(members);
+	if (err) {
+		int listed = p->o.topology < 32 && (caps.topologies & (1u << p->o.topology));
+		int needs_sw = p->o.topology == IBV_COLL_TOPO_SWITCH ||
+			       p->o.topology == IBV_COLL_TOPO_HIERARCHY;
+		fprintf(stderr,
+			PROG
+			": node %d: device %s refused the job (topology %s, %d nodes, %u ranks): "
+			"%s (%s)%s\n",
+			p->o.node, p->o.dev, topo_name(p->o.topology), p->o.nodes, p->K,
+			strerror(err), errname(err),
+			!listed                ? "; the device does not list this topology"
+			: needs_sw && !p->o.sw ? "; this topology needs a switch (-s HOST:PORT)"
+					       : "");
+		return -1;
+	}
+	a.qp_state = IBV_QPS_RTS;
+	if ((err = ibv_modify_coll_qp(p->qp, &a, IBV_COLL_QP_STATE))) {
+		fprintf(stderr, PROG ": node %d: qp to RTS: %s\n", p->o.node, strerror(err));
+		return -1;
+	}
+	if (p->o.root < 0 || (uint32_t)p->o.root >= p->K) {
+		fprintf(stderr, PROG ": root %d: the job has ranks 0 to %u\n", p->o.root, p->K - 1);
+		return -1;
+	}
+	size_t need = p->o.maxbytes * (colls[p->o.coll].src_k || colls[p->o.coll].dst_k ? p->K : 1);
+	if (p->o.maxbytes > caps.max_count_bytes || need > UINT32_MAX) {
+		fprintf(stderr, PROG ": -e %zu: a buffer would exceed the device's limits\n",
+			p->o.maxbytes);
+		return -1;
+	}
+	return 0;
+}
+
+static int alloc_buffers(struct perf *p)
+{
+	const struct coll_info *ci = &colls[p->o.coll];
+	size_t maxb = p->o.maxbytes;
+	p->src_cap = maxb * (ci->src_k ? p->K : 1);
+	p->dst_cap = maxb * (ci->dst_k ? p->K : 1);
+	p->per = (p->src_cap + GUARD + p->dst_cap + GUARD + 4095) & ~(size_t)4095;
+	p->arena = aligned_alloc(4096, p->per * (size_t)p->o.ranks);
+	p->src = calloc((size_t)p->o.ranks, sizeof(*p->src));
+	p->dst = calloc((size_t)p->o.ranks, sizeof(*p->dst));
+	if (p->arena)
+		memset(p->arena, 0, p->per * (size_t)p->o.ranks);
+	if (!p->arena || !p->src || !p->dst ||
+	    !(p->mr = ibv_reg_coll_mr(p->pd, p->arena, p->per * (size_t)p->o.ranks,
+				      IBV_ACCESS_LOCAL_WRITE))) {
+		fprintf(stderr, PROG ": node %d: %zu bytes of buffers: %s\n", p->o.node,
+			p->per * (size_t)p->o.ranks, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static void teardown(struct perf *p)
+{
+	if (p->qp)
+		ibv_destroy_coll_qp(p->qp);
+	if (p->mr)
+		ibv_dereg_coll_mr(p->mr);
+	if (p->cq)
+		ibv_destroy_coll_cq(p->cq);
+	if (p->ch)
+		ibv_destroy_coll_comp_channel(p->ch);
+	if (p->pd)
+		ibv_dealloc_coll_pd(p->pd);
+	if (p->ctx)
+		ibv_close_coll_device(p->ctx);
+	if (p->boot)
+		ibvc_boot_close(p->boot);
+	free(p->arena);
+	free(p->src);
+	free(p->dst);
+	free(p->nodes);
+}
+
+/* ---- the sweep ----------------------------------------------------- */
+
+static int sweep(struct perf *p)
+{
+	const struct perf_opts *o = &p->o;
+	const int barrier = colls[o->coll].op == IBV_COLL_WR_BARRIER;
+	size_t ts = pd_types[o->type].size;
+	struct size_result *all = calloc((size_t)o->nodes, sizeof(*all));
+	uint64_t wrong = 0, oob = 0;
+	double bw_sum = 0;
+	int bw_n = 0, err = 0, failed = 0;
+	if (!all)
+		return -1;
+	if (o->node == 0)
+		print_header(p);
+	for (size_t size = barrier ? 0 : o->minbytes; size <= o->maxbytes;
+	     size = o->stepfactor > 1 ? (size ? size * o->stepfactor : ts) : size + o->stepbytes) {
+		struct size_result mine;
+		size_t count = size / ts;
+		mine.failed = 0;
+		if (bench_size(p, count, &mine)) {
+			failed = 1; /* the others learn it as the rendezvous breaks */
+			break;
+		}
+		if ((err = ibvc_boot_allgather(p->boot, &mine, sizeof(mine), all))) {
+			fprintf(stderr, PROG ": node %d: gathering results: %s\n", o->node,
+				strerror(err));
+			failed = 1;
+			break;
+		}
+		if (o->node == 0)
+			print_row(p, count, all, &wrong, &oob, &bw_sum, &bw_n);
+		else
+			for (int j = 0; j < 2; j++)
+				wrong += mine.wrong[j];
+		if (barrier || (o->stepfactor <= 1 && !o->stepbytes))
+			break;
+	}
+	if (o->node == 0 && !failed) {
+		printf("# Out of bounds values : %" PRIu64 " %s\n", oob, oob ? "FAILED" : "OK");
+		printf("# Wrong elements       : %" PRIu64 " %s\n", wrong, wrong ? "FAILED" : "OK");
+		printf("# Avg bus bandwidth    : %g \n#\n", bw_n ? bw_sum / bw_n : 0.0);
+	} else if (wrong)
+		fprintf(stderr, PROG ": node %d: %" PRIu64 " wrong elements\n", o->node, wrong);
+	free(all);
+	if (!failed && (err = ibvc_boot_barrier(p->boot))) /* everyone done before anyone leaves */
+		fprintf(stderr, PROG ": node %d: final barrier: %s\n", o->node, strerror(err));
+	return failed || err || wrong || oob ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct perf p;
+	memset(&p, 0, sizeof(p));
+	int rc = parse_opts(argc, argv, &p.o);
+	if (rc >= 0)
+		return rc;
+	rc = open_device(&p) || join_job(&p) || alloc_buffers(&p) || sweep(&p) ? 1 : 0;
+	teardown(&p);
+	return rc;
+}

@@ -1,0 +1,267 @@
+/*
+ * perf_opts - ibv_coll_perf's command line: nccl-tests' flags where they
+ * exist, and the job's own (ranks per node, topology, device, switch).
+ */
+#define _GNU_SOURCE
+#include "perf_opts.h"
+
+#include "ibvc_boot.h"
+#include "perf_data.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+const struct coll_info colls[NCOLLS] = {
+	{"allreduce", IBV_COLL_WR_ALLREDUCE, 1, 0, 1, 0, 0},
+	{"reduce", IBV_COLL_WR_REDUCE, 1, 1, 1, 0, 0},
+	{"bcast", IBV_COLL_WR_BCAST, 0, 1, 1, 0, 0},
+	/* In place, ALLGATHER and REDUCE_SCATTER would overlap a rank's source
+	 * and destination, which ibv_post_coll_send(3) leaves undefined. */
+	{"allgather", IBV_COLL_WR_ALLGATHER, 0, 0, 0, 0, 1},
+	{"reduce_scatter", IBV_COLL_WR_REDUCE_SCATTER, 1, 0, 0, 1, 0},
+	{"barrier", IBV_COLL_WR_BARRIER, 0, 0, 0, 0, 0},
+};
+
+static const char *const topo_names[] = {
+	[IBV_COLL_TOPO_RING] = "ring",
+	[IBV_COLL_TOPO_SWITCH] = "switch",
+	[IBV_COLL_TOPO_HIERARCHY] = "hierarchy",
+	[IBV_COLL_TOPO_AUTO] = "auto",
+};
+
+const char *topo_name(int topology)
+{
+	static char other[24];
+	if (topology >= 0 && (size_t)topology < sizeof(topo_names) / sizeof(topo_names[0]))
+		return topo_names[topology];
+	snprintf(other, sizeof(other), "%d", topology);
+	return other;
+}
+
+double busbw_factor(enum ibv_coll_wr_opcode op, double n)
+{
+	switch (op) {
+	case IBV_COLL_WR_ALLREDUCE: return 2 * (n - 1) / n;
+	case IBV_COLL_WR_REDUCE_SCATTER:
+	case IBV_COLL_WR_ALLGATHER: return (n - 1) / n;
+	case IBV_COLL_WR_BCAST:
+	case IBV_COLL_WR_REDUCE: return 1;
+	default: return 0;
+	}
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: " PROG " [options]   (one process per node: run it under ibv_coll_run)\n"
+		"  -b, --minbytes SIZE     smallest size, bytes per rank, K/M/G suffixes (32M)\n"
+		"  -e, --maxbytes SIZE     largest size (32M)\n"
+		"  -i, --stepbytes SIZE    step when -f is 1 (1M)\n"
+		"  -f, --stepfactor F      multiply the size by F at each step (1)\n"
+		"  -n, --iters N           timed runs per size (20)\n"
+		"  -w, --warmup_iters N    untimed runs first (5)\n"
+		"  -c, --check 0|1         check every destination element (1)\n"
+		"  -d, --datatype TYPE     int8 uint8 int16 uint16 int32 uint32 int64 uint64\n"
+		"                          half bfloat16 float double (float)\n"
+		"  -o, --op OP             sum prod min max avg band bor bxor (sum)\n"
+		"  -C, --collective NAME   allreduce (the default) reduce bcast allgather\n"
+		"                          reduce_scatter barrier\n"
+		"  -r, --root RANK         global root rank of reduce and bcast (0)\n"
+		"  -k, --ranks K           local ranks per node (IBVC_RANKS_PER_NODE, else 1)\n"
+		"  -t, --topology T        ring switch hierarchy auto, or a number (ring)\n"
+		"  -s, --switch HOST:PORT  the aggregation switch, for switch and auto\n"
+		"  -D, --device DEV        the device (crxe_lo)\n"
+		"      --spin-us US        poll this long before sleeping on the channel (20)\n"
+		"      --boot ADDR --node I --nodes N\n"
+		"                          the rendezvous (default: IBVC_BOOT_ADDR/NODE/NODES,\n"
+		"                          as ibv_coll_run sets them; else a job of one node)\n");
+}
+
+/* A size with an optional K, M or G (powers of 1024), as nccl-tests takes. */
+static int parse_size(const char *s, size_t *out)
+{
+	char *end;
+	double v = strtod(s, &end), unit = 1;
+	switch (*end) {
+	case 'k': case 'K': unit = 1024.0; end++; break;
+	case 'm': case 'M': unit = 1024.0 * 1024; end++; break;
+	case 'g': case 'G': unit = 1024.0 * 1024 * 1024; end++; break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (end == s || *end || !(v >= 0) || v * unit > 1e15)
+		return -1;
+	*out = (size_t)(v * unit);
+	return 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *out)
+{
+	char *end;
+	long v = strtol(s, &end, 0);
+	if (end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
+
+/* HOST:PORT, with an IPv4 host or a bracketed IPv6 one, into a GID. */
+static int parse_switch(const char *s, struct perf_opts *o)
+{
+	char host[INET6_ADDRSTRLEN + 2];
+	const char *colon = strrchr(s, ':');
+	int port;
+	if (!colon || (size_t)(colon - s) >= sizeof(host) || parse_int(colon + 1, 0, 65535, &port))
+		return -1;
+	memcpy(host, s, (size_t)(colon - s));
+	host[colon - s] = 0;
+	memset(o->sw_gid, 0, sizeof(o->sw_gid));
+	if (inet_pton(AF_INET, host, o->sw_gid + 12) == 1) {
+		o->sw_gid[10] = o->sw_gid[11] = 0xff; /* IPv4-mapped */
+	} else {
+		size_t n = strlen(host);
+		if (n < 3 || host[0] != '[' || host[n - 1] != ']')
+			return -1;
+		host[n - 1] = 0;
+		if (inet_pton(AF_INET6, host + 1, o->sw_gid) != 1)
+			return -1;
+	}
+	o->sw = s;
+	o->sw_port = (uint16_t)port;
+	return 0;
+}
+
+static int parse_topology(const char *s, int *out)
+{
+	for (size_t t = 0; t < sizeof(topo_names) / sizeof(topo_names[0]); t++)
+		if (topo_names[t] && !strcasecmp(s, topo_names[t])) {
+			*out = (int)t;
+			return 0;
+		}
+	/* Any number goes to the device as it is: let it say what it takes. */
+	return parse_int(s, 0, 1 << 30, out);
+}
+
+static int parse_coll(const char *s, int *out)
+{
+	for (int c = 0; c < NCOLLS; c++)
+		if (!strcasecmp(s, colls[c].name)) {
+			*out = c;
+			return 0;
+		}
+	if (!strcasecmp(s, "broadcast")) {
+		*out = 2;
+		return 0;
+	}
+	return -1;
+}
+
+int parse_opts(int argc, char **argv, struct perf_opts *o)
+{
+	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES };
+	static const struct option lo[] = {
+		{"minbytes", 1, NULL, 'b'},	{"maxbytes", 1, NULL, 'e'},
+		{"stepbytes", 1, NULL, 'i'},	{"stepfactor", 1, NULL, 'f'},
+		{"iters", 1, NULL, 'n'},	{"warmup_iters", 1, NULL, 'w'},
+		{"check", 1, NULL, 'c'},	{"datatype", 1, NULL, 'd'},
+		{"op", 1, NULL, 'o'},		{"collective", 1, NULL, 'C'},
+		{"root", 1, NULL, 'r'},		{"ranks", 1, NULL, 'k'},
+		{"topology", 1, NULL, 't'},	{"switch", 1, NULL, 's'},
+		{"device", 1, NULL, 'D'},	{"spin-us", 1, NULL, OPT_SPIN},
+		{"boot", 1, NULL, OPT_BOOT},	{"node", 1, NULL, OPT_NODE},
+		{"nodes", 1, NULL, OPT_NODES},	{"help", 0, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
+	int c, node = -1, nodes = -1;
+	*o = (struct perf_opts){
+		.minbytes = 32 << 20, .maxbytes = 32 << 20, .stepbytes = 1 << 20, .stepfactor = 1,
+		.iters = 20, .warmup = 5, .check = 1, .root = 0, .ranks = 1,
+		.topology = IBV_COLL_TOPO_RING, .type = PD_FLOAT, .op = PD_SUM, .coll = 0,
+		.spin_us = 20, .dev = "crxe_lo", .node = 0, .nodes = 1,
+	};
+	if (env_k && parse_int(env_k, 1, 64, &o->ranks)) {
+		fprintf(stderr, PROG ": IBVC_RANKS_PER_NODE=%s: not a number from 1 to 64\n",
+			env_k);
+		return 2;
+	}
+	while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:C:r:k:t:s:D:h", lo, NULL)) != -1) {
+		int bad = 0, f = 1;
+		switch (c) {
+		case 'b': bad = parse_size(optarg, &o->minbytes); break;
+		case 'e': bad = parse_size(optarg, &o->maxbytes); break;
+		case 'i': bad = parse_size(optarg, &o->stepbytes); break;
+		case 'f':
+			bad = parse_int(optarg, 1, 1 << 20, &f);
+			o->stepfactor = (size_t)f;
+			break;
+		case 'n': bad = parse_int(optarg, 1, 1 << 24, &o->iters); break;
+		case 'w': bad = parse_int(optarg, 0, 1 << 24, &o->warmup); break;
+		case 'c': bad = parse_int(optarg, 0, 1, &o->check); break;
+		case 'd': bad = (o->type = pd_type_by_name(optarg)) < 0; break;
+		case 'o': bad = (o->op = pd_op_by_name(optarg)) < 0; break;
+		case 'C': bad = parse_coll(optarg, &o->coll); break;
+		case 'r': bad = parse_int(optarg, 0, 1 << 30, &o->root); break;
+		case 'k': bad = parse_int(optarg, 1, 64, &o->ranks); break;
+		case 't': bad = parse_topology(optarg, &o->topology); break;
+		case 's': bad = parse_switch(optarg, o); break;
+		case 'D': o->dev = optarg; break;
+		case OPT_SPIN: bad = parse_int(optarg, 0, 1000000, &o->spin_us); break;
+		case OPT_BOOT: o->boot = optarg; break;
+		case OPT_NODE: bad = parse_int(optarg, 0, 63, &node); break;
+		case OPT_NODES: bad = parse_int(optarg, 1, 64, &nodes); break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+		if (bad) {
+			const char *name = "?";
+			for (const struct option *l = lo; l->name; l++)
+				if (l->val == c)
+					name = l->name;
+			fprintf(stderr, PROG ": bad value for --%s: %s\n", name, optarg);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, PROG ": unexpected argument %s\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (o->boot) {
+		if (node < 0 || nodes < 1 || node >= nodes) {
+			fprintf(stderr, PROG ": --boot needs --node I and --nodes N, I < N\n");
+			return 2;
+		}
+		o->node = node;
+		o->nodes = nodes;
+	} else {
+		int err = ibvc_boot_from_env(&o->boot, &o->node, &o->nodes);
+		if (err == ENOENT) { /* a job of this node alone */
+			o->boot = "none";
+			o->node = 0;
+			o->nodes = 1;
+		} else if (err || o->nodes > 64) {
+			fprintf(stderr, PROG ": IBVC_BOOT_NODE/IBVC_BOOT_NODES are not valid\n");
+			return 2;
+		}
+	}
+	if (o->minbytes > o->maxbytes) {
+		fprintf(stderr, PROG ": -b %zu is larger than -e %zu\n", o->minbytes, o->maxbytes);
+		return 2;
+	}
+	if (colls[o->coll].reduces && pd_types[o->type].is_float && o->op >= PD_BAND) {
+		fprintf(stderr, PROG ": -o %s needs an integer type, not %s\n", pd_op_names[o->op],
+			pd_types[o->type].name);
+		return 2;
+	}
+	if (o->sw && (o->topology == IBV_COLL_TOPO_RING)) {
+		fprintf(stderr, PROG ": -s is for -t switch or auto\n");
+		return 2;
+	}
+	return -1;
+}

@@ -1,0 +1,49 @@
+/*
+ * perf_opts - ibv_coll_perf's command line and its table of collectives.
+ */
+#ifndef IBVC_PERF_OPTS_H
+#define IBVC_PERF_OPTS_H
+
+#include <ibv_coll/ibv_coll.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROG "ibv_coll_perf"
+
+struct coll_info {
+	const char *name;
+	enum ibv_coll_wr_opcode op;
+	int reduces; /* takes -o */
+	int rooted;  /* takes -r */
+	int inplace; /* the library defines an in-place form */
+	int src_k;   /* the source holds count x ranks elements */
+	int dst_k;   /* the destination does */
+};
+
+enum { NCOLLS = 6 };
+extern const struct coll_info colls[NCOLLS];
+
+struct perf_opts {
+	size_t minbytes, maxbytes, stepbytes, stepfactor; /* bytes per rank */
+	int iters, warmup, check, root, ranks, topology;
+	int type, op, coll; /* enum pd_type, enum pd_op, index in colls */
+	int spin_us;
+	const char *dev;
+	const char *boot; /* the rendezvous; nodes == 1 needs none */
+	int node, nodes;
+	const char *sw;	  /* -s: the aggregation switch, as given */
+	uint8_t sw_gid[16];
+	uint16_t sw_port;
+};
+
+/* Fill *o from the command line and the environment: -1 to go on, or the
+ * status to exit with (0 after --help, 2 on a usage error). */
+int parse_opts(int argc, char **argv, struct perf_opts *o);
+
+/* nccl-tests' bus bandwidth factor for n ranks (doc/PERFORMANCE.md). */
+double busbw_factor(enum ibv_coll_wr_opcode op, double n);
+
+const char *topo_name(int topology);
+
+#endif /* IBVC_PERF_OPTS_H */
