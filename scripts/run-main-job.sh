@@ -1,6 +1,6 @@
 #!/bin/sh
 # Install what is missing, build everything, and run the main job on this
-# machine: a 4-node x 2-rank allreduce sweep (8 B to 64 MiB per rank, fp32
+# machine: a 4-node x 2-rank allreduce sweep (16 B to 64 MiB per rank, fp32
 # sum, every result checked) through the emulated aggregation switch, each
 # node a process on the loopback device, printed as ibv_coll_perf's table.
 # Extra arguments go to ibv_coll_perf (e.g. -t ring, -e 1M, -C bcast).
@@ -30,7 +30,7 @@ port=$(cat "$tmp/port")
 
 status=0
 ./build/tools/ibv_coll_run -n 4 -k 2 -- ./build/tools/ibv_coll_perf -t switch \
-	-s "127.0.0.1:$port" -b 8 -e 64M -f 4 -c 1 "$@" || status=$?
+	-s "127.0.0.1:$port" -b 16 -e 64M -f 4 -c 1 "$@" || status=$?
 # The switch's counters: what it reduced, and what it answered again.
 kill -TERM "$sw_pid" 2>/dev/null && wait "$sw_pid" 2>/dev/null
 sw_pid=

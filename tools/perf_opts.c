@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 const struct coll_info colls[NCOLLS] = {
@@ -76,7 +77,8 @@ static void usage(FILE *f)
 		"  -t, --topology T        ring switch hierarchy auto, or a number (ring)\n"
 		"  -s, --switch HOST:PORT  the aggregation switch, for switch and auto\n"
 		"  -D, --device DEV        the device (crxe_lo)\n"
-		"      --spin-us US        poll this long before sleeping on the channel (20)\n"
+		"      --spin-us US        poll this long before sleeping on the channel (20 with 4 or\n"
+		"                          more processors online, else 0)\n"
 		"      --boot ADDR --node I --nodes N\n"
 		"                          the rendezvous (default: IBVC_BOOT_ADDR/NODE/NODES,\n"
 		"                          as ibv_coll_run sets them; else a job of one node)\n");
@@ -183,7 +185,7 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		.minbytes = 32 << 20, .maxbytes = 32 << 20, .stepbytes = 1 << 20, .stepfactor = 1,
 		.iters = 20, .warmup = 5, .check = 1, .root = 0, .ranks = 1,
 		.topology = IBV_COLL_TOPO_RING, .type = PD_FLOAT, .op = PD_SUM, .coll = 0,
-		.spin_us = 20, .dev = "crxe_lo", .node = 0, .nodes = 1,
+		.spin_us = -1, .dev = "crxe_lo", .node = 0, .nodes = 1,
 	};
 	if (env_k && parse_int(env_k, 1, 64, &o->ranks)) {
 		fprintf(stderr, PROG ": IBVC_RANKS_PER_NODE=%s: not a number from 1 to 64\n",
@@ -249,6 +251,11 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 			fprintf(stderr, PROG ": IBVC_BOOT_NODE/IBVC_BOOT_NODES are not valid\n");
 			return 2;
 		}
+	}
+	if (o->spin_us < 0) {
+		/* On a small machine a spinning thread only delays the one with work. */
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		o->spin_us = cpus >= 4 ? 20 : 0;
 	}
 	if (o->minbytes > o->maxbytes) {
 		fprintf(stderr, PROG ": -b %zu is larger than -e %zu\n", o->minbytes, o->maxbytes);

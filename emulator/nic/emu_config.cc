@@ -3,6 +3,8 @@
 
 #include "util/log.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 
 namespace ibv_coll::emu {
@@ -30,9 +32,11 @@ enum {
 };
 
 const ConfigVar kVars[kCount] = {
-	{"IBV_COLL_EMU_POLL_US", "20",
-	 "microseconds the engine thread keeps polling before it blocks (0: block at once)",
-	 ConfigKind::uint, 0, 1000000},
+	{"IBV_COLL_EMU_POLL_US", "auto",
+	 "microseconds the engine thread keeps polling before it blocks (0: block at once; auto: "
+	 "20 with 4 or more processors online, else 0, since on a machine this small a spinning "
+	 "thread only delays the one that has work)",
+	 ConfigKind::string},
 	{"IBV_COLL_EMU_RC_WINDOW", "256", "unacknowledged packets an RC QP may have in flight",
 	 ConfigKind::uint, 1, 1u << 20},
 	{"IBV_COLL_EMU_ACK_REQ_EVERY", "32",
@@ -86,9 +90,16 @@ int load_emu_config(EmuConfig *out)
 	EmuConfig c;
 	uint64_t v;
 	int err;
-	if ((err = util::config_uint(kVars[kPollUs], &v)))
-		return err;
-	c.poll_us = uint32_t(v);
+	std::string poll = util::config_text(kVars[kPollUs]);
+	if (poll.empty() || poll == "auto") {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		c.poll_us = cpus >= 4 ? 20 : 0;
+	} else if (util::parse_uint(poll.c_str(), &v) && v <= 1000000) {
+		c.poll_us = uint32_t(v);
+	} else {
+		IBVC_ERR("config", "IBV_COLL_EMU_POLL_US={}: expected auto or 0..1000000", poll);
+		return EINVAL;
+	}
 	if ((err = util::config_uint(kVars[kRcWindow], &v)))
 		return err;
 	c.rc_window = uint32_t(v);

@@ -6,6 +6,8 @@
 #include "util/log.h"
 
 #include <getopt.h>
+#include <sched.h>
+#include <time.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -48,6 +50,8 @@ void usage(FILE *f, const char *argv0)
 		"  -f, --stats-file FILE  also write them (JSON) to FILE at each print\n"
 		"  -P, --port-file FILE   write the port served on to FILE once ready\n"
 		"  -n, --name NAME        name in logs and counters (default switch)\n"
+		"  -W, --poll-us US       keep polling this long before blocking (default: "
+		"IBV_COLL_EMU_POLL_US, 20)\n"
 		"  -X, --fail-after N     testing: stop dead after taking in N partials\n",
 		argv0);
 }
@@ -59,6 +63,20 @@ bool parse_u32(const char *s, uint32_t *out)
 		return false;
 	*out = uint32_t(v);
 	return true;
+}
+
+uint64_t mono_us()
+{
+	timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return uint64_t(ts.tv_sec) * 1000000 + uint64_t(ts.tv_nsec) / 1000;
+}
+
+// IBV_COLL_EMU_POLL_US, as the NIC reads it (20 when unset or bad).
+uint32_t cfg_poll_us()
+{
+	emu::EmuConfig c;
+	return emu::load_emu_config(&c) ? 20 : c.poll_us;
 }
 
 void write_file(const std::string &path, const std::string &text)
@@ -77,7 +95,7 @@ void write_file(const std::string &path, const std::string &text)
 int main(int argc, char **argv)
 {
 	emu::SwitchParams p;
-	uint32_t stats_s = 0, port = 4791;
+	uint32_t stats_s = 0, port = 4791, poll_us = cfg_poll_us();
 	uint64_t fail_after = 0;
 	bool json = false;
 	std::string stats_file, port_file;
@@ -87,11 +105,12 @@ int main(int argc, char **argv)
 		{"idle-ms", 1, nullptr, 'I'},	 {"stats", 1, nullptr, 'i'},
 		{"json", 0, nullptr, 'j'},	 {"stats-file", 1, nullptr, 'f'},
 		{"port-file", 1, nullptr, 'P'},	 {"name", 1, nullptr, 'n'},
-		{"fail-after", 1, nullptr, 'X'}, {"help", 0, nullptr, 'h'},
+		{"fail-after", 1, nullptr, 'X'}, {"poll-us", 1, nullptr, 'W'},
+		{"help", 0, nullptr, 'h'},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:h", opts, nullptr)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:W:h", opts, nullptr)) != -1) {
 		bool ok = true;
 		switch (c) {
 		case 'p':
@@ -124,6 +143,9 @@ int main(int argc, char **argv)
 			break;
 		case 'n':
 			p.name = optarg;
+			break;
+		case 'W':
+			ok = parse_u32(optarg, &poll_us) && poll_us <= 1000000;
 			break;
 		case 'X':
 			ok = util::parse_uint(optarg, &fail_after) && fail_after > 0;
@@ -198,9 +220,21 @@ int main(int argc, char **argv)
 	// The switch runs on this thread; the counters are printed between
 	// its passes.
 	auto last = std::chrono::steady_clock::now();
+	uint64_t idle_since = 0;
 	while (!g_stop.load()) {
-		if (!sw->poll_once())
-			sw->wait(200); // nothing arrived: block until something does
+		if (sw->poll_once()) {
+			idle_since = 0;
+		} else {
+			// Nothing arrived: keep looking for a short while (the next
+			// partial of a block is usually close behind), then block.
+			uint64_t now = mono_us();
+			if (!idle_since)
+				idle_since = now;
+			if (now - idle_since < poll_us)
+				sched_yield();
+			else
+				sw->wait(200);
+		}
 		if (fail_after && sw->totals().data >= fail_after) {
 			fprintf(stderr, "%s: %s stops dead (--fail-after %llu)\n", argv[0],
 				p.name.c_str(), static_cast<unsigned long long>(fail_after));
