@@ -161,5 +161,5 @@ paste "$ours_rows" "$mpi_rows" | awk -v nf="$(head -1 "$ours_rows" | awk '{print
 	mb = (mt > 0) ? $1 / mt / 1e3 * f : 0
 	ratio = (mb > 0) ? sprintf("%.2f", ob / mb) : "-"
 	lat = (mt > 0) ? sprintf("%.2f", ot / mt) : "-"
-	printf "%12d  %12.4f  %12.4f  %8s  %12.1f  %12.1f  %8s  %s\n", $1, ob, mb, ratio, ot, mt, lat, $14
+	printf "%12d  %12.4f  %12.4f  %8s  %12.1f  %12.1f  %8s  %s\n", $1, ob, mb, ratio, ot, mt, lat, $nf
 }'

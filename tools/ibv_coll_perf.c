@@ -51,6 +51,7 @@ struct size_result {
 	uint64_t oob;   /* guard bytes overwritten */
 	uint32_t flags; /* OR of the completions' wc_flags */
 	uint32_t failed;
+	double wire;	/* bytes this node's port sent per out-of-place run */
 };
 
 /* What each node tells the others at the start. */
@@ -303,10 +304,14 @@ static int bench_size(struct perf *p, size_t count, struct size_result *res)
 		if (ibvc_boot_barrier(p->boot) || run_ops(p, &wr, p->o.warmup, bytes) ||
 		    ibvc_boot_barrier(p->boot))
 			return -1;
+		struct ibv_coll_counters c0, c1;
+		int have = !ibv_query_coll_counters(p->ctx, &c0);
 		double t0 = now_us();
 		if (run_ops(p, &wr, p->o.iters, bytes))
 			return -1;
 		res->us[inplace] = (now_us() - t0) / p->o.iters;
+		if (!inplace && have && !ibv_query_coll_counters(p->ctx, &c1))
+			res->wire = (double)(c1.tx_bytes - c0.tx_bytes) / p->o.iters;
 		if (p->o.check) {
 			fill(p, count, inplace);
 			if (run_ops(p, &wr, 1, bytes))
@@ -374,9 +379,9 @@ static void print_header(const struct perf *p)
 	printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
 	       "in-place\n",
 	       "", "", "", "", "");
-	printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %s\n", "size",
-	       "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-	       "algbw", "busbw", "#wrong", "ran");
+	printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %6s  %s\n",
+	       "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+	       "algbw", "busbw", "#wrong", "wire/S", "ran");
 	printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
 	       "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
 	       "");
@@ -429,6 +434,16 @@ static void print_row(const struct perf *p, size_t count, const struct size_resu
 		*bw_sum += busbw;
 		(*bw_n)++;
 	}
+	/* What a node's port sent per run, over the bytes per rank: the mean
+	 * over the nodes (switch: about 1; ring: about 2(N-1)/N). */
+	double wire = 0;
+	for (int i = 0; i < o->nodes; i++)
+		wire += all[i].wire;
+	wire /= o->nodes;
+	if (bytes)
+		printf("  %6.3f", wire / (double)bytes);
+	else
+		printf("  %6s", "-");
 	char ran[64];
 	ran_str(m.flags, ran, sizeof(ran));
 	printf("  %s\n", ran);
@@ -531,6 +546,8 @@ static int join_job(struct perf *p)
 		swattr.num_planes = 1;
 		swattr.num_leaves = 1;
 		swattr.leaves = &swaddr;
+		swattr.window = (uint32_t)p->o.window;
+		swattr.flags = p->o.e2e_ack ? IBV_COLL_SWITCH_E2E_ACK : 0;
 		job.comp_mask = IBV_COLL_JOB_ATTR_SWITCH;
 		job.sw = &swattr;
 	}

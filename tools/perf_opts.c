@@ -77,6 +77,8 @@ static void usage(FILE *f)
 		"  -t, --topology T        ring switch hierarchy auto, or a number (ring)\n"
 		"  -s, --switch HOST:PORT  the aggregation switch, for switch and auto\n"
 		"  -D, --device DEV        the device (crxe_lo)\n"
+		"      --window W          switch: data blocks a node keeps in flight (default: the grant)\n"
+		"      --e2e-ack           switch: slide windows on node 0's ACK, not on the result\n"
 		"      --spin-us US        poll this long before sleeping on the channel (20 with 4 or\n"
 		"                          more processors online, else 0)\n"
 		"      --boot ADDR --node I --nodes N\n"
@@ -165,7 +167,7 @@ static int parse_coll(const char *s, int *out)
 
 int parse_opts(int argc, char **argv, struct perf_opts *o)
 {
-	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES };
+	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES, OPT_WINDOW, OPT_E2E };
 	static const struct option lo[] = {
 		{"minbytes", 1, NULL, 'b'},	{"maxbytes", 1, NULL, 'e'},
 		{"stepbytes", 1, NULL, 'i'},	{"stepfactor", 1, NULL, 'f'},
@@ -177,6 +179,7 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		{"device", 1, NULL, 'D'},	{"spin-us", 1, NULL, OPT_SPIN},
 		{"boot", 1, NULL, OPT_BOOT},	{"node", 1, NULL, OPT_NODE},
 		{"nodes", 1, NULL, OPT_NODES},	{"help", 0, NULL, 'h'},
+		{"window", 1, NULL, OPT_WINDOW}, {"e2e-ack", 0, NULL, OPT_E2E},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
@@ -214,6 +217,8 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		case 's': bad = parse_switch(optarg, o); break;
 		case 'D': o->dev = optarg; break;
 		case OPT_SPIN: bad = parse_int(optarg, 0, 1000000, &o->spin_us); break;
+		case OPT_WINDOW: bad = parse_int(optarg, 1, 1 << 20, &o->window); break;
+		case OPT_E2E: o->e2e_ack = 1; break;
 		case OPT_BOOT: o->boot = optarg; break;
 		case OPT_NODE: bad = parse_int(optarg, 0, 63, &node); break;
 		case OPT_NODES: bad = parse_int(optarg, 1, 64, &nodes); break;
@@ -264,6 +269,10 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 	if (colls[o->coll].reduces && pd_types[o->type].is_float && o->op >= PD_BAND) {
 		fprintf(stderr, PROG ": -o %s needs an integer type, not %s\n", pd_op_names[o->op],
 			pd_types[o->type].name);
+		return 2;
+	}
+	if ((o->window || o->e2e_ack) && !o->sw) {
+		fprintf(stderr, PROG ": --window and --e2e-ack are for a switch (-s)\n");
 		return 2;
 	}
 	if (o->sw && (o->topology == IBV_COLL_TOPO_RING)) {

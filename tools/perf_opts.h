@@ -29,6 +29,8 @@ struct perf_opts {
 	int iters, warmup, check, root, ranks, topology;
 	int type, op, coll; /* enum pd_type, enum pd_op, index in colls */
 	int spin_us;
+	int window;  /* --window: switch window (0: the grant's) */
+	int e2e_ack; /* --e2e-ack */
 	const char *dev;
 	const char *boot; /* the rendezvous; nodes == 1 needs none */
 	int node, nodes;
