@@ -48,7 +48,7 @@ const char *dtype_name(Dtype);  // "int8", ..., "invalid" for out-of-range value
 const char *redop_name(RedOp);
 
 // dst[i] = op(a[i], b[i]) for i < count. dst may equal a or b (exact aliasing), otherwise the buffers do not
-// overlap. Pointers only need element alignment. For avg this is the sum step (avg = sum, then avg_finalize
+// overlap. Pointers need no alignment (applications' buffers may start at any byte). For avg this is the sum step (avg = sum, then avg_finalize
 // once at the end).
 //
 // Semantics (identical on every ISA):

@@ -13,6 +13,7 @@
 #include <cfloat>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -198,32 +199,24 @@ template <Dtype D, RedOp Op> inline storage_t<D> scalar_op(storage_t<D> a, stora
         return int_op<Op>(a, b);
 }
 
-// Element-wise loop. Exact aliasing (dst == a or dst == b) gets its own loop so that, with the remaining pointers
-// marked non-overlapping, the compiler can vectorise it; a generic loop would need a run-time overlap check that
-// the in-place case (the common one) fails.
+// Element-wise loop (the scalar ISA, and the tails of the vector kernels).
 template <Dtype D, RedOp Op>
 inline void scalar_loop(storage_t<D> *dst, const storage_t<D> *a, const storage_t<D> *b, size_t count)
 {
+    // Loads and stores through memcpy: buffers from the application (an
+    // RDMA buffer may start at any byte) need not be element aligned, and
+    // for aligned ones the compiler emits the same plain moves.  Each
+    // element is read before it is written, so exact aliasing is fine.
     using S = storage_t<D>;
-    if (dst == a && dst == b) {
-        for (size_t i = 0; i < count; ++i)
-            dst[i] = scalar_op<D, Op>(dst[i], dst[i]);
-    } else if (dst == a) {
-        S *__restrict d = dst;
-        const S *__restrict y = b;
-        for (size_t i = 0; i < count; ++i)
-            d[i] = scalar_op<D, Op>(d[i], y[i]);
-    } else if (dst == b) {
-        S *__restrict d = dst;
-        const S *__restrict x = a;
-        for (size_t i = 0; i < count; ++i)
-            d[i] = scalar_op<D, Op>(x[i], d[i]);
-    } else {
-        S *__restrict d = dst;
-        const S *__restrict x = a;
-        const S *__restrict y = b;
-        for (size_t i = 0; i < count; ++i)
-            d[i] = scalar_op<D, Op>(x[i], y[i]);
+    auto *d = reinterpret_cast<unsigned char *>(dst);
+    auto *x = reinterpret_cast<const unsigned char *>(a);
+    auto *y = reinterpret_cast<const unsigned char *>(b);
+    for (size_t i = 0; i < count; ++i) {
+        S u, v;
+        std::memcpy(&u, x + i * sizeof(S), sizeof(S));
+        std::memcpy(&v, y + i * sizeof(S), sizeof(S));
+        const S r = scalar_op<D, Op>(u, v);
+        std::memcpy(d + i * sizeof(S), &r, sizeof(S));
     }
 }
 
