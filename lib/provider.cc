@@ -7,6 +7,9 @@
 namespace ibv_coll::crxe {
 extern const core::Provider provider;
 }
+namespace ibv_coll::verbs {
+extern const core::Provider provider;
+}
 
 namespace ibv_coll::core {
 namespace {
@@ -60,10 +63,14 @@ ProviderOps complete(const ProviderOps &in)
 	return o;
 }
 
+// The emulated devices first, then the real ones libibverbs finds.
+const Provider *const kBuiltIn[] = {&crxe::provider, &verbs::provider};
+constexpr size_t kNumProviders = std::size(kBuiltIn);
+
 struct Registry {
-	ProviderOps ops[1];
-	Provider provs[1];
-	const Provider *list[1];
+	ProviderOps ops[kNumProviders];
+	Provider provs[kNumProviders];
+	const Provider *list[kNumProviders];
 };
 
 } // namespace
@@ -72,10 +79,9 @@ std::span<const Provider *const> providers()
 {
 	static const Registry *reg = [] {
 		auto *r = new Registry();
-		const Provider *built_in[] = {&crxe::provider};
-		for (size_t i = 0; i < std::size(built_in); i++) {
-			r->ops[i] = complete(*built_in[i]->ops);
-			r->provs[i] = *built_in[i];
+		for (size_t i = 0; i < kNumProviders; i++) {
+			r->ops[i] = complete(*kBuiltIn[i]->ops);
+			r->provs[i] = *kBuiltIn[i];
 			r->provs[i].ops = &r->ops[i];
 			r->list[i] = &r->provs[i];
 		}

@@ -17,6 +17,11 @@ std::string test_device_name()
 	return e && *e ? e : "crxe_lo";
 }
 
+bool test_device_is_emulated()
+{
+	return test_device_name().rfind("crxe_", 0) == 0;
+}
+
 int test_gid_index()
 {
 	const char *e = getenv("IBV_COLL_TEST_GID");

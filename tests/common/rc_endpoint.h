@@ -27,6 +27,10 @@ struct RcOptions {
 };
 
 std::string test_device_name();
+// Whether the test device is crxe's emulated NIC (crxe_*), whose wire,
+// UDP ports and impairments the tests control, or a real device reached
+// through the verbs provider (verbs_*: kernel rxe, an RDMA NIC).
+bool test_device_is_emulated();
 
 class RcEndpoint {
 public:
