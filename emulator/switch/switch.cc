@@ -314,9 +314,11 @@ void Switch::free_units(Job &j)
 	j.stash.clear();
 }
 
-void Switch::send_to(const Endpoint &dst, const IpAddr &src, uint32_t qpn, uint8_t kind,
+void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qpn, uint8_t kind,
 		     const Ceth &h0, const void *task, const void *payload, uint32_t len)
 {
+	j.ctr.tx_packets++;
+	j.ctr.tx_bytes += len;
 	uint8_t *buf = port_.tx_buf();
 	Bth bth;
 	bth.opcode = kind;
@@ -362,7 +364,7 @@ void Switch::send_config_up(Job &j)
 	h.jid = j.jid;
 	h.node_map = j.subtree;
 	h.job_key = j.key;
-	send_to(j.parent, j.parent_local, 0, kCollConfig, h, nullptr, tb, sw::kTaskBytes);
+	send_to(j, j.parent, j.parent_local, 0, kCollConfig, h, nullptr, tb, sw::kTaskBytes);
 }
 
 // Every node of the subtree has spoken: take units, ask the parent.
@@ -396,7 +398,7 @@ void Switch::grant_children(Job &j)
 		h.seg = uint16_t(std::min<uint32_t>(j.granted, 0xffff));
 		h.node_map = c.cover;
 		h.job_key = j.key;
-		send_to(c.ep, c.local, c.qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+		send_to(j, c.ep, c.local, c.qpn, kCollConfigAck, h, nullptr, nullptr, 0);
 	}
 }
 
@@ -413,7 +415,7 @@ void Switch::deny(Job &j, const char *why)
 		h.status = 4; // CollStatus::denied
 		h.node_map = c.cover;
 		h.job_key = j.key;
-		send_to(c.ep, c.local, c.qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+		send_to(j, c.ep, c.local, c.qpn, kCollConfigAck, h, nullptr, nullptr, 0);
 	}
 }
 
@@ -450,7 +452,7 @@ void Switch::on_config(const In &p)
 		h.status = j->state == State::granted ? 0 : 4;
 		h.node_map = c->cover;
 		h.job_key = j->key;
-		send_to(c->ep, c->local, c->qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+		send_to(*j, c->ep, c->local, c->qpn, kCollConfigAck, h, nullptr, nullptr, 0);
 		break;
 	}
 	}
@@ -498,7 +500,7 @@ void Switch::on_release(const In &p)
 		h.jid = j.jid;
 		h.node_map = j.subtree;
 		h.job_key = j.key;
-		send_to(j.parent, j.parent_local, 0, kCollRelease, h, nullptr, nullptr, 0);
+		send_to(j, j.parent, j.parent_local, 0, kCollRelease, h, nullptr, nullptr, 0);
 	}
 	free_units(j);
 	gone_.add(j.ctr);
@@ -588,9 +590,9 @@ void Switch::send_up(Job &j, uint32_t unit)
 		uint8_t tb[sw::kTaskBytes];
 		t.store(tb);
 		h.flags |= kCethInline;
-		send_to(j.parent, j.parent_local, 0, kCollData, h, tb, u.data, u.len);
+		send_to(j, j.parent, j.parent_local, 0, kCollData, h, tb, u.data, u.len);
 	} else {
-		send_to(j.parent, j.parent_local, 0, kCollData, h, nullptr, u.data, u.len);
+		send_to(j, j.parent, j.parent_local, 0, kCollData, h, nullptr, u.data, u.len);
 	}
 }
 
@@ -601,7 +603,7 @@ void Switch::send_result(Job &j, uint32_t unit, const Child &c)
 	Ceth h = unit_header(u, j.jid, j.key, unit);
 	h.node_map = j.members;
 	bool data = u.src_node == 0 || (c.cover >> (u.src_node - 1) & 1);
-	send_to(c.ep, c.local, c.qpn, kCollResult, h, nullptr, u.data, data ? u.len : 0);
+	send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, u.data, data ? u.len : 0);
 }
 
 void Switch::on_data(const In &p0)
@@ -642,7 +644,7 @@ void Switch::on_data(const In &p0)
 			h.status = 4; // CollStatus::denied
 			h.node_map = c->cover;
 			h.job_key = j.key;
-			send_to(c->ep, c->local, c->qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+			send_to(j, c->ep, c->local, c->qpn, kCollConfigAck, h, nullptr, nullptr, 0);
 		}
 		return;
 	}
@@ -733,6 +735,8 @@ void Switch::on_result(const In &p)
 		j.ctr.drop_block++;
 		return;
 	}
+	j.ctr.rx_packets++;
+	j.ctr.rx_bytes += p.paylen;
 	if (p.paylen)
 		memcpy(u.data, p.payload, p.paylen);
 	u.len = std::max(u.len, p.paylen);

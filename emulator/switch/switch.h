@@ -123,7 +123,7 @@ private:
 	void complete_unit(Job &j, uint32_t unit);
 	void send_up(Job &j, uint32_t unit);
 	void send_result(Job &j, uint32_t unit, const Child &c);
-	void send_to(const Endpoint &dst, const IpAddr &src, uint32_t qpn, uint8_t kind,
+	void send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qpn, uint8_t kind,
 		     const wire::Ceth &h, const void *task, const void *payload, uint32_t len);
 	void send_config_up(Job &j);
 	void expire(uint64_t now);
