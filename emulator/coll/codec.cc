@@ -47,7 +47,7 @@ void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth 
 		      const void *payload, uint32_t len)
 {
 	const JobMember &dst = job.cfg.members[to];
-	uint8_t *buf = e_.port.tx_buf();
+	uint8_t *buf = e_.port->tx_buf();
 	Bth bth;
 	bth.opcode = kind;
 	bth.dqpn = dst.qpn;
@@ -72,7 +72,7 @@ void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, u
 			 const Ceth &h0, const void *ext, uint32_t ext_len, const void *payload,
 			 uint32_t len)
 {
-	uint8_t *buf = e_.port.tx_buf();
+	uint8_t *buf = e_.port->tx_buf();
 	Bth bth;
 	bth.opcode = kind;
 	bth.dqpn = qpn;

@@ -52,11 +52,11 @@ int CollEngine::configure(Qp &qp, const JobConfig &in)
 	// Our own entry must name this QP on this device.
 	const JobMember &me = c.members[c.node];
 	auto gid = std::find(e_.params.gids.begin(), e_.params.gids.end(), me.ep.ip);
-	if (me.qpn != qp.qpn || gid == e_.params.gids.end() || me.ep.port != e_.port.port())
+	if (me.qpn != qp.qpn || gid == e_.params.gids.end() || me.ep.port != e_.port->port())
 		return EINVAL;
 	for (uint32_t i = 0; i < n; i++)
 		if (c.members[i].ep.ip.v4() != me.ep.ip.v4() ||
-		    (!e_.port.ipv6() && !c.members[i].ep.ip.v4()))
+		    (!e_.port->ipv6() && !c.members[i].ep.ip.v4()))
 			return EINVAL;
 	auto job = std::make_unique<CollJob>();
 	job->cfg = std::move(c);
@@ -202,7 +202,7 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		blocked = true;
 	}
 	if (job.active && qp.state == QpState::rts) {
-		size_t before = e_.port.counters().tx_packets;
+		size_t before = e_.port->counters().tx_packets;
 		if (job.active->sw) {
 			sw_timers(qp, job, now);
 			if (job.active && qp.state == QpState::rts && !job.active->waiting &&
@@ -220,7 +220,7 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 			complete(qp, job, CollStatus::success);
 			did = true;
 		}
-		did |= e_.port.counters().tx_packets != before;
+		did |= e_.port->counters().tx_packets != before;
 	}
 	// Retire finished WQEs in order.
 	while (qp.sq->cons() != qp.sq->prod() && qp.meta[qp.sq->cons() & mask].done) {

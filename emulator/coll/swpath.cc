@@ -79,7 +79,7 @@ void CollEngine::sw_send_config(CollJob &job, uint64_t now)
 		h.jid = c.jid;
 		h.node_map = 1ull << c.node;
 		h.job_key = c.key;
-		send_ep(job, sw_leaf(job, p), 0, kCollConfig, h, tb, sw::kTaskBytes, nullptr, 0);
+		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollConfig, h, tb, sw::kTaskBytes, nullptr, 0);
 	}
 	job.sw_cfg_sent = now;
 }
@@ -218,9 +218,9 @@ void CollEngine::sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t 
 		uint8_t tb[sw::kTaskBytes];
 		t.store(tb);
 		h.flags |= kCethInline;
-		send_ep(job, sw_leaf(job, plane), 0, kCollData, h, tb, sw::kTaskBytes, payload, plen);
+		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, tb, sw::kTaskBytes, payload, plen);
 	} else {
-		send_ep(job, sw_leaf(job, plane), 0, kCollData, h, nullptr, 0, payload, plen);
+		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, nullptr, 0, payload, plen);
 	}
 	arm(job, m.o_pending, sid, now, again);
 	if (again)
@@ -465,7 +465,7 @@ void CollEngine::sw_release(const CollJob &job)
 		h.jid = job.cfg.jid;
 		h.node_map = 1ull << job.cfg.node;
 		h.job_key = job.cfg.key;
-		send_ep(job, sw_leaf(job, p), 0, kCollRelease, h, nullptr, 0, nullptr, 0);
+		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollRelease, h, nullptr, 0, nullptr, 0);
 	}
 }
 

@@ -28,7 +28,7 @@ Engine::~Engine()
 	}
 	if (coll) {
 		const CollCounters &c = coll->ctr;
-		const PortCounters &pc = port.counters();
+		const PortCounters &pc = port->counters();
 		IBVC_INFO("emu",
 			  "{}: tx {} pkts {} B, rx {} pkts {} B, icrc errors {}, malformed {}, no qp {}, "
 			  "bad state {}, coll: data {}/{} "
@@ -45,12 +45,21 @@ Engine::~Engine()
 
 int Engine::start()
 {
-	int err = port.open(params.udp_port, params.port_fallback, params.cfg.impair,
-			    params.cfg.sockbuf, params.cfg.gso);
+	int err;
+	if (params.transport) {
+		err = params.transport(&port);
+	} else {
+		auto udp = std::make_unique<UdpPort>();
+		err = udp->open(params.udp_port, params.port_fallback, params.cfg.impair,
+				params.cfg.sockbuf, params.cfg.gso);
+		port = std::move(udp);
+	}
+	if (!err && !port)
+		err = EINVAL;
 	if (err)
 		return err;
 	// Several contexts may drive one netdev: name each by its port too.
-	params.name += ":" + std::to_string(port.port());
+	params.name += ":" + std::to_string(port->port());
 	try {
 		coll = std::make_unique<CollEngine>(*this, params.cfg.seg_units, kSegUnitBytes);
 	} catch (const std::bad_alloc &) {
@@ -65,7 +74,7 @@ int Engine::start()
 		IBVC_ERR("emu", "{}: engine fds: {}", params.name, util::errstr(err));
 		return err;
 	}
-	for (int fd : {port.fd(), evfd_.get(), tfd_.get()}) {
+	for (int fd : {port->fd(), evfd_.get(), tfd_.get()}) {
 		epoll_event ev{};
 		ev.events = EPOLLIN;
 		ev.data.fd = fd;
@@ -168,14 +177,14 @@ void Engine::run()
 bool Engine::progress_locked()
 {
 	bool did = false;
-	RxPacket pkts[UdpPort::kBatch];
+	RxPacket pkts[Transport::kBatch];
 	for (int b = 0; b < 4; b++) {
-		unsigned n = port.rx_batch(pkts);
+		unsigned n = port->rx_batch(pkts);
 		for (unsigned i = 0; i < n; i++)
 			handle_packet(pkts[i]);
 		if (n)
 			did = true;
-		if (n < UdpPort::kBatch)
+		if (n < Transport::kBatch)
 			break;
 	}
 	uint64_t now = util::now_ns();
@@ -206,7 +215,7 @@ bool Engine::progress_locked()
 			break;
 		}
 	}
-	port.tx_flush();
+	port->tx_flush();
 	for (Cq *cq : cqs) {
 		if (cq->event_due) {
 			cq->event_due = false;
@@ -248,7 +257,7 @@ void Engine::handle_packet(const RxPacket &rx)
 	memcpy(ep.src, rx.src.ip.b, 16);
 	memcpy(ep.dst, rx.dst.b, 16);
 	ep.sport = rx.src.port;
-	ep.dport = port.port();
+	ep.dport = port->port();
 	if (icrc(ep, rx.data, len) != load_icrc(rx.data + len)) {
 		ctr.rx_icrc_err++;
 		IBVC_DEBUG("emu", "{}: bad icrc from {}:{}", params.name, rx.src.ip.str(),
@@ -316,7 +325,7 @@ void Engine::handle_packet(const RxPacket &rx)
 
 uint8_t *Engine::tx_begin(const Qp &qp, const wire::Bth &bth, size_t, uint8_t **ext)
 {
-	uint8_t *buf = port.tx_buf();
+	uint8_t *buf = port->tx_buf();
 	wire::Bth b = bth;
 	b.dqpn = qp.attr.dest_qpn;
 	b.store(buf);
@@ -339,10 +348,10 @@ void Engine::tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t 
 	wire::UdpEndpoints ep;
 	memcpy(ep.src, src.b, 16);
 	memcpy(ep.dst, dst.ip.b, 16);
-	ep.sport = port.port();
+	ep.sport = port->port();
 	ep.dport = dst.port;
 	wire::store_icrc(pkt + roce_len, wire::icrc(ep, pkt, roce_len));
-	port.tx_commit(roce_len + wire::kIcrcBytes, dst, src);
+	port->tx_commit(roce_len + wire::kIcrcBytes, dst, src);
 }
 
 // A job's Seg units go back when its QP is reset or destroyed, with any

@@ -40,7 +40,7 @@ public:
 	// Held by commands, the engine thread, and progress().
 	std::mutex mu;
 	NicParams params;
-	UdpPort port;
+	std::unique_ptr<Transport> port; // UdpPort unless NicParams::transport says otherwise
 	MrTable mrs;
 	NicCounters ctr;
 

@@ -33,8 +33,24 @@ int MrTable::add(uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access, uin
 	return 0;
 }
 
+int MrTable::add_keyed(uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access, uint32_t key)
+{
+	if (keyed_.count(key))
+		return EEXIST;
+	Entry e;
+	e.addr = addr;
+	e.len = len;
+	e.pdn = pdn;
+	e.access = access;
+	e.valid = true;
+	keyed_.emplace(key, e);
+	return 0;
+}
+
 int MrTable::remove(uint32_t key)
 {
+	if (keyed_.erase(key))
+		return 0;
 	uint32_t idx = (key >> 8) - 1;
 	if ((key >> 8) == 0 || idx >= slots_.size())
 		return EINVAL;
@@ -47,15 +63,29 @@ int MrTable::remove(uint32_t key)
 	return 0;
 }
 
+const MrTable::Entry *MrTable::find(uint32_t key) const
+{
+	if (!keyed_.empty()) {
+		auto it = keyed_.find(key);
+		if (it != keyed_.end())
+			return &it->second;
+	}
+	uint32_t idx = (key >> 8) - 1;
+	if ((key >> 8) == 0 || idx >= slots_.size())
+		return nullptr;
+	const Entry &e = slots_[idx];
+	if (!e.valid || e.tag != uint8_t(key))
+		return nullptr;
+	return &e;
+}
+
 DmaErr MrTable::check(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
 		      uint32_t need) const
 {
-	uint32_t idx = (key >> 8) - 1;
-	if ((key >> 8) == 0 || idx >= slots_.size())
+	const Entry *ep = find(key);
+	if (!ep)
 		return DmaErr::bad_key;
-	const Entry &e = slots_[idx];
-	if (!e.valid || e.tag != uint8_t(key))
-		return DmaErr::bad_key;
+	const Entry &e = *ep;
 	if (e.pdn != pdn)
 		return DmaErr::bad_pd;
 	if ((e.access & need) != need)

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 namespace ibv_coll::emu {
@@ -26,11 +27,15 @@ public:
 	// reused, so a stale key misses.  lkey == rkey.
 	int add(uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access, uint32_t *key);
 	int remove(uint32_t key);
+	// A region whose key someone else chose: a device in front of a real
+	// RDMA device registers each real MR under the real lkey, so that the
+	// application's keys are the engine's.  EEXIST when the key is taken.
+	int add_keyed(uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access, uint32_t key);
 	// Whether [addr, addr+len) is inside the region named by key, owned by
 	// pdn, and allowed `need` access.  len 0 still checks key and pd.
 	DmaErr check(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
 		     uint32_t need) const;
-	size_t count() const { return live_; }
+	size_t count() const { return live_ + keyed_.size(); }
 
 private:
 	struct Entry {
@@ -41,7 +46,9 @@ private:
 		uint8_t tag = 0;
 		bool valid = false;
 	};
+	const Entry *find(uint32_t key) const;
 	std::vector<Entry> slots_;
+	std::unordered_map<uint32_t, Entry> keyed_;
 	std::vector<uint32_t> free_;
 	size_t live_ = 0;
 };

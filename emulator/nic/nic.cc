@@ -26,7 +26,7 @@ int Nic::create(const NicParams &p, std::unique_ptr<Nic> *out)
 
 uint16_t Nic::udp_port() const
 {
-	return e_->port.port();
+	return e_->port->port();
 }
 
 const NicParams &Nic::params() const
@@ -57,6 +57,15 @@ int Nic::reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access, u
 	if (!e_->pds.count(pdn))
 		return EINVAL;
 	return e_->mrs.add(pdn, reinterpret_cast<uint64_t>(addr), len, access, key);
+}
+
+int Nic::reg_mr_keyed(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,
+		      uint32_t key)
+{
+	std::lock_guard lk(e_->mu);
+	if (!e_->pds.count(pdn))
+		return EINVAL;
+	return e_->mrs.add_keyed(pdn, reinterpret_cast<uint64_t>(addr), len, access, key);
 }
 
 int Nic::dereg_mr(uint32_t key)
@@ -106,10 +115,22 @@ int Nic::create_qp(const QpCreate &c, Qp **out, uint32_t *qpn)
 		return ENOMEM;
 	auto qp = std::make_unique<Qp>();
 	// QP numbers are 24 bits; 0 and 1 are the IBTA's special QPs.
-	uint32_t n = e_->next_qpn;
-	while (e_->qps.count(n) || n < 2)
-		n = (n + 1) & wire::kQpnMask;
-	e_->next_qpn = (n + 1) & wire::kQpnMask;
+	// A transport that addresses queue pairs numbers collective QPs.
+	uint32_t n = 0;
+	if (c.coll) {
+		if (int err = e_->port->bind_qpn(&n))
+			return err;
+		if (n && e_->qps.count(n)) {
+			e_->port->unbind_qpn(n);
+			return EEXIST;
+		}
+	}
+	if (!n) {
+		n = e_->next_qpn;
+		while (e_->qps.count(n) || n < 2)
+			n = (n + 1) & wire::kQpnMask;
+		e_->next_qpn = (n + 1) & wire::kQpnMask;
+	}
 	qp->qpn = n;
 	qp->pdn = c.pdn;
 	qp->sq = c.sq;
@@ -140,7 +161,7 @@ int Nic::modify_qp(Qp *qp, const QpAttr &a, uint32_t mask)
 		// Both ends must use one address family (the ICRC covers the IP
 		// header the packet really travels with), and IPv6 needs a socket
 		// that has it.
-		if (src.v4() != a.remote.ip.v4() || (!e.port.ipv6() && !a.remote.ip.v4()))
+		if (src.v4() != a.remote.ip.v4() || (!e.port->ipv6() && !a.remote.ip.v4()))
 			return EINVAL;
 	}
 	if ((mask & kQpPathMtu) && (!a.path_mtu || a.path_mtu > e.params.active_mtu))
@@ -243,6 +264,8 @@ int Nic::destroy_qp(Qp *qp)
 	e_->release_job(*qp);
 	qp->scq->users--;
 	qp->rcq->users--;
+	if (qp->coll)
+		e_->port->unbind_qpn(qp->qpn);
 	e_->qps.erase(qp->qpn);
 	return 0;
 }
@@ -274,7 +297,7 @@ NicCounters Nic::counters()
 {
 	std::lock_guard lk(e_->mu);
 	NicCounters c = e_->ctr;
-	c.port = e_->port.counters();
+	c.port = e_->port->counters();
 	c.coll = e_->coll->ctr;
 	c.seg_units = e_->coll->segs().size();
 	c.seg_in_use = e_->coll->segs().in_use();

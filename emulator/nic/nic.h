@@ -10,11 +10,13 @@
 #include "coll/coll_engine.h"
 #include "nic/emu_config.h"
 #include "nic/queue.h"
+#include "nic/transport.h"
 #include "nic/udp_port.h"
 #include "nic/wqe.h"
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +42,9 @@ struct NicParams {
 	bool port_fallback = true;   // a busy port falls back to a free one
 	uint32_t active_mtu = 1024;  // bytes: the largest path MTU allowed
 	EmuConfig cfg;
+	// Opens the transport packets go through; empty: a UdpPort bound as
+	// udp_port, port_fallback and cfg say.
+	std::function<int(std::unique_ptr<Transport> *out)> transport;
 };
 
 // Called (from the engine or a driver thread, never under a driver lock)
@@ -119,6 +124,9 @@ public:
 	int dealloc_pd(uint32_t pdn);
 	int reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,
 		   uint32_t *key);
+	// Register under a key chosen outside (a real device's lkey).
+	int reg_mr_keyed(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,
+			 uint32_t key);
 	int dereg_mr(uint32_t key);
 	int create_cq(Queue *ring, CqEventFn fn, void *arg, Cq **cq, uint32_t *cqn);
 	int destroy_cq(Cq *cq);

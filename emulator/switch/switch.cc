@@ -65,7 +65,16 @@ Switch::Switch(const SwitchParams &p)
 
 int Switch::open()
 {
-	int err = port_.open(p_.port, false, p_.impair, p_.sockbuf, p_.gso);
+	int err;
+	if (p_.transport) {
+		err = p_.transport(&port_);
+	} else {
+		auto udp = std::make_unique<UdpPort>();
+		err = udp->open(p_.port, false, p_.impair, p_.sockbuf, p_.gso);
+		port_ = std::move(udp);
+	}
+	if (!err && !port_)
+		err = EINVAL;
 	if (err)
 		return err;
 	epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
@@ -73,11 +82,11 @@ int Switch::open()
 		return errno;
 	epoll_event ev{};
 	ev.events = EPOLLIN;
-	ev.data.fd = port_.fd();
-	if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, port_.fd(), &ev))
+	ev.data.fd = port_->fd();
+	if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, port_->fd(), &ev))
 		return errno;
-	IBVC_INFO("switch", "{}: udp port {}, {} Seg units of {} bytes", p_.name, port_.port(),
-		  p_.units, p_.unit_bytes);
+	IBVC_INFO("switch", "{}: {} port {}, {} Seg units of {} bytes", p_.name, port_->kind(),
+		  port_->port(), p_.units, p_.unit_bytes);
 	return 0;
 }
 
@@ -86,7 +95,7 @@ void Switch::run(const std::atomic<bool> &stop)
 	while (!stop.load())
 		if (!poll_once())
 			wait(200);
-	port_.tx_flush();
+	port_->tx_flush();
 }
 
 void Switch::wait(int ms)
@@ -97,17 +106,17 @@ void Switch::wait(int ms)
 
 bool Switch::poll_once()
 {
-	RxPacket pkts[UdpPort::kBatch];
+	RxPacket pkts[Transport::kBatch];
 	bool did = false;
 	for (int b = 0; b < 8; b++) {
-		unsigned n = port_.rx_batch(pkts);
+		unsigned n = port_->rx_batch(pkts);
 		for (unsigned i = 0; i < n; i++)
 			handle(pkts[i]);
 		if (!n)
 			break;
 		did = true;
 	}
-	port_.tx_flush();
+	port_->tx_flush();
 	uint64_t now = util::now_ns();
 	if (now - last_expire_ > 1000 * util::kNsPerMs) {
 		last_expire_ = now;
@@ -127,7 +136,7 @@ void Switch::handle(const RxPacket &rx)
 	memcpy(ep.src, rx.src.ip.b, 16);
 	memcpy(ep.dst, rx.dst.b, 16);
 	ep.sport = rx.src.port;
-	ep.dport = port_.port();
+	ep.dport = port_->port();
 	if (icrc(ep, rx.data, len) != load_icrc(rx.data + len)) {
 		gone_.drop_icrc++;
 		IBVC_DEBUG("switch", "{}: bad icrc from {}:{}", p_.name, rx.src.ip.str(), rx.src.port);
@@ -319,7 +328,7 @@ void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qp
 {
 	j.ctr.tx_packets++;
 	j.ctr.tx_bytes += len;
-	uint8_t *buf = port_.tx_buf();
+	uint8_t *buf = port_->tx_buf();
 	Bth bth;
 	bth.opcode = kind;
 	bth.dqpn = qpn;
@@ -342,10 +351,10 @@ void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qp
 	UdpEndpoints ep;
 	memcpy(ep.src, src.b, 16);
 	memcpy(ep.dst, dst.ip.b, 16);
-	ep.sport = port_.port();
+	ep.sport = port_->port();
 	ep.dport = dst.port;
 	store_icrc(buf + roce_len, icrc(ep, buf, roce_len));
-	port_.tx_commit(roce_len + kIcrcBytes, dst, src);
+	port_->tx_commit(roce_len + kIcrcBytes, dst, src);
 }
 
 void Switch::send_config_up(Job &j)
@@ -765,7 +774,7 @@ SwitchCounters Switch::totals() const
 	SwitchCounters t = gone_;
 	for (const auto &kv : jobs_)
 		t.add(kv.second.ctr);
-	const PortCounters &pc = port_.counters();
+	const PortCounters &pc = port_->counters();
 	t.rx_packets = pc.rx_packets;
 	t.rx_bytes = pc.rx_bytes;
 	t.tx_packets = pc.tx_packets;
@@ -828,7 +837,7 @@ void Switch::print_stats(FILE *f, bool json) const
 	SwitchCounters t = totals();
 	if (json) {
 		fprintf(f, "{\"switch\": \"%s\", \"port\": %u, \"units\": %u, \"units_in_use\": %u, ",
-			p_.name.c_str(), port_.port(), p_.units, units_in_use());
+			p_.name.c_str(), port_->port(), p_.units, units_in_use());
 		fprintf(f, "\"total\": {");
 		print_ctr(f, t, true);
 		fprintf(f, "}, \"jobs\": [");
@@ -842,7 +851,7 @@ void Switch::print_stats(FILE *f, bool json) const
 		}
 		fprintf(f, "]}\n");
 	} else {
-		fprintf(f, "%s: port %u, Seg units %u, in use %u\n", p_.name.c_str(), port_.port(),
+		fprintf(f, "%s: port %u, Seg units %u, in use %u\n", p_.name.c_str(), port_->port(),
 			p_.units, units_in_use());
 		fprintf(f, "  total: ");
 		print_ctr(f, t, false);

@@ -13,6 +13,8 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,6 +31,9 @@ struct SwitchParams {
 	Impairment impair;
 	unsigned sockbuf = 8u << 20;
 	bool gso = true;
+	// Opens the transport (UdTransport on a verbs device); empty: a
+	// UdpPort on port.
+	std::function<int(std::unique_ptr<Transport> *out)> transport;
 };
 
 struct SwitchCounters {
@@ -49,7 +54,7 @@ class Switch {
 public:
 	explicit Switch(const SwitchParams &p);
 	int open();
-	uint16_t port() const { return port_.port(); }
+	uint16_t port() const { return port_->port(); }
 	// Serve until stop becomes true (checked at least every 200 ms).
 	void run(const std::atomic<bool> &stop);
 	// One pass: take in what has arrived, without blocking.
@@ -129,7 +134,7 @@ private:
 	void expire(uint64_t now);
 
 	SwitchParams p_;
-	UdpPort port_;
+	std::unique_ptr<Transport> port_;
 	SegPool pool_;
 	std::vector<uint8_t> range_used_; // per unit: taken by a job
 	std::map<uint32_t, Job> jobs_;

@@ -4,6 +4,7 @@
 #include "switch/switch.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "verbs/ud_transport.h"
 
 #include <getopt.h>
 #include <sched.h>
@@ -52,6 +53,11 @@ void usage(FILE *f, const char *argv0)
 		"  -n, --name NAME        name in logs and counters (default switch)\n"
 		"  -W, --poll-us US       keep polling this long before blocking (default: "
 		"IBV_COLL_EMU_POLL_US, 20)\n"
+		"  -V, --verbs DEV        serve on the libibverbs device DEV (rxe0, mlx5_0) in UD\n"
+		"                         datagrams instead of a UDP port; prints 'verbs DEV gid\n"
+		"                         GID qpn QPN' on stdout once ready\n"
+		"  -g, --gid-index N      with --verbs: the GID printed (default: the first RoCE v2\n"
+		"                         IPv4 GID)\n"
 		"  -X, --fail-after N     testing: stop dead after taking in N partials\n",
 		argv0);
 }
@@ -98,7 +104,8 @@ int main(int argc, char **argv)
 	uint32_t stats_s = 0, port = 4791, poll_us = cfg_poll_us();
 	uint64_t fail_after = 0;
 	bool json = false;
-	std::string stats_file, port_file;
+	std::string stats_file, port_file, verbs_dev;
+	uint32_t gid_index = UINT32_MAX;
 	static const option opts[] = {
 		{"port", 1, nullptr, 'p'},	 {"units", 1, nullptr, 'u'},
 		{"unit-bytes", 1, nullptr, 'b'}, {"max-job-units", 1, nullptr, 'm'},
@@ -106,11 +113,12 @@ int main(int argc, char **argv)
 		{"json", 0, nullptr, 'j'},	 {"stats-file", 1, nullptr, 'f'},
 		{"port-file", 1, nullptr, 'P'},	 {"name", 1, nullptr, 'n'},
 		{"fail-after", 1, nullptr, 'X'}, {"poll-us", 1, nullptr, 'W'},
+		{"verbs", 1, nullptr, 'V'},	 {"gid-index", 1, nullptr, 'g'},
 		{"help", 0, nullptr, 'h'},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:W:h", opts, nullptr)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:W:V:g:h", opts, nullptr)) != -1) {
 		bool ok = true;
 		switch (c) {
 		case 'p':
@@ -150,6 +158,12 @@ int main(int argc, char **argv)
 		case 'X':
 			ok = util::parse_uint(optarg, &fail_after) && fail_after > 0;
 			break;
+		case 'V':
+			verbs_dev = optarg;
+			break;
+		case 'g':
+			ok = parse_u32(optarg, &gid_index) && gid_index < 256;
+			break;
 		case 'h':
 			usage(stdout, argv[0]);
 			return 0;
@@ -178,6 +192,39 @@ int main(int argc, char **argv)
 	p.sockbuf = std::max<unsigned>(cfg.sockbuf, 8u << 20);
 	p.gso = cfg.gso;
 
+	// On a verbs device: open it, and let the switch open its transport
+	// on it.
+	ibv_context *vctx = nullptr;
+	emu::UdTransport *ud = nullptr;
+	if (!verbs_dev.empty()) {
+		int n = 0;
+		ibv_device **list = ibv_get_device_list(&n);
+		for (int i = 0; list && i < n && !vctx; i++)
+			if (verbs_dev == ibv_get_device_name(list[i]))
+				vctx = ibv_open_device(list[i]);
+		if (list)
+			ibv_free_device_list(list);
+		if (!vctx) {
+			fprintf(stderr, "%s: no libibverbs device %s (ibv_devices lists them)\n",
+				argv[0], verbs_dev.c_str());
+			return 1;
+		}
+		p.transport = [&](std::unique_ptr<emu::Transport> *out) {
+			emu::UdParams up;
+			up.ctx = vctx;
+			up.name = p.name + "@" + verbs_dev;
+			up.rx_depth = 1024;
+			std::unique_ptr<emu::UdTransport> t;
+			if (int err = emu::UdTransport::open(up, &t))
+				return err;
+			ud = t.get();
+			*out = std::move(t);
+			return 0;
+		};
+		// A block and its headers travel in one UD datagram.
+		p.gso = false;
+	}
+
 	emu::Switch *sw;
 	try {
 		sw = new emu::Switch(p);
@@ -187,9 +234,35 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (int err = sw->open()) {
-		fprintf(stderr, "%s: cannot serve udp port %u: %s\n", argv[0], port, strerror(err));
+		if (vctx)
+			fprintf(stderr, "%s: cannot serve on %s: %s\n", argv[0], verbs_dev.c_str(),
+				strerror(err));
+		else
+			fprintf(stderr, "%s: cannot serve udp port %u: %s\n", argv[0], port,
+				strerror(err));
 		delete sw;
+		if (vctx)
+			ibv_close_device(vctx);
 		return 1;
+	}
+	if (ud) {
+		// What members put in ibv_coll_switch_addr: the GID and the QP.
+		const emu::IpAddr *gid = &ud->gids()[0].first;
+		if (gid_index != UINT32_MAX) {
+			gid = nullptr;
+			for (const auto &g : ud->gids())
+				if (uint32_t(g.second) == gid_index)
+					gid = &g.first;
+			if (!gid) {
+				fprintf(stderr, "%s: GID %u of %s is not a RoCE v2 address\n", argv[0],
+					gid_index, verbs_dev.c_str());
+				delete sw;
+				ibv_close_device(vctx);
+				return 1;
+			}
+		}
+		printf("verbs %s gid %s qpn %u\n", verbs_dev.c_str(), gid->str().c_str(), ud->qpn());
+		fflush(stdout);
 	}
 	struct sigaction sa {};
 	sa.sa_handler = on_signal;
@@ -249,5 +322,7 @@ int main(int argc, char **argv)
 	}
 	dump();
 	delete sw;
+	if (vctx)
+		ibv_close_device(vctx);
 	return 0;
 }

@@ -256,6 +256,8 @@ struct ibv_coll_switch_addr {
 	union ibv_gid gid;	/* the switch's address (IPv4-mapped or IPv6) */
 	uint16_t udp_port;	/* host order; 0 means 4791 */
 	uint16_t reserved;	/* 0 */
+	uint32_t qp_num;	/* verbs devices: the switch's UD QP, as ibv_coll_switchd
+				 * --verbs prints it; crxe: 0 (ignored) */
 };
 
 enum ibv_coll_switch_flags {

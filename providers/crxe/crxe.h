@@ -47,19 +47,27 @@ struct Context : core::Context {
 	std::unique_ptr<emu::Nic> nic;
 };
 
+// Every object knows its device, so that the collective half also serves
+// a provider that runs the engine in front of another device (verbs).
 struct Pd : core::Pd {
+	emu::Nic *nic = nullptr;
 	uint32_t pdn = 0;
 };
 
-struct Mr : core::Mr {};
+struct Mr : core::Mr {
+	emu::Nic *nic = nullptr;
+};
 
 struct Cq : core::Cq {
+	emu::Nic *nic = nullptr;
 	std::unique_ptr<emu::Queue> ring;
 	emu::Cq *hw = nullptr;
 	std::mutex mu; // pollers
 };
 
 struct Qp : core::Qp {
+	emu::Nic *nic = nullptr;
+	uint32_t pdn = 0;
 	std::unique_ptr<emu::Queue> sq, rq;
 	emu::Qp *hw = nullptr;
 	ibv_coll_qp_init_attr init{};
@@ -109,6 +117,14 @@ int post_send(core::Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad);
 int post_recv(core::Qp *qp, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad);
 int query_caps(core::Context *ctx, ibv_coll_caps *caps);
 int query_counters(core::Context *ctx, ibv_coll_counters *c);
+// The engine's objects without a crxe context: what the verbs provider
+// builds its collective QPs from.  Completions of an engine CQ made by
+// create_engine_cq are announced as events of event_to.
+Pd *alloc_engine_pd(emu::Nic *nic);
+Cq *create_engine_cq(emu::Nic *nic, int cqe, core::Cq *event_to);
+int engine_caps(emu::Nic &nic, ibv_coll_caps *caps);
+int engine_counters(emu::Nic &nic, ibv_coll_counters *c);
+
 // Collective QPs (crxe_coll.cc).
 int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out);
 int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad);

@@ -14,25 +14,34 @@ namespace ibv_coll::crxe {
 
 int query_caps(core::Context *c, ibv_coll_caps *caps)
 {
-	Context *ctx = to_crxe(c);
+	return engine_caps(*to_crxe(c)->nic, caps);
+}
+
+int query_counters(core::Context *c, ibv_coll_counters *o)
+{
+	return engine_counters(*to_crxe(c)->nic, o);
+}
+
+int engine_caps(emu::Nic &nic, ibv_coll_caps *caps)
+{
 	memset(caps, 0, sizeof(*caps));
 	caps->opcodes = (1u << (IBV_COLL_WR_QUERY - IBV_COLL_WR_ALLREDUCE + 1)) - 1;
 	caps->ops = (1u << (IBV_COLL_OP_BXOR + 1)) - 1;
 	caps->dtypes = (1u << (IBV_COLL_DTYPE_FLOAT64 + 1)) - 1;
 	caps->topologies = 1u << IBV_COLL_TOPO_RING | 1u << IBV_COLL_TOPO_SWITCH |
 			   1u << IBV_COLL_TOPO_HIERARCHY | 1u << IBV_COLL_TOPO_AUTO;
-	caps->max_seg_units = ctx->nic->seg_units();
-	caps->seg_unit_bytes = ctx->nic->seg_unit_bytes();
+	caps->max_seg_units = nic.seg_units();
+	caps->seg_unit_bytes = nic.seg_unit_bytes();
 	caps->max_local_ranks = emu::kMaxCollRanks;
 	caps->max_nodes = emu::kMaxCollNodes;
-	caps->max_block_len = ctx->nic->seg_unit_bytes();
+	caps->max_block_len = nic.seg_unit_bytes();
 	caps->max_count_bytes = UINT32_MAX;
 	return 0;
 }
 
-int query_counters(core::Context *c, ibv_coll_counters *o)
+int engine_counters(emu::Nic &nic, ibv_coll_counters *o)
 {
-	emu::NicCounters n = to_crxe(c)->nic->counters();
+	emu::NicCounters n = nic.counters();
 	memset(o, 0, sizeof(*o));
 	o->tx_packets = n.port.tx_packets;
 	o->tx_bytes = n.port.tx_bytes;
@@ -123,6 +132,7 @@ int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 			emu::Endpoint e;
 			memcpy(e.ip.b, a.gid.raw, 16);
 			e.port = a.udp_port ? a.udp_port : IBV_COLL_ROCE_UDP_PORT;
+			e.qpn = a.qp_num;
 			return e;
 		};
 		c.sw.on = true;
@@ -229,8 +239,8 @@ int check_coll_wr(const Qp *qp, const ibv_coll_send_wr *wr, Need *need)
 
 int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 {
-	Context *ctx = ctx_of(qp->pub.context);
-	const uint32_t pdn = to_crxe(core::to_core(qp->pub.pd))->pdn;
+	emu::Nic *nic = qp->nic;
+	const uint32_t pdn = qp->pdn;
 	std::unique_lock lk(qp->sq_mu);
 	ibv_qp_state st = qp->pub.state;
 	if ((st != IBV_QPS_RTS && st != IBV_QPS_ERR) || !qp->have_job) {
@@ -261,9 +271,9 @@ int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 						w->wr.coll.dst_list[i].length,
 						w->wr.coll.dst_list[i].lkey};
 			}
-			err = ctx->nic->check_local(pdn, s.data(), need.src, w->num_sge, 0);
+			err = nic->check_local(pdn, s.data(), need.src, w->num_sge, 0);
 			if (!err)
-				err = ctx->nic->check_local(pdn, d.data(), need.dst, w->num_sge,
+				err = nic->check_local(pdn, d.data(), need.dst, w->num_sge,
 							    IBV_ACCESS_LOCAL_WRITE);
 		}
 		if (!err && n >= free)
@@ -303,7 +313,7 @@ int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 	}
 	sq.publish(prod);
 	lk.unlock();
-	ctx->nic->sq_doorbell(qp->hw);
+	nic->sq_doorbell(qp->hw);
 	return 0;
 }
 

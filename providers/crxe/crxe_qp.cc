@@ -45,7 +45,9 @@ core::Qp *create_qp(core::Pd *p, ibv_coll_qp_init_attr *ia)
 	c.recv_cq = to_crxe(core::to_core(ia->recv_cq))->hw;
 	c.sig_all = ia->sq_sig_all != 0;
 	c.coll = coll;
-	int err = ctx_of(pd->pub.context)->nic->create_qp(c, &qp->hw, &qp->pub.qp_num);
+	qp->nic = pd->nic;
+	qp->pdn = pd->pdn;
+	int err = pd->nic->create_qp(c, &qp->hw, &qp->pub.qp_num);
 	if (err) {
 		errno = err;
 		return nullptr;
@@ -59,7 +61,7 @@ core::Qp *create_qp(core::Pd *p, ibv_coll_qp_init_attr *ia)
 int destroy_qp(core::Qp *q)
 {
 	Qp *qp = to_crxe(q);
-	int err = ctx_of(qp->pub.context)->nic->destroy_qp(qp->hw);
+	int err = qp->nic->destroy_qp(qp->hw);
 	if (!err)
 		delete qp;
 	return err;
@@ -68,7 +70,6 @@ int destroy_qp(core::Qp *q)
 int modify_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask)
 {
 	Qp *qp = to_crxe(q);
-	Context *ctx = ctx_of(qp->pub.context);
 	emu::QpAttr e;
 	if (mask & IBV_COLL_QP_PORT && a->port_num != 1)
 		return EINVAL;
@@ -124,7 +125,7 @@ int modify_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask)
 
 	// Posting and the engine must not see a half-changed QP.
 	std::scoped_lock lk(qp->sq_mu, qp->rq_mu);
-	int err = ctx->nic->modify_qp(qp->hw, e, uint32_t(mask));
+	int err = qp->nic->modify_qp(qp->hw, e, uint32_t(mask));
 	if (err)
 		return err;
 	if (mask & IBV_COLL_QP_STATE)
@@ -159,7 +160,7 @@ int query_qp(core::Qp *q, ibv_coll_qp_attr *a, int, ibv_coll_qp_init_attr *init)
 	// The device holds the truth (it may have moved the QP to ERROR).
 	Qp *qp = to_crxe(q);
 	emu::QpAttr e;
-	int err = ctx_of(qp->pub.context)->nic->query_qp(qp->hw, &e);
+	int err = qp->nic->query_qp(qp->hw, &e);
 	if (err)
 		return err;
 	memset(a, 0, sizeof(*a));
@@ -256,7 +257,7 @@ int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 	}
 	sq.publish(prod);
 	lk.unlock();
-	ctx_of(qp->pub.context)->nic->sq_doorbell(qp->hw);
+	qp->nic->sq_doorbell(qp->hw);
 	return 0;
 }
 
@@ -297,7 +298,7 @@ int post_recv(core::Qp *q, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad)
 	}
 	rq.publish(prod);
 	lk.unlock();
-	ctx_of(qp->pub.context)->nic->rq_doorbell(qp->hw);
+	qp->nic->rq_doorbell(qp->hw);
 	return 0;
 }
 

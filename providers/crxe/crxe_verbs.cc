@@ -7,10 +7,11 @@
 
 namespace ibv_coll::crxe {
 
-core::Pd *alloc_pd(core::Context *c)
+Pd *alloc_engine_pd(emu::Nic *nic)
 {
 	auto pd = std::make_unique<Pd>();
-	int err = to_crxe(c)->nic->alloc_pd(&pd->pdn);
+	pd->nic = nic;
+	int err = nic->alloc_pd(&pd->pdn);
 	if (err) {
 		errno = err;
 		return nullptr;
@@ -19,10 +20,15 @@ core::Pd *alloc_pd(core::Context *c)
 	return pd.release();
 }
 
+core::Pd *alloc_pd(core::Context *c)
+{
+	return alloc_engine_pd(to_crxe(c)->nic.get());
+}
+
 int dealloc_pd(core::Pd *p)
 {
 	Pd *pd = to_crxe(p);
-	int err = ctx_of(pd->pub.context)->nic->dealloc_pd(pd->pdn);
+	int err = pd->nic->dealloc_pd(pd->pdn);
 	if (!err)
 		delete pd;
 	return err;
@@ -32,8 +38,9 @@ core::Mr *reg_mr(core::Pd *p, void *addr, size_t len, int access)
 {
 	Pd *pd = to_crxe(p);
 	auto mr = std::make_unique<Mr>();
+	mr->nic = pd->nic;
 	uint32_t key;
-	int err = ctx_of(pd->pub.context)->nic->reg_mr(pd->pdn, addr, len, uint32_t(access), &key);
+	int err = pd->nic->reg_mr(pd->pdn, addr, len, uint32_t(access), &key);
 	if (err) {
 		errno = err;
 		return nullptr;
@@ -45,7 +52,7 @@ core::Mr *reg_mr(core::Pd *p, void *addr, size_t len, int access)
 int dereg_mr(core::Mr *m)
 {
 	Mr *mr = to_crxe(m);
-	int err = ctx_of(mr->pub.context)->nic->dereg_mr(mr->pub.lkey);
+	int err = mr->nic->dereg_mr(mr->pub.lkey);
 	if (!err)
 		delete mr;
 	return err;
@@ -56,16 +63,18 @@ static void cq_event_fn(void *arg)
 	core::cq_event(static_cast<core::Cq *>(arg));
 }
 
-core::Cq *create_cq(core::Context *c, int cqe, core::CompChannel *)
+Cq *create_engine_cq(emu::Nic *nic, int cqe, core::Cq *event_to)
 {
 	if (cqe < 1 || uint32_t(cqe) > kMaxCqe) {
 		errno = EINVAL;
 		return nullptr;
 	}
 	auto cq = std::make_unique<Cq>();
+	cq->nic = nic;
 	cq->ring = std::make_unique<emu::Queue>(uint32_t(cqe), uint32_t(sizeof(emu::Cqe)));
-	int err = to_crxe(c)->nic->create_cq(cq->ring.get(), cq_event_fn,
-					     static_cast<core::Cq *>(cq.get()), &cq->hw, &cq->pub.handle);
+	int err = nic->create_cq(cq->ring.get(), cq_event_fn,
+				 event_to ? event_to : static_cast<core::Cq *>(cq.get()), &cq->hw,
+				 &cq->pub.handle);
 	if (err) {
 		errno = err;
 		return nullptr;
@@ -74,10 +83,15 @@ core::Cq *create_cq(core::Context *c, int cqe, core::CompChannel *)
 	return cq.release();
 }
 
+core::Cq *create_cq(core::Context *c, int cqe, core::CompChannel *)
+{
+	return create_engine_cq(to_crxe(c)->nic.get(), cqe, nullptr);
+}
+
 int destroy_cq(core::Cq *c)
 {
 	Cq *cq = to_crxe(c);
-	int err = ctx_of(cq->pub.context)->nic->destroy_cq(cq->hw);
+	int err = cq->nic->destroy_cq(cq->hw);
 	if (!err)
 		delete cq;
 	return err;
@@ -112,7 +126,7 @@ int poll_cq(core::Cq *c, int n, ibv_coll_wc *wc)
 	uint32_t cons = q.cons(), prod = q.prod();
 	if (cons == prod) {
 		// Nothing yet: lend this thread to the device, then look again.
-		ctx_of(cq->pub.context)->nic->progress();
+		cq->nic->progress();
 		prod = q.prod();
 	}
 	int k = 0;
@@ -128,7 +142,7 @@ int poll_cq(core::Cq *c, int n, ibv_coll_wc *wc)
 int req_notify_cq(core::Cq *c, int solicited_only)
 {
 	Cq *cq = to_crxe(c);
-	ctx_of(cq->pub.context)->nic->cq_arm(cq->hw, solicited_only != 0);
+	cq->nic->cq_arm(cq->hw, solicited_only != 0);
 	return 0;
 }
 

@@ -1,0 +1,90 @@
+// What the device's engine and the switch send and receive packets
+// through.  A packet is a whole RoCEv2 packet from the BTH to the ICRC; the
+// transport moves it to an endpoint and hands received ones back with
+// their source and destination addresses.  Two implementations: UdpPort
+// (RoCEv2 over a UDP socket, the emulated NIC's own Ethernet port) and
+// UdTransport (each packet in a UD datagram of a libibverbs device, so the
+// engine runs over kernel Soft-RoCE or a real RDMA NIC).
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ibv_coll::emu {
+
+// An IP address as 16 bytes, IPv4 mapped (::ffff:a.b.c.d), and a port.
+// A RoCEv2 GID has the same form.
+struct IpAddr {
+	uint8_t b[16] = {};
+	bool operator==(const IpAddr &o) const;
+	bool v4() const;
+	std::string str() const;
+	static IpAddr from_v4(uint32_t be_addr);
+};
+
+// Where a packet goes: an address and a UDP port.  qpn is the receiving
+// transport's queue pair where a transport needs one (UdTransport; 0: the
+// BTH's destination QP).  Two endpoints are the same place when address
+// and port are.
+struct Endpoint {
+	IpAddr ip;
+	uint16_t port = 0;
+	uint32_t qpn = 0;
+	bool operator==(const Endpoint &o) const { return ip == o.ip && port == o.port; }
+};
+
+struct PortCounters {
+	uint64_t tx_packets = 0, tx_bytes = 0, rx_packets = 0, rx_bytes = 0;
+	uint64_t tx_errors = 0, rx_errors = 0;
+	uint64_t tx_syscalls = 0, rx_syscalls = 0; // sendmmsg/recvmmsg (or post/poll) calls
+	uint64_t tx_gso = 0, rx_gro = 0;	    // super-packets sent/received
+	uint64_t impair_dropped = 0, impair_duplicated = 0, impair_reordered = 0;
+};
+
+struct RxPacket {
+	uint8_t *data; // BTH
+	size_t len;    // to the end of the ICRC
+	Endpoint src;
+	IpAddr dst;
+};
+
+class Transport {
+public:
+	static constexpr unsigned kBatch = 64; // packets queued or returned at once
+
+	virtual ~Transport() = default;
+	// Readable (poll/epoll) when rx_batch may have packets.  A transport
+	// whose readiness must be re-armed does so inside rx_batch when it
+	// returns fewer than kBatch.
+	virtual int fd() const = 0;
+	// The UDP port packets to us carry (4791 for UdTransport).
+	virtual uint16_t port() const = 0;
+	// Whether IPv6 destinations can be reached.
+	virtual bool ipv6() const = 0;
+	// The largest packet tx_commit() carries, ICRC included.
+	virtual size_t max_packet() const = 0;
+
+	// Build a packet in place in tx_buf() (room for max_packet() bytes),
+	// queue it with tx_commit(); queued packets leave at tx_flush() or
+	// when the batch is full.
+	virtual uint8_t *tx_buf() = 0;
+	virtual void tx_commit(size_t len, const Endpoint &dst, const IpAddr &src) = 0;
+	virtual void tx_flush() = 0;
+	// Up to kBatch received packets, without blocking; the buffers stay
+	// valid until the next call.
+	virtual unsigned rx_batch(RxPacket *out) = 0;
+
+	// Collective QPs: a transport that addresses queue pairs (UdTransport)
+	// gives each its own number, which the engine then uses as the QP's;
+	// 0 with *qpn untouched lets the engine number the QP itself.
+	virtual int bind_qpn(uint32_t * /*qpn*/) { return 0; }
+	virtual void unbind_qpn(uint32_t /*qpn*/) {}
+
+	virtual const PortCounters &counters() const = 0;
+	virtual const char *kind() const = 0;
+};
+
+} // namespace ibv_coll::emu
