@@ -1,6 +1,4 @@
-// verbs: the provider's one ops table.  Collective QPs and the collective
-// queries are not offered on libibverbs devices yet; query_counters is
-// left to the core's EOPNOTSUPP default.
+// verbs: the provider's one ops table.
 #include "verbs.h"
 
 namespace ibv_coll::verbs {
@@ -27,7 +25,7 @@ const core::ProviderOps kOps = {
 	.post_send = post_send,
 	.post_recv = post_recv,
 	.query_caps = query_caps,
-	.query_counters = nullptr,
+	.query_counters = query_counters,
 };
 
 } // namespace

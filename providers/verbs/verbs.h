@@ -7,11 +7,21 @@
 
 #include <infiniband/verbs.h>
 
+#include <memory>
+
 #include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
+
+namespace ibv_coll::emu {
+class Nic;
+}
+namespace ibv_coll::crxe {
+struct Pd;
+struct Cq;
+} // namespace ibv_coll::crxe
 
 namespace ibv_coll::verbs {
 
@@ -46,19 +56,27 @@ struct Context : core::Context {
 	std::mutex ev_mu;
 	int stop_fd = -1; // eventfd: tells the event thread to leave
 	std::thread ev_thread;
+	// The collective engine in front of the device (verbs_coll.cc); null
+	// when the device cannot carry it (no RoCE port, no UD, no SRQ).
+	std::unique_ptr<emu::Nic> nic;
 	~Context();
 };
 
+// Each object below has its counterpart in the engine when there is one.
 struct Pd : core::Pd {
 	ibv_pd *vpd = nullptr;
+	crxe::Pd *epd = nullptr;
 };
 
 struct Mr : core::Mr {
 	ibv_mr *vmr = nullptr;
+	int access = 0;
+	emu::Nic *engine = nullptr; // entered in its MR table under vmr->lkey
 };
 
 struct Cq : core::Cq {
 	ibv_cq *vcq = nullptr;
+	crxe::Cq *ecq = nullptr; // collective completions
 };
 
 struct Qp : core::Qp {
@@ -120,6 +138,21 @@ int query_qp(core::Qp *qp, ibv_coll_qp_attr *attr, int mask, ibv_coll_qp_init_at
 int post_send(core::Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad);
 int post_recv(core::Qp *qp, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad);
 int query_caps(core::Context *ctx, ibv_coll_caps *caps);
+int query_counters(core::Context *ctx, ibv_coll_counters *c);
+
+// The collective engine (verbs_coll.cc).
+void start_engine(Context *ctx);
+int coll_caps(Context *ctx, ibv_coll_caps *caps);
+int coll_counters(Context *ctx, ibv_coll_counters *c);
+int engine_pd(Context *ctx, Pd *pd);
+void engine_pd_free(Pd *pd);
+int engine_mr(Pd *pd, Mr *mr, void *addr, size_t len, int access);
+void engine_mr_free(Mr *mr);
+int engine_cq(Context *ctx, Cq *cq, int cqe);
+void engine_cq_free(Cq *cq);
+core::Qp *create_coll_qp(Pd *pd, ibv_coll_qp_init_attr *ia);
+int modify_coll_qp(core::Qp *qp, ibv_coll_qp_attr *a, int mask);
+int query_coll_qp(core::Qp *qp, ibv_coll_qp_attr *a, int mask, ibv_coll_qp_init_attr *init);
 
 extern const core::Provider provider;
 

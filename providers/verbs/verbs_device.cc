@@ -3,6 +3,8 @@
 // device/port/GID queries, translated into our attribute structs.
 #include "verbs.h"
 
+#include "nic/nic.h"
+
 #include "util/log.h"
 
 #include <endian.h>
@@ -78,6 +80,8 @@ void discover(std::vector<ibv_coll_device *> &out)
 
 Context::~Context()
 {
+	// The engine's transport holds objects of vctx.
+	nic.reset();
 	stop_events(this);
 	if (vch && ibv_destroy_comp_channel(vch))
 		IBVC_WARN("verbs", "{}: destroying the completion channel: {}", dev->name,
@@ -128,6 +132,7 @@ core::Context *open_device(ibv_coll_device *dev_)
 	}
 	// Every CQ's events go through the one event thread: one vector.
 	ctx->pub.num_comp_vectors = 1;
+	start_engine(ctx.get());
 	IBVC_DEBUG("verbs", "{}: opened ({} ports)", dev->name, int(da.phys_port_cnt));
 	return ctx.release();
 }

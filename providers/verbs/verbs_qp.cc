@@ -5,6 +5,8 @@
 // checked whole, then translated and posted as one chain.
 #include "verbs.h"
 
+#include "crxe.h"
+
 #include "util/log.h"
 
 #include <cstring>
@@ -58,10 +60,14 @@ ibv_coll_qp_cap from_vcap(const ibv_qp_cap &c)
 
 } // namespace
 
-int query_caps(core::Context *, ibv_coll_caps *)
+int query_caps(core::Context *c, ibv_coll_caps *caps)
 {
-	// The collective engine does not run over libibverbs devices yet.
-	return EOPNOTSUPP;
+	return coll_caps(to_verbs(c), caps);
+}
+
+int query_counters(core::Context *c, ibv_coll_counters *cnt)
+{
+	return coll_counters(to_verbs(c), cnt);
 }
 
 core::Qp *create_qp(core::Pd *p, ibv_coll_qp_init_attr *ia)
@@ -69,12 +75,8 @@ core::Qp *create_qp(core::Pd *p, ibv_coll_qp_init_attr *ia)
 	Pd *pd = to_verbs(p);
 	Context *ctx = ctx_of(pd->pub.context);
 	const int type = core::raw_enum(ia->qp_type);
-	if (type == IBV_COLL_QPT_COLL) {
-		IBVC_WARN("verbs", "{}: collective QPs on verbs devices are not supported yet",
-			  ctx->dev->name);
-		errno = EOPNOTSUPP;
-		return nullptr;
-	}
+	if (type == IBV_COLL_QPT_COLL)
+		return create_coll_qp(pd, ia);
 	if (type != IBV_COLL_QPT_RC) {
 		errno = EINVAL;
 		return nullptr;
@@ -100,8 +102,16 @@ core::Qp *create_qp(core::Pd *p, ibv_coll_qp_init_attr *ia)
 	return qp.release();
 }
 
+// A collective QP is crxe's, made on the engine (verbs_coll.cc).
+static bool is_coll(const core::Qp *q)
+{
+	return core::raw_enum(q->pub.qp_type) == IBV_COLL_QPT_COLL;
+}
+
 int destroy_qp(core::Qp *q)
 {
+	if (is_coll(q))
+		return crxe::destroy_qp(q);
 	Qp *qp = to_verbs(q);
 	if (int err = ibv_destroy_qp(qp->vqp))
 		return verr(err);
@@ -111,6 +121,8 @@ int destroy_qp(core::Qp *q)
 
 int modify_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask)
 {
+	if (is_coll(q))
+		return modify_coll_qp(q, a, mask);
 	Qp *qp = to_verbs(q);
 	Context *ctx = ctx_of(qp->pub.context);
 	if (mask & ~kRcMask)
@@ -191,8 +203,10 @@ int modify_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask)
 	return 0;
 }
 
-int query_qp(core::Qp *q, ibv_coll_qp_attr *a, int, ibv_coll_qp_init_attr *init)
+int query_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask, ibv_coll_qp_init_attr *init)
 {
+	if (is_coll(q))
+		return query_coll_qp(q, a, mask, init);
 	// The device holds the truth (it may have moved the QP to ERROR).
 	Qp *qp = to_verbs(q);
 	Context *ctx = ctx_of(qp->pub.context);
@@ -258,6 +272,8 @@ constexpr size_t kStackWrs = 16;
 
 int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 {
+	if (is_coll(q))
+		return crxe::post_send(q, wr, bad);
 	Qp *qp = to_verbs(q);
 	ibv_qp_state st = qp->pub.state;
 	if (st != IBV_QPS_RTS && st != IBV_QPS_ERR) {
@@ -306,6 +322,8 @@ int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 
 int post_recv(core::Qp *q, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad)
 {
+	if (is_coll(q))
+		return crxe::post_recv(q, wr, bad);
 	Qp *qp = to_verbs(q);
 	if (qp->pub.state == IBV_QPS_RESET) {
 		*bad = wr;

@@ -2,6 +2,8 @@
 // over its libibverbs object; ibv_wc is translated into ibv_coll_wc.
 #include "verbs.h"
 
+#include "crxe.h"
+
 #include "util/log.h"
 
 #include <algorithm>
@@ -18,6 +20,11 @@ core::Pd *alloc_pd(core::Context *c)
 		return nullptr;
 	}
 	pd->pub.handle = pd->vpd->handle;
+	if (int err = engine_pd(to_verbs(c), pd.get())) {
+		ibv_dealloc_pd(pd->vpd);
+		errno = err;
+		return nullptr;
+	}
 	return pd.release();
 }
 
@@ -26,6 +33,7 @@ int dealloc_pd(core::Pd *p)
 	Pd *pd = to_verbs(p);
 	if (int err = ibv_dealloc_pd(pd->vpd))
 		return verr(err);
+	engine_pd_free(pd);
 	delete pd;
 	return 0;
 }
@@ -44,14 +52,27 @@ core::Mr *reg_mr(core::Pd *p, void *addr, size_t len, int access)
 	mr->pub.lkey = mr->vmr->lkey;
 	mr->pub.rkey = mr->vmr->rkey;
 	mr->pub.handle = mr->vmr->handle;
+	mr->access = access;
+	if (int err = engine_mr(to_verbs(p), mr.get(), addr, len, access)) {
+		IBVC_WARN("verbs", "reg_mr: the collective engine's table: {}", util::errstr(err));
+		ibv_dereg_mr(mr->vmr);
+		errno = err;
+		return nullptr;
+	}
 	return mr.release();
 }
 
 int dereg_mr(core::Mr *m)
 {
 	Mr *mr = to_verbs(m);
-	if (int err = ibv_dereg_mr(mr->vmr))
+	// The engine forgets the key first: it must never reach memory the
+	// device no longer pins.
+	engine_mr_free(mr);
+	if (int err = ibv_dereg_mr(mr->vmr)) {
+		engine_mr(to_verbs(core::to_core(mr->pub.pd)), mr, mr->pub.addr, mr->pub.length,
+			  mr->access);
 		return verr(err);
+	}
 	delete mr;
 	return 0;
 }
@@ -70,6 +91,11 @@ core::Cq *create_cq(core::Context *c, int cqe, core::CompChannel *ch)
 	}
 	cq->pub.handle = cq->vcq->handle;
 	cq->pub.cqe = cq->vcq->cqe; // what the device allocated, as in libibverbs
+	if (int err = engine_cq(ctx, cq.get(), cqe)) {
+		ibv_destroy_cq(cq->vcq);
+		errno = err;
+		return nullptr;
+	}
 	return cq.release();
 }
 
@@ -84,6 +110,7 @@ int destroy_cq(core::Cq *c)
 		return EBUSY;
 	if (int err = ibv_destroy_cq(cq->vcq))
 		return verr(err);
+	engine_cq_free(cq);
 	delete cq;
 	return 0;
 }
@@ -124,6 +151,12 @@ int poll_cq(core::Cq *c, int n, ibv_coll_wc *wc)
 	Cq *cq = to_verbs(c);
 	ibv_wc v[16];
 	int done = 0;
+	// Collective completions first (the engine's ring), then the device's.
+	if (cq->ecq) {
+		done = crxe::poll_cq(cq->ecq, n, wc);
+		if (done < 0)
+			return done;
+	}
 	while (done < n) {
 		int want = std::min(n - done, int(std::size(v)));
 		int got = ibv_poll_cq(cq->vcq, want, v);
@@ -142,8 +175,11 @@ int poll_cq(core::Cq *c, int n, ibv_coll_wc *wc)
 
 int req_notify_cq(core::Cq *c, int solicited_only)
 {
-	if (int err = ibv_req_notify_cq(to_verbs(c)->vcq, solicited_only))
+	Cq *cq = to_verbs(c);
+	if (int err = ibv_req_notify_cq(cq->vcq, solicited_only))
 		return verr(err);
+	if (cq->ecq)
+		return crxe::req_notify_cq(cq->ecq, solicited_only);
 	return 0;
 }
 

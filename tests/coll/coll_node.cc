@@ -47,6 +47,7 @@ struct Opts {
 	bool inline_task = false;
 	bool e2e_ack = false;
 	int expect_flags = -1; // wc_flags every completion must have
+	int gid_index = -1;    // the member address; -1: IBV_COLL_TEST_GID or 0
 };
 
 struct Case {
@@ -180,10 +181,11 @@ int main(int argc, char **argv)
 		{"member-leaf", 1, nullptr, 'M'}, {"planes", 1, nullptr, 'p'},
 		{"window", 1, nullptr, 'w'},  {"inline", 0, nullptr, 'I'},
 		{"expect-flags", 1, nullptr, 'F'}, {"e2e-ack", 0, nullptr, 'E'},
+		{"gid-index", 1, nullptr, 'G'},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:E", lo, nullptr)) !=
+	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:", lo, nullptr)) !=
 	       -1) {
 		switch (c) {
 		case 'b': o.boot = optarg; break;
@@ -198,6 +200,7 @@ int main(int argc, char **argv)
 		case 'w': o.window = uint32_t(atoi(optarg)); break;
 		case 'I': o.inline_task = true; break;
 		case 'E': o.e2e_ack = true; break;
+		case 'G': o.gid_index = atoi(optarg); break;
 		case 'F': o.expect_flags = int(strtol(optarg, nullptr, 0)); break;
 		case 's': o.scenario = optarg; break;
 		case 'S': o.seed = strtoull(optarg, nullptr, 0); break;
@@ -216,6 +219,8 @@ int main(int argc, char **argv)
 		return 2;
 	if (o.dev.empty())
 		o.dev = getenv("IBV_COLL_TEST_DEV") ? getenv("IBV_COLL_TEST_DEV") : "crxe_lo";
+	if (o.gid_index < 0)
+		o.gid_index = getenv("IBV_COLL_TEST_GID") ? atoi(getenv("IBV_COLL_TEST_GID")) : 0;
 	const uint16_t k = o.ranks[size_t(o.node)];
 
 	// Device, PD, CQ, the collective QP.
@@ -253,7 +258,8 @@ int main(int argc, char **argv)
 	ibv_coll_member me{};
 	ibv_coll_port_attr pa;
 	ibv_query_coll_port(ctx, 1, &pa);
-	ibv_query_coll_gid(ctx, 1, 0, &me.gid);
+	if (int err = ibv_query_coll_gid(ctx, 1, o.gid_index, &me.gid))
+		die("gid", err);
 	me.udp_port = pa.udp_port;
 	me.num_ranks = k;
 	me.qp_num = qp->qp_num;
@@ -277,9 +283,15 @@ int main(int argc, char **argv)
 	std::vector<uint8_t> member_leaf(o.member_leaf.begin(), o.member_leaf.end());
 	ibv_coll_switch_attr swa{};
 	if (!o.leaves.empty()) {
-		// "PORT" (on --switch-addr, or this host) or "IPV4:PORT".
-		auto addr = [&](const std::string &w) {
+		// "PORT" (on --switch-addr, or this host) or "IPV4:PORT", and on
+		// verbs devices "/QPN", the switch's UD QP.
+		auto addr = [&](std::string w) {
 			ibv_coll_switch_addr sa{};
+			size_t slash = w.find('/');
+			if (slash != std::string::npos) {
+				sa.qp_num = uint32_t(strtoul(w.c_str() + slash + 1, nullptr, 0));
+				w.resize(slash);
+			}
 			sa.gid = me.gid; // the switches run on this host
 			std::string host = o.sw_addr;
 			size_t colon = w.rfind(':');

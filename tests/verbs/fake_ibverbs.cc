@@ -785,6 +785,31 @@ FAKE_EXPORT ibv_qp *ibv_create_qp(ibv_pd *pd, ibv_qp_init_attr *ia)
 	return &qp->pub;
 }
 
+// The fake device has RC QPs only: no shared receive queues and no
+// address handles (UD), so ibv_coll's collective engine, which needs both,
+// finds it unable to carry collectives, as it would a device without UD.
+FAKE_EXPORT ibv_srq *ibv_create_srq(ibv_pd *, ibv_srq_init_attr *)
+{
+	errno = EOPNOTSUPP;
+	return nullptr;
+}
+
+FAKE_EXPORT int ibv_destroy_srq(ibv_srq *)
+{
+	return EINVAL;
+}
+
+FAKE_EXPORT ibv_ah *ibv_create_ah(ibv_pd *, ibv_ah_attr *)
+{
+	errno = EOPNOTSUPP;
+	return nullptr;
+}
+
+FAKE_EXPORT int ibv_destroy_ah(ibv_ah *)
+{
+	return EINVAL;
+}
+
 FAKE_EXPORT int ibv_modify_qp(ibv_qp *q, ibv_qp_attr *a, int mask)
 {
 	std::lock_guard lk(mu);
