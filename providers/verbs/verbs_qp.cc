@@ -153,6 +153,13 @@ int modify_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask)
 		v.qp_access_flags = a->qp_access_flags;
 	if (mask & IBV_QP_PKEY_INDEX)
 		v.pkey_index = a->pkey_index;
+	// Our RESET -> INIT takes the P_Key index as optional (index 0, the
+	// default partition); libibverbs devices require it.
+	if ((mask & IBV_QP_STATE) && a->qp_state == IBV_QPS_INIT &&
+	    qp->pub.state == IBV_QPS_RESET && !(mask & IBV_QP_PKEY_INDEX)) {
+		mask |= IBV_QP_PKEY_INDEX;
+		v.pkey_index = 0;
+	}
 	if (mask & IBV_QP_PORT)
 		v.port_num = a->port_num;
 	if (mask & IBV_QP_AV) {
