@@ -505,7 +505,7 @@ static int join_job(struct perf *p)
 	}
 	memset(&me, 0, sizeof(me));
 	if ((err = ibv_query_coll_port(p->ctx, 1, &pa)) ||
-	    (err = ibv_query_coll_gid(p->ctx, 1, 0, &me.m.gid)) ||
+	    (err = ibv_query_coll_gid(p->ctx, 1, p->o.gid_index, &me.m.gid)) ||
 	    (err = ibv_query_coll_caps(p->ctx, &caps))) {
 		fprintf(stderr, PROG ": node %d: query device: %s\n", p->o.node, strerror(err));
 		return -1;
@@ -543,6 +543,7 @@ static int join_job(struct perf *p)
 	if (p->o.sw) {
 		memcpy(swaddr.gid.raw, p->o.sw_gid, 16);
 		swaddr.udp_port = p->o.sw_port;
+		swaddr.qp_num = p->o.sw_qpn;
 		swattr.num_planes = 1;
 		swattr.num_leaves = 1;
 		swattr.leaves = &swaddr;

@@ -75,8 +75,11 @@ static void usage(FILE *f)
 		"  -r, --root RANK         global root rank of reduce and bcast (0)\n"
 		"  -k, --ranks K           local ranks per node (IBVC_RANKS_PER_NODE, else 1)\n"
 		"  -t, --topology T        ring switch hierarchy auto, or a number (ring)\n"
-		"  -s, --switch HOST:PORT  the aggregation switch, for switch and auto\n"
-		"  -D, --device DEV        the device (crxe_lo)\n"
+		"  -s, --switch HOST:PORT[/QPN]\n"
+		"                          the aggregation switch, for switch and auto (QPN: its\n"
+		"                          UD QP, on verbs devices)\n"
+		"  -D, --device DEV        the device (crxe_lo); %%d in DEV is the node's index\n"
+		"      --gid-index N       the GID table entry that is this node's address (0)\n"
 		"      --window W          switch: data blocks a node keeps in flight (default: the grant)\n"
 		"      --e2e-ack           switch: slide windows on node 0's ACK, not on the result\n"
 		"      --spin-us US        poll this long before sleeping on the channel (20 with 4 or\n"
@@ -117,9 +120,20 @@ static int parse_int(const char *s, long lo, long hi, int *out)
 /* HOST:PORT, with an IPv4 host or a bracketed IPv6 one, into a GID. */
 static int parse_switch(const char *s, struct perf_opts *o)
 {
-	char host[INET6_ADDRSTRLEN + 2];
+	char host[INET6_ADDRSTRLEN + 2], hp[INET6_ADDRSTRLEN + 16];
+	const char *slash = strchr(s, '/');
+	int port, qpn = 0;
+	if (slash && parse_int(slash + 1, 1, 0xffffff, &qpn))
+		return -1;
+	size_t hplen = slash ? (size_t)(slash - s) : strlen(s);
+	if (hplen >= sizeof(hp))
+		return -1;
+	memcpy(hp, s, hplen);
+	hp[hplen] = 0;
+	o->sw_qpn = (uint32_t)qpn;
+	const char *sw = s;
+	s = hp;
 	const char *colon = strrchr(s, ':');
-	int port;
 	if (!colon || (size_t)(colon - s) >= sizeof(host) || parse_int(colon + 1, 0, 65535, &port))
 		return -1;
 	memcpy(host, s, (size_t)(colon - s));
@@ -135,7 +149,7 @@ static int parse_switch(const char *s, struct perf_opts *o)
 		if (inet_pton(AF_INET6, host + 1, o->sw_gid) != 1)
 			return -1;
 	}
-	o->sw = s;
+	o->sw = sw;
 	o->sw_port = (uint16_t)port;
 	return 0;
 }
@@ -167,7 +181,7 @@ static int parse_coll(const char *s, int *out)
 
 int parse_opts(int argc, char **argv, struct perf_opts *o)
 {
-	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES, OPT_WINDOW, OPT_E2E };
+	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES, OPT_WINDOW, OPT_E2E, OPT_GID };
 	static const struct option lo[] = {
 		{"minbytes", 1, NULL, 'b'},	{"maxbytes", 1, NULL, 'e'},
 		{"stepbytes", 1, NULL, 'i'},	{"stepfactor", 1, NULL, 'f'},
@@ -180,6 +194,7 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		{"boot", 1, NULL, OPT_BOOT},	{"node", 1, NULL, OPT_NODE},
 		{"nodes", 1, NULL, OPT_NODES},	{"help", 0, NULL, 'h'},
 		{"window", 1, NULL, OPT_WINDOW}, {"e2e-ack", 0, NULL, OPT_E2E},
+		{"gid-index", 1, NULL, OPT_GID},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
@@ -219,6 +234,7 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		case OPT_SPIN: bad = parse_int(optarg, 0, 1000000, &o->spin_us); break;
 		case OPT_WINDOW: bad = parse_int(optarg, 1, 1 << 20, &o->window); break;
 		case OPT_E2E: o->e2e_ack = 1; break;
+		case OPT_GID: bad = parse_int(optarg, 0, 255, &o->gid_index); break;
 		case OPT_BOOT: o->boot = optarg; break;
 		case OPT_NODE: bad = parse_int(optarg, 0, 63, &node); break;
 		case OPT_NODES: bad = parse_int(optarg, 1, 64, &nodes); break;
@@ -256,6 +272,16 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 			fprintf(stderr, PROG ": IBVC_BOOT_NODE/IBVC_BOOT_NODES are not valid\n");
 			return 2;
 		}
+	}
+	if (strstr(o->dev, "%d")) {
+		const char *pct = strstr(o->dev, "%d");
+		if (strchr(pct + 2, '%') || strchr(o->dev, '%') != pct) {
+			fprintf(stderr, PROG ": --device takes one %%d and no other %%\n");
+			return 2;
+		}
+		snprintf(o->dev_buf, sizeof(o->dev_buf), "%.*s%d%s", (int)(pct - o->dev), o->dev,
+			 o->node, pct + 2);
+		o->dev = o->dev_buf;
 	}
 	if (o->spin_us < 0) {
 		/* On a small machine a spinning thread only delays the one with work. */

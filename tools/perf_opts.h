@@ -37,6 +37,9 @@ struct perf_opts {
 	const char *sw;	  /* -s: the aggregation switch, as given */
 	uint8_t sw_gid[16];
 	uint16_t sw_port;
+	uint32_t sw_qpn;  /* -s .../QPN: the switch's UD QP on a verbs device */
+	int gid_index;	  /* --gid-index: this node's address in the GID table */
+	char dev_buf[64]; /* -D with %d: the device of this node */
 };
 
 /* Fill *o from the command line and the environment: -1 to go on, or the
