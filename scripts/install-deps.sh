@@ -5,6 +5,11 @@ set -eu
 
 pkgs="build-essential cmake pkg-config libibverbs-dev libnl-3-dev libnl-route-3-dev
 libspdlog-dev libgtest-dev mandoc iproute2 iputils-ping tshark"
+# The rxe VM test (tests/rxe): QEMU, a static busybox, libibverbs' rxe
+# provider and its tools for the guest, and what builds the initramfs.
+# The kernel package itself is downloaded, not installed, by the test.
+pkgs="$pkgs qemu-system-x86 busybox-static ibverbs-providers ibverbs-utils cpio kmod
+xz-utils zstd"
 
 missing=""
 for p in $pkgs; do

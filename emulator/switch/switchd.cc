@@ -271,8 +271,12 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, nullptr);
 	sigaction(SIGUSR1, &sa, nullptr);
 	signal(SIGPIPE, SIG_IGN);
-	fprintf(stderr, "%s: %s serving udp port %u with %u Seg units of %u bytes\n", argv[0],
-		p.name.c_str(), sw->port(), p.units, p.unit_bytes);
+	if (ud)
+		fprintf(stderr, "%s: %s serving %s (UD QP %u) with %u Seg units of %u bytes\n",
+			argv[0], p.name.c_str(), verbs_dev.c_str(), ud->qpn(), p.units, p.unit_bytes);
+	else
+		fprintf(stderr, "%s: %s serving udp port %u with %u Seg units of %u bytes\n",
+			argv[0], p.name.c_str(), sw->port(), p.units, p.unit_bytes);
 	if (!port_file.empty())
 		write_file(port_file, std::to_string(sw->port()) + "\n");
 
