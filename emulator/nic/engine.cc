@@ -45,17 +45,8 @@ Engine::~Engine()
 
 int Engine::start()
 {
-	int err;
-	if (params.transport) {
-		err = params.transport(&port);
-	} else {
-		auto udp = std::make_unique<UdpPort>();
-		err = udp->open(params.udp_port, params.port_fallback, params.cfg.impair,
-				params.cfg.sockbuf, params.cfg.gso);
-		port = std::move(udp);
-	}
-	if (!err && !port)
-		err = EINVAL;
+	int err = open_transport(params.transport, &port, params.udp_port, params.port_fallback,
+				 params.cfg.impair, params.cfg.sockbuf, params.cfg.gso);
 	if (err)
 		return err;
 	// Several contexts may drive one netdev: name each by its port too.

@@ -16,7 +16,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,7 +43,7 @@ struct NicParams {
 	EmuConfig cfg;
 	// Opens the transport packets go through; empty: a UdpPort bound as
 	// udp_port, port_fallback and cfg say.
-	std::function<int(std::unique_ptr<Transport> *out)> transport;
+	TransportFactory transport;
 };
 
 // Called (from the engine or a driver thread, never under a driver lock)

@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 namespace ibv_coll::emu {
@@ -25,10 +27,10 @@ struct IpAddr {
 	static IpAddr from_v4(uint32_t be_addr);
 };
 
-// Where a packet goes: an address and a UDP port.  qpn is the receiving
-// transport's queue pair where a transport needs one (UdTransport; 0: the
-// BTH's destination QP).  Two endpoints are the same place when address
-// and port are.
+// Where a packet goes: an address and a UDP port.  qpn is, for a switch on
+// a verbs device, the UD QP it serves on (ibv_coll_switch_addr.qp_num): the
+// destination QP that packets to it carry in their BTH.  Two endpoints are
+// the same place when address and port are.
 struct Endpoint {
 	IpAddr ip;
 	uint16_t port = 0;
@@ -53,7 +55,8 @@ struct RxPacket {
 
 class Transport {
 public:
-	static constexpr unsigned kBatch = 64; // packets queued or returned at once
+	static constexpr unsigned kBatch = 64;		// packets queued or returned at once
+	static constexpr size_t kMaxPacket = 4096 + 512; // room in tx_buf(), whatever the wire takes
 
 	virtual ~Transport() = default;
 	// Readable (poll/epoll) when rx_batch may have packets.  A transport
@@ -64,12 +67,11 @@ public:
 	virtual uint16_t port() const = 0;
 	// Whether IPv6 destinations can be reached.
 	virtual bool ipv6() const = 0;
-	// The largest packet tx_commit() carries, ICRC included.
-	virtual size_t max_packet() const = 0;
 
-	// Build a packet in place in tx_buf() (room for max_packet() bytes),
+	// Build a packet in place in tx_buf() (room for kMaxPacket bytes),
 	// queue it with tx_commit(); queued packets leave at tx_flush() or
-	// when the batch is full.
+	// when the batch is full.  A packet larger than the transport carries
+	// is dropped and counted as a transmit error.
 	virtual uint8_t *tx_buf() = 0;
 	virtual void tx_commit(size_t len, const Endpoint &dst, const IpAddr &src) = 0;
 	virtual void tx_flush() = 0;
@@ -86,5 +88,8 @@ public:
 	virtual const PortCounters &counters() const = 0;
 	virtual const char *kind() const = 0;
 };
+
+// Opens a transport for the engine or the switch.
+using TransportFactory = std::function<int(std::unique_ptr<Transport> *out)>;
 
 } // namespace ibv_coll::emu

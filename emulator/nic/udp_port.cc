@@ -514,4 +514,20 @@ unsigned UdpPort::rx_fill()
 	return unsigned(rx_pending_.size());
 }
 
+int open_transport(const TransportFactory &factory, std::unique_ptr<Transport> *out,
+		   uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf, bool gso)
+{
+	int err;
+	if (factory) {
+		err = factory(out);
+	} else {
+		auto udp = std::make_unique<UdpPort>();
+		err = udp->open(port, fallback, imp, sockbuf, gso);
+		*out = std::move(udp);
+	}
+	if (!err && !*out)
+		err = EINVAL;
+	return err;
+}
+
 } // namespace ibv_coll::emu

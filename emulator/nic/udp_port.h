@@ -29,7 +29,6 @@ struct Impairment {
 
 class UdpPort final : public Transport {
 public:
-	static constexpr size_t kMaxPacket = 4096 + 512;
 	static constexpr unsigned kRxMsgs = 32;	 // datagrams per recvmmsg
 	static constexpr size_t kRxBuf = 65536;	 // room for one GRO super-packet
 	static constexpr size_t kGsoMax = 60000; // bytes in one GSO send
@@ -44,7 +43,6 @@ public:
 	int fd() const override { return fd_.get(); }
 	uint16_t port() const override { return port_; }
 	bool ipv6() const override { return v6_; }
-	size_t max_packet() const override { return kMaxPacket; }
 	const char *kind() const override { return "udp"; }
 
 	// Build a packet in place: tx_buf() gives room for kMaxPacket bytes,
@@ -89,5 +87,10 @@ private:
 	bool have_held_ = false;
 	PortCounters ctr_;
 };
+
+// The transport `factory` opens, or, when it is empty, a UdpPort opened
+// with the other arguments (as UdpPort::open takes them).
+int open_transport(const TransportFactory &factory, std::unique_ptr<Transport> *out,
+		   uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf, bool gso);
 
 } // namespace ibv_coll::emu

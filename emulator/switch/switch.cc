@@ -65,16 +65,8 @@ Switch::Switch(const SwitchParams &p)
 
 int Switch::open()
 {
-	int err;
-	if (p_.transport) {
-		err = p_.transport(&port_);
-	} else {
-		auto udp = std::make_unique<UdpPort>();
-		err = udp->open(p_.port, false, p_.impair, p_.sockbuf, p_.gso);
-		port_ = std::move(udp);
-	}
-	if (!err && !port_)
-		err = EINVAL;
+	int err = open_transport(p_.transport, &port_, p_.port, false, p_.impair, p_.sockbuf,
+				 p_.gso);
 	if (err)
 		return err;
 	epfd_.reset(epoll_create1(EPOLL_CLOEXEC));

@@ -13,7 +13,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <memory>
 #include <map>
 #include <string>
@@ -33,7 +32,7 @@ struct SwitchParams {
 	bool gso = true;
 	// Opens the transport (UdTransport on a verbs device); empty: a
 	// UdpPort on port.
-	std::function<int(std::unique_ptr<Transport> *out)> transport;
+	TransportFactory transport;
 };
 
 struct SwitchCounters {

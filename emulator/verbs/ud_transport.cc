@@ -15,16 +15,6 @@ namespace ibv_coll::emu {
 
 namespace {
 
-// libibverbs calls give -1 with errno, a negative or a positive errno.
-int verr(int ret)
-{
-	if (ret > 0)
-		return ret;
-	if (ret < -1)
-		return -ret;
-	return errno > 0 ? errno : EIO;
-}
-
 bool zero_gid(const ibv_gid &g)
 {
 	static const uint8_t z[16] = {};
@@ -96,7 +86,9 @@ int UdTransport::init()
 	}
 	rx_slot_ = kGrhBytes + mtu_;
 	rx_arena_.assign(rx_slot_ * p_.rx_depth, 0);
-	tx_arena_.assign(size_t(mtu_) * p_.tx_depth, 0);
+	// Send slots have the room every transport's tx_buf() promises;
+	// tx_commit() drops what the MTU does not carry.
+	tx_arena_.assign(kMaxPacket * p_.tx_depth, 0);
 	rx_mr_ = ibv_reg_mr_iova2(pd_, rx_arena_.data(), rx_arena_.size(),
 				  reinterpret_cast<uintptr_t>(rx_arena_.data()), IBV_ACCESS_LOCAL_WRITE);
 	tx_mr_ = rx_mr_ ? ibv_reg_mr_iova2(pd_, tx_arena_.data(), tx_arena_.size(),
@@ -107,6 +99,8 @@ int UdTransport::init()
 		IBVC_WARN("ud", "{}: reg mr: {}", p_.name, util::errstr(err));
 		return err;
 	}
+	rx_wrs_.resize(p_.rx_depth);
+	rx_sges_.resize(p_.rx_depth);
 	for (uint64_t i = 0; i < p_.rx_depth; i++)
 		rx_out_.push_back(i);
 	repost_rx();
@@ -239,7 +233,9 @@ int UdTransport::gid_index(const IpAddr &src) const
 
 ibv_ah *UdTransport::ah_for(const IpAddr &dst, int sgid_index)
 {
-	auto key = std::make_pair(std::string(reinterpret_cast<const char *>(dst.b), 16), sgid_index);
+	std::array<uint8_t, 17> key;
+	memcpy(key.data(), dst.b, 16);
+	key[16] = uint8_t(sgid_index);
 	auto it = ahs_.find(key);
 	if (it != ahs_.end())
 		return it->second;
@@ -308,12 +304,12 @@ uint8_t *UdTransport::tx_buf()
 		post_pending();
 		reap_sends(true);
 	}
-	return &tx_arena_[size_t(tx_head_ % p_.tx_depth) * mtu_];
+	return &tx_arena_[size_t(tx_head_ % p_.tx_depth) * kMaxPacket];
 }
 
 void UdTransport::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
 {
-	uint8_t *buf = &tx_arena_[size_t(tx_head_ % p_.tx_depth) * mtu_];
+	uint8_t *buf = &tx_arena_[size_t(tx_head_ % p_.tx_depth) * kMaxPacket];
 	if (len > mtu_) {
 		ctr_.tx_errors++;
 		if (!warned_big_)
@@ -322,9 +318,7 @@ void UdTransport::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
 		warned_big_ = true;
 		return;
 	}
-	uint32_t qpn = wire::Bth::load(buf).dqpn;
-	if (!qpn)
-		qpn = dst.qpn;
+	const uint32_t qpn = wire::Bth::load(buf).dqpn;
 	if (!qpn) {
 		ctr_.tx_errors++;
 		if (!warned_qpn_)
@@ -371,16 +365,17 @@ void UdTransport::repost_rx()
 {
 	if (rx_out_.empty())
 		return;
-	std::vector<ibv_recv_wr> w(rx_out_.size());
-	std::vector<ibv_sge> s(rx_out_.size());
-	for (size_t i = 0; i < rx_out_.size(); i++) {
+	ibv_recv_wr *w = rx_wrs_.data();
+	ibv_sge *s = rx_sges_.data();
+	const size_t n = rx_out_.size();
+	for (size_t i = 0; i < n; i++) {
 		s[i].addr = reinterpret_cast<uintptr_t>(&rx_arena_[rx_out_[i] * rx_slot_]);
 		s[i].length = uint32_t(rx_slot_);
 		s[i].lkey = rx_mr_->lkey;
 		w[i].wr_id = rx_out_[i];
 		w[i].sg_list = &s[i];
 		w[i].num_sge = 1;
-		w[i].next = i + 1 < w.size() ? &w[i + 1] : nullptr;
+		w[i].next = i + 1 < n ? &w[i + 1] : nullptr;
 	}
 	ibv_recv_wr *bad = nullptr;
 	if (int r = ibv_post_srq_recv(srq_, &w[0], &bad)) {
@@ -395,11 +390,12 @@ void UdTransport::repost_rx()
 unsigned UdTransport::rx_batch(RxPacket *out)
 {
 	repost_rx();
-	// Take the events that woke us; the CQ is armed again below when it
+	// Take the event that woke us (only an armed CQ makes one: no read
+	// while packets keep coming); the CQ is armed again below when it
 	// runs dry.
 	ibv_cq *ecq;
 	void *ectx;
-	while (ibv_get_cq_event(ch_, &ecq, &ectx) == 0) {
+	while (armed_ && ibv_get_cq_event(ch_, &ecq, &ectx) == 0) {
 		unacked_events_++;
 		armed_ = false;
 	}
@@ -438,7 +434,6 @@ unsigned UdTransport::rx_batch(RxPacket *out)
 				p.dst = IpAddr::from_v4(d4);
 			}
 			p.src.port = port();
-			p.src.qpn = wc[i].src_qp;
 			p.data = b + kGrhBytes;
 			p.len = wc[i].byte_len - kGrhBytes;
 			ctr_.rx_packets++;

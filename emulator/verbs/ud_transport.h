@@ -3,14 +3,16 @@
 // on a libibverbs device, so the collective engine and the switch run over
 // kernel Soft-RoCE (rdma_rxe) or a real RDMA NIC.  A packet goes to the
 // address of its Endpoint and to the UD QP its BTH names (the destination
-// collective QP, whose number is its own UD QP's), or Endpoint::qpn when
-// set.  The receive side learns the source address from the GRH.
+// collective QP, whose number is its own UD QP's, or a switch's QP).  The
+// receive side learns the source address from the GRH.
 #pragma once
 
 #include "nic/transport.h"
 
 #include <infiniband/verbs.h>
 
+#include <array>
+#include <cerrno>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +20,17 @@
 #include <vector>
 
 namespace ibv_coll::emu {
+
+// libibverbs calls that fail give -1 with errno, a negative or a positive
+// errno depending on the call and the driver: a positive errno, never 0.
+inline int verr(int ret)
+{
+	if (ret > 0)
+		return ret;
+	if (ret < -1)
+		return -ret;
+	return errno > 0 ? errno : EIO;
+}
 
 struct UdParams {
 	ibv_context *ctx = nullptr; // not owned; outlives the transport
@@ -44,7 +57,6 @@ public:
 	int fd() const override;
 	uint16_t port() const override { return 4791; }
 	bool ipv6() const override { return true; }
-	size_t max_packet() const override { return mtu_; }
 	uint8_t *tx_buf() override;
 	void tx_commit(size_t len, const Endpoint &dst, const IpAddr &src) override;
 	void tx_flush() override;
@@ -58,7 +70,7 @@ public:
 	uint32_t qpn() const;
 	// The port's RoCE v2 addresses (GID and its index), IPv4-mapped first.
 	const std::vector<std::pair<IpAddr, int>> &gids() const { return gids_; }
-	// The port's active MTU in bytes: the largest packet.
+	// The port's active MTU in bytes: the largest packet it carries.
 	uint32_t mtu() const { return mtu_; }
 
 private:
@@ -83,14 +95,18 @@ private:
 	uint32_t mtu_ = 0;
 	size_t rx_slot_ = 0;
 	std::vector<std::pair<IpAddr, int>> gids_;
-	std::map<std::pair<std::string, int>, ibv_ah *> ahs_;
+	// Address handles by destination GID and source GID index (byte 16).
+	std::map<std::array<uint8_t, 17>, ibv_ah *> ahs_;
 	// Send slots: tx_head_ is the next to fill, in flight until completed.
 	uint64_t tx_head_ = 0, tx_done_ = 0;
 	std::vector<ibv_send_wr> wrs_;
 	std::vector<ibv_sge> sges_;
 	unsigned wr_n_ = 0;
-	// Receive slots handed out by the last rx_batch, to post again.
+	// Receive slots handed out by the last rx_batch, to post again, and
+	// the work requests that post them (kept, not made per batch).
 	std::vector<uint64_t> rx_out_;
+	std::vector<ibv_recv_wr> rx_wrs_;
+	std::vector<ibv_sge> rx_sges_;
 	unsigned unacked_events_ = 0;
 	bool armed_ = false;
 	bool warned_big_ = false, warned_qpn_ = false;

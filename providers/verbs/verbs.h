@@ -4,6 +4,7 @@
 #pragma once
 
 #include "driver.h"
+#include "verbs/ud_transport.h"
 
 #include <infiniband/verbs.h>
 
@@ -101,16 +102,9 @@ constexpr uint8_t kDefaultTimeout = 14;
 // Hop limit of the GRH (the IP TTL of RoCEv2 packets).
 constexpr uint8_t kHopLimit = 64;
 
-// libibverbs calls that fail give -1, a negative or a positive errno
-// depending on the call and the driver: a positive errno, never 0.
-inline int verr(int ret)
-{
-	if (ret > 0)
-		return ret;
-	if (ret < -1)
-		return -ret;
-	return errno > 0 ? errno : EIO;
-}
+// libibverbs' error returns as a positive errno (shared with the engine's
+// UD transport).
+using emu::verr;
 
 // The event thread (verbs_event.cc): started by open_device.
 int start_events(Context *ctx);

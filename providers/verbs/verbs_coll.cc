@@ -12,6 +12,7 @@
 #include "crxe.h"
 #include "nic/emu_config.h"
 #include "util/log.h"
+#include "coll/swproto.h"
 #include "verbs/ud_transport.h"
 #include "wire/ceth.h"
 #include "wire/roce.h"
@@ -25,9 +26,9 @@ namespace ibv_coll::verbs {
 namespace {
 
 // Headers around a block in one UD datagram: BTH, CETH, the switch path's
-// task information, pad and ICRC.
-constexpr uint32_t kCollOverhead = uint32_t(emu::wire::kBthBytes + emu::wire::kCethBytes) + 48 +
-				   3 + uint32_t(emu::wire::kIcrcBytes);
+// task information, pad (at most 3) and ICRC.
+constexpr uint32_t kCollOverhead = uint32_t(emu::wire::kBthBytes + emu::wire::kCethBytes +
+					    emu::sw::kTaskBytes + 3 + emu::wire::kIcrcBytes);
 
 } // namespace
 
