@@ -84,59 +84,127 @@ uint64_t fold_const(unsigned n)
 }
 
 struct FoldConsts {
-	uint64_t k128_h, k128_l, k512_h, k512_l;
+	uint64_t k128_h, k128_l, k256_h, k256_l, k512_h, k512_l, k1024_h, k1024_l;
 };
 
-const FoldConsts kFold = {fold_const(128 + 63), fold_const(128 - 1), fold_const(512 + 63),
-			  fold_const(512 - 1)};
+const FoldConsts kFold = {fold_const(128 + 63),	 fold_const(128 - 1),  fold_const(256 + 63),
+			  fold_const(256 - 1),	 fold_const(512 + 63), fold_const(512 - 1),
+			  fold_const(1024 + 63), fold_const(1024 - 1)};
 
 __attribute__((target("pclmul,sse4.1"))) inline __m128i fold(__m128i a, __m128i k)
 {
 	return _mm_xor_si128(_mm_clmulepi64_si128(a, k, 0x00), _mm_clmulepi64_si128(a, k, 0x11));
 }
 
-__attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc, const uint8_t *p,
-							       size_t len)
+__attribute__((target("pclmul,sse4.1"))) inline __m128i load16(const uint8_t *q)
+{
+	return _mm_loadu_si128(reinterpret_cast<const __m128i *>(q));
+}
+
+// The 16-byte steps and the end: A (the data before p, folded) moves on
+// over what is left in whole blocks, then the table walk reduces it and
+// takes the tail.
+__attribute__((target("pclmul,sse4.1"))) uint32_t clmul_finish(__m128i a, const uint8_t *p,
+								  size_t len)
 {
 	const __m128i k128 = _mm_set_epi64x(int64_t(kFold.k128_l), int64_t(kFold.k128_h));
-	const __m128i k512 = _mm_set_epi64x(int64_t(kFold.k512_l), int64_t(kFold.k512_h));
-	auto load = [](const uint8_t *q) {
-		return _mm_loadu_si128(reinterpret_cast<const __m128i *>(q));
-	};
-	// The register enters as an XOR into the first four bytes.
-	__m128i a = _mm_xor_si128(load(p), _mm_cvtsi32_si128(int(crc)));
-	p += 16;
-	len -= 16;
-	if (len >= 48) {
-		__m128i b = load(p), c = load(p + 16), d = load(p + 32);
-		p += 48;
-		len -= 48;
-		while (len >= 64) {
-			a = _mm_xor_si128(fold(a, k512), load(p));
-			b = _mm_xor_si128(fold(b, k512), load(p + 16));
-			c = _mm_xor_si128(fold(c, k512), load(p + 32));
-			d = _mm_xor_si128(fold(d, k512), load(p + 48));
-			p += 64;
-			len -= 64;
-		}
-		a = _mm_xor_si128(fold(a, k128), b);
-		a = _mm_xor_si128(fold(a, k128), c);
-		a = _mm_xor_si128(fold(a, k128), d);
-	}
 	while (len >= 16) {
-		a = _mm_xor_si128(fold(a, k128), load(p));
+		a = _mm_xor_si128(fold(a, k128), load16(p));
 		p += 16;
 		len -= 16;
 	}
-	// What is left of A is reduced by the table walk, then the tail.
 	uint8_t rest[16];
 	_mm_storeu_si128(reinterpret_cast<__m128i *>(rest), a);
 	return crc32_table(crc32_table(0, rest, 16), p, len);
 }
 
+// Four 16-byte lanes, 64 bytes a step.  len >= 64.
+__attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc, const uint8_t *p,
+							       size_t len)
+{
+	const __m128i k128 = _mm_set_epi64x(int64_t(kFold.k128_l), int64_t(kFold.k128_h));
+	const __m128i k512 = _mm_set_epi64x(int64_t(kFold.k512_l), int64_t(kFold.k512_h));
+	// The register enters as an XOR into the first four bytes.
+	__m128i a = _mm_xor_si128(load16(p), _mm_cvtsi32_si128(int(crc)));
+	__m128i b = load16(p + 16), c = load16(p + 32), d = load16(p + 48);
+	p += 64;
+	len -= 64;
+	while (len >= 64) {
+		a = _mm_xor_si128(fold(a, k512), load16(p));
+		b = _mm_xor_si128(fold(b, k512), load16(p + 16));
+		c = _mm_xor_si128(fold(c, k512), load16(p + 32));
+		d = _mm_xor_si128(fold(d, k512), load16(p + 48));
+		p += 64;
+		len -= 64;
+	}
+	a = _mm_xor_si128(fold(a, k128), b);
+	a = _mm_xor_si128(fold(a, k128), c);
+	a = _mm_xor_si128(fold(a, k128), d);
+	return clmul_finish(a, p, len);
+}
+
+#define IBVC_VCLMUL_TARGET __attribute__((target("vpclmulqdq,avx2,pclmul,sse4.1")))
+
+IBVC_VCLMUL_TARGET inline __m256i vfold(__m256i a, __m256i k)
+{
+	return _mm256_xor_si256(_mm256_clmulepi64_epi128(a, k, 0x00),
+				_mm256_clmulepi64_epi128(a, k, 0x11));
+}
+
+// A fold constant pair in both 128-bit lanes.
+IBVC_VCLMUL_TARGET inline __m256i both(uint64_t h, uint64_t l)
+{
+	return _mm256_set_epi64x(int64_t(l), int64_t(h), int64_t(l), int64_t(h));
+}
+
+IBVC_VCLMUL_TARGET inline __m256i load32(const uint8_t *q)
+{
+	return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q));
+}
+
+// Eight 16-byte lanes in four 256-bit registers, 128 bytes a step, with
+// the 256-bit carry-less multiply (two products per instruction).  Then
+// the lanes fold into one: the first two registers 64 bytes on, the third
+// 32 bytes on, the low lane 16 bytes on.  len >= 128.
+IBVC_VCLMUL_TARGET uint32_t crc32_vclmul(uint32_t crc, const uint8_t *p, size_t len)
+{
+	const __m256i k1024 = both(kFold.k1024_h, kFold.k1024_l);
+	const __m256i k512 = both(kFold.k512_h, kFold.k512_l);
+	const __m256i k256 = both(kFold.k256_h, kFold.k256_l);
+	const __m128i k128 = _mm_set_epi64x(int64_t(kFold.k128_l), int64_t(kFold.k128_h));
+	__m256i a = _mm256_xor_si256(load32(p), _mm256_zextsi128_si256(_mm_cvtsi32_si128(int(crc))));
+	__m256i b = load32(p + 32), c = load32(p + 64), d = load32(p + 96);
+	p += 128;
+	len -= 128;
+	while (len >= 128) {
+		a = _mm256_xor_si256(vfold(a, k1024), load32(p));
+		b = _mm256_xor_si256(vfold(b, k1024), load32(p + 32));
+		c = _mm256_xor_si256(vfold(c, k1024), load32(p + 64));
+		d = _mm256_xor_si256(vfold(d, k1024), load32(p + 96));
+		p += 128;
+		len -= 128;
+	}
+	c = _mm256_xor_si256(vfold(a, k512), c);
+	d = _mm256_xor_si256(vfold(b, k512), d);
+	d = _mm256_xor_si256(vfold(c, k256), d);
+	__m128i x = _mm_xor_si128(fold(_mm256_castsi256_si128(d), k128),
+				  _mm256_extracti128_si256(d, 1));
+	// The rest is SSE code: leave the upper halves clean (else every SSE
+	// instruction after this pays the mixed-state penalty).
+	_mm256_zeroupper();
+	return clmul_finish(x, p, len);
+}
+
 bool have_clmul()
 {
 	static const bool yes = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+	return yes;
+}
+
+bool have_vclmul()
+{
+	static const bool yes = have_clmul() && __builtin_cpu_supports("avx2") &&
+				__builtin_cpu_supports("vpclmulqdq");
 	return yes;
 }
 
@@ -147,15 +215,43 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
 {
 	const uint8_t *p = static_cast<const uint8_t *>(data);
 #if defined(__x86_64__)
+	if (len >= 256 && have_vclmul())
+		return crc32_vclmul(crc, p, len);
 	if (len >= 64 && have_clmul())
 		return crc32_clmul(crc, p, len);
 #endif
 	return crc32_table(crc, p, len);
 }
 
-uint32_t crc32_update_table(uint32_t crc, const void *data, size_t len)
+bool crc32_impl_available(CrcImpl impl)
 {
-	return crc32_table(crc, static_cast<const uint8_t *>(data), len);
+#if defined(__x86_64__)
+	switch (impl) {
+	case CrcImpl::table:
+		return true;
+	case CrcImpl::clmul:
+		return have_clmul();
+	case CrcImpl::vclmul:
+		return have_vclmul();
+	}
+	return false;
+#else
+	return impl == CrcImpl::table;
+#endif
+}
+
+uint32_t crc32_update_with(CrcImpl impl, uint32_t crc, const void *data, size_t len)
+{
+	const uint8_t *p = static_cast<const uint8_t *>(data);
+	if (!crc32_impl_available(impl))
+		impl = CrcImpl::table;
+#if defined(__x86_64__)
+	if (impl == CrcImpl::vclmul && len >= 128)
+		return crc32_vclmul(crc, p, len);
+	if (impl != CrcImpl::table && len >= 64)
+		return crc32_clmul(crc, p, len);
+#endif
+	return crc32_table(crc, p, len);
 }
 
 bool is_v4mapped(const uint8_t a[16])

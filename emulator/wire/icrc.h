@@ -12,8 +12,17 @@ namespace ibv_coll::emu::wire {
 // Reflected CRC-32, polynomial 0x04c11db7, no inversion in or out (the
 // caller starts at 0xffffffff and inverts at the end).
 uint32_t crc32_update(uint32_t crc, const void *data, size_t len);
-// The same by table lookups only (the carry-less path is checked against it).
-uint32_t crc32_update_table(uint32_t crc, const void *data, size_t len);
+// The ways to compute it: slicing-by-8 tables; folding 64 bytes a step
+// with 128-bit carry-less multiplies (PCLMULQDQ); folding 128 bytes a step
+// with 256-bit ones (VPCLMULQDQ with AVX2).  crc32_update picks the
+// fastest the CPU has for the length; the others exist to be checked and
+// measured against each other (tests/unit/test_wire.cc,
+// ibv_coll_icrc_bench).
+enum class CrcImpl { table, clmul, vclmul };
+bool crc32_impl_available(CrcImpl impl);
+// With IMPL (the table walk if the CPU lacks it; short lengths, and the
+// tails, always go through the tables).
+uint32_t crc32_update_with(CrcImpl impl, uint32_t crc, const void *data, size_t len);
 
 // The addresses and ports of the UDP datagram carrying a packet.  IPv4
 // addresses are IPv4-mapped IPv6 addresses (::ffff:a.b.c.d).
