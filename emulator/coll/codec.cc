@@ -56,7 +56,7 @@ void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth 
 	Ceth h = h0;
 	h.len = uint16_t(len);
 	h.store(buf + kBthBytes);
-	if (len)
+	if (len && payload != buf + kBthBytes + kCethBytes) // else built in place
 		memcpy(buf + kBthBytes + kCethBytes, payload, len);
 	e_.tx_to(dst.ep, job.src_ip, buf, kBthBytes + kCethBytes, len);
 	if (kind == kCollData)

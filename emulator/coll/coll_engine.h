@@ -72,6 +72,10 @@ private:
 	// xmit.cc
 	void build_chain(const CollJob &job, Message &m, uint32_t path_mtu);
 	bool local_partial(const CollJob &job, Message &m, uint32_t sid, uint8_t *out);
+	// The same, read-only: with one local rank *out points into its buffer
+	// (no copy), else it is SCRATCH with the ranks' reduction in it.
+	bool local_data(const CollJob &job, Message &m, uint32_t sid, uint8_t *scratch,
+			const uint8_t **out);
 	bool write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data);
 	bool result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out);
 	// status.cc

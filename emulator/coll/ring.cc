@@ -180,8 +180,10 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 	const ChunkRole &r = m.chunks[b.chunk];
 	const uint32_t len = b.elems * m.es;
 	if (r.rs) {
-		uint8_t *buf = scratch_.data();
-		if (!local_partial(job, m, sid, buf)) {
+		// Straight into the packet: send() sees its own payload and does
+		// not copy.
+		const uint8_t *buf;
+		if (!local_data(job, m, sid, e_.port->tx_buf() + kBthBytes + kCethBytes, &buf)) {
 			m.dma_error = true;
 			return;
 		}
@@ -287,30 +289,26 @@ void CollEngine::ring_data(CollJob &job, Message &m, const CollPacket &p, uint64
 	}
 	// Data cache & compute: the block's Seg unit gets the partial, then
 	// this node's ranks (already reduced among themselves, in rank order).
+	// Both arrive in one pass: unit = op(partial, ranks).
 	uint32_t seg = seg_of(job, sid);
+	const uint8_t *local;
+	if (!local_data(job, m, sid, scratch_.data() + segs_.unit_bytes(), &local)) {
+		m.dma_error = true;
+		return;
+	}
 	bool own = segs_.acquire(seg, c.jid, m.mid, sid, m.op, m.dtype, len, 1ull << p.h.src_node,
 				 rank_mask(m.ranks));
 	uint8_t *acc;
 	if (own) {
-		segs_.contribute(seg, 1ull << p.h.src_node, 0, p.payload, len);
+		segs_.contribute_node_and_ranks(seg, 1ull << p.h.src_node, p.payload,
+						rank_mask(m.ranks), local, len);
 		acc = segs_.unit(seg).data;
 	} else {
 		// Held by an early block of a later message: work beside it.
 		ctr.seg_busy++;
 		acc = scratch_.data();
-		memcpy(acc, p.payload, len);
+		reduce_fn(m.op, m.dtype)(acc, p.payload, local, b.elems);
 	}
-	uint8_t *local = scratch_.data() + segs_.unit_bytes();
-	if (!local_partial(job, m, sid, local)) {
-		if (own)
-			segs_.release(seg);
-		m.dma_error = true;
-		return;
-	}
-	if (own)
-		segs_.contribute_ranks(seg, rank_mask(m.ranks), local, len);
-	else
-		reduce_fn(m.op, m.dtype)(acc, acc, local, b.elems);
 	ctr.reductions++;
 	if (hop == uint32_t(n - 1)) {
 		ring_finish_block(job, m, sid, acc, now);

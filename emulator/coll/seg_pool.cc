@@ -82,6 +82,30 @@ SegResult SegPool::contribute_ranks(uint32_t i, uint64_t rank_mask, const void *
 	return SegResult::reduced;
 }
 
+SegResult SegPool::contribute_node_and_ranks(uint32_t i, uint64_t node_bit, const void *node_src,
+					     uint64_t rank_mask, const void *rank_src, uint32_t len)
+{
+	SegUnit &u = units_[i];
+	if (len != u.len)
+		return SegResult::mismatch;
+	if (!node_bit || !rank_mask || !(u.node_pending & node_bit) ||
+	    (u.rank_pending & rank_mask) != rank_mask)
+		return SegResult::duplicate;
+	u.node_pending &= ~node_bit;
+	u.rank_pending &= ~rank_mask;
+	u.node_map |= node_bit;
+	ReduceFn f = reduce_fn(u.op, u.dtype);
+	size_t n = len / dtype_size(u.dtype);
+	if (!u.filled) {
+		f(u.data, node_src, rank_src, n);
+		u.filled = true;
+		return SegResult::filled;
+	}
+	f(u.data, u.data, node_src, n);
+	f(u.data, u.data, rank_src, n);
+	return SegResult::reduced;
+}
+
 SegResult SegPool::contribute_nodes(uint32_t i, uint64_t node_mask, const void *src, uint32_t len)
 {
 	SegUnit &u = units_[i];

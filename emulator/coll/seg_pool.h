@@ -60,6 +60,11 @@ public:
 	// Add the already-reduced data of several local ranks (rank_mask, all
 	// pending): fills an empty unit, else unit = op(unit, src).
 	SegResult contribute_ranks(uint32_t i, uint64_t rank_mask, const void *src, uint32_t len);
+	// A node's data (node_bit) and the already-reduced data of several
+	// local ranks (rank_mask), in that order, all pending: an empty unit
+	// becomes op(node_src, rank_src) in one pass over the three buffers.
+	SegResult contribute_node_and_ranks(uint32_t i, uint64_t node_bit, const void *node_src,
+					    uint64_t rank_mask, const void *rank_src, uint32_t len);
 	// Add the already-reduced data of several nodes (node_mask, all
 	// pending), as a switch gets it from the switch below: fills an empty
 	// unit, else unit = op(unit, src).  len 0 is a contribution of

@@ -183,11 +183,10 @@ void CollEngine::sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t 
 		}
 		break;
 	default:
-		if (!local_partial(job, m, sid, scratch_.data())) {
+		if (!local_data(job, m, sid, scratch_.data(), &payload)) {
 			m.dma_error = true;
 			return;
 		}
-		payload = scratch_.data();
 		plen = len;
 		break;
 	}

@@ -117,6 +117,25 @@ bool CollEngine::local_partial(const CollJob &job, Message &m, uint32_t sid, uin
 	return true;
 }
 
+bool CollEngine::local_data(const CollJob &job, Message &m, uint32_t sid, uint8_t *scratch,
+			    const uint8_t **out)
+{
+	if (m.ranks != 1) {
+		*out = scratch;
+		return local_partial(job, m, sid, scratch);
+	}
+	const BlockDesc &b = m.chain[sid];
+	const uint64_t len = uint64_t(b.elems) * m.es;
+	if (m.coll == CollOp::barrier) {
+		*out = m.zeros.data() + b.voff;
+		return true;
+	}
+	if (!dma_ok(e_, job.pdn, m.src[0], b.voff * m.es, len, 0))
+		return false;
+	*out = reinterpret_cast<const uint8_t *>(m.src[0].addr + b.voff * m.es);
+	return true;
+}
+
 static void copy_out(uint64_t dst, const uint8_t *src, uint64_t len)
 {
 	if (reinterpret_cast<const uint8_t *>(dst) != src)

@@ -41,6 +41,44 @@ TEST(SegPool, FillReduceDuplicateRelease)
 	EXPECT_FALSE(p.acquire(4, 1, 2, 6, RedOp::max, Dtype::int32, 4097, 1, 0)) << "too long";
 }
 
+TEST(SegPool, NodeAndRanksInOnePass)
+{
+	SegPool p(4, 4096);
+	const int32_t a[4] = {1, 2, 3, 4}, r[4] = {10, 20, 30, 40}, b[4] = {100, 200, 300, 400};
+	// Empty unit: unit = a + r, both bitmaps cleared.
+	ASSERT_TRUE(p.acquire(0, 1, 1, 0, RedOp::sum, Dtype::int32, 16, 0b10, 0b111));
+	EXPECT_EQ(p.contribute_node_and_ranks(0, 0b01, a, 0b111, r, 16), SegResult::duplicate)
+		<< "node 0 not expected";
+	EXPECT_EQ(p.contribute_node_and_ranks(0, 0b10, a, 0b1000, r, 16), SegResult::duplicate)
+		<< "rank 3 not expected";
+	EXPECT_EQ(p.contribute_node_and_ranks(0, 0b10, a, 0b111, r, 8), SegResult::mismatch);
+	EXPECT_EQ(p.contribute_node_and_ranks(0, 0b10, a, 0b111, r, 16), SegResult::filled);
+	EXPECT_TRUE(p.complete(0));
+	EXPECT_EQ(p.unit(0).node_map, 0b10u);
+	int32_t got[4];
+	memcpy(got, p.unit(0).data, 16);
+	EXPECT_EQ(got[0], 11);
+	EXPECT_EQ(got[3], 44);
+	EXPECT_EQ(p.contribute_node_and_ranks(0, 0b10, a, 0b111, r, 16), SegResult::duplicate);
+	// A unit that already holds a node's data: unit = (b + a) + r.
+	ASSERT_TRUE(p.acquire(1, 1, 1, 1, RedOp::sum, Dtype::int32, 16, 0b11, 0b1));
+	EXPECT_EQ(p.contribute(1, 0b01, 0, b, 16), SegResult::filled);
+	EXPECT_EQ(p.contribute_node_and_ranks(1, 0b10, a, 0b1, r, 16), SegResult::reduced);
+	memcpy(got, p.unit(1).data, 16);
+	EXPECT_EQ(got[1], 222);
+	EXPECT_EQ(got[2], 333);
+	EXPECT_TRUE(p.complete(1));
+	// The node's data is the first operand: min of two NaNs keeps the first's
+	// payload.
+	ASSERT_TRUE(p.acquire(2, 1, 1, 2, RedOp::min, Dtype::float32, 4, 0b1, 0b1));
+	const uint32_t nan_node = 0x7fc00001u, nan_rank = 0x7fc00002u;
+	EXPECT_EQ(p.contribute_node_and_ranks(2, 0b1, &nan_node, 0b1, &nan_rank, 4),
+		  SegResult::filled);
+	uint32_t bits;
+	memcpy(&bits, p.unit(2).data, 4);
+	EXPECT_EQ(bits, nan_node);
+}
+
 TEST(SegPool, RangesHaveOneOwnerAtATime)
 {
 	SegPool p(16, 256);
