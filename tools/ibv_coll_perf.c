@@ -533,7 +533,10 @@ static int join_job(struct perf *p)
 	struct ibv_coll_job_attr job = {0};
 	struct ibv_coll_switch_addr swaddr = {0};
 	struct ibv_coll_switch_attr swattr = {0};
-	job.jid = 0x9e4f;
+	/* A job id of this run's own (node 0's process id): a switch that
+	 * still holds an earlier run's job (one killed before it could
+	 * release it) does not take this run for that one. */
+	job.jid = 0x9e4f0000u ^ (uint32_t)p->nodes[0].pid;
 	job.node_index = (uint32_t)p->o.node;
 	job.num_nodes = (uint32_t)p->o.nodes;
 	job.members = members;

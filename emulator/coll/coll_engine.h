@@ -80,6 +80,7 @@ private:
 	bool result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out);
 	// status.cc
 	void complete(Qp &qp, CollJob &job, CollStatus st);
+	void retire(Qp &qp); // consume the finished WQEs at the head of the SQ
 	void fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, const char *why);
 	void send_abort(const CollJob &job, uint32_t mid, CollStatus st);
 	// ring.cc

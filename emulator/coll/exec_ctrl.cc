@@ -98,8 +98,9 @@ void CollEngine::answer_query(Qp &qp, CollJob &job, uint32_t idx)
 				c.msg_state = uint8_t(MsgState::queued);
 		}
 	}
-	e_.push_cqe(qp.scq, c);
 	qp.meta[idx & (qp.sq->slots() - 1)].done = true;
+	retire(qp); // room before the completion, as complete()
+	e_.push_cqe(qp.scq, c);
 }
 
 void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
@@ -222,12 +223,18 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		}
 		did |= e_.port->counters().tx_packets != before;
 	}
-	// Retire finished WQEs in order.
+	retire(qp);
+	return did;
+}
+
+// Retire finished WQEs in order.
+void CollEngine::retire(Qp &qp)
+{
+	const uint32_t mask = qp.sq->slots() - 1;
 	while (qp.sq->cons() != qp.sq->prod() && qp.meta[qp.sq->cons() & mask].done) {
 		qp.meta[qp.sq->cons() & mask] = WqeMeta{};
 		qp.sq->consume(qp.sq->cons() + 1);
 	}
-	return did;
 }
 
 uint64_t CollEngine::next_deadline(const Qp &qp) const

@@ -38,6 +38,10 @@ static void remember(CollJob &job, uint32_t mid, MsgState st, uint32_t blocks)
 void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 {
 	Message &m = *job.active;
+	// Retire the WQE (and any finished before it) first: its slot must be
+	// free by the time the application sees the completion and reposts.
+	qp.meta[m.idx & (qp.sq->slots() - 1)].done = true;
+	retire(qp);
 	if (m.signaled || st != CollStatus::success) {
 		Cqe c{};
 		c.wr_id = m.wr_id;
@@ -54,7 +58,6 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 		c.blocks_total = m.nblocks;
 		e_.push_cqe(qp.scq, c);
 	}
-	qp.meta[m.idx & (qp.sq->slots() - 1)].done = true;
 	segs_.unreserve(job.cfg.seg_base, job.cfg.seg_count, job.owner);
 	remember(job, m.mid, st == CollStatus::success ? MsgState::done : MsgState::failed,
 		 m.nblocks);

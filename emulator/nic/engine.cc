@@ -353,6 +353,9 @@ void Engine::release_job(Qp &qp)
 		return;
 	const JobConfig &c = qp.job->cfg;
 	coll->sw_release(*qp.job);
+	// Now: the QP's context may be closed next, and its engine thread
+	// with it, before another progress pass would send the batch.
+	port->tx_flush();
 	SegPool &segs = coll->segs();
 	segs.unreserve(c.seg_base, c.seg_count, qp.job->owner);
 	for (uint32_t i = c.seg_base; i < c.seg_base + c.seg_count; i++)
@@ -400,17 +403,19 @@ static WcOpcode wc_opcode_of(uint8_t wr_opcode)
 void Engine::complete_send(Qp &qp, uint32_t idx, WcStatus st, bool force)
 {
 	const SendWqe *w = qp.sq->at<SendWqe>(idx);
-	if (force || qp.sig_all || (w->flags & kWqeSignaled) || st != WcStatus::success) {
-		Cqe c{};
-		c.wr_id = w->wr_id;
-		c.byte_len = w->length;
-		c.qpn = qp.qpn;
-		c.status = uint8_t(st);
-		c.opcode = uint8_t(wc_opcode_of(w->opcode));
-		push_cqe(qp.scq, c);
-	}
+	bool cqe = force || qp.sig_all || (w->flags & kWqeSignaled) || st != WcStatus::success;
+	Cqe c{};
+	c.wr_id = w->wr_id;
+	c.byte_len = w->length;
+	c.qpn = qp.qpn;
+	c.status = uint8_t(st);
+	c.opcode = uint8_t(wc_opcode_of(w->opcode));
+	// The slot is free before the completion is visible: an application
+	// that reposts as soon as it polls must find room.
 	qp.meta[idx & (qp.sq->slots() - 1)] = WqeMeta{};
 	qp.sq->consume(idx + 1);
+	if (cqe)
+		push_cqe(qp.scq, c);
 }
 
 void Engine::complete_recv(Qp &qp, WcStatus st, WcOpcode op, uint64_t len, uint32_t imm,
@@ -427,8 +432,8 @@ void Engine::complete_recv(Qp &qp, WcStatus st, WcOpcode op, uint64_t len, uint3
 	c.status = uint8_t(st);
 	c.opcode = uint8_t(op);
 	c.flags = flags;
+	qp.rq->consume(idx + 1); // room first, as complete_send
 	push_cqe(qp.rcq, c);
-	qp.rq->consume(idx + 1);
 }
 
 void Engine::qp_to_error(Qp &qp, const char *why)
