@@ -1,12 +1,13 @@
 // Data cache & compute: the Seg pool.
 #include "coll/seg_pool.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ibv_coll::emu {
 
 SegPool::SegPool(uint32_t units, uint32_t unit_bytes)
-	: units_(units), owner_(units, 0), unit_bytes_(unit_bytes)
+	: units_(units), unit_bytes_(unit_bytes)
 {
 	mem_.reset(new uint8_t[size_t(units) * unit_bytes]);
 	for (uint32_t i = 0; i < units; i++)
@@ -128,19 +129,46 @@ SegResult SegPool::contribute_nodes(uint32_t i, uint64_t node_mask, const void *
 
 bool SegPool::reserve(uint32_t base, uint32_t count, uint64_t owner)
 {
-	for (uint32_t i = base; i < base + count; i++)
-		if (owner_[i] && owner_[i] != owner)
+	const uint32_t end = base + count;
+	for (const Reservation &r : reserved_)
+		if (r.owner != owner && r.base < end && base < r.end)
 			return false;
-	for (uint32_t i = base; i < base + count; i++)
-		owner_[i] = owner;
+	// The owner's own ranges that overlap or touch this one merge into it.
+	uint32_t lo = base, hi = end;
+	size_t k = 0;
+	for (const Reservation &r : reserved_) {
+		if (r.owner == owner && r.base <= hi && lo <= r.end) {
+			lo = std::min(lo, r.base);
+			hi = std::max(hi, r.end);
+			continue;
+		}
+		reserved_[k++] = r;
+	}
+	reserved_.resize(k);
+	if (lo < hi)
+		reserved_.push_back(Reservation{lo, hi, owner});
 	return true;
 }
 
 void SegPool::unreserve(uint32_t base, uint32_t count, uint64_t owner)
 {
-	for (uint32_t i = base; i < base + count; i++)
-		if (owner_[i] == owner)
-			owner_[i] = 0;
+	const uint32_t end = base + count;
+	std::vector<Reservation> &keep = keep_;
+	keep.clear();
+	bool changed = false;
+	for (const Reservation &r : reserved_) {
+		if (r.owner != owner || r.end <= base || end <= r.base) {
+			keep.push_back(r);
+			continue;
+		}
+		changed = true;
+		if (r.base < base) // what is left on either side stays reserved
+			keep.push_back(Reservation{r.base, base, owner});
+		if (end < r.end)
+			keep.push_back(Reservation{end, r.end, owner});
+	}
+	if (changed)
+		reserved_.swap(keep);
 }
 
 } // namespace ibv_coll::emu

@@ -76,13 +76,19 @@ public:
 	}
 
 	// Exclusive use of a range of units by one job's running message;
-	// false if another owner holds any of them.
+	// false if another owner holds any of them.  Kept as ranges, not per
+	// unit: a job's range is often the whole pool, reserved and released
+	// once per message.
 	bool reserve(uint32_t base, uint32_t count, uint64_t owner);
 	void unreserve(uint32_t base, uint32_t count, uint64_t owner);
 
 private:
+	struct Reservation {
+		uint32_t base, end; // [base, end)
+		uint64_t owner;
+	};
 	std::vector<SegUnit> units_;
-	std::vector<uint64_t> owner_;
+	std::vector<Reservation> reserved_, keep_; // keep_: unreserve's scratch
 	std::unique_ptr<uint8_t[]> mem_;
 	uint32_t unit_bytes_;
 	uint32_t in_use_ = 0;

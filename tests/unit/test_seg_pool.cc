@@ -91,4 +91,19 @@ TEST(SegPool, RangesHaveOneOwnerAtATime)
 	EXPECT_FALSE(p.reserve(0, 8, 1));
 	p.unreserve(4, 4, 2); // not its owner: no effect
 	EXPECT_FALSE(p.reserve(0, 8, 1));
+	// Releasing the middle of a range keeps both ends.
+	p.unreserve(8, 8, 2);
+	p.unreserve(4, 4, 3);
+	EXPECT_TRUE(p.reserve(0, 16, 4));
+	p.unreserve(6, 4, 4);
+	EXPECT_FALSE(p.reserve(5, 1, 5)) << "left end still owner 4's";
+	EXPECT_FALSE(p.reserve(10, 1, 5)) << "right end still owner 4's";
+	EXPECT_TRUE(p.reserve(6, 4, 5)) << "the middle is free";
+	EXPECT_FALSE(p.reserve(9, 2, 4)) << "owner 5 holds 9";
+	p.unreserve(0, 16, 4);
+	EXPECT_TRUE(p.reserve(0, 6, 6));
+	EXPECT_TRUE(p.reserve(10, 6, 6));
+	EXPECT_FALSE(p.reserve(0, 16, 6)) << "owner 5 still holds the middle";
+	p.unreserve(0, 16, 5);
+	EXPECT_TRUE(p.reserve(0, 16, 6));
 }
