@@ -10,6 +10,7 @@ namespace ibv_coll::emu {
 
 int MrTable::add(uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access, uint32_t *key)
 {
+	std::unique_lock lk(mu_);
 	uint32_t idx;
 	if (!free_.empty()) {
 		idx = free_.back();
@@ -35,6 +36,7 @@ int MrTable::add(uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access, uin
 
 int MrTable::add_keyed(uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access, uint32_t key)
 {
+	std::unique_lock lk(mu_);
 	if (keyed_.count(key))
 		return EEXIST;
 	Entry e;
@@ -49,6 +51,7 @@ int MrTable::add_keyed(uint32_t pdn, uint64_t addr, uint64_t len, uint32_t acces
 
 int MrTable::remove(uint32_t key)
 {
+	std::unique_lock lk(mu_);
 	if (keyed_.erase(key))
 		return 0;
 	uint32_t idx = (key >> 8) - 1;
@@ -82,6 +85,7 @@ const MrTable::Entry *MrTable::find(uint32_t key) const
 DmaErr MrTable::check(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
 		      uint32_t need) const
 {
+	std::shared_lock lk(mu_);
 	const Entry *ep = find(key);
 	if (!ep)
 		return DmaErr::bad_key;

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <shared_mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -19,6 +21,9 @@ enum Access : uint32_t {
 
 enum class DmaErr : uint8_t { ok, bad_key, bad_pd, bad_access, bounds };
 
+// Thread safety: the table has its own reader/writer lock, so that a
+// posting thread can check its SGEs while the engine thread is busy (the
+// engine's big lock is held across system calls).
 class MrTable {
 public:
 	static constexpr size_t kMaxMrSlots = (1u << 24) - 1; // keys carry 24 index bits
@@ -35,7 +40,11 @@ public:
 	// pdn, and allowed `need` access.  len 0 still checks key and pd.
 	DmaErr check(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
 		     uint32_t need) const;
-	size_t count() const { return live_ + keyed_.size(); }
+	size_t count() const
+	{
+		std::shared_lock lk(mu_);
+		return live_ + keyed_.size();
+	}
 
 private:
 	struct Entry {
@@ -47,6 +56,7 @@ private:
 		bool valid = false;
 	};
 	const Entry *find(uint32_t key) const;
+	mutable std::shared_mutex mu_;
 	std::vector<Entry> slots_;
 	std::unordered_map<uint32_t, Entry> keyed_;
 	std::vector<uint32_t> free_;

@@ -318,7 +318,7 @@ uint32_t Nic::seg_unit_bytes() const
 int Nic::check_local(uint32_t pdn, const Sge *sges, const uint64_t *len, uint32_t n,
 		     uint32_t need)
 {
-	std::lock_guard lk(e_->mu);
+	// The MR table's own lock only: a post does not wait for the engine.
 	for (uint32_t i = 0; i < n; i++) {
 		if (!len[i])
 			continue;
