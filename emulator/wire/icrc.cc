@@ -1,4 +1,5 @@
-// The RoCEv2 invariant CRC; slicing-by-8 tables for the CRC itself.
+// The RoCEv2 invariant CRC: slicing-by-8 tables, and folding by carry-less
+// multiplication (PCLMULQDQ, or VPCLMULQDQ) where the CPU has it.
 #include "wire/icrc.h"
 
 #include "wire/bytes.h"
