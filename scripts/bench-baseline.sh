@@ -12,7 +12,9 @@
 #   e.g. scripts/bench-baseline.sh -t auto
 # Environment: BUILD_DIR (build), NP (4), MINBYTES (8), MAXBYTES (64M),
 #   FACTOR (2), ITERS (20) and WARMUP (5) up to 1 MiB, BIG_ITERS (5) and
-#   BIG_WARMUP (1) above, TIMEOUT (600 s per run).
+#   BIG_WARMUP (1) above, TIMEOUT (600 s per run), REPEAT (3): each size
+#   runs REPEAT times on each side, alternating, and the tables keep each
+#   side's median run; the comparison also shows the fastest and slowest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -22,6 +24,7 @@ factor=${FACTOR:-2}
 iters=${ITERS:-20} warmup=${WARMUP:-5}
 big_iters=${BIG_ITERS:-5} big_warmup=${BIG_WARMUP:-1}
 timeout=${TIMEOUT:-600}
+repeat=${REPEAT:-3}
 ours_extra=("$@")
 
 bytes() { # 8, 64K, 64M, 1G -> bytes
@@ -96,7 +99,8 @@ fi
 echo "=> ob1 over the tcp BTL on lo (self for a rank's own messages), coll tuned; no shared memory"
 
 ours_hdr=$(mktemp) mpi_hdr=$(mktemp) ours_rows=$(mktemp) mpi_rows=$(mktemp)
-trap 'rm -f "$ours_hdr" "$mpi_hdr" "$ours_rows" "$mpi_rows"' EXIT
+ours_try=$(mktemp) mpi_try=$(mktemp) spread=$(mktemp)
+trap 'rm -f "$ours_hdr" "$mpi_hdr" "$ours_rows" "$mpi_rows" "$ours_try" "$mpi_try" "$spread"' EXIT
 
 # Header lines (once) into $2, result rows into $3.
 collect() {
@@ -107,27 +111,44 @@ collect() {
 	printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 13' >>"$rows"
 }
 
-echo "== runs: $np processes, float sum, $minb to $maxb bytes, factor $factor, ours then MPI at each size"
+# The median of a size's runs (by out-of-place time) goes to the table.
+median_row() {
+	sort -g -k6,6 "$1" | awk -v k="$repeat" 'NR == int((k + 1) / 2)'
+}
+# min and max out-of-place time of a size's runs
+min_max() {
+	awk 'NR == 1 || $6 < lo { lo = $6 } NR == 1 || $6 > hi { hi = $6 } END { print lo, hi }' "$1"
+}
+
+echo "== runs: $np processes, float sum, $minb to $maxb bytes, factor $factor, ours then MPI at each size, $repeat times"
 size=$minb
 while [ "$size" -le "$maxb" ]; do
 	n=$iters w=$warmup
 	if [ "$size" -gt $((1 << 20)) ]; then
 		n=$big_iters w=$big_warmup
 	fi
-	if ! out=$("${ours_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" "${ours_extra[@]}" 2>&1); then
-		printf '%s\n' "$out"
-		echo "bench-baseline: ibv_coll_perf failed at $size bytes" >&2
-		exit 1
-	fi
-	collect "$(printf '%s\n' "$out" | sed 's/^\[0\] //')" "$ours_hdr" "$ours_rows"
-	if ! out=$("${mpi_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" 2>&1); then
-		printf '%s\n' "$out"
-		echo "bench-baseline: mpi_allreduce_perf failed at $size bytes" >&2
-		exit 1
-	fi
-	collect "$out" "$mpi_hdr" "$mpi_rows"
-	printf '  %10d bytes: ours %s us, MPI %s us\n' "$size" \
-		"$(tail -1 "$ours_rows" | awk '{print $6}')" "$(tail -1 "$mpi_rows" | awk '{print $6}')"
+	: >"$ours_try"
+	: >"$mpi_try"
+	for ((r = 1; r <= repeat; r++)); do
+		if ! out=$("${ours_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" "${ours_extra[@]}" 2>&1); then
+			printf '%s\n' "$out"
+			echo "bench-baseline: ibv_coll_perf failed at $size bytes" >&2
+			exit 1
+		fi
+		collect "$(printf '%s\n' "$out" | sed 's/^\[0\] //')" "$ours_hdr" "$ours_try"
+		if ! out=$("${mpi_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" 2>&1); then
+			printf '%s\n' "$out"
+			echo "bench-baseline: mpi_allreduce_perf failed at $size bytes" >&2
+			exit 1
+		fi
+		collect "$out" "$mpi_hdr" "$mpi_try"
+	done
+	median_row "$ours_try" >>"$ours_rows"
+	median_row "$mpi_try" >>"$mpi_rows"
+	echo "$(min_max "$ours_try") $(min_max "$mpi_try")" >>"$spread"
+	printf '  %10d bytes: ours %s us, MPI %s us (medians of %d; ours %s, MPI %s)\n' "$size" \
+		"$(tail -1 "$ours_rows" | awk '{print $6}')" "$(tail -1 "$mpi_rows" | awk '{print $6}')" \
+		"$repeat" "$(min_max "$ours_try" | tr ' ' -)" "$(min_max "$mpi_try" | tr ' ' -)"
 	size=$((size * factor))
 done
 
@@ -150,16 +171,20 @@ table "ibv_coll: ibv_coll_run -n $np -k 1 -- ibv_coll_perf -C allreduce -d float
 table "Open MPI: ${mpirun_cmd[*]} mpi_allreduce_perf" "$mpi_hdr" "$mpi_rows"
 
 echo
-echo "== comparison, out of place: busbw in GB/s, ratio = ours / MPI busbw, lat.ratio = ours / MPI time"
-printf '%12s  %12s  %12s  %8s  %12s  %12s  %8s  %s\n' "size(B)" "ours busbw" "MPI busbw" \
-	"ratio" "ours us" "MPI us" "lat.ratio" "ours ran"
+echo "== comparison, out of place, medians of $repeat: busbw in GB/s, ratio = ours / MPI busbw, lat.ratio = ours / MPI time, ratio range = from our slowest against MPI's fastest to our fastest against MPI's slowest"
+printf '%12s  %12s  %12s  %8s  %12s  %12s  %8s  %11s  %s\n' "size(B)" "ours busbw" "MPI busbw" \
+	"ratio" "ours us" "MPI us" "lat.ratio" "ratio range" "ours ran"
 # busbw recomputed from size and time, with more digits than the tables.
-paste "$ours_rows" "$mpi_rows" | awk -v nf="$(head -1 "$ours_rows" | awk '{print NF}')" -v np="$np" '{
-	m = nf # the MPI row starts after the ours row
+paste "$ours_rows" "$mpi_rows" "$spread" | awk -v nf="$(head -1 "$ours_rows" | awk '{print NF}')" \
+	-v mf="$(head -1 "$mpi_rows" | awk '{print NF}')" -v np="$np" '{
+	m = nf # the MPI row starts after the ours row, the spread after both
+	s = nf + mf
 	ot = $6; mt = $(m + 6); f = 2 * (np - 1) / np
 	ob = (ot > 0) ? $1 / ot / 1e3 * f : 0
 	mb = (mt > 0) ? $1 / mt / 1e3 * f : 0
 	ratio = (mb > 0) ? sprintf("%.2f", ob / mb) : "-"
 	lat = (mt > 0) ? sprintf("%.2f", ot / mt) : "-"
-	printf "%12d  %12.4f  %12.4f  %8s  %12.1f  %12.1f  %8s  %s\n", $1, ob, mb, ratio, ot, mt, lat, $nf
+	olo = $(s + 1); ohi = $(s + 2); mlo = $(s + 3); mhi = $(s + 4)
+	range = (ohi > 0 && mhi > 0) ? sprintf("%.2f-%.2f", mlo / ohi, mhi / olo) : "-"
+	printf "%12d  %12.4f  %12.4f  %8s  %12.1f  %12.1f  %8s  %11s  %s\n", $1, ob, mb, ratio, ot, mt, lat, range, $nf
 }'
