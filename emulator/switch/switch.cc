@@ -299,6 +299,7 @@ bool Switch::alloc_units(Job &j, uint32_t want)
 		range_used_[i] = 1;
 	j.seg_base = best;
 	j.granted = best_len;
+	j.stash.assign(best_len, {});
 	j.have_units = true;
 	return true;
 }
@@ -312,6 +313,8 @@ void Switch::free_units(Job &j)
 		pool_.release(i);
 	}
 	j.have_units = false;
+	for (uint32_t i = 0; i < j.stash.size(); i++)
+		unstash(j, i);
 	j.stash.clear();
 }
 
@@ -513,16 +516,21 @@ void Switch::on_release(const In &p)
 void Switch::fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, uint32_t len)
 {
 	SegUnit &u = pool_.unit(j.seg_base + unit);
+	std::vector<Stash> &v = j.stash[unit];
 	if (lowest(cover) != lowest(u.node_pending)) {
-		j.stash[unit].push_back(Stash{cover, std::vector<uint8_t>(data, data + len)});
+		std::vector<uint8_t> buf;
+		if (!spare_.empty()) {
+			buf.swap(spare_.back());
+			spare_.pop_back();
+		}
+		buf.assign(data, data + len);
+		v.push_back(Stash{cover, std::move(buf)});
 		return;
 	}
 	pool_.contribute_nodes(j.seg_base + unit, cover, data, len);
 	if (len)
 		j.ctr.reductions++;
-	auto it = j.stash.find(unit);
-	while (it != j.stash.end() && u.node_pending) {
-		auto &v = it->second;
+	while (!v.empty() && u.node_pending) {
 		auto s = std::find_if(v.begin(), v.end(), [&](const Stash &x) {
 			return lowest(x.cover) == lowest(u.node_pending);
 		});
@@ -532,12 +540,18 @@ void Switch::fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, ui
 				       uint32_t(s->data.size()));
 		if (!s->data.empty())
 			j.ctr.reductions++;
+		spare_.push_back(std::move(s->data));
 		v.erase(s);
 	}
-	if (it != j.stash.end() && it->second.empty())
-		j.stash.erase(it);
 	if (!u.node_pending)
 		complete_unit(j, unit);
+}
+
+void Switch::unstash(Job &j, uint32_t unit)
+{
+	for (Stash &s : j.stash[unit])
+		spare_.push_back(std::move(s.data));
+	j.stash[unit].clear();
 }
 
 void Switch::complete_unit(Job &j, uint32_t unit)
@@ -664,10 +678,8 @@ void Switch::on_data(const In &p0)
 		if ((u.node_pending & p.h.node_map) == p.h.node_map) {
 			// Its first copy is still to come for this block.
 			bool stashed = false;
-			auto it = j.stash.find(unit);
-			if (it != j.stash.end())
-				for (const Stash &s : it->second)
-					stashed |= s.cover == p.h.node_map;
+			for (const Stash &s : j.stash[unit])
+				stashed |= s.cover == p.h.node_map;
 			if (!stashed) {
 				if (p.paylen && p.paylen != u.len && u.len) {
 					j.ctr.drop_block++;
@@ -701,7 +713,7 @@ void Switch::on_data(const In &p0)
 		return;
 	}
 	pool_.release(j.seg_base + unit);
-	j.stash.erase(unit);
+	unstash(j, unit);
 	pool_.acquire(j.seg_base + unit, j.jid, p.h.mid, p.h.sid, RedOp(p.h.op), Dtype(p.h.dtype),
 		      0, j.subtree, 0);
 	u.kind = kUnitCollecting;

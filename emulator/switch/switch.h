@@ -94,8 +94,9 @@ private:
 		State state = State::collecting;
 		uint32_t seg_base = 0, granted = 0;
 		bool have_units = false;
-		// Partials that came before their turn, by unit.
-		std::map<uint32_t, std::vector<Stash>> stash;
+		// Partials that came before their turn, by unit (granted entries;
+		// the vectors keep their capacity from block to block).
+		std::vector<std::vector<Stash>> stash;
 		uint64_t last_seen = 0;
 		uint32_t released = 0; // children that said goodbye
 		SwitchCounters ctr;
@@ -124,6 +125,7 @@ private:
 	bool alloc_units(Job &j, uint32_t want);
 	void free_units(Job &j);
 	void fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, uint32_t len);
+	void unstash(Job &j, uint32_t unit); // drop a unit's waiting partials
 	void complete_unit(Job &j, uint32_t unit);
 	void send_up(Job &j, uint32_t unit);
 	void send_result(Job &j, uint32_t unit, const Child &c);
@@ -136,6 +138,9 @@ private:
 	std::unique_ptr<Transport> port_;
 	SegPool pool_;
 	std::vector<uint8_t> range_used_; // per unit: taken by a job
+	// Buffers of stashed partials, kept for the next ones: a partial that
+	// arrives before its turn costs a copy, not an allocation.
+	std::vector<std::vector<uint8_t>> spare_;
 	std::map<uint32_t, Job> jobs_;
 	SwitchCounters gone_; // counters of jobs forgotten
 	util::UniqueFd epfd_;
