@@ -103,9 +103,10 @@ bool CollEngine::flush(Qp &qp)
 	uint32_t prod = qp.sq->prod();
 	for (uint32_t i = qp.sq->cons(); i != prod; i++) {
 		WqeMeta &meta = qp.meta[i & mask];
-		if (!meta.done) {
+		const bool flushed = !meta.done;
+		Cqe c{};
+		if (flushed) {
 			const CollWqe *w = qp.sq->at<CollWqe>(i);
-			Cqe c{};
 			c.wr_id = w->wr_id;
 			c.qpn = qp.qpn;
 			c.status = uint8_t(WcStatus::wr_flush_err);
@@ -113,12 +114,16 @@ bool CollEngine::flush(Qp &qp)
 			c.coll_status = uint8_t(CollStatus::flushed);
 			c.jid = qp.job ? qp.job->cfg.jid : 0;
 			c.mid = w->mid;
+		}
+		// The slot is free before its completion is visible, as in
+		// complete().
+		meta = WqeMeta{};
+		qp.sq->consume(i + 1);
+		if (flushed) {
 			e_.push_cqe(qp.scq, c);
 			did = true;
 		}
-		meta = WqeMeta{};
 	}
-	qp.sq->consume(prod);
 	qp.req_idx = prod;
 	if (qp.job && qp.job->active) {
 		segs_.unreserve(qp.job->cfg.seg_base, qp.job->cfg.seg_count, qp.job->owner);
