@@ -109,12 +109,16 @@ private:
 	void sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again);
 	void sw_pump(Qp &qp, CollJob &job, uint64_t now);
 	void sw_timers(Qp &qp, CollJob &job, uint64_t now);
+	void sw_config_timers(Qp &qp, CollJob &job, uint64_t now);
+	bool sw_all_heard(const CollJob &job) const;
+	uint64_t sw_config_interval(const CollJob &job) const;
 	bool sw_done(const CollJob &job) const;
 	void sw_release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now);
 	void sw_send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uint16_t to, bool ask);
 	void sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p);
 	void sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p);
 	uint64_t rto_ns(const CollJob &job) const;
+	uint64_t coll_timeout_ns(const CollJob &job) const;
 	void rtt_sample(CollJob &job, uint64_t rtt);
 	void arm(CollJob &job, std::map<uint32_t, Message::Pending> &pend, uint32_t sid, uint64_t now,
 		 bool again);

@@ -150,6 +150,7 @@ struct CollJob {
 	enum class SwPhase : uint8_t { none, configuring, ready, fallback, failed };
 	SwPhase sw_phase = SwPhase::none;
 	std::vector<uint32_t> sw_granted; // per plane (0: not yet)
+	std::vector<uint8_t> sw_heard;	  // per plane: its leaf has answered
 	uint32_t sw_window = 0;
 	uint64_t sw_cfg_start = 0, sw_cfg_sent = 0;
 	uint64_t sw_next_gs = 0; // the job's number for the next message's block 0

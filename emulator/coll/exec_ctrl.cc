@@ -242,11 +242,9 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 	if (!qp.job || !qp.job->active)
 		return 0;
 	const Message &m = *qp.job->active;
+	uint64_t d = m.last_progress + coll_timeout_ns(*qp.job);
 	if (m.waiting)
-		return qp.job->sw_cfg_sent + rto_ns(*qp.job);
-	uint64_t d = m.last_progress + uint64_t(qp.job->cfg.timeout_ms ? qp.job->cfg.timeout_ms
-								     : e_.params.cfg.coll_timeout_ms) *
-						 util::kNsPerMs;
+		return std::min(d, qp.job->sw_cfg_sent + sw_config_interval(*qp.job));
 	for (const auto *pend : {&m.o_pending, &m.f_pending})
 		for (const auto &kv : *pend)
 			d = std::min(d, kv.second.deadline);

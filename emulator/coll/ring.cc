@@ -72,6 +72,14 @@ uint64_t CollEngine::rto_ns(const CollJob &job) const
 	return std::clamp(job.srtt + 4 * job.rttvar, lo, hi);
 }
 
+// A collective fails after this long without progress: the job's
+// timeout_ms, or IBV_COLL_EMU_COLL_TIMEOUT_MS.
+uint64_t CollEngine::coll_timeout_ns(const CollJob &job) const
+{
+	const uint32_t ms = job.cfg.timeout_ms ? job.cfg.timeout_ms : e_.params.cfg.coll_timeout_ms;
+	return uint64_t(ms) * util::kNsPerMs;
+}
+
 void CollEngine::rtt_sample(CollJob &job, uint64_t rtt)
 {
 	if (!job.srtt) {
@@ -550,10 +558,7 @@ void CollEngine::ring_timers(Qp &qp, CollJob &job, uint64_t now)
 	}
 	if (m.dma_error)
 		return fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
-	uint64_t limit = uint64_t(job.cfg.timeout_ms ? job.cfg.timeout_ms
-						     : e_.params.cfg.coll_timeout_ms) *
-			 util::kNsPerMs;
-	if (now > m.last_progress && now - m.last_progress > limit) {
+	if (now > m.last_progress && now - m.last_progress > coll_timeout_ns(job)) {
 		ctr.timeouts++;
 		fail(qp, job, CollStatus::timeout, true, "no progress within the job's timeout");
 	}

@@ -91,6 +91,7 @@ void CollEngine::sw_begin(Qp &qp, CollJob &job, uint64_t now)
 	const SwitchConfig &s = job.cfg.sw;
 	if (job.sw_phase == CollJob::SwPhase::none) {
 		job.sw_granted.assign(s.planes, 0);
+		job.sw_heard.assign(s.planes, 0);
 		if (s.inline_task) {
 			job.sw_granted.assign(s.planes, sw_request(job));
 			sw_ready(job);
@@ -235,9 +236,29 @@ void CollEngine::sw_pump(Qp &qp, CollJob &job, uint64_t now)
 		fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 }
 
-void CollEngine::sw_timers(Qp &qp, CollJob &job, uint64_t now)
+// Every plane's leaf has answered (perhaps only "heard, wait").
+bool CollEngine::sw_all_heard(const CollJob &job) const
 {
-	if (job.sw_phase == CollJob::SwPhase::configuring) {
+	return std::count(job.sw_heard.begin(), job.sw_heard.end(), uint8_t(0)) == 0;
+}
+
+// CONFIG goes again every retransmission timeout until every leaf has
+// answered, then (while they wait for late members) every 100 ms at most:
+// a repeat is what recovers a lost grant.
+uint64_t CollEngine::sw_config_interval(const CollJob &job) const
+{
+	uint64_t rto = rto_ns(job);
+	return sw_all_heard(job) ? std::max<uint64_t>(rto, 100 * util::kNsPerMs) : rto;
+}
+
+// Configuring: a switch that never answers fails the job (or, with AUTO,
+// sends it round the ring) after IBV_COLL_EMU_SW_CONFIG_MS; one that
+// answers "heard, wait" is waited for as long as the collective's own
+// timeout allows, since members may start their first collective far
+// apart.
+void CollEngine::sw_config_timers(Qp &qp, CollJob &job, uint64_t now)
+{
+	if (!sw_all_heard(job)) {
 		uint64_t limit = uint64_t(e_.params.cfg.sw_config_ms) * util::kNsPerMs;
 		if (now - job.sw_cfg_start > limit) {
 			if (job.cfg.topology == Topology::autosel) {
@@ -252,10 +273,20 @@ void CollEngine::sw_timers(Qp &qp, CollJob &job, uint64_t now)
 				sw_start(qp, job, now);
 			return;
 		}
-		if (now - job.sw_cfg_sent > rto_ns(job))
-			sw_send_config(job, now);
-		return;
+	} else if (job.active && job.active->waiting && now > job.active->last_progress &&
+		   now - job.active->last_progress > coll_timeout_ns(job)) {
+		ctr.timeouts++;
+		return fail(qp, job, CollStatus::timeout, true,
+			    "the switch still waits for other members of the job");
 	}
+	if (now - job.sw_cfg_sent > sw_config_interval(job))
+		sw_send_config(job, now);
+}
+
+void CollEngine::sw_timers(Qp &qp, CollJob &job, uint64_t now)
+{
+	if (job.sw_phase == CollJob::SwPhase::configuring)
+		return sw_config_timers(qp, job, now);
 	if (!job.active || job.active->waiting)
 		return;
 	Message &m = *job.active;
@@ -272,10 +303,7 @@ void CollEngine::sw_timers(Qp &qp, CollJob &job, uint64_t now)
 	}
 	if (m.dma_error)
 		return fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
-	uint64_t limit = uint64_t(job.cfg.timeout_ms ? job.cfg.timeout_ms
-						     : e_.params.cfg.coll_timeout_ms) *
-			 util::kNsPerMs;
-	if (now > m.last_progress && now - m.last_progress > limit) {
+	if (now > m.last_progress && now - m.last_progress > coll_timeout_ns(job)) {
 		ctr.timeouts++;
 		fail(qp, job, CollStatus::timeout, true, "no result from the switch within the timeout");
 	}
@@ -379,6 +407,14 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 				plane = q;
 		if (plane == s.planes)
 			return;
+		if (p.h.flags & kCethPending) {
+			if (!job.sw_heard[plane])
+				IBVC_DEBUG("coll", "{}: job {}: plane {}'s switch waits for other members",
+					   e_.params.name, job.cfg.jid, plane);
+			job.sw_heard[plane] = 1;
+			return;
+		}
+		job.sw_heard[plane] = 1;
 		if (p.h.status || p.h.seg < 2) {
 			IBVC_WARN("coll", "{}: job {}: the switch refused it{}", e_.params.name,
 				  job.cfg.jid,
@@ -453,9 +489,12 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 }
 
 // The job leaves its switches (its QP is reset or destroyed).
+// The job leaves its switches: whatever they hold for it (units, or a
+// configuration still collecting, or a refusal) goes at once rather than
+// at their idle timeout, so the job ID is free for the next run.
 void CollEngine::sw_release(const CollJob &job)
 {
-	if (job.sw_phase != CollJob::SwPhase::ready)
+	if (job.sw_phase == CollJob::SwPhase::none)
 		return;
 	const SwitchConfig &s = job.cfg.sw;
 	for (uint32_t p = 0; p < s.planes; p++) {

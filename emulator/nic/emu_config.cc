@@ -73,8 +73,9 @@ const ConfigVar kVars[kCount] = {
 	 "(0: one datagram per system call)",
 	 ConfigKind::uint, 0, 1},
 	{"IBV_COLL_EMU_SW_CONFIG_MS", "1000",
-	 "how long a job waits for its switches to grant it Seg units before topology AUTO falls "
-	 "back to the ring (SWITCH and HIERARCHY fail with a timeout)",
+	 "how long a job waits for its switches to answer its configuration before topology AUTO "
+	 "falls back to the ring (SWITCH and HIERARCHY fail with a timeout); once they answer, "
+	 "the wait for the grant is the collective's timeout",
 	 ConfigKind::uint, 1, 3600000},
 };
 

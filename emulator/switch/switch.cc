@@ -440,9 +440,12 @@ void Switch::on_config(const In &p)
 	switch (j->state) {
 	case State::collecting:
 		try_grant(*j);
+		if (j->state == State::collecting || j->state == State::waiting_parent)
+			answer_pending(*j, p.src);
 		break;
 	case State::waiting_parent:
 		send_config_up(*j); // the child asks again: so do we
+		answer_pending(*j, p.src);
 		break;
 	case State::granted:
 	case State::denied: {
@@ -462,6 +465,23 @@ void Switch::on_config(const In &p)
 	}
 }
 
+// The child is heard but must wait for the rest of the subtree (or our
+// parent): without this a member that starts early could not tell a
+// switch that waits for late members from one that is not there.
+void Switch::answer_pending(Job &j, const Endpoint &src)
+{
+	Child *c = child_of(j, src);
+	if (!c)
+		return;
+	Ceth h;
+	h.src_node = sw::kNodeSwitch;
+	h.jid = j.jid;
+	h.flags = kCethPending;
+	h.node_map = c->cover;
+	h.job_key = j.key;
+	send_to(j, c->ep, c->local, c->qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+}
+
 void Switch::on_config_ack(const In &p)
 {
 	Job *j = job_for(p, nullptr, false);
@@ -472,6 +492,8 @@ void Switch::on_config_ack(const In &p)
 		return;
 	}
 	j->last_seen = util::now_ns();
+	if (p.h.flags & kCethPending)
+		return; // the parent waits for other leaves
 	if (p.h.status || p.h.seg < 2) {
 		if (j->state != State::denied)
 			deny(*j, "the parent switch refused it");
@@ -492,8 +514,10 @@ void Switch::on_release(const In &p)
 	if (it == jobs_.end() || p.h.job_key != it->second.key)
 		return;
 	Job &j = it->second;
-	if (!child_of(j, p.src))
+	Child *c = child_of(j, p.src);
+	if (!c || c->released)
 		return;
+	c->released = true;
 	j.ctr.releases++;
 	if (++j.released < j.children.size())
 		return;

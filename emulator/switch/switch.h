@@ -72,6 +72,7 @@ private:
 		uint32_t qpn = 0;
 		uint64_t cover = 0;
 		bool is_switch = false;
+		bool released = false;
 	};
 	enum class State : uint8_t { collecting, waiting_parent, granted, denied };
 	struct Stash {
@@ -116,6 +117,7 @@ private:
 	int add_child(Job &j, const In &p, const sw::Task &t);
 	void on_config(const In &p);
 	void on_config_ack(const In &p);
+	void answer_pending(Job &j, const Endpoint &src);
 	void on_data(const In &p);
 	void on_result(const In &p);
 	void on_release(const In &p);

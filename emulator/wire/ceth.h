@@ -52,6 +52,7 @@ enum CethFlags : uint8_t {
 	kCethInline = 1 << 0,	// carries the task information (no prior configuration)
 	kCethRetrans = 1 << 1,	// sent again after a timeout
 	kCethInPlace = 1 << 2,
+	kCethPending = 1 << 3,	// CONFIG_ACK: heard, still waiting for the rest of the subtree
 };
 
 struct Ceth {

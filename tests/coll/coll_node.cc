@@ -48,6 +48,8 @@ struct Opts {
 	bool e2e_ack = false;
 	int expect_flags = -1; // wc_flags every completion must have
 	int gid_index = -1;    // the member address; -1: IBV_COLL_TEST_GID or 0
+	int late_node = -1;    // this node starts its first collective late_ms late
+	uint32_t late_ms = 0;
 };
 
 struct Case {
@@ -133,6 +135,8 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 		// The switch dies under a large allreduce: an error, in bound.
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 8u << 20, 0,
 			     0});
+	} else if (o.scenario == "swlate") {
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 1000, 0, 0});
 	} else if (o.scenario == "die") {
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 8u << 20, 0,
 			     0});
@@ -181,11 +185,11 @@ int main(int argc, char **argv)
 		{"member-leaf", 1, nullptr, 'M'}, {"planes", 1, nullptr, 'p'},
 		{"window", 1, nullptr, 'w'},  {"inline", 0, nullptr, 'I'},
 		{"expect-flags", 1, nullptr, 'F'}, {"e2e-ack", 0, nullptr, 'E'},
-		{"gid-index", 1, nullptr, 'G'},
+		{"gid-index", 1, nullptr, 'G'}, {"late", 1, nullptr, 'l'},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:", lo, nullptr)) !=
+	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:l:", lo, nullptr)) !=
 	       -1) {
 		switch (c) {
 		case 'b': o.boot = optarg; break;
@@ -201,6 +205,15 @@ int main(int argc, char **argv)
 		case 'I': o.inline_task = true; break;
 		case 'E': o.e2e_ack = true; break;
 		case 'G': o.gid_index = atoi(optarg); break;
+		case 'l': {
+			// NODE:MS
+			char *end;
+			o.late_node = int(strtol(optarg, &end, 10));
+			if (*end != ':')
+				return 2;
+			o.late_ms = uint32_t(strtoul(end + 1, nullptr, 10));
+			break;
+		}
 		case 'F': o.expect_flags = int(strtol(optarg, nullptr, 0)); break;
 		case 's': o.scenario = optarg; break;
 		case 'S': o.seed = strtoull(optarg, nullptr, 0); break;
@@ -402,6 +415,11 @@ int main(int argc, char **argv)
 		wr.wr.coll.root = s.root;
 		ibv_coll_counters before{};
 		ibv_query_coll_counters(ctx, &before);
+		if (ci == 0 && o.node == o.late_node) {
+			// Members may start far apart: the others' first collective,
+			// already waiting at the switch, must wait for this one.
+			usleep(o.late_ms * 1000);
+		}
 		auto t0 = Clock::now();
 		if (int err = ibv_post_coll_send(qp, &wr, &bad))
 			die("post", err);
@@ -430,6 +448,25 @@ int main(int argc, char **argv)
 				  (wc.coll_status == IBV_COLL_STATUS_TIMEOUT ||
 				   wc.coll_status == IBV_COLL_STATUS_REMOTE_ABORT) &&
 				  ms < o.timeout_ms + 2000.0;
+			failures += ok ? 0 : 1;
+			failing_scenario = true;
+			break;
+		}
+		if (o.scenario == "swlate") {
+			// A member comes past the job's timeout: the others' first
+			// collective, heard and told to wait by the switch, ends after
+			// the timeout and no sooner (TIMEOUT, or the ABORT of the
+			// first to time out); the latecomer's at once, with that ABORT.
+			printf("node %d: %s / %s after %.0f ms\n", o.node,
+			       ibv_coll_wc_status_str(wc.status), ibv_coll_status_str(wc.coll_status), ms);
+			bool ok = wc.status != IBV_WC_SUCCESS;
+			if (o.node == o.late_node)
+				ok = ok && wc.coll_status == IBV_COLL_STATUS_REMOTE_ABORT && ms < 2000.0;
+			else
+				ok = ok &&
+				     (wc.coll_status == IBV_COLL_STATUS_TIMEOUT ||
+				      wc.coll_status == IBV_COLL_STATUS_REMOTE_ABORT) &&
+				     ms > 0.9 * o.timeout_ms && ms < o.timeout_ms + 2000.0;
 			failures += ok ? 0 : 1;
 			failing_scenario = true;
 			break;

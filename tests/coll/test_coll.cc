@@ -195,7 +195,10 @@ std::vector<NodeSet> runs()
 	v.push_back({8, "1", "full", {}, {}, 240, ""});
 	v.push_back({8, "2", "full", {}, {}, 240, ""});
 	v.push_back({4, "2", "full", {}, {"--mtu", "5"}, 240, "mtu4096"});
-	v.push_back({4, "2", "big", {}, {"--mtu", "5"}, 300, ""});
+	// (Each node checks its 64 MiB results against the scalar reference
+	// before it starts the next collective, and on 2 busy cores one may
+	// start seconds after another: a long job timeout.)
+	v.push_back({4, "2", "big", {}, {"--mtu", "5", "--timeout-ms", "60000"}, 300, ""});
 	const std::string loss = "IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=3";
 	v.push_back({4, "2", "lossy", {loss, "IBV_COLL_EMU_COLL_RTO_US=5000"}, {}, 240, ""});
 	v.push_back({3, "1", "lossy", {loss, "IBV_COLL_EMU_COLL_RTO_US=5000"}, {}, 240, ""});
@@ -247,8 +250,8 @@ std::vector<NodeSet> switch_runs()
 		     "IBV_COLL_EMU_COLL_RTO_US=5000"}, {"--topology", "1", "--leaves", "@0",
 		     "--e2e-ack"}, 240, "e2e_loss5", {""},
 		     {"IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=2"}});
-	v.push_back({4, "2", "switchbig", {}, {"--topology", "1", "--leaves", "@0", "--mtu", "5"},
-		     300, "", {""}});
+	v.push_back({4, "2", "switchbig", {}, {"--topology", "1", "--leaves", "@0", "--mtu", "5",
+		     "--timeout-ms", "60000"}, 300, "", {""}});
 	v.push_back({4, "2", "switch", {loss, rto}, {"--topology", "1", "--leaves", "@0"}, 240,
 		     "loss5", {""}, {loss}});
 	v.push_back({8, "2", "switch", {loss1, rto}, {"--topology", "2", "--leaves", "@0,@1",
@@ -268,6 +271,17 @@ std::vector<NodeSet> switch_runs()
 	const std::string slow_rto = "IBV_COLL_EMU_COLL_RTO_US=300000";
 	v.push_back({4, "2", "traffic", {slow_rto}, {"--mtu", "5"}, 240, "ring"});
 	v.push_back({8, "1", "traffic", {slow_rto}, {"--mtu", "5"}, 240, "ring"});
+	// A member that starts its first collective long after the others (and
+	// after IBV_COLL_EMU_SW_CONFIG_MS): the switch tells the early ones to
+	// wait, so they neither fail nor (AUTO) go round the ring alone.
+	const std::string cfg200 = "IBV_COLL_EMU_SW_CONFIG_MS=200";
+	v.push_back({4, "2", "switch", {cfg200}, {"--topology", "1", "--leaves", "@0", "--late",
+		     "3:1500"}, 240, "late_member", {""}});
+	v.push_back({4, "2", "switch", {cfg200}, {"--topology", "3", "--leaves", "@0", "--late",
+		     "0:1500", "--expect-flags", "0x400"}, 240, "auto_late_member", {""}});
+	v.push_back({4, "2", "switch", {cfg200}, {"--topology", "2", "--leaves", "@0,@1",
+		     "--spines", "@2", "--member-leaf", "0,1,0,1", "--expect-flags", "0xc00",
+		     "--late", "2:1500"}, 240, "hier_late_member", {"", "", ""}});
 	// AUTO: a switch that refuses (one Seg unit per job), and none at all.
 	v.push_back({4, "2", "full", {}, {"--topology", "3", "--leaves", "@0", "--expect-flags",
 		     "0x1200"}, 240, "auto_denied", {"-m 1"}});
@@ -328,6 +342,26 @@ TEST(CollSwitchFailure, DeadSwitchGivesEveryoneAnErrorWithinTheBound)
 	for (int i = 0; i < 4; i++)
 		EXPECT_EQ(st[size_t(i)], 0) << "node " << i;
 	EXPECT_LT(dt, std::chrono::seconds(8));
+	std::cout << logs;
+}
+
+TEST(CollSwitchFailure, MemberLaterThanTheTimeoutFailsTheFirstCollectiveInBound)
+{
+	// Node 3 starts its first collective 3 s after the others, with a 1 s
+	// job timeout: the switch keeps the others waiting (not failing after
+	// IBV_COLL_EMU_SW_CONFIG_MS), they fail by timeout after 1 s and tell
+	// node 3, whose collective then fails at once.
+	NodeSet r{4, "1", "swlate", {"IBV_COLL_EMU_SW_CONFIG_MS=200"},
+		  {"--topology", "1", "--leaves", "@0", "--timeout-ms", "1000", "--late", "3:3000"},
+		  60, "", {""}};
+	std::string logs, stats;
+	std::vector<int> st = launch(r, &logs, &stats);
+	for (int i = 0; i < 4; i++)
+		EXPECT_EQ(st[size_t(i)], 0) << "node " << i;
+	// The three that configured released the job as they left: the
+	// switch forgot it then, not at its idle timeout.
+	EXPECT_EQ(total_counter(stats, "releases"), 3u);
+	EXPECT_EQ(stats.find("  job 42"), std::string::npos);
 	std::cout << logs;
 }
 
