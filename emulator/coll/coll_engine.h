@@ -120,8 +120,8 @@ private:
 	uint64_t rto_ns(const CollJob &job) const;
 	uint64_t coll_timeout_ns(const CollJob &job) const;
 	void rtt_sample(CollJob &job, uint64_t rtt);
-	void arm(CollJob &job, std::map<uint32_t, Message::Pending> &pend, uint32_t sid, uint64_t now,
-		 bool again);
+	void arm(CollJob &job, Message &m, std::map<uint32_t, Message::Pending> &pend, uint32_t sid,
+		 uint64_t now, bool again);
 	uint32_t window(const CollJob &job) const;
 	uint32_t seg_of(const CollJob &job, uint32_t sid) const
 	{

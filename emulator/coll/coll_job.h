@@ -105,6 +105,8 @@ struct Message {
 		uint64_t deadline; // send again after this
 		uint64_t sent;	   // when it was (last) sent
 		bool again;	   // sent more than once: no RTT sample (Karn)
+		uint8_t repeats;	   // sent again since the message's last progress
+		uint64_t progress_mark; // the message's last_progress at the last repeat
 	};
 	std::map<uint32_t, Pending> o_pending; // started here, result not back
 	std::map<uint32_t, Pending> f_pending; // result sent round, not back

@@ -92,19 +92,38 @@ void CollEngine::rtt_sample(CollJob &job, uint64_t rtt)
 	job.srtt = (7 * job.srtt + rtt) / 8;
 }
 
-// (Re)start a block's retransmission timer; a repeat waits twice as long.
-void CollEngine::arm(CollJob &job, std::map<uint32_t, Message::Pending> &pend, uint32_t sid,
-		     uint64_t now, bool again)
+// (Re)start a block's retransmission timer.  A repeat waits twice the
+// timeout, and while the message makes no progress at all each further
+// repeat of the block waits twice as long again, up to a second (or the
+// timeout, if longer), as TCP backs off: a member that is late rather
+// than losing packets (it has not started the message, or its CPU is
+// busy) gets a few repeats, not a stream of them.  Any progress brings the
+// wait back to twice the timeout, so loss elsewhere does not slow
+// recovery.
+void CollEngine::arm(CollJob &job, Message &m, std::map<uint32_t, Message::Pending> &pend,
+		     uint32_t sid, uint64_t now, bool again)
 {
 	auto it = pend.find(sid);
-	uint64_t rto = rto_ns(job);
+	const uint64_t rto = rto_ns(job);
 	if (it == pend.end()) {
-		pend.emplace(sid, Message::Pending{now + rto, now, again});
+		pend.emplace(sid, Message::Pending{now + rto, now, again, 0, 0});
 		return;
 	}
-	it->second.deadline = now + (again ? 2 * rto : rto);
-	it->second.sent = now;
-	it->second.again |= again;
+	Message::Pending &p = it->second;
+	uint64_t wait = rto;
+	if (again) {
+		if (p.progress_mark != m.last_progress) {
+			p.progress_mark = m.last_progress;
+			p.repeats = 0;
+		}
+		if (p.repeats < 16)
+			p.repeats++;
+		const uint64_t cap = std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs);
+		wait = std::min(rto << p.repeats, cap);
+	}
+	p.deadline = now + wait;
+	p.sent = now;
+	p.again |= again;
 }
 
 // Blocks one node keeps in flight.  A node that has not started a message
@@ -136,7 +155,7 @@ void CollEngine::ring_finish_block(CollJob &job, Message &m, uint32_t sid, uint8
 	h.node_map = all_nodes(job.cfg.nodes());
 	send(job, next_node(job.cfg), kCollResult, h, m.result_data ? data : nullptr,
 	     m.result_data ? b.elems * m.es : 0);
-	arm(job, m.f_pending, sid, now, false);
+	arm(job, m, m.f_pending, sid, now, false);
 }
 
 void CollEngine::ring_start(Qp &qp, CollJob &job, uint64_t now)
@@ -202,7 +221,7 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 		if (again)
 			h.flags |= kCethRetrans;
 		send(job, next_node(job.cfg), kCollData, h, buf, len);
-		arm(job, m.o_pending, sid, now, again);
+		arm(job, m, m.o_pending, sid, now, again);
 		if (again)
 			ctr.retrans_data++;
 		return;
@@ -228,7 +247,7 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 	if (again)
 		h.flags |= kCethRetrans;
 	send(job, next_node(job.cfg), kCollResult, h, src, len);
-	arm(job, m.f_pending, sid, now, again);
+	arm(job, m, m.f_pending, sid, now, again);
 	if (again)
 		ctr.retrans_result++;
 }
@@ -260,7 +279,7 @@ void CollEngine::ring_resend_result(CollJob &job, Message &m, uint32_t sid, uint
 	h.node_map = all_nodes(job.cfg.nodes());
 	h.flags |= kCethRetrans;
 	send(job, next_node(job.cfg), kCollResult, h, src, m.result_data ? b.elems * m.es : 0);
-	arm(job, m.f_pending, sid, now, true);
+	arm(job, m, m.f_pending, sid, now, true);
 	ctr.retrans_result++;
 }
 

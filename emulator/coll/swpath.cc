@@ -222,7 +222,7 @@ void CollEngine::sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t 
 	} else {
 		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, nullptr, 0, payload, plen);
 	}
-	arm(job, m.o_pending, sid, now, again);
+	arm(job, m, m.o_pending, sid, now, again);
 	if (again)
 		ctr.retrans_data++;
 }
@@ -298,7 +298,7 @@ void CollEngine::sw_timers(Qp &qp, CollJob &job, uint64_t now)
 		} else {
 			// End-to-end mode: the result is here, node 0's ACK is not.
 			sw_send_ack(job, m.mid, kv.first, 0, true);
-			arm(job, m.o_pending, kv.first, now, true);
+			arm(job, m, m.o_pending, kv.first, now, true);
 		}
 	}
 	if (m.dma_error)

@@ -48,8 +48,9 @@ struct Opts {
 	bool e2e_ack = false;
 	int expect_flags = -1; // wc_flags every completion must have
 	int gid_index = -1;    // the member address; -1: IBV_COLL_TEST_GID or 0
-	int late_node = -1;    // this node starts its first collective late_ms late
+	int late_node = -1;    // this node starts case late_case late_ms late
 	uint32_t late_ms = 0;
+	size_t late_case = 0;
 };
 
 struct Case {
@@ -206,12 +207,14 @@ int main(int argc, char **argv)
 		case 'E': o.e2e_ack = true; break;
 		case 'G': o.gid_index = atoi(optarg); break;
 		case 'l': {
-			// NODE:MS
+			// NODE:MS[:CASE]
 			char *end;
 			o.late_node = int(strtol(optarg, &end, 10));
 			if (*end != ':')
 				return 2;
-			o.late_ms = uint32_t(strtoul(end + 1, nullptr, 10));
+			o.late_ms = uint32_t(strtoul(end + 1, &end, 10));
+			if (*end == ':')
+				o.late_case = size_t(strtoul(end + 1, nullptr, 10));
 			break;
 		}
 		case 'F': o.expect_flags = int(strtol(optarg, nullptr, 0)); break;
@@ -415,9 +418,10 @@ int main(int argc, char **argv)
 		wr.wr.coll.root = s.root;
 		ibv_coll_counters before{};
 		ibv_query_coll_counters(ctx, &before);
-		if (ci == 0 && o.node == o.late_node) {
-			// Members may start far apart: the others' first collective,
-			// already waiting at the switch, must wait for this one.
+		if (ci == o.late_case && o.node == o.late_node) {
+			// Members may start far apart: the others' collective, already
+			// waiting (at the switch, or for this node's blocks), must wait
+			// for this one.
 			usleep(o.late_ms * 1000);
 		}
 		auto t0 = Clock::now();
@@ -520,6 +524,23 @@ int main(int argc, char **argv)
 		if (o.verbose)
 			printf("node %d case %zu coll %#x count %lu: %.2f ms\n", o.node, ci, s.coll,
 			       (unsigned long)s.count, ms);
+		if (o.late_ms && ci == o.late_case && ci > 0 && o.node != o.late_node) {
+			// This node's blocks went out while a member was still busy
+			// elsewhere: repeats back off while nothing progresses, so a
+			// wait of late_ms costs a handful of them per block (a fixed
+			// twice-the-timeout pace would be late_ms / 40 ms each).
+			ibv_coll_counters after{};
+			ibv_query_coll_counters(ctx, &after);
+			uint64_t again = after.coll_retrans_data + after.coll_retrans_result -
+					 before.coll_retrans_data - before.coll_retrans_result;
+			printf("node %d case %zu: %lu blocks sent again while node %d was late\n", o.node,
+			       ci, (unsigned long)again, o.late_node);
+			if (again > 16) {
+				fprintf(stderr, "node %d case %zu: %lu repeats of one block\n", o.node, ci,
+					(unsigned long)again);
+				failures++;
+			}
+		}
 		if (o.scenario == "traffic") {
 			// Bytes on the wire (BTH to ICRC) for S bytes per rank: through
 			// a switch at most S x 1.03, round the ring about 2S(N-1)/N.

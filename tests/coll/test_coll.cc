@@ -199,6 +199,9 @@ std::vector<NodeSet> runs()
 	// before it starts the next collective, and on 2 busy cores one may
 	// start seconds after another: a long job timeout.)
 	v.push_back({4, "2", "big", {}, {"--mtu", "5", "--timeout-ms", "60000"}, 300, ""});
+	// A member 1.5 s late for its second collective: the repeats of the
+	// blocks already sent back off (checked by each node).
+	v.push_back({4, "2", "full", {}, {"--late", "1:1500:1"}, 240, "late_block"});
 	const std::string loss = "IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=3";
 	v.push_back({4, "2", "lossy", {loss, "IBV_COLL_EMU_COLL_RTO_US=5000"}, {}, 240, ""});
 	v.push_back({3, "1", "lossy", {loss, "IBV_COLL_EMU_COLL_RTO_US=5000"}, {}, 240, ""});
@@ -282,6 +285,10 @@ std::vector<NodeSet> switch_runs()
 	v.push_back({4, "2", "switch", {cfg200}, {"--topology", "2", "--leaves", "@0,@1",
 		     "--spines", "@2", "--member-leaf", "0,1,0,1", "--expect-flags", "0xc00",
 		     "--late", "2:1500"}, 240, "hier_late_member", {"", "", ""}});
+	// A member 1.5 s late for a later, one-block collective: the others'
+	// repeats back off (checked by each node).
+	v.push_back({4, "2", "switch", {}, {"--topology", "1", "--leaves", "@0", "--late",
+		     "1:1500:1"}, 240, "late_block", {""}});
 	// AUTO: a switch that refuses (one Seg unit per job), and none at all.
 	v.push_back({4, "2", "full", {}, {"--topology", "3", "--leaves", "@0", "--expect-flags",
 		     "0x1200"}, 240, "auto_denied", {"-m 1"}});
