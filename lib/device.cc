@@ -22,7 +22,7 @@ void put_device(ibv_coll_device *d)
 IBV_COLL_EXPORT ibv_coll_device **ibv_get_coll_device_list(int *num_devices)
 {
 	return guard_ptr<ibv_coll_device *>("ibv_get_coll_device_list", [&]() -> ibv_coll_device ** {
-		util::logger();
+		util::log_init();
 		std::vector<ibv_coll_device *> all;
 		for (const Provider *p : providers()) {
 			size_t before = all.size();

@@ -3,6 +3,7 @@
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -56,8 +57,6 @@ std::shared_ptr<spdlog::logger> make_logger()
 	return l;
 }
 
-} // namespace
-
 spdlog::logger &logger()
 {
 	// The pointer is set once and never freed before exit, so readers need
@@ -66,16 +65,51 @@ spdlog::logger &logger()
 		std::lock_guard lk(g_mu);
 		if (!g_logger)
 			g_logger = make_logger();
+		g_log_level.store(int(g_logger->level()));
 		return g_logger.get();
 	}();
 	return *fast;
 }
 
+} // namespace
+
+std::atomic<int> g_log_level{-1};
+
+int log_level_slow()
+{
+	return int(logger().level());
+}
+
+void log_init()
+{
+	logger();
+}
+
 void log_reload()
 {
+	auto &l = logger(); // first, as its first call takes g_mu too
 	std::lock_guard lk(g_mu);
-	auto &l = logger();
 	l.set_level(parse_level(getenv("IBV_COLL_LOG_LEVEL")));
+	g_log_level.store(int(l.level()));
+}
+
+void log_vwrite(int lvl, fmt::string_view f, fmt::format_args args)
+{
+	auto &l = logger();
+	const auto level = spdlog::level::level_enum(lvl);
+	if (!l.should_log(level))
+		return;
+	try {
+		l.log(level, fmt::vformat(f, args));
+	} catch (const std::exception &e) {
+		// A message that cannot be formatted (or no memory for it) is
+		// reported as such: logging never throws into the device.
+		try {
+			l.log(level, "{} (message not formatted: {})", std::string_view(f.data(), f.size()),
+			      e.what());
+		} catch (...) {
+		}
+	}
 }
 
 std::string errstr(int err)
