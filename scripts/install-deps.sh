@@ -1,15 +1,22 @@
 #!/bin/sh
 # Install what ibv_coll needs to build, test and run, from Debian's archive.
 # Idempotent: a machine that has everything is left alone.
+#   install-deps.sh         everything (build and the full test suite)
+#   install-deps.sh build   what building everything (tests included) needs
 set -eu
 
+# Building: compilers, CMake, the libraries, GoogleTest.
 pkgs="build-essential cmake pkg-config libibverbs-dev libnl-3-dev libnl-route-3-dev
-libspdlog-dev libgtest-dev mandoc iproute2 iputils-ping tshark"
-# The rxe VM test (tests/rxe): QEMU, a static busybox, libibverbs' rxe
-# provider and its tools for the guest, and what builds the initramfs.
-# The kernel package itself is downloaded, not installed, by the test.
-pkgs="$pkgs qemu-system-x86 busybox-static ibverbs-providers ibverbs-utils cpio kmod
+libspdlog-dev libgtest-dev"
+if [ "${1:-}" != build ]; then
+	# Testing: man page lint, namespaces, a capture decoded by tshark.
+	pkgs="$pkgs mandoc iproute2 iputils-ping tshark"
+	# The rxe VM test (tests/rxe): QEMU, a static busybox, libibverbs' rxe
+	# provider and its tools for the guest, and what builds the initramfs.
+	# The kernel package itself is downloaded, not installed, by the test.
+	pkgs="$pkgs qemu-system-x86 busybox-static ibverbs-providers ibverbs-utils cpio kmod
 xz-utils zstd"
+fi
 
 missing=""
 for p in $pkgs; do

@@ -6,7 +6,7 @@
 # Extra arguments go to ibv_coll_perf (e.g. -t ring, -e 1M, -C bcast).
 set -eu
 cd "$(dirname "$0")/.."
-sh scripts/install-deps.sh
+sh scripts/install-deps.sh build
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc 2>/dev/null || echo 2)"
 
