@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <arpa/inet.h>
 #include <getopt.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,19 +42,22 @@ static double now_us(void)
 	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-/* One completion: poll for a few microseconds, then arm the CQ and sleep
- * on its channel (on a small machine a spinning thread only delays the
- * device's).  Returns what ibv_poll_coll_cq returned, or -1. */
+/* One completion: poll for up to 2 ms, yielding the processor between
+ * polls (the polls run the device; on a small machine the other nodes'
+ * processes need the processor too), then arm the CQ and sleep on its
+ * channel.  Returns what ibv_poll_coll_cq returned, or -1. */
 static int wait_one(struct ibv_coll_cq *cq, struct ibv_coll_comp_channel *ch,
 		    struct ibv_coll_wc *wc)
 {
-	double end = now_us() + 20;
+	double end = now_us() + 2000;
 	for (;;) {
 		int n = ibv_poll_coll_cq(cq, 1, wc);
 		if (n)
 			return n;
-		if (now_us() < end)
+		if (now_us() < end) {
+			sched_yield();
 			continue;
+		}
 		if (ibv_req_notify_coll_cq(cq, 0))
 			return -1;
 		n = ibv_poll_coll_cq(cq, 1, wc); /* it may have come before the arm */

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +106,9 @@ static char *dst_of(struct perf *p, int r, int inplace)
 /* ---- waiting for completions -------------------------------------- */
 
 /* Up to max completions: poll for a short while, then sleep on the
- * completion channel, so that the NIC's engine threads get the cores. */
+ * completion channel.  While this thread polls, its polls run the NIC and
+ * the engine thread sleeps; between polls it yields, so that on a small
+ * machine the other nodes' threads (and the switch) get the processor. */
 static int wait_wcs(struct perf *p, struct ibv_coll_wc *wc, int max)
 {
 	double spin_end = now_us() + p->o.spin_us, stall_end = now_us() + STALL_MS * 1e3;
@@ -117,8 +120,10 @@ static int wait_wcs(struct perf *p, struct ibv_coll_wc *wc, int max)
 		}
 		if (n > 0)
 			return n;
-		if (now_us() < spin_end)
+		if (now_us() < spin_end) {
+			sched_yield();
 			continue;
+		}
 		if (!p->armed) {
 			/* Arm, then poll once more: a completion that came
 			 * before arming raises no event. */
@@ -160,10 +165,10 @@ static int run_ops(struct perf *p, const struct ibv_coll_send_wr *tmpl, int n, s
 {
 	struct ibv_coll_send_wr wrs[QDEPTH], *bad;
 	struct ibv_coll_wc wc[QDEPTH];
-	int posted = 0, done = 0, err;
+	int posted = 0, done = 0, err, depth = p->o.blocking ? 1 : QDEPTH;
 	while (done < n) {
-		int batch = n - posted < QDEPTH - (posted - done) ? n - posted
-								  : QDEPTH - (posted - done);
+		int batch = n - posted < depth - (posted - done) ? n - posted
+								 : depth - (posted - done);
 		for (int i = 0; i < batch; i++) {
 			wrs[i] = *tmpl;
 			wrs[i].wr_id = (uint64_t)(posted + i);

@@ -67,6 +67,8 @@ static void usage(FILE *f)
 		"  -n, --iters N           timed runs per size (20)\n"
 		"  -w, --warmup_iters N    untimed runs first (5)\n"
 		"  -c, --check 0|1         check every destination element (1)\n"
+		"  -z, --blocking 0|1      wait for each collective before posting the next (0: keep\n"
+		"                          up to 32 in flight, as nccl-tests keeps a stream busy)\n"
 		"  -d, --datatype TYPE     int8 uint8 int16 uint16 int32 uint32 int64 uint64\n"
 		"                          half bfloat16 float double (float)\n"
 		"  -o, --op OP             sum prod min max avg band bor bxor (sum)\n"
@@ -82,8 +84,8 @@ static void usage(FILE *f)
 		"      --gid-index N       the GID table entry that is this node's address (0)\n"
 		"      --window W          switch: data blocks a node keeps in flight (default: the grant)\n"
 		"      --e2e-ack           switch: slide windows on node 0's ACK, not on the result\n"
-		"      --spin-us US        poll this long before sleeping on the channel (20 with 4 or\n"
-		"                          more processors online, else 0)\n"
+		"      --spin-us US        poll (yielding the processor between polls) this long\n"
+		"                          before sleeping on the channel (2000)\n"
 		"      --boot ADDR --node I --nodes N\n"
 		"                          the rendezvous (default: IBVC_BOOT_ADDR/NODE/NODES,\n"
 		"                          as ibv_coll_run sets them; else a job of one node)\n");
@@ -194,7 +196,7 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		{"boot", 1, NULL, OPT_BOOT},	{"node", 1, NULL, OPT_NODE},
 		{"nodes", 1, NULL, OPT_NODES},	{"help", 0, NULL, 'h'},
 		{"window", 1, NULL, OPT_WINDOW}, {"e2e-ack", 0, NULL, OPT_E2E},
-		{"gid-index", 1, NULL, OPT_GID},
+		{"gid-index", 1, NULL, OPT_GID}, {"blocking", 1, NULL, 'z'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
@@ -210,7 +212,7 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 			env_k);
 		return 2;
 	}
-	while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:C:r:k:t:s:D:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:C:r:k:t:s:D:z:h", lo, NULL)) != -1) {
 		int bad = 0, f = 1;
 		switch (c) {
 		case 'b': bad = parse_size(optarg, &o->minbytes); break;
@@ -231,6 +233,7 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		case 't': bad = parse_topology(optarg, &o->topology); break;
 		case 's': bad = parse_switch(optarg, o); break;
 		case 'D': o->dev = optarg; break;
+		case 'z': bad = parse_int(optarg, 0, 1, &o->blocking); break;
 		case OPT_SPIN: bad = parse_int(optarg, 0, 1000000, &o->spin_us); break;
 		case OPT_WINDOW: bad = parse_int(optarg, 1, 1 << 20, &o->window); break;
 		case OPT_E2E: o->e2e_ack = 1; break;
@@ -283,11 +286,8 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 			 o->node, pct + 2);
 		o->dev = o->dev_buf;
 	}
-	if (o->spin_us < 0) {
-		/* On a small machine a spinning thread only delays the one with work. */
-		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		o->spin_us = cpus >= 4 ? 20 : 0;
-	}
+	if (o->spin_us < 0)
+		o->spin_us = 2000;
 	if (o->minbytes > o->maxbytes) {
 		fprintf(stderr, PROG ": -b %zu is larger than -e %zu\n", o->minbytes, o->maxbytes);
 		return 2;

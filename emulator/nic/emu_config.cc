@@ -15,6 +15,7 @@ using util::ConfigVar;
 
 enum {
 	kPollUs,
+	kAppPollUs,
 	kRcWindow,
 	kAckReq,
 	kRcTimeout,
@@ -37,6 +38,10 @@ const ConfigVar kVars[kCount] = {
 	 "20 with 4 or more processors online, else 0, since on a machine this small a spinning "
 	 "thread only delays the one that has work)",
 	 ConfigKind::string},
+	{"IBV_COLL_EMU_APP_POLL_US", "1000",
+	 "microseconds after an application thread polls a CQ during which the engine thread "
+	 "leaves the port to the polling thread (0: never; arming a CQ ends it at once)",
+	 ConfigKind::uint, 0, 1000000},
 	{"IBV_COLL_EMU_RC_WINDOW", "256", "unacknowledged packets an RC QP may have in flight",
 	 ConfigKind::uint, 1, 1u << 20},
 	{"IBV_COLL_EMU_ACK_REQ_EVERY", "32",
@@ -101,6 +106,9 @@ int load_emu_config(EmuConfig *out)
 		IBVC_ERR("config", "IBV_COLL_EMU_POLL_US={}: expected auto or 0..1000000", poll);
 		return EINVAL;
 	}
+	if ((err = util::config_uint(kVars[kAppPollUs], &v)))
+		return err;
+	c.app_poll_us = uint32_t(v);
 	if ((err = util::config_uint(kVars[kRcWindow], &v)))
 		return err;
 	c.rc_window = uint32_t(v);

@@ -30,11 +30,12 @@ Engine::~Engine()
 		const CollCounters &c = coll->ctr;
 		const PortCounters &pc = port->counters();
 		IBVC_INFO("emu",
-			  "{}: tx {} pkts {} B, rx {} pkts {} B, icrc errors {}, malformed {}, no qp {}, "
+			  "{}: tx {} pkts {} B {} calls {} gso, rx {} pkts {} B {} calls {} gro, icrc errors {}, malformed {}, no qp {}, "
 			  "bad state {}, coll: data {}/{} "
 			  "result {}/{} retrans {}/{} dup {} early {}/{} stale {} bad key {} job {} "
 			  "block {} node {} malformed {} seg busy {} aborts {}/{} timeouts {}",
-			  params.name, pc.tx_packets, pc.tx_bytes, pc.rx_packets, pc.rx_bytes,
+			  params.name, pc.tx_packets, pc.tx_bytes, pc.tx_syscalls, pc.tx_gso, pc.rx_packets,
+			  pc.rx_bytes, pc.rx_syscalls, pc.rx_gro,
 			  ctr.rx_icrc_err, ctr.rx_malformed, ctr.rx_no_qp, ctr.rx_bad_state, c.tx_data, c.rx_data, c.tx_result, c.rx_result,
 			  c.retrans_data, c.retrans_result, c.dup_dropped, c.early_stored,
 			  c.early_dropped, c.stale_dropped, c.bad_key, c.bad_job, c.bad_block,
@@ -58,18 +59,19 @@ int Engine::start()
 		return ENOMEM;
 	}
 	epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
+	epq_.reset(epoll_create1(EPOLL_CLOEXEC));
 	evfd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	tfd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-	if (!epfd_ || !evfd_ || !tfd_) {
+	if (!epfd_ || !epq_ || !evfd_ || !tfd_) {
 		err = errno;
 		IBVC_ERR("emu", "{}: engine fds: {}", params.name, util::errstr(err));
 		return err;
 	}
-	for (int fd : {port->fd(), evfd_.get(), tfd_.get()}) {
+	for (int fd : {port->fd(), evfd_.get(), tfd_.get(), -evfd_.get(), -tfd_.get()}) {
 		epoll_event ev{};
 		ev.events = EPOLLIN;
-		ev.data.fd = fd;
-		if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev)) {
+		ev.data.fd = fd < 0 ? -fd : fd;
+		if (epoll_ctl(fd < 0 ? epq_.get() : epfd_.get(), EPOLL_CTL_ADD, ev.data.fd, &ev)) {
 			err = errno;
 			IBVC_ERR("emu", "{}: epoll_ctl: {}", params.name, util::errstr(err));
 			return err;
@@ -116,28 +118,62 @@ void Engine::kick()
 		wake();
 }
 
+// Hand-off of the port.  A thread that wakes for every packet costs a
+// wake-up per packet (~40 us on a small VM) and competes for the lock with
+// the application thread that is polling for the same packet anyway.  So
+// while an application thread polls, the engine thread sleeps with only
+// its doorbell and timer (for timers, and for the moment the application
+// stops polling without saying so); arming a CQ, which an application does
+// before it sleeps, gives the port back to the engine thread at once.
+void Engine::app_polled()
+{
+	const uint64_t hold = uint64_t(params.cfg.app_poll_us) * util::kNsPerUs;
+	if (hold)
+		app_until.store(util::now_ns() + hold, std::memory_order_relaxed);
+}
+
+void Engine::app_sleeps()
+{
+	if (!app_until.exchange(0))
+		return;
+	// As kick(): the engine thread either sees work_pending before it
+	// sleeps (and looks again, not quiet now) or is seen sleeping.
+	work_pending.store(true);
+	if (sleeping.load())
+		wake();
+}
+
 void Engine::run()
 {
 	uint64_t idle_since = 0;
+	bool pass = true; // run a progress pass before sleeping again
 	epoll_event evs[4];
 	while (!stop_.load()) {
 		work_pending.store(false);
-		bool did;
-		uint64_t deadline;
+		bool did = false, quiet;
+		uint64_t timer, now;
 		{
 			std::lock_guard lk(mu);
-			did = progress_locked();
-			deadline = next_deadline_locked();
-			armed_deadline.store(deadline ? deadline : UINT64_MAX);
+			if (pass)
+				did = progress_locked();
+			timer = next_deadline_locked();
+			// While an application thread polls, leave the port to it
+			// until it stops (or arms a CQ, which wakes us).
+			now = util::now_ns();
+			const uint64_t until = app_until.load();
+			quiet = until > now;
+			if (quiet && (!timer || until < timer))
+				timer = until;
+			armed_deadline.store(timer ? timer : UINT64_MAX);
 		}
+		pass = true;
 		if (did) {
 			idle_since = 0;
 			continue;
 		}
-		uint64_t now = util::now_ns();
 		if (!idle_since)
 			idle_since = now;
-		if (now - idle_since < uint64_t(params.cfg.poll_us) * util::kNsPerUs) {
+		if (!quiet && now - idle_since < uint64_t(params.cfg.poll_us) * util::kNsPerUs) {
 			sched_yield();
 			continue;
 		}
@@ -147,20 +183,25 @@ void Engine::run()
 			continue;
 		}
 		itimerspec its{};
-		if (deadline) {
-			its.it_value.tv_sec = time_t(deadline / 1000000000ull);
-			its.it_value.tv_nsec = long(deadline % 1000000000ull);
+		if (timer) {
+			its.it_value.tv_sec = time_t(timer / 1000000000ull);
+			its.it_value.tv_nsec = long(timer % 1000000000ull);
 		}
 		timerfd_settime(tfd_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
-		int n = epoll_wait(epfd_.get(), evs, 4, -1);
+		int n = epoll_wait(quiet ? epq_.get() : epfd_.get(), evs, 4, -1);
 		sleeping.store(false);
+		bool rung = false;
 		for (int i = 0; i < n; i++) {
 			if (evs[i].data.fd == evfd_.get() || evs[i].data.fd == tfd_.get()) {
 				uint64_t v;
 				ssize_t r = read(evs[i].data.fd, &v, sizeof(v));
 				(void)r;
+				rung |= evs[i].data.fd == evfd_.get();
 			}
 		}
+		// The hand-off timer, with the application still polling: its
+		// polls run the timers too, so only sleep on.
+		pass = !(quiet && !rung && app_until.load() > util::now_ns());
 		idle_since = 0;
 	}
 }

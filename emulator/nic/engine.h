@@ -59,6 +59,13 @@ public:
 	std::atomic<uint64_t> armed_deadline{0};
 	void wake();
 	void kick(); // run progress now if the lock is free, else make sure someone will
+	// An application thread polls: for the next IBV_COLL_EMU_APP_POLL_US
+	// its polls run the NIC and the engine thread keeps off the port.
+	void app_polled();
+	// The application is about to sleep (it armed a CQ): the engine
+	// thread takes the port back at once.
+	void app_sleeps();
+	std::atomic<uint64_t> app_until{0};
 
 	bool progress_locked();
 	uint64_t next_deadline_locked() const;
@@ -99,7 +106,9 @@ private:
 	void run();
 	void handle_packet(const RxPacket &rx);
 
-	util::UniqueFd epfd_, evfd_, tfd_;
+	// epfd_ watches the port, the doorbell and the timer; epq_ only the
+	// last two (while an application thread polls the port itself).
+	util::UniqueFd epfd_, epq_, evfd_, tfd_;
 	std::thread thread_;
 	std::atomic<bool> stop_{false};
 };

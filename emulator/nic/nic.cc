@@ -286,10 +286,13 @@ void Nic::rq_doorbell(Qp *)
 void Nic::cq_arm(Cq *cq, bool solicited_only)
 {
 	cq->arm.store(solicited_only ? kArmSolicited : kArmAny);
+	e_->app_sleeps();
 }
 
-void Nic::progress()
+void Nic::progress(const Cq *cq)
 {
+	if (cq->arm.load(std::memory_order_relaxed) == kArmOff)
+		e_->app_polled();
 	e_->kick();
 }
 

@@ -142,8 +142,11 @@ public:
 	// solicited or error completion).
 	void cq_arm(Cq *cq, bool solicited_only);
 
-	// Do whatever work is ready, without blocking, on the caller's thread.
-	void progress();
+	// Do whatever work is ready, without blocking, on the caller's thread,
+	// which polls CQ.  A thread polling a CQ that is not armed keeps the
+	// engine thread off the port for a while (IBV_COLL_EMU_APP_POLL_US);
+	// one polling an armed CQ is about to sleep, and does not.
+	void progress(const Cq *cq);
 
 	NicCounters counters();
 

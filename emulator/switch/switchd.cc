@@ -51,8 +51,8 @@ void usage(FILE *f, const char *argv0)
 		"  -f, --stats-file FILE  also write them (JSON) to FILE at each print\n"
 		"  -P, --port-file FILE   write the port served on to FILE once ready\n"
 		"  -n, --name NAME        name in logs and counters (default switch)\n"
-		"  -W, --poll-us US       keep polling this long before blocking (default: "
-		"IBV_COLL_EMU_POLL_US, 20)\n"
+		"  -W, --poll-us US       keep polling (yielding the processor between looks) this\n"
+		"                         long before blocking (default 2000)\n"
 		"  -V, --verbs DEV        serve on the libibverbs device DEV (rxe0, mlx5_0) in UD\n"
 		"                         datagrams instead of a UDP port; prints 'verbs DEV gid\n"
 		"                         GID qpn QPN' on stdout once ready\n"
@@ -78,13 +78,6 @@ uint64_t mono_us()
 	return uint64_t(ts.tv_sec) * 1000000 + uint64_t(ts.tv_nsec) / 1000;
 }
 
-// IBV_COLL_EMU_POLL_US, as the NIC reads it (20 when unset or bad).
-uint32_t cfg_poll_us()
-{
-	emu::EmuConfig c;
-	return emu::load_emu_config(&c) ? 20 : c.poll_us;
-}
-
 void write_file(const std::string &path, const std::string &text)
 {
 	std::string tmp = path + ".tmp";
@@ -101,7 +94,7 @@ void write_file(const std::string &path, const std::string &text)
 int main(int argc, char **argv)
 {
 	emu::SwitchParams p;
-	uint32_t stats_s = 0, port = 4791, poll_us = cfg_poll_us();
+	uint32_t stats_s = 0, port = 4791, poll_us = 2000;
 	uint64_t fail_after = 0;
 	bool json = false;
 	std::string stats_file, port_file, verbs_dev;

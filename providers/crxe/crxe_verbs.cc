@@ -126,7 +126,7 @@ int poll_cq(core::Cq *c, int n, ibv_coll_wc *wc)
 	uint32_t cons = q.cons(), prod = q.prod();
 	if (cons == prod) {
 		// Nothing yet: lend this thread to the device, then look again.
-		cq->nic->progress();
+		cq->nic->progress(cq->hw);
 		prod = q.prod();
 	}
 	int k = 0;

@@ -457,72 +457,125 @@ TEST(BadArgs, PostingChecksEveryWrAndPostsNothingOnError)
 	EXPECT_EQ(rbad, &rwr);
 }
 
+// a's RC QP connected to a QP on b whose CQ reports to a completion
+// channel.
+struct ChannelPair {
+	RcEndpoint a, b;
+	ibv_coll_comp_channel *ch = nullptr;
+	ibv_coll_cq *cq = nullptr;
+	ibv_coll_qp *qp = nullptr;
+	int tag = 5;
+
+	void open()
+	{
+		RcOptions o;
+		o.buf_size = 4096;
+		ASSERT_EQ(a.open(o), 0);
+		ASSERT_EQ(b.open(o), 0);
+		ASSERT_EQ(a.connect(b.info()), 0);
+		ASSERT_EQ(b.connect(a.info()), 0);
+		// A second CQ on b's context, with a channel, for b's receives
+		// is not possible after QP creation; use a fresh QP pair with
+		// channel CQs.
+		ch = ibv_create_coll_comp_channel(b.ctx);
+		ASSERT_NE(ch, nullptr);
+		cq = ibv_create_coll_cq(b.ctx, 8, &tag, ch, 0);
+		ASSERT_NE(cq, nullptr);
+		ibv_coll_qp_init_attr ia{};
+		ia.send_cq = ia.recv_cq = cq;
+		ia.qp_type = IBV_COLL_QPT_RC;
+		ia.cap = {4, 4, 1, 1, 0};
+		qp = ibv_create_coll_qp(b.pd, &ia);
+		ASSERT_NE(qp, nullptr);
+		// Reconnect a to the new QP: reset a, then bring both up.
+		ibv_coll_qp_attr r{};
+		r.qp_state = IBV_QPS_RESET;
+		ASSERT_EQ(ibv_modify_coll_qp(a.qp, &r, IBV_COLL_QP_STATE), 0);
+		ASSERT_EQ(to_init(a.qp), 0);
+		ASSERT_EQ(to_init(qp), 0);
+		PeerInfo bi = b.info();
+		bi.qpn = qp->qp_num;
+		ASSERT_EQ(a.connect(bi), 0);
+		ibv_coll_qp_attr x = {};
+		x.qp_state = IBV_QPS_RTR;
+		x.path_mtu = IBV_MTU_1024;
+		x.dest_qp_num = a.qp->qp_num;
+		x.rq_psn = a.opt.psn;
+		ibv_query_coll_gid(a.ctx, 1, 0, &x.ah_attr.dgid);
+		x.ah_attr.udp_port = a.info().udp_port;
+		ASSERT_EQ(ibv_modify_coll_qp(qp, &x, kRtrMask), 0);
+	}
+	void post_recv(uint64_t wr_id)
+	{
+		ibv_sge sge{reinterpret_cast<uint64_t>(b.buf), 64, b.mr->lkey};
+		ibv_coll_recv_wr rwr{}, *rbad;
+		rwr.wr_id = wr_id;
+		rwr.sg_list = &sge;
+		rwr.num_sge = 1;
+		ASSERT_EQ(ibv_post_coll_recv(qp, &rwr, &rbad), 0);
+	}
+	void close()
+	{
+		EXPECT_EQ(ibv_destroy_coll_qp(qp), 0);
+		EXPECT_EQ(ibv_destroy_coll_cq(cq), EBUSY) << "an event is not acknowledged";
+		ibv_ack_coll_cq_events(cq, 1);
+		EXPECT_EQ(ibv_destroy_coll_cq(cq), 0);
+		EXPECT_EQ(ibv_destroy_coll_comp_channel(ch), 0);
+	}
+};
+
 TEST(CompChannel, EventsWorkWithPoll)
 {
-	RcEndpoint a, b;
-	RcOptions o;
-	o.buf_size = 4096;
-	ASSERT_EQ(a.open(o), 0);
-	ASSERT_EQ(b.open(o), 0);
-	ASSERT_EQ(a.connect(b.info()), 0);
-	ASSERT_EQ(b.connect(a.info()), 0);
-	// A second CQ on b's context, with a channel, for b's receives is not
-	// possible after QP creation; use a fresh QP pair with channel CQs.
-	ibv_coll_comp_channel *ch = ibv_create_coll_comp_channel(b.ctx);
-	ASSERT_NE(ch, nullptr);
-	int tag = 5;
-	ibv_coll_cq *cq = ibv_create_coll_cq(b.ctx, 8, &tag, ch, 0);
-	ASSERT_NE(cq, nullptr);
-	ibv_coll_qp_init_attr ia{};
-	ia.send_cq = ia.recv_cq = cq;
-	ia.qp_type = IBV_COLL_QPT_RC;
-	ia.cap = {4, 4, 1, 1, 0};
-	ibv_coll_qp *qp = ibv_create_coll_qp(b.pd, &ia);
-	ASSERT_NE(qp, nullptr);
-	// Reconnect a to the new QP: reset a, then bring both up.
-	ibv_coll_qp_attr r{};
-	r.qp_state = IBV_QPS_RESET;
-	ASSERT_EQ(ibv_modify_coll_qp(a.qp, &r, IBV_COLL_QP_STATE), 0);
-	ASSERT_EQ(to_init(a.qp), 0);
-	ASSERT_EQ(to_init(qp), 0);
-	PeerInfo bi = b.info();
-	bi.qpn = qp->qp_num;
-	ASSERT_EQ(a.connect(bi), 0);
-	ibv_coll_qp_attr x = {};
-	x.qp_state = IBV_QPS_RTR;
-	x.path_mtu = IBV_MTU_1024;
-	x.dest_qp_num = a.qp->qp_num;
-	x.rq_psn = a.opt.psn;
-	ibv_query_coll_gid(a.ctx, 1, 0, &x.ah_attr.dgid);
-	x.ah_attr.udp_port = a.info().udp_port;
-	ASSERT_EQ(ibv_modify_coll_qp(qp, &x, kRtrMask), 0);
-
-	ibv_sge sge{reinterpret_cast<uint64_t>(b.buf), 64, b.mr->lkey};
-	ibv_coll_recv_wr rwr{}, *rbad;
-	rwr.wr_id = 77;
-	rwr.sg_list = &sge;
-	rwr.num_sge = 1;
-	ASSERT_EQ(ibv_post_coll_recv(qp, &rwr, &rbad), 0);
-	ASSERT_EQ(ibv_req_notify_coll_cq(cq, 0), 0);
-	pollfd pf{ch->fd, POLLIN, 0};
+	ChannelPair c;
+	ASSERT_NO_FATAL_FAILURE(c.open());
+	ASSERT_NO_FATAL_FAILURE(c.post_recv(77));
+	ASSERT_EQ(ibv_req_notify_coll_cq(c.cq, 0), 0);
+	pollfd pf{c.ch->fd, POLLIN, 0};
 	EXPECT_EQ(poll(&pf, 1, 0), 0) << "event before any completion";
-	ASSERT_EQ(a.post_send(IBV_COLL_WR_SEND, 0, 64, 0, 0, 1), 0);
+	ASSERT_EQ(c.a.post_send(IBV_COLL_WR_SEND, 0, 64, 0, 0, 1), 0);
 	ASSERT_EQ(poll(&pf, 1, 5000), 1) << "no event on the channel fd";
 	ibv_coll_cq *ev_cq = nullptr;
 	void *ev_ctx = nullptr;
-	ASSERT_EQ(ibv_get_coll_cq_event(ch, &ev_cq, &ev_ctx), 0);
-	EXPECT_EQ(ev_cq, cq);
-	EXPECT_EQ(ev_ctx, &tag);
+	ASSERT_EQ(ibv_get_coll_cq_event(c.ch, &ev_cq, &ev_ctx), 0);
+	EXPECT_EQ(ev_cq, c.cq);
+	EXPECT_EQ(ev_ctx, &c.tag);
 	ibv_coll_wc wc;
-	ASSERT_EQ(ibv_poll_coll_cq(cq, 1, &wc), 1);
+	ASSERT_EQ(ibv_poll_coll_cq(c.cq, 1, &wc), 1);
 	EXPECT_EQ(wc.wr_id, 77u);
 	EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-	EXPECT_EQ(ibv_destroy_coll_qp(qp), 0);
-	EXPECT_EQ(ibv_destroy_coll_cq(cq), EBUSY) << "an event is not acknowledged";
-	ibv_ack_coll_cq_events(cq, 1);
-	EXPECT_EQ(ibv_destroy_coll_cq(cq), 0);
-	EXPECT_EQ(ibv_destroy_coll_comp_channel(ch), 0);
+	c.close();
 	EXPECT_EQ(ibv_get_coll_cq_event(nullptr, &ev_cq, &ev_ctx), EINVAL);
+}
+
+// A thread that polls a CQ keeps the engine thread off the port for
+// IBV_COLL_EMU_APP_POLL_US (here longer than the test's patience);
+// arming the CQ, and the customary poll after arming, must hand the port
+// back at once, or the sleeping application would never be woken.
+TEST(CompChannel, ArmingAfterPollingHandsTheDeviceBack)
+{
+	if (!test_device_is_emulated())
+		GTEST_SKIP() << "the hand-off is the emulated device's";
+	setenv("IBV_COLL_EMU_APP_POLL_US", "1000000", 1);
+	ChannelPair c;
+	c.open();
+	unsetenv("IBV_COLL_EMU_APP_POLL_US");
+	ASSERT_FALSE(HasFatalFailure());
+	ASSERT_NO_FATAL_FAILURE(c.post_recv(78));
+	ibv_coll_wc wc;
+	for (int i = 0; i < 100; i++)
+		ASSERT_EQ(ibv_poll_coll_cq(c.cq, 1, &wc), 0);
+	ASSERT_EQ(ibv_req_notify_coll_cq(c.cq, 0), 0);
+	ASSERT_EQ(ibv_poll_coll_cq(c.cq, 1, &wc), 0);
+	ASSERT_EQ(c.a.post_send(IBV_COLL_WR_SEND, 0, 64, 0, 0, 1), 0);
+	pollfd pf{c.ch->fd, POLLIN, 0};
+	ASSERT_EQ(poll(&pf, 1, 500), 1) << "the engine thread did not take the port back";
+	ibv_coll_cq *ev_cq = nullptr;
+	void *ev_ctx = nullptr;
+	ASSERT_EQ(ibv_get_coll_cq_event(c.ch, &ev_cq, &ev_ctx), 0);
+	ASSERT_EQ(ibv_poll_coll_cq(c.cq, 1, &wc), 1);
+	EXPECT_EQ(wc.wr_id, 78u);
+	EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+	c.close();
 }
 
 TEST(Strings, StatusAndOpcodes)
