@@ -75,7 +75,8 @@ int main(int argc, char **argv)
 		const char *name;
 	} impls[] = {{CrcImpl::table, "table"},
 		     {CrcImpl::clmul, "pclmul-128"},
-		     {CrcImpl::vclmul, "vpclmul-256"}};
+		     {CrcImpl::vclmul, "vpclmul-256"},
+		     {CrcImpl::vclmul512, "vpclmul-512"}};
 	printf("# ibv_coll_icrc_bench: CRC-32 (ICRC) GB/s, median of %u; baseline: table\n", reps);
 	printf("# %10s  %-12s  %8s  %9s  %9s\n", "bytes", "impl", "GB/s", "vs table", "vs memcpy");
 	for (size_t n : sizes) {

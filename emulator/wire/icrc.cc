@@ -5,11 +5,18 @@
 #include "wire/bytes.h"
 #include "wire/roce.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
 #if defined(__x86_64__)
+// GCC 12's AVX-512 headers trip its own uninitialized warnings (GCC PR
+// 105593, fixed in GCC 13), as in reduce/kernels_avx512.cc.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #endif
 
 namespace ibv_coll::emu::wire {
@@ -86,11 +93,13 @@ uint64_t fold_const(unsigned n)
 
 struct FoldConsts {
 	uint64_t k128_h, k128_l, k256_h, k256_l, k512_h, k512_l, k1024_h, k1024_l;
+	uint64_t k2048_h, k2048_l;
 };
 
 const FoldConsts kFold = {fold_const(128 + 63),	 fold_const(128 - 1),  fold_const(256 + 63),
 			  fold_const(256 - 1),	 fold_const(512 + 63), fold_const(512 - 1),
-			  fold_const(1024 + 63), fold_const(1024 - 1)};
+			  fold_const(1024 + 63), fold_const(1024 - 1), fold_const(2048 + 63),
+			  fold_const(2048 - 1)};
 
 __attribute__((target("pclmul,sse4.1"))) inline __m128i fold(__m128i a, __m128i k)
 {
@@ -196,6 +205,72 @@ IBVC_VCLMUL_TARGET uint32_t crc32_vclmul(uint32_t crc, const uint8_t *p, size_t 
 	return clmul_finish(x, p, len);
 }
 
+#define IBVC_VCLMUL512_TARGET                                                                     \
+	__attribute__((target("vpclmulqdq,avx512f,avx512vl,avx512bw,avx2,pclmul,sse4.1")))
+
+IBVC_VCLMUL512_TARGET inline __m512i zfold(__m512i a, __m512i k)
+{
+	// a*k_h ^ a*k_l, XORed into the next data by the caller (ternlog
+	// would take the three at once; two XORs are as fast here).
+	return _mm512_xor_si512(_mm512_clmulepi64_epi128(a, k, 0x00),
+				_mm512_clmulepi64_epi128(a, k, 0x11));
+}
+
+IBVC_VCLMUL512_TARGET inline __m512i zboth(uint64_t h, uint64_t l)
+{
+	return _mm512_set_epi64(int64_t(l), int64_t(h), int64_t(l), int64_t(h), int64_t(l),
+				int64_t(h), int64_t(l), int64_t(h));
+}
+
+IBVC_VCLMUL512_TARGET inline __m512i load64(const uint8_t *q)
+{
+	return _mm512_loadu_si512(q);
+}
+
+// Sixteen 16-byte lanes in four 512-bit registers, 256 bytes a step; then
+// the registers fold into two 256-bit ones and the 256-bit code's end.
+// len >= 256.
+IBVC_VCLMUL512_TARGET uint32_t crc32_vclmul512(uint32_t crc, const uint8_t *p, size_t len)
+{
+	const __m512i k2048 = zboth(kFold.k2048_h, kFold.k2048_l);
+	const __m512i k1024 = zboth(kFold.k1024_h, kFold.k1024_l);
+	const __m512i k512 = zboth(kFold.k512_h, kFold.k512_l);
+	__m512i a = _mm512_xor_si512(load64(p), _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+								  0, 0, 0, int(crc)));
+	__m512i b = load64(p + 64), c = load64(p + 128), d = load64(p + 192);
+	p += 256;
+	len -= 256;
+	while (len >= 256) {
+		a = _mm512_xor_si512(zfold(a, k2048), load64(p));
+		b = _mm512_xor_si512(zfold(b, k2048), load64(p + 64));
+		c = _mm512_xor_si512(zfold(c, k2048), load64(p + 128));
+		d = _mm512_xor_si512(zfold(d, k2048), load64(p + 192));
+		p += 256;
+		len -= 256;
+	}
+	// a and b 128 bytes on onto c and d, then c 64 bytes on onto d.
+	c = _mm512_xor_si512(zfold(a, k1024), c);
+	d = _mm512_xor_si512(zfold(b, k1024), d);
+	d = _mm512_xor_si512(zfold(c, k512), d);
+	// d's two halves: the low one 32 bytes on onto the high one.
+	const __m256i k256 = both(kFold.k256_h, kFold.k256_l);
+	__m256i y = _mm256_xor_si256(vfold(_mm512_castsi512_si256(d), k256),
+				     _mm512_extracti64x4_epi64(d, 1));
+	const __m128i k128 = _mm_set_epi64x(int64_t(kFold.k128_l), int64_t(kFold.k128_h));
+	__m128i x = _mm_xor_si128(fold(_mm256_castsi256_si128(y), k128), _mm256_extracti128_si256(y, 1));
+	_mm256_zeroupper();
+	return clmul_finish(x, p, len);
+}
+
+bool have_vclmul512()
+{
+	static const bool yes = __builtin_cpu_supports("vpclmulqdq") &&
+				__builtin_cpu_supports("avx512f") &&
+				__builtin_cpu_supports("avx512vl") &&
+				__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("pclmul");
+	return yes;
+}
+
 bool have_clmul()
 {
 	static const bool yes = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
@@ -216,12 +291,95 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
 {
 	const uint8_t *p = static_cast<const uint8_t *>(data);
 #if defined(__x86_64__)
+	if (len >= 512 && have_vclmul512())
+		return crc32_vclmul512(crc, p, len);
 	if (len >= 256 && have_vclmul())
 		return crc32_vclmul(crc, p, len);
 	if (len >= 64 && have_clmul())
 		return crc32_clmul(crc, p, len);
 #endif
 	return crc32_table(crc, p, len);
+}
+
+// Polynomials modulo P in the reflected layout crc32_update keeps its
+// register in: bit 31 is the coefficient of x^0, bit 0 that of x^31.
+namespace {
+
+uint32_t mul_x(uint32_t a)
+{
+	return (a >> 1) ^ (0xedb88320u & (0u - (a & 1)));
+}
+
+uint32_t mul_mod_bits(uint32_t a, uint32_t b)
+{
+	uint32_t r = 0;
+	for (int i = 0; i < 32; i++, a <<= 1) {
+		r ^= b & (0u - (a >> 31));
+		b = mul_x(b);
+	}
+	return r;
+}
+
+#if defined(__x86_64__)
+// One carry-less multiply: bit k of the 63-bit product is the coefficient
+// of x^(62-k).  Bits 31..62 are the terms below x^32, already in the
+// register's layout; bits 0..30 are Q x^32 with Q (shifted up one) in that
+// layout, and Q x^32 mod P is what four zero bytes through the tables do.
+__attribute__((target("pclmul,sse4.1"))) uint32_t mul_mod_clmul(uint32_t a, uint32_t b)
+{
+	const __m128i p = _mm_clmulepi64_si128(_mm_cvtsi32_si128(int(a)), _mm_cvtsi32_si128(int(b)), 0);
+	const uint64_t c = uint64_t(_mm_cvtsi128_si64(p));
+	const uint32_t q = uint32_t(c << 1);
+	return uint32_t(c >> 31) ^ kT[3][q & 0xff] ^ kT[2][(q >> 8) & 0xff] ^ kT[1][(q >> 16) & 0xff] ^
+	       kT[0][q >> 24];
+}
+#endif
+
+uint32_t mul_mod(uint32_t a, uint32_t b)
+{
+#if defined(__x86_64__)
+	if (have_clmul())
+		return mul_mod_clmul(a, b);
+#endif
+	return mul_mod_bits(a, b);
+}
+
+// x^(8 * 2^k) mod P, k = 0..63.
+struct ZeroPowers {
+	uint32_t p[64];
+	ZeroPowers()
+	{
+		uint32_t x8 = 0x80000000u; // x^0
+		for (int i = 0; i < 8; i++)
+			x8 = mul_x(x8);
+		p[0] = x8;
+		for (int k = 1; k < 64; k++)
+			p[k] = mul_mod(p[k - 1], p[k - 1]);
+	}
+};
+
+const ZeroPowers kZeroPowers;
+
+} // namespace
+
+uint32_t crc32_shift(uint32_t crc, size_t len)
+{
+	// x^(8 len) mod P, remembered for the last few lengths: packets come
+	// in few sizes.
+	struct Entry {
+		size_t len;
+		uint32_t xpow;
+	};
+	thread_local Entry cache[8] = {};
+	Entry &e = cache[(len ^ (len >> 3)) & 7];
+	if (e.len != len || !e.xpow) {
+		uint32_t x = 0x80000000u;
+		for (int k = 0; len >> k; k++)
+			if (len >> k & 1)
+				x = mul_mod(x, kZeroPowers.p[k]);
+		e = Entry{len, x};
+	}
+	return mul_mod(crc, e.xpow);
 }
 
 bool crc32_impl_available(CrcImpl impl)
@@ -234,6 +392,8 @@ bool crc32_impl_available(CrcImpl impl)
 		return have_clmul();
 	case CrcImpl::vclmul:
 		return have_vclmul();
+	case CrcImpl::vclmul512:
+		return have_vclmul512();
 	}
 	return false;
 #else
@@ -247,7 +407,9 @@ uint32_t crc32_update_with(CrcImpl impl, uint32_t crc, const void *data, size_t 
 	if (!crc32_impl_available(impl))
 		impl = CrcImpl::table;
 #if defined(__x86_64__)
-	if (impl == CrcImpl::vclmul && len >= 128)
+	if (impl == CrcImpl::vclmul512 && len >= 256)
+		return crc32_vclmul512(crc, p, len);
+	if (impl != CrcImpl::table && impl != CrcImpl::clmul && len >= 128)
 		return crc32_vclmul(crc, p, len);
 	if (impl != CrcImpl::table && len >= 64)
 		return crc32_clmul(crc, p, len);
@@ -263,8 +425,16 @@ bool is_v4mapped(const uint8_t a[16])
 
 uint32_t icrc(const UdpEndpoints &ep, const uint8_t *roce, size_t roce_len)
 {
-	// Pseudo header: LRH stand-in, IP, UDP, BTH, all variant fields masked.
-	uint8_t ph[8 + 40 + 8 + kBthBytes];
+	return ~icrc_head(ep, roce, roce_len, roce_len);
+}
+
+uint32_t icrc_head(const UdpEndpoints &ep, const uint8_t *roce, size_t hdr_len, size_t roce_len)
+{
+	// Pseudo header: LRH stand-in, IP, UDP, BTH, all variant fields
+	// masked; the headers after the BTH (up to a CETH and a task) join it
+	// here, so that one run of the folding code takes them all.
+	constexpr size_t kRoom = 8 + 40 + 8 + 128;
+	uint8_t ph[kRoom];
 	size_t n = 0;
 	memset(ph, 0xff, 8);
 	n = 8;
@@ -298,13 +468,13 @@ uint32_t icrc(const UdpEndpoints &ep, const uint8_t *roce, size_t roce_len)
 	store_be16(udp + 4, udp_len);
 	store_be16(udp + 6, 0xffff);
 	n += 8;
-	memcpy(ph + n, roce, kBthBytes);
+	const size_t take = std::min(hdr_len, kRoom - n);
+	memcpy(ph + n, roce, take);
 	ph[n + 4] = 0xff; // resv8a
-	n += kBthBytes;
+	n += take;
 
 	uint32_t crc = crc32_update(0xffffffffu, ph, n);
-	crc = crc32_update(crc, roce + kBthBytes, roce_len - kBthBytes);
-	return ~crc;
+	return crc32_update(crc, roce + take, hdr_len - take);
 }
 
 } // namespace ibv_coll::emu::wire

@@ -130,13 +130,13 @@ TEST(Icrc, EveryImplementationMatchesTheBitwiseReference)
 {
 	// Every length from 0 to 700 and some long ones, every alignment, random
 	// starting registers: each way of computing the CRC this CPU has (table
-	// walk, 128-bit folding, 256-bit folding) against the bitwise reference.
+	// walk, 128-, 256- and 512-bit folding) against the bitwise reference.
 	std::mt19937 rng(5);
 	std::vector<uint8_t> buf(70000);
 	for (auto &b : buf)
 		b = uint8_t(rng());
 	int tried = 0;
-	for (CrcImpl impl : {CrcImpl::table, CrcImpl::clmul, CrcImpl::vclmul}) {
+	for (CrcImpl impl : {CrcImpl::table, CrcImpl::clmul, CrcImpl::vclmul, CrcImpl::vclmul512}) {
 		if (!crc32_impl_available(impl))
 			continue;
 		tried++;
@@ -157,6 +157,61 @@ TEST(Icrc, EveryImplementationMatchesTheBitwiseReference)
 	EXPECT_GE(tried, 1);
 	for (size_t n : {0u, 100u, 300u, 4096u}) // and the dispatcher
 		EXPECT_EQ(crc32_update(7, buf.data() + 3, n), ref_crc(7, buf.data() + 3, n));
+}
+
+TEST(Icrc, ShiftIsFeedingZeros)
+{
+	// crc32_shift against feeding the zeros through the bitwise reference,
+	// for every length to 300 and some packet sizes, and the split that
+	// rests on it: crc(a, X || Y) == shift(crc(a, X), |Y|) ^ crc(0, Y).
+	std::mt19937 rng(11);
+	std::vector<uint8_t> zeros(70000, 0), buf(9000);
+	for (auto &b : buf)
+		b = uint8_t(rng());
+	std::vector<size_t> lens;
+	for (size_t n = 0; n <= 300; n++)
+		lens.push_back(n);
+	for (size_t n : {1024u, 2048u, 4096u, 4099u, 4100u, 4144u, 65536u, 69999u})
+		lens.push_back(n);
+	for (int pass = 0; pass < 2; pass++) { // the second from the cache of lengths
+		for (size_t n : lens) {
+			uint32_t init = uint32_t(rng());
+			ASSERT_EQ(crc32_shift(init, n), ref_crc(init, zeros.data(), n)) << "length " << n;
+		}
+	}
+	for (size_t x : {0u, 1u, 12u, 60u, 200u}) {
+		for (size_t y : {0u, 3u, 64u, 4096u, 8000u}) {
+			uint32_t init = uint32_t(rng());
+			uint32_t whole = ref_crc(init, buf.data(), x + y);
+			EXPECT_EQ(crc32_shift(crc32_update(init, buf.data(), x), y) ^
+					  crc32_update(0, buf.data() + x, y),
+				  whole)
+				<< x << " + " << y;
+		}
+	}
+}
+
+TEST(Icrc, HeadAndTailMakeTheWholeIcrc)
+{
+	std::mt19937 rng(13);
+	UdpEndpoints ep{};
+	ep.src[10] = ep.src[11] = ep.dst[10] = ep.dst[11] = 0xff;
+	ep.src[15] = 1;
+	ep.dst[15] = 2;
+	ep.sport = 50000;
+	ep.dport = 4791;
+	for (size_t pay : {0u, 4u, 60u, 4096u}) {
+		std::vector<uint8_t> roce(kBthBytes + 48 + pay);
+		for (auto &b : roce)
+			b = uint8_t(rng());
+		for (size_t split : {kBthBytes, kBthBytes + 48, roce.size()}) {
+			uint32_t tail = crc32_update(0, roce.data() + split, roce.size() - split);
+			EXPECT_EQ(icrc_finish(icrc_head(ep, roce.data(), split, roce.size()), tail,
+					      roce.size() - split),
+				  ref_icrc(false, ep.src, ep.dst, ep.sport, ep.dport, roce))
+				<< "payload " << pay << " split " << split;
+		}
+	}
 }
 
 TEST(Icrc, MatchesReferenceForIpv4AndIpv6)
