@@ -25,6 +25,7 @@ bool CollEngine::parse(const InPacket &p, CollPacket *out)
 	out->payload = p.data + kBthBytes + kCethBytes;
 	out->paylen = uint32_t(p.len - kBthBytes - kCethBytes - p.bth.pad);
 	out->src = p.src;
+	out->crc = out->kind == kCollResult ? &p.tail_crc : nullptr;
 	return out->paylen == out->h.len;
 }
 
@@ -43,34 +44,29 @@ Ceth CollEngine::header(const CollJob &job, const Message &m, uint32_t sid) cons
 	return h;
 }
 
-void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth &h0,
-		      const void *payload, uint32_t len)
+void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth &h,
+		      const Payload &pl)
 {
 	const JobMember &dst = job.cfg.members[to];
-	uint8_t *buf = e_.port->tx_buf();
-	Bth bth;
-	bth.opcode = kind;
-	bth.dqpn = dst.qpn;
-	bth.psn = h0.sid & kPsnMask;
-	bth.store(buf);
-	Ceth h = h0;
-	h.len = uint16_t(len);
-	h.store(buf + kBthBytes);
-	if (len && payload != buf + kBthBytes + kCethBytes) // else built in place
-		memcpy(buf + kBthBytes + kCethBytes, payload, len);
-	e_.tx_to(dst.ep, job.src_ip, buf, kBthBytes + kCethBytes, len);
-	if (kind == kCollData)
-		ctr.tx_data++;
-	else if (kind == kCollResult)
-		ctr.tx_result++;
-	ctr.tx_bytes += len;
+	send_ep(job, dst.ep, dst.qpn, kind, h, nullptr, 0, pl);
 }
 
-// To a switch (or anyone not a member): ext (the task information) goes
-// between the CETH and the payload.
+static_assert(sw::kTaskBytes % 4 == 0, "the pad depends on the payload alone");
+
+void CollEngine::reclaim()
+{
+	e_.port->tx_reclaim(lent_);
+}
+
+uint8_t *CollEngine::tx_payload(uint32_t ext_len)
+{
+	return e_.port->tx_buf() + kBthBytes + kCethBytes + ext_len;
+}
+
+// ext (the task information, to a switch) goes between the CETH and the
+// payload.
 void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
-			 const Ceth &h0, const void *ext, uint32_t ext_len, const void *payload,
-			 uint32_t len)
+			 const Ceth &h0, const void *ext, uint32_t ext_len, const Payload &pl)
 {
 	uint8_t *buf = e_.port->tx_buf();
 	Bth bth;
@@ -79,16 +75,24 @@ void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, u
 	bth.psn = h0.sid & kPsnMask;
 	bth.store(buf);
 	Ceth h = h0;
-	h.len = uint16_t(ext_len + len);
+	h.len = uint16_t(ext_len + pl.len);
 	h.store(buf + kBthBytes);
+	const size_t hdr = kBthBytes + kCethBytes + ext_len;
 	if (ext_len)
 		memcpy(buf + kBthBytes + kCethBytes, ext, ext_len);
-	if (len)
-		memcpy(buf + kBthBytes + kCethBytes + ext_len, payload, len);
-	e_.tx_to(to, job.src_ip, buf, kBthBytes + kCethBytes, ext_len + len);
+	if (pl.len && pl.lend && pl.data != buf + hdr) {
+		e_.tx_split(to, job.src_ip, buf, hdr, pl.data, pl.len, pl.crc);
+		lent_ = e_.port->tx_lend_mark();
+	} else {
+		if (pl.len && pl.data != buf + hdr) // else built in place
+			memcpy(buf + hdr, pl.data, pl.len);
+		e_.tx_to(to, job.src_ip, buf, hdr, pl.len);
+	}
 	if (kind == kCollData)
 		ctr.tx_data++;
-	ctr.tx_bytes += len;
+	else if (kind == kCollResult)
+		ctr.tx_result++;
+	ctr.tx_bytes += pl.len;
 }
 
 void CollEngine::on_packet(const InPacket &ip)

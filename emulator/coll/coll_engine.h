@@ -36,6 +36,27 @@ struct CollPacket {
 	const uint8_t *payload;
 	uint32_t paylen;
 	Endpoint src;
+	// crc32_update(0, payload || pad) when known (0 = unknown), so that
+	// a packet passing the payload on need not read it again.
+	const uint32_t *crc;
+};
+
+// What a collective packet carries, and how it gets onto the wire.
+struct Payload {
+	const uint8_t *data = nullptr;
+	uint32_t len = 0;
+	// data stays as it is until the engine reclaims what it lent (the
+	// application's buffers until the completion, a message's staging, a
+	// received packet until the next receive): it is sent from where it
+	// is.  Otherwise (scratch space, Seg units) it is copied into the
+	// transmit buffer, unless it was built there.
+	bool lend = false;
+	const uint32_t *crc = nullptr; // crc32_update(0, data || pad), when known
+	static Payload lent(const uint8_t *d, uint32_t n, const uint32_t *crc = nullptr)
+	{
+		return Payload{d, n, true, crc};
+	}
+	static Payload copied(const uint8_t *d, uint32_t n) { return Payload{d, n, false, nullptr}; }
 };
 
 class CollEngine {
@@ -64,10 +85,21 @@ private:
 	// codec.cc
 	bool parse(const InPacket &p, CollPacket *out);
 	void send(const CollJob &job, uint16_t to, uint8_t kind, const wire::Ceth &h,
-		  const void *payload, uint32_t len);
+		  const Payload &pl = {});
 	void send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
-		     const wire::Ceth &h, const void *ext, uint32_t ext_len, const void *payload,
-		     uint32_t len);
+		     const wire::Ceth &h, const void *ext, uint32_t ext_len, const Payload &pl);
+	// Where send()/send_ep() build the payload of the next packet with
+	// ext_len bytes of extension: a producer may write it there.
+	uint8_t *tx_payload(uint32_t ext_len = 0);
+	// Memory lent to queued packets is free again (before a completion
+	// hands buffers back, and before results overwrite a lent source).
+	void reclaim();
+	// Block sid of m's sources was just lent to a packet (see Message::src_lent).
+	void note_src_lent(Message &m, uint32_t sid)
+	{
+		if (m.inplace)
+			m.src_lent[sid] = lent_;
+	}
 	wire::Ceth header(const CollJob &job, const Message &m, uint32_t sid) const;
 	// xmit.cc
 	void build_chain(const CollJob &job, Message &m, uint32_t path_mtu);
@@ -120,8 +152,8 @@ private:
 	uint64_t rto_ns(const CollJob &job) const;
 	uint64_t coll_timeout_ns(const CollJob &job) const;
 	void rtt_sample(CollJob &job, uint64_t rtt);
-	void arm(CollJob &job, Message &m, std::map<uint32_t, Message::Pending> &pend, uint32_t sid,
-		 uint64_t now, bool again);
+	void arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
+		 bool again);
 	uint32_t window(const CollJob &job) const;
 	uint32_t seg_of(const CollJob &job, uint32_t sid) const
 	{
@@ -132,6 +164,7 @@ private:
 	SegPool segs_;
 	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
 	uint64_t next_owner_ = 1;
+	uint64_t lent_ = 0; // the port's lend mark of the last packet sent from lent memory
 };
 
 } // namespace ibv_coll::emu

@@ -6,10 +6,12 @@
 #include "nic/wqe.h"
 #include "reduce/reduce.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 namespace ibv_coll::emu {
@@ -75,6 +77,75 @@ struct ChunkRole {
 	bool rs = false; // has a reduce-scatter phase
 };
 
+// Blocks sent and not yet acknowledged, with their retransmission timers:
+// one entry per block of the message, a count, and a lower bound of the
+// earliest deadline, so that a pass with nothing due costs no walk (the
+// bound goes stale-early when entries leave; the walk it then causes finds
+// nothing due and makes it exact again).
+class PendingSet {
+public:
+	struct Entry {
+		uint64_t deadline = 0;	    // send again after this
+		uint64_t sent = 0;	    // when it was (last) sent
+		uint64_t progress_mark = 0; // the message's last_progress at the last repeat
+		uint8_t repeats = 0;	    // sent again since the message's last progress
+		bool again = false;	    // sent more than once: no RTT sample (Karn)
+		bool on = false;
+	};
+	void init(uint32_t nblocks)
+	{
+		e_.assign(nblocks, Entry{});
+		n_ = 0;
+		lo_ = UINT32_MAX;
+		hi_ = 0;
+		next_ = UINT64_MAX;
+	}
+	size_t size() const { return n_; }
+	bool empty() const { return !n_; }
+	Entry *find(uint32_t sid) { return sid < e_.size() && e_[sid].on ? &e_[sid] : nullptr; }
+	Entry &add(uint32_t sid)
+	{
+		Entry &e = e_[sid];
+		if (!e.on) {
+			e = Entry{};
+			e.on = true;
+			n_++;
+			lo_ = std::min(lo_, sid);
+			hi_ = std::max(hi_, sid + 1);
+		}
+		return e;
+	}
+	void erase(uint32_t sid)
+	{
+		if (e_[sid].on) {
+			e_[sid].on = false;
+			n_--;
+		}
+	}
+	void timer_set(uint64_t deadline) { next_ = std::min(next_, deadline); }
+	uint64_t next() const { return n_ ? next_ : UINT64_MAX; }
+	// Call f(sid) for every entry due at now (f may re-arm it), then make
+	// the bound exact.
+	template <class F> void for_due(uint64_t now, F f)
+	{
+		if (!n_ || now < next_)
+			return;
+		for (uint32_t s = lo_; s < hi_; s++)
+			if (e_[s].on && now >= e_[s].deadline)
+				f(s);
+		next_ = UINT64_MAX;
+		for (uint32_t s = lo_; s < hi_; s++)
+			if (e_[s].on)
+				next_ = std::min(next_, e_[s].deadline);
+	}
+
+private:
+	std::vector<Entry> e_;
+	size_t n_ = 0;
+	uint32_t lo_ = UINT32_MAX, hi_ = 0; // the entries ever on lie in [lo_, hi_)
+	uint64_t next_ = UINT64_MAX;
+};
+
 struct Message {
 	// From the WQE.
 	uint32_t idx = 0; // SQ index
@@ -101,15 +172,8 @@ struct Message {
 	std::vector<uint8_t> final_; // per block: its result is here
 	uint32_t finals = 0;
 	uint32_t next_inject = 0, inject_end = 0; // this node's own blocks to start
-	struct Pending {
-		uint64_t deadline; // send again after this
-		uint64_t sent;	   // when it was (last) sent
-		bool again;	   // sent more than once: no RTT sample (Karn)
-		uint8_t repeats;	   // sent again since the message's last progress
-		uint64_t progress_mark; // the message's last_progress at the last repeat
-	};
-	std::map<uint32_t, Pending> o_pending; // started here, result not back
-	std::map<uint32_t, Pending> f_pending; // result sent round, not back
+	PendingSet o_pending; // started here, result not back
+	PendingSet f_pending; // result sent round, not back
 	uint64_t last_progress = 0;
 	// This node's finished chunk when no local destination holds it.
 	std::vector<uint8_t> staging;
@@ -117,6 +181,11 @@ struct Message {
 	std::vector<uint8_t> zeros; // barrier input
 	uint8_t ran = 0;	   // CollRan
 	bool dma_error = false;	   // a local buffer failed its check
+	// A destination may be its source (in place): block i's result must
+	// not be written while a packet sent from block i of the source is
+	// still queued; src_lent[i] is the port's lend mark of the last one.
+	bool inplace = false;
+	std::vector<uint64_t> src_lent;
 
 	// Through the switch: blocks numbered across the job's messages.
 	bool sw = false;
@@ -125,6 +194,24 @@ struct Message {
 	uint32_t sw_base = 0;	 // oldest block without its result
 	uint32_t sw_next = 0;	 // next block to send
 	std::vector<uint8_t> acked; // end-to-end mode: node 0 acknowledged the block
+};
+
+// A block kept in a Seg unit because it came before its message started
+// here: (message, block, kind) -> unit.
+struct EarlyKey {
+	uint32_t mid, sid;
+	uint8_t kind;
+	bool operator==(const EarlyKey &o) const
+	{
+		return mid == o.mid && sid == o.sid && kind == o.kind;
+	}
+};
+struct EarlyKeyHash {
+	size_t operator()(const EarlyKey &k) const
+	{
+		uint64_t x = (uint64_t(k.mid) << 32 | k.sid) * 0x9e3779b97f4a7c15ull;
+		return size_t(x ^ (x >> 29) ^ k.kind);
+	}
 };
 
 struct MsgRecord {
@@ -144,6 +231,7 @@ struct CollJob {
 	uint32_t aborted_mid = 0; // a member aborted this message before we ran it
 	CollStatus abort_status = CollStatus::remote_abort;
 	std::deque<MsgRecord> history; // recent messages, for QUERY
+	std::unordered_map<EarlyKey, uint32_t, EarlyKeyHash> early; // blocks kept for later messages
 	// Round trip of a block round the ring (smoothed, and its variation),
 	// from which the retransmission timeout follows, as TCP's does.
 	uint64_t srtt = 0, rttvar = 0;

@@ -127,10 +127,16 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 		m.zeros.assign(c.nodes(), 0);
 	}
 	m.es = uint32_t(dtype_size(m.dtype));
+	uint64_t slo = UINT64_MAX, shi = 0, dlo = UINT64_MAX, dhi = 0;
 	for (uint16_t r = 0; r < m.ranks && r < w->num_sge; r++) {
 		m.src[r] = w->srcs()[r];
 		m.dst[r] = w->dsts()[r];
+		slo = std::min(slo, m.src[r].addr);
+		shi = std::max(shi, m.src[r].addr + m.src[r].length);
+		dlo = std::min(dlo, m.dst[r].addr);
+		dhi = std::max(dhi, m.dst[r].addr + m.dst[r].length);
 	}
+	m.inplace = dlo < shi && slo < dhi; // the spans overlap (perhaps only the spans)
 	for (uint16_t n = 0; n < c.nodes(); n++) {
 		const JobMember &mb = c.members[n];
 		if (m.root >= mb.first_rank && m.root < mb.first_rank + mb.ranks) {
@@ -161,6 +167,10 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 		mtu = w->block_len;
 	build_chain(job, m, mtu);
 	m.final_.assign(m.nblocks, 0);
+	m.o_pending.init(m.nblocks);
+	m.f_pending.init(m.nblocks);
+	if (m.inplace)
+		m.src_lent.assign(m.nblocks, 0);
 	// What this node finishes and must be able to send again, when no
 	// local destination keeps it.
 	for (const ChunkRole &r : m.chunks) {
@@ -245,10 +255,7 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 	uint64_t d = m.last_progress + coll_timeout_ns(*qp.job);
 	if (m.waiting)
 		return std::min(d, qp.job->sw_cfg_sent + sw_config_interval(*qp.job));
-	for (const auto *pend : {&m.o_pending, &m.f_pending})
-		for (const auto &kv : *pend)
-			d = std::min(d, kv.second.deadline);
-	return d;
+	return std::min({d, m.o_pending.next(), m.f_pending.next()});
 }
 
 } // namespace ibv_coll::emu

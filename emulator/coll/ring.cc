@@ -100,16 +100,19 @@ void CollEngine::rtt_sample(CollJob &job, uint64_t rtt)
 // busy) gets a few repeats, not a stream of them.  Any progress brings the
 // wait back to twice the timeout, so loss elsewhere does not slow
 // recovery.
-void CollEngine::arm(CollJob &job, Message &m, std::map<uint32_t, Message::Pending> &pend,
-		     uint32_t sid, uint64_t now, bool again)
+void CollEngine::arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
+		     bool again)
 {
-	auto it = pend.find(sid);
 	const uint64_t rto = rto_ns(job);
-	if (it == pend.end()) {
-		pend.emplace(sid, Message::Pending{now + rto, now, again, 0, 0});
+	if (!pend.find(sid)) {
+		PendingSet::Entry &p = pend.add(sid);
+		p.deadline = now + rto;
+		p.sent = now;
+		p.again = again;
+		pend.timer_set(p.deadline);
 		return;
 	}
-	Message::Pending &p = it->second;
+	PendingSet::Entry &p = *pend.find(sid);
 	uint64_t wait = rto;
 	if (again) {
 		if (p.progress_mark != m.last_progress) {
@@ -124,6 +127,7 @@ void CollEngine::arm(CollJob &job, Message &m, std::map<uint32_t, Message::Pendi
 	p.deadline = now + wait;
 	p.sent = now;
 	p.again |= again;
+	pend.timer_set(p.deadline);
 }
 
 // Blocks one node keeps in flight.  A node that has not started a message
@@ -153,8 +157,8 @@ void CollEngine::ring_finish_block(CollJob &job, Message &m, uint32_t sid, uint8
 	Ceth h = header(job, m, sid);
 	h.phase = 1;
 	h.node_map = all_nodes(job.cfg.nodes());
-	send(job, next_node(job.cfg), kCollResult, h, m.result_data ? data : nullptr,
-	     m.result_data ? b.elems * m.es : 0);
+	send(job, next_node(job.cfg), kCollResult, h,
+	     Payload::copied(m.result_data ? data : nullptr, m.result_data ? b.elems * m.es : 0));
 	arm(job, m, m.f_pending, sid, now, false);
 }
 
@@ -207,10 +211,10 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 	const ChunkRole &r = m.chunks[b.chunk];
 	const uint32_t len = b.elems * m.es;
 	if (r.rs) {
-		// Straight into the packet: send() sees its own payload and does
-		// not copy.
+		// Straight into the packet (send() sees its own payload), or
+		// from the application's buffer when there is nothing to reduce.
 		const uint8_t *buf;
-		if (!local_data(job, m, sid, e_.port->tx_buf() + kBthBytes + kCethBytes, &buf)) {
+		if (!local_data(job, m, sid, tx_payload(), &buf)) {
 			m.dma_error = true;
 			return;
 		}
@@ -220,7 +224,8 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 		h.rank_map = rank_mask(m.ranks);
 		if (again)
 			h.flags |= kCethRetrans;
-		send(job, next_node(job.cfg), kCollData, h, buf, len);
+		send(job, next_node(job.cfg), kCollData, h, Payload::lent(buf, len));
+		note_src_lent(m, sid);
 		arm(job, m, m.o_pending, sid, now, again);
 		if (again)
 			ctr.retrans_data++;
@@ -246,7 +251,8 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 	h.node_map = all_nodes(job.cfg.nodes());
 	if (again)
 		h.flags |= kCethRetrans;
-	send(job, next_node(job.cfg), kCollResult, h, src, len);
+	send(job, next_node(job.cfg), kCollResult, h, Payload::lent(src, len));
+	note_src_lent(m, sid);
 	arm(job, m, m.f_pending, sid, now, again);
 	if (again)
 		ctr.retrans_result++;
@@ -278,7 +284,8 @@ void CollEngine::ring_resend_result(CollJob &job, Message &m, uint32_t sid, uint
 	h.phase = 1;
 	h.node_map = all_nodes(job.cfg.nodes());
 	h.flags |= kCethRetrans;
-	send(job, next_node(job.cfg), kCollResult, h, src, m.result_data ? b.elems * m.es : 0);
+	send(job, next_node(job.cfg), kCollResult, h,
+	     Payload::lent(src, m.result_data ? b.elems * m.es : 0));
 	arm(job, m, m.f_pending, sid, now, true);
 	ctr.retrans_result++;
 }
@@ -327,9 +334,11 @@ void CollEngine::ring_data(CollJob &job, Message &m, const CollPacket &p, uint64
 				 rank_mask(m.ranks));
 	uint8_t *acc;
 	if (own) {
+		// The unit's result goes on at once, so it is made where it
+		// goes: in the packet that carries it on.
+		acc = tx_payload();
 		segs_.contribute_node_and_ranks(seg, 1ull << p.h.src_node, p.payload,
-						rank_mask(m.ranks), local, len);
-		acc = segs_.unit(seg).data;
+						rank_mask(m.ranks), local, len, acc);
 	} else {
 		// Held by an early block of a later message: work beside it.
 		ctr.seg_busy++;
@@ -344,7 +353,7 @@ void CollEngine::ring_data(CollJob &job, Message &m, const CollPacket &p, uint64
 		h.phase = uint8_t(hop + 1);
 		h.node_map = p.h.node_map | 1ull << c.node;
 		h.rank_map = rank_mask(m.ranks);
-		send(job, next_node(c), kCollData, h, acc, len);
+		send(job, next_node(c), kCollData, h, Payload::copied(acc, len));
 	}
 	if (own)
 		segs_.release(seg); // both bitmaps are empty: the block has moved on
@@ -373,11 +382,10 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 	}
 	if (hop == n) {
 		// Back where it started: everyone has it.
-		auto it = m.f_pending.find(sid);
-		if (it != m.f_pending.end()) {
-			if (!it->second.again)
-				rtt_sample(job, now - it->second.sent);
-			m.f_pending.erase(it);
+		if (PendingSet::Entry *e = m.f_pending.find(sid)) {
+			if (!e->again)
+				rtt_sample(job, now - e->sent);
+			m.f_pending.erase(sid);
 			m.last_progress = now;
 		}
 		return;
@@ -394,17 +402,16 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 		ctr.dup_dropped++;
 	}
 	if (r.rs && r.origin == c.node) {
-		auto it = m.o_pending.find(sid);
-		if (it != m.o_pending.end()) {
-			if (!it->second.again)
-				rtt_sample(job, now - it->second.sent);
-			m.o_pending.erase(it);
+		if (PendingSet::Entry *e = m.o_pending.find(sid)) {
+			if (!e->again)
+				rtt_sample(job, now - e->sent);
+			m.o_pending.erase(sid);
 		}
 	}
 	Ceth h = p.h;
 	h.src_node = c.node;
 	h.phase = uint8_t(hop + 1);
-	send(job, next_node(c), kCollResult, h, p.payload, h.phase == n ? 0 : len);
+	send(job, next_node(c), kCollResult, h, Payload::lent(p.payload, h.phase == n ? 0 : len, p.crc));
 }
 
 void CollEngine::ring_on_data(Qp &qp, CollJob &job, const CollPacket &p)
@@ -453,7 +460,8 @@ void CollEngine::ring_on_result(Qp &qp, CollJob &job, const CollPacket &p)
 		Ceth h = p.h;
 		h.src_node = job.cfg.node;
 		h.phase = uint8_t(p.h.phase + 1);
-		send(job, next_node(job.cfg), kCollResult, h, p.payload, h.phase == n ? 0 : p.paylen);
+		send(job, next_node(job.cfg), kCollResult, h,
+		     Payload::lent(p.payload, h.phase == n ? 0 : p.paylen, p.crc));
 	} else {
 		ctr.stale_dropped++;
 	}
@@ -472,25 +480,25 @@ void CollEngine::ring_early(CollJob &job, const CollPacket &p)
 			   p.h.mid, p.h.sid, p.kind, p.h.phase);
 		return;
 	}
+	auto forward = [&] {
+		if (p.kind != kCollResult)
+			return;
+		Ceth h = p.h;
+		h.src_node = c.node;
+		h.phase = uint8_t(p.h.phase + 1);
+		send(job, next_node(c), kCollResult, h,
+		     Payload::lent(p.payload, h.phase == c.nodes() ? 0 : p.paylen, p.crc));
+	};
 	// Held already (a repeat): a result is still passed on, in case the
 	// first copy was lost downstream.
-	for (uint32_t i = c.seg_base; i < c.seg_base + c.seg_count; i++) {
-		const SegUnit &u = segs_.unit(i);
-		if (u.busy && u.rank_pending && u.jid == c.jid && u.mid == p.h.mid &&
-		    u.sid == p.h.sid && u.kind == p.kind) {
-			ctr.dup_dropped++;
-			if (p.kind == kCollResult) {
-				Ceth h = p.h;
-				h.src_node = c.node;
-				h.phase = uint8_t(p.h.phase + 1);
-				send(job, next_node(c), kCollResult, h, p.payload,
-				     h.phase == c.nodes() ? 0 : p.paylen);
-			}
-			return;
-		}
+	const EarlyKey key{p.h.mid, p.h.sid, p.kind};
+	if (job.early.count(key)) {
+		ctr.dup_dropped++;
+		forward();
+		return;
 	}
 	// The block's own unit, or the next free one of the job's range (the
-	// message is found again by its ids when it starts).
+	// message finds its blocks again through job.early when it starts).
 	uint32_t seg = seg_of(job, p.h.sid), tries = 0;
 	while (!segs_.acquire(seg, c.jid, p.h.mid, p.h.sid, RedOp(p.h.op & 7), Dtype::uint8,
 			      p.paylen, 1ull << p.h.src_node, 0)) {
@@ -509,14 +517,9 @@ void CollEngine::ring_early(CollJob &job, const CollPacket &p)
 	u.src_node = p.h.src_node;
 	u.node_map = p.h.node_map;
 	u.rank_pending = 1; // waits for this node's message to start
+	job.early.emplace(key, seg);
 	ctr.early_stored++;
-	if (p.kind == kCollResult) {
-		Ceth h = p.h;
-		h.src_node = c.node;
-		h.phase = uint8_t(p.h.phase + 1);
-		send(job, next_node(c), kCollResult, h, p.payload,
-		     h.phase == c.nodes() ? 0 : p.paylen);
-	}
+	forward();
 }
 
 // The message has started: take in what arrived before it.
@@ -525,10 +528,19 @@ void CollEngine::ring_adopt_early(Qp &qp, CollJob &job)
 	Message &m = *job.active;
 	const JobConfig &c = job.cfg;
 	uint64_t now = util::now_ns();
-	for (uint32_t i = c.seg_base; i < c.seg_base + c.seg_count && job.active; i++) {
+	std::vector<uint32_t> mine;
+	for (auto it = job.early.begin(); it != job.early.end();) {
+		if (it->first.mid == m.mid) {
+			mine.push_back(it->second);
+			it = job.early.erase(it);
+		} else {
+			++it;
+		}
+	}
+	for (uint32_t i : mine) {
+		if (!job.active)
+			return;
 		SegUnit &u = segs_.unit(i);
-		if (!u.busy || u.jid != c.jid || u.mid != m.mid || !u.rank_pending)
-			continue;
 		CollPacket p;
 		p.kind = u.kind;
 		p.h = header(job, m, u.sid);
@@ -538,8 +550,10 @@ void CollEngine::ring_adopt_early(Qp &qp, CollJob &job)
 		p.payload = u.data;
 		p.paylen = u.len;
 		p.src = c.members[u.src_node].ep;
-		std::vector<uint8_t> copy(u.data, u.data + u.len);
-		p.payload = copy.data();
+		p.crc = nullptr;
+		// Free before use: what follows may take this very unit for the
+		// block, but then only to make its result in the packet (the
+		// unit's own memory is not written while we read it).
 		segs_.release(i);
 		if (p.kind == kCollData) {
 			ring_data(job, m, p, now);
@@ -563,18 +577,13 @@ void CollEngine::ring_adopt_early(Qp &qp, CollJob &job)
 void CollEngine::ring_timers(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
-	for (auto &kv : m.o_pending)
-		if (now >= kv.second.deadline)
-			ring_inject(job, m, kv.first, now, true);
-	for (auto &kv : m.f_pending) {
-		if (now < kv.second.deadline)
-			continue;
-		const ChunkRole &r = m.chunks[m.chain[kv.first].chunk];
-		if (r.rs)
-			ring_resend_result(job, m, kv.first, now);
+	m.o_pending.for_due(now, [&](uint32_t sid) { ring_inject(job, m, sid, now, true); });
+	m.f_pending.for_due(now, [&](uint32_t sid) {
+		if (m.chunks[m.chain[sid].chunk].rs)
+			ring_resend_result(job, m, sid, now);
 		else
-			ring_inject(job, m, kv.first, now, true);
-	}
+			ring_inject(job, m, sid, now, true);
+	});
 	if (m.dma_error)
 		return fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 	if (now > m.last_progress && now - m.last_progress > coll_timeout_ns(job)) {

@@ -21,8 +21,10 @@ bool SegPool::acquire(uint32_t i, uint32_t jid, uint32_t mid, uint32_t sid, RedO
 	if (u.busy || len > unit_bytes_)
 		return false;
 	uint8_t *data = u.data;
+	const uint64_t lent = u.lent; // a property of the memory, not of the block
 	u = SegUnit{};
 	u.data = data;
+	u.lent = lent;
 	u.busy = true;
 	u.jid = jid;
 	u.mid = mid;
@@ -84,7 +86,8 @@ SegResult SegPool::contribute_ranks(uint32_t i, uint64_t rank_mask, const void *
 }
 
 SegResult SegPool::contribute_node_and_ranks(uint32_t i, uint64_t node_bit, const void *node_src,
-					     uint64_t rank_mask, const void *rank_src, uint32_t len)
+					     uint64_t rank_mask, const void *rank_src, uint32_t len,
+					     uint8_t *out)
 {
 	SegUnit &u = units_[i];
 	if (len != u.len)
@@ -98,12 +101,15 @@ SegResult SegPool::contribute_node_and_ranks(uint32_t i, uint64_t node_bit, cons
 	ReduceFn f = reduce_fn(u.op, u.dtype);
 	size_t n = len / dtype_size(u.dtype);
 	if (!u.filled) {
-		f(u.data, node_src, rank_src, n);
+		f(out && complete(i) ? out : u.data, node_src, rank_src, n);
 		u.filled = true;
 		return SegResult::filled;
 	}
-	f(u.data, u.data, node_src, n);
-	f(u.data, u.data, rank_src, n);
+	if (out && complete(i))
+		memcpy(out, u.data, len);
+	uint8_t *d = out && complete(i) ? out : u.data;
+	f(d, d, node_src, n);
+	f(d, d, rank_src, n);
 	return SegResult::reduced;
 }
 

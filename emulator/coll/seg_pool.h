@@ -33,6 +33,11 @@ struct SegUnit {
 	uint64_t rank_pending = 0;
 	uint64_t node_map = 0;	 // nodes whose data the payload holds
 	uint8_t *data = nullptr; // unit_bytes of payload
+	// The switch sends a result from the unit itself: the payload's CRC
+	// (crc32_update(0, data || pad)), and the port's lend mark of the
+	// last packet sent from it.
+	uint32_t crc = 0;
+	uint64_t lent = 0;
 };
 
 enum class SegResult : uint8_t { filled, reduced, duplicate, mismatch };
@@ -63,8 +68,11 @@ public:
 	// A node's data (node_bit) and the already-reduced data of several
 	// local ranks (rank_mask), in that order, all pending: an empty unit
 	// becomes op(node_src, rank_src) in one pass over the three buffers.
+	// With out, an empty unit that this completes is made at out instead
+	// of in its own buffer: where it goes next (the NIC ring's packet).
 	SegResult contribute_node_and_ranks(uint32_t i, uint64_t node_bit, const void *node_src,
-					    uint64_t rank_mask, const void *rank_src, uint32_t len);
+					    uint64_t rank_mask, const void *rank_src, uint32_t len,
+					    uint8_t *out = nullptr);
 	// Add the already-reduced data of several nodes (node_mask, all
 	// pending), as a switch gets it from the switch below: fills an empty
 	// unit, else unit = op(unit, src).  len 0 is a contribution of

@@ -37,6 +37,9 @@ static void remember(CollJob &job, uint32_t mid, MsgState st, uint32_t blocks)
 
 void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 {
+	// Packets still queued may be sent from the buffers the completion
+	// hands back, or from the message's staging.
+	reclaim();
 	Message &m = *job.active;
 	// Retire the WQE (and any finished before it) first: its slot must be
 	// free by the time the application sees the completion and reposts.
@@ -78,7 +81,7 @@ void CollEngine::send_abort(const CollJob &job, uint32_t mid, CollStatus st)
 	for (uint16_t n = 0; n < job.cfg.nodes(); n++) {
 		if (n == job.cfg.node)
 			continue;
-		send(job, n, wire::kCollAbort, h, nullptr, 0);
+		send(job, n, wire::kCollAbort, h);
 		ctr.aborts_sent++;
 	}
 }
@@ -98,6 +101,7 @@ void CollEngine::fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, con
 
 bool CollEngine::flush(Qp &qp)
 {
+	reclaim();
 	bool did = false;
 	const uint32_t mask = qp.sq->slots() - 1;
 	uint32_t prod = qp.sq->prod();

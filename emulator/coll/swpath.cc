@@ -79,7 +79,7 @@ void CollEngine::sw_send_config(CollJob &job, uint64_t now)
 		h.jid = c.jid;
 		h.node_map = 1ull << c.node;
 		h.job_key = c.key;
-		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollConfig, h, tb, sw::kTaskBytes, nullptr, 0);
+		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollConfig, h, tb, sw::kTaskBytes, {});
 	}
 	job.sw_cfg_sent = now;
 }
@@ -168,27 +168,31 @@ void CollEngine::sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t 
 	const uint32_t len = b.elems * m.es;
 	const uint64_t gs = m.gs0 + sid;
 	const uint32_t plane = sw::plane_of(gs, c.sw.planes);
-	const uint8_t *payload = nullptr;
-	uint32_t plen = 0;
+	// The partial is reduced straight into the packet, or sent from the
+	// application's buffer when there is nothing to reduce.
+	const uint32_t ext_len = c.sw.inline_task ? uint32_t(sw::kTaskBytes) : 0;
+	Payload pl;
 	switch (m.coll) {
 	case CollOp::bcast:
 	case CollOp::allgather:
 		// Only the block's owner has data; the others send a token.
 		if ((m.coll == CollOp::bcast && m.root_node == c.node) ||
 		    (m.coll == CollOp::allgather && m.chunks[b.chunk].fin == c.node)) {
-			if (!result_source(job, m, sid, &payload)) {
+			if (!result_source(job, m, sid, &pl.data)) {
 				m.dma_error = true;
 				return;
 			}
-			plen = len;
+			pl.len = len;
+			pl.lend = true;
 		}
 		break;
 	default:
-		if (!local_data(job, m, sid, scratch_.data(), &payload)) {
+		if (!local_data(job, m, sid, tx_payload(ext_len), &pl.data)) {
 			m.dma_error = true;
 			return;
 		}
-		plen = len;
+		pl.len = len;
+		pl.lend = true; // unless it is in place
 		break;
 	}
 	Ceth h = header(job, m, sid);
@@ -218,10 +222,11 @@ void CollEngine::sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t 
 		uint8_t tb[sw::kTaskBytes];
 		t.store(tb);
 		h.flags |= kCethInline;
-		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, tb, sw::kTaskBytes, payload, plen);
+		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, tb, ext_len, pl);
 	} else {
-		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, nullptr, 0, payload, plen);
+		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, nullptr, 0, pl);
 	}
+	note_src_lent(m, sid);
 	arm(job, m, m.o_pending, sid, now, again);
 	if (again)
 		ctr.retrans_data++;
@@ -290,17 +295,15 @@ void CollEngine::sw_timers(Qp &qp, CollJob &job, uint64_t now)
 	if (!job.active || job.active->waiting)
 		return;
 	Message &m = *job.active;
-	for (auto &kv : m.o_pending) {
-		if (now < kv.second.deadline)
-			continue;
-		if (!m.final_[kv.first]) {
-			sw_send_block(job, m, kv.first, now, true);
+	m.o_pending.for_due(now, [&](uint32_t sid) {
+		if (!m.final_[sid]) {
+			sw_send_block(job, m, sid, now, true);
 		} else {
 			// End-to-end mode: the result is here, node 0's ACK is not.
-			sw_send_ack(job, m.mid, kv.first, 0, true);
-			arm(job, m, m.o_pending, kv.first, now, true);
+			sw_send_ack(job, m.mid, sid, 0, true);
+			arm(job, m, m.o_pending, sid, now, true);
 		}
-	}
+	});
 	if (m.dma_error)
 		return fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 	if (now > m.last_progress && now - m.last_progress > coll_timeout_ns(job)) {
@@ -321,11 +324,10 @@ void CollEngine::sw_release_block(CollJob &job, Message &m, uint32_t sid, uint64
 {
 	if (!m.final_[sid] || (!m.acked.empty() && !m.acked[sid]))
 		return;
-	auto it = m.o_pending.find(sid);
-	if (it != m.o_pending.end()) {
-		if (!it->second.again)
-			rtt_sample(job, now - it->second.sent);
-		m.o_pending.erase(it);
+	if (PendingSet::Entry *e = m.o_pending.find(sid)) {
+		if (!e->again)
+			rtt_sample(job, now - e->sent);
+		m.o_pending.erase(sid);
 	}
 	while (m.sw_base < m.nblocks && m.final_[m.sw_base] &&
 	       (m.acked.empty() || m.acked[m.sw_base]))
@@ -345,7 +347,7 @@ void CollEngine::sw_send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uin
 	h.job_key = job.cfg.key;
 	if (ask)
 		h.flags |= kCethRetrans;
-	send(job, to, kCollAck, h, nullptr, 0);
+	send(job, to, kCollAck, h);
 }
 
 // End-to-end mode: an ACK from node 0, or (at node 0) a request for one.
@@ -503,7 +505,7 @@ void CollEngine::sw_release(const CollJob &job)
 		h.jid = job.cfg.jid;
 		h.node_map = 1ull << job.cfg.node;
 		h.job_key = job.cfg.key;
-		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollRelease, h, nullptr, 0, nullptr, 0);
+		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollRelease, h, nullptr, 0, {});
 	}
 }
 

@@ -144,6 +144,8 @@ static void copy_out(uint64_t dst, const uint8_t *src, uint64_t len)
 
 bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data)
 {
+	if (m.inplace)
+		e_.port->tx_reclaim(m.src_lent[sid]);
 	const JobConfig &c = job.cfg;
 	const BlockDesc &b = m.chain[sid];
 	const uint64_t len = uint64_t(b.elems) * m.es;

@@ -290,13 +290,21 @@ void Engine::handle_packet(const RxPacket &rx)
 	memcpy(ep.dst, rx.dst.b, 16);
 	ep.sport = rx.src.port;
 	ep.dport = port->port();
-	if (icrc(ep, rx.data, len) != load_icrc(rx.data + len)) {
+	// A collective packet's headers first, then its payload: a result's
+	// payload is passed on, and the packet that carries it on reuses the
+	// payload's part of this CRC (crc(head || tail) = shift(head) ^ crc(tail)).
+	const bool coll_kind = is_coll_opcode(rx.data[0]) && len >= kBthBytes + kCethBytes;
+	const size_t split = coll_kind ? kBthBytes + kCethBytes : len;
+	const uint32_t head = icrc_head(ep, rx.data, split, len);
+	const uint32_t whole = crc32_update(head, rx.data + split, len - split);
+	if (~whole != load_icrc(rx.data + len)) {
 		ctr.rx_icrc_err++;
 		IBVC_DEBUG("emu", "{}: bad icrc from {}:{}", params.name, rx.src.ip.str(),
 			   rx.src.port);
 		return;
 	}
 	InPacket p;
+	p.tail_crc = coll_kind && rx.data[0] == kCollResult ? whole ^ crc32_shift(head, len - split) : 0;
 	p.data = rx.data;
 	p.len = len;
 	p.src = rx.src;
@@ -384,6 +392,31 @@ void Engine::tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t 
 	ep.dport = dst.port;
 	wire::store_icrc(pkt + roce_len, wire::icrc(ep, pkt, roce_len));
 	port->tx_commit(roce_len + wire::kIcrcBytes, dst, src);
+}
+
+void Engine::tx_split(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
+		      const uint8_t *payload, uint32_t paylen, const uint32_t *tail_crc)
+{
+	const uint32_t pad = (4 - (paylen & 3)) & 3;
+	pkt[1] = uint8_t((pkt[1] & ~0x30) | pad << 4);
+	const size_t roce_len = hdr_len + paylen + pad;
+	wire::UdpEndpoints ep;
+	memcpy(ep.src, src.b, 16);
+	memcpy(ep.dst, dst.ip.b, 16);
+	ep.sport = port->port();
+	ep.dport = dst.port;
+	const uint32_t head = wire::icrc_head(ep, pkt, hdr_len, roce_len);
+	uint32_t crc;
+	if (tail_crc) {
+		crc = wire::icrc_finish(head, *tail_crc, paylen + pad);
+	} else {
+		crc = wire::crc32_update(head, payload, paylen);
+		crc = ~(pad ? wire::crc32_shift(crc, pad) : crc);
+	}
+	uint8_t *trailer = pkt + hdr_len;
+	memset(trailer, 0, pad);
+	wire::store_icrc(trailer + pad, crc);
+	port->tx_commit_split(hdr_len, payload, paylen, pad + wire::kIcrcBytes, dst, src);
 }
 
 // A job's Seg units go back when its QP is reset or destroyed, with any

@@ -29,6 +29,10 @@ struct InPacket {
 	const uint8_t *ext;  // first extension header
 	const uint8_t *payload;
 	uint32_t paylen;     // without pad
+	// Collective results: crc32_update(0, ...) of what follows the CETH
+	// (the payload and its pad), which a packet forwarding the payload
+	// reuses for its own ICRC.
+	uint32_t tail_crc;
 };
 
 class Engine {
@@ -96,6 +100,11 @@ public:
 	// Send a packet built in port.tx_buf(): pad, ICRC, queue.
 	void tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
 		   uint32_t paylen);
+	// The same for a payload sent from where it is (Transport::
+	// tx_commit_split): pkt holds the headers only.  tail_crc, when the
+	// caller knows it, is crc32_update(0, payload || pad).
+	void tx_split(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
+		      const uint8_t *payload, uint32_t paylen, const uint32_t *tail_crc);
 
 	// Packet output: build the headers, the payload comes from the caller.
 	// Returns the buffer to fill at *payload; finish with tx_finish().

@@ -75,6 +75,18 @@ public:
 	virtual uint8_t *tx_buf() = 0;
 	virtual void tx_commit(size_t len, const Endpoint &dst, const IpAddr &src) = 0;
 	virtual void tx_flush() = 0;
+	// A packet whose payload is sent from where it is: tx_buf() holds the
+	// headers (hdr_len bytes) followed by the trailer (pad and ICRC,
+	// trailer_len bytes); on the wire the payload goes between them.  The
+	// payload must stay as it is until the memory is reclaimed (below).
+	// This implementation copies it into place and commits.
+	virtual void tx_commit_split(size_t hdr_len, const uint8_t *payload, size_t paylen,
+				     size_t trailer_len, const Endpoint &dst, const IpAddr &src);
+	// Memory lent to the packets queued so far is free again once
+	// tx_reclaim(tx_lend_mark()) has returned (it flushes if they are
+	// still queued).  A transport that copies lends nothing.
+	virtual uint64_t tx_lend_mark() const { return 0; }
+	virtual void tx_reclaim(uint64_t /*mark*/) {}
 	// Up to kBatch received packets, without blocking; the buffers stay
 	// valid until the next call.
 	virtual unsigned rx_batch(RxPacket *out) = 0;

@@ -82,7 +82,9 @@ int Impairment::parse(const std::string &spec, Impairment *out)
 
 struct UdpPort::Slot {
 	sockaddr_in6 addr;
-	iovec iov;
+	iovec iov[3]; // headers, payload, trailer (or the whole packet in iov[0])
+	unsigned niov;
+	size_t len;   // the packet's bytes
 	alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) +
 				      CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int))];
 };
@@ -200,7 +202,8 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 
 	imp_ = imp;
 	rng_.seed(imp.seed * 0x9e3779b97f4a7c15ull + port_);
-	tx_arena_.assign(size_t(kBatch) * kMaxPacket, 0);
+	tx_arena_.assign(size_t(kBatch + 1) * kMaxPacket, 0);
+	tx_cur_ = 0;
 	rx_arena_.assign(size_t(kRxMsgs) * kRxBuf, 0);
 	rx_pending_.reserve(kRxMsgs * 64);
 	rx_next_ = 0;
@@ -214,7 +217,7 @@ uint8_t *UdpPort::tx_buf()
 {
 	if (tx_n_ == kBatch)
 		tx_flush();
-	return tx_arena_.data() + size_t(tx_n_) * kMaxPacket;
+	return cur_buf();
 }
 
 bool UdpPort::roll(double p)
@@ -222,11 +225,9 @@ bool UdpPort::roll(double p)
 	return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p;
 }
 
-void UdpPort::queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src)
+// The next slot, addressed to dst from src; the caller sets its iovecs.
+UdpPort::Slot &UdpPort::new_slot(const Endpoint &dst, const IpAddr &src)
 {
-	uint8_t *buf = tx_buf();
-	if (buf != data)
-		memcpy(buf, data, len);
 	Slot &s = tx_[tx_n_];
 	memset(&s.addr, 0, sizeof(s.addr));
 	if (v6_) {
@@ -239,8 +240,6 @@ void UdpPort::queue(const uint8_t *data, size_t len, const Endpoint &dst, const 
 		memcpy(&a4->sin_addr, dst.ip.b + 12, 4);
 		a4->sin_port = htons(dst.port);
 	}
-	s.iov.iov_base = buf;
-	s.iov.iov_len = len;
 	// The source address is fixed so that the receiver's ICRC check sees
 	// the address the sender's ICRC covered.
 	memset(s.cbuf, 0, sizeof(s.cbuf));
@@ -261,13 +260,28 @@ void UdpPort::queue(const uint8_t *data, size_t len, const Endpoint &dst, const 
 		memcpy(CMSG_DATA(c), &pi, sizeof(pi));
 	}
 	tx_n_++;
+	tx_cur_ = (tx_cur_ + 1) % (kBatch + 1);
+	return s;
+}
+
+// Queue a whole packet, copying it into the current buffer if it is not
+// there already.
+void UdpPort::queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src)
+{
+	uint8_t *buf = tx_buf();
+	if (buf != data)
+		memcpy(buf, data, len);
+	Slot &s = new_slot(dst, src);
+	s.iov[0] = {buf, len};
+	s.niov = 1;
+	s.len = len;
 	ctr_.tx_packets++;
 	ctr_.tx_bytes += len;
 }
 
 void UdpPort::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
 {
-	uint8_t *buf = tx_arena_.data() + size_t(tx_n_) * kMaxPacket;
+	uint8_t *buf = cur_buf();
 	if (imp_.active()) {
 		if (roll(imp_.drop)) {
 			ctr_.impair_dropped++;
@@ -285,8 +299,7 @@ void UdpPort::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
 		queue(buf, len, dst, src);
 		if (dup) {
 			ctr_.impair_duplicated++;
-			const uint8_t *prev = tx_arena_.data() + size_t(tx_n_ - 1) * kMaxPacket;
-			queue(prev, len, dst, src);
+			queue(buf, len, dst, src);
 		}
 		if (have_held_) {
 			have_held_ = false;
@@ -295,6 +308,31 @@ void UdpPort::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
 		return;
 	}
 	queue(buf, len, dst, src);
+}
+
+void UdpPort::tx_commit_split(size_t hdr_len, const uint8_t *payload, size_t paylen,
+			      size_t trailer_len, const Endpoint &dst, const IpAddr &src)
+{
+	if (imp_.active() || !paylen) // the impairments work on whole packets
+		return Transport::tx_commit_split(hdr_len, payload, paylen, trailer_len, dst, src);
+	uint8_t *buf = cur_buf();
+	Slot &s = new_slot(dst, src);
+	s.iov[0] = {buf, hdr_len};
+	s.iov[1] = {const_cast<uint8_t *>(payload), paylen};
+	s.iov[2] = {buf + hdr_len, trailer_len};
+	s.niov = 3;
+	s.len = hdr_len + paylen + trailer_len;
+	const uintptr_t at = reinterpret_cast<uintptr_t>(payload),
+			rx = reinterpret_cast<uintptr_t>(rx_arena_.data());
+	rx_lent_ |= at >= rx && at < rx + rx_arena_.size();
+	ctr_.tx_packets++;
+	ctr_.tx_bytes += s.len;
+}
+
+void UdpPort::tx_reclaim(uint64_t mark)
+{
+	if (mark > flushes_ && tx_n_)
+		tx_flush();
 }
 
 void UdpPort::tx_flush()
@@ -306,34 +344,36 @@ void UdpPort::tx_flush()
 	if (!tx_n_)
 		return;
 	mmsghdr msgs[kBatch];
-	iovec iovs[kBatch];
+	iovec iovs[kBatch * 3];
 	TxCtl ctl[kBatch];
 	unsigned first[kBatch + 1]; // msgs[m] carries slots first[m]..first[m+1]-1
 	unsigned nmsg = 0;
 	if (gso_)
 		group_by_peer();
+	unsigned niov = 0;
 	for (unsigned i = 0; i < tx_n_;) {
 		Slot &s = tx_[i];
-		size_t seg = s.iov.iov_len, total = seg;
+		size_t seg = s.len, total = seg;
 		size_t pi = pktinfo_space(s.cbuf);
 		unsigned j = i + 1;
 		// Grow a run: same peer and source, every packet but the last
 		// exactly seg bytes, within the kernel's segment and size limits.
-		while (gso_ && j < tx_n_ && j - i < 64 && tx_[j].iov.iov_len <= seg &&
-		       tx_[j - 1].iov.iov_len == seg && total + tx_[j].iov.iov_len <= kGsoMax &&
+		while (gso_ && j < tx_n_ && j - i < 64 && tx_[j].len <= seg &&
+		       tx_[j - 1].len == seg && total + tx_[j].len <= kGsoMax &&
 		       memcmp(&tx_[j].addr, &s.addr, sizeof(s.addr)) == 0 &&
 		       memcmp(tx_[j].cbuf, s.cbuf, pi) == 0) {
-			total += tx_[j].iov.iov_len;
+			total += tx_[j].len;
 			j++;
 		}
-		for (unsigned k = i; k < j; k++)
-			iovs[k] = tx_[k].iov;
 		msghdr &m = msgs[nmsg].msg_hdr;
 		memset(&m, 0, sizeof(m));
+		m.msg_iov = &iovs[niov];
+		for (unsigned k = i; k < j; k++)
+			for (unsigned v = 0; v < tx_[k].niov; v++)
+				iovs[niov++] = tx_[k].iov[v];
 		m.msg_name = &s.addr;
 		m.msg_namelen = v6_ ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-		m.msg_iov = &iovs[i];
-		m.msg_iovlen = j - i;
+		m.msg_iovlen = size_t(&iovs[niov] - m.msg_iov);
 		memcpy(ctl[nmsg].cbuf, s.cbuf, pi);
 		m.msg_control = ctl[nmsg].cbuf;
 		m.msg_controllen = pi;
@@ -363,7 +403,8 @@ void UdpPort::tx_flush()
 		if (err == EINTR)
 			continue;
 		msghdr &m = msgs[done].msg_hdr;
-		if (m.msg_iovlen > 1 && (err == EINVAL || err == EIO || err == EOPNOTSUPP)) {
+		if (first[done + 1] - first[done] > 1 &&
+		    (err == EINVAL || err == EIO || err == EOPNOTSUPP)) {
 			// The kernel or the route refuses segmentation offload:
 			// send this run packet by packet, and stop using it.
 			IBVC_INFO("port", "UDP GSO refused ({}); sending packet by packet",
@@ -371,8 +412,8 @@ void UdpPort::tx_flush()
 			gso_ = false;
 			for (unsigned k = first[done]; k < first[done + 1]; k++) {
 				msghdr one = m;
-				one.msg_iov = &iovs[k];
-				one.msg_iovlen = 1;
+				one.msg_iov = tx_[k].iov;
+				one.msg_iovlen = tx_[k].niov;
 				one.msg_controllen = pktinfo_space(tx_[k].cbuf);
 				if (sendmsg(fd_.get(), &one, 0) < 0)
 					ctr_.tx_errors++;
@@ -388,6 +429,8 @@ void UdpPort::tx_flush()
 		done++;
 	}
 	tx_n_ = 0;
+	flushes_++;
+	rx_lent_ = false;
 }
 
 // Put the queued packets of each peer together, keeping each peer's own
@@ -432,18 +475,22 @@ unsigned UdpPort::rx_batch(RxPacket *out)
 // One recvmmsg; a GRO super-packet is split back into its datagrams.
 unsigned UdpPort::rx_fill()
 {
+	// Queued packets may carry payloads from the buffers about to be
+	// overwritten.
+	if (rx_lent_)
+		tx_flush();
 	rx_pending_.clear();
 	rx_next_ = 0;
 	mmsghdr msgs[kRxMsgs];
 	for (unsigned i = 0; i < kRxMsgs; i++) {
 		Slot &s = rx_[i];
-		s.iov.iov_base = rx_arena_.data() + size_t(i) * kRxBuf;
-		s.iov.iov_len = gso_ ? kRxBuf : kMaxPacket;
+		s.iov[0].iov_base = rx_arena_.data() + size_t(i) * kRxBuf;
+		s.iov[0].iov_len = gso_ ? kRxBuf : kMaxPacket;
 		msghdr &m = msgs[i].msg_hdr;
 		memset(&m, 0, sizeof(m));
 		m.msg_name = &s.addr;
 		m.msg_namelen = sizeof(s.addr);
-		m.msg_iov = &s.iov;
+		m.msg_iov = s.iov;
 		m.msg_iovlen = 1;
 		m.msg_control = s.cbuf;
 		m.msg_controllen = sizeof(s.cbuf);
@@ -496,7 +543,7 @@ unsigned UdpPort::rx_fill()
 			ctr_.rx_errors++;
 			continue;
 		}
-		auto *base = static_cast<uint8_t *>(s.iov.iov_base);
+		auto *base = static_cast<uint8_t *>(s.iov[0].iov_base);
 		size_t len = msgs[i].msg_len;
 		if (!seg || seg >= len) {
 			seg = len;
@@ -512,6 +559,16 @@ unsigned UdpPort::rx_fill()
 		}
 	}
 	return unsigned(rx_pending_.size());
+}
+
+void Transport::tx_commit_split(size_t hdr_len, const uint8_t *payload, size_t paylen,
+				size_t trailer_len, const Endpoint &dst, const IpAddr &src)
+{
+	uint8_t *buf = tx_buf();
+	memmove(buf + hdr_len + paylen, buf + hdr_len, trailer_len);
+	if (paylen)
+		memcpy(buf + hdr_len, payload, paylen);
+	tx_commit(hdr_len + paylen + trailer_len, dst, src);
 }
 
 int open_transport(const TransportFactory &factory, std::unique_ptr<Transport> *out,

@@ -51,6 +51,13 @@ public:
 	uint8_t *tx_buf() override;
 	void tx_commit(size_t len, const Endpoint &dst, const IpAddr &src) override;
 	void tx_flush() override;
+	// The payload is sent from the caller's memory (sendmmsg gathers it),
+	// not copied; a payload in this port's receive buffers is safe too:
+	// the next receive flushes first.
+	void tx_commit_split(size_t hdr_len, const uint8_t *payload, size_t paylen,
+			     size_t trailer_len, const Endpoint &dst, const IpAddr &src) override;
+	uint64_t tx_lend_mark() const override { return flushes_ + 1; }
+	void tx_reclaim(uint64_t mark) override;
 
 	// Receive up to kBatch packets without blocking; the buffers stay valid
 	// until the next call.  Returns the count.
@@ -66,6 +73,8 @@ private:
 	unsigned rx_fill();
 	void group_by_peer();
 	void queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src);
+	Slot &new_slot(const Endpoint &dst, const IpAddr &src);
+	uint8_t *cur_buf() { return tx_arena_.data() + size_t(tx_cur_) * kMaxPacket; }
 	bool roll(double p);
 
 	util::UniqueFd fd_;
@@ -73,9 +82,14 @@ private:
 	bool v6_ = false;
 	Impairment imp_;
 	std::mt19937_64 rng_;
+	// kBatch + 1 packet buffers used round: the one being built
+	// (tx_cur_) is never one a queued packet uses, so a flush between
+	// tx_buf() and the commit loses nothing.
 	std::vector<uint8_t> tx_arena_, rx_arena_;
 	std::unique_ptr<Slot[]> tx_, tx_tmp_, rx_;
-	unsigned tx_n_ = 0;
+	unsigned tx_n_ = 0, tx_cur_ = 0;
+	uint64_t flushes_ = 0;	    // flushes that sent something
+	bool rx_lent_ = false;	    // a queued packet's payload is in rx_arena_
 	bool gso_ = false;
 	// Packets of the last recvmmsg not yet handed out.
 	std::vector<RxPacket> rx_pending_;

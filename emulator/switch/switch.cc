@@ -129,7 +129,11 @@ void Switch::handle(const RxPacket &rx)
 	memcpy(ep.dst, rx.dst.b, 16);
 	ep.sport = rx.src.port;
 	ep.dport = port_->port();
-	if (icrc(ep, rx.data, len) != load_icrc(rx.data + len)) {
+	// In two parts: a result relayed down the tree reuses its payload's.
+	const size_t split = kBthBytes + kCethBytes;
+	const uint32_t head = icrc_head(ep, rx.data, split, len);
+	const uint32_t whole = crc32_update(head, rx.data + split, len - split);
+	if (~whole != load_icrc(rx.data + len)) {
 		gone_.drop_icrc++;
 		IBVC_DEBUG("switch", "{}: bad icrc from {}:{}", p_.name, rx.src.ip.str(), rx.src.port);
 		return;
@@ -147,6 +151,7 @@ void Switch::handle(const RxPacket &rx)
 	p.paylen = uint32_t(len - kBthBytes - kCethBytes - bth.pad);
 	p.src = rx.src;
 	p.dst = rx.dst;
+	p.tail_crc = rx.data[0] == kCollResult ? whole ^ crc32_shift(head, len - split) : 0;
 	if (p.paylen != p.h.len) {
 		gone_.drop_malformed++;
 		return;
@@ -319,7 +324,8 @@ void Switch::free_units(Job &j)
 }
 
 void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qpn, uint8_t kind,
-		     const Ceth &h0, const void *task, const void *payload, uint32_t len)
+		     const Ceth &h0, const void *task, const void *payload, uint32_t len,
+		     const uint32_t *lend_crc)
 {
 	j.ctr.tx_packets++;
 	j.ctr.tx_bytes += len;
@@ -336,11 +342,12 @@ void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qp
 	h.store(buf + kBthBytes);
 	if (task)
 		memcpy(buf + off, task, tlen);
-	if (len)
+	const bool lend = lend_crc && len;
+	if (len && !lend)
 		memcpy(buf + off + tlen, payload, len);
+	// The task's length is a multiple of 4: the pad is the payload's.
 	uint32_t paylen = len + tlen;
 	uint32_t pad = (4 - (paylen & 3)) & 3;
-	memset(buf + off + paylen, 0, pad);
 	buf[1] = uint8_t((buf[1] & ~0x30) | pad << 4);
 	size_t roce_len = off + paylen + pad;
 	UdpEndpoints ep;
@@ -348,8 +355,27 @@ void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qp
 	memcpy(ep.dst, dst.ip.b, 16);
 	ep.sport = port_->port();
 	ep.dport = dst.port;
+	if (lend) {
+		size_t hdr = off + tlen;
+		uint8_t *trailer = buf + hdr;
+		memset(trailer, 0, pad);
+		store_icrc(trailer + pad, icrc_finish(icrc_head(ep, buf, hdr, roce_len), *lend_crc,
+						      len + pad));
+		port_->tx_commit_split(hdr, static_cast<const uint8_t *>(payload), len,
+				       pad + kIcrcBytes, dst, src);
+		return;
+	}
+	memset(buf + off + paylen, 0, pad);
 	store_icrc(buf + roce_len, icrc(ep, buf, roce_len));
 	port_->tx_commit(roce_len + kIcrcBytes, dst, src);
+}
+
+void Switch::seal(SegUnit &u)
+{
+	const uint32_t pad = (4 - (u.len & 3)) & 3;
+	u.crc = crc32_update(0, u.data, u.len);
+	if (pad)
+		u.crc = crc32_shift(u.crc, pad);
 }
 
 void Switch::send_config_up(Job &j)
@@ -585,6 +611,7 @@ void Switch::complete_unit(Job &j, uint32_t unit)
 		// Nothing but tokens (a barrier, or data of length 0).
 		u.filled = true;
 	}
+	seal(u);
 	if (j.has_parent) {
 		u.kind = kUnitUp;
 		send_up(j, unit);
@@ -629,10 +656,11 @@ void Switch::send_up(Job &j, uint32_t unit)
 		uint8_t tb[sw::kTaskBytes];
 		t.store(tb);
 		h.flags |= kCethInline;
-		send_to(j, j.parent, j.parent_local, 0, kCollData, h, tb, u.data, u.len);
+		send_to(j, j.parent, j.parent_local, 0, kCollData, h, tb, u.data, u.len, &u.crc);
 	} else {
-		send_to(j, j.parent, j.parent_local, 0, kCollData, h, nullptr, u.data, u.len);
+		send_to(j, j.parent, j.parent_local, 0, kCollData, h, nullptr, u.data, u.len, &u.crc);
 	}
+	u.lent = port_->tx_lend_mark();
 }
 
 // The result to one child: the data if it needs it, else a token.
@@ -642,7 +670,8 @@ void Switch::send_result(Job &j, uint32_t unit, const Child &c)
 	Ceth h = unit_header(u, j.jid, j.key, unit);
 	h.node_map = j.members;
 	bool data = u.src_node == 0 || (c.cover >> (u.src_node - 1) & 1);
-	send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, u.data, data ? u.len : 0);
+	send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, u.data, data ? u.len : 0, &u.crc);
+	u.lent = port_->tx_lend_mark();
 }
 
 void Switch::on_data(const In &p0)
@@ -736,6 +765,7 @@ void Switch::on_data(const In &p0)
 		j.ctr.drop_busy++;
 		return;
 	}
+	port_->tx_reclaim(u.lent); // packets may still be sent from its last result
 	pool_.release(j.seg_base + unit);
 	unstash(j, unit);
 	pool_.acquire(j.seg_base + unit, j.jid, p.h.mid, p.h.sid, RedOp(p.h.op), Dtype(p.h.dtype),
@@ -774,10 +804,16 @@ void Switch::on_result(const In &p)
 	}
 	j.ctr.rx_packets++;
 	j.ctr.rx_bytes += p.paylen;
+	port_->tx_reclaim(u.lent); // our partial may still be on its way up from it
 	if (p.paylen)
 		memcpy(u.data, p.payload, p.paylen);
-	u.len = std::max(u.len, p.paylen);
+	const uint32_t len = std::max(u.len, p.paylen);
 	u.kind = kUnitDone;
+	if (len == p.paylen)
+		u.crc = p.tail_crc;
+	u.len = len;
+	if (len != p.paylen)
+		seal(u);
 	j.ctr.results++;
 	for (const Child &c : j.children)
 		send_result(j, p.h.seg, c);

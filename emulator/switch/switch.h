@@ -109,6 +109,7 @@ private:
 		uint32_t paylen;
 		Endpoint src;
 		IpAddr dst;
+		uint32_t tail_crc; // crc32_update(0, payload || pad)
 	};
 
 	void handle(const RxPacket &rx);
@@ -131,8 +132,13 @@ private:
 	void complete_unit(Job &j, uint32_t unit);
 	void send_up(Job &j, uint32_t unit);
 	void send_result(Job &j, uint32_t unit, const Child &c);
+	// A packet to dst; the payload is copied, or with lend_crc (its
+	// crc32_update(0, payload || pad)) sent from where it is (a Seg unit,
+	// which may change only after the port's tx_reclaim(unit.lent)).
 	void send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qpn, uint8_t kind,
-		     const wire::Ceth &h, const void *task, const void *payload, uint32_t len);
+		     const wire::Ceth &h, const void *task, const void *payload, uint32_t len,
+		     const uint32_t *lend_crc = nullptr);
+	void seal(SegUnit &u); // the unit holds a result: its CRC for the packets carrying it
 	void send_config_up(Job &j);
 	void expire(uint64_t now);
 

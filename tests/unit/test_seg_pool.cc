@@ -79,6 +79,43 @@ TEST(SegPool, NodeAndRanksInOnePass)
 	EXPECT_EQ(bits, nan_node);
 }
 
+TEST(SegPool, NodeAndRanksMadeWhereTheResultGoes)
+{
+	SegPool p(4, 4096);
+	const int32_t a[4] = {1, 2, 3, 4}, r[4] = {10, 20, 30, 40}, b[4] = {100, 200, 300, 400};
+	int32_t out[4] = {-1, -1, -1, -1};
+	// Completed by this contribution: made at out, the unit's own buffer
+	// untouched.
+	ASSERT_TRUE(p.acquire(0, 1, 1, 0, RedOp::sum, Dtype::int32, 16, 0b10, 0b1));
+	memset(p.unit(0).data, 0x5a, 16);
+	EXPECT_EQ(p.contribute_node_and_ranks(0, 0b10, a, 0b1, r,
+					      16, reinterpret_cast<uint8_t *>(out)),
+		  SegResult::filled);
+	EXPECT_TRUE(p.complete(0));
+	EXPECT_EQ(out[0], 11);
+	EXPECT_EQ(out[3], 44);
+	EXPECT_EQ(p.unit(0).data[0], 0x5a);
+	// Not completed by it (another node still to come): made in the unit,
+	// out untouched.
+	int32_t out2[4] = {-1, -1, -1, -1};
+	ASSERT_TRUE(p.acquire(1, 1, 1, 1, RedOp::sum, Dtype::int32, 16, 0b110, 0b1));
+	EXPECT_EQ(p.contribute_node_and_ranks(1, 0b10, a, 0b1, r, 16,
+					      reinterpret_cast<uint8_t *>(out2)),
+		  SegResult::filled);
+	EXPECT_EQ(out2[0], -1);
+	int32_t got[4];
+	memcpy(got, p.unit(1).data, 16);
+	EXPECT_EQ(got[2], 33);
+	// A unit holding a node's data, completed now: (b + a) + r at out.
+	ASSERT_TRUE(p.acquire(2, 1, 1, 2, RedOp::sum, Dtype::int32, 16, 0b11, 0b1));
+	EXPECT_EQ(p.contribute(2, 0b01, 0, b, 16), SegResult::filled);
+	EXPECT_EQ(p.contribute_node_and_ranks(2, 0b10, a, 0b1, r, 16,
+					      reinterpret_cast<uint8_t *>(out)),
+		  SegResult::reduced);
+	EXPECT_EQ(out[1], 222);
+	EXPECT_EQ(out[3], 444);
+}
+
 TEST(SegPool, RangesHaveOneOwnerAtATime)
 {
 	SegPool p(16, 256);
