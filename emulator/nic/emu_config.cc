@@ -3,7 +3,6 @@
 
 #include "util/log.h"
 
-#include <unistd.h>
 
 #include <cerrno>
 
@@ -33,11 +32,10 @@ enum {
 };
 
 const ConfigVar kVars[kCount] = {
-	{"IBV_COLL_EMU_POLL_US", "auto",
-	 "microseconds the engine thread keeps polling before it blocks (0: block at once; auto: "
-	 "20 with 4 or more processors online, else 0, since on a machine this small a spinning "
-	 "thread only delays the one that has work)",
-	 ConfigKind::string},
+	{"IBV_COLL_EMU_POLL_US", "2000",
+	 "microseconds the engine thread keeps polling, yielding the processor between polls, "
+	 "after its last piece of work before it blocks (0: block at once)",
+	 ConfigKind::uint, 0, 1000000},
 	{"IBV_COLL_EMU_APP_POLL_US", "1000",
 	 "microseconds after an application thread polls a CQ during which the engine thread "
 	 "leaves the port to the polling thread (0: never; arming a CQ ends it at once)",
@@ -96,16 +94,9 @@ int load_emu_config(EmuConfig *out)
 	EmuConfig c;
 	uint64_t v;
 	int err;
-	std::string poll = util::config_text(kVars[kPollUs]);
-	if (poll.empty() || poll == "auto") {
-		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		c.poll_us = cpus >= 4 ? 20 : 0;
-	} else if (util::parse_uint(poll.c_str(), &v) && v <= 1000000) {
-		c.poll_us = uint32_t(v);
-	} else {
-		IBVC_ERR("config", "IBV_COLL_EMU_POLL_US={}: expected auto or 0..1000000", poll);
-		return EINVAL;
-	}
+	if ((err = util::config_uint(kVars[kPollUs], &v)))
+		return err;
+	c.poll_us = uint32_t(v);
 	if ((err = util::config_uint(kVars[kAppPollUs], &v)))
 		return err;
 	c.app_poll_us = uint32_t(v);

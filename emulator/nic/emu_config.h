@@ -10,7 +10,7 @@
 namespace ibv_coll::emu {
 
 struct EmuConfig {
-	uint32_t poll_us = 0;	      // engine thread spins this long before it sleeps (auto: 0 or 20)
+	uint32_t poll_us = 2000;      // engine thread polls (yielding) this long before it sleeps
 	uint32_t app_poll_us = 1000;  // an application poll keeps the engine thread off the port
 	uint32_t rc_window = 256;     // unacknowledged packets per RC QP
 	uint32_t ack_req_every = 32;  // AckReq on every Nth packet of a long message

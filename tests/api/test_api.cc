@@ -598,7 +598,7 @@ TEST(Config, PrintsEveryVariableWithDefault)
 	free(text);
 	for (const char *v : {"IBV_COLL_LOG_LEVEL=warn", "IBV_COLL_LOG_FILE=",
 			      "IBV_COLL_CRXE_UDP_PORT=4791", "IBV_COLL_CRXE_DEVICES=",
-			      "IBV_COLL_CRXE_PORT_FALLBACK=y", "IBV_COLL_EMU_POLL_US=auto",
+			      "IBV_COLL_CRXE_PORT_FALLBACK=y", "IBV_COLL_EMU_POLL_US=2000",
 			      "IBV_COLL_EMU_IMPAIR=", "IBV_COLL_EMU_RC_TIMEOUT=14"})
 		EXPECT_NE(s.find(v), std::string::npos) << v;
 	EXPECT_EQ(ibv_coll_print_config(nullptr), EINVAL);
