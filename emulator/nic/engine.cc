@@ -100,10 +100,18 @@ void Engine::wake()
 // announcing sleep, so a change is never left unseen.  armed_deadline is
 // the timer the engine will sleep with; a thread that creates an earlier
 // one makes the engine re-arm.
-void Engine::kick()
+bool Engine::kick(const Cq *watch)
 {
 	if (mu.try_lock()) {
-		progress_locked();
+		// While passes find work and the watched CQ stays empty, run
+		// another: every return to the caller is, on a busy machine, a
+		// yield and a context switch before the next pass.
+		bool did = false;
+		for (int pass = 0; pass < 8 && progress_locked(); pass++) {
+			did = true;
+			if (!watch || watch->ring->prod() != watch->ring->cons())
+				break;
+		}
 		uint64_t d = next_deadline_locked();
 		mu.unlock();
 		if (d && d < armed_deadline.load()) {
@@ -111,11 +119,12 @@ void Engine::kick()
 			if (sleeping.load())
 				wake();
 		}
-		return;
+		return did;
 	}
 	work_pending.store(true);
 	if (sleeping.load())
 		wake();
+	return false;
 }
 
 // Hand-off of the port.  A thread that wakes for every packet costs a

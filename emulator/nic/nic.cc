@@ -293,7 +293,7 @@ void Nic::progress(const Cq *cq)
 {
 	if (cq->arm.load(std::memory_order_relaxed) == kArmOff)
 		e_->app_polled();
-	e_->kick();
+	e_->kick(cq);
 }
 
 NicCounters Nic::counters()
