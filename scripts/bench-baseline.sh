@@ -9,10 +9,15 @@
 # same state, and prints both tables in nccl-tests' format and a comparison.
 #
 # Usage: scripts/bench-baseline.sh [ibv_coll_perf options...]
-#   e.g. scripts/bench-baseline.sh -t auto
+#   e.g. scripts/bench-baseline.sh -t switch
+# With -t switch or -t auto and no -s, it starts an ibv_coll_switchd on a
+# free UDP port for the run and points ours at it.
 # Environment: BUILD_DIR (build), NP (4), MINBYTES (8), MAXBYTES (64M),
-#   FACTOR (2), ITERS (20) and WARMUP (5) up to 1 MiB, BIG_ITERS (5) and
-#   BIG_WARMUP (1) above, TIMEOUT (600 s per run), REPEAT (3): each size
+#   FACTOR (2), SMALL_ITERS (500) and SMALL_WARMUP (50) up to 64 KiB, where
+#   a run is short and the noise large, ITERS (20) and WARMUP (5) up to
+#   1 MiB, BIG_ITERS (5) and
+#   BIG_WARMUP (1) above, TIMEOUT (600 s per run), BLOCKING (1: ours waits
+#   for each collective, as MPI_Allreduce does), REPEAT (3): each size
 #   runs REPEAT times on each side, alternating, and the tables keep each
 #   side's median run; the comparison also shows the fastest and slowest.
 set -euo pipefail
@@ -21,6 +26,7 @@ root=$PWD
 build=${BUILD_DIR:-build}
 np=${NP:-4}
 factor=${FACTOR:-2}
+small_iters=${SMALL_ITERS:-500} small_warmup=${SMALL_WARMUP:-50}
 iters=${ITERS:-20} warmup=${WARMUP:-5}
 big_iters=${BIG_ITERS:-5} big_warmup=${BIG_WARMUP:-1}
 timeout=${TIMEOUT:-600}
@@ -57,11 +63,40 @@ echo "$(mpirun --version 2>&1 | head -1)"
 
 echo "== build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target ibv_coll_run ibv_coll_perf >/dev/null
+cmake --build "$build" -j "$(nproc)" --target ibv_coll_run ibv_coll_perf ibv_coll_switchd >/dev/null
 mkdir -p "$build/bench"
 mpicc -O2 -std=c11 -Wall -Wextra -Werror -ffp-contract=off -I"$root/tools" \
 	bench/mpi_allreduce_perf.c -o "$build/bench/mpi_allreduce_perf"
 echo "built $build/tools/ibv_coll_run, $build/tools/ibv_coll_perf, $build/bench/mpi_allreduce_perf"
+
+# A switch for -t switch / -t auto without -s: ours, for the whole run.
+tmpd=$(mktemp -d)
+sw_pid=
+cleanup() {
+	[ -n "$sw_pid" ] && kill "$sw_pid" 2>/dev/null
+	rm -rf "$tmpd"
+}
+trap cleanup EXIT
+wants_switch=0 has_s=0 prev=
+for a in "${ours_extra[@]}"; do
+	case "$prev $a" in
+	"-t switch" | "-t auto" | "--topology switch" | "--topology auto" | *" -tswitch" | \
+		*" -tauto" | *" --topology=switch" | *" --topology=auto") wants_switch=1 ;;
+	esac
+	case "$a" in -s | --switch | --switch=*) has_s=1 ;; esac
+	prev=$a
+done
+if [ "$wants_switch" = 1 ] && [ "$has_s" = 0 ]; then
+	"$build/emulator/ibv_coll_switchd" -p 0 -P "$tmpd/port" -n switch0 >"$tmpd/switch.log" 2>&1 &
+	sw_pid=$!
+	for _ in $(seq 100); do
+		[ -s "$tmpd/port" ] && break
+		sleep 0.05
+	done
+	[ -s "$tmpd/port" ] || { cat "$tmpd/switch.log"; echo "bench-baseline: the switch did not start" >&2; exit 1; }
+	ours_extra+=(-s "127.0.0.1:$(cat "$tmpd/port")")
+	echo "switch: ibv_coll_switchd on udp port $(cat "$tmpd/port")"
+fi
 
 # Open MPI: the ob1 point-to-point layer over the TCP BTL only ("self" is a
 # rank's messages to itself), on lo, so no shared memory (vader/sm) and no
@@ -72,8 +107,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe -np "$np" --bind-to none
 	--mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo
 	--mca oob_tcp_if_include lo --mca coll ^sm)
+# Both sides wait for each collective before starting the next, as a
+# blocking MPI_Allreduce does (ibv_coll_perf -z 1; BLOCKING=0 lets ours
+# keep 32 in flight, as nccl-tests does, which is not what MPI is doing).
 ours_cmd=("$build/tools/ibv_coll_run" --timeout "$timeout" -n "$np" -k 1 --
-	"$build/tools/ibv_coll_perf" -C allreduce -d float -o sum -c 1)
+	"$build/tools/ibv_coll_perf" -C allreduce -d float -o sum -c 1 -z "${BLOCKING:-1}")
 mpi_cmd=(timeout "$timeout" "${mpirun_cmd[@]}" "$build/bench/mpi_allreduce_perf" -d float -o sum -c 1)
 
 echo "== transport check: what Open MPI selects"
@@ -98,9 +136,9 @@ if ! grep -q "component ob1 selected" <<<"$summary" ||
 fi
 echo "=> ob1 over the tcp BTL on lo (self for a rank's own messages), coll tuned; no shared memory"
 
-ours_hdr=$(mktemp) mpi_hdr=$(mktemp) ours_rows=$(mktemp) mpi_rows=$(mktemp)
-ours_try=$(mktemp) mpi_try=$(mktemp) spread=$(mktemp)
-trap 'rm -f "$ours_hdr" "$mpi_hdr" "$ours_rows" "$mpi_rows" "$ours_try" "$mpi_try" "$spread"' EXIT
+ours_hdr=$tmpd/ours_hdr mpi_hdr=$tmpd/mpi_hdr ours_rows=$tmpd/ours_rows mpi_rows=$tmpd/mpi_rows
+ours_try=$tmpd/ours_try mpi_try=$tmpd/mpi_try spread=$tmpd/spread
+: >"$ours_hdr"; : >"$mpi_hdr"; : >"$ours_rows"; : >"$mpi_rows"
 
 # Header lines (once) into $2, result rows into $3.
 collect() {
@@ -124,7 +162,9 @@ echo "== runs: $np processes, float sum, $minb to $maxb bytes, factor $factor, o
 size=$minb
 while [ "$size" -le "$maxb" ]; do
 	n=$iters w=$warmup
-	if [ "$size" -gt $((1 << 20)) ]; then
+	if [ "$size" -le $((64 << 10)) ]; then
+		n=$small_iters w=$small_warmup
+	elif [ "$size" -gt $((1 << 20)) ]; then
 		n=$big_iters w=$big_warmup
 	fi
 	: >"$ours_try"
@@ -158,7 +198,7 @@ table() {
 	local title=$1 hdr=$2 rows=$3
 	echo
 	echo "== $title"
-	sed -E "s/minBytes [0-9]+ maxBytes [0-9]+ step: [0-9]+\([a-z]+\) warmup iters: [0-9]+ iters: [0-9]+/minBytes $minb maxBytes $maxb step: $factor(factor) warmup iters: $warmup\/$big_warmup iters: $iters\/$big_iters (above 1 MiB)/" "$hdr"
+	sed -E "s/minBytes [0-9]+ maxBytes [0-9]+ step: [0-9]+\([a-z]+\) warmup iters: [0-9]+ iters: [0-9]+/minBytes $minb maxBytes $maxb step: $factor(factor) warmup iters: $small_warmup\/$warmup\/$big_warmup iters: $small_iters\/$iters\/$big_iters (up to 64 KiB\/to 1 MiB\/above)/" "$hdr"
 	cat "$rows"
 	# (each run already failed, stopping the script, on any wrong element or
 	# out-of-bounds write: these lines restate it for the whole sweep)
