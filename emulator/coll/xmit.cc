@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <immintrin.h>
+
 namespace ibv_coll::emu {
 
 namespace {
@@ -136,10 +138,40 @@ bool CollEngine::local_data(const CollJob &job, Message &m, uint32_t sid, uint8_
 	return true;
 }
 
-static void copy_out(uint64_t dst, const uint8_t *src, uint64_t len)
+// A block's result into a destination.  A message larger than the caches
+// would push the destination's lines out before anyone reads them: write
+// those around the cache (non-temporal), saving the read of each line
+// that an ordinary store costs first.
+__attribute__((target("avx2"))) static void copy_nt(uint8_t *d, const uint8_t *s, uint64_t len)
 {
-	if (reinterpret_cast<const uint8_t *>(dst) != src)
-		memcpy(reinterpret_cast<void *>(dst), src, len);
+	while (len && (reinterpret_cast<uintptr_t>(d) & 31)) {
+		*d++ = *s++;
+		len--;
+	}
+	for (; len >= 128; d += 128, s += 128, len -= 128) {
+		__m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s));
+		__m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + 32));
+		__m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + 64));
+		__m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + 96));
+		_mm256_stream_si256(reinterpret_cast<__m256i *>(d), a);
+		_mm256_stream_si256(reinterpret_cast<__m256i *>(d + 32), b);
+		_mm256_stream_si256(reinterpret_cast<__m256i *>(d + 64), c);
+		_mm256_stream_si256(reinterpret_cast<__m256i *>(d + 96), e);
+	}
+	_mm_sfence();
+	memcpy(d, s, len);
+}
+
+static void copy_out(const Message &m, uint64_t dst, const uint8_t *src, uint64_t len)
+{
+	static const bool avx2 = __builtin_cpu_supports("avx2");
+	uint8_t *d = reinterpret_cast<uint8_t *>(dst);
+	if (d == src)
+		return;
+	if (avx2 && m.count * m.es >= (8u << 20) && len >= 1024)
+		copy_nt(d, src, len);
+	else
+		memcpy(d, src, len);
 }
 
 bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data)
@@ -157,7 +189,7 @@ bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, cons
 		for (uint16_t r = 0; r < m.ranks; r++) {
 			if (!dma_ok(e_, job.pdn, m.dst[r], b.voff * m.es, len, kAccLocalWrite))
 				return false;
-			copy_out(m.dst[r].addr + b.voff * m.es, data, len);
+			copy_out(m, m.dst[r].addr + b.voff * m.es, data, len);
 		}
 		break;
 	case CollOp::reduce:
@@ -165,7 +197,7 @@ bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, cons
 			const Sge &d = m.dst[m.root_local];
 			if (!dma_ok(e_, job.pdn, d, b.voff * m.es, len, kAccLocalWrite))
 				return false;
-			copy_out(d.addr + b.voff * m.es, data, len);
+			copy_out(m, d.addr + b.voff * m.es, data, len);
 		} else if (cr.fin == c.node) {
 			// Keep what we finished: we answer retransmissions from it.
 			memcpy(m.staging.data() + (b.voff - m.staging_voff) * m.es, data, len);
@@ -179,7 +211,7 @@ bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, cons
 		uint64_t off = (b.voff - g * m.count) * m.es;
 		if (!dma_ok(e_, job.pdn, m.dst[r], off, len, kAccLocalWrite))
 			return false;
-		copy_out(m.dst[r].addr + off, data, len);
+		copy_out(m, m.dst[r].addr + off, data, len);
 		break;
 	}
 	case CollOp::barrier:
