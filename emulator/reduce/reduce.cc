@@ -122,31 +122,36 @@ const detail::KernelTable &table_for(Isa isa)
     return detail::scalar_kernels();
 }
 
+// Like the kernels, no alignment is needed of buf: results are finished
+// where they travel, inside packets (a payload starts 60 bytes in).
 template <Dtype D> void finalize(void *buf, size_t count, uint32_t divisor)
 {
     using S = detail::storage_t<D>;
-    S *p = static_cast<S *>(buf);
+    uint8_t *p = static_cast<uint8_t *>(buf);
+    auto each = [&](auto f) {
+        for (size_t i = 0; i < count; ++i, p += sizeof(S)) {
+            S v;
+            std::memcpy(&v, p, sizeof(v));
+            v = f(v);
+            std::memcpy(p, &v, sizeof(v));
+        }
+    };
     if constexpr (D == Dtype::float16) {
         const float d = static_cast<float>(divisor);
-        for (size_t i = 0; i < count; ++i)
-            p[i] = detail::float_to_half_bits(detail::half_bits_to_float(p[i]) / d);
+        each([d](S v) { return detail::float_to_half_bits(detail::half_bits_to_float(v) / d); });
     } else if constexpr (D == Dtype::bfloat16) {
         const float d = static_cast<float>(divisor);
-        for (size_t i = 0; i < count; ++i)
-            p[i] = detail::float_to_bf16_bits(detail::bf16_bits_to_float(p[i]) / d);
+        each([d](S v) { return detail::float_to_bf16_bits(detail::bf16_bits_to_float(v) / d); });
     } else if constexpr (D == Dtype::float32 || D == Dtype::float64) {
         const S d = static_cast<S>(divisor);
-        for (size_t i = 0; i < count; ++i)
-            p[i] = p[i] / d;
+        each([d](S v) { return S(v / d); });
     } else if constexpr (std::is_signed_v<S>) {
         // Divide in int64: mixing a signed sum with the uint32_t divisor would convert the sum to unsigned.
         const int64_t d = divisor;
-        for (size_t i = 0; i < count; ++i)
-            p[i] = static_cast<S>(static_cast<int64_t>(p[i]) / d);
+        each([d](S v) { return static_cast<S>(static_cast<int64_t>(v) / d); });
     } else {
         const uint64_t d = divisor;
-        for (size_t i = 0; i < count; ++i)
-            p[i] = static_cast<S>(static_cast<uint64_t>(p[i]) / d);
+        each([d](S v) { return static_cast<S>(static_cast<uint64_t>(v) / d); });
     }
 }
 

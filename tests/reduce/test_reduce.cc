@@ -859,6 +859,29 @@ TEST(AvgFinalize, RandomAgainstReference)
     }
 }
 
+// The engine finishes an average where the block travels: in a packet,
+// 60 bytes after its start, so at no alignment of the element type.
+TEST(AvgFinalize, AnyAlignment)
+{
+    std::mt19937_64 rng(43);
+    for (Dtype d : all_dtypes()) {
+        for (size_t off : {1u, 4u, 60u}) {
+            SCOPED_TRACE(std::string(dtype_name(d)) + " at offset " + std::to_string(off));
+            constexpr size_t n = 100;
+            const size_t bytes = n * dtype_size(d);
+            std::vector<unsigned char> orig(bytes), want(bytes), space(bytes + 64);
+            fill_random(d, orig.data(), n, rng);
+            want = orig;
+            ref_avg_finalize(d, want.data(), n, 3);
+            unsigned char *buf = space.data() + off;
+            std::memcpy(buf, orig.data(), bytes);
+            avg_finalize(d, buf, n, 3);
+            std::vector<unsigned char> got(buf, buf + bytes);
+            EXPECT_TRUE(matches_reference(d, got.data(), want.data(), orig.data(), orig.data(), n));
+        }
+    }
+}
+
 TEST(AvgFinalize, EndToEndWithReduceMany)
 {
     // avg over 3 ranks = reduce_many(avg) (a sum) followed by one division.
