@@ -536,7 +536,8 @@ static int join_job(struct perf *p)
 		p->K += p->nodes[i].m.num_ranks;
 	}
 	struct ibv_coll_job_attr job = {0};
-	struct ibv_coll_switch_addr swaddr = {0};
+	struct ibv_coll_switch_addr swaddr[8];
+	memset(swaddr, 0, sizeof(swaddr));
 	struct ibv_coll_switch_attr swattr = {0};
 	/* A job id of this run's own (node 0's process id): a switch that
 	 * still holds an earlier run's job (one killed before it could
@@ -549,12 +550,14 @@ static int join_job(struct perf *p)
 	job.seg_count = caps.max_seg_units; /* the device serves this one job */
 	job.job_key = 0x1bc0fe4full;
 	if (p->o.sw) {
-		memcpy(swaddr.gid.raw, p->o.sw_gid, 16);
-		swaddr.udp_port = p->o.sw_port;
-		swaddr.qp_num = p->o.sw_qpn;
-		swattr.num_planes = 1;
+		for (int i = 0; i < p->o.sw_planes; i++) {
+			memcpy(swaddr[i].gid.raw, p->o.sws[i].gid, 16);
+			swaddr[i].udp_port = p->o.sws[i].port;
+			swaddr[i].qp_num = p->o.sws[i].qpn;
+		}
+		swattr.num_planes = (uint32_t)p->o.sw_planes;
 		swattr.num_leaves = 1;
-		swattr.leaves = &swaddr;
+		swattr.leaves = swaddr;
 		swattr.window = (uint32_t)p->o.window;
 		swattr.flags = p->o.e2e_ack ? IBV_COLL_SWITCH_E2E_ACK : 0;
 		job.comp_mask = IBV_COLL_JOB_ATTR_SWITCH;

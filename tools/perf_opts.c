@@ -79,7 +79,8 @@ static void usage(FILE *f)
 		"  -t, --topology T        ring switch hierarchy auto, or a number (ring)\n"
 		"  -s, --switch HOST:PORT[/QPN]\n"
 		"                          the aggregation switch, for switch and auto (QPN: its\n"
-		"                          UD QP, on verbs devices)\n"
+		"                          UD QP, on verbs devices); again for each further plane\n"
+		"                          (up to 8)\n"
 		"  -D, --device DEV        the device (crxe_lo); %%d in DEV is the node's index\n"
 		"      --gid-index N       the GID table entry that is this node's address (0)\n"
 		"      --window W          switch: data blocks a node keeps in flight (default: the grant)\n"
@@ -119,10 +120,14 @@ static int parse_int(const char *s, long lo, long hi, int *out)
 	return 0;
 }
 
-/* HOST:PORT, with an IPv4 host or a bracketed IPv6 one, into a GID. */
+/* HOST:PORT, with an IPv4 host or a bracketed IPv6 one, into a GID: the
+ * next plane's switch. */
 static int parse_switch(const char *s, struct perf_opts *o)
 {
 	char host[INET6_ADDRSTRLEN + 2], hp[INET6_ADDRSTRLEN + 16];
+	if (o->sw_planes == (int)(sizeof(o->sws) / sizeof(o->sws[0])))
+		return -1;
+	uint8_t *gid = o->sws[o->sw_planes].gid;
 	const char *slash = strchr(s, '/');
 	int port, qpn = 0;
 	if (slash && parse_int(slash + 1, 1, 0xffffff, &qpn))
@@ -132,7 +137,7 @@ static int parse_switch(const char *s, struct perf_opts *o)
 		return -1;
 	memcpy(hp, s, hplen);
 	hp[hplen] = 0;
-	o->sw_qpn = (uint32_t)qpn;
+	o->sws[o->sw_planes].qpn = (uint32_t)qpn;
 	const char *sw = s;
 	s = hp;
 	const char *colon = strrchr(s, ':');
@@ -140,19 +145,20 @@ static int parse_switch(const char *s, struct perf_opts *o)
 		return -1;
 	memcpy(host, s, (size_t)(colon - s));
 	host[colon - s] = 0;
-	memset(o->sw_gid, 0, sizeof(o->sw_gid));
-	if (inet_pton(AF_INET, host, o->sw_gid + 12) == 1) {
-		o->sw_gid[10] = o->sw_gid[11] = 0xff; /* IPv4-mapped */
+	memset(gid, 0, 16);
+	if (inet_pton(AF_INET, host, gid + 12) == 1) {
+		gid[10] = gid[11] = 0xff; /* IPv4-mapped */
 	} else {
 		size_t n = strlen(host);
 		if (n < 3 || host[0] != '[' || host[n - 1] != ']')
 			return -1;
 		host[n - 1] = 0;
-		if (inet_pton(AF_INET6, host + 1, o->sw_gid) != 1)
+		if (inet_pton(AF_INET6, host + 1, gid) != 1)
 			return -1;
 	}
-	o->sw = sw;
-	o->sw_port = (uint16_t)port;
+	if (!o->sw)
+		o->sw = sw;
+	o->sws[o->sw_planes++].port = (uint16_t)port;
 	return 0;
 }
 

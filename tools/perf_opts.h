@@ -35,10 +35,13 @@ struct perf_opts {
 	const char *dev;
 	const char *boot; /* the rendezvous; nodes == 1 needs none */
 	int node, nodes;
-	const char *sw;	  /* -s: the aggregation switch, as given */
-	uint8_t sw_gid[16];
-	uint16_t sw_port;
-	uint32_t sw_qpn;  /* -s .../QPN: the switch's UD QP on a verbs device */
+	const char *sw;	  /* -s: the (first) aggregation switch, as given */
+	int sw_planes;	  /* how many -s: one switch per plane */
+	struct {
+		uint8_t gid[16];
+		uint16_t port;
+		uint32_t qpn; /* -s .../QPN: the switch's UD QP on a verbs device */
+	} sws[8];
 	int gid_index;	  /* --gid-index: this node's address in the GID table */
 	char dev_buf[64]; /* -D with %d: the device of this node */
 };
