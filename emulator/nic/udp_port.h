@@ -31,7 +31,9 @@ class UdpPort final : public Transport {
 public:
 	static constexpr unsigned kRxMsgs = 32;	 // datagrams per recvmmsg
 	static constexpr size_t kRxBuf = 65536;	 // room for one GRO super-packet
-	static constexpr size_t kGsoMax = 60000; // bytes in one GSO send
+	// Bytes in one GSO send: an IP datagram holds 65535 with its headers,
+	// so fifteen 4 KiB packets (4160 bytes with theirs) fit, not sixteen.
+	static constexpr size_t kGsoMax = 65000;
 
 	UdpPort();
 	~UdpPort() override;
