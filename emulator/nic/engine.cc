@@ -100,18 +100,15 @@ void Engine::wake()
 // announcing sleep, so a change is never left unseen.  armed_deadline is
 // the timer the engine will sleep with; a thread that creates an earlier
 // one makes the engine re-arm.
-bool Engine::kick(const Cq *watch)
+void Engine::kick(const Cq *watch)
 {
 	if (mu.try_lock()) {
 		// While passes find work and the watched CQ stays empty, run
 		// another: every return to the caller is, on a busy machine, a
 		// yield and a context switch before the next pass.
-		bool did = false;
-		for (int pass = 0; pass < 8 && progress_locked(); pass++) {
-			did = true;
+		for (int pass = 0; pass < 8 && progress_locked(); pass++)
 			if (!watch || watch->ring->prod() != watch->ring->cons())
 				break;
-		}
 		uint64_t d = next_deadline_locked();
 		mu.unlock();
 		if (d && d < armed_deadline.load()) {
@@ -119,12 +116,11 @@ bool Engine::kick(const Cq *watch)
 			if (sleeping.load())
 				wake();
 		}
-		return did;
+		return;
 	}
 	work_pending.store(true);
 	if (sleeping.load())
 		wake();
-	return false;
 }
 
 // Hand-off of the port.  A thread that wakes for every packet costs a

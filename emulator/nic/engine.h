@@ -64,8 +64,8 @@ public:
 	void wake();
 	// Run progress now if the lock is free (again while it finds work and
 	// WATCH, a CQ the caller polls, stays empty), else make sure someone
-	// will; whether it did any work.
-	bool kick(const Cq *watch = nullptr);
+	// will.
+	void kick(const Cq *watch = nullptr);
 	// An application thread polls: for the next IBV_COLL_EMU_APP_POLL_US
 	// its polls run the NIC and the engine thread keeps off the port.
 	void app_polled();
