@@ -45,6 +45,10 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 	// free by the time the application sees the completion and reposts.
 	qp.meta[m.idx & (qp.sq->slots() - 1)].done = true;
 	retire(qp);
+	ctr.messages++;
+	ctr.failed += st != CollStatus::success;
+	ctr.blocks += m.finals;
+	ctr.fallbacks += (m.ran & kRanFallback) != 0;
 	if (m.signaled || st != CollStatus::success) {
 		Cqe c{};
 		c.wr_id = m.wr_id;

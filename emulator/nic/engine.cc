@@ -27,21 +27,48 @@ Engine::~Engine()
 		thread_.join();
 	}
 	if (coll) {
-		const CollCounters &c = coll->ctr;
-		const PortCounters &pc = port->counters();
+		const NicCounters n = snapshot_locked();
+		const CollCounters &c = n.coll;
+		const PortCounters &pc = n.port;
 		IBVC_INFO("emu",
 			  "{}: tx {} pkts {} B {} calls {} gso, rx {} pkts {} B {} calls {} gro, icrc errors {}, malformed {}, no qp {}, "
-			  "bad state {}, coll: data {}/{} "
+			  "bad source {}, bad state {}, rc: tx {} pkts {} B rx {} pkts {} B retrans {} timeouts {} "
+			  "seq naks {}/{} rnr naks {}/{} dup {}, coll: msgs {} failed {} fallbacks {} blocks {} data {}/{} "
 			  "result {}/{} retrans {}/{} dup {} early {}/{} stale {} bad key {} job {} "
 			  "block {} node {} malformed {} seg busy {} aborts {}/{} timeouts {}",
 			  params.name, pc.tx_packets, pc.tx_bytes, pc.tx_syscalls, pc.tx_gso, pc.rx_packets,
 			  pc.rx_bytes, pc.rx_syscalls, pc.rx_gro,
-			  ctr.rx_icrc_err, ctr.rx_malformed, ctr.rx_no_qp, ctr.rx_bad_state, c.tx_data, c.rx_data, c.tx_result, c.rx_result,
+			  n.rx_icrc_err, n.rx_malformed, n.rx_no_qp, n.rx_bad_src, n.rx_bad_state,
+			  n.rc_tx_packets, n.rc_tx_bytes, n.rc_rx_packets, n.rc_rx_bytes, n.tx_retransmits,
+			  n.timeouts, n.seq_naks_sent, n.seq_naks_rcvd, n.rnr_naks_sent, n.rnr_naks_rcvd,
+			  n.rx_dup, c.messages, c.failed, c.fallbacks, c.blocks, c.tx_data, c.rx_data,
+			  c.tx_result, c.rx_result,
 			  c.retrans_data, c.retrans_result, c.dup_dropped, c.early_stored,
 			  c.early_dropped, c.stale_dropped, c.bad_key, c.bad_job, c.bad_block,
 			  c.bad_node, c.malformed, c.seg_busy, c.aborts_sent, c.aborts_rcvd,
 			  c.timeouts);
 	}
+}
+
+NicCounters Engine::snapshot_locked() const
+{
+	NicCounters c = ctr;
+	c.port = port->counters();
+	c.coll = coll->ctr;
+	c.seg_units = coll->segs().size();
+	c.seg_in_use = coll->segs().in_use();
+	c.seg_high_water = uint32_t(coll->segs().high_water());
+	return c;
+}
+
+void Engine::publish_stats(uint64_t now, bool idle)
+{
+	if (!stats_.is_open() || (!idle && now - stats_at_ < util::kNsPerMs))
+		return;
+	stats_at_ = now;
+	uint64_t v[kNicStatCount];
+	nic_stat_values(snapshot_locked(), v);
+	stats_.publish(v);
 }
 
 int Engine::start()
@@ -58,6 +85,8 @@ int Engine::start()
 		IBVC_ERR("emu", "{}: no memory for {} Seg units", params.name, params.cfg.seg_units);
 		return ENOMEM;
 	}
+	stats_.open(params.name.substr(0, params.name.rfind(':')), port->port(), nic_stat_names());
+	publish_stats(0, true);
 	epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
 	epq_.reset(epoll_create1(EPOLL_CLOEXEC));
 	evfd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -259,6 +288,7 @@ bool Engine::progress_locked()
 			cq->fn(cq->arg);
 		}
 	}
+	publish_stats(now, !did);
 	return did;
 }
 
@@ -350,6 +380,8 @@ void Engine::handle_packet(const RxPacket &rx)
 		ctr.rx_bad_src++;
 		return;
 	}
+	ctr.rc_rx_packets++;
+	ctr.rc_rx_bytes += rx.len;
 	if (p.flags & kRequest) {
 		if (qp.state != QpState::rtr && qp.state != QpState::rts) {
 			ctr.rx_bad_state++;
@@ -380,6 +412,10 @@ uint8_t *Engine::tx_begin(const Qp &qp, const wire::Bth &bth, size_t, uint8_t **
 
 void Engine::tx_finish(const Qp &qp, uint8_t *pkt, size_t hdr_len, uint32_t paylen)
 {
+	// Only the RC transport sends through here; the bytes as the port
+	// counts them (BTH to ICRC).
+	ctr.rc_tx_packets++;
+	ctr.rc_tx_bytes += hdr_len + paylen + ((4 - (paylen & 3)) & 3) + wire::kIcrcBytes;
 	tx_to(qp.attr.remote, qp.src_ip, pkt, hdr_len, paylen);
 }
 

@@ -5,6 +5,7 @@
 #include "nic/mr_table.h"
 #include "nic/nic.h"
 #include "nic/qp.h"
+#include "nic/stats_shm.h"
 #include "nic/udp_port.h"
 #include "util/fd.h"
 #include "wire/roce.h"
@@ -75,6 +76,12 @@ public:
 	std::atomic<uint64_t> app_until{0};
 
 	bool progress_locked();
+	// Every counter, as one snapshot (the caller holds mu).
+	NicCounters snapshot_locked() const;
+	// Copy the counters into the shared-memory segment ibv_coll_stat(8)
+	// reads: after a pass that found nothing to do (before the engine
+	// sleeps), else at most every millisecond.
+	void publish_stats(uint64_t now, bool idle);
 	uint64_t next_deadline_locked() const;
 
 	// RC transport (rc_requester.cc, rc_responder.cc).
@@ -121,6 +128,8 @@ private:
 	// epfd_ watches the port, the doorbell and the timer; epq_ only the
 	// last two (while an application thread polls the port itself).
 	util::UniqueFd epfd_, epq_, evfd_, tfd_;
+	stats::Segment stats_;
+	uint64_t stats_at_ = 0;
 	std::thread thread_;
 	std::atomic<bool> stop_{false};
 };

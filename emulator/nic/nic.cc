@@ -299,13 +299,7 @@ void Nic::progress(const Cq *cq)
 NicCounters Nic::counters()
 {
 	std::lock_guard lk(e_->mu);
-	NicCounters c = e_->ctr;
-	c.port = e_->port->counters();
-	c.coll = e_->coll->ctr;
-	c.seg_units = e_->coll->segs().size();
-	c.seg_in_use = e_->coll->segs().in_use();
-	c.seg_high_water = uint32_t(e_->coll->segs().high_water());
-	return c;
+	return e_->snapshot_locked();
 }
 
 uint32_t Nic::seg_units() const

@@ -103,9 +103,17 @@ struct NicCounters {
 		 rx_bad_state = 0, rx_dup = 0;
 	uint64_t tx_retransmits = 0, timeouts = 0, seq_naks_sent = 0, seq_naks_rcvd = 0,
 		 rnr_naks_sent = 0, rnr_naks_rcvd = 0, acks_sent = 0, cq_overruns = 0;
+	// RC traffic alone (the port counts collective packets too).
+	uint64_t rc_tx_packets = 0, rc_tx_bytes = 0, rc_rx_packets = 0, rc_rx_bytes = 0;
 	CollCounters coll;
 	uint32_t seg_units = 0, seg_in_use = 0, seg_high_water = 0;
 };
+
+// The counters by name, in one order: the shared-memory segment that
+// ibv_coll_stat(8) reads (nic/stats_shm.h) lists these.
+constexpr size_t kNicStatCount = 56;
+std::vector<const char *> nic_stat_names();
+void nic_stat_values(const NicCounters &c, uint64_t out[kNicStatCount]);
 
 class Nic {
 public:

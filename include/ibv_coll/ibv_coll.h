@@ -344,6 +344,12 @@ struct ibv_coll_caps {
 
 int ibv_query_coll_caps(struct ibv_coll_context *context, struct ibv_coll_caps *caps);
 
+/* Set in ibv_coll_counters.comp_mask by a caller whose struct has room
+ * for the fields after seg_high_water (since 0.2). */
+enum ibv_coll_counters_mask {
+	IBV_COLL_COUNTERS_EXT = 1 << 0,
+};
+
 /* The device's counters since the context was opened. */
 struct ibv_coll_counters {
 	uint64_t comp_mask;
@@ -371,6 +377,12 @@ struct ibv_coll_counters {
 	uint64_t coll_aborts_sent, coll_aborts_rcvd, coll_timeouts;
 	uint64_t coll_reductions;		 /* reduce operations on blocks */
 	uint32_t seg_units, seg_in_use, seg_high_water;
+	/* With IBV_COLL_COUNTERS_EXT in comp_mask: */
+	uint64_t rc_tx_packets, rc_tx_bytes, rc_rx_packets, rc_rx_bytes; /* RC traffic alone */
+	uint64_t rc_acks_sent;
+	uint64_t coll_messages, coll_failed;	 /* collective WRs finished, not successfully */
+	uint64_t coll_blocks;			 /* their data blocks */
+	uint64_t coll_fallbacks;		 /* run round the ring: no switch served them */
 };
 
 int ibv_query_coll_counters(struct ibv_coll_context *context,

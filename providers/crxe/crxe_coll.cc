@@ -41,8 +41,15 @@ int engine_caps(emu::Nic &nic, ibv_coll_caps *caps)
 
 int engine_counters(emu::Nic &nic, ibv_coll_counters *o)
 {
+	// Callers built against the first layout have room up to
+	// seg_high_water only, and say nothing in comp_mask.
+	const uint64_t mask = o->comp_mask;
+	if (mask & ~uint64_t(IBV_COLL_COUNTERS_EXT))
+		return EINVAL;
 	emu::NicCounters n = nic.counters();
-	memset(o, 0, sizeof(*o));
+	memset(o, 0, mask & IBV_COLL_COUNTERS_EXT ? sizeof(*o)
+						   : offsetof(ibv_coll_counters, rc_tx_packets));
+	o->comp_mask = mask;
 	o->tx_packets = n.port.tx_packets;
 	o->tx_bytes = n.port.tx_bytes;
 	o->rx_packets = n.port.rx_packets;
@@ -85,6 +92,17 @@ int engine_counters(emu::Nic &nic, ibv_coll_counters *o)
 	o->seg_units = n.seg_units;
 	o->seg_in_use = n.seg_in_use;
 	o->seg_high_water = n.seg_high_water;
+	if (mask & IBV_COLL_COUNTERS_EXT) {
+		o->rc_tx_packets = n.rc_tx_packets;
+		o->rc_tx_bytes = n.rc_tx_bytes;
+		o->rc_rx_packets = n.rc_rx_packets;
+		o->rc_rx_bytes = n.rc_rx_bytes;
+		o->rc_acks_sent = n.acks_sent;
+		o->coll_messages = k.messages;
+		o->coll_failed = k.failed;
+		o->coll_blocks = k.blocks;
+		o->coll_fallbacks = k.fallbacks;
+	}
 	return 0;
 }
 

@@ -456,11 +456,32 @@ TEST(CollApi, OneNodeInPlaceAvgAndQuery)
 	wc = n.wait();
 	EXPECT_EQ(wc.opcode, IBV_COLL_WC_BARRIER);
 	EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-	ibv_coll_counters cn;
+	ibv_coll_counters cn{};
 	ASSERT_EQ(ibv_query_coll_counters(n.ctx, &cn), 0);
 	EXPECT_GT(cn.seg_units, 0u);
 	EXPECT_EQ(cn.seg_in_use, 0u);
+	EXPECT_EQ(cn.comp_mask, 0u);
 	EXPECT_EQ(ibv_query_coll_counters(n.ctx, nullptr), EINVAL);
+	// The fields after seg_high_water only when asked for: the AVG and the
+	// barrier (QUERY is not a message), finished well, no switch asked for
+	// (no fallback), no RC traffic.
+	ibv_coll_counters ext;
+	memset(&ext, 0xa5, sizeof(ext));
+	ext.comp_mask = IBV_COLL_COUNTERS_EXT;
+	ASSERT_EQ(ibv_query_coll_counters(n.ctx, &ext), 0);
+	EXPECT_EQ(ext.comp_mask, uint64_t(IBV_COLL_COUNTERS_EXT));
+	EXPECT_EQ(ext.coll_messages, 2u);
+	EXPECT_EQ(ext.coll_failed, 0u);
+	EXPECT_EQ(ext.coll_fallbacks, 0u);
+	EXPECT_EQ(ext.rc_tx_packets, 0u);
+	EXPECT_EQ(ext.rc_acks_sent, 0u);
+	// A caller of the first layout: nothing written past seg_high_water.
+	memset(&ext, 0xa5, sizeof(ext));
+	ext.comp_mask = 0;
+	ASSERT_EQ(ibv_query_coll_counters(n.ctx, &ext), 0);
+	EXPECT_EQ(ext.coll_messages, 0xa5a5a5a5a5a5a5a5u);
+	ext.comp_mask = 1u << 7;
+	EXPECT_EQ(ibv_query_coll_counters(n.ctx, &ext), EINVAL);
 	EXPECT_STREQ(ibv_coll_status_str(IBV_COLL_STATUS_REMOTE_ABORT), "aborted by a member");
 	EXPECT_STREQ(ibv_coll_wc_opcode_str(IBV_COLL_WC_REDUCE_SCATTER), "REDUCE_SCATTER");
 	ibv_dereg_coll_mr(mr);

@@ -587,7 +587,7 @@ int main(int argc, char **argv)
 			failures++;
 		}
 	}
-	ibv_coll_counters cn;
+	ibv_coll_counters cn{};
 	if (!ibv_query_coll_counters(ctx, &cn))
 		printf("node %d: %zu cases, %d failures; tx %lu pkts %lu coll bytes, coll data %lu/%lu "
 		       "result %lu/%lu, retrans %lu/%lu, dup %lu, early %lu, seg high water %u\n",

@@ -291,7 +291,7 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	h.len = 4;
 	h.node_map = 2; // node 1's data only
 	h.key = kKey;
-	ibv_coll_counters c0, c1;
+	ibv_coll_counters c0{}, c1{};
 	ASSERT_EQ(ibv_query_coll_counters(ctx, &c0), 0);
 	fake.send(dev_port, 0xe0, qp->qp_num, h, i32({1000}), true); // bad ICRC
 	Ceth x = h;

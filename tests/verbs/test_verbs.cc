@@ -317,7 +317,7 @@ TEST(VerbsDevice, CollectiveQps)
 	ia.cap.max_send_wr = 4;
 	ia.cap.max_send_sge = 2;
 	ibv_coll_caps caps;
-	ibv_coll_counters cnt;
+	ibv_coll_counters cnt{};
 	if (dev == "verbs_fake0") {
 		EXPECT_EQ(ibv_query_coll_caps(c, &caps), EOPNOTSUPP);
 		EXPECT_EQ(ibv_query_coll_counters(c, &cnt), EOPNOTSUPP);

@@ -1,0 +1,94 @@
+// A device's counters by name, for its shared-memory segment: the names
+// ibv_coll_stat(8) shows and its man page lists.  Grouped as the tool
+// groups them: the port, RC, the collective engine, drops by reason, Seg
+// units.
+#include "nic/nic.h"
+
+#include <iterator>
+
+namespace ibv_coll::emu {
+
+namespace {
+
+struct Field {
+	const char *name;
+	uint64_t (*get)(const NicCounters &);
+};
+
+constexpr Field kFields[] = {
+	{"tx_packets", [](const NicCounters &c) -> uint64_t { return c.port.tx_packets; }},
+	{"tx_bytes", [](const NicCounters &c) -> uint64_t { return c.port.tx_bytes; }},
+	{"rx_packets", [](const NicCounters &c) -> uint64_t { return c.port.rx_packets; }},
+	{"rx_bytes", [](const NicCounters &c) -> uint64_t { return c.port.rx_bytes; }},
+	{"tx_errors", [](const NicCounters &c) -> uint64_t { return c.port.tx_errors; }},
+	{"rx_errors", [](const NicCounters &c) -> uint64_t { return c.port.rx_errors; }},
+	{"impair_dropped", [](const NicCounters &c) -> uint64_t { return c.port.impair_dropped; }},
+	{"impair_duplicated", [](const NicCounters &c) -> uint64_t { return c.port.impair_duplicated; }},
+	{"impair_reordered", [](const NicCounters &c) -> uint64_t { return c.port.impair_reordered; }},
+	{"rc_tx_packets", [](const NicCounters &c) -> uint64_t { return c.rc_tx_packets; }},
+	{"rc_tx_bytes", [](const NicCounters &c) -> uint64_t { return c.rc_tx_bytes; }},
+	{"rc_rx_packets", [](const NicCounters &c) -> uint64_t { return c.rc_rx_packets; }},
+	{"rc_rx_bytes", [](const NicCounters &c) -> uint64_t { return c.rc_rx_bytes; }},
+	{"rc_retransmits", [](const NicCounters &c) -> uint64_t { return c.tx_retransmits; }},
+	{"rc_timeouts", [](const NicCounters &c) -> uint64_t { return c.timeouts; }},
+	{"rc_seq_naks_sent", [](const NicCounters &c) -> uint64_t { return c.seq_naks_sent; }},
+	{"rc_seq_naks_rcvd", [](const NicCounters &c) -> uint64_t { return c.seq_naks_rcvd; }},
+	{"rc_rnr_naks_sent", [](const NicCounters &c) -> uint64_t { return c.rnr_naks_sent; }},
+	{"rc_rnr_naks_rcvd", [](const NicCounters &c) -> uint64_t { return c.rnr_naks_rcvd; }},
+	{"rc_acks_sent", [](const NicCounters &c) -> uint64_t { return c.acks_sent; }},
+	{"rc_duplicates", [](const NicCounters &c) -> uint64_t { return c.rx_dup; }},
+	{"cq_overruns", [](const NicCounters &c) -> uint64_t { return c.cq_overruns; }},
+	{"coll_messages", [](const NicCounters &c) -> uint64_t { return c.coll.messages; }},
+	{"coll_failed", [](const NicCounters &c) -> uint64_t { return c.coll.failed; }},
+	{"coll_fallbacks", [](const NicCounters &c) -> uint64_t { return c.coll.fallbacks; }},
+	{"coll_blocks", [](const NicCounters &c) -> uint64_t { return c.coll.blocks; }},
+	{"coll_tx_data", [](const NicCounters &c) -> uint64_t { return c.coll.tx_data; }},
+	{"coll_rx_data", [](const NicCounters &c) -> uint64_t { return c.coll.rx_data; }},
+	{"coll_tx_result", [](const NicCounters &c) -> uint64_t { return c.coll.tx_result; }},
+	{"coll_rx_result", [](const NicCounters &c) -> uint64_t { return c.coll.rx_result; }},
+	{"coll_tx_bytes", [](const NicCounters &c) -> uint64_t { return c.coll.tx_bytes; }},
+	{"coll_rx_bytes", [](const NicCounters &c) -> uint64_t { return c.coll.rx_bytes; }},
+	{"coll_retrans_data", [](const NicCounters &c) -> uint64_t { return c.coll.retrans_data; }},
+	{"coll_retrans_result", [](const NicCounters &c) -> uint64_t { return c.coll.retrans_result; }},
+	{"coll_reductions", [](const NicCounters &c) -> uint64_t { return c.coll.reductions; }},
+	{"coll_timeouts", [](const NicCounters &c) -> uint64_t { return c.coll.timeouts; }},
+	{"coll_aborts_sent", [](const NicCounters &c) -> uint64_t { return c.coll.aborts_sent; }},
+	{"coll_aborts_rcvd", [](const NicCounters &c) -> uint64_t { return c.coll.aborts_rcvd; }},
+	{"coll_early", [](const NicCounters &c) -> uint64_t { return c.coll.early_stored; }},
+	{"drop_icrc", [](const NicCounters &c) -> uint64_t { return c.rx_icrc_err; }},
+	{"drop_malformed", [](const NicCounters &c) -> uint64_t { return c.rx_malformed; }},
+	{"drop_no_qp", [](const NicCounters &c) -> uint64_t { return c.rx_no_qp; }},
+	{"drop_bad_source", [](const NicCounters &c) -> uint64_t { return c.rx_bad_src; }},
+	{"drop_bad_state", [](const NicCounters &c) -> uint64_t { return c.rx_bad_state; }},
+	{"drop_coll_duplicate", [](const NicCounters &c) -> uint64_t { return c.coll.dup_dropped; }},
+	{"drop_coll_early", [](const NicCounters &c) -> uint64_t { return c.coll.early_dropped; }},
+	{"drop_coll_stale", [](const NicCounters &c) -> uint64_t { return c.coll.stale_dropped; }},
+	{"drop_coll_bad_key", [](const NicCounters &c) -> uint64_t { return c.coll.bad_key; }},
+	{"drop_coll_bad_job", [](const NicCounters &c) -> uint64_t { return c.coll.bad_job; }},
+	{"drop_coll_bad_block", [](const NicCounters &c) -> uint64_t { return c.coll.bad_block; }},
+	{"drop_coll_bad_node", [](const NicCounters &c) -> uint64_t { return c.coll.bad_node; }},
+	{"drop_coll_malformed", [](const NicCounters &c) -> uint64_t { return c.coll.malformed; }},
+	{"drop_coll_seg_busy", [](const NicCounters &c) -> uint64_t { return c.coll.seg_busy; }},
+	{"seg_units", [](const NicCounters &c) -> uint64_t { return c.seg_units; }},
+	{"seg_in_use", [](const NicCounters &c) -> uint64_t { return c.seg_in_use; }},
+	{"seg_high_water", [](const NicCounters &c) -> uint64_t { return c.seg_high_water; }},
+};
+static_assert(std::size(kFields) == kNicStatCount);
+
+} // namespace
+
+std::vector<const char *> nic_stat_names()
+{
+	std::vector<const char *> v;
+	for (const Field &f : kFields)
+		v.push_back(f.name);
+	return v;
+}
+
+void nic_stat_values(const NicCounters &c, uint64_t out[kNicStatCount])
+{
+	for (size_t i = 0; i < kNicStatCount; i++)
+		out[i] = kFields[i].get(c);
+}
+
+} // namespace ibv_coll::emu
