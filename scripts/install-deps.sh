@@ -7,7 +7,7 @@ set -eu
 
 # Building: compilers, CMake, the libraries, GoogleTest.
 pkgs="build-essential cmake pkg-config libibverbs-dev libnl-3-dev libnl-route-3-dev
-libspdlog-dev libgtest-dev"
+libspdlog-dev libgtest-dev nlohmann-json3-dev"
 if [ "${1:-}" != build ]; then
 	# Testing: man page lint, namespaces, a capture decoded by tshark.
 	pkgs="$pkgs mandoc iproute2 iputils-ping tshark"

@@ -23,6 +23,15 @@
 // first), whatever order they arrive in, so results are reproducible.
 // CETH phase on DATA: 0, the result goes to every node; o + 1, only node o
 // needs the result's data and the others get a token (no payload).
+//
+// Counters.  STATS asks a switch for its counters: CETH mid is the asker's
+// tag, sid the first record it wants, and its payload is zeros, as many as
+// the answer may take.  STATS_REPLY echoes mid and sid, holds in CETH seg
+// how many records the switch has, and carries the switch's name then as
+// many whole records from sid on as fit in the request's length: a reply
+// is never longer than its request, so a forged source address makes the
+// switch reflect no more than it was sent (no amplification).  An asker
+// that gets fewer records than seg asks again from the next one.
 #pragma once
 
 #include "wire/bytes.h"
@@ -89,6 +98,15 @@ struct Task {
 		return t;
 	}
 };
+
+// STATS_REPLY payload: the switch's name (NUL-padded, cut to fit), then
+// records of a NUL-padded counter name and a big-endian u64 value.
+constexpr size_t kStatsNameBytes = 32;
+constexpr size_t kStatsKeyBytes = 24;
+constexpr size_t kStatsRecordBytes = kStatsKeyBytes + 8;
+// What an asker pads a STATS request to by default: every record of
+// today's switch fits, and the packet stays under a 1500-byte MTU.
+constexpr size_t kStatsRequestPad = 1024;
 
 // Where block g of a job goes.
 inline uint32_t plane_of(uint64_t g, uint32_t planes)

@@ -9,6 +9,8 @@
 
 #include <sys/epoll.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -171,6 +173,9 @@ void Switch::handle(const RxPacket &rx)
 		break;
 	case kCollRelease:
 		on_release(p);
+		break;
+	case kCollStats:
+		on_stats(p);
 		break;
 	default:
 		gone_.drop_malformed++;
@@ -854,11 +859,9 @@ uint32_t Switch::units_in_use() const
 	return n;
 }
 
-namespace {
-
-void print_ctr(FILE *f, const SwitchCounters &c, bool json)
+std::vector<NamedCounter> named_counters(const SwitchCounters &c)
 {
-	const std::pair<const char *, uint64_t> v[] = {
+	return {
 		{"rx_packets", c.rx_packets},
 		{"rx_bytes", c.rx_bytes},
 		{"tx_packets", c.tx_packets},
@@ -882,16 +885,35 @@ void print_ctr(FILE *f, const SwitchCounters &c, bool json)
 		{"drop_stale", c.drop_stale},
 		{"drop_busy", c.drop_busy},
 	};
+}
+
+std::vector<NamedCounter> Switch::stat_records() const
+{
+	std::vector<NamedCounter> v = named_counters(totals());
+	v.emplace_back("units", p_.units);
+	v.emplace_back("units_in_use", units_in_use());
+	v.emplace_back("jobs", jobs_.size());
+	return v;
+}
+
+namespace {
+
+void print_ctr(FILE *f, const SwitchCounters &c)
+{
 	bool first = true;
-	for (const auto &kv : v) {
-		if (json)
-			fprintf(f, "%s\"%s\": %llu", first ? "" : ", ", kv.first,
-				static_cast<unsigned long long>(kv.second));
-		else
-			fprintf(f, "%s%s %llu", first ? "" : ", ", kv.first,
-				static_cast<unsigned long long>(kv.second));
+	for (const auto &kv : named_counters(c)) {
+		fprintf(f, "%s%s %llu", first ? "" : ", ", kv.first,
+			static_cast<unsigned long long>(kv.second));
 		first = false;
 	}
+}
+
+nlohmann::ordered_json json_ctr(const SwitchCounters &c)
+{
+	nlohmann::ordered_json o = nlohmann::ordered_json::object();
+	for (const auto &kv : named_counters(c))
+		o[kv.first] = kv.second;
+	return o;
 }
 
 } // namespace
@@ -900,30 +922,35 @@ void Switch::print_stats(FILE *f, bool json) const
 {
 	SwitchCounters t = totals();
 	if (json) {
-		fprintf(f, "{\"switch\": \"%s\", \"port\": %u, \"units\": %u, \"units_in_use\": %u, ",
-			p_.name.c_str(), port_->port(), p_.units, units_in_use());
-		fprintf(f, "\"total\": {");
-		print_ctr(f, t, true);
-		fprintf(f, "}, \"jobs\": [");
-		bool first = true;
+		// Through a JSON library: a name may hold quotes, backslashes or
+		// bytes that are not UTF-8 (replaced, not rejected).
+		nlohmann::ordered_json o;
+		o["switch"] = p_.name;
+		o["port"] = port_->port();
+		o["units"] = p_.units;
+		o["units_in_use"] = units_in_use();
+		o["total"] = json_ctr(t);
+		o["jobs"] = nlohmann::ordered_json::array();
 		for (const auto &kv : jobs_) {
-			fprintf(f, "%s{\"jid\": %u, \"units\": %u, \"children\": %zu, ", first ? "" : ", ",
-				kv.first, kv.second.granted, kv.second.children.size());
-			print_ctr(f, kv.second.ctr, true);
-			fprintf(f, "}");
-			first = false;
+			nlohmann::ordered_json j;
+			j["jid"] = kv.first;
+			j["units"] = kv.second.granted;
+			j["children"] = kv.second.children.size();
+			j.update(json_ctr(kv.second.ctr));
+			o["jobs"].push_back(std::move(j));
 		}
-		fprintf(f, "]}\n");
+		fprintf(f, "%s\n",
+			o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 	} else {
 		fprintf(f, "%s: port %u, Seg units %u, in use %u\n", p_.name.c_str(), port_->port(),
 			p_.units, units_in_use());
 		fprintf(f, "  total: ");
-		print_ctr(f, t, false);
+		print_ctr(f, t);
 		fprintf(f, "\n");
 		for (const auto &kv : jobs_) {
 			fprintf(f, "  job %u (%u units, %zu children): ", kv.first, kv.second.granted,
 				kv.second.children.size());
-			print_ctr(f, kv.second.ctr, false);
+			print_ctr(f, kv.second.ctr);
 			fprintf(f, "\n");
 		}
 	}

@@ -16,6 +16,7 @@
 #include <memory>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ibv_coll::emu {
@@ -49,6 +50,11 @@ struct SwitchCounters {
 	void add(const SwitchCounters &o);
 };
 
+// Every counter by name, in one order: the text and JSON output and the
+// STATS_REPLY records list them so.
+using NamedCounter = std::pair<const char *, uint64_t>;
+std::vector<NamedCounter> named_counters(const SwitchCounters &c);
+
 class Switch {
 public:
 	explicit Switch(const SwitchParams &p);
@@ -64,6 +70,8 @@ public:
 	void print_stats(FILE *f, bool json) const;
 	SwitchCounters totals() const;
 	uint32_t units_in_use() const;
+	// What STATS_REPLY carries: the totals, then the Seg units and jobs.
+	std::vector<NamedCounter> stat_records() const;
 
 private:
 	struct Child {
@@ -122,6 +130,7 @@ private:
 	void on_data(const In &p);
 	void on_result(const In &p);
 	void on_release(const In &p);
+	void on_stats(const In &p); // switch_stats.cc
 	void try_grant(Job &j);
 	void grant_children(Job &j);
 	void deny(Job &j, const char *why);

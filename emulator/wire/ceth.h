@@ -40,7 +40,9 @@ enum CollKind : uint8_t {
 	kCollConfig = 0xe4,	// job configuration for a switch
 	kCollConfigAck = 0xe5,	// admission grant (Seg units) or refusal
 	kCollRelease = 0xe6,	// the job leaves the switch
-	kCollKindLast = 0xe6,
+	kCollStats = 0xe7,	// asks a switch for its counters (padded: see below)
+	kCollStatsReply = 0xe8, // the counters, never longer than the request
+	kCollKindLast = 0xe8,
 };
 
 inline bool is_coll_opcode(uint8_t op)

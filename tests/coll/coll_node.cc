@@ -51,6 +51,7 @@ struct Opts {
 	int late_node = -1;    // this node starts case late_case late_ms late
 	uint32_t late_ms = 0;
 	size_t late_case = 0;
+	bool hold = false; // at the end, keep the device open until stdin closes
 };
 
 struct Case {
@@ -122,6 +123,13 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 		}
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 1u << 20, 0,
 			     0});
+	} else if (o.scenario == "stat") {
+		// What tests/tools/test_stat.sh and the capture test expect, by
+		// their own count: these four allreduces, in this order.
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 600, 0, 0});
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_MAX, IBV_COLL_DTYPE_FLOAT64, 100, 0, 0});
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 600, 0, 0});
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_BXOR, IBV_COLL_DTYPE_UINT8, 7, 0, 0});
 	} else if (o.scenario == "switchbig") {
 		const uint64_t f = 16u << 20;
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f, 0, 0});
@@ -187,6 +195,7 @@ int main(int argc, char **argv)
 		{"window", 1, nullptr, 'w'},  {"inline", 0, nullptr, 'I'},
 		{"expect-flags", 1, nullptr, 'F'}, {"e2e-ack", 0, nullptr, 'E'},
 		{"gid-index", 1, nullptr, 'G'}, {"late", 1, nullptr, 'l'},
+		{"hold", 0, nullptr, 'H'},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
@@ -226,6 +235,7 @@ int main(int argc, char **argv)
 		case 'g': o.seg_count = uint32_t(atoi(optarg)); break;
 		case 'T': o.topology = atoi(optarg); break;
 		case 'v': o.verbose = true; break;
+		case 'H': o.hold = true; break;
 		default: return 2;
 		}
 	}
@@ -603,6 +613,14 @@ int main(int argc, char **argv)
 	// (A member or the switch died in a failure scenario: no barrier.)
 	if (!failing_scenario)
 		ibvc_boot_barrier(boot);
+	if (o.hold) {
+		// The device stays open for ibv_coll_stat to read its counters.
+		printf("node %d: holding, pid %d\n", o.node, int(getpid()));
+		fflush(stdout);
+		char b[64];
+		while (read(0, b, sizeof(b)) > 0) {
+		}
+	}
 	ibvc_boot_close(boot);
 	ibv_destroy_coll_qp(qp);
 	ibv_dereg_coll_mr(mr);

@@ -1,0 +1,183 @@
+// The asking side of STATS / STATS_REPLY (coll/swproto.h).
+#include "stat/switch_query.h"
+
+#include "coll/swproto.h"
+#include "util/fd.h"
+#include "wire/ceth.h"
+#include "wire/icrc.h"
+#include "wire/roce.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+namespace ibv_coll::emu::stat {
+
+using namespace wire;
+
+namespace {
+
+// host[:port] or [v6]:port, into its parts.
+bool split_address(const std::string &a, std::string *host, std::string *port)
+{
+	*port = "4791";
+	if (!a.empty() && a[0] == '[') {
+		size_t rb = a.find(']');
+		if (rb == std::string::npos)
+			return false;
+		*host = a.substr(1, rb - 1);
+		if (rb + 1 < a.size()) {
+			if (a[rb + 1] != ':')
+				return false;
+			*port = a.substr(rb + 2);
+		}
+	} else {
+		size_t c = a.find(':');
+		// A bare IPv6 address has several colons and no port.
+		if (c != std::string::npos && a.find(':', c + 1) == std::string::npos) {
+			*host = a.substr(0, c);
+			*port = a.substr(c + 1);
+		} else {
+			*host = a;
+		}
+	}
+	return !host->empty() && !port->empty();
+}
+
+// An address as the ICRC sees it: 16 bytes, IPv4 mapped.
+void to16(const sockaddr_storage &ss, uint8_t out[16], uint16_t *port)
+{
+	memset(out, 0, 16);
+	if (ss.ss_family == AF_INET) {
+		auto *s4 = reinterpret_cast<const sockaddr_in *>(&ss);
+		out[10] = out[11] = 0xff;
+		memcpy(out + 12, &s4->sin_addr, 4);
+		*port = ntohs(s4->sin_port);
+	} else {
+		auto *s6 = reinterpret_cast<const sockaddr_in6 *>(&ss);
+		memcpy(out, &s6->sin6_addr, 16);
+		*port = ntohs(s6->sin6_port);
+	}
+}
+
+} // namespace
+
+int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, std::string *err)
+{
+	out->address = address;
+	std::string host, port;
+	if (!split_address(address, &host, &port)) {
+		*err = "not host[:port]";
+		return EINVAL;
+	}
+	addrinfo hints{}, *ai = nullptr;
+	hints.ai_socktype = SOCK_DGRAM;
+	if (int r = getaddrinfo(host.c_str(), port.c_str(), &hints, &ai)) {
+		*err = gai_strerror(r);
+		return EINVAL;
+	}
+	util::UniqueFd fd(socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	int cerr = fd && connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+	freeaddrinfo(ai);
+	if (cerr) {
+		*err = strerror(cerr);
+		return cerr;
+	}
+	// The ICRC covers both addresses and ports: ours as the kernel chose.
+	sockaddr_storage me{}, peer{};
+	socklen_t ml = sizeof(me), pl = sizeof(peer);
+	getsockname(fd.get(), reinterpret_cast<sockaddr *>(&me), &ml);
+	getpeername(fd.get(), reinterpret_cast<sockaddr *>(&peer), &pl);
+	UdpEndpoints ep;
+	to16(me, ep.src, &ep.sport);
+	to16(peer, ep.dst, &ep.dport);
+
+	std::mt19937 rng(std::random_device{}());
+	const uint32_t total_pad = uint32_t(sw::kStatsRequestPad);
+	uint32_t first = 0, have = UINT32_MAX;
+	out->counters.clear();
+	uint8_t req[kBthBytes + kCethBytes + sw::kStatsRequestPad + kIcrcBytes];
+	uint8_t rsp[sizeof(req) + 64];
+	while (first < have) {
+		const uint32_t tag = rng();
+		memset(req, 0, sizeof(req));
+		Bth bth;
+		bth.opcode = kCollStats;
+		bth.psn = tag & kPsnMask;
+		bth.store(req);
+		Ceth h;
+		h.mid = tag;
+		h.sid = first;
+		h.len = uint16_t(total_pad);
+		h.store(req + kBthBytes);
+		const size_t roce_len = kBthBytes + kCethBytes + total_pad;
+		store_icrc(req + roce_len, icrc(ep, req, roce_len));
+		bool answered = false;
+		for (int attempt = 0; attempt < 3 && !answered; attempt++) {
+			if (send(fd.get(), req, roce_len + kIcrcBytes, 0) < 0) {
+				*err = strerror(errno);
+				return errno;
+			}
+			auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+			while (!answered) {
+				auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+					until - std::chrono::steady_clock::now());
+				pollfd pf{fd.get(), POLLIN, 0};
+				if (left.count() <= 0 || poll(&pf, 1, int(left.count())) <= 0)
+					break;
+				ssize_t n = recv(fd.get(), rsp, sizeof(rsp), 0);
+				if (n < 0) {
+					// ECONNREFUSED: nothing listens there (ICMP port unreachable).
+					*err = strerror(errno);
+					return errno;
+				}
+				const size_t len = size_t(n);
+				if (len < kBthBytes + kCethBytes + kIcrcBytes)
+					continue;
+				UdpEndpoints back{};
+				memcpy(back.src, ep.dst, 16);
+				memcpy(back.dst, ep.src, 16);
+				back.sport = ep.dport;
+				back.dport = ep.sport;
+				if (icrc(back, rsp, len - kIcrcBytes) != load_icrc(rsp + len - kIcrcBytes))
+					continue;
+				Ceth r = Ceth::load(rsp + kBthBytes);
+				const size_t paylen = len - kBthBytes - kCethBytes - kIcrcBytes;
+				if (rsp[0] != kCollStatsReply || r.mid != tag || r.sid != first ||
+				    r.len != paylen || paylen < sw::kStatsNameBytes)
+					continue;
+				const uint8_t *pl8 = rsp + kBthBytes + kCethBytes;
+				out->name.assign(reinterpret_cast<const char *>(pl8),
+						 strnlen(reinterpret_cast<const char *>(pl8), sw::kStatsNameBytes));
+				const size_t recs = (paylen - sw::kStatsNameBytes) / sw::kStatsRecordBytes;
+				for (size_t i = 0; i < recs; i++) {
+					const uint8_t *rec = pl8 + sw::kStatsNameBytes + i * sw::kStatsRecordBytes;
+					const char *k = reinterpret_cast<const char *>(rec);
+					out->counters.emplace_back(std::string(k, strnlen(k, sw::kStatsKeyBytes)),
+								   load_be64(rec + sw::kStatsKeyBytes));
+				}
+				have = r.seg;
+				if (!recs && first < have) {
+					*err = "the switch sent no record";
+					return EPROTO;
+				}
+				first += uint32_t(recs);
+				answered = true;
+			}
+		}
+		if (!answered) {
+			*err = "no answer";
+			return ETIMEDOUT;
+		}
+	}
+	return 0;
+}
+
+} // namespace ibv_coll::emu::stat

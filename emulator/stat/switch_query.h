@@ -1,0 +1,23 @@
+// Asks an aggregation switch for its counters with the STATS packet of
+// the switch protocol (coll/swproto.h), for ibv_coll_stat(1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ibv_coll::emu::stat {
+
+struct SwitchStats {
+	std::string address; // as asked for: host[:port]
+	std::string name;    // the switch's -n name
+	std::vector<std::pair<std::string, uint64_t>> counters;
+};
+
+// Query the switch at "host[:port]" (IPv6 as "[addr]:port"; port 4791
+// when absent), waiting up to timeout_ms for each answer and asking up to
+// three times.  0, or an errno value with *err saying what failed.
+int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, std::string *err);
+
+} // namespace ibv_coll::emu::stat
