@@ -13,10 +13,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <vector>
 
 namespace ibv_coll::emu::stat {
 
@@ -69,7 +71,8 @@ void to16(const sockaddr_storage &ss, uint8_t out[16], uint16_t *port)
 
 } // namespace
 
-int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, std::string *err)
+int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, std::string *err,
+		 size_t pad)
 {
 	out->address = address;
 	std::string host, port;
@@ -100,14 +103,19 @@ int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, s
 	to16(peer, ep.dst, &ep.dport);
 
 	std::mt19937 rng(std::random_device{}());
-	const uint32_t total_pad = uint32_t(sw::kStatsRequestPad);
+	if (pad > sw::kStatsRequestPad * 8) {
+		*err = "request padding too large";
+		return EINVAL;
+	}
+	const uint32_t total_pad = uint32_t(pad);
 	uint32_t first = 0, have = UINT32_MAX;
 	out->counters.clear();
-	uint8_t req[kBthBytes + kCethBytes + sw::kStatsRequestPad + kIcrcBytes];
-	uint8_t rsp[sizeof(req) + 64];
+	std::vector<uint8_t> reqv(kBthBytes + kCethBytes + total_pad + kIcrcBytes);
+	std::vector<uint8_t> rspv(reqv.size() + 64);
+	uint8_t *req = reqv.data(), *rsp = rspv.data();
 	while (first < have) {
 		const uint32_t tag = rng();
-		memset(req, 0, sizeof(req));
+		std::fill(reqv.begin(), reqv.end(), 0);
 		Bth bth;
 		bth.opcode = kCollStats;
 		bth.psn = tag & kPsnMask;
@@ -132,7 +140,7 @@ int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, s
 				pollfd pf{fd.get(), POLLIN, 0};
 				if (left.count() <= 0 || poll(&pf, 1, int(left.count())) <= 0)
 					break;
-				ssize_t n = recv(fd.get(), rsp, sizeof(rsp), 0);
+				ssize_t n = recv(fd.get(), rsp, rspv.size(), 0);
 				if (n < 0) {
 					// ECONNREFUSED: nothing listens there (ICMP port unreachable).
 					*err = strerror(errno);

@@ -17,7 +17,10 @@ struct SwitchStats {
 
 // Query the switch at "host[:port]" (IPv6 as "[addr]:port"; port 4791
 // when absent), waiting up to timeout_ms for each answer and asking up to
-// three times.  0, or an errno value with *err saying what failed.
-int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, std::string *err);
+// three times, each request padded to `pad` payload bytes (what the reply
+// may take; fewer records a reply mean more requests).  0, or an errno
+// value with *err saying what failed.
+int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, std::string *err,
+		 size_t pad = 1024);
 
 } // namespace ibv_coll::emu::stat
