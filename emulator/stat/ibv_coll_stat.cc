@@ -59,6 +59,7 @@ void usage(FILE *f, const char *argv0)
 		"  -w, --watch SEC        show them again every SEC seconds, with what changed\n"
 		"  -c, --count N          with -w: stop after N samples\n"
 		"  -v, --verbose          say which segments were skipped, and why\n"
+		"  -V, --version          print the version and exit\n"
 		"  -h, --help             this text\n",
 		argv0);
 }
@@ -221,11 +222,12 @@ int parse(int argc, char **argv, Options *o)
 		{"timeout", 1, nullptr, 't'},	  {"watch", 1, nullptr, 'w'},
 		{"count", 1, nullptr, 'c'},	  {"verbose", 0, nullptr, 'v'},
 		{"shm-dir", 1, nullptr, 'D'},	  {"help", 0, nullptr, 'h'},
+		{"version", 0, nullptr, 'V'},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
 	double v;
-	while ((c = getopt_long(argc, argv, "jzd:p:s:St:w:c:vh", longopts, nullptr)) != -1) {
+	while ((c = getopt_long(argc, argv, "jzd:p:s:St:w:c:vVh", longopts, nullptr)) != -1) {
 		switch (c) {
 		case 'j':
 			o->json = true;
@@ -279,6 +281,9 @@ int parse(int argc, char **argv, Options *o)
 			break;
 		case 'h':
 			usage(stdout, argv[0]);
+			return 0;
+		case 'V':
+			printf("ibv_coll_stat (ibv_coll) %s\n", IBVC_VERSION);
 			return 0;
 		default:
 			fprintf(stderr, "%s: unknown option or missing argument (see -h)\n", argv[0]);

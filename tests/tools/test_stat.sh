@@ -112,7 +112,7 @@ assert d["total"]["data"] == 24, d["total"]
 EOF
 
 # 2. RC under loss: the server's device, sampled while it runs.
-IBV_COLL_EMU_IMPAIR=drop=0.05,seed=5 "$pingpong" -p 18611 -n 60 -s 2048 >"$tmp/pps.out" 2>&1 &
+IBV_COLL_LOG_LEVEL=info IBV_COLL_EMU_IMPAIR=drop=0.05,seed=5 "$pingpong" -p 18611 -n 60 -s 2048 >"$tmp/pps.out" 2>&1 &
 srv=$!
 pids="$pids $srv"
 sleep 0.3
@@ -137,6 +137,9 @@ assert max(x["rc_retransmits"] for x in c) > 0, last
 assert max(x["impair_dropped"] for x in c) > 0, last
 assert all(x["coll_messages"] == 0 for x in c)
 EOF
+# The device's last word, at close, has the RC counters too.
+grep -Eq "rc: tx [1-9][0-9]* pkts .* retrans [1-9]" "$tmp/pps.out" ||
+	fail "the close log line lacks RC retransmissions"
 
 # 3. A killed process leaves its segment behind; it is not listed, and
 # is removed.
