@@ -69,6 +69,40 @@ void to16(const sockaddr_storage &ss, uint8_t out[16], uint16_t *port)
 	}
 }
 
+// rsp[0..len) if it is the STATS_REPLY to (tag, first) from where `ep`
+// sent the request: the switch's name and records into *out, its number
+// of counters into *have, the records it held into *recs.
+bool take_reply(const uint8_t *rsp, size_t len, const UdpEndpoints &ep, uint32_t tag,
+		uint32_t first, SwitchStats *out, uint32_t *have, size_t *recs)
+{
+	if (len < kBthBytes + kCethBytes + kIcrcBytes)
+		return false;
+	UdpEndpoints back{};
+	memcpy(back.src, ep.dst, 16);
+	memcpy(back.dst, ep.src, 16);
+	back.sport = ep.dport;
+	back.dport = ep.sport;
+	if (icrc(back, rsp, len - kIcrcBytes) != load_icrc(rsp + len - kIcrcBytes))
+		return false;
+	Ceth r = Ceth::load(rsp + kBthBytes);
+	const size_t paylen = len - kBthBytes - kCethBytes - kIcrcBytes;
+	if (rsp[0] != kCollStatsReply || r.mid != tag || r.sid != first || r.len != paylen ||
+	    paylen < sw::kStatsNameBytes)
+		return false;
+	const uint8_t *pl = rsp + kBthBytes + kCethBytes;
+	out->name.assign(reinterpret_cast<const char *>(pl),
+			 strnlen(reinterpret_cast<const char *>(pl), sw::kStatsNameBytes));
+	*recs = (paylen - sw::kStatsNameBytes) / sw::kStatsRecordBytes;
+	for (size_t i = 0; i < *recs; i++) {
+		const uint8_t *rec = pl + sw::kStatsNameBytes + i * sw::kStatsRecordBytes;
+		const char *k = reinterpret_cast<const char *>(rec);
+		out->counters.emplace_back(std::string(k, strnlen(k, sw::kStatsKeyBytes)),
+					   load_be64(rec + sw::kStatsKeyBytes));
+	}
+	*have = r.seg;
+	return true;
+}
+
 } // namespace
 
 int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, std::string *err,
@@ -130,8 +164,9 @@ int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, s
 		bool answered = false;
 		for (int attempt = 0; attempt < 3 && !answered; attempt++) {
 			if (send(fd.get(), req, roce_len + kIcrcBytes, 0) < 0) {
-				*err = strerror(errno);
-				return errno;
+				const int e = errno;
+				*err = strerror(e);
+				return e;
 			}
 			auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
 			while (!answered) {
@@ -143,35 +178,13 @@ int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, s
 				ssize_t n = recv(fd.get(), rsp, rspv.size(), 0);
 				if (n < 0) {
 					// ECONNREFUSED: nothing listens there (ICMP port unreachable).
-					*err = strerror(errno);
-					return errno;
+					const int e = errno;
+					*err = strerror(e);
+					return e;
 				}
-				const size_t len = size_t(n);
-				if (len < kBthBytes + kCethBytes + kIcrcBytes)
+				size_t recs = 0;
+				if (!take_reply(rsp, size_t(n), ep, tag, first, out, &have, &recs))
 					continue;
-				UdpEndpoints back{};
-				memcpy(back.src, ep.dst, 16);
-				memcpy(back.dst, ep.src, 16);
-				back.sport = ep.dport;
-				back.dport = ep.sport;
-				if (icrc(back, rsp, len - kIcrcBytes) != load_icrc(rsp + len - kIcrcBytes))
-					continue;
-				Ceth r = Ceth::load(rsp + kBthBytes);
-				const size_t paylen = len - kBthBytes - kCethBytes - kIcrcBytes;
-				if (rsp[0] != kCollStatsReply || r.mid != tag || r.sid != first ||
-				    r.len != paylen || paylen < sw::kStatsNameBytes)
-					continue;
-				const uint8_t *pl8 = rsp + kBthBytes + kCethBytes;
-				out->name.assign(reinterpret_cast<const char *>(pl8),
-						 strnlen(reinterpret_cast<const char *>(pl8), sw::kStatsNameBytes));
-				const size_t recs = (paylen - sw::kStatsNameBytes) / sw::kStatsRecordBytes;
-				for (size_t i = 0; i < recs; i++) {
-					const uint8_t *rec = pl8 + sw::kStatsNameBytes + i * sw::kStatsRecordBytes;
-					const char *k = reinterpret_cast<const char *>(rec);
-					out->counters.emplace_back(std::string(k, strnlen(k, sw::kStatsKeyBytes)),
-								   load_be64(rec + sw::kStatsKeyBytes));
-				}
-				have = r.seg;
 				if (!recs && first < have) {
 					*err = "the switch sent no record";
 					return EPROTO;
