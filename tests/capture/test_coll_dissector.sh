@@ -21,6 +21,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
 fail() {
 	echo "FAIL: $*"
 	for f in "$tmp"/*.out "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }; done
