@@ -39,6 +39,7 @@ struct Config {
 	int min_ranks = 2;
 	uint32_t seg_units = 512;		// each communicator's share of the Seg units
 	uint32_t timeout_ms = 0;
+	int spin_us = 2000;			// poll this long before sleeping; -1: never sleep
 	bool stats = false;
 };
 

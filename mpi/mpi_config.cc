@@ -166,6 +166,14 @@ int load_config(Config *c, std::string *err)
 			return bad("IBV_COLL_MPI_TIMEOUT_MS", v);
 		n.timeout_ms = uint32_t(x);
 	}
+	if ((v = getenv("IBV_COLL_MPI_SPIN_US"))) {
+		if (!strcmp(v, "-1"))
+			n.spin_us = -1;
+		else if (!parse_size(v, &x) || x > 10000000)
+			return bad("IBV_COLL_MPI_SPIN_US", v);
+		else
+			n.spin_us = int(x);
+	}
 	*c = std::move(n);
 	return 0;
 }

@@ -4,7 +4,9 @@
 // addresses, torn down when the communicator is freed or at MPI_Finalize.
 #include "coll_mpi.h"
 
+#include <poll.h>
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,7 +20,6 @@ namespace {
 
 constexpr int kSlots = 16;		  // operations in flight per communicator
 constexpr size_t kBounce = 32 << 10;	  // per slot and direction: small calls copy
-constexpr int kSpinsBeforeYield = 64;
 
 struct Slot {
 	char *src, *dst;
@@ -31,6 +32,8 @@ struct Job {
 	MPI_Comm comm = MPI_COMM_NULL;
 	int rank = 0, size = 0;
 	bool failed = false; // setup failed on some member: PMPI from now on
+	ibv_coll_comp_channel *ch = nullptr; // to sleep on when polling took too long
+	bool armed = false;
 	ibv_coll_cq *cq = nullptr;
 	ibv_coll_qp *qp = nullptr;
 	char *arena = nullptr;
@@ -110,6 +113,8 @@ void destroy(Job *j)
 		ibv_dereg_coll_mr(j->arena_mr);
 	if (j->cq)
 		ibv_destroy_coll_cq(j->cq);
+	if (j->ch)
+		ibv_destroy_coll_comp_channel(j->ch);
 	free(j->arena);
 	for (Op *op : j->pending)
 		op->job = nullptr; // an unfinished nonblocking call: reported as failed
@@ -130,7 +135,8 @@ bool create_local(Job *j)
 		return false;
 	ibv_coll_qp_init_attr ia{};
 	ibv_coll_qp_attr a{};
-	if (!(j->cq = ibv_create_coll_cq(g_ctx, 4 * kSlots, nullptr, nullptr, 0)))
+	if (!(j->ch = ibv_create_coll_comp_channel(g_ctx)) ||
+	    !(j->cq = ibv_create_coll_cq(g_ctx, 4 * kSlots, nullptr, j->ch, 0)))
 		return false;
 	ia.send_cq = ia.recv_cq = j->cq;
 	ia.qp_type = IBV_COLL_QPT_COLL;
@@ -387,11 +393,49 @@ bool job_test(Op *op)
 	return op->done || !op->job;
 }
 
+namespace {
+
+double now_us()
+{
+	timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return double(ts.tv_sec) * 1e6 + double(ts.tv_nsec) / 1e3;
+}
+
+// Nothing came for a while: sleep until the CQ's channel says something did.
+void sleep_on_cq(Job *j)
+{
+	if (!j->armed) {
+		// Arm, then poll once more (the caller does): a completion that
+		// came before arming raises no event.
+		j->armed = !ibv_req_notify_coll_cq(j->cq, 0);
+		return;
+	}
+	pollfd pf = {j->ch->fd, POLLIN, 0};
+	if (poll(&pf, 1, 100) > 0) {
+		ibv_coll_cq *ecq;
+		void *ectx;
+		if (!ibv_get_coll_cq_event(j->ch, &ecq, &ectx))
+			ibv_ack_coll_cq_events(ecq, 1);
+		j->armed = false;
+	}
+}
+
+} // namespace
+
 int job_wait(Op *op)
 {
-	for (int spins = 0; !job_test(op); spins++)
-		if (spins >= kSpinsBeforeYield)
-			sched_yield(); // the device's thread may need this core
+	// As ibv_coll_perf waits: our polls run the NIC while the engine
+	// thread sleeps, and yielding between them lets the other processes
+	// of this machine (and its switch) have the processor; after
+	// IBV_COLL_MPI_SPIN_US, sleep on the completion channel.
+	const double spin_end = now_us() + g_cfg.spin_us;
+	while (!job_test(op)) {
+		if (g_cfg.spin_us < 0 || now_us() < spin_end)
+			sched_yield();
+		else
+			sleep_on_cq(op->job);
+	}
 	return MPI_SUCCESS;
 }
 
