@@ -235,7 +235,8 @@ EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatyp
 		PMPI_Comm_rank(comm, &rank);
 		PMPI_Comm_size(comm, &size);
 	}
-	if (!j || root < 0 || root >= size) // a bad root: PMPI reports it
+	// A bad root, or MPI_IN_PLACE off the root: PMPI reports the error.
+	if (!j || root < 0 || root >= size || (sendbuf == MPI_IN_PLACE && rank != root))
 		return PMPI_Reduce(sendbuf, recvbuf, count, dt, op, root, comm);
 	size_t b = size_t(count) * size_t(sz);
 	const void *src = sendbuf == MPI_IN_PLACE && rank == root ? recvbuf : sendbuf;

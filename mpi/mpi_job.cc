@@ -276,10 +276,16 @@ void lib_init()
 	if (!g_cfg_loaded) {
 		std::string err;
 		g_cfg_loaded = true;
+		int level = MPI_THREAD_SINGLE;
 		if (load_config(&g_cfg, &err)) {
 			log_line("%s; collectives go to MPI", err.c_str());
 			g_cfg.enable = false;
 			g_cfg_bad = true;
+		} else if (PMPI_Query_thread(&level) == MPI_SUCCESS && level == MPI_THREAD_MULTIPLE &&
+			   g_cfg.enable) {
+			// Our job table and counters are not shared between threads.
+			log_line("MPI_THREAD_MULTIPLE: collectives go to MPI");
+			g_cfg.enable = false;
 		}
 	}
 }
@@ -308,6 +314,18 @@ size_t job_max_bytes(const Job *j)
 }
 
 namespace {
+
+// Give back what the op held; its slot only while the job (and so the
+// slot's memory) still exists.
+void release(Op *op)
+{
+	if (op->tmp && op->job)
+		static_cast<Slot *>(op->tmp)->busy = false;
+	for (ibv_coll_mr *mr : op->mrs)
+		if (mr)
+			ibv_dereg_coll_mr(mr);
+	delete op;
+}
 
 // Register [p, p + n) for one op; nullptr on failure.
 ibv_coll_mr *reg(const void *p, size_t n)
@@ -357,7 +375,7 @@ int job_post(Job *j, const Request &r, Coll coll, Op **out)
 		op->mrs[1] = dst == r.src ? nullptr : reg(dst, dst_bytes);
 		if (!op->mrs[0] || (dst != r.src && !op->mrs[1])) {
 			log_line("%s: register %zu bytes: %s", kCollNames[coll], r.src_bytes, strerror(errno));
-			job_finish(op, MPI_COMM_NULL);
+			release(op);
 			return MPI_ERR_NO_MEM;
 		}
 		ibv_coll_mr *dm = op->mrs[1] ? op->mrs[1] : op->mrs[0];
@@ -377,8 +395,7 @@ int job_post(Job *j, const Request &r, Coll coll, Op **out)
 	wr.wr.coll.root = r.root;
 	if (int err = ibv_post_coll_send(j->qp, &wr, &bad)) {
 		log_line("%s: post: %s", kCollNames[coll], strerror(err));
-		op->copy_bytes = 0;
-		job_finish(op, MPI_COMM_NULL);
+		release(op);
 		return MPI_ERR_OTHER;
 	}
 	j->pending.push_back(op);
@@ -448,7 +465,7 @@ int job_finish(Op *op, MPI_Comm comm)
 			 ibv_coll_status_str(op->coll_status));
 		g_stats.errors++;
 		rc = MPI_ERR_OTHER;
-	} else if (!op->done && comm != MPI_COMM_NULL) {
+	} else if (!op->done) {
 		log_line("%s: its communicator was freed before it completed", kCollNames[op->coll]);
 		g_stats.errors++;
 		rc = MPI_ERR_REQUEST;
@@ -469,12 +486,7 @@ int job_finish(Op *op, MPI_Comm comm)
 		else
 			g_stats.ran_local++;
 	}
-	if (op->tmp)
-		static_cast<Slot *>(op->tmp)->busy = false;
-	for (ibv_coll_mr *mr : op->mrs)
-		if (mr)
-			ibv_dereg_coll_mr(mr);
-	delete op;
+	release(op);
 	if (rc != MPI_SUCCESS && comm != MPI_COMM_NULL)
 		PMPI_Comm_call_errhandler(comm, rc);
 	return rc;
