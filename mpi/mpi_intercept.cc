@@ -89,6 +89,9 @@ Job *refuse(Coll c, Why w)
 // The checks every collective shares; bytes is each rank's share.
 Job *admit(Coll c, MPI_Comm comm, size_t bytes, bool has_data)
 {
+	// Allgather's destination and reduce-scatter's source hold one share
+	// per rank; the other collectives' buffers one.
+	const bool per_rank = c == kAllgather || c == kReduceScatter;
 	lib_init();
 	int inter = 0, size = 0;
 	if (!g_cfg.enable || !(g_cfg.colls & (1u << c)))
@@ -102,8 +105,8 @@ Job *admit(Coll c, MPI_Comm comm, size_t bytes, bool has_data)
 	Job *j = job_of(comm);
 	if (!j)
 		return refuse(c, kSetup);
-	// What one source or destination may hold (allgather's is size times).
-	if (has_data && bytes * size_t(size) > job_max_bytes(j))
+	// What one source or destination may hold.
+	if (has_data && bytes * (per_rank ? size_t(size) : 1) > job_max_bytes(j))
 		return refuse(c, kSize);
 	return j;
 }
@@ -472,7 +475,8 @@ EXPORT int MPI_Finalize(void)
 	for (Op *op : g_orphans)
 		job_wait(op);
 	progress_orphans();
-	if (g_world_rank >= 0)
-		jobs_finalize();
+	// On every rank, even one that never offloaded: it waits at a barrier.
+	lib_init();
+	jobs_finalize();
 	return PMPI_Finalize();
 }

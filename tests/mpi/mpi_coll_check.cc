@@ -5,8 +5,11 @@
 // must be bit-identical (floats are given values whose sums and products
 // are exact in any order, and random reals are checked within a bound).
 //
-//   mpi_coll_check [--iters N] [--seed S] [--max-count C] [--unsupported]
+//   mpi_coll_check [--iters N] [--seed S] [--max-count C] [--unsupported | --one-rank]
 //
+// --one-rank: only rank 0 calls a collective (on MPI_COMM_SELF), then
+// every rank finalizes: MPI_Finalize must not wait for ranks that never
+// touched the drop-in (it hung once).
 // --unsupported runs what the drop-in must leave to MPI (derived types,
 // MPI_Op_create, MPI_LAND, MPI_MAXLOC, an intercommunicator) and checks
 // those results against PMPI and hand-computed values too.
@@ -352,7 +355,7 @@ int main(int argc, char **argv)
 	int iters = 200;
 	uint64_t seed = 1;
 	size_t max_count = 70000;
-	bool unsup = false;
+	bool unsup = false, one_rank = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
 			iters = atoi(argv[++i]);
@@ -362,15 +365,29 @@ int main(int argc, char **argv)
 			max_count = strtoull(argv[++i], nullptr, 0);
 		else if (!strcmp(argv[i], "--unsupported"))
 			unsup = true;
+		else if (!strcmp(argv[i], "--one-rank"))
+			one_rank = true;
 		else {
 			fprintf(stderr, "usage: mpi_coll_check [--iters N] [--seed S] [--max-count C] "
-					"[--unsupported]\n");
+					"[--unsupported | --one-rank]\n");
 			return 2;
 		}
 	}
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+	if (one_rank) {
+		int x = 1, y = 0;
+		if (g_rank == 0) {
+			MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF);
+			if (y != 1)
+				fail("allreduce on MPI_COMM_SELF", "one rank", 0);
+		}
+		if (g_wrong)
+			fprintf(stderr, "mpi_coll_check: one rank: wrong\n");
+		MPI_Finalize(); // no collective before it on the other ranks
+		return g_wrong ? 1 : 0;
+	}
 	if (unsup) {
 		unsupported(MPI_COMM_WORLD);
 	} else {
