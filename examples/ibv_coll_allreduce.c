@@ -77,7 +77,8 @@ static void usage(const char *argv0)
 	       "[-t ring|switch|auto] [-s HOST:PORT]\n"
 	       "  -b, --boot ADDR    rendezvous: unix:/path or host:port (node 0 listens)\n"
 	       "  -i, --node N       this node's index; -n, --nodes N: how many\n"
-	       "                     (default: IBVC_BOOT_ADDR/NODE/NODES, as ibv_coll_run sets)\n"
+	       "                     (default: IBVC_BOOT_ADDR/NODE/NODES, as ibv_coll_run sets,\n"
+	       "                     else the PMIx launcher's: mpirun, srun)\n"
 	       "  -k, --ranks K      local ranks served by this node (default 2)\n"
 	       "  -c, --count C      int32 elements per rank (default 262144)\n"
 	       "  -I, --iters N      repetitions of each collective (default 5)\n"
@@ -143,7 +144,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!o.boot && ibvc_boot_from_env(&o.boot, &o.node, &o.nodes)) {
-		fprintf(stderr, "ibv_coll_allreduce: give -b/-i/-n, or run under ibv_coll_run\n");
+		fprintf(stderr, "ibv_coll_allreduce: no rendezvous: give -b/-i/-n, or run under "
+				"ibv_coll_run or a PMIx launcher (mpirun, srun)\n");
 		return 2;
 	}
 	if (o.topology == -1)

@@ -1,7 +1,10 @@
 #!/bin/bash
 # bench-baseline - ibv_coll's ALLREDUCE (ibv_coll_perf under ibv_coll_run)
 # against Open MPI's MPI_Allreduce over TCP on the loopback interface, with
-# the same process count, type, operation, sizes and result checks.
+# the same process count, type, operation, sizes and result checks, and
+# the same MPI benchmark with libibv_coll_mpi.so preloaded (the drop-in:
+# MPI_Allreduce handed to the offload engine, through the same switch when
+# ours has one), side by side.
 #
 # Installs openmpi-bin and libopenmpi-dev if missing, builds ibv_coll_run and
 # ibv_coll_perf (cmake) and bench/mpi_allreduce_perf (mpicc), then for each
@@ -63,7 +66,8 @@ echo "$(mpirun --version 2>&1 | head -1)"
 
 echo "== build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target ibv_coll_run ibv_coll_perf ibv_coll_switchd >/dev/null
+cmake --build "$build" -j "$(nproc)" --target ibv_coll_run ibv_coll_perf ibv_coll_switchd \
+	ibv_coll_mpi >/dev/null
 mkdir -p "$build/bench"
 mpicc -O2 -std=c11 -Wall -Wextra -Werror -ffp-contract=off -I"$root/tools" \
 	bench/mpi_allreduce_perf.c -o "$build/bench/mpi_allreduce_perf"
@@ -97,6 +101,17 @@ if [ "$wants_switch" = 1 ] && [ "$has_s" = 0 ]; then
 	ours_extra+=(-s "127.0.0.1:$(cat "$tmpd/port")")
 	echo "switch: ibv_coll_switchd on udp port $(cat "$tmpd/port")"
 fi
+# The drop-in goes the way ours goes: the same switch and topology.
+dropin_env=(-x LD_PRELOAD="$root/$build/mpi/libibv_coll_mpi.so" -x IBV_COLL_MPI_DEVICE=crxe_lo
+	-x IBV_COLL_MPI_STATS=1)
+prev=
+for a in "${ours_extra[@]}"; do
+	case "$prev" in
+	-s | --switch) dropin_env+=(-x IBV_COLL_MPI_SWITCH="$a") ;;
+	-t | --topology) dropin_env+=(-x IBV_COLL_MPI_TOPOLOGY="$a") ;;
+	esac
+	prev=$a
+done
 
 # Open MPI: the ob1 point-to-point layer over the TCP BTL only ("self" is a
 # rank's messages to itself), on lo, so no shared memory (vader/sm) and no
@@ -113,6 +128,8 @@ mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe -np "$np" --bind-to none
 ours_cmd=("$build/tools/ibv_coll_run" --timeout "$timeout" -n "$np" -k 1 --
 	"$build/tools/ibv_coll_perf" -C allreduce -d float -o sum -c 1 -z "${BLOCKING:-1}")
 mpi_cmd=(timeout "$timeout" "${mpirun_cmd[@]}" "$build/bench/mpi_allreduce_perf" -d float -o sum -c 1)
+dropin_cmd=(timeout "$timeout" "${mpirun_cmd[@]}" "${dropin_env[@]}" "$build/bench/mpi_allreduce_perf"
+	-d float -o sum -c 1)
 
 echo "== transport check: what Open MPI selects"
 # Verbose selection output from every process: the PML, the BTLs that
@@ -138,7 +155,8 @@ echo "=> ob1 over the tcp BTL on lo (self for a rank's own messages), coll tuned
 
 ours_hdr=$tmpd/ours_hdr mpi_hdr=$tmpd/mpi_hdr ours_rows=$tmpd/ours_rows mpi_rows=$tmpd/mpi_rows
 ours_try=$tmpd/ours_try mpi_try=$tmpd/mpi_try spread=$tmpd/spread
-: >"$ours_hdr"; : >"$mpi_hdr"; : >"$ours_rows"; : >"$mpi_rows"
+dropin_hdr=$tmpd/dropin_hdr dropin_rows=$tmpd/dropin_rows dropin_try=$tmpd/dropin_try
+: >"$ours_hdr"; : >"$mpi_hdr"; : >"$ours_rows"; : >"$mpi_rows"; : >"$dropin_hdr"; : >"$dropin_rows"
 
 # Header lines (once) into $2, result rows into $3.
 collect() {
@@ -158,7 +176,7 @@ min_max() {
 	awk 'NR == 1 || $6 < lo { lo = $6 } NR == 1 || $6 > hi { hi = $6 } END { print lo, hi }' "$1"
 }
 
-echo "== runs: $np processes, float sum, $minb to $maxb bytes, factor $factor, ours then MPI at each size, $repeat times"
+echo "== runs: $np processes, float sum, $minb to $maxb bytes, factor $factor, ours, MPI and MPI with the drop-in at each size, $repeat times"
 size=$minb
 while [ "$size" -le "$maxb" ]; do
 	n=$iters w=$warmup
@@ -169,6 +187,7 @@ while [ "$size" -le "$maxb" ]; do
 	fi
 	: >"$ours_try"
 	: >"$mpi_try"
+	: >"$dropin_try"
 	for ((r = 1; r <= repeat; r++)); do
 		if ! out=$("${ours_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" "${ours_extra[@]}" 2>&1); then
 			printf '%s\n' "$out"
@@ -182,13 +201,27 @@ while [ "$size" -le "$maxb" ]; do
 			exit 1
 		fi
 		collect "$out" "$mpi_hdr" "$mpi_try"
+		if ! out=$("${dropin_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" 2>&1); then
+			printf '%s\n' "$out"
+			echo "bench-baseline: mpi_allreduce_perf with the drop-in failed at $size bytes" >&2
+			exit 1
+		fi
+		# Every rank's statistics: its allreduces offloaded, none failed.
+		if [ "$(printf '%s\n' "$out" | grep -c "offloaded [1-9].*failed 0).*allreduce [1-9]")" != "$np" ]; then
+			printf '%s\n' "$out" | grep "^ibv_coll_mpi" >&2
+			echo "bench-baseline: the drop-in did not offload every rank's allreduce at $size bytes" >&2
+			exit 1
+		fi
+		collect "$out" "$dropin_hdr" "$dropin_try"
 	done
 	median_row "$ours_try" >>"$ours_rows"
 	median_row "$mpi_try" >>"$mpi_rows"
+	median_row "$dropin_try" >>"$dropin_rows"
 	echo "$(min_max "$ours_try") $(min_max "$mpi_try")" >>"$spread"
-	printf '  %10d bytes: ours %s us, MPI %s us (medians of %d; ours %s, MPI %s)\n' "$size" \
-		"$(tail -1 "$ours_rows" | awk '{print $6}')" "$(tail -1 "$mpi_rows" | awk '{print $6}')" \
-		"$repeat" "$(min_max "$ours_try" | tr ' ' -)" "$(min_max "$mpi_try" | tr ' ' -)"
+	printf '  %10d bytes: ours %s us, MPI %s us, MPI+drop-in %s us (medians of %d; ours %s, MPI %s)\n' \
+		"$size" "$(tail -1 "$ours_rows" | awk '{print $6}')" "$(tail -1 "$mpi_rows" | awk '{print $6}')" \
+		"$(tail -1 "$dropin_rows" | awk '{print $6}')" "$repeat" "$(min_max "$ours_try" | tr ' ' -)" \
+		"$(min_max "$mpi_try" | tr ' ' -)"
 	size=$((size * factor))
 done
 
@@ -209,13 +242,17 @@ table() {
 table "ibv_coll: ibv_coll_run -n $np -k 1 -- ibv_coll_perf -C allreduce -d float -o sum -c 1 ${ours_extra[*]}" \
 	"$ours_hdr" "$ours_rows"
 table "Open MPI: ${mpirun_cmd[*]} mpi_allreduce_perf" "$mpi_hdr" "$mpi_rows"
+table "Open MPI with the drop-in: ${mpirun_cmd[*]} ${dropin_env[*]} mpi_allreduce_perf" "$dropin_hdr" \
+	"$dropin_rows"
 
 echo
 echo "== comparison, out of place, medians of $repeat: busbw in GB/s, ratio = ours / MPI busbw, lat.ratio = ours / MPI time, ratio range = from our slowest against MPI's fastest to our fastest against MPI's slowest"
-printf '%12s  %12s  %12s  %8s  %12s  %12s  %8s  %11s  %s\n' "size(B)" "ours busbw" "MPI busbw" \
-	"ratio" "ours us" "MPI us" "lat.ratio" "ratio range" "ours ran"
+echo "   drop-in = the same MPI benchmark with libibv_coll_mpi.so preloaded; d.ratio = drop-in / MPI busbw"
+printf '%12s  %12s  %12s  %8s  %12s  %12s  %8s  %11s  %12s  %12s  %8s  %s\n' "size(B)" "ours busbw" \
+	"MPI busbw" "ratio" "ours us" "MPI us" "lat.ratio" "ratio range" "drop-in bw" "drop-in us" \
+	"d.ratio" "ours ran"
 # busbw recomputed from size and time, with more digits than the tables.
-paste "$ours_rows" "$mpi_rows" "$spread" | awk -v nf="$(head -1 "$ours_rows" | awk '{print NF}')" \
+paste "$ours_rows" "$mpi_rows" "$spread" "$dropin_rows" | awk -v nf="$(head -1 "$ours_rows" | awk '{print NF}')" \
 	-v mf="$(head -1 "$mpi_rows" | awk '{print NF}')" -v np="$np" '{
 	m = nf # the MPI row starts after the ours row, the spread after both
 	s = nf + mf
@@ -226,5 +263,9 @@ paste "$ours_rows" "$mpi_rows" "$spread" | awk -v nf="$(head -1 "$ours_rows" | a
 	lat = (mt > 0) ? sprintf("%.2f", ot / mt) : "-"
 	olo = $(s + 1); ohi = $(s + 2); mlo = $(s + 3); mhi = $(s + 4)
 	range = (ohi > 0 && mhi > 0) ? sprintf("%.2f-%.2f", mlo / ohi, mhi / olo) : "-"
-	printf "%12d  %12.4f  %12.4f  %8s  %12.1f  %12.1f  %8s  %11s  %s\n", $1, ob, mb, ratio, ot, mt, lat, range, $nf
+	dt = $(s + 4 + 6) # the drop-in row: the MPI benchmark format again
+	db = (dt > 0) ? $1 / dt / 1e3 * f : 0
+	dratio = (mb > 0) ? sprintf("%.2f", db / mb) : "-"
+	printf "%12d  %12.4f  %12.4f  %8s  %12.1f  %12.1f  %8s  %11s  %12.4f  %12.1f  %8s  %s\n", $1, ob, mb,
+		ratio, ot, mt, lat, range, db, dt, dratio, $nf
 }'

@@ -8,6 +8,9 @@ set -eu
 # Building: compilers, CMake, the libraries, GoogleTest.
 pkgs="build-essential cmake pkg-config libibverbs-dev libnl-3-dev libnl-route-3-dev
 libspdlog-dev libgtest-dev nlohmann-json3-dev"
+# PMIx (the programs' rendezvous under mpirun/srun) and Open MPI (the MPI
+# drop-in library builds against it; its tests and benchmark run mpirun).
+pkgs="$pkgs libpmix-dev libopenmpi-dev openmpi-bin"
 if [ "${1:-}" != build ]; then
 	# Testing: man page lint, namespaces, a capture decoded by tshark.
 	pkgs="$pkgs mandoc iproute2 iputils-ping tshark"

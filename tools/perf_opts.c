@@ -89,7 +89,8 @@ static void usage(FILE *f)
 		"                          before sleeping on the channel (2000)\n"
 		"      --boot ADDR --node I --nodes N\n"
 		"                          the rendezvous (default: IBVC_BOOT_ADDR/NODE/NODES,\n"
-		"                          as ibv_coll_run sets them; else a job of one node)\n");
+		"                          as ibv_coll_run sets them; else a PMIx launcher's\n"
+		"                          (mpirun, srun); --nodes 1 alone: this node alone)\n");
 }
 
 /* A size with an optional K, M or G (powers of 1024), as nccl-tests takes. */
@@ -273,12 +274,20 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		o->nodes = nodes;
 	} else {
 		int err = ibvc_boot_from_env(&o->boot, &o->node, &o->nodes);
-		if (err == ENOENT) { /* a job of this node alone */
+		if (err == ENOENT && nodes == 1) { /* asked for: this node alone */
 			o->boot = "none";
 			o->node = 0;
 			o->nodes = 1;
+		} else if (err == ENOENT) {
+			/* Several copies started by hand (or by a launcher we do
+			 * not know) would each run a job of their own. */
+			fprintf(stderr, PROG ": no rendezvous: run under ibv_coll_run or a PMIx "
+					"launcher (mpirun, srun), give --boot, or --nodes 1 for "
+					"this node alone\n");
+			return 2;
 		} else if (err || o->nodes > 64) {
-			fprintf(stderr, PROG ": IBVC_BOOT_NODE/IBVC_BOOT_NODES are not valid\n");
+			fprintf(stderr, PROG ": the launcher's node index or count is not valid (%s)\n",
+				strerror(err ? err : ERANGE));
 			return 2;
 		}
 	}

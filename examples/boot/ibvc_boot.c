@@ -1,7 +1,9 @@
 /* ibvc_boot - a small out-of-band rendezvous: node 0 gathers every node's
- * blob over a stream socket and sends the whole table back to each. */
+ * blob over a stream socket and sends the whole table back to each (what
+ * ibv_coll_run's single-host jobs need), or the PMIx launcher does it. */
 #define _GNU_SOURCE
 #include "ibvc_boot.h"
+#include "ibvc_boot_pmix.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -20,6 +22,7 @@ struct ibvc_boot {
 	int *fds;      /* node 0: one per other node, by node index */
 	int fd;        /* others: the connection to node 0 */
 	char *unix_path;
+	int pmix;      /* the launcher's PMIx carries the exchange */
 };
 
 static int64_t now_ms(void)
@@ -209,7 +212,14 @@ int ibvc_boot_open(const char *addr, int node, int nodes, int timeout_ms, struct
 	}
 	for (i = 0; i < nodes; i++)
 		b->fds[i] = -1;
-	err = nodes == 1 ? 0 : node == 0 ? open_server(b, addr, deadline)
+	if (!strcmp(addr, "pmix")) {
+		int rank, size;
+		b->pmix = 1;
+		err = ibvc_pmix_init(&rank, &size);
+		if (!err && (rank != node || size != nodes))
+			err = EINVAL; /* not what the launcher says we are */
+	} else
+		err = nodes == 1 ? 0 : node == 0 ? open_server(b, addr, deadline)
 					 : open_client(b, addr, deadline);
 	if (err) {
 		ibvc_boot_close(b);
@@ -224,6 +234,8 @@ int ibvc_boot_allgather(struct ibvc_boot *b, const void *mine, size_t len, void 
 	int64_t deadline = now_ms() + b->timeout_ms;
 	char *table = all;
 	int i, err;
+	if (b->pmix)
+		return ibvc_pmix_allgather(mine, len, all, b->nodes, b->timeout_ms);
 	memcpy(table + (size_t)b->node * len, mine, len);
 	if (b->nodes == 1)
 		return 0;
@@ -245,6 +257,10 @@ int ibvc_boot_barrier(struct ibvc_boot *b)
 {
 	char one = 1, *all = malloc((size_t)b->nodes);
 	int err;
+	if (b->pmix) {
+		free(all);
+		return ibvc_pmix_barrier(b->timeout_ms);
+	}
 	if (!all)
 		return ENOMEM;
 	err = ibvc_boot_allgather(b, &one, 1, all);
@@ -268,6 +284,8 @@ void ibvc_boot_close(struct ibvc_boot *b)
 		unlink(b->unix_path);
 		free(b->unix_path);
 	}
+	if (b->pmix)
+		ibvc_pmix_fini();
 	free(b->fds);
 	free(b);
 }
@@ -276,10 +294,19 @@ int ibvc_boot_from_env(const char **addr, int *node, int *nodes)
 {
 	const char *a = getenv("IBVC_BOOT_ADDR"), *n = getenv("IBVC_BOOT_NODE"),
 		   *s = getenv("IBVC_BOOT_NODES");
-	if (!a || !n || !s)
-		return ENOENT;
-	*addr = a;
-	*node = atoi(n);
-	*nodes = atoi(s);
-	return *nodes >= 1 && *node >= 0 && *node < *nodes ? 0 : EINVAL;
+	if (a && n && s) { /* ibv_coll_run's, even under a PMIx launcher */
+		*addr = a;
+		*node = atoi(n);
+		*nodes = atoi(s);
+		return *nodes >= 1 && *node >= 0 && *node < *nodes ? 0 : EINVAL;
+	}
+	/* What a PMIx launcher (mpirun, prterun, srun --mpi=pmix) sets. */
+	if (getenv("PMIX_RANK") && getenv("PMIX_NAMESPACE")) {
+		int err = ibvc_pmix_init(node, nodes);
+		if (err)
+			return err;
+		*addr = "pmix";
+		return *nodes >= 1 && *node >= 0 && *node < *nodes ? 0 : EINVAL;
+	}
+	return ENOENT;
 }

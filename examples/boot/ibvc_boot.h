@@ -8,7 +8,11 @@
  * ibvc_boot_allgather() hands everyone everyone's blob in node order.
  *
  * Addresses: "unix:/path" (a Unix socket; reaches across network
- * namespaces of one machine) or "host:port" (TCP, IPv4 or IPv6).
+ * namespaces of one machine), "host:port" (TCP, IPv4 or IPv6), or "pmix":
+ * the process manager that started us (mpirun, srun) does the exchange
+ * through PMIx put/commit/fence/get, and node and nodes are the PMIx rank
+ * and job size.  Across hosts, use a PMIx launcher: it already knows every
+ * process and how to reach it.
  * Every call is bounded by the timeout given to ibvc_boot_open(): a peer
  * that never comes or dies makes the call fail, never hang.
  * Functions return 0 or a positive errno value.
@@ -33,8 +37,12 @@ int ibvc_boot_allgather(struct ibvc_boot *b, const void *mine, size_t len, void 
 int ibvc_boot_barrier(struct ibvc_boot *b);
 void ibvc_boot_close(struct ibvc_boot *b);
 
-/* Read IBVC_BOOT_ADDR, IBVC_BOOT_NODE and IBVC_BOOT_NODES (set by
- * ibv_coll_run) into *addr, *node, *nodes: 0, or ENOENT when unset. */
+/* Find the rendezvous the launcher gave: IBVC_BOOT_ADDR, IBVC_BOOT_NODE and
+ * IBVC_BOOT_NODES (set by ibv_coll_run) first, else a PMIx launcher
+ * (PMIX_RANK and PMIX_NAMESPACE set; *addr becomes "pmix" and *node, *nodes
+ * the PMIx rank and job size).  0; ENOENT when there is neither; EINVAL
+ * when the variables are bad; another errno when the PMIx server cannot be
+ * reached (a message says why). */
 int ibvc_boot_from_env(const char **addr, int *node, int *nodes);
 
 #ifdef __cplusplus

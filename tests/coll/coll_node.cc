@@ -239,6 +239,14 @@ int main(int argc, char **argv)
 		default: return 2;
 		}
 	}
+	if (o.boot.empty()) { // ibv_coll_run's rendezvous, or a PMIx launcher's
+		const char *addr;
+		if (int err = ibvc_boot_from_env(&addr, &o.node, &o.nodes)) {
+			fprintf(stderr, "coll_node: no --boot and no launcher: %s\n", strerror(err));
+			return 2;
+		}
+		o.boot = addr;
+	}
 	if (o.ranks.size() == 1)
 		o.ranks.assign(size_t(o.nodes), o.ranks[0]);
 	if (o.ranks.size() != size_t(o.nodes))

@@ -1,0 +1,482 @@
+// libibv_coll_mpi entry points: the MPI collectives it can hand to the
+// device, each deciding from its arguments alone (so that every rank
+// decides alike) whether to offload or to call PMPI unchanged.
+#include "coll_mpi.h"
+
+#include <sched.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+#define EXPORT extern "C" __attribute__((visibility("default")))
+
+using namespace ibv_coll::mpi;
+
+namespace {
+
+// Reductions: the MPI types the device reduces, by value.
+bool reduce_dtype(MPI_Datatype t, ibv_coll_dtype *out, bool *is_float)
+{
+	static_assert(sizeof(long) == 8 && sizeof(int) == 4 && sizeof(short) == 2);
+	struct M {
+		MPI_Datatype t;
+		ibv_coll_dtype d;
+	};
+	const M map[] = {
+		{MPI_INT8_T, IBV_COLL_DTYPE_INT8},	    {MPI_SIGNED_CHAR, IBV_COLL_DTYPE_INT8},
+		{MPI_UINT8_T, IBV_COLL_DTYPE_UINT8},	    {MPI_UNSIGNED_CHAR, IBV_COLL_DTYPE_UINT8},
+		{MPI_INT16_T, IBV_COLL_DTYPE_INT16},	    {MPI_SHORT, IBV_COLL_DTYPE_INT16},
+		{MPI_UINT16_T, IBV_COLL_DTYPE_UINT16},	    {MPI_UNSIGNED_SHORT, IBV_COLL_DTYPE_UINT16},
+		{MPI_INT32_T, IBV_COLL_DTYPE_INT32},	    {MPI_INT, IBV_COLL_DTYPE_INT32},
+		{MPI_UINT32_T, IBV_COLL_DTYPE_UINT32},	    {MPI_UNSIGNED, IBV_COLL_DTYPE_UINT32},
+		{MPI_INT64_T, IBV_COLL_DTYPE_INT64},	    {MPI_LONG, IBV_COLL_DTYPE_INT64},
+		{MPI_LONG_LONG, IBV_COLL_DTYPE_INT64},	    {MPI_UINT64_T, IBV_COLL_DTYPE_UINT64},
+		{MPI_UNSIGNED_LONG, IBV_COLL_DTYPE_UINT64}, {MPI_UNSIGNED_LONG_LONG, IBV_COLL_DTYPE_UINT64},
+		{MPI_FLOAT, IBV_COLL_DTYPE_FLOAT32},	    {MPI_DOUBLE, IBV_COLL_DTYPE_FLOAT64},
+	};
+	for (const M &m : map)
+		if (m.t == t) {
+			*out = m.d;
+			*is_float = m.d == IBV_COLL_DTYPE_FLOAT32 || m.d == IBV_COLL_DTYPE_FLOAT64;
+			return true;
+		}
+	return false;
+}
+
+bool reduce_op(MPI_Op o, bool is_float, ibv_coll_op *out)
+{
+	struct M {
+		MPI_Op o;
+		ibv_coll_op op;
+		bool bitwise;
+	};
+	const M map[] = {
+		{MPI_SUM, IBV_COLL_OP_SUM, false}, {MPI_PROD, IBV_COLL_OP_PROD, false},
+		{MPI_MIN, IBV_COLL_OP_MIN, false}, {MPI_MAX, IBV_COLL_OP_MAX, false},
+		{MPI_BAND, IBV_COLL_OP_BAND, true}, {MPI_BOR, IBV_COLL_OP_BOR, true},
+		{MPI_BXOR, IBV_COLL_OP_BXOR, true},
+	};
+	for (const M &m : map)
+		if (m.o == o && !(m.bitwise && is_float)) {
+			*out = m.op;
+			return true;
+		}
+	return false;
+}
+
+// Data movement: any predefined type laid out without gaps, as bytes.
+bool plain_type(MPI_Datatype t, size_t *size)
+{
+	int ni, na, nd, comb, sz;
+	MPI_Aint lb, extent;
+	if (t == MPI_DATATYPE_NULL || PMPI_Type_get_envelope(t, &ni, &na, &nd, &comb) != MPI_SUCCESS ||
+	    comb != MPI_COMBINER_NAMED || PMPI_Type_size(t, &sz) != MPI_SUCCESS ||
+	    PMPI_Type_get_extent(t, &lb, &extent) != MPI_SUCCESS || lb != 0 || extent != sz)
+		return false;
+	*size = size_t(sz);
+	return true;
+}
+
+// Counted refusal: the caller then calls PMPI.
+Job *refuse(Coll c, Why w)
+{
+	g_stats.fell[c]++;
+	g_stats.why[w]++;
+	return nullptr;
+}
+
+// The checks every collective shares; bytes is each rank's share.
+Job *admit(Coll c, MPI_Comm comm, size_t bytes, bool has_data)
+{
+	// Allgather's destination and reduce-scatter's source hold one share
+	// per rank; the other collectives' buffers one.
+	const bool per_rank = c == kAllgather || c == kReduceScatter;
+	lib_init();
+	int inter = 0, size = 0;
+	if (!g_cfg.enable || !(g_cfg.colls & (1u << c)))
+		return refuse(c, kDisabled);
+	if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
+	    PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size < g_cfg.min_ranks || size > 64)
+		return refuse(c, kComm);
+	if (has_data && (bytes == 0 || bytes < g_cfg.min_bytes ||
+			 (g_cfg.max_bytes && bytes > g_cfg.max_bytes)))
+		return refuse(c, kSize);
+	Job *j = job_of(comm);
+	if (!j)
+		return refuse(c, kSetup);
+	// What one source or destination may hold.
+	if (has_data && bytes * (per_rank ? size_t(size) : 1) > job_max_bytes(j))
+		return refuse(c, kSize);
+	return j;
+}
+
+int run(Job *j, const Request &r, Coll c, MPI_Comm comm)
+{
+	Op *op;
+	int rc = job_post(j, r, c, &op);
+	if (rc != MPI_SUCCESS)
+		return rc;
+	job_wait(op);
+	return job_finish(op, comm);
+}
+
+// Nonblocking calls handed out as generalized requests, which MPI_Wait and
+// friends complete once the device has (see the wait family below).
+struct Pending {
+	Op *op;
+	MPI_Comm comm;
+	int *rc; // the request's error, read by query_fn
+};
+std::unordered_map<MPI_Request, Pending> g_pending;
+std::vector<Op *> g_orphans; // requests freed before they completed
+
+int query_fn(void *extra, MPI_Status *st)
+{
+	st->MPI_SOURCE = MPI_UNDEFINED;
+	st->MPI_TAG = MPI_UNDEFINED;
+	st->MPI_ERROR = *static_cast<int *>(extra);
+	PMPI_Status_set_cancelled(st, 0);
+	PMPI_Status_set_elements(st, MPI_BYTE, 0);
+	return MPI_SUCCESS;
+}
+
+int free_fn(void *extra)
+{
+	delete static_cast<int *>(extra);
+	return MPI_SUCCESS;
+}
+
+int cancel_fn(void *, int)
+{
+	return MPI_SUCCESS; // a collective cannot be cancelled: MPI_Test_cancelled says no
+}
+
+void progress_orphans()
+{
+	std::erase_if(g_orphans, [](Op *op) {
+		if (!job_test(op))
+			return false;
+		job_finish(op, MPI_COMM_NULL);
+		return true;
+	});
+}
+
+// Complete our request *r if its op is done (or wait for it); true if ours.
+bool settle(MPI_Request r, bool block)
+{
+	auto it = r == MPI_REQUEST_NULL ? g_pending.end() : g_pending.find(r);
+	if (it == g_pending.end())
+		return false;
+	Pending &p = it->second;
+	if (block)
+		job_wait(p.op);
+	else if (!job_test(p.op))
+		return true;
+	*p.rc = job_finish(p.op, MPI_COMM_NULL);
+	g_pending.erase(it);
+	PMPI_Grequest_complete(r);
+	return true;
+}
+
+// Settle every one of ours in the array; true if any was ours.
+bool settle_all(int n, MPI_Request *reqs, bool block)
+{
+	bool any = false;
+	if (!g_orphans.empty())
+		progress_orphans();
+	if (g_pending.empty())
+		return false;
+	for (int i = 0; i < n; i++)
+		any |= settle(reqs[i], block);
+	return any;
+}
+
+} // namespace
+
+EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
+			 MPI_Comm comm)
+{
+	ibv_coll_dtype d;
+	ibv_coll_op o;
+	bool fl;
+	int sz = 0;
+	Job *j = nullptr;
+	if (!reduce_dtype(dt, &d, &fl))
+		refuse(kAllreduce, kDatatype);
+	else if (!reduce_op(op, fl, &o))
+		refuse(kAllreduce, kOp);
+	else if (count > 0 && PMPI_Type_size(dt, &sz) == MPI_SUCCESS)
+		j = admit(kAllreduce, comm, size_t(count) * size_t(sz), true);
+	else
+		refuse(kAllreduce, kSize);
+	if (!j)
+		return PMPI_Allreduce(sendbuf, recvbuf, count, dt, op, comm);
+	size_t b = size_t(count) * size_t(sz);
+	const void *src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+	return run(j, {IBV_COLL_WR_ALLREDUCE, src, recvbuf, b, b, uint64_t(count), o, d, 0},
+		   kAllreduce, comm);
+}
+
+EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
+		      int root, MPI_Comm comm)
+{
+	ibv_coll_dtype d;
+	ibv_coll_op o;
+	bool fl;
+	int sz = 0, rank = 0, size = 0;
+	Job *j = nullptr;
+	if (!reduce_dtype(dt, &d, &fl))
+		refuse(kReduce, kDatatype);
+	else if (!reduce_op(op, fl, &o))
+		refuse(kReduce, kOp);
+	else if (count > 0 && PMPI_Type_size(dt, &sz) == MPI_SUCCESS)
+		j = admit(kReduce, comm, size_t(count) * size_t(sz), true);
+	else
+		refuse(kReduce, kSize);
+	if (j) {
+		PMPI_Comm_rank(comm, &rank);
+		PMPI_Comm_size(comm, &size);
+	}
+	// A bad root, or MPI_IN_PLACE off the root: PMPI reports the error.
+	if (!j || root < 0 || root >= size || (sendbuf == MPI_IN_PLACE && rank != root))
+		return PMPI_Reduce(sendbuf, recvbuf, count, dt, op, root, comm);
+	size_t b = size_t(count) * size_t(sz);
+	const void *src = sendbuf == MPI_IN_PLACE && rank == root ? recvbuf : sendbuf;
+	void *dst = rank == root ? recvbuf : nullptr;
+	return run(j, {IBV_COLL_WR_REDUCE, src, dst, b, b, uint64_t(count), o, d, uint32_t(root)},
+		   kReduce, comm);
+}
+
+EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm)
+{
+	size_t sz = 0;
+	int size = 0;
+	Job *j = nullptr;
+	if (!plain_type(dt, &sz))
+		refuse(kBcast, kDatatype);
+	else if (count > 0)
+		j = admit(kBcast, comm, size_t(count) * sz, true);
+	else
+		refuse(kBcast, kSize);
+	if (j)
+		PMPI_Comm_size(comm, &size);
+	if (!j || root < 0 || root >= size)
+		return PMPI_Bcast(buf, count, dt, root, comm);
+	size_t b = size_t(count) * sz;
+	return run(j, {IBV_COLL_WR_BCAST, buf, buf, b, b, b, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8,
+		       uint32_t(root)},
+		   kBcast, comm);
+}
+
+EXPORT int MPI_Allgather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf,
+			 int rcount, MPI_Datatype rtype, MPI_Comm comm)
+{
+	size_t ssz = 0, rsz = 0;
+	bool in_place = sendbuf == MPI_IN_PLACE;
+	Job *j = nullptr;
+	if (!plain_type(rtype, &rsz) || (!in_place && !plain_type(stype, &ssz)))
+		refuse(kAllgather, kDatatype);
+	else if (rcount > 0 && (in_place || size_t(scount) * ssz == size_t(rcount) * rsz))
+		j = admit(kAllgather, comm, size_t(rcount) * rsz, true);
+	else
+		refuse(kAllgather, kSize);
+	if (!j)
+		return PMPI_Allgather(sendbuf, scount, stype, recvbuf, rcount, rtype, comm);
+	int rank, size;
+	PMPI_Comm_rank(comm, &rank);
+	PMPI_Comm_size(comm, &size);
+	size_t b = size_t(rcount) * rsz;
+	// In place, our share sits inside the destination: read it from a copy.
+	void *copy = nullptr;
+	if (in_place) {
+		if (!(copy = malloc(b)))
+			return PMPI_Allgather(sendbuf, scount, stype, recvbuf, rcount, rtype, comm);
+		memcpy(copy, static_cast<char *>(recvbuf) + size_t(rank) * b, b);
+	}
+	int rc = run(j, {IBV_COLL_WR_ALLGATHER, in_place ? copy : sendbuf, recvbuf, b, b * size_t(size), b,
+			 IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, 0},
+		     kAllgather, comm);
+	free(copy);
+	return rc;
+}
+
+EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int rcount, MPI_Datatype dt,
+				    MPI_Op op, MPI_Comm comm)
+{
+	ibv_coll_dtype d;
+	ibv_coll_op o;
+	bool fl;
+	int sz = 0;
+	Job *j = nullptr;
+	if (!reduce_dtype(dt, &d, &fl))
+		refuse(kReduceScatter, kDatatype);
+	else if (!reduce_op(op, fl, &o))
+		refuse(kReduceScatter, kOp);
+	else if (rcount > 0 && PMPI_Type_size(dt, &sz) == MPI_SUCCESS)
+		j = admit(kReduceScatter, comm, size_t(rcount) * size_t(sz), true);
+	else
+		refuse(kReduceScatter, kSize);
+	if (!j)
+		return PMPI_Reduce_scatter_block(sendbuf, recvbuf, rcount, dt, op, comm);
+	int size;
+	PMPI_Comm_size(comm, &size);
+	size_t b = size_t(rcount) * size_t(sz), all = b * size_t(size);
+	// In place, the input is the whole destination: reduce from a copy.
+	void *copy = nullptr;
+	if (sendbuf == MPI_IN_PLACE) {
+		if (!(copy = malloc(all)))
+			return PMPI_Reduce_scatter_block(sendbuf, recvbuf, rcount, dt, op, comm);
+		memcpy(copy, recvbuf, all);
+	}
+	int rc = run(j, {IBV_COLL_WR_REDUCE_SCATTER, copy ? copy : sendbuf, recvbuf, all, b,
+			 uint64_t(rcount), o, d, 0},
+		     kReduceScatter, comm);
+	free(copy);
+	return rc;
+}
+
+EXPORT int MPI_Barrier(MPI_Comm comm)
+{
+	Job *j = admit(kBarrier, comm, 0, false);
+	if (!j)
+		return PMPI_Barrier(comm);
+	return run(j, {IBV_COLL_WR_BARRIER, nullptr, nullptr, 0, 0, 0, IBV_COLL_OP_SUM,
+		       IBV_COLL_DTYPE_UINT8, 0},
+		   kBarrier, comm);
+}
+
+EXPORT int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
+			  MPI_Comm comm, MPI_Request *req)
+{
+	ibv_coll_dtype d;
+	ibv_coll_op o;
+	bool fl;
+	int sz = 0;
+	Job *j = nullptr;
+	if (!reduce_dtype(dt, &d, &fl))
+		refuse(kIallreduce, kDatatype);
+	else if (!reduce_op(op, fl, &o))
+		refuse(kIallreduce, kOp);
+	else if (count > 0 && PMPI_Type_size(dt, &sz) == MPI_SUCCESS)
+		j = admit(kIallreduce, comm, size_t(count) * size_t(sz), true);
+	else
+		refuse(kIallreduce, kSize);
+	if (!j)
+		return PMPI_Iallreduce(sendbuf, recvbuf, count, dt, op, comm, req);
+	size_t b = size_t(count) * size_t(sz);
+	const void *src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+	Op *p;
+	int rc = job_post(j, {IBV_COLL_WR_ALLREDUCE, src, recvbuf, b, b, uint64_t(count), o, d, 0},
+			  kIallreduce, &p);
+	if (rc != MPI_SUCCESS)
+		return PMPI_Comm_call_errhandler(comm, rc), rc;
+	int *err = new int(MPI_SUCCESS);
+	if ((rc = PMPI_Grequest_start(query_fn, free_fn, cancel_fn, err, req)) != MPI_SUCCESS) {
+		job_wait(p);
+		job_finish(p, comm);
+		delete err;
+		return rc;
+	}
+	g_pending[*req] = {p, comm, err};
+	return MPI_SUCCESS;
+}
+
+EXPORT int MPI_Wait(MPI_Request *req, MPI_Status *st)
+{
+	settle_all(1, req, true);
+	return PMPI_Wait(req, st);
+}
+
+EXPORT int MPI_Test(MPI_Request *req, int *flag, MPI_Status *st)
+{
+	settle_all(1, req, false);
+	return PMPI_Test(req, flag, st);
+}
+
+EXPORT int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[])
+{
+	settle_all(n, reqs, true);
+	return PMPI_Waitall(n, reqs, sts);
+}
+
+EXPORT int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[])
+{
+	settle_all(n, reqs, false);
+	return PMPI_Testall(n, reqs, flag, sts);
+}
+
+// Waiting for any of a set that holds ours: test ours and MPI's in turn,
+// since blocking in either could miss the other's completion.
+EXPORT int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st)
+{
+	if (!settle_all(n, reqs, false))
+		return PMPI_Waitany(n, reqs, index, st);
+	for (;;) {
+		int flag = 0, rc = PMPI_Testany(n, reqs, index, &flag, st);
+		if (rc != MPI_SUCCESS || flag)
+			return rc;
+		settle_all(n, reqs, false);
+		sched_yield();
+	}
+}
+
+EXPORT int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st)
+{
+	settle_all(n, reqs, false);
+	return PMPI_Testany(n, reqs, index, flag, st);
+}
+
+EXPORT int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idx[], MPI_Status sts[])
+{
+	if (!settle_all(n, reqs, false))
+		return PMPI_Waitsome(n, reqs, outcount, idx, sts);
+	for (;;) {
+		int rc = PMPI_Testsome(n, reqs, outcount, idx, sts);
+		if (rc != MPI_SUCCESS || *outcount != 0)
+			return rc; // MPI_UNDEFINED (nothing active) included
+		settle_all(n, reqs, false);
+		sched_yield();
+	}
+}
+
+EXPORT int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idx[], MPI_Status sts[])
+{
+	settle_all(n, reqs, false);
+	return PMPI_Testsome(n, reqs, outcount, idx, sts);
+}
+
+EXPORT int MPI_Request_free(MPI_Request *req)
+{
+	auto it = g_pending.find(*req);
+	if (it != g_pending.end()) {
+		// MPI lets a program drop an active request; the device still
+		// writes the result, and we still owe the op's cleanup.
+		g_orphans.push_back(it->second.op);
+		g_pending.erase(it);
+		PMPI_Grequest_complete(*req);
+	}
+	return PMPI_Request_free(req);
+}
+
+EXPORT int MPI_Comm_free(MPI_Comm *comm)
+{
+	// Every member done with the job before its QP goes (MPI_Comm_free is
+	// collective, so every member comes here).
+	if (comm && *comm != MPI_COMM_NULL && comm_free_hook(*comm))
+		PMPI_Barrier(*comm);
+	return PMPI_Comm_free(comm);
+}
+
+EXPORT int MPI_Finalize(void)
+{
+	for (auto &[r, p] : g_pending)
+		job_wait(p.op); // never waited for: still the device's to finish
+	for (Op *op : g_orphans)
+		job_wait(op);
+	progress_orphans();
+	// On every rank, even one that never offloaded: it waits at a barrier.
+	lib_init();
+	jobs_finalize();
+	return PMPI_Finalize();
+}

@@ -1,0 +1,424 @@
+// mpi_coll_check - every collective libibv_coll_mpi intercepts, called
+// through MPI_* (the drop-in, when preloaded) and again through PMPI_* (the
+// MPI library itself, the reference) on the same inputs, with random
+// sizes, types, operations, roots, in-place and sub-communicators; results
+// must be bit-identical (floats are given values whose sums and products
+// are exact in any order, and random reals are checked within a bound).
+//
+//   mpi_coll_check [--iters N] [--seed S] [--max-count C] [--unsupported | --one-rank]
+//
+// --one-rank: only rank 0 calls a collective (on MPI_COMM_SELF), then
+// every rank finalizes: MPI_Finalize must not wait for ranks that never
+// touched the drop-in (it hung once).
+// --unsupported runs what the drop-in must leave to MPI (derived types,
+// MPI_Op_create, MPI_LAND, MPI_MAXLOC, an intercommunicator) and checks
+// those results against PMPI and hand-computed values too.
+// Exit 0 when every rank found every result right, else 1.
+#include <mpi.h>
+
+#include <unistd.h>
+
+#include <time.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+int g_rank, g_size;
+long g_wrong;
+
+struct Type {
+	MPI_Datatype t;
+	const char *name;
+	size_t size;
+	bool is_float, is_signed;
+};
+const Type kTypes[] = {
+	{MPI_INT8_T, "int8", 1, false, true},	    {MPI_UINT8_T, "uint8", 1, false, false},
+	{MPI_INT16_T, "int16", 2, false, true},	    {MPI_UNSIGNED_SHORT, "ushort", 2, false, false},
+	{MPI_INT, "int", 4, false, true},	    {MPI_UINT32_T, "uint32", 4, false, false},
+	{MPI_LONG, "long", 8, false, true},	    {MPI_UINT64_T, "uint64", 8, false, false},
+	{MPI_FLOAT, "float", 4, true, true},	    {MPI_DOUBLE, "double", 8, true, true},
+};
+struct OpT {
+	MPI_Op op;
+	const char *name;
+	bool bitwise;
+};
+const OpT kOps[] = {{MPI_SUM, "sum", false},  {MPI_PROD, "prod", false}, {MPI_MIN, "min", false},
+		    {MPI_MAX, "max", false},  {MPI_BAND, "band", true},	 {MPI_BOR, "bor", true},
+		    {MPI_BXOR, "bxor", true}};
+
+void fail(const char *what, const std::string &ctx, size_t at)
+{
+	if (g_wrong++ < 5)
+		fprintf(stderr, "rank %d: %s: %s wrong at byte %zu\n", g_rank, ctx.c_str(), what, at);
+}
+
+// Element e of this rank's input: exact under op in any order for floats
+// (small integers for sums, powers of two for products).
+void fill(void *buf, size_t n, const Type &t, const OpT &o, std::mt19937_64 &rng, bool exact)
+{
+	for (size_t e = 0; e < n; e++) {
+		uint64_t r = rng();
+		char *p = static_cast<char *>(buf) + e * t.size;
+		if (t.is_float) {
+			double v = o.op == MPI_PROD ? ((r & 3) == 0 ? 0.5 : (r & 3) == 1 ? 2.0 : (r & 3) == 2 ? -1.0 : 1.0)
+					     : double(int64_t(r % 2001) - 1000);
+			if (!exact)
+				v = double(r % 1000000) / 997.0 - 500.0;
+			if (t.size == 4) {
+				float f = float(v);
+				memcpy(p, &f, 4);
+			} else
+				memcpy(p, &v, 8);
+		} else {
+			if (o.op == MPI_PROD)
+				r = (r % 5) - 2; // wraps like two's complement either way
+			memcpy(p, &r, t.size);
+		}
+	}
+}
+
+// Compare got with want: bytes, or within a relative bound for inexact floats.
+void compare(const void *got, const void *want, size_t n, const Type &t, bool exact, const std::string &ctx)
+{
+	const char *g = static_cast<const char *>(got), *w = static_cast<const char *>(want);
+	if (exact || !t.is_float) {
+		for (size_t i = 0; i < n * t.size; i++)
+			if (g[i] != w[i]) {
+				char what[64];
+				snprintf(what, sizeof(what), "result (byte 0x%02x, want 0x%02x)",
+					 unsigned(uint8_t(g[i])), unsigned(uint8_t(w[i])));
+				return fail(what, ctx, i);
+			}
+		return;
+	}
+	for (size_t e = 0; e < n; e++) {
+		double a, b;
+		if (t.size == 4) {
+			float x, y;
+			memcpy(&x, g + e * 4, 4);
+			memcpy(&y, w + e * 4, 4);
+			a = x, b = y;
+		} else {
+			memcpy(&a, g + e * 8, 8);
+			memcpy(&b, w + e * 8, 8);
+		}
+		// Sums of g_size terms of magnitude <= 500 in another order.
+		double tol = (t.size == 4 ? 1e-6 : 1e-14) * 500.0 * g_size * 4;
+		if (!(std::fabs(a - b) <= tol))
+			return fail("result (beyond the fold-order bound)", ctx, e * t.size);
+	}
+}
+
+constexpr size_t kGuard = 64;
+
+// One random collective on comm; seq is the same on every rank of comm.
+void one(MPI_Comm comm, std::mt19937_64 &seq, std::mt19937_64 &mine, size_t max_count, int iter)
+{
+	int rank, size;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	const int coll = int(seq() % 7);
+	const Type &t = kTypes[seq() % std::size(kTypes)];
+	const OpT *o = &kOps[seq() % std::size(kOps)];
+	if (t.is_float && o->bitwise)
+		o = &kOps[seq() % 4];
+	// Mostly small (the drop-in's copy path), sometimes large (registration).
+	size_t count = seq() % 4 ? 1 + seq() % 300 : 1 + seq() % max_count;
+	const int root = int(seq() % uint64_t(size));
+	const bool in_place = seq() % 3 == 0;
+	const bool exact = !(t.is_float && o->op == MPI_SUM && seq() % 4 == 0);
+	const int n = int(count);
+	char ctxbuf[160];
+	snprintf(ctxbuf, sizeof(ctxbuf), "iter %d coll %d %s %s count %zu root %d%s (comm of %d)", iter,
+		 coll, t.name, o->name, count, root, in_place ? " in place" : "", size);
+	const std::string ctx = ctxbuf;
+	const size_t sbytes = count * t.size, abytes = sbytes * size_t(size);
+	std::vector<char> in(abytes), a(abytes + kGuard, 0x5a), b(abytes + kGuard, 0x5a);
+	fill(in.data(), count * size_t(size), t, *o, mine, exact);
+	switch (coll) {
+	case 0: // allreduce
+		if (in_place) {
+			memcpy(a.data(), in.data(), sbytes);
+			memcpy(b.data(), in.data(), sbytes);
+			MPI_Allreduce(MPI_IN_PLACE, a.data(), n, t.t, o->op, comm);
+			PMPI_Allreduce(MPI_IN_PLACE, b.data(), n, t.t, o->op, comm);
+		} else {
+			MPI_Allreduce(in.data(), a.data(), n, t.t, o->op, comm);
+			PMPI_Allreduce(in.data(), b.data(), n, t.t, o->op, comm);
+		}
+		compare(a.data(), b.data(), count, t, exact, ctx);
+		break;
+	case 1: // reduce: only the root's result is defined; others' stay untouched
+		if (in_place && rank == root) {
+			memcpy(a.data(), in.data(), sbytes);
+			memcpy(b.data(), in.data(), sbytes);
+			MPI_Reduce(MPI_IN_PLACE, a.data(), n, t.t, o->op, root, comm);
+			PMPI_Reduce(MPI_IN_PLACE, b.data(), n, t.t, o->op, root, comm);
+		} else {
+			MPI_Reduce(in.data(), a.data(), n, t.t, o->op, root, comm);
+			PMPI_Reduce(in.data(), b.data(), n, t.t, o->op, root, comm);
+		}
+		compare(a.data(), b.data(), count, t, exact, ctx); // non-roots: both untouched
+		break;
+	case 2: // bcast
+		memcpy(a.data(), in.data(), sbytes);
+		memcpy(b.data(), in.data(), sbytes);
+		MPI_Bcast(a.data(), n, t.t, root, comm);
+		PMPI_Bcast(b.data(), n, t.t, root, comm);
+		compare(a.data(), b.data(), count, t, true, ctx);
+		break;
+	case 3: // allgather
+		if (in_place) {
+			memcpy(a.data() + size_t(rank) * sbytes, in.data(), sbytes);
+			memcpy(b.data() + size_t(rank) * sbytes, in.data(), sbytes);
+			MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a.data(), n, t.t, comm);
+			PMPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.data(), n, t.t, comm);
+		} else {
+			MPI_Allgather(in.data(), n, t.t, a.data(), n, t.t, comm);
+			PMPI_Allgather(in.data(), n, t.t, b.data(), n, t.t, comm);
+		}
+		compare(a.data(), b.data(), count * size_t(size), t, true, ctx);
+		break;
+	case 4: // reduce_scatter_block
+		if (in_place) {
+			memcpy(a.data(), in.data(), abytes);
+			memcpy(b.data(), in.data(), abytes);
+			MPI_Reduce_scatter_block(MPI_IN_PLACE, a.data(), n, t.t, o->op, comm);
+			PMPI_Reduce_scatter_block(MPI_IN_PLACE, b.data(), n, t.t, o->op, comm);
+		} else {
+			MPI_Reduce_scatter_block(in.data(), a.data(), n, t.t, o->op, comm);
+			PMPI_Reduce_scatter_block(in.data(), b.data(), n, t.t, o->op, comm);
+		}
+		compare(a.data(), b.data(), count, t, exact, ctx);
+		break;
+	case 5: { // iallreduce, waited for together with point-to-point requests
+		std::vector<char> a2(sbytes + kGuard, 0x5a), b2(sbytes + kGuard, 0x5a), pr(8), ps(8, char(rank));
+		MPI_Request r[4];
+		MPI_Iallreduce(in.data(), a.data(), n, t.t, o->op, comm, &r[0]);
+		MPI_Iallreduce(in.data() + sbytes * size_t(size > 1), a2.data(), n, t.t, o->op, comm, &r[1]);
+		MPI_Irecv(pr.data(), 8, MPI_BYTE, (rank + size - 1) % size, 7, comm, &r[2]);
+		MPI_Isend(ps.data(), 8, MPI_BYTE, (rank + 1) % size, 7, comm, &r[3]);
+		switch (seq() % 4) {
+		case 0: MPI_Waitall(4, r, MPI_STATUSES_IGNORE); break;
+		case 1:
+			for (MPI_Request &x : r)
+				MPI_Wait(&x, MPI_STATUS_IGNORE);
+			break;
+		case 2: {
+			int done = 0;
+			while (!done)
+				MPI_Testall(4, r, &done, MPI_STATUSES_IGNORE);
+			break;
+		}
+		default:
+			for (int k = 0, idx; k < 4; k++)
+				MPI_Waitany(4, r, &idx, MPI_STATUS_IGNORE);
+		}
+		PMPI_Allreduce(in.data(), b.data(), n, t.t, o->op, comm);
+		PMPI_Allreduce(in.data() + sbytes * size_t(size > 1), b2.data(), n, t.t, o->op, comm);
+		compare(a.data(), b.data(), count, t, exact, ctx);
+		compare(a2.data(), b2.data(), count + kGuard / t.size, t, exact, ctx + " (second)");
+		if (pr[0] != char((rank + size - 1) % size))
+			fail("point-to-point message beside iallreduce", ctx, 0);
+		break;
+	}
+	default: { // barrier: nobody leaves before the last arrives
+		// Entry and exit on one clock (the ranks of these tests share a
+		// machine): every exit must come after every entry.
+		auto now = [] {
+			timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+		};
+		if (rank == root)
+			usleep(5000);
+		double io[2], all_in = 0, all_out = 0;
+		io[0] = now();
+		MPI_Barrier(comm);
+		io[1] = now();
+		PMPI_Allreduce(&io[0], &all_in, 1, MPI_DOUBLE, MPI_MAX, comm);
+		PMPI_Allreduce(&io[1], &all_out, 1, MPI_DOUBLE, MPI_MIN, comm);
+		if (all_out < all_in)
+			fail("barrier (a rank left before the last arrived)", ctx, 0);
+		break;
+	}
+	}
+	// Nothing beyond the result written (the guards were equal before).
+	if (memcmp(a.data() + abytes, b.data() + abytes, kGuard))
+		fail("guard bytes", ctx, abytes);
+}
+
+// What the drop-in must leave to MPI, checked against PMPI and closed forms.
+void unsupported(MPI_Comm comm)
+{
+	int rank, size;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	std::vector<int> in(30), a(30), b(30);
+	for (int i = 0; i < 30; i++)
+		in[size_t(i)] = rank * 100 + i;
+	// A derived type: three ints.
+	MPI_Datatype three;
+	MPI_Type_contiguous(3, MPI_INT, &three);
+	MPI_Type_commit(&three);
+	// (MPI's predefined operations take predefined types only: a user
+	// operation that sums three ints at a time.)
+	MPI_Op sum3;
+	MPI_Op_create(
+		[](void *i, void *io, int *len, MPI_Datatype *) {
+			for (int k = 0; k < 3 * *len; k++)
+				static_cast<int *>(io)[k] += static_cast<int *>(i)[k];
+		},
+		1, &sum3);
+	MPI_Allreduce(in.data(), a.data(), 10, three, sum3, comm);
+	MPI_Op_free(&sum3);
+	for (int i = 0; i < 30; i++)
+		if (a[size_t(i)] != 100 * size * (size - 1) / 2 + size * i)
+			fail("allreduce of a derived type", "unsupported", size_t(i));
+	std::vector<int> ga(30 * size_t(size)), gb(30 * size_t(size));
+	MPI_Allgather(in.data(), 10, three, ga.data(), 10, three, comm);
+	PMPI_Allgather(in.data(), 10, three, gb.data(), 10, three, comm);
+	if (ga != gb)
+		fail("allgather of a derived type", "unsupported", 0);
+	a = in;
+	MPI_Bcast(a.data(), 10, three, size - 1, comm);
+	for (int i = 0; i < 30; i++)
+		if (a[size_t(i)] != (size - 1) * 100 + i)
+			fail("bcast of a derived type", "unsupported", size_t(i));
+	MPI_Type_free(&three);
+	// A user operation: the maximum of absolute values.
+	MPI_Op absmax;
+	MPI_Op_create(
+		[](void *i, void *io, int *len, MPI_Datatype *) {
+			for (int k = 0; k < *len; k++) {
+				int x = std::abs(static_cast<int *>(i)[k]), &y = static_cast<int *>(io)[k];
+				y = std::max(x, std::abs(y));
+			}
+		},
+		1, &absmax);
+	for (int i = 0; i < 30; i++)
+		in[size_t(i)] = (rank % 2 ? -1 : 1) * (rank * 7 + i);
+	MPI_Allreduce(in.data(), a.data(), 30, MPI_INT, absmax, comm);
+	for (int i = 0; i < 30; i++)
+		if (a[size_t(i)] != (size - 1) * 7 + i)
+			fail("allreduce with MPI_Op_create", "unsupported", size_t(i));
+	MPI_Reduce(in.data(), a.data(), 30, MPI_INT, absmax, 0, comm);
+	if (rank == 0 && a[0] != (size - 1) * 7)
+		fail("reduce with MPI_Op_create", "unsupported", 0);
+	MPI_Op_free(&absmax);
+	// Predefined operations the device lacks.
+	MPI_Allreduce(in.data(), a.data(), 30, MPI_INT, MPI_LAND, comm);
+	PMPI_Allreduce(in.data(), b.data(), 30, MPI_INT, MPI_LAND, comm);
+	if (a != b)
+		fail("allreduce with MPI_LAND", "unsupported", 0);
+	struct {
+		int v, at;
+	} mi = {rank * 3 % 5, rank}, mo{}, mr{};
+	MPI_Allreduce(&mi, &mo, 1, MPI_2INT, MPI_MAXLOC, comm);
+	PMPI_Allreduce(&mi, &mr, 1, MPI_2INT, MPI_MAXLOC, comm);
+	if (mo.v != mr.v || mo.at != mr.at)
+		fail("allreduce with MPI_MAXLOC", "unsupported", 0);
+	// An intercommunicator between the even and the odd ranks.
+	if (size >= 2) {
+		MPI_Comm half, inter;
+		MPI_Comm_split(comm, rank % 2, rank, &half);
+		MPI_Intercomm_create(half, 0, comm, rank % 2 ? 0 : 1, 99, &inter);
+		int x = rank + 1, sum = 0, remote;
+		MPI_Comm_remote_size(inter, &remote);
+		MPI_Allreduce(&x, &sum, 1, MPI_INT, MPI_SUM, inter);
+		int want = 0; // the other group's sum
+		for (int r = 0; r < size; r++)
+			if (r % 2 != rank % 2)
+				want += r + 1;
+		if (sum != want)
+			fail("allreduce on an intercommunicator", "unsupported", 0);
+		MPI_Barrier(inter);
+		MPI_Comm_free(&inter);
+		MPI_Comm_free(&half);
+	}
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	int iters = 200;
+	uint64_t seed = 1;
+	size_t max_count = 70000;
+	bool unsup = false, one_rank = false;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+			iters = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+			seed = strtoull(argv[++i], nullptr, 0);
+		else if (!strcmp(argv[i], "--max-count") && i + 1 < argc)
+			max_count = strtoull(argv[++i], nullptr, 0);
+		else if (!strcmp(argv[i], "--unsupported"))
+			unsup = true;
+		else if (!strcmp(argv[i], "--one-rank"))
+			one_rank = true;
+		else {
+			fprintf(stderr, "usage: mpi_coll_check [--iters N] [--seed S] [--max-count C] "
+					"[--unsupported | --one-rank]\n");
+			return 2;
+		}
+	}
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+	if (one_rank) {
+		int x = 1, y = 0;
+		if (g_rank == 0) {
+			MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF);
+			if (y != 1)
+				fail("allreduce on MPI_COMM_SELF", "one rank", 0);
+		}
+		if (g_wrong)
+			fprintf(stderr, "mpi_coll_check: one rank: wrong\n");
+		MPI_Finalize(); // no collective before it on the other ranks
+		return g_wrong ? 1 : 0;
+	}
+	if (unsup) {
+		unsupported(MPI_COMM_WORLD);
+	} else {
+		// The world, a duplicate, halves and the world in reverse order.
+		MPI_Comm dup, half, rev;
+		MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+		MPI_Comm_split(MPI_COMM_WORLD, g_rank % 2, g_rank, &half);
+		MPI_Comm_split(MPI_COMM_WORLD, 0, g_size - g_rank, &rev);
+		MPI_Comm comms[] = {MPI_COMM_WORLD, dup, half, rev};
+		std::mt19937_64 seq(seed), mine(seed * 1000003 + uint64_t(g_rank));
+		for (int it = 0; it < iters; it++) {
+			// The communicator: same choice everywhere; halves choose alike too.
+			MPI_Comm c = comms[seq() % 4];
+			std::mt19937_64 s2(seq());
+			one(c, s2, mine, max_count, it);
+		}
+		// A communicator freed and made again: its job goes and comes.
+		MPI_Comm_free(&dup);
+		MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+		std::mt19937_64 s3(seed + 7);
+		for (int it = 0; it < 5; it++)
+			one(dup, s3, mine, 1000, iters + it);
+		MPI_Comm_free(&dup);
+		MPI_Comm_free(&half);
+		MPI_Comm_free(&rev);
+	}
+	long all = 0;
+	PMPI_Allreduce(&g_wrong, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+	if (g_rank == 0)
+		printf("mpi_coll_check: %s, %d ranks: %ld wrong\n", unsup ? "unsupported cases" : "random collectives",
+		       g_size, all);
+	MPI_Finalize();
+	return all ? 1 : 0;
+}
