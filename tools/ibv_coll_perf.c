@@ -459,16 +459,21 @@ static void print_row(const struct perf *p, size_t count, const struct size_resu
 
 static int open_device(struct perf *p)
 {
-	int n, err;
+	int n, err, found = 0;
 	struct ibv_coll_device **list = ibv_get_coll_device_list(&n);
-	for (int i = 0; list && i < n && !p->ctx; i++)
-		if (!strcmp(ibv_get_coll_device_name(list[i]), p->o.dev))
+	for (int i = 0; list && i < n && !found; i++)
+		if (!strcmp(ibv_get_coll_device_name(list[i]), p->o.dev)) {
+			found = 1;
 			p->ctx = ibv_open_coll_device(list[i]);
-	err = errno;
+		}
+	/* errno means something only when the list or the open failed: with
+	 * no device of that name it is whatever a provider left behind. */
+	err = found || !list ? errno : ENODEV;
 	ibv_free_coll_device_list(list);
 	if (!p->ctx) {
 		fprintf(stderr, PROG ": node %d: cannot open device %s: %s\n", p->o.node, p->o.dev,
-			list ? strerror(err) : "no device list");
+			!list ? strerror(err)
+			: found ? strerror(err) : "not found (ibv_coll_devinfo -l lists the devices)");
 		return -1;
 	}
 	struct ibv_coll_qp_init_attr ia = {0};

@@ -47,7 +47,7 @@ struct perf_opts {
 };
 
 /* Fill *o from the command line and the environment: -1 to go on, or the
- * status to exit with (0 after --help, 2 on a usage error). */
+ * status to exit with (0 after --help or --version, 2 on a usage error). */
 int parse_opts(int argc, char **argv, struct perf_opts *o);
 
 /* nccl-tests' bus bandwidth factor for n ranks (doc/PERFORMANCE.md). */
