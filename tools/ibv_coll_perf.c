@@ -654,6 +654,27 @@ static void teardown(struct perf *p)
 
 /* ---- the sweep ----------------------------------------------------- */
 
+/* How many sizes the sweep runs, for the progress lines. */
+static int count_sizes(const struct perf_opts *o, size_t ts, int barrier)
+{
+	int n = 0;
+	for (size_t size = barrier ? 0 : o->minbytes; size <= o->maxbytes;
+	     size = o->stepfactor > 1 ? (size ? size * o->stepfactor : ts) : size + o->stepbytes) {
+		n++;
+		if (barrier || (o->stepfactor <= 1 && !o->stepbytes))
+			break;
+	}
+	return n;
+}
+
+/* --progress: on stderr, so that stdout stays nccl-tests' table. */
+static void print_progress(const struct perf *p, int i, int n, size_t count, double t0)
+{
+	const struct perf_opts *o = &p->o;
+	fprintf(stderr, PROG ": [%d/%d] %zu bytes per rank, %d+%d runs, %.1f s so far\n", i, n,
+		count * pd_types[o->type].size, o->warmup, o->iters, (now_us() - t0) / 1e6);
+}
+
 static int sweep(struct perf *p)
 {
 	const struct perf_opts *o = &p->o;
@@ -662,7 +683,8 @@ static int sweep(struct perf *p)
 	struct size_result *all = calloc((size_t)o->nodes, sizeof(*all));
 	uint64_t wrong = 0, oob = 0;
 	double bw_sum = 0;
-	int bw_n = 0, err = 0, failed = 0;
+	int bw_n = 0, err = 0, failed = 0, nsizes = count_sizes(o, ts, barrier), i = 0;
+	double t0 = now_us();
 	if (!all)
 		return -1;
 	if (o->node == 0)
@@ -672,6 +694,8 @@ static int sweep(struct perf *p)
 		struct size_result mine;
 		size_t count = size / ts;
 		mine.failed = 0;
+		if (o->node == 0 && o->progress)
+			print_progress(p, ++i, nsizes, count, t0);
 		if (bench_size(p, count, &mine)) {
 			failed = 1; /* the others learn it as the rendezvous breaks */
 			break;

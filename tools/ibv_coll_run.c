@@ -485,6 +485,9 @@ int main(int argc, char **argv)
 	}
 	if (l.timeout_s > 0)
 		l.deadline = now_ms() + (int64_t)(l.timeout_s * 1000);
+	/* The children's stderr is a pipe to us: tell them whether what we
+	 * copy it to is a terminal (ibv_coll_perf then shows its progress). */
+	setenv("IBVC_RUN_STDERR_TTY", isatty(2) ? "1" : "0", 1);
 	if (start_children(&l, &oldmask)) {
 		l.result = 1;
 		signal_children(&l, SIGKILL);

@@ -91,6 +91,9 @@ static void usage(FILE *f)
 		"      --boot ADDR --node I --nodes N\n"
 		"                          the rendezvous (default: IBVC_BOOT_ADDR/NODE/NODES,\n"
 		"                          as ibv_coll_run sets them; else a job of one node)\n"
+		"      --progress, --no-progress\n"
+		"                          a line per size on stderr as the sweep goes (default:\n"
+		"                          when stderr, or ibv_coll_run's, is a terminal)\n"
 		"  -V, --version           print the version and exit\n");
 }
 
@@ -211,7 +214,8 @@ static int check_sizes(const struct perf_opts *o)
 
 int parse_opts(int argc, char **argv, struct perf_opts *o)
 {
-	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES, OPT_WINDOW, OPT_E2E, OPT_GID };
+	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES, OPT_WINDOW, OPT_E2E, OPT_GID,
+	       OPT_PROGRESS, OPT_NO_PROGRESS };
 	static const struct option lo[] = {
 		{"minbytes", 1, NULL, 'b'},	{"maxbytes", 1, NULL, 'e'},
 		{"stepbytes", 1, NULL, 'i'},	{"stepfactor", 1, NULL, 'f'},
@@ -225,6 +229,7 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		{"nodes", 1, NULL, OPT_NODES},	{"help", 0, NULL, 'h'},
 		{"window", 1, NULL, OPT_WINDOW}, {"e2e-ack", 0, NULL, OPT_E2E},
 		{"gid-index", 1, NULL, OPT_GID}, {"blocking", 1, NULL, 'z'},
+		{"progress", 0, NULL, OPT_PROGRESS}, {"no-progress", 0, NULL, OPT_NO_PROGRESS},
 		{"version", 0, NULL, 'V'},	{NULL, 0, NULL, 0},
 	};
 	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
@@ -233,7 +238,7 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		.minbytes = 32 << 20, .maxbytes = 32 << 20, .stepbytes = 1 << 20, .stepfactor = 1,
 		.iters = 20, .warmup = 5, .check = 1, .root = 0, .ranks = 1,
 		.topology = IBV_COLL_TOPO_RING, .type = PD_FLOAT, .op = PD_SUM, .coll = 0,
-		.spin_us = -1, .dev = "crxe_lo", .node = 0, .nodes = 1,
+		.spin_us = -1, .dev = "crxe_lo", .node = 0, .nodes = 1, .progress = -1,
 	};
 	if (env_k && parse_int(env_k, 1, 64, &o->ranks)) {
 		fprintf(stderr, PROG ": IBVC_RANKS_PER_NODE=%s: not a number from 1 to 64\n",
@@ -269,6 +274,8 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		case OPT_BOOT: o->boot = optarg; break;
 		case OPT_NODE: bad = parse_int(optarg, 0, 63, &node); break;
 		case OPT_NODES: bad = parse_int(optarg, 1, 64, &nodes); break;
+		case OPT_PROGRESS: o->progress = 1; break;
+		case OPT_NO_PROGRESS: o->progress = 0; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': return ibvc_print_version(PROG, ibv_coll_version());
 		default: usage(stderr); return 2;
@@ -323,6 +330,12 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 	}
 	if (check_sizes(o))
 		return 2;
+	/* ibv_coll_run reads its children's stderr through a pipe; it tells
+	 * them when its own is a terminal. */
+	if (o->progress < 0) {
+		const char *tty = getenv("IBVC_RUN_STDERR_TTY");
+		o->progress = isatty(2) || (tty && !strcmp(tty, "1"));
+	}
 	if (colls[o->coll].reduces && pd_types[o->type].is_float && o->op >= PD_BAND) {
 		fprintf(stderr, PROG ": -o %s needs an integer type, not %s\n", pd_op_names[o->op],
 			pd_types[o->type].name);

@@ -43,6 +43,7 @@ struct perf_opts {
 		uint32_t qpn; /* -s .../QPN: the switch's UD QP on a verbs device */
 	} sws[8];
 	int gid_index;	  /* --gid-index: this node's address in the GID table */
+	int progress;	  /* --progress: a line per size on stderr (node 0) */
 	char dev_buf[64]; /* -D with %d: the device of this node */
 };
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The programs' command lines: --version, bad values named with their
-# option, a wrong device, ibv_coll_run -k, a lone member, perf's sizes,
-# devinfo -c, unknown variables, IBV_COLL_LOG_FILE.
+# option, a wrong device, ibv_coll_run -k, a lone member, perf's sizes and
+# progress, devinfo -c, unknown variables, IBV_COLL_LOG_FILE.
 # Usage: test_cli.sh BINDIR VERSION CASE
 #   BINDIR holds examples/, tools/, emulator/, bench/ (the build directory).
 set -u
@@ -108,6 +108,26 @@ perf_sizes)
 	cmd "$perf" -b 0 -e 0 -n 1 -w 0
 	[ "$rc" -eq 0 ] || fail "-b 0: status $rc"
 	grep -q "^ *0  *0 " "$dir/out" || fail "no row of size 0 for -b 0"
+	;;
+progress)
+	cmd "$perf" -b 8 -e 64 -f 2 -n 1 -w 0 --progress
+	[ "$rc" -eq 0 ] || fail "status $rc"
+	cp "$dir/out" "$dir/with"
+	for i in 1 2 3 4; do
+		grep -q "^ibv_coll_perf: \[$i/4\] $((4 << i)) bytes per rank" "$dir/err" ||
+			fail "no progress line $i/4"
+	done
+	grep -q "\[1/4\]" "$dir/out" && fail "progress on stdout"
+	cmd "$perf" -b 8 -e 64 -f 2 -n 1 -w 0
+	[ -s "$dir/err" ] && fail "progress without --progress and without a terminal"
+	# The table is the same but for the times: compare sizes and counts.
+	[ "$(awk '!/^#/ {print $1, $2}' "$dir/out")" = "$(awk '!/^#/ {print $1, $2}' "$dir/with")" ] ||
+		fail "stdout differs with --progress"
+	# Under ibv_coll_run on a terminal (it says so), progress by default.
+	IBVC_RUN_STDERR_TTY=1 cmd "$perf" -b 8 -e 8 -n 1 -w 0
+	grep -q "\[1/1\]" "$dir/err" || fail "no progress when ibv_coll_run's stderr is a tty"
+	IBVC_RUN_STDERR_TTY=1 cmd "$perf" -b 8 -e 8 -n 1 -w 0 --no-progress
+	[ -s "$dir/err" ] && fail "progress with --no-progress"
 	;;
 config)
 	IBV_COLL_EMU_POLL_US=abc IBV_COLL_EMU_POLLUS=5 cmd "$devinfo" -c
