@@ -151,7 +151,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"version", 0, NULL, 'V'}, {NULL, 0, NULL, 0},
 	};
 	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
-	long long v;
+	long long v = 0;
 	int c;
 	/* ibv_coll_run -k K hands every process IBVC_RANKS_PER_NODE=K. */
 	if (env_k && parse_int_opt("IBVC_RANKS_PER_NODE", env_k, 1, 64, &v))
