@@ -12,6 +12,7 @@
  *   mpicc -O2 -std=c11 -Itools bench/mpi_allreduce_perf.c -o mpi_allreduce_perf
  */
 #define _POSIX_C_SOURCE 200809L
+#include "ibvc_version.h"
 #include "perf_data.h"
 
 #include <mpi.h>
@@ -79,11 +80,13 @@ static int parse_size(const char *s, size_t *out)
 	return 0;
 }
 
+/* 0 to run, 1 after --version, -1 on a bad option. */
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
+	static const struct option lo[] = {{"version", 0, NULL, 'V'}, {NULL, 0, NULL, 0}};
 	int c;
 	*o = (struct opts){32 << 20, 32 << 20, 1 << 20, 1, 20, 5, 1, PD_FLOAT, PD_SUM};
-	while ((c = getopt(argc, argv, "b:e:i:f:n:w:c:d:o:h")) != -1) {
+	while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:hV", lo, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
 		case 'b': bad = parse_size(optarg, &o->minbytes); break;
@@ -95,6 +98,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 'c': o->check = atoi(optarg) != 0; break;
 		case 'd': bad = (o->type = pd_type_by_name(optarg)) < 0; break;
 		case 'o': bad = (o->op = pd_op_by_name(optarg)) < 0; break;
+		case 'V':
+			if (rank == 0)
+				ibvc_print_version("mpi_allreduce_perf", NULL);
+			return 1;
 		default: bad = 1;
 		}
 		if (bad) {
@@ -102,7 +109,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				fprintf(stderr,
 					"usage: mpi_allreduce_perf [-b min] [-e max] "
 					"[-i stepbytes] [-f factor] [-n iters] [-w warmup] "
-					"[-c 0|1] [-d type] [-o op]\n");
+					"[-c 0|1] [-d type] [-o op] [-V|--version]\n");
 			return -1;
 		}
 	}
@@ -188,9 +195,10 @@ int main(int argc, char **argv)
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-	if (parse_opts(argc, argv, &o)) {
+	int r = parse_opts(argc, argv, &o);
+	if (r) {
 		MPI_Finalize();
-		return 2;
+		return r > 0 ? 0 : 2;
 	}
 	size_t ts = pd_types[o.type].size;
 	char *send = malloc(o.maxbytes + ts), *recv = malloc(o.maxbytes + GUARD);

@@ -14,8 +14,11 @@
  *   ibv_coll_udp_floor [-n NODES] [-i ITERS]     (defaults 4, 20000)
  */
 #define _GNU_SOURCE
+#include "ibvc_version.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
+#include <getopt.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -133,14 +136,19 @@ static double run(enum pattern pat, enum wait_mode w, int n, int iters)
 
 int main(int argc, char **argv)
 {
+	static const struct option lo[] = {
+		{"nodes", 1, NULL, 'n'}, {"iters", 1, NULL, 'i'}, {"help", 0, NULL, 'h'},
+		{"version", 0, NULL, 'V'}, {NULL, 0, NULL, 0},
+	};
 	int n = 4, iters = 20000, c;
-	while ((c = getopt(argc, argv, "n:i:h")) != -1) {
+	while ((c = getopt_long(argc, argv, "n:i:hV", lo, NULL)) != -1) {
 		switch (c) {
 		case 'n': n = atoi(optarg); break;
 		case 'i': iters = atoi(optarg); break;
+		case 'V': return ibvc_print_version("ibv_coll_udp_floor", NULL);
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
-				"usage: %s [-n NODES] [-i ITERS]\n", argv[0]);
+				"usage: %s [-n NODES] [-i ITERS] [-V]\n", argv[0]);
 			return c == 'h' ? 0 : 2;
 		}
 	}

@@ -12,12 +12,14 @@
  */
 #define _GNU_SOURCE
 #include "ibvc_boot.h"
+#include "ibvc_version.h"
 
 #include <ibv_coll/ibv_coll.h>
 
 #include <errno.h>
 #include <arpa/inet.h>
 #include <getopt.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,7 +35,13 @@ struct opts {
 	int topology;
 	const char *only;
 	const char *sw; /* the aggregation switch, host:port */
+	int boot_timeout_s;
 };
+
+#define PROG "ibv_coll_allreduce"
+/* 2^28 int32 elements (1 GiB) per rank: beyond that the buffers of a
+ * single node outgrow what the example is for. */
+#define MAX_COUNT (1ull << 28)
 
 static double now_us(void)
 {
@@ -74,19 +82,23 @@ static int wait_one(struct ibv_coll_cq *cq, struct ibv_coll_comp_channel *ch,
 static void usage(const char *argv0)
 {
 	printf("usage: %s [-b ADDR -i NODE -n NODES] [-k RANKS] [-c COUNT] [-I ITERS] [-d DEV] "
-	       "[-t ring|switch|auto] [-s HOST:PORT]\n"
+	       "[-t ring|switch|auto] [-s HOST:PORT] [-T SEC]\n"
 	       "  -b, --boot ADDR    rendezvous: unix:/path or host:port (node 0 listens)\n"
 	       "  -i, --node N       this node's index; -n, --nodes N: how many\n"
 	       "                     (default: IBVC_BOOT_ADDR/NODE/NODES, as ibv_coll_run sets,\n"
 	       "                     else the PMIx launcher's: mpirun, srun)\n"
-	       "  -k, --ranks K      local ranks served by this node (default 2)\n"
+	       "  -k, --ranks K      local ranks served by this node, 1 to 64 (default:\n"
+	       "                     IBVC_RANKS_PER_NODE, as ibv_coll_run -k sets, else 2)\n"
 	       "  -c, --count C      int32 elements per rank (default 262144)\n"
 	       "  -I, --iters N      repetitions of each collective (default 5)\n"
 	       "  -d, --ib-dev DEV   device (default crxe_lo)\n"
 	       "  -t, --topology T   ring, switch or auto (default ring; switch when -s is given)\n"
 	       "  -s, --switch H:P   the aggregation switch (ibv_coll_switchd) at IPv4 H, UDP port P\n"
 	       "  -o, --only NAME    run only this collective (allreduce, reduce, bcast, allgather,\n"
-	       "                     reduce_scatter, barrier)\n",
+	       "                     reduce_scatter, barrier)\n"
+	       "  -T, --boot-timeout SEC  give up when the other nodes have not all come\n"
+	       "                     within SEC seconds (default 60)\n"
+	       "  -V, --version      print the version and exit\n",
 	       argv0);
 }
 
@@ -111,38 +123,102 @@ static const char *ran_str(unsigned flags)
 	return "?";
 }
 
-int main(int argc, char **argv)
+/* An integer option: the whole argument, in [lo, hi]; else say which option
+ * and value are wrong. */
+static int parse_int_opt(const char *name, const char *arg, long long lo, long long hi,
+			 long long *out)
 {
-	struct opts o = {NULL, "crxe_lo", -1, -1, 2, 5, 262144, -1, NULL, NULL};
+	char *end;
+	errno = 0;
+	long long v = strtoll(arg, &end, 0);
+	if (end == arg || *end || errno || v < lo || v > hi) {
+		fprintf(stderr, PROG ": bad value for %s: '%s' (want an integer from %lld to %lld)\n",
+			name, arg, lo, hi);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* Fill o from the command line (and IBVC_RANKS_PER_NODE): 0 to run, else
+ * 1 + the exit status. */
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
 	static const struct option lo[] = {
 		{"boot", 1, NULL, 'b'},	 {"node", 1, NULL, 'i'},  {"nodes", 1, NULL, 'n'},
 		{"ranks", 1, NULL, 'k'}, {"count", 1, NULL, 'c'}, {"iters", 1, NULL, 'I'},
 		{"ib-dev", 1, NULL, 'd'}, {"topology", 1, NULL, 't'}, {"only", 1, NULL, 'o'},
-		{"switch", 1, NULL, 's'}, {"help", 0, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+		{"switch", 1, NULL, 's'}, {"boot-timeout", 1, NULL, 'T'}, {"help", 0, NULL, 'h'},
+		{"version", 0, NULL, 'V'}, {NULL, 0, NULL, 0},
 	};
-	int c, err, n, failures = 0;
-	while ((c = getopt_long(argc, argv, "b:i:n:k:c:I:d:t:o:s:h", lo, NULL)) != -1) {
+	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
+	long long v = 0;
+	int c;
+	/* ibv_coll_run -k K hands every process IBVC_RANKS_PER_NODE=K. */
+	if (env_k && parse_int_opt("IBVC_RANKS_PER_NODE", env_k, 1, 64, &v))
+		return 1 + 2;
+	if (env_k)
+		o->ranks = (int)v;
+	while ((c = getopt_long(argc, argv, "b:i:n:k:c:I:d:t:o:s:T:hV", lo, NULL)) != -1) {
+		int bad = 0;
 		switch (c) {
-		case 'b': o.boot = optarg; break;
-		case 'i': o.node = atoi(optarg); break;
-		case 'n': o.nodes = atoi(optarg); break;
-		case 'k': o.ranks = atoi(optarg); break;
-		case 'c': o.count = strtoull(optarg, NULL, 0); break;
-		case 'I': o.iters = atoi(optarg); break;
-		case 'd': o.dev = optarg; break;
-		case 't':
-			o.topology = !strcmp(optarg, "auto")	 ? IBV_COLL_TOPO_AUTO
-				     : !strcmp(optarg, "switch") ? IBV_COLL_TOPO_SWITCH
-				     : !strcmp(optarg, "ring")	 ? IBV_COLL_TOPO_RING
-								 : -2;
+		case 'b': o->boot = optarg; break;
+		case 'i': bad = parse_int_opt("-i/--node", optarg, 0, 4095, &v); o->node = (int)v; break;
+		case 'n': bad = parse_int_opt("-n/--nodes", optarg, 1, 4096, &v); o->nodes = (int)v; break;
+		case 'k': bad = parse_int_opt("-k/--ranks", optarg, 1, 64, &v); o->ranks = (int)v; break;
+		case 'c':
+			bad = parse_int_opt("-c/--count", optarg, 0, (long long)MAX_COUNT, &v);
+			o->count = (uint64_t)v;
 			break;
-		case 's': o.sw = optarg; break;
-		case 'o': o.only = optarg; break;
-		case 'h': usage(argv[0]); return 0;
-		default: usage(argv[0]); return 2;
+		case 'I': bad = parse_int_opt("-I/--iters", optarg, 1, INT_MAX, &v); o->iters = (int)v; break;
+		case 'T':
+			bad = parse_int_opt("-T/--boot-timeout", optarg, 1, INT_MAX / 1000, &v);
+			o->boot_timeout_s = (int)v;
+			break;
+		case 'd': o->dev = optarg; break;
+		case 't':
+			o->topology = !strcmp(optarg, "auto")	 ? IBV_COLL_TOPO_AUTO
+				      : !strcmp(optarg, "switch") ? IBV_COLL_TOPO_SWITCH
+				      : !strcmp(optarg, "ring")	  ? IBV_COLL_TOPO_RING
+								  : -2;
+			if (o->topology == -2) {
+				fprintf(stderr, PROG ": bad value for -t/--topology: '%s' "
+						"(want ring, switch or auto)\n", optarg);
+				bad = 1;
+			}
+			break;
+		case 's': o->sw = optarg; break;
+		case 'o': o->only = optarg; break;
+		case 'h': usage(argv[0]); return 1 + 0;
+		case 'V': return 1 + ibvc_print_version(PROG, ibv_coll_version());
+		default: fprintf(stderr, "try '%s --help'\n", argv[0]); return 1 + 2;
+		}
+		if (bad)
+			return 1 + 2;
+	}
+	if (optind < argc) {
+		fprintf(stderr, PROG ": unexpected argument '%s'\n", argv[optind]);
+		return 1 + 2;
+	}
+	if (o->only) {
+		int known = 0;
+		for (int op = IBV_COLL_WR_ALLREDUCE; op <= IBV_COLL_WR_BARRIER; op++)
+			known |= !strcasecmp(o->only, ibv_coll_wr_opcode_str((enum ibv_coll_wr_opcode)op));
+		if (!known) {
+			fprintf(stderr, PROG ": bad value for -o/--only: '%s' (want allreduce, reduce, "
+					"bcast, allgather, reduce_scatter or barrier)\n", o->only);
+			return 1 + 2;
 		}
 	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = {NULL, "crxe_lo", -1, -1, 2, 5, 262144, -1, NULL, NULL, 60};
+	int c, err, n, failures = 0;
+	if ((c = parse_opts(argc, argv, &o)))
+		return c - 1;
 	if (!o.boot && ibvc_boot_from_env(&o.boot, &o.node, &o.nodes)) {
 		fprintf(stderr, "ibv_coll_allreduce: no rendezvous: give -b/-i/-n, or run under "
 				"ibv_coll_run or a PMIx launcher (mpirun, srun)\n");
@@ -150,20 +226,30 @@ int main(int argc, char **argv)
 	}
 	if (o.topology == -1)
 		o.topology = o.sw ? IBV_COLL_TOPO_SWITCH : IBV_COLL_TOPO_RING;
-	if (o.ranks < 1 || o.ranks > 64 || o.node < 0 || o.node >= o.nodes || o.iters < 1 ||
-	    o.topology < 0 || (o.topology == IBV_COLL_TOPO_SWITCH && !o.sw)) {
-		usage(argv[0]);
+	if (o.node < 0 || o.node >= o.nodes) {
+		fprintf(stderr, PROG ": node index %d is not below the number of nodes %d\n", o.node,
+			o.nodes);
+		return 2;
+	}
+	if (o.topology == IBV_COLL_TOPO_SWITCH && !o.sw) {
+		fprintf(stderr, PROG ": -t switch needs the switch's address (-s HOST:PORT)\n");
 		return 2;
 	}
 
 	struct ibv_coll_device **list = ibv_get_coll_device_list(&n);
 	struct ibv_coll_context *ctx = NULL;
-	for (int i = 0; list && i < n && !ctx; i++)
-		if (!strcmp(ibv_get_coll_device_name(list[i]), o.dev))
+	int found = 0;
+	for (int i = 0; list && i < n && !found; i++)
+		if (!strcmp(ibv_get_coll_device_name(list[i]), o.dev)) {
+			found = 1;
 			ctx = ibv_open_coll_device(list[i]);
+		}
+	/* errno is only the open's when a device of that name was there. */
+	err = found ? errno : list ? ENODEV : errno;
 	ibv_free_coll_device_list(list);
 	if (!ctx) {
-		fprintf(stderr, "ibv_coll_allreduce: cannot open %s: %s\n", o.dev, strerror(errno));
+		fprintf(stderr, PROG ": cannot open %s: %s\n", o.dev,
+			found || !list ? strerror(err) : "not found (ibv_coll_devinfo -l lists the devices)");
 		return 1;
 	}
 	struct ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
@@ -191,7 +277,7 @@ int main(int argc, char **argv)
 
 	/* Exchange member entries, then bring the job up. */
 	struct ibvc_boot *boot;
-	if ((err = ibvc_boot_open(o.boot, o.node, o.nodes, 60000, &boot))) {
+	if ((err = ibvc_boot_open(o.boot, o.node, o.nodes, o.boot_timeout_s * 1000, &boot))) {
 		fprintf(stderr, "ibv_coll_allreduce: bootstrap %s: %s\n", o.boot, strerror(err));
 		return 1;
 	}

@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <ibv_coll/ibv_coll.h>
+#include "ibvc_version.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,6 +31,7 @@ static void usage(FILE *out)
 		"  -l, --list          print only the device names, one per line\n"
 		"  -v, --verbose       also print the configuration variables\n"
 		"  -c, --config        print only the configuration variables\n"
+		"  -V, --version       print the version and exit\n"
 		"  -h, --help          print this help and exit\n",
 		prog);
 }
@@ -222,6 +224,7 @@ int main(int argc, char *argv[])
 		{"verbose", no_argument, NULL, 'v'},
 		{"config", no_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *ib_devname = NULL;
@@ -230,7 +233,7 @@ int main(int argc, char *argv[])
 	int num = 0, failed = 0, found = 0;
 
 	for (;;) {
-		int c = getopt_long(argc, argv, "d:lvch", longopts, NULL);
+		int c = getopt_long(argc, argv, "d:lvchV", longopts, NULL);
 
 		if (c == -1)
 			break;
@@ -250,6 +253,8 @@ int main(int argc, char *argv[])
 		case 'h':
 			usage(stdout);
 			return 0;
+		case 'V':
+			return ibvc_print_version(prog, ibv_coll_version());
 		default:
 			usage(stderr);
 			return 1;

@@ -18,6 +18,7 @@
 #define _XOPEN_SOURCE 700
 
 #include <ibv_coll/ibv_coll.h>
+#include "ibvc_version.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1104,11 +1105,12 @@ static void usage(FILE *out)
 		"  -g, --gid-idx=INDEX   local GID index (default 0)\n"
 		"  -e, --events          sleep on a completion channel instead of busy polling\n"
 		"  -c, --chk             fill each message with a pattern and check what arrives\n"
+		"  -V, --version         print the version and exit\n"
 		"  -h, --help            print this help and exit\n",
 		prog, prog, DEFAULT_TCP_PORT, DEFAULT_SIZE, DEFAULT_RX_DEPTH, DEFAULT_ITERS);
 }
 
-/* Parse the command line into o; 0, 1 for --help, -1 on a bad option
+/* Parse the command line into o; 0, 1 for --help, 2 for --version, -1 on a bad option
  * (usage wanted), -2 on a bad value (message printed). */
 static int parse_args(int argc, char *argv[], struct options *o)
 {
@@ -1124,12 +1126,13 @@ static int parse_args(int argc, char *argv[], struct options *o)
 		{"events", no_argument, NULL, 'e'},
 		{"chk", no_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
 	unsigned long v;
 
 	for (;;) {
-		int c = getopt_long(argc, argv, "p:d:i:s:m:r:n:g:ech", longopts, NULL);
+		int c = getopt_long(argc, argv, "p:d:i:s:m:r:n:g:echV", longopts, NULL);
 
 		if (c == -1)
 			break;
@@ -1194,6 +1197,8 @@ static int parse_args(int argc, char *argv[], struct options *o)
 			break;
 		case 'h':
 			return 1;
+		case 'V':
+			return 2;
 		default:
 			return -1;
 		}
@@ -1233,6 +1238,8 @@ int main(int argc, char *argv[])
 		usage(stdout);
 		return 0;
 	}
+	if (r == 2)
+		return ibvc_print_version(prog, ibv_coll_version());
 	if (r == -1)
 		usage(stderr);
 	if (r)

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <new>
 #include <span>
+#include <string>
+#include <vector>
 
 #define IBV_COLL_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -52,5 +54,11 @@ template <class T, class F> T *guard_ptr(const char *fn, F &&f) noexcept
 std::span<const Provider *const> providers();
 
 std::span<const util::ConfigVar> core_config_vars();
+
+// IBV_COLL_* variables set in the environment that no table lists.
+std::vector<std::string> unknown_config_vars();
+// At the first context open: warn about those, once per process (a value
+// that does not parse is an error where it is read).
+void warn_config_once();
 
 } // namespace ibv_coll::core

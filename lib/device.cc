@@ -70,6 +70,7 @@ IBV_COLL_EXPORT ibv_coll_context *ibv_open_coll_device(ibv_coll_device *device)
 			errno = EINVAL;
 			return nullptr;
 		}
+		warn_config_once();
 		Context *ctx = device->ops->open_device(device);
 		if (!ctx) {
 			IBVC_ERR("core", "{}: open failed: {}", device->name, util::errstr(errno));

@@ -3,6 +3,16 @@
 
 #include "nic/emu_config.h"
 
+#include <ibv_coll/version.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
 using namespace ibv_coll;
 
 IBV_COLL_EXPORT const char *ibv_coll_wc_status_str(enum ibv_wc_status status)
@@ -114,6 +124,49 @@ std::span<const util::ConfigVar> core_config_vars()
 	return kCoreVars;
 }
 
+// A misspelt variable (IBV_COLL_EMU_POLLUS) is otherwise ignored without a
+// word, as UCX would not let it be.  IBV_COLL_TEST_* belong to the test
+// suite, not the library.
+std::vector<std::string> unknown_config_vars()
+{
+	std::vector<const util::ConfigVar *> known;
+	auto add = [&](std::span<const util::ConfigVar> vars) {
+		for (const util::ConfigVar &v : vars)
+			known.push_back(&v);
+	};
+	add(core_config_vars());
+	for (const Provider *p : providers())
+		add(p->config_vars());
+	add(emu::emu_config_vars());
+	std::vector<std::string> out;
+	static const char prefix[] = "IBV_COLL_", test[] = "IBV_COLL_TEST_";
+	for (char **e = environ; e && *e; e++) {
+		std::string_view kv(*e);
+		size_t eq = kv.find('=');
+		if (eq == kv.npos || kv.compare(0, sizeof(prefix) - 1, prefix) ||
+		    !kv.compare(0, sizeof(test) - 1, test))
+			continue;
+		std::string name(kv.substr(0, eq));
+		bool found = false;
+		for (const util::ConfigVar *v : known)
+			found |= name == v->name;
+		if (!found)
+			out.push_back(name);
+	}
+	std::sort(out.begin(), out.end());
+	return out;
+}
+
+void warn_config_once()
+{
+	static std::once_flag once;
+	std::call_once(once, [] {
+		for (const std::string &n : unknown_config_vars())
+			IBVC_WARN("config", "{} is set but is not a variable of this library "
+					    "(misspelt? ibv_coll_devinfo -c lists them)", n);
+	});
+}
+
 } // namespace ibv_coll::core
 
 IBV_COLL_EXPORT int ibv_coll_print_config(FILE *stream)
@@ -125,6 +178,19 @@ IBV_COLL_EXPORT int ibv_coll_print_config(FILE *stream)
 		for (const core::Provider *p : core::providers())
 			util::print_config_table(stream, {p->name, p->config_vars()});
 		util::print_config_table(stream, {"emu (device model)", emu::emu_config_vars()});
+		auto unknown = core::unknown_config_vars();
+		if (!unknown.empty()) {
+			fprintf(stream, "# unknown: set, but not read by this library (misspelt?)\n");
+			for (const std::string &n : unknown)
+				fprintf(stream, "#   %s=%s\n", n.c_str(), getenv(n.c_str()));
+		}
 		return 0;
 	});
+}
+
+// The version of the library itself, not of the headers a program was
+// compiled with: a program compares the two to see what it really loaded.
+IBV_COLL_EXPORT const char *ibv_coll_version(void)
+{
+	return IBV_COLL_VERSION_STRING;
 }

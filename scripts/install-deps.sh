@@ -14,6 +14,9 @@ pkgs="$pkgs libpmix-dev libopenmpi-dev openmpi-bin"
 if [ "${1:-}" != build ]; then
 	# Testing: man page lint, namespaces, a capture decoded by tshark.
 	pkgs="$pkgs mandoc iproute2 iputils-ping tshark"
+	# groff -ww over the man pages; the Debian packages (tests/pkg): cpack
+	# runs dpkg-shlibdeps and file(1).
+	pkgs="$pkgs groff-base dpkg-dev file"
 	# The rxe VM test (tests/rxe): QEMU, a static busybox, libibverbs' rxe
 	# provider and its tools for the guest, and what builds the initramfs.
 	# The kernel package itself is downloaded, not installed, by the test.

@@ -459,16 +459,21 @@ static void print_row(const struct perf *p, size_t count, const struct size_resu
 
 static int open_device(struct perf *p)
 {
-	int n, err;
+	int n, err, found = 0;
 	struct ibv_coll_device **list = ibv_get_coll_device_list(&n);
-	for (int i = 0; list && i < n && !p->ctx; i++)
-		if (!strcmp(ibv_get_coll_device_name(list[i]), p->o.dev))
+	for (int i = 0; list && i < n && !found; i++)
+		if (!strcmp(ibv_get_coll_device_name(list[i]), p->o.dev)) {
+			found = 1;
 			p->ctx = ibv_open_coll_device(list[i]);
-	err = errno;
+		}
+	/* errno means something only when the list or the open failed: with
+	 * no device of that name it is whatever a provider left behind. */
+	err = found || !list ? errno : ENODEV;
 	ibv_free_coll_device_list(list);
 	if (!p->ctx) {
 		fprintf(stderr, PROG ": node %d: cannot open device %s: %s\n", p->o.node, p->o.dev,
-			list ? strerror(err) : "no device list");
+			!list ? strerror(err)
+			: found ? strerror(err) : "not found (ibv_coll_devinfo -l lists the devices)");
 		return -1;
 	}
 	struct ibv_coll_qp_init_attr ia = {0};
@@ -649,6 +654,27 @@ static void teardown(struct perf *p)
 
 /* ---- the sweep ----------------------------------------------------- */
 
+/* How many sizes the sweep runs, for the progress lines. */
+static int count_sizes(const struct perf_opts *o, size_t ts, int barrier)
+{
+	int n = 0;
+	for (size_t size = barrier ? 0 : o->minbytes; size <= o->maxbytes;
+	     size = o->stepfactor > 1 ? (size ? size * o->stepfactor : ts) : size + o->stepbytes) {
+		n++;
+		if (barrier || (o->stepfactor <= 1 && !o->stepbytes))
+			break;
+	}
+	return n;
+}
+
+/* --progress: on stderr, so that stdout stays nccl-tests' table. */
+static void print_progress(const struct perf *p, int i, int n, size_t count, double t0)
+{
+	const struct perf_opts *o = &p->o;
+	fprintf(stderr, PROG ": [%d/%d] %zu bytes per rank, %d+%d runs, %.1f s so far\n", i, n,
+		count * pd_types[o->type].size, o->warmup, o->iters, (now_us() - t0) / 1e6);
+}
+
 static int sweep(struct perf *p)
 {
 	const struct perf_opts *o = &p->o;
@@ -657,7 +683,8 @@ static int sweep(struct perf *p)
 	struct size_result *all = calloc((size_t)o->nodes, sizeof(*all));
 	uint64_t wrong = 0, oob = 0;
 	double bw_sum = 0;
-	int bw_n = 0, err = 0, failed = 0;
+	int bw_n = 0, err = 0, failed = 0, nsizes = count_sizes(o, ts, barrier), i = 0;
+	double t0 = now_us();
 	if (!all)
 		return -1;
 	if (o->node == 0)
@@ -667,6 +694,8 @@ static int sweep(struct perf *p)
 		struct size_result mine;
 		size_t count = size / ts;
 		mine.failed = 0;
+		if (o->node == 0 && o->progress)
+			print_progress(p, ++i, nsizes, count, t0);
 		if (bench_size(p, count, &mine)) {
 			failed = 1; /* the others learn it as the rendezvous breaks */
 			break;

@@ -9,6 +9,8 @@
  * poll set, so the launcher sleeps until something happens.
  */
 #define _GNU_SOURCE
+#include "ibvc_version.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -79,7 +81,8 @@ static void usage(FILE *f)
 		"                         127.0.0.1 and a free TCP port)\n"
 		"  --timeout SEC          kill everything after SEC seconds and exit 124\n"
 		"  --grace SEC            after a child fails, wait SEC seconds before\n"
-		"                         terminating the others (default 1)\n",
+		"                         terminating the others (default 1)\n"
+		"  -V, --version          print the version and exit\n",
 		MAX_NODES);
 }
 
@@ -395,7 +398,7 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{"nodes", 1, NULL, 'n'},   {"ranks-per-node", 1, NULL, 'k'}, {"boot", 1, NULL, 'b'},
 		{"timeout", 1, NULL, 'T'}, {"grace", 1, NULL, 'G'},          {"help", 0, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+		{"version", 0, NULL, 'V'}, {NULL, 0, NULL, 0},
 	};
 	struct launcher l = {.n = 0, .k = 1, .grace_s = 1.0, .sfd = -1, .result = -1};
 	const char *boot = NULL, *env_k = getenv("IBVC_RANKS_PER_NODE");
@@ -406,7 +409,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	/* '+': stop at the program's name, so its options stay its own. */
-	while ((c = getopt_long(argc, argv, "+n:k:b:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+n:k:b:hV", lo, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
 		case 'n': bad = parse_int(optarg, 1, MAX_NODES, &l.n); break;
@@ -415,6 +418,7 @@ int main(int argc, char **argv)
 		case 'T': bad = parse_seconds(optarg, &l.timeout_s); break;
 		case 'G': bad = parse_seconds(optarg, &l.grace_s); break;
 		case 'h': usage(stdout); return 0;
+		case 'V': return ibvc_print_version(PROG, NULL);
 		default: usage(stderr); return 2;
 		}
 		if (bad) {
@@ -481,6 +485,9 @@ int main(int argc, char **argv)
 	}
 	if (l.timeout_s > 0)
 		l.deadline = now_ms() + (int64_t)(l.timeout_s * 1000);
+	/* The children's stderr is a pipe to us: tell them whether what we
+	 * copy it to is a terminal (ibv_coll_perf then shows its progress). */
+	setenv("IBVC_RUN_STDERR_TTY", isatty(2) ? "1" : "0", 1);
 	if (start_children(&l, &oldmask)) {
 		l.result = 1;
 		signal_children(&l, SIGKILL);

@@ -6,6 +6,7 @@
 #include "perf_opts.h"
 
 #include "ibvc_boot.h"
+#include "ibvc_version.h"
 #include "perf_data.h"
 
 #include <arpa/inet.h>
@@ -90,7 +91,11 @@ static void usage(FILE *f)
 		"      --boot ADDR --node I --nodes N\n"
 		"                          the rendezvous (default: IBVC_BOOT_ADDR/NODE/NODES,\n"
 		"                          as ibv_coll_run sets them; else a PMIx launcher's\n"
-		"                          (mpirun, srun); --nodes 1 alone: this node alone)\n");
+		"                          (mpirun, srun); --nodes 1 alone: this node alone)\n"
+		"      --progress, --no-progress\n"
+		"                          a line per size on stderr as the sweep goes (default:\n"
+		"                          when stderr, or ibv_coll_run's, is a terminal)\n"
+		"  -V, --version           print the version and exit\n");
 }
 
 /* A size with an optional K, M or G (powers of 1024), as nccl-tests takes. */
@@ -188,9 +193,30 @@ static int parse_coll(const char *s, int *out)
 	return -1;
 }
 
+/* Sizes are bytes per rank, rounded down to whole elements (as nccl-tests
+ * does).  A size that rounds to nothing would print a row of size 0 the
+ * user did not ask for: refuse -b or -e between 1 byte and one element
+ * (nccl-tests prints such a row silently). */
+static int check_sizes(const struct perf_opts *o)
+{
+	size_t ts = pd_types[o->type].size;
+	if (colls[o->coll].op == IBV_COLL_WR_BARRIER)
+		return 0;
+	if ((o->minbytes && o->minbytes < ts) || (o->maxbytes && o->maxbytes < ts)) {
+		fprintf(stderr, PROG ": -%c %zu is less than one %s element (%zu bytes); give 0 "
+				"for an empty collective or at least %zu\n",
+			o->minbytes && o->minbytes < ts ? 'b' : 'e',
+			o->minbytes && o->minbytes < ts ? o->minbytes : o->maxbytes,
+			pd_types[o->type].name, ts, ts);
+		return -1;
+	}
+	return 0;
+}
+
 int parse_opts(int argc, char **argv, struct perf_opts *o)
 {
-	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES, OPT_WINDOW, OPT_E2E, OPT_GID };
+	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES, OPT_WINDOW, OPT_E2E, OPT_GID,
+	       OPT_PROGRESS, OPT_NO_PROGRESS };
 	static const struct option lo[] = {
 		{"minbytes", 1, NULL, 'b'},	{"maxbytes", 1, NULL, 'e'},
 		{"stepbytes", 1, NULL, 'i'},	{"stepfactor", 1, NULL, 'f'},
@@ -204,7 +230,8 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		{"nodes", 1, NULL, OPT_NODES},	{"help", 0, NULL, 'h'},
 		{"window", 1, NULL, OPT_WINDOW}, {"e2e-ack", 0, NULL, OPT_E2E},
 		{"gid-index", 1, NULL, OPT_GID}, {"blocking", 1, NULL, 'z'},
-		{NULL, 0, NULL, 0},
+		{"progress", 0, NULL, OPT_PROGRESS}, {"no-progress", 0, NULL, OPT_NO_PROGRESS},
+		{"version", 0, NULL, 'V'},	{NULL, 0, NULL, 0},
 	};
 	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
 	int c, node = -1, nodes = -1;
@@ -212,14 +239,14 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		.minbytes = 32 << 20, .maxbytes = 32 << 20, .stepbytes = 1 << 20, .stepfactor = 1,
 		.iters = 20, .warmup = 5, .check = 1, .root = 0, .ranks = 1,
 		.topology = IBV_COLL_TOPO_RING, .type = PD_FLOAT, .op = PD_SUM, .coll = 0,
-		.spin_us = -1, .dev = "crxe_lo", .node = 0, .nodes = 1,
+		.spin_us = -1, .dev = "crxe_lo", .node = 0, .nodes = 1, .progress = -1,
 	};
 	if (env_k && parse_int(env_k, 1, 64, &o->ranks)) {
 		fprintf(stderr, PROG ": IBVC_RANKS_PER_NODE=%s: not a number from 1 to 64\n",
 			env_k);
 		return 2;
 	}
-	while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:C:r:k:t:s:D:z:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:C:r:k:t:s:D:z:hV", lo, NULL)) != -1) {
 		int bad = 0, f = 1;
 		switch (c) {
 		case 'b': bad = parse_size(optarg, &o->minbytes); break;
@@ -248,7 +275,10 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		case OPT_BOOT: o->boot = optarg; break;
 		case OPT_NODE: bad = parse_int(optarg, 0, 63, &node); break;
 		case OPT_NODES: bad = parse_int(optarg, 1, 64, &nodes); break;
+		case OPT_PROGRESS: o->progress = 1; break;
+		case OPT_NO_PROGRESS: o->progress = 0; break;
 		case 'h': usage(stdout); return 0;
+		case 'V': return ibvc_print_version(PROG, ibv_coll_version());
 		default: usage(stderr); return 2;
 		}
 		if (bad) {
@@ -306,6 +336,14 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 	if (o->minbytes > o->maxbytes) {
 		fprintf(stderr, PROG ": -b %zu is larger than -e %zu\n", o->minbytes, o->maxbytes);
 		return 2;
+	}
+	if (check_sizes(o))
+		return 2;
+	/* ibv_coll_run reads its children's stderr through a pipe; it tells
+	 * them when its own is a terminal. */
+	if (o->progress < 0) {
+		const char *tty = getenv("IBVC_RUN_STDERR_TTY");
+		o->progress = isatty(2) || (tty && !strcmp(tty, "1"));
 	}
 	if (colls[o->coll].reduces && pd_types[o->type].is_float && o->op >= PD_BAND) {
 		fprintf(stderr, PROG ": -o %s needs an integer type, not %s\n", pd_op_names[o->op],

@@ -43,11 +43,12 @@ struct perf_opts {
 		uint32_t qpn; /* -s .../QPN: the switch's UD QP on a verbs device */
 	} sws[8];
 	int gid_index;	  /* --gid-index: this node's address in the GID table */
+	int progress;	  /* --progress: a line per size on stderr (node 0) */
 	char dev_buf[64]; /* -D with %d: the device of this node */
 };
 
 /* Fill *o from the command line and the environment: -1 to go on, or the
- * status to exit with (0 after --help, 2 on a usage error). */
+ * status to exit with (0 after --help or --version, 2 on a usage error). */
 int parse_opts(int argc, char **argv, struct perf_opts *o);
 
 /* nccl-tests' bus bandwidth factor for n ranks (doc/PERFORMANCE.md). */

@@ -6,6 +6,7 @@
 // once (the cheapest thing the data path does to every byte).  The median
 // of --reps repetitions is reported.
 #include "wire/icrc.h"
+#include "ibvc_version.h"
 
 #include <algorithm>
 #include <chrono>
@@ -61,9 +62,11 @@ int main(int argc, char **argv)
 				sizes.clear();
 			first = false;
 			sizes.push_back(size_t(strtoull(argv[++i], nullptr, 0)));
+		} else if (a == "--version" || a == "-V") {
+			return ibvc_print_version("ibv_coll_icrc_bench", nullptr);
 		} else {
 			fprintf(a == "-h" || a == "--help" ? stdout : stderr,
-				"usage: %s [--size BYTES]... [--reps N]\n"
+				"usage: %s [--size BYTES]... [--reps N] [--version]\n"
 				"  --size  buffer length (repeatable; default 64 256 1024 4096 1048576)\n"
 				"  --reps  repetitions, median reported (default 5)\n",
 				argv[0]);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "reduce/reduce.h"
+#include "ibvc_version.h"
 
 namespace {
 
@@ -34,7 +35,7 @@ constexpr double kTargetRepSeconds = 0.02;
 [[noreturn]] void usage(const char *argv0, int rc)
 {
     std::fprintf(rc ? stderr : stdout,
-                 "usage: %s [--size BYTES[k|m|g]]... [--iters N] [--reps N] [--all] [--isa scalar|avx2|avx512]\n"
+                 "usage: %s [--size BYTES[k|m|g]]... [--iters N] [--reps N] [--all] [--isa scalar|avx2|avx512] [--version]\n"
                  "  --size   buffer size per operand (repeatable; default 1m and 64m)\n"
                  "  --iters  kernel calls per repetition (default: calibrated to ~20 ms)\n"
                  "  --reps   repetitions, median reported (default 5)\n"
@@ -91,6 +92,8 @@ Options parse_args(int argc, char **argv)
                 usage(argv[0], 2);
         } else if (a == "--help" || a == "-h") {
             usage(argv[0], 0);
+        } else if (a == "--version" || a == "-V") {
+            std::exit(ibvc_print_version("ibv_coll_reduce_bench", nullptr));
         } else {
             usage(argv[0], 2);
         }

@@ -6,6 +6,8 @@
 #include "util/log.h"
 #include "verbs/ud_transport.h"
 
+#include "ibvc_version.h"
+
 #include <getopt.h>
 #include <sched.h>
 #include <time.h>
@@ -35,6 +37,8 @@ void on_signal(int sig)
 		g_stop = true;
 }
 
+enum { OPT_VERSION = 256 }; // long only: -V is --verbs
+
 void usage(FILE *f, const char *argv0)
 {
 	fprintf(f,
@@ -58,7 +62,8 @@ void usage(FILE *f, const char *argv0)
 		"                         GID qpn QPN' on stdout once ready\n"
 		"  -g, --gid-index N      with --verbs: the GID printed (default: the first RoCE v2\n"
 		"                         IPv4 GID)\n"
-		"  -X, --fail-after N     testing: stop dead after taking in N partials\n",
+		"  -X, --fail-after N     testing: stop dead after taking in N partials\n"
+		"      --version          print the version and exit (-V is --verbs)\n",
 		argv0);
 }
 
@@ -107,7 +112,7 @@ int main(int argc, char **argv)
 		{"port-file", 1, nullptr, 'P'},	 {"name", 1, nullptr, 'n'},
 		{"fail-after", 1, nullptr, 'X'}, {"poll-us", 1, nullptr, 'W'},
 		{"verbs", 1, nullptr, 'V'},	 {"gid-index", 1, nullptr, 'g'},
-		{"help", 0, nullptr, 'h'},
+		{"help", 0, nullptr, 'h'},	 {"version", 0, nullptr, OPT_VERSION},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
@@ -160,6 +165,8 @@ int main(int argc, char **argv)
 		case 'h':
 			usage(stdout, argv[0]);
 			return 0;
+		case OPT_VERSION:
+			return ibvc_print_version("ibv_coll_switchd", nullptr);
 		default:
 			usage(stderr, argv[0]);
 			return 2;

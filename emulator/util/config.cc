@@ -84,13 +84,47 @@ int config_ratio(const ConfigVar &v, double *out)
 	return 0;
 }
 
+std::string config_problem(const ConfigVar &v)
+{
+	const char *e = getenv(v.name);
+	if (!e)
+		return {};
+	switch (v.kind) {
+	case ConfigKind::uint: {
+		uint64_t x;
+		if (!parse_uint(e, &x) || x < v.min || x > v.max)
+			return fmt::format("expected an integer in [{}, {}]", v.min, v.max);
+		return {};
+	}
+	case ConfigKind::boolean: {
+		bool b;
+		return parse_bool(e, &b) ? std::string() : std::string("expected a boolean (y/n)");
+	}
+	case ConfigKind::ratio: {
+		errno = 0;
+		char *end = nullptr;
+		double x = strtod(e, &end);
+		if (errno || end == e || *end || !(x >= 0.0 && x <= 1.0))
+			return "expected a number in [0, 1]";
+		return {};
+	}
+	case ConfigKind::string:
+		break;
+	}
+	return {};
+}
+
 void print_config_table(FILE *f, const ConfigTable &t)
 {
 	fprintf(f, "# %s\n", t.component);
 	for (const ConfigVar &v : t.vars) {
 		fprintf(f, "#   %s\n", v.help);
 		const char *e = getenv(v.name);
-		if (e)
+		std::string bad = config_problem(v);
+		if (!bad.empty())
+			fprintf(f, "%s=%s    # INVALID: %s; default: %s\n", v.name, e, bad.c_str(),
+				v.def);
+		else if (e)
 			fprintf(f, "%s=%s    # default: %s\n", v.name, e, v.def);
 		else
 			fprintf(f, "%s=%s\n", v.name, v.def);

@@ -35,6 +35,10 @@ int config_uint(const ConfigVar &v, uint64_t *out);
 int config_bool(const ConfigVar &v, bool *out);
 int config_ratio(const ConfigVar &v, double *out);
 
+// What is wrong with the variable's value in the environment ("expected
+// ..."), or "" when it is unset or parses; string variables always pass.
+std::string config_problem(const ConfigVar &v);
+
 // Parsers for the same syntaxes, for programs' flags and sub-options.
 bool parse_uint(const char *s, uint64_t *out);
 bool parse_bool(const char *s, bool *out);
@@ -44,6 +48,8 @@ struct ConfigTable {
 	const char *component;
 	std::span<const ConfigVar> vars;
 };
+// Prints every variable with its help; a set value that does not parse is
+// marked "# INVALID: ..." on its line.
 void print_config_table(FILE *f, const ConfigTable &t);
 
 } // namespace ibv_coll::util

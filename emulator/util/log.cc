@@ -5,6 +5,8 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -39,7 +41,16 @@ std::shared_ptr<spdlog::logger> make_logger()
 {
 	std::shared_ptr<spdlog::logger> l;
 	const char *file = getenv("IBV_COLL_LOG_FILE");
+	int file_err = 0;
+	// spdlog's file sink creates missing directories; a misspelt path
+	// must not leave new directories behind, so open it ourselves first.
 	if (file && *file) {
+		if (FILE *f = fopen(file, "a"))
+			fclose(f);
+		else
+			file_err = errno;
+	}
+	if (file && *file && !file_err) {
 		try {
 			auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file);
 			l = std::make_shared<spdlog::logger>("ibv_coll", sink);
@@ -54,6 +65,9 @@ std::shared_ptr<spdlog::logger> make_logger()
 	l->set_pattern("ibv_coll[%P] %L %H:%M:%S.%f %v");
 	l->set_level(parse_level(getenv("IBV_COLL_LOG_LEVEL")));
 	l->flush_on(spdlog::level::warn);
+	if (file_err)
+		l->error("log: IBV_COLL_LOG_FILE={}: {}; logging to standard error", file,
+			 errstr(file_err));
 	return l;
 }
 

@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -90,6 +91,46 @@ static int recv_all(int fd, void *p, size_t n, int64_t deadline)
 	return 0;
 }
 
+/* A node that waits for the others says so on stderr after a few seconds
+ * and then now and again, and says who never came when it gives up: a
+ * lone member is otherwise silent until its timeout. */
+enum { NOTE_FIRST_MS = 3000, NOTE_EVERY_MS = 15000 };
+
+static void note_missing(const struct ibvc_boot *b, const char *addr, int64_t deadline,
+			 int final)
+{
+	char who[256] = "";
+	size_t len = 0;
+	int missing = 0;
+	if (b->node != 0) {
+		if (final)
+			fprintf(stderr, "ibvc_boot: node %d of %d: gave up after %d s: node 0 never "
+					"listened at %s\n", b->node, b->nodes, b->timeout_ms / 1000, addr);
+		else
+			fprintf(stderr, "ibvc_boot: node %d of %d: waiting for node 0 to listen at %s "
+					"(%d s left)\n", b->node, b->nodes, addr,
+				(int)((deadline - now_ms() + 999) / 1000));
+		return;
+	}
+	for (int i = 1; i < b->nodes; i++)
+		if (b->fds[i] < 0) {
+			if (len < sizeof(who) - 16)
+				len += (size_t)snprintf(who + len, sizeof(who) - len, "%s%d",
+							missing ? ", " : "", i);
+			missing++;
+		}
+	if (len >= sizeof(who) - 16)
+		snprintf(who + len, sizeof(who) - len, ", ...");
+	if (final)
+		fprintf(stderr, "ibvc_boot: node 0 of %d: gave up after %d s: %s %s never connected "
+				"to %s\n", b->nodes, b->timeout_ms / 1000, missing > 1 ? "nodes" : "node",
+			who, addr);
+	else
+		fprintf(stderr, "ibvc_boot: node 0 of %d: waiting for %s %s to connect to %s "
+				"(%d s left)\n", b->nodes, missing > 1 ? "nodes" : "node", who, addr,
+			(int)((deadline - now_ms() + 999) / 1000));
+}
+
 /* Resolve addr into a socket address; *family tells which. */
 static int resolve(const char *addr, struct sockaddr_storage *ss, socklen_t *len)
 {
@@ -145,10 +186,20 @@ static int open_server(struct ibvc_boot *b, const char *addr, int64_t deadline)
 	setsockopt(b->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(b->lfd, (struct sockaddr *)&ss, len) || listen(b->lfd, b->nodes))
 		return errno;
+	int64_t note = now_ms() + NOTE_FIRST_MS;
 	for (i = 1; i < b->nodes; i++) {
 		int32_t who;
 		int fd;
-		if ((err = wait_fd(b->lfd, POLLIN, deadline)))
+		while ((err = wait_fd(b->lfd, POLLIN, note < deadline ? note : deadline)) ==
+		       ETIMEDOUT) {
+			if (now_ms() >= deadline) {
+				note_missing(b, addr, deadline, 1);
+				return err;
+			}
+			note_missing(b, addr, deadline, 0);
+			note += NOTE_EVERY_MS;
+		}
+		if (err)
 			return err;
 		fd = accept4(b->lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0)
@@ -175,6 +226,7 @@ static int open_client(struct ibvc_boot *b, const char *addr, int64_t deadline)
 	if (err)
 		return err;
 	/* Node 0 may not be listening yet: try until the deadline. */
+	int64_t note = now_ms() + NOTE_FIRST_MS;
 	for (;;) {
 		b->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (b->fd < 0)
@@ -184,8 +236,14 @@ static int open_client(struct ibvc_boot *b, const char *addr, int64_t deadline)
 		err = errno;
 		close(b->fd);
 		b->fd = -1;
-		if (now_ms() >= deadline)
-			return err;
+		if (now_ms() >= deadline) {
+			note_missing(b, addr, deadline, 1);
+			return ETIMEDOUT;
+		}
+		if (now_ms() >= note) {
+			note_missing(b, addr, deadline, 0);
+			note += NOTE_EVERY_MS;
+		}
 		usleep(20000);
 	}
 	return send_all(b->fd, &me, sizeof(me), deadline);

@@ -561,6 +561,11 @@ const char *ibv_coll_status_str(enum ibv_coll_status status);
  * in this process's environment and a line of help. */
 int ibv_coll_print_config(FILE *stream);
 
+/* The version of the library loaded at run time, "MAJOR.MINOR.PATCH".
+ * <ibv_coll/version.h> has the headers' version for checks at compile
+ * time.  Since IBV_COLL_1.1. */
+const char *ibv_coll_version(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,11 @@
 // The logging layer: level filtering from the environment, and messages
 // that cannot be formatted are reported, not thrown into the caller.
+#include "util/config.h"
 #include "util/log.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -69,6 +72,52 @@ TEST_F(Log, AMessageThatCannotBeFormattedDoesNotThrow)
 	EXPECT_NO_THROW(log_vwrite(kLogWarn, "[test] {:d}", fmt::make_format_args(s)));
 	// And a good one through the macro, checked at compile time.
 	EXPECT_NO_THROW(IBVC_WARN("test", "x {} s {}", x, s));
+}
+
+// IBV_COLL_LOG_FILE in a directory that does not exist: the log goes to
+// standard error, and no directory is made (spdlog's file sink made them).
+TEST_F(Log, LogFileInAMissingDirectoryCreatesNothing)
+{
+	char base[] = "/tmp/ibvc_logdir_XXXXXX";
+	ASSERT_NE(mkdtemp(base), nullptr);
+	std::string missing = std::string(base) + "/no/such/dir";
+	setenv("IBV_COLL_LOG_FILE", (missing + "/x.log").c_str(), 1);
+	setenv("IBV_COLL_LOG_LEVEL", "warn", 1);
+	log_reload();
+	EXPECT_NO_THROW(IBVC_ERR("test", "{}", "to standard error"));
+	unsetenv("IBV_COLL_LOG_FILE");
+	log_reload();
+	struct stat st;
+	EXPECT_NE(stat((std::string(base) + "/no").c_str(), &st), 0)
+		<< "a directory was created for IBV_COLL_LOG_FILE";
+	rmdir(missing.c_str());
+	rmdir((std::string(base) + "/no/such").c_str());
+	rmdir((std::string(base) + "/no").c_str());
+	rmdir(base);
+}
+
+// What devinfo -c marks INVALID: each kind's syntax and range.
+TEST(Config, ProblemsWithSetValues)
+{
+	const ConfigVar u{"IBVC_TEST_CFG_U", "5", "help", ConfigKind::uint, 1, 10};
+	const ConfigVar b{"IBVC_TEST_CFG_B", "y", "help", ConfigKind::boolean};
+	const ConfigVar r{"IBVC_TEST_CFG_R", "0", "help", ConfigKind::ratio};
+	const ConfigVar s{"IBVC_TEST_CFG_S", "x", "help", ConfigKind::string};
+	const struct {
+		const ConfigVar *v;
+		const char *value;
+		bool ok;
+	} cases[] = {
+		{&u, "abc", false}, {&u, "0", false},  {&u, "11", false}, {&u, "-1", false},
+		{&u, "7", true},    {&u, "0xa", true}, {&b, "maybe", false}, {&b, "off", true},
+		{&r, "1.5", false}, {&r, "0.25", true}, {&r, "", false},     {&s, "abc", true},
+	};
+	for (const auto &c : cases) {
+		setenv(c.v->name, c.value, 1);
+		EXPECT_EQ(config_problem(*c.v).empty(), c.ok) << c.v->name << "=" << c.value;
+		unsetenv(c.v->name);
+		EXPECT_TRUE(config_problem(*c.v).empty()) << "unset " << c.v->name;
+	}
 }
 
 } // namespace

@@ -1,0 +1,157 @@
+#!/bin/sh
+# The programs' command lines: --version, bad values named with their
+# option, a wrong device, ibv_coll_run -k, a lone member, perf's sizes and
+# progress, devinfo -c, unknown variables, IBV_COLL_LOG_FILE.
+# Usage: test_cli.sh BINDIR VERSION CASE
+#   BINDIR holds examples/, tools/, emulator/, bench/ (the build directory).
+set -u
+b=$1 version=$2 case_=$3
+devinfo=$b/examples/ibv_coll_devinfo allreduce=$b/examples/ibv_coll_allreduce
+pingpong=$b/examples/ibv_coll_rc_pingpong run=$b/tools/ibv_coll_run perf=$b/tools/ibv_coll_perf
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() {
+	echo "FAIL: $*"
+	exit 1
+}
+# Run a command; keep its stdout, stderr and status in $dir.
+cmd() {
+	"$@" >"$dir/out" 2>"$dir/err"
+	rc=$?
+	echo "\$ $* -> $rc"
+	sed 's/^/  out: /' "$dir/out" | head -20
+	sed 's/^/  err: /' "$dir/err" | head -20
+}
+# The status is 2 and stderr names the option and the value, in one line.
+bad_value() {
+	want_opt=$1 want_val=$2
+	shift 2
+	cmd "$@"
+	[ "$rc" -eq 2 ] || fail "exit status $rc, not 2"
+	grep -- "$want_opt" "$dir/err" | grep -q -- "'$want_val'\|$want_val" ||
+		fail "stderr does not name $want_opt and $want_val"
+	! grep -q "^usage:" "$dir/err" || fail "the whole usage instead of what is wrong"
+}
+
+case $case_ in
+version)
+	for p in examples/ibv_coll_devinfo examples/ibv_coll_rc_pingpong \
+		examples/ibv_coll_allreduce tools/ibv_coll_run tools/ibv_coll_perf \
+		emulator/ibv_coll_switchd bench/ibv_coll_udp_floor \
+		emulator/bench/ibv_coll_icrc_bench emulator/bench/ibv_coll_reduce_bench; do
+		name=${p##*/}
+		cmd "$b/$p" --version
+		[ "$rc" -eq 0 ] || fail "$name --version: status $rc"
+		[ "$(cat "$dir/out")" = "$name (ibv_coll) $version" ] ||
+			fail "$name --version printed '$(cat "$dir/out")'"
+		[ -s "$dir/err" ] && fail "$name --version wrote to stderr"
+		[ "$name" = ibv_coll_switchd ] && continue # its -V is --verbs
+		cmd "$b/$p" -V
+		[ "$(cat "$dir/out")" = "$name (ibv_coll) $version" ] || fail "$name -V"
+	done
+	;;
+bad_values)
+	bad_value -c abc "$allreduce" -b unix:$dir/s -i 0 -n 1 -c abc
+	bad_value -c -1 "$allreduce" -b unix:$dir/s -i 0 -n 1 -c -1
+	bad_value -k 0 "$allreduce" -b unix:$dir/s -i 0 -n 1 -k 0
+	bad_value -k 65 "$allreduce" -b unix:$dir/s -i 0 -n 1 -k 65
+	bad_value -I x "$allreduce" -b unix:$dir/s -i 0 -n 1 -I x
+	bad_value --topology tree "$allreduce" -b unix:$dir/s -i 0 -n 1 -t tree
+	bad_value --only allreduc "$allreduce" -b unix:$dir/s -i 0 -n 1 -o allreduc
+	IBVC_RANKS_PER_NODE=zero bad_value IBVC_RANKS_PER_NODE zero "$allreduce" -b unix:$dir/s -i 0 -n 1
+	;;
+wrong_device)
+	for c in "$allreduce -b unix:$dir/s -i 0 -n 1 -d mlx5_0" "$perf -D mlx5_0 -b 8 -e 8"; do
+		# shellcheck disable=SC2086
+		cmd $c
+		[ "$rc" -ne 0 ] || fail "status 0 with no such device"
+		grep -q "mlx5_0.*not found" "$dir/err" || fail "no 'not found' for mlx5_0"
+		! grep -qi "not implemented" "$dir/err" || fail "a stale errno reported"
+	done
+	;;
+run_k)
+	# ibv_coll_run -k 3 gives each of the two processes three ranks: six.
+	cmd "$run" --timeout 50 -n 2 -k 3 -- "$allreduce" -c 64 -I 1 -o allreduce
+	[ "$rc" -eq 0 ] || fail "status $rc"
+	# ibv_coll_run prefixes each line with [node].
+	sed 's/^\[[0-9]*\] //' "$dir/out" | awk '$1 == "ALLREDUCE" { print $3 }' | grep -qx 6 ||
+		fail "the job did not have 6 ranks"
+	;;
+lone_member)
+	# Node 1 of 2 with nobody at the rendezvous: it says what it waits
+	# for after 3 s, and gives up at its timeout (-T 4) with who never came.
+	t0=$(date +%s%3N)
+	cmd "$allreduce" -b unix:$dir/nobody -i 1 -n 2 -T 4
+	t=$(($(date +%s%3N) - t0))
+	[ "$rc" -ne 0 ] || fail "status 0"
+	[ "$t" -lt 9000 ] || fail "took $t ms"
+	grep -q "node 1 of 2: waiting for node 0 to listen at unix:$dir/nobody" "$dir/err" ||
+		fail "no word about what it waits for"
+	grep -q "gave up after 4 s: node 0 never listened" "$dir/err" || fail "no clear time-out"
+	# Node 0 alone names the nodes that never connected.
+	cmd "$allreduce" -b unix:$dir/host -i 0 -n 3 -T 4
+	[ "$rc" -ne 0 ] || fail "status 0"
+	grep -q "waiting for nodes 1, 2 to connect" "$dir/err" || fail "node 0 does not say"
+	grep -q "nodes 1, 2 never connected" "$dir/err" || fail "node 0: no clear time-out"
+	;;
+perf_sizes)
+	cmd "$perf" -b 3 -e 64 -n 1 -w 0
+	[ "$rc" -eq 2 ] || fail "-b 3 with 4-byte floats: status $rc"
+	grep -q -- "-b 3 is less than one float element" "$dir/err" || fail "no reason given"
+	grep -q "^ *0  " "$dir/out" && fail "a row of size 0"
+	cmd "$perf" -b 0 -e 2 -n 1 -w 0
+	[ "$rc" -eq 2 ] || fail "-e 2: status $rc"
+	cmd "$perf" -d int8 -b 3 -e 3 -n 1 -w 0
+	[ "$rc" -eq 0 ] || fail "-b 3 of int8: status $rc"
+	grep -q "^ *3  *3 " "$dir/out" || fail "no row of 3 int8 elements"
+	# -b 0 asks for the empty collective: its row is wanted.
+	cmd "$perf" -b 0 -e 0 -n 1 -w 0
+	[ "$rc" -eq 0 ] || fail "-b 0: status $rc"
+	grep -q "^ *0  *0 " "$dir/out" || fail "no row of size 0 for -b 0"
+	;;
+progress)
+	cmd "$perf" -b 8 -e 64 -f 2 -n 1 -w 0 --progress
+	[ "$rc" -eq 0 ] || fail "status $rc"
+	cp "$dir/out" "$dir/with"
+	for i in 1 2 3 4; do
+		grep -q "^ibv_coll_perf: \[$i/4\] $((4 << i)) bytes per rank" "$dir/err" ||
+			fail "no progress line $i/4"
+	done
+	grep -q "\[1/4\]" "$dir/out" && fail "progress on stdout"
+	cmd "$perf" -b 8 -e 64 -f 2 -n 1 -w 0
+	[ -s "$dir/err" ] && fail "progress without --progress and without a terminal"
+	# The table is the same but for the times: compare sizes and counts.
+	[ "$(awk '!/^#/ {print $1, $2}' "$dir/out")" = "$(awk '!/^#/ {print $1, $2}' "$dir/with")" ] ||
+		fail "stdout differs with --progress"
+	# Under ibv_coll_run on a terminal (it says so), progress by default.
+	IBVC_RUN_STDERR_TTY=1 cmd "$perf" -b 8 -e 8 -n 1 -w 0
+	grep -q "\[1/1\]" "$dir/err" || fail "no progress when ibv_coll_run's stderr is a tty"
+	IBVC_RUN_STDERR_TTY=1 cmd "$perf" -b 8 -e 8 -n 1 -w 0 --no-progress
+	[ -s "$dir/err" ] && fail "progress with --no-progress"
+	;;
+config)
+	IBV_COLL_EMU_POLL_US=abc IBV_COLL_EMU_POLLUS=5 cmd "$devinfo" -c
+	[ "$rc" -eq 0 ] || fail "status $rc"
+	grep -q "^IBV_COLL_EMU_POLL_US=abc .*INVALID: expected an integer" "$dir/out" ||
+		fail "the invalid value is not flagged"
+	grep -q "^#   IBV_COLL_EMU_POLLUS=5" "$dir/out" || fail "the unknown variable is not listed"
+	grep -q "^IBV_COLL_EMU_POLL_US=2000\|^IBV_COLL_EMU_POLL_US=[0-9]" "$dir/out" &&
+		fail "a valid-looking line for the bad value"
+	# The library itself warns once, when a context opens.
+	IBV_COLL_EMU_POLLUS=5 cmd "$devinfo" -d crxe_lo
+	[ "$(grep -c "IBV_COLL_EMU_POLLUS is set but is not a variable" "$dir/err")" -eq 1 ] ||
+		fail "no single warning about IBV_COLL_EMU_POLLUS at open"
+	cmd "$devinfo" -d crxe_lo
+	grep -q "not a variable" "$dir/err" && fail "a warning with nothing unknown set"
+	;;
+log_file)
+	IBV_COLL_LOG_FILE=$dir/no/such/x.log IBV_COLL_LOG_LEVEL=info cmd "$devinfo" -d crxe_lo
+	[ -e "$dir/no" ] && fail "IBV_COLL_LOG_FILE created $dir/no"
+	grep -q "IBV_COLL_LOG_FILE=$dir/no/such/x.log: No such file or directory" "$dir/err" ||
+		fail "no word about the log file"
+	;;
+*)
+	fail "unknown case $case_"
+	;;
+esac
+echo "PASS: $case_"
