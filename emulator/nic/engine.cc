@@ -30,12 +30,12 @@ Engine::~Engine()
 		const CollCounters &c = coll->ctr;
 		const PortCounters &pc = port->counters();
 		IBVC_INFO("emu",
-			  "{}: tx {} pkts {} B {} calls {} gso, rx {} pkts {} B {} calls {} gro, icrc errors {}, malformed {}, no qp {}, "
+			  "{}: tx {} pkts {} B {} calls {} gso, rx {} pkts {} B {} calls {} gro {} ce, icrc errors {}, malformed {}, no qp {}, "
 			  "bad state {}, coll: data {}/{} "
 			  "result {}/{} retrans {}/{} dup {} early {}/{} stale {} bad key {} job {} "
 			  "block {} node {} malformed {} seg busy {} aborts {}/{} timeouts {}",
 			  params.name, pc.tx_packets, pc.tx_bytes, pc.tx_syscalls, pc.tx_gso, pc.rx_packets,
-			  pc.rx_bytes, pc.rx_syscalls, pc.rx_gro,
+			  pc.rx_bytes, pc.rx_syscalls, pc.rx_gro, pc.rx_ce,
 			  ctr.rx_icrc_err, ctr.rx_malformed, ctr.rx_no_qp, ctr.rx_bad_state, c.tx_data, c.rx_data, c.tx_result, c.rx_result,
 			  c.retrans_data, c.retrans_result, c.dup_dropped, c.early_stored,
 			  c.early_dropped, c.stale_dropped, c.bad_key, c.bad_job, c.bad_block,
@@ -264,7 +264,9 @@ bool Engine::progress_locked()
 
 uint64_t Engine::next_deadline_locked() const
 {
-	uint64_t d = 0;
+	// Packets a delay impairment holds leave when due, at the pass the
+	// timer wakes.
+	uint64_t d = port ? port->tx_next_due() : 0;
 	for (const auto &kv : qps) {
 		const Qp &qp = *kv.second;
 		if (qp.state != QpState::rts)
