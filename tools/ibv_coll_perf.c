@@ -544,6 +544,9 @@ static int join_job(struct perf *p)
 	struct ibv_coll_switch_addr swaddr[8];
 	memset(swaddr, 0, sizeof(swaddr));
 	struct ibv_coll_switch_attr swattr = {0};
+	struct ibv_coll_switch_addr spine;
+	uint8_t member_leaf[64];
+	memset(&spine, 0, sizeof(spine));
 	/* A job id of this run's own (node 0's process id): a switch that
 	 * still holds an earlier run's job (one killed before it could
 	 * release it) does not take this run for that one. */
@@ -563,6 +566,17 @@ static int join_job(struct perf *p)
 		swattr.num_planes = (uint32_t)p->o.sw_planes;
 		swattr.num_leaves = 1;
 		swattr.leaves = swaddr;
+		if (p->o.have_spine) { /* one plane: the -s switches are its leaves */
+			memcpy(spine.gid.raw, p->o.spine.gid, 16);
+			spine.udp_port = p->o.spine.port;
+			spine.qp_num = p->o.spine.qpn;
+			for (int i = 0; i < p->o.nodes; i++)
+				member_leaf[i] = (uint8_t)(i * p->o.sw_planes / p->o.nodes);
+			swattr.num_planes = 1;
+			swattr.num_leaves = (uint32_t)p->o.sw_planes;
+			swattr.spines = &spine;
+			swattr.member_leaf = member_leaf;
+		}
 		swattr.window = (uint32_t)p->o.window;
 		swattr.flags = p->o.e2e_ack ? IBV_COLL_SWITCH_E2E_ACK : 0;
 		job.comp_mask = IBV_COLL_JOB_ATTR_SWITCH;

@@ -82,6 +82,9 @@ static void usage(FILE *f)
 		"                          the aggregation switch, for switch and auto (QPN: its\n"
 		"                          UD QP, on verbs devices); again for each further plane\n"
 		"                          (up to 8)\n"
+		"      --spine HOST:PORT[/QPN]\n"
+		"                          hierarchy: the spine above the -s switches, which are then\n"
+		"                          the leaves of one plane (node i on leaf i*leaves/nodes)\n"
 		"  -D, --device DEV        the device (crxe_lo); %%d in DEV is the node's index\n"
 		"      --gid-index N       the GID table entry that is this node's address (0)\n"
 		"      --window W          switch: data blocks a node keeps in flight (default: the grant)\n"
@@ -128,12 +131,10 @@ static int parse_int(const char *s, long lo, long hi, int *out)
 
 /* HOST:PORT, with an IPv4 host or a bracketed IPv6 one, into a GID: the
  * next plane's switch. */
-static int parse_switch(const char *s, struct perf_opts *o)
+/* HOST:PORT[/QPN] into gid, port and qpn. */
+static int parse_sw_addr(const char *s, uint8_t gid[16], uint16_t *port_out, uint32_t *qpn_out)
 {
 	char host[INET6_ADDRSTRLEN + 2], hp[INET6_ADDRSTRLEN + 16];
-	if (o->sw_planes == (int)(sizeof(o->sws) / sizeof(o->sws[0])))
-		return -1;
-	uint8_t *gid = o->sws[o->sw_planes].gid;
 	const char *slash = strchr(s, '/');
 	int port, qpn = 0;
 	if (slash && parse_int(slash + 1, 1, 0xffffff, &qpn))
@@ -143,8 +144,7 @@ static int parse_switch(const char *s, struct perf_opts *o)
 		return -1;
 	memcpy(hp, s, hplen);
 	hp[hplen] = 0;
-	o->sws[o->sw_planes].qpn = (uint32_t)qpn;
-	const char *sw = s;
+	*qpn_out = (uint32_t)qpn;
 	s = hp;
 	const char *colon = strrchr(s, ':');
 	if (!colon || (size_t)(colon - s) >= sizeof(host) || parse_int(colon + 1, 0, 65535, &port))
@@ -162,9 +162,20 @@ static int parse_switch(const char *s, struct perf_opts *o)
 		if (inet_pton(AF_INET6, host + 1, gid) != 1)
 			return -1;
 	}
+	*port_out = (uint16_t)port;
+	return 0;
+}
+
+static int parse_switch(const char *s, struct perf_opts *o)
+{
+	if (o->sw_planes == (int)(sizeof(o->sws) / sizeof(o->sws[0])))
+		return -1;
+	if (parse_sw_addr(s, o->sws[o->sw_planes].gid, &o->sws[o->sw_planes].port,
+			  &o->sws[o->sw_planes].qpn))
+		return -1;
 	if (!o->sw)
-		o->sw = sw;
-	o->sws[o->sw_planes++].port = (uint16_t)port;
+		o->sw = s;
+	o->sw_planes++;
 	return 0;
 }
 
@@ -216,7 +227,7 @@ static int check_sizes(const struct perf_opts *o)
 int parse_opts(int argc, char **argv, struct perf_opts *o)
 {
 	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES, OPT_WINDOW, OPT_E2E, OPT_GID,
-	       OPT_PROGRESS, OPT_NO_PROGRESS };
+	       OPT_PROGRESS, OPT_NO_PROGRESS, OPT_SPINE };
 	static const struct option lo[] = {
 		{"minbytes", 1, NULL, 'b'},	{"maxbytes", 1, NULL, 'e'},
 		{"stepbytes", 1, NULL, 'i'},	{"stepfactor", 1, NULL, 'f'},
@@ -231,7 +242,8 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		{"window", 1, NULL, OPT_WINDOW}, {"e2e-ack", 0, NULL, OPT_E2E},
 		{"gid-index", 1, NULL, OPT_GID}, {"blocking", 1, NULL, 'z'},
 		{"progress", 0, NULL, OPT_PROGRESS}, {"no-progress", 0, NULL, OPT_NO_PROGRESS},
-		{"version", 0, NULL, 'V'},	{NULL, 0, NULL, 0},
+		{"version", 0, NULL, 'V'},	{"spine", 1, NULL, OPT_SPINE},
+		{NULL, 0, NULL, 0},
 	};
 	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
 	int c, node = -1, nodes = -1;
@@ -272,6 +284,10 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		case OPT_WINDOW: bad = parse_int(optarg, 1, 1 << 20, &o->window); break;
 		case OPT_E2E: o->e2e_ack = 1; break;
 		case OPT_GID: bad = parse_int(optarg, 0, 255, &o->gid_index); break;
+		case OPT_SPINE:
+			bad = parse_sw_addr(optarg, o->spine.gid, &o->spine.port, &o->spine.qpn);
+			o->have_spine = !bad;
+			break;
 		case OPT_BOOT: o->boot = optarg; break;
 		case OPT_NODE: bad = parse_int(optarg, 0, 63, &node); break;
 		case OPT_NODES: bad = parse_int(optarg, 1, 64, &nodes); break;
@@ -330,6 +346,15 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		snprintf(o->dev_buf, sizeof(o->dev_buf), "%.*s%d%s", (int)(pct - o->dev), o->dev,
 			 o->node, pct + 2);
 		o->dev = o->dev_buf;
+	}
+	if (o->have_spine && o->sw_planes < 2) {
+		fprintf(stderr, PROG ": --spine needs two or more leaf switches (-s)\n");
+		return 2;
+	}
+	if (o->have_spine && o->sw_planes > o->nodes) {
+		fprintf(stderr, PROG ": --spine: %d leaves for %d nodes leaves some leaf empty\n",
+			o->sw_planes, o->nodes);
+		return 2;
 	}
 	if (o->spin_us < 0)
 		o->spin_us = 2000;

@@ -42,6 +42,14 @@ struct perf_opts {
 		uint16_t port;
 		uint32_t qpn; /* -s .../QPN: the switch's UD QP on a verbs device */
 	} sws[8];
+	/* --spine: the -s switches are the leaves of one plane under this
+	 * spine (topology hierarchy), node i on leaf i * leaves / nodes. */
+	int have_spine;
+	struct {
+		uint8_t gid[16];
+		uint16_t port;
+		uint32_t qpn;
+	} spine;
 	int gid_index;	  /* --gid-index: this node's address in the GID table */
 	int progress;	  /* --progress: a line per size on stderr (node 0) */
 	char dev_buf[64]; /* -D with %d: the device of this node */

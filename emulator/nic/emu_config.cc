@@ -53,7 +53,9 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_EMU_READ_BURST", "64",
 	 "RDMA READ response packets a QP sends per engine pass", ConfigKind::uint, 1, 1u << 20},
 	{"IBV_COLL_EMU_IMPAIR", "",
-	 "test only: impair transmitted packets, e.g. drop=0.05,dup=0.01,reorder=0.01,seed=7",
+	 "test only: impair transmitted packets: drop=P,dup=P,reorder=P (probabilities), "
+	 "delay=T,jitter=T (one-way, e.g. 5ms, 200us), ce=P (fraction sent CE-marked), seed=N; "
+	 "e.g. drop=0.01,delay=2ms,ce=0.05,seed=7",
 	 ConfigKind::string},
 	{"IBV_COLL_EMU_ISA", "auto",
 	 "vector instructions for the reduce kernels: auto, scalar, avx2 or avx512 (read once per "
@@ -133,15 +135,16 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kVars[kSwConfig], &v)))
 		return err;
 	c.sw_config_ms = uint32_t(v);
-	std::string imp = util::config_text(kVars[kImpair]);
-	if (Impairment::parse(imp, &c.impair)) {
-		IBVC_ERR("config", "IBV_COLL_EMU_IMPAIR={}: expected drop=P,dup=P,reorder=P,seed=N",
-			 imp);
+	std::string imp = util::config_text(kVars[kImpair]), why;
+	if (Impairment::parse(imp, &c.impair, &why)) {
+		IBVC_ERR("config",
+			 "IBV_COLL_EMU_IMPAIR={}: {}; expected a comma-separated list of "
+			 "drop=P,dup=P,reorder=P,ce=P,delay=T,jitter=T,seed=N",
+			 imp, why);
 		return EINVAL;
 	}
 	if (c.impair.active())
-		IBVC_WARN("emu", "transmit impairment on: drop {} dup {} reorder {} seed {}",
-			  c.impair.drop, c.impair.dup, c.impair.reorder, c.impair.seed);
+		IBVC_WARN("emu", "transmit impairment on: {}", c.impair.str());
 	*out = c;
 	return 0;
 }

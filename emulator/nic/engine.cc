@@ -31,13 +31,13 @@ Engine::~Engine()
 		const CollCounters &c = n.coll;
 		const PortCounters &pc = n.port;
 		IBVC_INFO("emu",
-			  "{}: tx {} pkts {} B {} calls {} gso, rx {} pkts {} B {} calls {} gro, icrc errors {}, malformed {}, no qp {}, "
+			  "{}: tx {} pkts {} B {} calls {} gso, rx {} pkts {} B {} calls {} gro {} ce, icrc errors {}, malformed {}, no qp {}, "
 			  "bad source {}, bad state {}, rc: tx {} pkts {} B rx {} pkts {} B retrans {} timeouts {} "
 			  "seq naks {}/{} rnr naks {}/{} dup {}, coll: msgs {} failed {} fallbacks {} blocks {} data {}/{} "
 			  "result {}/{} retrans {}/{} dup {} early {}/{} stale {} bad key {} job {} "
 			  "block {} node {} malformed {} seg busy {} aborts {}/{} timeouts {}",
 			  params.name, pc.tx_packets, pc.tx_bytes, pc.tx_syscalls, pc.tx_gso, pc.rx_packets,
-			  pc.rx_bytes, pc.rx_syscalls, pc.rx_gro,
+			  pc.rx_bytes, pc.rx_syscalls, pc.rx_gro, pc.rx_ce,
 			  n.rx_icrc_err, n.rx_malformed, n.rx_no_qp, n.rx_bad_src, n.rx_bad_state,
 			  n.rc_tx_packets, n.rc_tx_bytes, n.rc_rx_packets, n.rc_rx_bytes, n.tx_retransmits,
 			  n.timeouts, n.seq_naks_sent, n.seq_naks_rcvd, n.rnr_naks_sent, n.rnr_naks_rcvd,
@@ -294,7 +294,9 @@ bool Engine::progress_locked()
 
 uint64_t Engine::next_deadline_locked() const
 {
-	uint64_t d = 0;
+	// Packets a delay impairment holds leave when due, at the pass the
+	// timer wakes.
+	uint64_t d = port ? port->tx_next_due() : 0;
 	for (const auto &kv : qps) {
 		const Qp &qp = *kv.second;
 		if (qp.state != QpState::rts)

@@ -44,6 +44,8 @@ struct PortCounters {
 	uint64_t tx_syscalls = 0, rx_syscalls = 0; // sendmmsg/recvmmsg (or post/poll) calls
 	uint64_t tx_gso = 0, rx_gro = 0;	    // super-packets sent/received
 	uint64_t impair_dropped = 0, impair_duplicated = 0, impair_reordered = 0;
+	uint64_t impair_delayed = 0, impair_delay_overflow = 0, impair_ce = 0;
+	uint64_t rx_ce = 0; // packets received with ECN CE, for congestion control
 };
 
 struct RxPacket {
@@ -51,6 +53,7 @@ struct RxPacket {
 	size_t len;    // to the end of the ICRC
 	Endpoint src;
 	IpAddr dst;
+	uint8_t ecn = 0; // the IP header's ECN bits, where the transport sees them
 };
 
 class Transport {
@@ -90,6 +93,10 @@ public:
 	// Up to kBatch received packets, without blocking; the buffers stay
 	// valid until the next call.
 	virtual unsigned rx_batch(RxPacket *out) = 0;
+	// When packets the transport holds back (a delay impairment) are due
+	// to leave, on util::now_ns()'s clock; 0 when it holds none.  Whoever
+	// sleeps wakes by then and calls tx_flush(), which sends what is due.
+	virtual uint64_t tx_next_due() const { return 0; }
 
 	// Collective QPs: a transport that addresses queue pairs (UdTransport)
 	// gives each its own number, which the engine then uses as the QP's;

@@ -1,6 +1,7 @@
 // The device's Ethernet port: a UDP socket carrying RoCEv2.
 #include "nic/udp_port.h"
 
+#include "util/clock.h"
 #include "util/config.h"
 #include "util/log.h"
 
@@ -44,40 +45,97 @@ IpAddr IpAddr::from_v4(uint32_t be_addr)
 	return a;
 }
 
-int Impairment::parse(const std::string &spec, Impairment *out)
+namespace {
+
+// "5ms", "200us", "0.01s", "0": a duration in nanoseconds.  A bare number
+// other than 0 is refused: netem users write units, and a guess would be
+// off by a factor of a thousand.
+bool parse_duration(const std::string &v, uint64_t *ns)
+{
+	char *end = nullptr;
+	double x = strtod(v.c_str(), &end);
+	if (end == v.c_str() || !(x >= 0) || x > 3600)
+		return false;
+	std::string unit(end);
+	double scale;
+	if (unit == "s")
+		scale = 1e9;
+	else if (unit == "ms")
+		scale = 1e6;
+	else if (unit == "us")
+		scale = 1e3;
+	else if (unit == "ns")
+		scale = 1;
+	else if (unit.empty() && x == 0)
+		scale = 0;
+	else
+		return false;
+	*ns = uint64_t(x * scale + 0.5);
+	return true;
+}
+
+} // namespace
+
+int Impairment::parse(const std::string &spec, Impairment *out, std::string *why)
 {
 	Impairment r;
 	std::stringstream ss(spec);
 	std::string item;
+	auto bad = [&](const std::string &what) {
+		if (why)
+			*why = what;
+		return EINVAL;
+	};
 	while (std::getline(ss, item, ',')) {
 		if (item.empty())
 			continue;
 		auto eq = item.find('=');
 		if (eq == std::string::npos)
-			return EINVAL;
+			return bad("'" + item + "' is not KEY=VALUE");
 		std::string k = item.substr(0, eq), v = item.substr(eq + 1);
 		char *end = nullptr;
 		if (k == "seed") {
 			uint64_t s;
 			if (!util::parse_uint(v.c_str(), &s))
-				return EINVAL;
+				return bad("seed=" + v + ": expected an unsigned integer");
 			r.seed = s;
+			continue;
+		}
+		if (k == "delay" || k == "jitter") {
+			uint64_t ns;
+			if (!parse_duration(v, &ns))
+				return bad(k + "=" + v + ": expected a time with a unit (s, ms, us, ns), "
+						      "at most 3600 s");
+			(k == "delay" ? r.delay_ns : r.jitter_ns) = ns;
 			continue;
 		}
 		double x = strtod(v.c_str(), &end);
 		if (end == v.c_str() || *end || !(x >= 0 && x <= 1))
-			return EINVAL;
+			return bad(k + "=" + v + ": expected a probability from 0 to 1");
 		if (k == "drop" || k == "loss")
 			r.drop = x;
 		else if (k == "dup")
 			r.dup = x;
 		else if (k == "reorder")
 			r.reorder = x;
+		else if (k == "ce")
+			r.ce = x;
 		else
-			return EINVAL;
+			return bad("unknown impairment '" + k +
+				   "' (drop, loss, dup, reorder, delay, jitter, ce, seed)");
 	}
+	if (r.jitter_ns > r.delay_ns)
+		return bad("jitter is larger than delay");
 	*out = r;
 	return 0;
+}
+
+std::string Impairment::str() const
+{
+	std::ostringstream o;
+	o << "drop=" << drop << ",dup=" << dup << ",reorder=" << reorder << ",delay=" << delay_ns / 1e3
+	  << "us,jitter=" << jitter_ns / 1e3 << "us,ce=" << ce << ",seed=" << seed;
+	return o.str();
 }
 
 struct UdpPort::Slot {
@@ -85,16 +143,19 @@ struct UdpPort::Slot {
 	iovec iov[3]; // headers, payload, trailer (or the whole packet in iov[0])
 	unsigned niov;
 	size_t len;   // the packet's bytes
+	bool ce;      // sent with ECN CE (the impairment marked it)
 	alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) +
-				      CMSG_SPACE(sizeof(in_pktinfo)) + CMSG_SPACE(sizeof(int))];
+				      CMSG_SPACE(sizeof(in_pktinfo)) + 2 * CMSG_SPACE(sizeof(int))];
 };
 
 namespace {
 
 // Control data of one outgoing datagram or GSO super-packet: the source
-// address and, for a super-packet, the segment size.
+// address, for a super-packet the segment size, and for CE-marked packets
+// the TOS or traffic class that replaces the socket's ECT(0).
 struct TxCtl {
-	alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(uint16_t))];
+	alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(uint16_t)) +
+				      CMSG_SPACE(sizeof(int))];
 };
 
 size_t pktinfo_space(const uint8_t *cbuf)
@@ -105,6 +166,34 @@ size_t pktinfo_space(const uint8_t *cbuf)
 }
 
 } // namespace
+
+// Fill cbuf (a TxCtl's) with a datagram's control messages; returns their
+// length.
+size_t UdpPort::build_ctl(const Slot &s, size_t gso_seg, uint8_t *cbuf)
+{
+	size_t len = pktinfo_space(s.cbuf);
+	memcpy(cbuf, s.cbuf, len);
+	if (gso_seg) {
+		cmsghdr *c = reinterpret_cast<cmsghdr *>(cbuf + len);
+		c->cmsg_level = SOL_UDP;
+		c->cmsg_type = UDP_SEGMENT;
+		c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+		uint16_t gs = uint16_t(gso_seg);
+		memcpy(CMSG_DATA(c), &gs, sizeof(gs));
+		len += CMSG_SPACE(sizeof(uint16_t));
+	}
+	if (s.ce) {
+		cmsghdr *c = reinterpret_cast<cmsghdr *>(cbuf + len);
+		const bool v4 = s.addr.sin6_family != AF_INET6 || IN6_IS_ADDR_V4MAPPED(&s.addr.sin6_addr);
+		c->cmsg_level = v4 ? IPPROTO_IP : IPPROTO_IPV6;
+		c->cmsg_type = v4 ? IP_TOS : IPV6_TCLASS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		int tos = kEcnCe;
+		memcpy(CMSG_DATA(c), &tos, sizeof(tos));
+		len += CMSG_SPACE(sizeof(int));
+	}
+	return len;
+}
 
 UdpPort::UdpPort() = default;
 UdpPort::~UdpPort()
@@ -186,6 +275,20 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 		int probe6 = IPV6_PMTUDISC_PROBE;
 		setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &probe6, sizeof(probe6));
 	}
+	// ECN-capable transport, as RoCEv2 NICs send (ECT(0)): a network that
+	// marks instead of dropping may then set CE, and the receiver learns
+	// the marks from each datagram's TOS or traffic class.  The ICRC masks
+	// these bits, so a mark does not break it.
+	int tos = kEcnEct0;
+	if (setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos)))
+		IBVC_INFO("port", "cannot send ECN-capable IPv4 (IP_TOS): {}", util::errstr(errno));
+	setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &on, sizeof(on));
+	if (v6_) {
+		if (setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof(tos)))
+			IBVC_INFO("port", "cannot send ECN-capable IPv6 (IPV6_TCLASS): {}",
+				  util::errstr(errno));
+		setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &on, sizeof(on));
+	}
 
 	// Segmentation offload: a run of equal-sized packets to one peer
 	// leaves in one send and, where the receiver asked for GRO, arrives in
@@ -202,6 +305,17 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 
 	imp_ = imp;
 	rng_.seed(imp.seed * 0x9e3779b97f4a7c15ull + port_);
+	dl_.clear();
+	dl_buf_.clear();
+	dl_head_ = dl_n_ = 0;
+	dl_last_due_ = 0;
+	if (imp.delay_ns) {
+		// Room for four socket buffers of packets in flight on the delay
+		// line (16 MiB by default): 10 ms at 10 Gbit/s.
+		size_t slots = std::max<size_t>(1024, size_t(4) * sockbuf / kMaxPacket);
+		dl_.resize(slots);
+		dl_buf_.assign(slots * kMaxPacket, 0);
+	}
 	tx_arena_.assign(size_t(kBatch + 1) * kMaxPacket, 0);
 	tx_cur_ = 0;
 	rx_arena_.assign(size_t(kRxMsgs) * kRxBuf, 0);
@@ -226,9 +340,10 @@ bool UdpPort::roll(double p)
 }
 
 // The next slot, addressed to dst from src; the caller sets its iovecs.
-UdpPort::Slot &UdpPort::new_slot(const Endpoint &dst, const IpAddr &src)
+UdpPort::Slot &UdpPort::new_slot(const Endpoint &dst, const IpAddr &src, bool ce)
 {
 	Slot &s = tx_[tx_n_];
+	s.ce = ce;
 	memset(&s.addr, 0, sizeof(s.addr));
 	if (v6_) {
 		s.addr.sin6_family = AF_INET6;
@@ -266,12 +381,13 @@ UdpPort::Slot &UdpPort::new_slot(const Endpoint &dst, const IpAddr &src)
 
 // Queue a whole packet, copying it into the current buffer if it is not
 // there already.
-void UdpPort::queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src)
+void UdpPort::queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src,
+		    bool ce)
 {
 	uint8_t *buf = tx_buf();
 	if (buf != data)
 		memcpy(buf, data, len);
-	Slot &s = new_slot(dst, src);
+	Slot &s = new_slot(dst, src, ce);
 	s.iov[0] = {buf, len};
 	s.niov = 1;
 	s.len = len;
@@ -296,18 +412,78 @@ void UdpPort::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
 			return;
 		}
 		bool dup = roll(imp_.dup);
-		queue(buf, len, dst, src);
+		emit(buf, len, dst, src);
 		if (dup) {
 			ctr_.impair_duplicated++;
-			queue(buf, len, dst, src);
+			emit(buf, len, dst, src);
 		}
 		if (have_held_) {
 			have_held_ = false;
-			queue(held_.data(), held_.size(), held_dst_, held_src_);
+			emit(held_.data(), held_.size(), held_dst_, held_src_);
 		}
 		return;
 	}
 	queue(buf, len, dst, src);
+}
+
+// A packet past the drop, reorder and duplicate impairments: onto the
+// delay line if there is one, else queued now; CE-marked by chance.
+void UdpPort::emit(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src)
+{
+	if (!dl_.empty()) {
+		delay_push(data, len, dst, src);
+		return;
+	}
+	bool ce = roll(imp_.ce);
+	ctr_.impair_ce += ce;
+	queue(data, len, dst, src, ce);
+}
+
+void UdpPort::delay_push(const uint8_t *data, size_t len, const Endpoint &dst,
+			 const IpAddr &src)
+{
+	if (dl_n_ == dl_.size()) {
+		if (!ctr_.impair_delay_overflow)
+			IBVC_WARN("port", "delay line full ({} packets): dropping", dl_.size());
+		ctr_.impair_delay_overflow++;
+		return;
+	}
+	uint64_t due = util::now_ns() + imp_.delay_ns;
+	if (imp_.jitter_ns)
+		due = due - imp_.jitter_ns +
+		      std::uniform_int_distribution<uint64_t>(0, 2 * imp_.jitter_ns)(rng_);
+	// Jitter without reordering (reordering is its own impairment): a
+	// packet never leaves before the one committed ahead of it.
+	due = std::max(due, dl_last_due_);
+	dl_last_due_ = due;
+	size_t at = (dl_head_ + dl_n_) % dl_.size();
+	bool ce = roll(imp_.ce);
+	ctr_.impair_ce += ce;
+	dl_[at] = Delayed{due, uint32_t(len), ce, dst, src};
+	memcpy(dl_buf_.data() + at * kMaxPacket, data, len);
+	dl_n_++;
+	ctr_.impair_delayed++;
+}
+
+// Queue the packets whose time has come, sending whenever the batch fills.
+void UdpPort::delay_release()
+{
+	if (!dl_n_)
+		return;
+	const uint64_t now = util::now_ns();
+	while (dl_n_ && dl_[dl_head_].due <= now) {
+		if (tx_n_ == kBatch)
+			send_queued();
+		const Delayed &d = dl_[dl_head_];
+		queue(dl_buf_.data() + dl_head_ * kMaxPacket, d.len, d.dst, d.src, d.ce);
+		dl_head_ = (dl_head_ + 1) % dl_.size();
+		dl_n_--;
+	}
+}
+
+uint64_t UdpPort::tx_next_due() const
+{
+	return dl_n_ ? dl_[dl_head_].due : 0;
 }
 
 void UdpPort::tx_commit_split(size_t hdr_len, const uint8_t *payload, size_t paylen,
@@ -339,8 +515,14 @@ void UdpPort::tx_flush()
 {
 	if (have_held_) {
 		have_held_ = false;
-		queue(held_.data(), held_.size(), held_dst_, held_src_);
+		emit(held_.data(), held_.size(), held_dst_, held_src_);
 	}
+	delay_release();
+	send_queued();
+}
+
+void UdpPort::send_queued()
+{
 	if (!tx_n_)
 		return;
 	mmsghdr msgs[kBatch];
@@ -360,7 +542,7 @@ void UdpPort::tx_flush()
 		// exactly seg bytes, within the kernel's segment and size limits.
 		while (gso_ && j < tx_n_ && j - i < 64 && tx_[j].len <= seg &&
 		       tx_[j - 1].len == seg && total + tx_[j].len <= kGsoMax &&
-		       memcmp(&tx_[j].addr, &s.addr, sizeof(s.addr)) == 0 &&
+		       tx_[j].ce == s.ce && memcmp(&tx_[j].addr, &s.addr, sizeof(s.addr)) == 0 &&
 		       memcmp(tx_[j].cbuf, s.cbuf, pi) == 0) {
 			total += tx_[j].len;
 			j++;
@@ -374,19 +556,9 @@ void UdpPort::tx_flush()
 		m.msg_name = &s.addr;
 		m.msg_namelen = v6_ ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
 		m.msg_iovlen = size_t(&iovs[niov] - m.msg_iov);
-		memcpy(ctl[nmsg].cbuf, s.cbuf, pi);
 		m.msg_control = ctl[nmsg].cbuf;
-		m.msg_controllen = pi;
-		if (j - i > 1) {
-			cmsghdr *c = reinterpret_cast<cmsghdr *>(ctl[nmsg].cbuf + pi);
-			c->cmsg_level = SOL_UDP;
-			c->cmsg_type = UDP_SEGMENT;
-			c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-			uint16_t gs = uint16_t(seg);
-			memcpy(CMSG_DATA(c), &gs, sizeof(gs));
-			m.msg_controllen = pi + CMSG_SPACE(sizeof(uint16_t));
-			ctr_.tx_gso++;
-		}
+		m.msg_controllen = build_ctl(s, j - i > 1 ? seg : 0, ctl[nmsg].cbuf);
+		ctr_.tx_gso += j - i > 1;
 		first[nmsg++] = i;
 		i = j;
 	}
@@ -412,9 +584,11 @@ void UdpPort::tx_flush()
 			gso_ = false;
 			for (unsigned k = first[done]; k < first[done + 1]; k++) {
 				msghdr one = m;
+				TxCtl c1;
 				one.msg_iov = tx_[k].iov;
 				one.msg_iovlen = tx_[k].niov;
-				one.msg_controllen = pktinfo_space(tx_[k].cbuf);
+				one.msg_control = c1.cbuf;
+				one.msg_controllen = build_ctl(tx_[k], 0, c1.cbuf);
 				if (sendmsg(fd_.get(), &one, 0) < 0)
 					ctr_.tx_errors++;
 			}
@@ -522,6 +696,7 @@ unsigned UdpPort::rx_fill()
 		}
 		bool have_dst = false;
 		size_t seg = 0;
+		p.ecn = 0;
 		for (cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
 			if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
 				in_pktinfo pi;
@@ -537,6 +712,15 @@ unsigned UdpPort::rx_fill()
 				int gs;
 				memcpy(&gs, CMSG_DATA(c), sizeof(gs));
 				seg = gs > 0 ? size_t(gs) : 0;
+			} else if ((c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) ||
+				   (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS)) {
+				// IP_TOS comes as one byte, IPV6_TCLASS as an int.
+				int tc = 0;
+				if (c->cmsg_len >= CMSG_LEN(sizeof(int)))
+					memcpy(&tc, CMSG_DATA(c), sizeof(tc));
+				else
+					tc = *CMSG_DATA(c);
+				p.ecn = uint8_t(tc & kEcnMask);
 			}
 		}
 		if (!have_dst) {
@@ -554,6 +738,7 @@ unsigned UdpPort::rx_fill()
 			p.data = base + off;
 			p.len = std::min(seg, len - off);
 			rx_pending_.push_back(p);
+			ctr_.rx_ce += p.ecn == kEcnCe;
 			ctr_.rx_packets++;
 			ctr_.rx_bytes += p.len;
 		}

@@ -1,8 +1,9 @@
 // The device's Ethernet port: one UDP socket carrying RoCEv2, batched
 // sends (sendmmsg, with UDP segmentation offload for runs of equal-sized
 // packets to one peer) and receives (recvmmsg, with UDP GRO), and the
-// test-only impairment hook that drops, duplicates and reorders outgoing
-// packets.
+// test-only impairment hook that drops, duplicates, reorders, delays and
+// CE-marks outgoing packets.  Every packet leaves ECN-capable (ECT(0)), as
+// a RoCEv2 NIC's do, and received CE marks are counted.
 #pragma once
 
 #include "nic/transport.h"
@@ -19,13 +20,26 @@
 namespace ibv_coll::emu {
 
 // Test-only impairment of the transmit path, from IBV_COLL_EMU_IMPAIR
-// ("drop=0.05,dup=0.01,reorder=0.01,seed=7").
+// ("drop=0.05,dup=0.01,reorder=0.01,delay=5ms,jitter=1ms,ce=0.1,seed=7").
+// The network this machine's kernel can build (tbf/htb queues) has no
+// delay, random loss or ECN marking, so those come from here.
 struct Impairment {
 	double drop = 0, dup = 0, reorder = 0;
+	double ce = 0;		 // fraction of packets sent with CE instead of ECT(0)
+	uint64_t delay_ns = 0;	 // one-way delay added to every packet
+	uint64_t jitter_ns = 0;	 // uniform +-jitter on it, order kept
 	uint64_t seed = 1;
-	bool active() const { return drop > 0 || dup > 0 || reorder > 0; }
-	static int parse(const std::string &spec, Impairment *out);
+	bool active() const
+	{
+		return drop > 0 || dup > 0 || reorder > 0 || ce > 0 || delay_ns || jitter_ns;
+	}
+	// 0, or EINVAL with *why (if given) naming the offending item.
+	static int parse(const std::string &spec, Impairment *out, std::string *why = nullptr);
+	std::string str() const;
 };
+
+// ECN codepoints (RFC 3168) in the low two bits of TOS / traffic class.
+constexpr uint8_t kEcnMask = 3, kEcnEct0 = 2, kEcnCe = 3;
 
 class UdpPort final : public Transport {
 public:
@@ -69,13 +83,32 @@ public:
 	bool gso() const { return gso_; }
 
 	const PortCounters &counters() const override { return ctr_; }
+	uint64_t tx_next_due() const override;
+
+	// Slots in the delay line: packets a delay impairment holds.  Beyond
+	// it, packets are dropped and counted, as a full queue would.
+	size_t delay_capacity() const { return dl_.size(); }
 
 private:
 	struct Slot;
+	// A packet on the delay line; its bytes are in dl_buf_.
+	struct Delayed {
+		uint64_t due;
+		uint32_t len;
+		bool ce;
+		Endpoint dst;
+		IpAddr src;
+	};
+	static size_t build_ctl(const Slot &s, size_t gso_seg, uint8_t *cbuf);
+	void emit(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src);
+	void delay_push(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src);
+	void delay_release();
+	void send_queued();
 	unsigned rx_fill();
 	void group_by_peer();
-	void queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src);
-	Slot &new_slot(const Endpoint &dst, const IpAddr &src);
+	void queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src,
+		   bool ce = false);
+	Slot &new_slot(const Endpoint &dst, const IpAddr &src, bool ce = false);
 	uint8_t *cur_buf() { return tx_arena_.data() + size_t(tx_cur_) * kMaxPacket; }
 	bool roll(double p);
 
@@ -101,6 +134,13 @@ private:
 	Endpoint held_dst_;
 	IpAddr held_src_;
 	bool have_held_ = false;
+	// The delay line: a ring of kMaxPacket slots (dl_buf_) with their
+	// headers (dl_), allocated when a delay is configured; due times never
+	// decrease, so the head is always the next to leave.
+	std::vector<Delayed> dl_;
+	std::vector<uint8_t> dl_buf_;
+	size_t dl_head_ = 0, dl_n_ = 0;
+	uint64_t dl_last_due_ = 0;
 	PortCounters ctr_;
 };
 

@@ -7,6 +7,7 @@
 #include "wire/icrc.h"
 #include "wire/roce.h"
 
+#include <poll.h>
 #include <sys/epoll.h>
 
 #include <nlohmann/json.hpp>
@@ -94,8 +95,17 @@ void Switch::run(const std::atomic<bool> &stop)
 
 void Switch::wait(int ms)
 {
-	epoll_event ev;
-	epoll_wait(epfd_.get(), &ev, 1, ms);
+	// Sleep no later than packets a delay impairment holds are due, to
+	// the nanosecond: ppoll on the epoll descriptor, which is readable
+	// when the port is.
+	uint64_t wait_ns = uint64_t(ms) * util::kNsPerMs;
+	if (uint64_t due = port_->tx_next_due()) {
+		uint64_t now = util::now_ns();
+		wait_ns = std::min(wait_ns, due > now ? due - now : 0);
+	}
+	timespec ts{time_t(wait_ns / 1000000000ull), long(wait_ns % 1000000000ull)};
+	pollfd pfd{epfd_.get(), POLLIN, 0};
+	ppoll(&pfd, 1, &ts, nullptr);
 }
 
 bool Switch::poll_once()

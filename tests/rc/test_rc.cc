@@ -434,3 +434,56 @@ TEST_F(RcImpaired, ManyWrsInFlight)
 			<< "write " << i;
 	}
 }
+
+// A one-way delay on both sides: an RDMA WRITE completes only after its
+// ACK, so no sooner than the round trip (twice the delay); and the delay
+// line holds packets without holding up the engine, so many WRITEs posted
+// together complete within a few round trips, not one round trip each.
+class RcDelayed : public RcFixture {
+protected:
+	void SetUp() override
+	{
+		if (!test_device_is_emulated())
+			GTEST_SKIP() << "IBV_COLL_EMU_IMPAIR acts on crxe's emulated NIC only; "
+				     << test_device_name() << " is a real device";
+		setenv("IBV_COLL_EMU_IMPAIR", kSpec, 1);
+	}
+	void TearDown() override
+	{
+		RcFixture::TearDown();
+		unsetenv("IBV_COLL_EMU_IMPAIR");
+	}
+	static constexpr const char *kSpec = "delay=25ms";
+	static constexpr auto kRtt = std::chrono::milliseconds(50);
+};
+
+TEST_F(RcDelayed, PingTakesTheRoundTripAndWritesPipeline)
+{
+	RcOptions o = opts(IBV_MTU_1024, 1 << 20);
+	o.timeout = 17; // 537 ms: well beyond the 50 ms round trip
+	start(o, {std::string("IBV_COLL_EMU_IMPAIR=") + kSpec});
+	using clk = std::chrono::steady_clock;
+	fill_pattern(ep.buf, 64, 71);
+	auto t0 = clk::now();
+	ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE, 0, 64, peer.addr, peer.rkey, 1), 0);
+	expect_success(next_wc(), IBV_COLL_WC_RDMA_WRITE, 1);
+	auto ping = clk::now() - t0;
+	EXPECT_GE(ping, kRtt) << "a WRITE completed before its ACK could have come back";
+	EXPECT_EQ(cmd(kCheck, 71, 0, 64).status, 0);
+
+	constexpr int kWrites = 16;
+	for (int i = 0; i < kWrites; i++)
+		fill_pattern(ep.buf + i * 16384, 16384, 100 + i);
+	t0 = clk::now();
+	for (int i = 0; i < kWrites; i++)
+		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE, i * 16384, 16384,
+				       peer.addr + i * 16384, peer.rkey, 10 + i),
+			  0);
+	for (int i = 0; i < kWrites; i++)
+		expect_success(next_wc(), IBV_COLL_WC_RDMA_WRITE, 10 + i);
+	auto all = clk::now() - t0;
+	EXPECT_GE(all, kRtt);
+	EXPECT_LT(all, 6 * kRtt) << "the writes waited for each other's round trips";
+	for (int i = 0; i < kWrites; i++)
+		EXPECT_EQ(cmd(kCheck, 100 + i, i * 16384, 16384).status, 0) << "write " << i;
+}
