@@ -21,6 +21,8 @@
 
 #include <ibv_coll/ibv_coll.h>
 
+#include "ibvc_version.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
@@ -695,13 +697,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{"ib-dev", 1, NULL, 'd'},   {"ib-port", 1, NULL, 'i'},	 {"gid-index", 1, NULL, 'x'},
 		{"mtu", 1, NULL, 'm'},	    {"port", 1, NULL, 'p'},	 {"connection", 1, NULL, 'c'},
 		{"report_gbits", 0, NULL, OPT_GBITS}, {"test", 1, NULL, OPT_TEST},
-		{"help", 0, NULL, 'h'},	    {NULL, 0, NULL, 0},
+		{"help", 0, NULL, 'h'},	    {"version", 0, NULL, 'V'},
+		{NULL, 0, NULL, 0},
 	};
 	*o = (struct opts){.tcp_port = 18515, .ib_port = 1, .depth = 128, .qps = 1, .iters = 5000,
 			   .size = 65536, .test = TEST_WRITE};
 	int c;
 	unsigned long v;
-	while ((c = getopt_long(argc, argv, "s:an:D:t:q:d:i:x:m:p:c:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:an:D:t:q:d:i:x:m:p:c:hV", lo, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
 		case 's': bad = num(optarg, 1, 1ul << 31, &v); o->size = v; break;
@@ -722,6 +725,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->test = strcmp(optarg, "send") ? TEST_WRITE : TEST_SEND;
 			break;
 		case 'h': usage(stdout); return 0;
+		case 'V': return ibvc_print_version(PROG, ibv_coll_version()) ? 1 : 0;
 		default: usage(stderr); return 2;
 		}
 		if (bad) {

@@ -61,7 +61,7 @@ bad_values)
 	IBVC_RANKS_PER_NODE=zero bad_value IBVC_RANKS_PER_NODE zero "$allreduce" -b unix:$dir/s -i 0 -n 1
 	;;
 wrong_device)
-	for c in "$allreduce -b unix:$dir/s -i 0 -n 1 -d mlx5_0" "$perf -D mlx5_0 -b 8 -e 8"; do
+	for c in "$allreduce -b unix:$dir/s -i 0 -n 1 -d mlx5_0" "$perf --nodes 1 -D mlx5_0 -b 8 -e 8"; do
 		# shellcheck disable=SC2086
 		cmd $c
 		[ "$rc" -ne 0 ] || fail "status 0 with no such device"
@@ -95,22 +95,22 @@ lone_member)
 	grep -q "nodes 1, 2 never connected" "$dir/err" || fail "node 0: no clear time-out"
 	;;
 perf_sizes)
-	cmd "$perf" -b 3 -e 64 -n 1 -w 0
+	cmd "$perf" --nodes 1 -b 3 -e 64 -n 1 -w 0
 	[ "$rc" -eq 2 ] || fail "-b 3 with 4-byte floats: status $rc"
 	grep -q -- "-b 3 is less than one float element" "$dir/err" || fail "no reason given"
 	grep -q "^ *0  " "$dir/out" && fail "a row of size 0"
-	cmd "$perf" -b 0 -e 2 -n 1 -w 0
+	cmd "$perf" --nodes 1 -b 0 -e 2 -n 1 -w 0
 	[ "$rc" -eq 2 ] || fail "-e 2: status $rc"
-	cmd "$perf" -d int8 -b 3 -e 3 -n 1 -w 0
+	cmd "$perf" --nodes 1 -d int8 -b 3 -e 3 -n 1 -w 0
 	[ "$rc" -eq 0 ] || fail "-b 3 of int8: status $rc"
 	grep -q "^ *3  *3 " "$dir/out" || fail "no row of 3 int8 elements"
 	# -b 0 asks for the empty collective: its row is wanted.
-	cmd "$perf" -b 0 -e 0 -n 1 -w 0
+	cmd "$perf" --nodes 1 -b 0 -e 0 -n 1 -w 0
 	[ "$rc" -eq 0 ] || fail "-b 0: status $rc"
 	grep -q "^ *0  *0 " "$dir/out" || fail "no row of size 0 for -b 0"
 	;;
 progress)
-	cmd "$perf" -b 8 -e 64 -f 2 -n 1 -w 0 --progress
+	cmd "$perf" --nodes 1 -b 8 -e 64 -f 2 -n 1 -w 0 --progress
 	[ "$rc" -eq 0 ] || fail "status $rc"
 	cp "$dir/out" "$dir/with"
 	for i in 1 2 3 4; do
@@ -118,15 +118,15 @@ progress)
 			fail "no progress line $i/4"
 	done
 	grep -q "\[1/4\]" "$dir/out" && fail "progress on stdout"
-	cmd "$perf" -b 8 -e 64 -f 2 -n 1 -w 0
+	cmd "$perf" --nodes 1 -b 8 -e 64 -f 2 -n 1 -w 0
 	[ -s "$dir/err" ] && fail "progress without --progress and without a terminal"
 	# The table is the same but for the times: compare sizes and counts.
 	[ "$(awk '!/^#/ {print $1, $2}' "$dir/out")" = "$(awk '!/^#/ {print $1, $2}' "$dir/with")" ] ||
 		fail "stdout differs with --progress"
 	# Under ibv_coll_run on a terminal (it says so), progress by default.
-	IBVC_RUN_STDERR_TTY=1 cmd "$perf" -b 8 -e 8 -n 1 -w 0
+	IBVC_RUN_STDERR_TTY=1 cmd "$perf" --nodes 1 -b 8 -e 8 -n 1 -w 0
 	grep -q "\[1/1\]" "$dir/err" || fail "no progress when ibv_coll_run's stderr is a tty"
-	IBVC_RUN_STDERR_TTY=1 cmd "$perf" -b 8 -e 8 -n 1 -w 0 --no-progress
+	IBVC_RUN_STDERR_TTY=1 cmd "$perf" --nodes 1 -b 8 -e 8 -n 1 -w 0 --no-progress
 	[ -s "$dir/err" ] && fail "progress with --no-progress"
 	;;
 config)
