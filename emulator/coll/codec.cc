@@ -76,6 +76,7 @@ void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, u
 	bth.store(buf);
 	Ceth h = h0;
 	h.len = uint16_t(ext_len + pl.len);
+	h.inc = job.inc;
 	h.store(buf + kBthBytes);
 	const size_t hdr = kBthBytes + kCethBytes + ext_len;
 	if (ext_len)
@@ -119,6 +120,14 @@ void CollEngine::on_packet(const InPacket &ip)
 		ctr.bad_job++;
 		return;
 	}
+	if (p.h.inc != job.inc) {
+		// From before the job was given to this QP again (or a member
+		// that has not been reset yet): never mixed with this one's.
+		ctr.stale_dropped++;
+		IBVC_TRACE("coll", "{}: qp {:#x}: incarnation {} packet {:#x} mid {} dropped (ours {})",
+			   e_.params.name, qp.qpn, p.h.inc, p.kind, p.h.mid, job.inc);
+		return;
+	}
 	if (p.h.src_node == sw::kNodeSwitch) {
 		// From one of the job's switches, or forged.
 		bool known = false;
@@ -160,7 +169,7 @@ void CollEngine::on_packet(const InPacket &ip)
 		ctr.aborts_rcvd++;
 		if (job.active && job.active->mid == p.h.mid) {
 			fail(qp, job, CollStatus::remote_abort, false, "a member aborted the collective");
-		} else if (p.h.mid > job.last_mid) {
+		} else if (job.ahead(p.h.mid)) {
 			job.aborted_mid = p.h.mid;
 			job.abort_status = CollStatus::remote_abort;
 		}

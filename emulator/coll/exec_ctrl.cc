@@ -64,6 +64,11 @@ int CollEngine::configure(Qp &qp, const JobConfig &in)
 	job->pdn = qp.pdn;
 	job->qpn = qp.qpn;
 	job->owner = next_owner_++;
+	// Every member counts the times its QP was given the job (RESET ->
+	// INIT -> RTR with the job, once per cycle), so after a failure the
+	// members, reset at their own pace, agree on the new incarnation and
+	// tell its packets from the old one's.
+	job->inc = ++qp.coll_inc;
 	qp.job = std::move(job);
 	return 0;
 }

@@ -46,6 +46,8 @@ struct SwitchCounters {
 	uint64_t configs = 0, grants = 0, denials = 0, releases = 0;
 	uint64_t drop_icrc = 0, drop_malformed = 0, drop_key = 0, drop_job = 0, drop_node = 0;
 	uint64_t drop_block = 0, drop_stale = 0, drop_busy = 0;
+	uint64_t drop_incarnation = 0; // another incarnation's packets (a job given again)
+	uint64_t incarnations = 0;     // a new incarnation took the job's place
 	void add(const SwitchCounters &o);
 };
 
@@ -81,6 +83,7 @@ private:
 	};
 	struct Job {
 		uint32_t jid = 0;
+		uint32_t inc = 0; // the incarnation it serves (wire::Ceth::inc)
 		uint64_t key = 0;
 		uint16_t nodes = 0;
 		uint64_t members = 0, subtree = 0;
@@ -114,6 +117,7 @@ private:
 
 	void handle(const RxPacket &rx);
 	Job *job_for(const In &p, const sw::Task *t, bool create);
+	bool init_job(Job &j, const In &p, const sw::Task &t);
 	Child *child_of(Job &j, const Endpoint &ep);
 	int add_child(Job &j, const In &p, const sw::Task &t);
 	void on_config(const In &p);

@@ -49,6 +49,8 @@ struct Ceth {
 	uint32_t jid = 9, mid = 1, sid = 0;
 	uint16_t seg = 0, len = 0;
 	uint64_t node_map = 0, rank_map = 1, key = 0;
+	uint32_t inc = 1; // the device's QP was given its job once
+	uint32_t seq = 0;
 };
 
 struct Packet {
@@ -110,6 +112,8 @@ public:
 		put64(r, h.node_map);
 		put64(r, h.rank_map);
 		put64(r, h.key);
+		put32(r, h.inc);
+		put32(r, h.seq);
 		r.insert(r.end(), payload.begin(), payload.end());
 		r.insert(r.end(), size_t(extra_payload) + pad, 0);
 		uint32_t crc = ref_icrc(false, kLo, kLo, port_, to_port, r);
@@ -135,7 +139,7 @@ public:
 		sockaddr_in a{};
 		socklen_t l = sizeof(a);
 		ssize_t n = recvfrom(fd_, b, sizeof(b), 0, reinterpret_cast<sockaddr *>(&a), &l);
-		if (n < 12 + 48 + 4)
+		if (n < 12 + 56 + 4)
 			return false;
 		p->opcode = b[0];
 		p->dqpn = be32(b + 4) & 0xffffff;
@@ -157,8 +161,10 @@ public:
 		h.node_map = be64(c + 24);
 		h.rank_map = be64(c + 32);
 		h.key = be64(c + 40);
+		h.inc = be32(c + 48);
+		h.seq = be32(c + 52);
 		uint32_t pad = (b[1] >> 4) & 3;
-		p->payload.assign(b + 60, b + n - 4 - pad);
+		p->payload.assign(b + 68, b + n - 4 - pad);
 		std::vector<uint8_t> roce(b, b + n - 4);
 		uint32_t crc = uint32_t(b[n - 4]) | uint32_t(b[n - 3]) << 8 | uint32_t(b[n - 2]) << 16 |
 			       uint32_t(b[n - 1]) << 24;
@@ -282,6 +288,8 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	EXPECT_EQ(p.h.src_node, 0);
 	EXPECT_EQ(p.h.node_map, 1u);
 	EXPECT_EQ(p.h.key, kKey);
+	EXPECT_EQ(p.h.inc, 1u) << "the QP's first job is incarnation 1";
+	EXPECT_EQ(p.h.seq, 0u) << "seq numbers switch-path blocks only";
 	EXPECT_EQ(p.h.len, 4);
 	EXPECT_EQ(first_i32(p.payload), 10);
 
@@ -312,6 +320,11 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	x = h;
 	x.src_node = 0;
 	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // poses as node 0
+	x = h;
+	x.inc = 0;
+	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // an earlier incarnation's
+	x.inc = 2;
+	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // a later one's
 	fake.send(dev_port, 0xe0, qp->qp_num, h, i32({1000}), false, 4); // longer than its len
 	stranger.send(dev_port, 0xe0, qp->qp_num, h, i32({1000})); // not a member's address
 	usleep(100000);
@@ -323,6 +336,7 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	EXPECT_EQ(c1.coll_bad_block - c0.coll_bad_block, 1u);
 	EXPECT_EQ(c1.coll_bad_node - c0.coll_bad_node, 2u);
 	EXPECT_EQ(c1.coll_malformed - c0.coll_malformed, 3u);
+	EXPECT_EQ(c1.coll_stale - c0.coll_stale, 2u) << "other incarnations' blocks";
 	EXPECT_EQ(c1.coll_reductions - c0.coll_reductions, 0u) << "a forged block was reduced";
 	// QUERY: nothing was accepted.
 	ibv_coll_send_wr q{};
