@@ -231,6 +231,7 @@ struct CollJob {
 	uint32_t inc = 0;	  // incarnation: the QP's count of jobs given it (wire::Ceth::inc)
 	uint32_t last_mid = 0;	  // most recent finished (or failed) message; 0: none yet
 	uint32_t aborted_mid = 0; // a member aborted this message before we ran it (0: none)
+	bool superseded = false;  // a later incarnation runs elsewhere: fail what starts
 	CollStatus abort_status = CollStatus::remote_abort;
 	std::deque<MsgRecord> history; // recent messages, for QUERY
 	std::unordered_map<EarlyKey, uint32_t, EarlyKeyHash> early; // blocks kept for later messages

@@ -160,6 +160,9 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 		return fail(qp, job, CollStatus::local_err, true, "wrong number of buffers");
 	if (job.aborted_mid == m.mid)
 		return fail(qp, job, job.abort_status, false, "a member aborted it before it started");
+	if (job.superseded)
+		return fail(qp, job, CollStatus::remote_abort, true,
+			    "the job was given again to another member (a later incarnation)");
 	if (!segs_.reserve(c.seg_base, c.seg_count, job.owner))
 		return fail(qp, job, CollStatus::buffer_err, true,
 			    "its Seg units are held by another job's collective");

@@ -236,6 +236,8 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 	if (p.h.inc != j.inc) {
 		if (!create || !t || !seq_after(p.h.inc, j.inc)) {
 			j.ctr.drop_incarnation++;
+			if (seq_after(j.inc, p.h.inc))
+				tell_superseded(j, p, t);
 			return nullptr;
 		}
 		Job fresh;
@@ -248,6 +250,7 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 		free_units(j);
 		fresh.ctr = j.ctr;
 		fresh.ctr.incarnations++;
+		fresh.retired = std::move(j.children);
 		j = std::move(fresh);
 		return &j;
 	}
@@ -257,6 +260,40 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 		return nullptr;
 	}
 	return &j;
+}
+
+// A member still in an older incarnation sends us its DATA or CONFIG:
+// tell it at once that the job has moved on (an ABORT flagged SUPERSEDED,
+// in its own incarnation), so that it fails its collective, is reset and
+// joins the new incarnation before the others' first collective of it
+// times out waiting for it.
+void Switch::tell_superseded(Job &j, const In &p, const sw::Task *t)
+{
+	if (p.h.src_node == sw::kNodeSwitch || (p.kind != kCollData && p.kind != kCollConfig))
+		return;
+	uint32_t qpn = 0;
+	IpAddr local = p.dst;
+	bool known = t != nullptr;
+	if (t)
+		qpn = t->qpn;
+	for (const Child &c : j.retired) {
+		if (c.ep == p.src) {
+			qpn = c.qpn;
+			local = c.local;
+			known = true;
+		}
+	}
+	if (!known)
+		return;
+	Ceth h;
+	h.src_node = sw::kNodeSwitch;
+	h.jid = j.jid;
+	h.mid = p.h.mid;
+	h.status = 3; // CollStatus::remote_abort
+	h.flags = kCethSuperseded;
+	h.inc = p.h.inc;
+	h.job_key = j.key;
+	send_to(j, p.src, local, qpn, kCollAbort, h, nullptr, nullptr, 0);
 }
 
 Switch::Child *Switch::child_of(Job &j, const Endpoint &ep)
@@ -371,7 +408,10 @@ void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qp
 	size_t off = kBthBytes + kCethBytes;
 	uint32_t tlen = task ? uint32_t(sw::kTaskBytes) : 0;
 	h.len = uint16_t(len + tlen);
-	h.inc = j.inc;
+	// Every packet carries the incarnation the switch serves, but the
+	// ABORT that tells a member of an older one so, which carries its.
+	if (!(h.flags & kCethSuperseded) || kind != kCollAbort)
+		h.inc = j.inc;
 	h.store(buf + kBthBytes);
 	if (task)
 		memcpy(buf + off, task, tlen);

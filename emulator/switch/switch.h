@@ -103,6 +103,7 @@ private:
 		std::vector<std::vector<Stash>> stash;
 		uint64_t last_seen = 0;
 		uint32_t released = 0; // children that said goodbye
+		std::vector<Child> retired; // the previous incarnation's children
 		SwitchCounters ctr;
 	};
 	struct In {
@@ -118,6 +119,7 @@ private:
 	void handle(const RxPacket &rx);
 	Job *job_for(const In &p, const sw::Task *t, bool create);
 	bool init_job(Job &j, const In &p, const sw::Task &t);
+	void tell_superseded(Job &j, const In &p, const sw::Task *t);
 	Child *child_of(Job &j, const Endpoint &ep);
 	int add_child(Job &j, const In &p, const sw::Task &t);
 	void on_config(const In &p);

@@ -60,6 +60,7 @@ enum CethFlags : uint8_t {
 	kCethRetrans = 1 << 1,	// sent again after a timeout
 	kCethInPlace = 1 << 2,
 	kCethPending = 1 << 3,	// CONFIG_ACK: heard, still waiting for the rest of the subtree
+	kCethSuperseded = 1 << 4, // ABORT: the job was given again; the receiver's incarnation is over
 };
 
 struct Ceth {

@@ -88,7 +88,12 @@ void mids_scenario(std::vector<Case> &v, uint32_t K)
 // A job given again after a failure: node 0 deregisters its buffers under
 // the first allreduce, which fails everywhere; every node then resets its
 // QP and installs the same job at its own pace (the late node after
-// late_ms), no barrier, and runs the rest.
+// late_ms), no barrier, and runs the rest.  "recover_quiet": node 0 moves
+// its QP to ERR instead, which tells no one: the others learn that their
+// incarnation is over from the new one's packets or the switch.
+// "recover_one": the first allreduce succeeds, then node 0 alone gives
+// its QP the job again; the others, still in the old incarnation, must see
+// their next collective fail at once, and recover in turn.
 void recover_scenario(std::vector<Case> &v, uint32_t K)
 {
 	v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 300000, 0, 0});
@@ -178,7 +183,8 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 1000, 0, 0});
 	} else if (o.scenario == "mids") {
 		mids_scenario(v, K);
-	} else if (o.scenario == "recover") {
+	} else if (o.scenario == "recover" || o.scenario == "recover_quiet" ||
+		   o.scenario == "recover_one") {
 		recover_scenario(v, K);
 	} else if (o.scenario == "die") {
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 8u << 20, 0,
@@ -470,6 +476,7 @@ int main(int argc, char **argv)
 
 	int failures = 0;
 	bool failing_scenario = false; // ended by the expected error completion
+	bool old_incarnation = false;  // recover: c0 completed here, the job moved on
 	uint32_t mid = 0;
 	for (size_t ci = 0; ci < cases.size(); ci++) {
 		const Case &cs = cases[ci];
@@ -514,11 +521,21 @@ int main(int argc, char **argv)
 		// The MID it must complete with: the explicit one, or the last
 		// plus one, 0 skipped.
 		mid = cs.mid ? cs.mid : mid == UINT32_MAX ? 1 : mid + 1;
+		const bool recover = o.scenario == "recover" || o.scenario == "recover_quiet" ||
+				     o.scenario == "recover_one";
 		if (o.scenario == "recover" && ci == 0 && o.node == 0) {
 			// Pull the buffers from under the running collective.
 			if (int err = ibv_dereg_coll_mr(mr))
 				die("dereg mr", err);
 			mr = nullptr;
+		}
+		if (o.scenario == "recover_quiet" && ci == 0 && o.node == 0) {
+			// At once: it must not complete here (it cannot without
+			// the others).
+			ibv_coll_qp_attr ea{};
+			ea.qp_state = IBV_QPS_ERR;
+			if (int err = ibv_modify_coll_qp(qp, &ea, IBV_COLL_QP_STATE))
+				die("ERR", err);
 		}
 		if (o.scenario == "die" && o.node == 2) {
 			usleep(30000);
@@ -548,14 +565,29 @@ int main(int argc, char **argv)
 			failing_scenario = true;
 			break;
 		}
-		if (o.scenario == "recover" && ci == 0) {
-			printf("node %d: %s / %s after %.0f ms, node %d resets %u ms late\n", o.node,
-			       ibv_coll_wc_status_str(wc.status), ibv_coll_status_str(wc.coll_status), ms,
-			       o.late_node, o.late_ms);
-			if (wc.status == IBV_WC_SUCCESS) {
-				fprintf(stderr, "node %d: the sabotaged allreduce succeeded\n", o.node);
+		if (recover && (ci == 0 || old_incarnation)) {
+			// Node 0's sabotaged collective fails there.  Elsewhere it
+			// may have completed first (the results were all out); such
+			// a node, knowing nothing, goes on in the old incarnation,
+			// and its next collective must fail promptly (the others
+			// run the next incarnation), then it recovers too.
+			printf("node %d case %zu: %s / %s after %.0f ms, node %d resets %u ms late\n",
+			       o.node, ci, ibv_coll_wc_status_str(wc.status),
+			       ibv_coll_status_str(wc.coll_status), ms, o.late_node, o.late_ms);
+			// "recover_one": node 0 gives its QP the job again after a
+			// collective that succeeded everywhere (its program decided
+			// to, as after a failure it learned of elsewhere).
+			const bool restarts = o.scenario == "recover_one" && o.node == 0 && ci == 0;
+			if (wc.status == IBV_WC_SUCCESS && !restarts &&
+			    (o.node == 0 || old_incarnation)) {
+				fprintf(stderr, "node %d case %zu: succeeded in the old incarnation\n",
+					o.node, ci);
 				failures++;
 				break;
+			}
+			if (wc.status == IBV_WC_SUCCESS && !restarts) {
+				old_incarnation = true;
+				continue; // unchecked: node 0's part may be anything
 			}
 			if (o.node == o.late_node)
 				usleep(o.late_ms * 1000);
@@ -564,6 +596,10 @@ int main(int argc, char **argv)
 			if (!mr && !(mr = ibv_reg_coll_mr(pd, arena, arena_len, IBV_ACCESS_LOCAL_WRITE)))
 				die("reg mr again", errno);
 			mid = 0; // a job given again numbers its messages afresh
+			if (old_incarnation) {
+				old_incarnation = false;
+				ci--; // run the failed case again
+			}
 			continue;
 		}
 		if (o.scenario == "swlate") {

@@ -429,14 +429,16 @@ INSTANTIATE_TEST_SUITE_P(Loopback, CollMid, ::testing::ValuesIn(mid_runs()), run
 
 // A job given again after a failure (issue 13): node 0 pulls its buffers
 // from under an allreduce; every member resets and installs the job again
-// at its own pace, one of them 300 ms after the other, with no barrier,
-// and the next collectives must succeed at once (within the 2 s timeout),
-// round the ring and through switches, with and without loss.
+// at its own pace, one of them 300 ms after the others, with no barrier,
+// and the next collectives must succeed at once (no collective waits for
+// the 4 s timeout), round the ring and through switches, with and without
+// loss.  A member whose allreduce completed before node 0 failed goes on
+// in the old incarnation: its next collective must fail at once.
 std::vector<NodeSet> recover_runs()
 {
 	const std::string loss = "IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=5";
 	const std::string rto = "IBV_COLL_EMU_COLL_RTO_US=5000";
-	const std::vector<std::string> base = {"--timeout-ms", "2000", "--seg-count", "16",
+	const std::vector<std::string> base = {"--timeout-ms", "4000", "--seg-count", "16",
 					       "--mtu", "5"};
 	auto with = [&](std::vector<std::string> a, const char *late) {
 		a.insert(a.end(), base.begin(), base.end());
@@ -456,6 +458,22 @@ std::vector<NodeSet> recover_runs()
 	v.push_back({3, "1", "recover", {loss, rto}, with(one, "1:300:99"), 60, "switch_loss",
 		     {""}, {loss}});
 	v.push_back({3, "1", "recover", {loss, rto}, with(hier, "2:300:99"), 60, "hier_loss",
+		     {"", "", ""}, {loss}});
+	// Node 0 moves its QP to ERR, which tells no one: the others learn it
+	// from the new incarnation's packets (ring) or from the switch that
+	// holds it, at once rather than at their timeout.
+	v.push_back({2, "1", "recover_quiet", {}, with({}, "1:300:99"), 60, "ring"});
+	v.push_back({3, "1", "recover_quiet", {}, with(one, "1:300:99"), 60, "switch", {""}});
+	v.push_back({3, "1", "recover_quiet", {loss, rto}, with(hier, "2:300:99"), 60, "hier_loss",
+		     {"", "", ""}, {loss}});
+	v.push_back({2, "1", "recover", {}, with({"--topology", "1", "--leaves", "@0", "--inline"},
+		     "1:300:99"), 60, "switch_inline", {""}});
+	// Node 0 alone moves to a new incarnation after a collective that
+	// succeeded: the others' next collective fails at once, then they
+	// follow.
+	v.push_back({2, "1", "recover_one", {}, with({}, "1:300:99"), 60, "ring"});
+	v.push_back({3, "1", "recover_one", {}, with(one, "2:300:99"), 60, "switch", {""}});
+	v.push_back({3, "1", "recover_one", {loss, rto}, with(hier, "1:300:99"), 60, "hier_loss",
 		     {"", "", ""}, {loss}});
 	return v;
 }
