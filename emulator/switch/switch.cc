@@ -174,6 +174,9 @@ void Switch::handle(const RxPacket &rx)
 	case kCollRelease:
 		on_release(p);
 		break;
+	case kCollAbort:
+		on_abort(p);
+		break;
 	default:
 		gone_.drop_malformed++;
 		break;
@@ -262,14 +265,14 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 	return &j;
 }
 
-// A member still in an older incarnation sends us its DATA or CONFIG:
+// A child still in an older incarnation sends us its DATA or CONFIG:
 // tell it at once that the job has moved on (an ABORT flagged SUPERSEDED,
-// in its own incarnation), so that it fails its collective, is reset and
-// joins the new incarnation before the others' first collective of it
-// times out waiting for it.
+// in its own incarnation), so that its members fail their collective, are
+// reset and join the new incarnation before the others' first collective
+// of it times out waiting for them.  A leaf passes it down (on_abort).
 void Switch::tell_superseded(Job &j, const In &p, const sw::Task *t)
 {
-	if (p.h.src_node == sw::kNodeSwitch || (p.kind != kCollData && p.kind != kCollConfig))
+	if (p.kind != kCollData && p.kind != kCollConfig)
 		return;
 	uint32_t qpn = 0;
 	IpAddr local = p.dst;
@@ -605,6 +608,31 @@ void Switch::on_config_ack(const In &p)
 	grant_children(*j);
 	IBVC_INFO("switch", "{}: job {} granted {} Seg units (parent agreed)", p_.name, j->jid,
 		  j->granted);
+}
+
+// Our parent holds a later incarnation of the job than ours: tell our
+// children, whose members are in ours.
+void Switch::on_abort(const In &p)
+{
+	Job *jp = job_for(p, nullptr, false);
+	if (!jp)
+		return;
+	Job &j = *jp;
+	if (!j.has_parent || !(p.src == j.parent) || !(p.h.flags & kCethSuperseded)) {
+		j.ctr.drop_node++;
+		return;
+	}
+	for (const Child &c : j.children) {
+		Ceth h;
+		h.src_node = sw::kNodeSwitch;
+		h.jid = j.jid;
+		h.mid = p.h.mid;
+		h.status = p.h.status;
+		h.flags = kCethSuperseded;
+		h.inc = j.inc;
+		h.job_key = j.key;
+		send_to(j, c.ep, c.local, c.qpn, kCollAbort, h, nullptr, nullptr, 0);
+	}
 }
 
 void Switch::on_release(const In &p)

@@ -120,6 +120,7 @@ private:
 	Job *job_for(const In &p, const sw::Task *t, bool create);
 	bool init_job(Job &j, const In &p, const sw::Task &t);
 	void tell_superseded(Job &j, const In &p, const sw::Task *t);
+	void on_abort(const In &p);
 	Child *child_of(Job &j, const Endpoint &ep);
 	int add_child(Job &j, const In &p, const sw::Task &t);
 	void on_config(const In &p);
