@@ -45,10 +45,10 @@ Ceth CollEngine::header(const CollJob &job, const Message &m, uint32_t sid) cons
 }
 
 void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth &h,
-		      const Payload &pl)
+		      const Payload &pl, bool other_inc)
 {
 	const JobMember &dst = job.cfg.members[to];
-	send_ep(job, dst.ep, dst.qpn, kind, h, nullptr, 0, pl);
+	send_ep(job, dst.ep, dst.qpn, kind, h, nullptr, 0, pl, other_inc);
 }
 
 static_assert(sw::kTaskBytes % 4 == 0, "the pad depends on the payload alone");
@@ -66,7 +66,8 @@ uint8_t *CollEngine::tx_payload(uint32_t ext_len)
 // ext (the task information, to a switch) goes between the CETH and the
 // payload.
 void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
-			 const Ceth &h0, const void *ext, uint32_t ext_len, const Payload &pl)
+			 const Ceth &h0, const void *ext, uint32_t ext_len, const Payload &pl,
+			 bool other_inc)
 {
 	uint8_t *buf = e_.port->tx_buf();
 	Bth bth;
@@ -76,6 +77,8 @@ void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, u
 	bth.store(buf);
 	Ceth h = h0;
 	h.len = uint16_t(ext_len + pl.len);
+	if (!other_inc)
+		h.inc = job.inc;
 	h.store(buf + kBthBytes);
 	const size_t hdr = kBthBytes + kCethBytes + ext_len;
 	if (ext_len)
@@ -128,6 +131,19 @@ void CollEngine::on_packet(const InPacket &ip)
 			ctr.bad_node++;
 			return;
 		}
+		if (p.h.inc != job.inc) {
+			ctr.stale_dropped++; // an old incarnation's answer
+			return;
+		}
+		if (p.kind == kCollAbort) {
+			// The switch holds a later incarnation of the job.
+			ctr.aborts_rcvd++;
+			if (p.h.flags & kCethSuperseded)
+				superseded(qp, job);
+			else
+				ctr.malformed++;
+			return;
+		}
 		ctr.rx_bytes += p.paylen;
 		sw_on_packet(qp, job, p);
 		return;
@@ -141,6 +157,11 @@ void CollEngine::on_packet(const InPacket &ip)
 		e_.ctr.rx_bad_state++;
 		IBVC_TRACE("coll", "{}: qp {:#x} in state {}: packet {:#x} mid {} sid {} dropped",
 			   e_.params.name, qp.qpn, int(qp.state), p.kind, p.h.mid, p.h.sid);
+		return;
+	}
+	if (p.h.inc != job.inc) {
+		ctr.stale_dropped++;
+		other_incarnation(qp, job, p);
 		return;
 	}
 	ctr.rx_bytes += p.paylen;
@@ -158,9 +179,14 @@ void CollEngine::on_packet(const InPacket &ip)
 		break;
 	case kCollAbort:
 		ctr.aborts_rcvd++;
+		if (p.h.flags & kCethSuperseded) {
+			// Our incarnation is over: another member runs the next.
+			superseded(qp, job);
+			break;
+		}
 		if (job.active && job.active->mid == p.h.mid) {
 			fail(qp, job, CollStatus::remote_abort, false, "a member aborted the collective");
-		} else if (p.h.mid > job.last_mid) {
+		} else if (job.ahead(p.h.mid)) {
 			job.aborted_mid = p.h.mid;
 			job.abort_status = CollStatus::remote_abort;
 		}
@@ -169,6 +195,47 @@ void CollEngine::on_packet(const InPacket &ip)
 		ctr.malformed++;
 		break;
 	}
+}
+
+// A member's packet of another incarnation of the job, never mixed with
+// this one's.  Members reset at their own pace after a failure, so each
+// side tells the other at once rather than leave it to its timeout: a
+// member still in an older incarnation (its packets arrive here) is sent
+// an ABORT of its own incarnation, and a packet of a later one means this
+// node's incarnation is over.
+void CollEngine::other_incarnation(Qp &qp, CollJob &job, const CollPacket &p)
+{
+	IBVC_TRACE("coll", "{}: qp {:#x}: incarnation {} packet {:#x} mid {} dropped (ours {})",
+		   e_.params.name, qp.qpn, p.h.inc, p.kind, p.h.mid, job.inc);
+	if (seq_after(p.h.inc, job.inc)) {
+		superseded(qp, job);
+		return;
+	}
+	if (p.kind != kCollData && p.kind != kCollResult && p.kind != kCollAck)
+		return; // never answer an ABORT
+	wire::Ceth h;
+	h.src_node = job.cfg.node;
+	h.jid = job.cfg.jid;
+	h.mid = p.h.mid;
+	h.status = uint8_t(CollStatus::remote_abort);
+	h.flags = kCethSuperseded;
+	h.job_key = job.cfg.key;
+	h.inc = p.h.inc; // the sender's, which it takes
+	send(job, p.h.src_node, kCollAbort, h, {}, true);
+	ctr.aborts_sent++;
+}
+
+// This node's incarnation of the job is over (another member, or the
+// switch, has the next): fail the running collective now and tell the
+// members still in this incarnation, or the next one when it starts.
+void CollEngine::superseded(Qp &qp, CollJob &job)
+{
+	if (job.superseded)
+		return;
+	job.superseded = true;
+	if (job.active)
+		fail(qp, job, CollStatus::remote_abort, true,
+		     "the job was given again to another member (a later incarnation)");
 }
 
 } // namespace ibv_coll::emu

@@ -87,10 +87,15 @@ private:
 	void activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now);
 	// codec.cc
 	bool parse(const InPacket &p, CollPacket *out);
+	void other_incarnation(Qp &qp, CollJob &job, const CollPacket &p);
+	void superseded(Qp &qp, CollJob &job);
+	// Every packet carries the job's incarnation, unless other_inc (an
+	// answer to a member of another incarnation, in its own).
 	void send(const CollJob &job, uint16_t to, uint8_t kind, const wire::Ceth &h,
-		  const Payload &pl = {});
+		  const Payload &pl = {}, bool other_inc = false);
 	void send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
-		     const wire::Ceth &h, const void *ext, uint32_t ext_len, const Payload &pl);
+		     const wire::Ceth &h, const void *ext, uint32_t ext_len, const Payload &pl,
+		     bool other_inc = false);
 	// Where send()/send_ep() build the payload of the next packet with
 	// ext_len bytes of extension: a producer may write it there.
 	uint8_t *tx_payload(uint32_t ext_len = 0);

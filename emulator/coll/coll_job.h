@@ -2,6 +2,7 @@
 // of the message (collective WR) it is running.
 #pragma once
 
+#include "coll/seqnum.h"
 #include "nic/udp_port.h"
 #include "nic/wqe.h"
 #include "reduce/reduce.h"
@@ -227,8 +228,10 @@ struct CollJob {
 	uint32_t qpn = 0;
 	uint64_t owner = 0; // Seg range owner id
 	std::unique_ptr<Message> active;
-	uint32_t last_mid = 0;	  // most recent finished (or failed) message
-	uint32_t aborted_mid = 0; // a member aborted this message before we ran it
+	uint32_t inc = 0;	  // incarnation: the QP's count of jobs given it (wire::Ceth::inc)
+	uint32_t last_mid = 0;	  // most recent finished (or failed) message; 0: none yet
+	uint32_t aborted_mid = 0; // a member aborted this message before we ran it (0: none)
+	bool superseded = false;  // a later incarnation runs elsewhere: fail what starts
 	CollStatus abort_status = CollStatus::remote_abort;
 	std::deque<MsgRecord> history; // recent messages, for QUERY
 	std::unordered_map<EarlyKey, uint32_t, EarlyKeyHash> early; // blocks kept for later messages
@@ -245,6 +248,16 @@ struct CollJob {
 	uint64_t sw_cfg_start = 0, sw_cfg_sent = 0;
 	uint64_t sw_next_gs = 0; // the job's number for the next message's block 0
 	CollStatus sw_fail = CollStatus::success;
+
+	// A packet of message mid belongs to one this node has not reached
+	// yet.  Members are at most one message apart and a MID follows the
+	// last in serial-number arithmetic (coll/seqnum.h), so a MID after the
+	// one we are at is the next message's, any other an old one's.
+	bool ahead(uint32_t mid) const
+	{
+		const uint32_t at = active ? active->mid : last_mid;
+		return at ? seq_after(mid, at) : mid != 0;
+	}
 };
 
 } // namespace ibv_coll::emu

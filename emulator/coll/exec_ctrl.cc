@@ -64,6 +64,11 @@ int CollEngine::configure(Qp &qp, const JobConfig &in)
 	job->pdn = qp.pdn;
 	job->qpn = qp.qpn;
 	job->owner = next_owner_++;
+	// Every member counts the times its QP was given the job (RESET ->
+	// INIT -> RTR with the job, once per cycle), so after a failure the
+	// members, reset at their own pace, agree on the new incarnation and
+	// tell its packets from the old one's.
+	job->inc = ++qp.coll_inc;
 	qp.job = std::move(job);
 	return 0;
 }
@@ -155,6 +160,9 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 		return fail(qp, job, CollStatus::local_err, true, "wrong number of buffers");
 	if (job.aborted_mid == m.mid)
 		return fail(qp, job, job.abort_status, false, "a member aborted it before it started");
+	if (job.superseded)
+		return fail(qp, job, CollStatus::remote_abort, true,
+			    "the job was given again to another member (a later incarnation)");
 	if (!segs_.reserve(c.seg_base, c.seg_count, job.owner))
 		return fail(qp, job, CollStatus::buffer_err, true,
 			    "its Seg units are held by another job's collective");

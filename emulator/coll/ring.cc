@@ -429,7 +429,7 @@ void CollEngine::ring_on_data(Qp &qp, CollJob &job, const CollPacket &p)
 		ring_early(job, p); // it waits for the switch, which another node gave up on
 		return;
 	}
-	if (p.h.mid > (job.active ? job.active->mid : job.last_mid)) {
+	if (job.ahead(p.h.mid)) {
 		ring_early(job, p);
 		return;
 	}
@@ -449,8 +449,7 @@ void CollEngine::ring_on_result(Qp &qp, CollJob &job, const CollPacket &p)
 			fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 		return;
 	}
-	if (p.h.mid > (job.active ? job.active->mid : job.last_mid) ||
-	    (job.active && p.h.mid == job.active->mid)) {
+	if (job.ahead(p.h.mid) || (job.active && p.h.mid == job.active->mid)) {
 		ring_early(job, p);
 		return;
 	}

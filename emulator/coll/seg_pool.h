@@ -23,6 +23,7 @@ struct SegUnit {
 	bool busy = false;
 	bool filled = false;
 	uint32_t jid = 0, mid = 0, sid = 0;
+	uint32_t seq = 0;	 // protocol specific (the switch: the block's number in its job)
 	RedOp op = RedOp::sum;
 	Dtype dtype = Dtype::uint8;
 	uint8_t kind = 0;	 // what the holder stored (protocol specific)

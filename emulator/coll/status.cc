@@ -74,6 +74,12 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 	job.active.reset();
 }
 
+// An ABORT is never acknowledged, so it goes three times: a member that
+// lost a single copy would only learn of the failure at its timeout, and,
+// when the job is then given again, be that much later into the new
+// incarnation than the others (who may give up on it meanwhile).  Repeats
+// are harmless: the first ends the collective, the others meet a QP in
+// error, or record the same abort again.
 void CollEngine::send_abort(const CollJob &job, uint32_t mid, CollStatus st)
 {
 	wire::Ceth h;
@@ -82,11 +88,13 @@ void CollEngine::send_abort(const CollJob &job, uint32_t mid, CollStatus st)
 	h.mid = mid;
 	h.status = uint8_t(st);
 	h.job_key = job.cfg.key;
-	for (uint16_t n = 0; n < job.cfg.nodes(); n++) {
-		if (n == job.cfg.node)
-			continue;
-		send(job, n, wire::kCollAbort, h);
-		ctr.aborts_sent++;
+	for (int copy = 0; copy < 3; copy++) {
+		for (uint16_t n = 0; n < job.cfg.nodes(); n++) {
+			if (n == job.cfg.node)
+				continue;
+			send(job, n, wire::kCollAbort, h);
+			ctr.aborts_sent++;
+		}
 	}
 }
 

@@ -197,6 +197,7 @@ void CollEngine::sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t 
 	}
 	Ceth h = header(job, m, sid);
 	h.seg = uint16_t(sw::unit_of(gs, c.sw.planes, job.sw_granted[plane]));
+	h.seq = uint32_t(gs); // what orders the uses of a unit (coll/swproto.h)
 	h.node_map = 1ull << c.node;
 	h.rank_map = bits(m.ranks);
 	int owner = sw_owner(job, m, sid);
@@ -366,7 +367,7 @@ void CollEngine::sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 		// Acknowledge it if we hold the result (or the message is over).
 		const Message *m = job.active ? job.active.get() : nullptr;
 		if ((m && m->sw && p.h.mid == m->mid && p.h.sid < m->nblocks && m->final_[p.h.sid]) ||
-		    int32_t(p.h.mid - (m ? m->mid : job.last_mid + 1)) < 0)
+		    (m ? seq_after(m->mid, p.h.mid) : !job.ahead(p.h.mid)))
 			sw_send_ack(job, p.h.mid, p.h.sid, p.h.src_node, false);
 		return;
 	}
@@ -458,7 +459,7 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 	if (m.coll == CollOp::barrier)
 		need = false;
 	if ((need && p.paylen != len) || (!need && p.paylen != 0 && p.paylen != len) ||
-	    p.h.coll != uint8_t(m.coll) || sw::plane_of(m.gs0 + sid, s.planes) >= s.planes ||
+	    p.h.coll != uint8_t(m.coll) || p.h.seq != uint32_t(m.gs0 + sid) || sw::plane_of(m.gs0 + sid, s.planes) >= s.planes ||
 	    !(sw_leaf(job, sw::plane_of(m.gs0 + sid, s.planes)) == p.src)) {
 		ctr.malformed++;
 		return;

@@ -32,8 +32,22 @@
 // is never longer than its request, so a forged source address makes the
 // switch reflect no more than it was sent (no amplification).  An asker
 // that gets fewer records than seg asks again from the next one.
+//
+// Order.  DATA and RESULT carry block g's number in CETH seq (mod 2^32).
+// The uses of one unit are P * G blocks apart, far less than 2^31, so a
+// switch tells a unit's next block from a late repeat of its last by
+// seq_after(), whatever the MIDs: a switch never orders MIDs (a plane or a
+// unit may see messages far apart in MID space), it only matches them.
+//
+// Incarnations.  Every packet carries the job's incarnation (CETH inc),
+// which each member bumps when its QP is given the job again.  A CONFIG
+// (or inline DATA) of a later incarnation replaces the job's state at the
+// switch; packets of any other incarnation are dropped and counted
+// (drop_incarnation), so members reset at their own pace after a failure
+// neither meet the old job's units nor end the new one with their RELEASE.
 #pragma once
 
+#include "coll/seqnum.h"
 #include "wire/bytes.h"
 
 #include <cstddef>
@@ -116,12 +130,6 @@ inline uint32_t plane_of(uint64_t g, uint32_t planes)
 inline uint32_t unit_of(uint64_t g, uint32_t planes, uint32_t granted)
 {
 	return uint32_t((g / planes) % granted);
-}
-
-// The job's blocks in order: (mid, sid) after (mid', sid')?
-inline bool block_after(uint32_t mid, uint32_t sid, uint32_t mid2, uint32_t sid2)
-{
-	return int32_t(mid - mid2) > 0 || (mid == mid2 && sid > sid2);
 }
 
 } // namespace ibv_coll::emu::sw

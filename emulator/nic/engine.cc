@@ -595,6 +595,7 @@ void Engine::qp_reset(Qp &qp)
 	release_job(qp);
 	Qp fresh;
 	fresh.coll = qp.coll;
+	fresh.coll_inc = qp.coll_inc; // the next job given it is a new incarnation
 	fresh.qpn = qp.qpn;
 	fresh.pdn = qp.pdn;
 	fresh.sq = qp.sq;

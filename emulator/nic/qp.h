@@ -56,6 +56,7 @@ struct Qp {
 	IpAddr src_ip;
 	bool coll = false;	      // a collective QP
 	std::unique_ptr<CollJob> job; // its job, from INIT -> RTR
+	uint32_t coll_inc = 0;	      // jobs given it so far: the job's incarnation
 
 	// Requester.  PSNs in [una, req_psn) are in flight; sent_psn is one past
 	// the highest PSN ever sent (a retry moves req_psn back, not sent_psn).

@@ -45,6 +45,8 @@ void SwitchCounters::add(const SwitchCounters &o)
 	drop_block += o.drop_block;
 	drop_stale += o.drop_stale;
 	drop_busy += o.drop_busy;
+	drop_incarnation += o.drop_incarnation;
+	incarnations += o.incarnations;
 }
 
 namespace {
@@ -187,13 +189,46 @@ void Switch::handle(const RxPacket &rx)
 	case kCollStats:
 		on_stats(p);
 		break;
+	case kCollAbort:
+		on_abort(p);
+		break;
 	default:
 		gone_.drop_malformed++;
 		break;
 	}
 }
 
-// The job a packet belongs to; with a task, a new one is made for it.
+// A job as its first packet (CONFIG, or inline DATA) describes it.
+bool Switch::init_job(Job &j, const In &p, const sw::Task &t)
+{
+	if (!t.nodes || t.nodes > 64 || !t.subtree || (t.subtree & ~t.members) ||
+	    t.plane >= sw::kMaxPlanes)
+		return false;
+	j.jid = p.h.jid;
+	j.inc = p.h.inc;
+	j.key = p.h.job_key;
+	j.nodes = t.nodes;
+	j.members = t.members;
+	j.subtree = t.subtree;
+	j.plane = t.plane;
+	j.inline_mode = p.kind == kCollData;
+	if (t.parent_port) {
+		j.has_parent = true;
+		memcpy(j.parent.ip.b, t.parent_ip, 16);
+		j.parent.port = t.parent_port;
+	}
+	IBVC_INFO("switch", "{}: job {} incarnation {} ({} nodes, subtree {:#x}{}{})", p_.name, j.jid,
+		  j.inc, j.nodes, j.subtree, j.inline_mode ? ", inline" : "",
+		  j.has_parent ? ", parent " + j.parent.ip.str() + ":" + std::to_string(j.parent.port)
+			       : std::string());
+	return true;
+}
+
+// The job a packet belongs to; with a task, a new one is made for it, or
+// a new incarnation of it (its members were given the job again after a
+// failure) takes the old one's place.  Packets of any other incarnation
+// are dropped and counted: the old one's late packets, and those of
+// members not yet reset while the others already configure the new one.
 Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 {
 	auto it = jobs_.find(p.h.jid);
@@ -202,30 +237,12 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 			gone_.drop_job++;
 			return nullptr;
 		}
-		if (!t->nodes || t->nodes > 64 || !t->subtree || (t->subtree & ~t->members) ||
-		    t->plane >= sw::kMaxPlanes) {
+		Job j;
+		if (!init_job(j, p, *t)) {
 			gone_.drop_malformed++;
 			return nullptr;
 		}
-		Job &j = jobs_[p.h.jid];
-		j.jid = p.h.jid;
-		j.key = p.h.job_key;
-		j.nodes = t->nodes;
-		j.members = t->members;
-		j.subtree = t->subtree;
-		j.plane = t->plane;
-		j.inline_mode = p.kind == kCollData;
-		if (t->parent_port) {
-			j.has_parent = true;
-			memcpy(j.parent.ip.b, t->parent_ip, 16);
-			j.parent.port = t->parent_port;
-		}
-		IBVC_INFO("switch", "{}: job {} ({} nodes, subtree {:#x}{}{})", p_.name, j.jid, j.nodes,
-			  j.subtree, j.inline_mode ? ", inline" : "",
-			  j.has_parent ? ", parent " + j.parent.ip.str() + ":" +
-						 std::to_string(j.parent.port)
-				       : std::string());
-		return &j;
+		return &(jobs_[p.h.jid] = std::move(j));
 	}
 	Job &j = it->second;
 	if (p.h.job_key != j.key) {
@@ -234,12 +251,67 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 			   p.src.ip.str(), p.src.port);
 		return nullptr;
 	}
+	if (p.h.inc != j.inc) {
+		if (!create || !t || !seq_after(p.h.inc, j.inc)) {
+			j.ctr.drop_incarnation++;
+			if (seq_after(j.inc, p.h.inc))
+				tell_superseded(j, p, t);
+			return nullptr;
+		}
+		Job fresh;
+		if (!init_job(fresh, p, *t)) {
+			j.ctr.drop_malformed++;
+			return nullptr;
+		}
+		IBVC_INFO("switch", "{}: job {}: incarnation {} replaces {}", p_.name, j.jid, p.h.inc,
+			  j.inc);
+		free_units(j);
+		fresh.ctr = j.ctr;
+		fresh.ctr.incarnations++;
+		fresh.retired = std::move(j.children);
+		j = std::move(fresh);
+		return &j;
+	}
 	if (t && (t->members != j.members || t->subtree != j.subtree || t->nodes != j.nodes ||
 		  t->plane != j.plane)) {
 		j.ctr.drop_malformed++;
 		return nullptr;
 	}
 	return &j;
+}
+
+// A child still in an older incarnation sends us its DATA or CONFIG:
+// tell it at once that the job has moved on (an ABORT flagged SUPERSEDED,
+// in its own incarnation), so that its members fail their collective, are
+// reset and join the new incarnation before the others' first collective
+// of it times out waiting for them.  A leaf passes it down (on_abort).
+void Switch::tell_superseded(Job &j, const In &p, const sw::Task *t)
+{
+	if (p.kind != kCollData && p.kind != kCollConfig)
+		return;
+	uint32_t qpn = 0;
+	IpAddr local = p.dst;
+	bool known = t != nullptr;
+	if (t)
+		qpn = t->qpn;
+	for (const Child &c : j.retired) {
+		if (c.ep == p.src) {
+			qpn = c.qpn;
+			local = c.local;
+			known = true;
+		}
+	}
+	if (!known)
+		return;
+	Ceth h;
+	h.src_node = sw::kNodeSwitch;
+	h.jid = j.jid;
+	h.mid = p.h.mid;
+	h.status = 3; // CollStatus::remote_abort
+	h.flags = kCethSuperseded;
+	h.inc = p.h.inc;
+	h.job_key = j.key;
+	send_to(j, p.src, local, qpn, kCollAbort, h, nullptr, nullptr, 0);
 }
 
 Switch::Child *Switch::child_of(Job &j, const Endpoint &ep)
@@ -354,6 +426,10 @@ void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qp
 	size_t off = kBthBytes + kCethBytes;
 	uint32_t tlen = task ? uint32_t(sw::kTaskBytes) : 0;
 	h.len = uint16_t(len + tlen);
+	// Every packet carries the incarnation the switch serves, but the
+	// ABORT that tells a member of an older one so, which carries its.
+	if (!(h.flags & kCethSuperseded) || kind != kCollAbort)
+		h.inc = j.inc;
 	h.store(buf + kBthBytes);
 	if (task)
 		memcpy(buf + off, task, tlen);
@@ -549,12 +625,43 @@ void Switch::on_config_ack(const In &p)
 		  j->granted);
 }
 
+// Our parent holds a later incarnation of the job than ours: tell our
+// children, whose members are in ours.
+void Switch::on_abort(const In &p)
+{
+	Job *jp = job_for(p, nullptr, false);
+	if (!jp)
+		return;
+	Job &j = *jp;
+	if (!j.has_parent || !(p.src == j.parent) || !(p.h.flags & kCethSuperseded)) {
+		j.ctr.drop_node++;
+		return;
+	}
+	for (const Child &c : j.children) {
+		Ceth h;
+		h.src_node = sw::kNodeSwitch;
+		h.jid = j.jid;
+		h.mid = p.h.mid;
+		h.status = p.h.status;
+		h.flags = kCethSuperseded;
+		h.inc = j.inc;
+		h.job_key = j.key;
+		send_to(j, c.ep, c.local, c.qpn, kCollAbort, h, nullptr, nullptr, 0);
+	}
+}
+
 void Switch::on_release(const In &p)
 {
 	auto it = jobs_.find(p.h.jid);
 	if (it == jobs_.end() || p.h.job_key != it->second.key)
 		return;
 	Job &j = it->second;
+	if (p.h.inc != j.inc) {
+		// A member of the old incarnation leaves while others already
+		// configure the new one: the new one stays.
+		j.ctr.drop_incarnation++;
+		return;
+	}
 	Child *c = child_of(j, p.src);
 	if (!c || c->released)
 		return;
@@ -648,6 +755,7 @@ static Ceth unit_header(const SegUnit &u, uint32_t jid, uint64_t key, uint32_t u
 	h.jid = jid;
 	h.mid = u.mid;
 	h.sid = u.sid;
+	h.seq = u.seq;
 	h.seg = uint16_t(unit);
 	h.job_key = key;
 	h.phase = uint8_t(u.src_node);
@@ -742,7 +850,11 @@ void Switch::on_data(const In &p0)
 	}
 	const uint32_t unit = p.h.seg;
 	SegUnit &u = pool_.unit(j.seg_base + unit);
-	if (u.busy && u.mid == p.h.mid && u.sid == p.h.sid) {
+	if (u.busy && u.seq == p.h.seq) {
+		if (u.mid != p.h.mid || u.sid != p.h.sid) {
+			j.ctr.drop_block++; // one block number, two blocks: not a member's
+			return;
+		}
 		if ((u.node_pending & p.h.node_map) == p.h.node_map) {
 			// Its first copy is still to come for this block.
 			bool stashed = false;
@@ -770,7 +882,7 @@ void Switch::on_data(const In &p0)
 		}
 		return;
 	}
-	if (u.busy && !sw::block_after(p.h.mid, p.h.sid, u.mid, u.sid)) {
+	if (u.busy && !seq_after(p.h.seq, u.seq)) {
 		j.ctr.drop_stale++; // an older block: every node has its result
 		return;
 	}
@@ -785,6 +897,7 @@ void Switch::on_data(const In &p0)
 	unstash(j, unit);
 	pool_.acquire(j.seg_base + unit, j.jid, p.h.mid, p.h.sid, RedOp(p.h.op), Dtype(p.h.dtype),
 		      0, j.subtree, 0);
+	u.seq = p.h.seq;
 	u.kind = kUnitCollecting;
 	u.hop = p.h.coll;
 	u.src_node = p.h.phase;
@@ -805,7 +918,7 @@ void Switch::on_result(const In &p)
 	}
 	j.last_seen = util::now_ns();
 	SegUnit &u = pool_.unit(j.seg_base + p.h.seg);
-	if (!u.busy || u.mid != p.h.mid || u.sid != p.h.sid) {
+	if (!u.busy || u.seq != p.h.seq || u.mid != p.h.mid || u.sid != p.h.sid) {
 		j.ctr.drop_stale++;
 		return;
 	}
@@ -894,6 +1007,8 @@ std::vector<NamedCounter> named_counters(const SwitchCounters &c)
 		{"drop_block", c.drop_block},
 		{"drop_stale", c.drop_stale},
 		{"drop_busy", c.drop_busy},
+		{"drop_incarnation", c.drop_incarnation},
+		{"incarnations", c.incarnations},
 	};
 }
 

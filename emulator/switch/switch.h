@@ -47,6 +47,8 @@ struct SwitchCounters {
 	uint64_t configs = 0, grants = 0, denials = 0, releases = 0;
 	uint64_t drop_icrc = 0, drop_malformed = 0, drop_key = 0, drop_job = 0, drop_node = 0;
 	uint64_t drop_block = 0, drop_stale = 0, drop_busy = 0;
+	uint64_t drop_incarnation = 0; // another incarnation's packets (a job given again)
+	uint64_t incarnations = 0;     // a new incarnation took the job's place
 	void add(const SwitchCounters &o);
 };
 
@@ -89,6 +91,7 @@ private:
 	};
 	struct Job {
 		uint32_t jid = 0;
+		uint32_t inc = 0; // the incarnation it serves (wire::Ceth::inc)
 		uint64_t key = 0;
 		uint16_t nodes = 0;
 		uint64_t members = 0, subtree = 0;
@@ -108,6 +111,7 @@ private:
 		std::vector<std::vector<Stash>> stash;
 		uint64_t last_seen = 0;
 		uint32_t released = 0; // children that said goodbye
+		std::vector<Child> retired; // the previous incarnation's children
 		SwitchCounters ctr;
 	};
 	struct In {
@@ -122,6 +126,9 @@ private:
 
 	void handle(const RxPacket &rx);
 	Job *job_for(const In &p, const sw::Task *t, bool create);
+	bool init_job(Job &j, const In &p, const sw::Task &t);
+	void tell_superseded(Job &j, const In &p, const sw::Task *t);
+	void on_abort(const In &p);
 	Child *child_of(Job &j, const Endpoint &ep);
 	int add_child(Job &j, const In &p, const sw::Task &t);
 	void on_config(const In &p);

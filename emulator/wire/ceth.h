@@ -19,7 +19,14 @@
 //  24 u64 node_map  nodes whose data the payload holds (data) or all (result)
 //  32 u64 rank_map  local ranks of src_node whose data the payload holds
 //  40 u64 job_key   the job's key: a packet without it is dropped
-//  48
+//  48 u32 inc       the job's incarnation: bumped each time a member's QP is
+//                   given the job again (RESET -> RTS); others' packets are
+//                   dropped, so a re-installed job never meets the old one's
+//  52 u32 seq       switch path DATA/RESULT: the block's number in the job
+//                   (blocks numbered across messages from 0 at each
+//                   incarnation), which orders the uses of a Seg unit; 0
+//                   elsewhere
+//  56
 #pragma once
 
 #include "wire/bytes.h"
@@ -29,7 +36,7 @@
 
 namespace ibv_coll::emu::wire {
 
-constexpr size_t kCethBytes = 48;
+constexpr size_t kCethBytes = 56;
 
 // BTH opcodes of collective packets.
 enum CollKind : uint8_t {
@@ -55,6 +62,7 @@ enum CethFlags : uint8_t {
 	kCethRetrans = 1 << 1,	// sent again after a timeout
 	kCethInPlace = 1 << 2,
 	kCethPending = 1 << 3,	// CONFIG_ACK: heard, still waiting for the rest of the subtree
+	kCethSuperseded = 1 << 4, // ABORT: the job was given again; the receiver's incarnation is over
 };
 
 struct Ceth {
@@ -73,6 +81,8 @@ struct Ceth {
 	uint64_t node_map = 0;
 	uint64_t rank_map = 0;
 	uint64_t job_key = 0;
+	uint32_t inc = 0;
+	uint32_t seq = 0;
 
 	void store(uint8_t *p) const
 	{
@@ -91,6 +101,8 @@ struct Ceth {
 		store_be64(p + 24, node_map);
 		store_be64(p + 32, rank_map);
 		store_be64(p + 40, job_key);
+		store_be32(p + 48, inc);
+		store_be32(p + 52, seq);
 	}
 	static Ceth load(const uint8_t *p)
 	{
@@ -110,6 +122,8 @@ struct Ceth {
 		c.node_map = load_be64(p + 24);
 		c.rank_map = load_be64(p + 32);
 		c.job_key = load_be64(p + 40);
+		c.inc = load_be32(p + 48);
+		c.seq = load_be32(p + 52);
 		return c;
 	}
 };

@@ -3,6 +3,7 @@
 // written as collective WQEs.
 #include "crxe.h"
 
+#include "coll/seqnum.h"
 #include "coll/swproto.h"
 
 #include "util/log.h"
@@ -272,13 +273,20 @@ int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 		int err = check_coll_wr(qp, w, &need);
 		const bool query = core::raw_enum(w->opcode) == IBV_COLL_WR_QUERY;
 		if (!err && !query && w->wr.coll.mid) {
-			// Every member posts the same messages in the same order.
-			if (w->wr.coll.mid <= mid)
+			// Every member posts the same messages in the same order, and
+			// the device orders MIDs in serial-number arithmetic: one that
+			// would not follow the last (2^31 or more ahead) is refused
+			// rather than taken for an old message's.
+			if (mid && !emu::seq_after(w->wr.coll.mid, mid)) {
+				IBVC_WARN("crxe", "qp {:#x}: message id {:#x} does not follow {:#x} (at most "
+						  "2^31 - 1 ahead): refused",
+					  qp->pub.qp_num, w->wr.coll.mid, mid);
 				err = EINVAL;
-			else
+			} else {
 				mid = w->wr.coll.mid;
+			}
 		} else if (!err && !query) {
-			mid++;
+			mid = emu::next_mid(mid);
 		}
 		if (!err && w->num_sge && core::raw_enum(w->opcode) != IBV_COLL_WR_BARRIER && !query) {
 			std::vector<emu::Sge> s(w->num_sge), d(w->num_sge);
@@ -313,7 +321,7 @@ int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 			e->mid = w->wr.coll.mid;
 			continue;
 		}
-		e->mid = w->wr.coll.mid ? w->wr.coll.mid : ++qp->last_mid;
+		e->mid = w->wr.coll.mid ? w->wr.coll.mid : emu::next_mid(qp->last_mid);
 		qp->last_mid = e->mid;
 		if (op == IBV_COLL_WR_BARRIER)
 			continue;

@@ -59,7 +59,50 @@ struct Case {
 	uint64_t count;
 	uint32_t root;
 	int mode;
+	uint32_t mid = 0; // explicit message id (0: the provider's)
 };
+
+// Long-lived jobs: explicit MIDs 2^31 - 1 apart and across 2^32 - 1 -> 1,
+// the automatic MID wrapping, with large allreduces (300,000 int32: every
+// Seg unit used again and again) between one-block ones, so that a unit
+// is reused by a message far, in MID space, from the one that last held
+// it.
+void mids_scenario(std::vector<Case> &v, uint32_t K)
+{
+	const uint64_t big = 300000;
+	auto add = [&](int coll, uint64_t n, uint32_t mid) {
+		v.push_back({coll, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, n, K - 1, 0, mid});
+	};
+	add(IBV_COLL_WR_ALLREDUCE, big, 0x10);
+	add(IBV_COLL_WR_ALLREDUCE, 1, 0x8000000f);	 // + 2^31 - 1
+	add(IBV_COLL_WR_ALLREDUCE, 1, 0xfffffffe);	 // + 2^31 - 17
+	add(IBV_COLL_WR_ALLREDUCE, big, 0xffffffff);	 // + 1
+	add(IBV_COLL_WR_ALLREDUCE, big, 0);		 // automatic: 1 (0 is no message's)
+	add(IBV_COLL_WR_BCAST, 5000, 0);		 // 2
+	add(IBV_COLL_WR_ALLREDUCE, big, 0x80000001);	 // + 2^31 - 1
+	add(IBV_COLL_WR_ALLREDUCE, 1, 0xfffffff0);	 // + 2^31 - 17
+	add(IBV_COLL_WR_ALLREDUCE, 1, 0x00000005);	 // across 2^32 - 1 -> 0, explicit
+	add(IBV_COLL_WR_BARRIER, 0, 0);			 // 6
+	add(IBV_COLL_WR_REDUCE_SCATTER, big / K, 0);	 // 7
+}
+
+// A job given again after a failure: node 0 deregisters its buffers under
+// the first allreduce, which fails everywhere; every node then resets its
+// QP and installs the same job at its own pace (the late node after
+// late_ms), no barrier, and runs the rest.  "recover_quiet": node 0 moves
+// its QP to ERR instead, which tells no one: the others learn that their
+// incarnation is over from the new one's packets or the switch.
+// "recover_one": the first allreduce succeeds, then node 0 alone gives
+// its QP the job again; the others, still in the old incarnation, must see
+// their next collective fail at once, and recover in turn.
+void recover_scenario(std::vector<Case> &v, uint32_t K)
+{
+	v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 300000, 0, 0});
+	v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 300000, 0, 0});
+	v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_MAX, IBV_COLL_DTYPE_FLOAT32, 7, 0, 0});
+	v.push_back({IBV_COLL_WR_BARRIER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 0, 0, 0});
+	v.push_back({IBV_COLL_WR_ALLGATHER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 100000 / K, 0, 0});
+}
 
 const int kColls[] = {IBV_COLL_WR_ALLREDUCE, IBV_COLL_WR_REDUCE,	   IBV_COLL_WR_BCAST,
 		      IBV_COLL_WR_ALLGATHER, IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_WR_BARRIER};
@@ -146,6 +189,11 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 			     0});
 	} else if (o.scenario == "swlate") {
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 1000, 0, 0});
+	} else if (o.scenario == "mids") {
+		mids_scenario(v, K);
+	} else if (o.scenario == "recover" || o.scenario == "recover_quiet" ||
+		   o.scenario == "recover_one") {
+		recover_scenario(v, K);
 	} else if (o.scenario == "die") {
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 8u << 20, 0,
 			     0});
@@ -177,6 +225,47 @@ std::vector<uint16_t> parse_list(const char *s)
 	while (std::getline(ss, item, ','))
 		r.push_back(uint16_t(atoi(item.c_str())));
 	return r;
+}
+
+// The recovery the man pages prescribe for a failed collective QP: RESET,
+// then the same job again.
+int reinstall(ibv_coll_qp *qp, ibv_coll_job_attr *job, int mtu)
+{
+	ibv_coll_qp_attr a{};
+	a.qp_state = IBV_QPS_RESET;
+	if (int err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE))
+		return err;
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	if (int err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT))
+		return err;
+	a = {};
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = ibv_mtu(mtu);
+	a.job = job;
+	if (int err = ibv_modify_coll_qp(qp, &a,
+					 IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU))
+		return err;
+	a.qp_state = IBV_QPS_RTS;
+	return ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE);
+}
+
+// The device refuses, with EINVAL and no change, an explicit MID that does
+// not follow the last one by 1 to 2^31 - 1 (hand-computed cases).
+int check_far_mids(ibv_coll_qp *qp, const ibv_coll_send_wr &good, uint32_t last)
+{
+	int failures = 0;
+	for (uint32_t bad_mid : {last, last - 1, last + 0x80000000u, last + 0x90000000u}) {
+		ibv_coll_send_wr w = good, *bad = nullptr;
+		w.wr.coll.mid = bad_mid;
+		int err = ibv_post_coll_send(qp, &w, &bad);
+		if (err != EINVAL || bad != &w) {
+			fprintf(stderr, "mid %#x after %#x: post gave %d, not EINVAL\n", bad_mid, last,
+				err);
+			failures++;
+		}
+	}
+	return failures;
 }
 
 } // namespace
@@ -405,6 +494,7 @@ int main(int argc, char **argv)
 
 	int failures = 0;
 	bool failing_scenario = false; // ended by the expected error completion
+	bool old_incarnation = false;  // recover: c0 completed here, the job moved on
 	uint32_t mid = 0;
 	for (size_t ci = 0; ci < cases.size(); ci++) {
 		const Case &cs = cases[ci];
@@ -434,6 +524,7 @@ int main(int argc, char **argv)
 		wr.wr.coll.op = ibv_coll_op(s.op);
 		wr.wr.coll.dtype = ibv_coll_dtype(s.dtype);
 		wr.wr.coll.root = s.root;
+		wr.wr.coll.mid = cs.mid;
 		ibv_coll_counters before{};
 		ibv_query_coll_counters(ctx, &before);
 		if (ci == o.late_case && o.node == o.late_node) {
@@ -445,7 +536,25 @@ int main(int argc, char **argv)
 		auto t0 = Clock::now();
 		if (int err = ibv_post_coll_send(qp, &wr, &bad))
 			die("post", err);
-		mid++;
+		// The MID it must complete with: the explicit one, or the last
+		// plus one, 0 skipped.
+		mid = cs.mid ? cs.mid : mid == UINT32_MAX ? 1 : mid + 1;
+		const bool recover = o.scenario == "recover" || o.scenario == "recover_quiet" ||
+				     o.scenario == "recover_one";
+		if (o.scenario == "recover" && ci == 0 && o.node == 0) {
+			// Pull the buffers from under the running collective.
+			if (int err = ibv_dereg_coll_mr(mr))
+				die("dereg mr", err);
+			mr = nullptr;
+		}
+		if (o.scenario == "recover_quiet" && ci == 0 && o.node == 0) {
+			// At once: it must not complete here (it cannot without
+			// the others).
+			ibv_coll_qp_attr ea{};
+			ea.qp_state = IBV_QPS_ERR;
+			if (int err = ibv_modify_coll_qp(qp, &ea, IBV_COLL_QP_STATE))
+				die("ERR", err);
+		}
 		if (o.scenario == "die" && o.node == 2) {
 			usleep(30000);
 			fprintf(stderr, "coll_node %d: dying mid-allreduce\n", o.node);
@@ -473,6 +582,44 @@ int main(int argc, char **argv)
 			failures += ok ? 0 : 1;
 			failing_scenario = true;
 			break;
+		}
+		if (recover && (ci == 0 || old_incarnation)) {
+			// Node 0's sabotaged collective fails there.  Elsewhere it
+			// may have completed first (the results were all out); such
+			// a node, knowing nothing, goes on in the old incarnation,
+			// and its next collective must fail promptly (the others
+			// run the next incarnation), then it recovers too.
+			printf("node %d case %zu: %s / %s after %.0f ms, node %d resets %u ms late\n",
+			       o.node, ci, ibv_coll_wc_status_str(wc.status),
+			       ibv_coll_status_str(wc.coll_status), ms, o.late_node, o.late_ms);
+			// Node 0 gives its QP the job again whatever its first
+			// collective did: "recover_one" after one that succeeded
+			// everywhere (its program decided to, as after a failure it
+			// learned of elsewhere), and so when the sabotage came too
+			// late (the collective was over).
+			const bool restarts = o.node == 0 && ci == 0;
+			if (wc.status == IBV_WC_SUCCESS && old_incarnation) {
+				fprintf(stderr, "node %d case %zu: succeeded in the old incarnation\n",
+					o.node, ci);
+				failures++;
+				break;
+			}
+			if (wc.status == IBV_WC_SUCCESS && !restarts) {
+				old_incarnation = true;
+				continue; // unchecked: node 0's part may be anything
+			}
+			if (o.node == o.late_node)
+				usleep(o.late_ms * 1000);
+			if (int err = reinstall(qp, &job, o.mtu))
+				die("reinstall", err);
+			if (!mr && !(mr = ibv_reg_coll_mr(pd, arena, arena_len, IBV_ACCESS_LOCAL_WRITE)))
+				die("reg mr again", errno);
+			mid = 0; // a job given again numbers its messages afresh
+			if (old_incarnation) {
+				old_incarnation = false;
+				ci--; // run the failed case again
+			}
+			continue;
 		}
 		if (o.scenario == "swlate") {
 			// A member comes past the job's timeout: the others' first
@@ -542,6 +689,8 @@ int main(int argc, char **argv)
 		if (o.verbose)
 			printf("node %d case %zu coll %#x count %lu: %.2f ms\n", o.node, ci, s.coll,
 			       (unsigned long)s.count, ms);
+		if (o.scenario == "mids" && ci == 0)
+			failures += check_far_mids(qp, wr, mid);
 		if (o.late_ms && ci == o.late_case && ci > 0 && o.node != o.late_node) {
 			// This node's blocks went out while a member was still busy
 			// elsewhere: repeats back off while nothing progresses, so a

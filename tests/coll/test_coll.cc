@@ -388,4 +388,121 @@ TEST(CollFailure, KilledMemberGivesEveryoneAnErrorWithinTheBound)
 	std::cout << logs;
 }
 
+// Long-lived jobs (issue 13): explicit MIDs 2^31 - 1 apart and across
+// 2^32 - 1, the automatic MID wrapping to 1, with Seg units reused by
+// messages far apart in MID space, round the ring and through one switch,
+// a hierarchy and two planes; a far MID refused with EINVAL.
+std::vector<NodeSet> mid_runs()
+{
+	const std::vector<std::string> small = {"--seg-count", "16", "--mtu", "5"};
+	auto with = [&](std::vector<std::string> a) {
+		a.insert(a.end(), small.begin(), small.end());
+		return a;
+	};
+	std::vector<NodeSet> v;
+	v.push_back({2, "1", "mids", {}, with({}), 60, "ring"});
+	v.push_back({3, "2", "mids", {}, with({}), 60, "ring"});
+	v.push_back({2, "1", "mids", {}, with({"--topology", "1", "--leaves", "@0"}), 60, "switch",
+		     {""}});
+	v.push_back({2, "1", "mids", {}, with({"--topology", "2", "--leaves", "@0,@1", "--spines",
+		     "@2", "--member-leaf", "0,1", "--expect-flags", "0xc00"}), 60, "hier",
+		     {"", "", ""}});
+	v.push_back({2, "1", "mids", {}, with({"--topology", "1", "--planes", "2", "--leaves",
+		     "@0,@1"}), 60, "planes", {"", ""}});
+	return v;
+}
+
+class CollMid : public ::testing::TestWithParam<NodeSet> {};
+
+TEST_P(CollMid, EveryNodeMatchesTheReference)
+{
+	const NodeSet &r = GetParam();
+	std::string logs, stats;
+	std::vector<int> st = launch(r, &logs, &stats);
+	for (int i = 0; i < r.nodes; i++)
+		EXPECT_EQ(st[size_t(i)], 0) << "node " << i;
+	if (HasFailure())
+		std::cout << logs;
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, CollMid, ::testing::ValuesIn(mid_runs()), run_name);
+
+// A job given again after a failure (issue 13): node 0 pulls its buffers
+// from under an allreduce; every member resets and installs the job again
+// at its own pace, one of them 300 ms after the others, with no barrier,
+// and the next collectives must succeed at once (no collective waits for
+// the 4 s timeout), round the ring and through switches, with and without
+// loss.  A member whose allreduce completed before node 0 failed goes on
+// in the old incarnation: its next collective must fail at once.
+std::vector<NodeSet> recover_runs()
+{
+	const std::string loss = "IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=5";
+	const std::string rto = "IBV_COLL_EMU_COLL_RTO_US=5000";
+	const std::vector<std::string> base = {"--timeout-ms", "4000", "--seg-count", "16",
+					       "--mtu", "5"};
+	auto with = [&](std::vector<std::string> a, const char *late) {
+		a.insert(a.end(), base.begin(), base.end());
+		a.push_back("--late");
+		a.push_back(late);
+		return a;
+	};
+	const std::vector<std::string> one = {"--topology", "1", "--leaves", "@0"};
+	const std::vector<std::string> hier = {"--topology", "2", "--leaves", "@0,@1", "--spines",
+					       "@2", "--member-leaf", "0,1,0", "--expect-flags",
+					       "0xc00"};
+	std::vector<NodeSet> v;
+	v.push_back({2, "1", "recover", {}, with({}, "1:300:99"), 60, "ring"});
+	v.push_back({2, "1", "recover", {loss, rto}, with({}, "0:300:99"), 60, "ring_loss"});
+	v.push_back({2, "1", "recover", {}, with(one, "1:300:99"), 60, "switch_late1", {""}});
+	v.push_back({2, "1", "recover", {}, with(one, "0:300:99"), 60, "switch_late0", {""}});
+	v.push_back({3, "1", "recover", {loss, rto}, with(one, "1:300:99"), 60, "switch_loss",
+		     {""}, {loss}});
+	v.push_back({3, "1", "recover", {loss, rto}, with(hier, "2:300:99"), 60, "hier_loss",
+		     {"", "", ""}, {loss}});
+	// Node 0 moves its QP to ERR, which tells no one: the others learn it
+	// from the new incarnation's packets (ring) or from the switch that
+	// holds it, at once rather than at their timeout.
+	v.push_back({2, "1", "recover_quiet", {}, with({}, "1:300:99"), 60, "ring"});
+	v.push_back({3, "1", "recover_quiet", {}, with(one, "1:300:99"), 60, "switch", {""}});
+	v.push_back({3, "1", "recover_quiet", {loss, rto}, with(hier, "2:300:99"), 60, "hier_loss",
+		     {"", "", ""}, {loss}});
+	v.push_back({2, "1", "recover", {}, with({"--topology", "1", "--leaves", "@0", "--inline"},
+		     "1:300:99"), 60, "switch_inline", {""}});
+	// Node 0 alone moves to a new incarnation after a collective that
+	// succeeded: the others' next collective fails at once, then they
+	// follow.
+	v.push_back({2, "1", "recover_one", {}, with({}, "1:300:99"), 60, "ring"});
+	v.push_back({3, "1", "recover_one", {}, with(one, "2:300:99"), 60, "switch", {""}});
+	v.push_back({3, "1", "recover_one", {loss, rto}, with(hier, "1:300:99"), 60, "hier_loss",
+		     {"", "", ""}, {loss}});
+	return v;
+}
+
+class CollRecover : public ::testing::TestWithParam<NodeSet> {};
+
+TEST_P(CollRecover, JobGivenAgainWorksAtOnce)
+{
+	const NodeSet &r = GetParam();
+	std::string logs, stats;
+	auto t0 = std::chrono::steady_clock::now();
+	std::vector<int> st = launch(r, &logs, &stats);
+	auto dt = std::chrono::steady_clock::now() - t0;
+	for (int i = 0; i < r.nodes; i++)
+		EXPECT_EQ(st[size_t(i)], 0) << "node " << i;
+	// No collective waited for its timeout: the failed one ends by ABORT,
+	// the others succeed.
+	EXPECT_LT(dt, std::chrono::seconds(10));
+	// (Through switches the new incarnation usually replaces the old one
+	// there, counted in "incarnations"; not always: when the old one never
+	// reached a switch, the new one is simply a new job.)
+	std::cout << "switches: incarnations " << total_counter(stats, "incarnations")
+		  << ", drop_incarnation " << total_counter(stats, "drop_incarnation") << "\n";
+	if (HasFailure())
+		std::cout << logs;
+	else
+		std::cout << logs.substr(0, 3000);
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, CollRecover, ::testing::ValuesIn(recover_runs()), run_name);
+
 } // namespace

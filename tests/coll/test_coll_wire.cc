@@ -49,6 +49,8 @@ struct Ceth {
 	uint32_t jid = 9, mid = 1, sid = 0;
 	uint16_t seg = 0, len = 0;
 	uint64_t node_map = 0, rank_map = 1, key = 0;
+	uint32_t inc = 1; // the device's QP was given its job once
+	uint32_t seq = 0;
 };
 
 struct Packet {
@@ -110,6 +112,8 @@ public:
 		put64(r, h.node_map);
 		put64(r, h.rank_map);
 		put64(r, h.key);
+		put32(r, h.inc);
+		put32(r, h.seq);
 		r.insert(r.end(), payload.begin(), payload.end());
 		r.insert(r.end(), size_t(extra_payload) + pad, 0);
 		uint32_t crc = ref_icrc(false, kLo, kLo, port_, to_port, r);
@@ -135,7 +139,7 @@ public:
 		sockaddr_in a{};
 		socklen_t l = sizeof(a);
 		ssize_t n = recvfrom(fd_, b, sizeof(b), 0, reinterpret_cast<sockaddr *>(&a), &l);
-		if (n < 12 + 48 + 4)
+		if (n < 12 + 56 + 4)
 			return false;
 		p->opcode = b[0];
 		p->dqpn = be32(b + 4) & 0xffffff;
@@ -157,8 +161,10 @@ public:
 		h.node_map = be64(c + 24);
 		h.rank_map = be64(c + 32);
 		h.key = be64(c + 40);
+		h.inc = be32(c + 48);
+		h.seq = be32(c + 52);
 		uint32_t pad = (b[1] >> 4) & 3;
-		p->payload.assign(b + 60, b + n - 4 - pad);
+		p->payload.assign(b + 68, b + n - 4 - pad);
 		std::vector<uint8_t> roce(b, b + n - 4);
 		uint32_t crc = uint32_t(b[n - 4]) | uint32_t(b[n - 3]) << 8 | uint32_t(b[n - 2]) << 16 |
 			       uint32_t(b[n - 1]) << 24;
@@ -282,6 +288,8 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	EXPECT_EQ(p.h.src_node, 0);
 	EXPECT_EQ(p.h.node_map, 1u);
 	EXPECT_EQ(p.h.key, kKey);
+	EXPECT_EQ(p.h.inc, 1u) << "the QP's first job is incarnation 1";
+	EXPECT_EQ(p.h.seq, 0u) << "seq numbers switch-path blocks only";
 	EXPECT_EQ(p.h.len, 4);
 	EXPECT_EQ(first_i32(p.payload), 10);
 
@@ -394,6 +402,47 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	EXPECT_EQ(wc.wr_id, 1u);
 	EXPECT_EQ(buf[2], 17);
 	EXPECT_EQ(buf[3], 25);
+
+	// Another incarnation's packets are never taken.  One from an earlier
+	// incarnation (a member not yet reset) is answered with an ABORT in
+	// that incarnation, flagged SUPERSEDED (0x10), so the sender need not
+	// wait for its timeout.
+	ASSERT_EQ(ibv_query_coll_counters(ctx, &c0), 0);
+	Ceth old = h;
+	old.inc = 0;
+	old.mid = 7;
+	fake.send(dev_port, 0xe0, qp->qp_num, old, i32({1000}));
+	ASSERT_TRUE(fake.recv(&p, dev_port));
+	EXPECT_TRUE(p.icrc_ok);
+	EXPECT_EQ(p.opcode, 0xe3);
+	EXPECT_EQ(p.h.inc, 0u) << "in the receiver's incarnation";
+	EXPECT_EQ(p.h.mid, 7u);
+	EXPECT_EQ(p.h.flags, 0x10);
+	EXPECT_EQ(p.h.status, IBV_COLL_STATUS_REMOTE_ABORT);
+	EXPECT_TRUE(p.payload.empty());
+	// One from a later incarnation: this QP's is over, and its next
+	// collective fails at once (REMOTE_ABORT), telling us so.
+	Ceth later = h;
+	later.inc = 2;
+	later.mid = 1;
+	fake.send(dev_port, 0xe0, qp->qp_num, later, i32({1000}));
+	for (int i = 0; i < 200 && c1.coll_stale < c0.coll_stale + 2; i++) {
+		usleep(1000);
+		ASSERT_EQ(ibv_query_coll_counters(ctx, &c1), 0);
+	}
+	EXPECT_EQ(c1.coll_stale, c0.coll_stale + 2);
+	EXPECT_EQ(c1.coll_reductions, c0.coll_reductions) << "another incarnation's block reduced";
+	wr.wr_id = 2;
+	ASSERT_EQ(ibv_post_coll_send(qp, &wr, &bad), 0);
+	wc = {};
+	for (int i = 0; i < 5000000 && ibv_poll_coll_cq(cq, 1, &wc) == 0; i++)
+		;
+	EXPECT_EQ(wc.wr_id, 2u);
+	EXPECT_EQ(wc.coll_status, IBV_COLL_STATUS_REMOTE_ABORT);
+	ASSERT_TRUE(fake.recv(&p, dev_port));
+	EXPECT_EQ(p.opcode, 0xe3);
+	EXPECT_EQ(p.h.inc, 1u);
+	EXPECT_EQ(p.h.mid, 2u);
 
 	ibv_destroy_coll_qp(qp);
 	ibv_dereg_coll_mr(mr);
