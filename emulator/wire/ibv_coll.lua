@@ -60,6 +60,7 @@ F.f_inline = ProtoField.bool("ibv_coll.ceth.flags.inline", "Inline task", 8, nil
 F.f_retrans = ProtoField.bool("ibv_coll.ceth.flags.retrans", "Retransmission", 8, nil, 0x02)
 F.f_inplace = ProtoField.bool("ibv_coll.ceth.flags.inplace", "In place", 8, nil, 0x04)
 F.f_pending = ProtoField.bool("ibv_coll.ceth.flags.pending", "Pending (CONFIG_ACK)", 8, nil, 0x08)
+F.f_superseded = ProtoField.bool("ibv_coll.ceth.flags.superseded", "Superseded (ABORT)", 8, nil, 0x10)
 F.status = ProtoField.uint8("ibv_coll.ceth.status", "Status", base.DEC, statuses)
 F.phase = ProtoField.uint8("ibv_coll.ceth.phase", "Phase / hop", base.DEC)
 -- 0xffff: a switch
@@ -72,6 +73,8 @@ F.len = ProtoField.uint16("ibv_coll.ceth.len", "Payload length", base.DEC)
 F.node_map = ProtoField.uint64("ibv_coll.ceth.node_map", "Node bitmap", base.HEX)
 F.rank_map = ProtoField.uint64("ibv_coll.ceth.rank_map", "Rank bitmap", base.HEX)
 F.job_key = ProtoField.uint64("ibv_coll.ceth.job_key", "Job key", base.HEX)
+F.inc = ProtoField.uint32("ibv_coll.ceth.inc", "Incarnation", base.DEC)
+F.seq = ProtoField.uint32("ibv_coll.ceth.seq", "Block number in the job", base.DEC)
 F.t_node = ProtoField.uint16("ibv_coll.task.node", "Sender node", base.DEC)
 F.t_nodes = ProtoField.uint16("ibv_coll.task.nodes", "Members", base.DEC)
 F.t_qpn = ProtoField.uint32("ibv_coll.task.qpn", "Result QP", base.HEX)
@@ -98,7 +101,7 @@ p.experts = { e_short, e_len }
 local f_opcode = Field.new("infiniband.bth.opcode")
 local f_udp_len = Field.new("udp.length")
 
-local BTH, CETH, TASK, ICRC = 12, 48, 48, 4
+local BTH, CETH, TASK, ICRC = 12, 56, 48, 4
 
 -- The task information (swproto.h Task).
 local function add_task(tree, tvb, off)
@@ -160,6 +163,7 @@ local function dissect_one(tvb, pinfo, root, bth, roce, kind)
 	fl:add(F.f_retrans, tvb(c + 3, 1))
 	fl:add(F.f_inplace, tvb(c + 3, 1))
 	fl:add(F.f_pending, tvb(c + 3, 1))
+	fl:add(F.f_superseded, tvb(c + 3, 1))
 	ceth:add(F.status, tvb(c + 4, 1))
 	ceth:add(F.phase, tvb(c + 5, 1))
 	ceth:add(F.src_node, tvb(c + 6, 2))
@@ -171,6 +175,8 @@ local function dissect_one(tvb, pinfo, root, bth, roce, kind)
 	ceth:add(F.node_map, tvb(c + 24, 8))
 	ceth:add(F.rank_map, tvb(c + 32, 8))
 	ceth:add(F.job_key, tvb(c + 40, 8))
+	ceth:add(F.inc, tvb(c + 48, 4))
+	ceth:add(F.seq, tvb(c + 52, 4))
 
 	-- The payload, without the BTH's pad, and its length as the CETH says.
 	local pad = bit.band(bit.rshift(tvb(bth + 1, 1):uint(), 4), 3)

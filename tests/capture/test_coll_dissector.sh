@@ -76,7 +76,7 @@ tshark -r "$tmp/cap.pcap" -X "lua_script:$lua" -d "udp.port==$port,infiniband" \
 	-e ibv_coll.ceth.flags -e ibv_coll.ceth.status -e ibv_coll.ceth.phase \
 	-e ibv_coll.ceth.src_node -e ibv_coll.ceth.jid -e ibv_coll.ceth.mid -e ibv_coll.ceth.sid \
 	-e ibv_coll.ceth.seg -e ibv_coll.ceth.len -e ibv_coll.ceth.node_map \
-	-e ibv_coll.ceth.rank_map -e ibv_coll.ceth.job_key \
+	-e ibv_coll.ceth.rank_map -e ibv_coll.ceth.job_key -e ibv_coll.ceth.inc -e ibv_coll.ceth.seq \
 	-e ibv_coll.task.node -e ibv_coll.task.nodes -e ibv_coll.task.members \
 	-e ibv_coll.task.subtree -e ibv_coll.task.seg_req -e ibv_coll.task.plane \
 	-e ibv_coll.task.parent_port -e ibv_coll.task.qpn \
@@ -87,7 +87,7 @@ tshark -r "$tmp/cap.pcap" -X "lua_script:$lua" -d "udp.port==$port,infiniband" \
 python3 - "$tmp/fields.out" "$port" <<'EOF' || fail "the decoded packets differ from what was sent"
 import sys
 cols = ("sport dport opcode pad kind coll op dtype flags status phase src jid mid sid seg len "
-        "node_map rank_map key t_node t_nodes t_members t_subtree t_seg_req t_plane "
+        "node_map rank_map key inc seq t_node t_nodes t_members t_subtree t_seg_req t_plane "
         "t_parent_port t_qpn s_name s_counter s_value frame_len expert").split()
 swport = int(sys.argv[2])
 pkts = []
@@ -105,7 +105,7 @@ INT32, UINT8, FLOAT64 = 2, 4, 11
 msgs = {1: (SUM, INT32, 2400), 2: (MAX, FLOAT64, 800), 3: (SUM, INT32, 2400), 4: (BXOR, UINT8, 7)}
 JID, KEY, NODES, MTU = 42, 0x5eed0000 ^ 1, 2, 1024
 kinds = {}
-data, results = {}, {}
+data, results, seqs = {}, {}, {}
 # Which UDP port is which node: from what the nodes say they are.
 node_at = {int(p["sport"]): int(p["src"]) for p in pkts
            if p["kind"] in ("0xe0", "0xe4") and int(p["sport"]) != swport}
@@ -125,6 +125,10 @@ for p in pkts:
         continue
     check(num(p["jid"]) == JID, "jid", p)
     check(num(p["key"]) == KEY, "job key", p)
+    # The job was given to each QP once: its first incarnation.
+    check(num(p["inc"]) == 1, "incarnation 1", p)
+    if kind not in (0xe0, 0xe1):
+        check(num(p["seq"]) == 0, "seq 0 outside DATA/RESULT", p)
     check(num(p["status"]) == 0, "status", p)
     src = num(p["src"])
     from_switch = int(p["sport"]) == swport
@@ -146,6 +150,7 @@ for p in pkts:
             check(num(p["flags"]) & 0x2 and data[key] == (num(p["len"]), num(p["seg"])),
                   "a repeated DATA is a retransmission of the same block", p)
         data[key] = (num(p["len"]), num(p["seg"]))
+        seqs[("d", src, mid, num(p["sid"]))] = num(p["seq"])
     elif kind == 0xe1:  # RESULT: switch -> node, the whole block
         check(from_switch, "RESULT from the switch", p)
         mid = num(p["mid"])
@@ -156,6 +161,7 @@ for p in pkts:
         check(int(p["dport"]) in node_at, "RESULT to a node", p)
         check(0 < num(p["len"]) <= MTU and num(p["phase"]) == 0, "RESULT len, phase", p)
         results.setdefault((int(p["dport"]), mid, num(p["sid"])), (num(p["len"]), num(p["seg"])))
+        seqs[("r", int(p["dport"]), mid, num(p["sid"]))] = num(p["seq"])
     elif kind == 0xe4:  # CONFIG: node -> switch with the task
         check(src in (0, 1) and not from_switch, "CONFIG from a node", p)
         check(num(p["len"]) == 48, "CONFIG carries the 48-byte task", p)
@@ -202,6 +208,10 @@ order = [(m, s) for m in sorted(msgs) for s in sorted(s for (n, mm, s) in data i
 for g, (m, s) in enumerate(order):
     check(data[(0, m, s)][1] == g % 256, "DATA seg of block %d is unit %d" % (g, g % 256),
           {"seg": str(data[(0, m, s)][1])})
+    for kind_node in [("d", 0), ("d", 1)] + [("r", d) for d in nodeports]:
+        got = seqs.get(kind_node + (m, s))
+        check(got == g, "seq of block %d (mid %d sid %d) is %d" % (g, m, s, g),
+              {"seq": str(got), "from": str(kind_node)})
 check(kinds.get(0xe4) == 2 and kinds.get("grants") == 2 and kinds.get(0xe6) == 2,
       "two CONFIG, grants, RELEASE", {"kinds": str(kinds)})
 check(len(nodeports) == 2, "results to both nodes", {"ports": str(nodeports)})
