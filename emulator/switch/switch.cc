@@ -42,6 +42,10 @@ void SwitchCounters::add(const SwitchCounters &o)
 	drop_block += o.drop_block;
 	drop_stale += o.drop_stale;
 	drop_busy += o.drop_busy;
+	delivered += o.delivered;
+	drop_empty += o.drop_empty;
+	drop_short += o.drop_short;
+	drop_kind += o.drop_kind;
 }
 
 namespace {
@@ -120,7 +124,10 @@ bool Switch::poll_once()
 void Switch::handle(const RxPacket &rx)
 {
 	if (rx.len < kBthBytes + kCethBytes + kIcrcBytes) {
-		gone_.drop_malformed++;
+		if (rx.len)
+			gone_.drop_short++;
+		else
+			gone_.drop_empty++;
 		return;
 	}
 	size_t len = rx.len - kIcrcBytes;
@@ -139,8 +146,12 @@ void Switch::handle(const RxPacket &rx)
 		return;
 	}
 	Bth bth = Bth::load(rx.data);
-	if (!is_coll_opcode(bth.opcode) || bth.opcode > kCollKindLast || Bth::tver(rx.data) != 0 ||
-	    bth.pkey != kDefaultPkey || len < kBthBytes + kCethBytes + bth.pad) {
+	if (!is_coll_opcode(bth.opcode) || bth.opcode > kCollKindLast) {
+		gone_.drop_kind++;
+		return;
+	}
+	if (Bth::tver(rx.data) != 0 || bth.pkey != kDefaultPkey ||
+	    len < kBthBytes + kCethBytes + bth.pad) {
 		gone_.drop_malformed++;
 		return;
 	}
@@ -173,7 +184,7 @@ void Switch::handle(const RxPacket &rx)
 		on_release(p);
 		break;
 	default:
-		gone_.drop_malformed++;
+		gone_.drop_kind++; // ACK and ABORT are between NICs
 		break;
 	}
 }
@@ -460,9 +471,10 @@ void Switch::on_config(const In &p)
 	if (!j)
 		return;
 	j->last_seen = util::now_ns();
-	j->ctr.configs++;
 	if (add_child(*j, p, t))
 		return;
+	j->ctr.configs++;
+	j->ctr.delivered++;
 	switch (j->state) {
 	case State::collecting:
 		try_grant(*j);
@@ -518,6 +530,7 @@ void Switch::on_config_ack(const In &p)
 		return;
 	}
 	j->last_seen = util::now_ns();
+	j->ctr.delivered++;
 	if (p.h.flags & kCethPending)
 		return; // the parent waits for other leaves
 	if (p.h.status || p.h.seg < 2) {
@@ -537,14 +550,27 @@ void Switch::on_config_ack(const In &p)
 void Switch::on_release(const In &p)
 {
 	auto it = jobs_.find(p.h.jid);
-	if (it == jobs_.end() || p.h.job_key != it->second.key)
+	if (it == jobs_.end()) {
+		gone_.drop_job++;
 		return;
+	}
 	Job &j = it->second;
-	Child *c = child_of(j, p.src);
-	if (!c || c->released)
+	if (p.h.job_key != j.key) {
+		j.ctr.drop_key++;
 		return;
+	}
+	Child *c = child_of(j, p.src);
+	if (!c) {
+		j.ctr.drop_node++;
+		return;
+	}
+	if (c->released) {
+		j.ctr.duplicates++;
+		return;
+	}
 	c->released = true;
 	j.ctr.releases++;
+	j.ctr.delivered++;
 	if (++j.released < j.children.size())
 		return;
 	IBVC_INFO("switch", "{}: job {} released", p_.name, j.jid);
@@ -740,6 +766,7 @@ void Switch::on_data(const In &p0)
 				}
 				if (p.paylen && !u.len)
 					u.len = p.paylen;
+				j.ctr.delivered++;
 				fold(j, unit, p.h.node_map, p.payload, p.paylen);
 				return;
 			}
@@ -774,6 +801,7 @@ void Switch::on_data(const In &p0)
 	u.hop = p.h.coll;
 	u.src_node = p.h.phase;
 	u.len = p.paylen;
+	j.ctr.delivered++;
 	fold(j, unit, p.h.node_map, p.payload, p.paylen);
 }
 
@@ -804,6 +832,7 @@ void Switch::on_result(const In &p)
 	}
 	j.ctr.rx_packets++;
 	j.ctr.rx_bytes += p.paylen;
+	j.ctr.delivered++;
 	port_->tx_reclaim(u.lent); // our partial may still be on its way up from it
 	if (p.paylen)
 		memcpy(u.data, p.payload, p.paylen);
@@ -881,6 +910,10 @@ void print_ctr(FILE *f, const SwitchCounters &c, bool json)
 		{"drop_block", c.drop_block},
 		{"drop_stale", c.drop_stale},
 		{"drop_busy", c.drop_busy},
+		{"delivered", c.delivered},
+		{"drop_empty", c.drop_empty},
+		{"drop_short", c.drop_short},
+		{"drop_kind", c.drop_kind},
 	};
 	bool first = true;
 	for (const auto &kv : v) {

@@ -46,6 +46,11 @@ struct SwitchCounters {
 	uint64_t configs = 0, grants = 0, denials = 0, releases = 0;
 	uint64_t drop_icrc = 0, drop_malformed = 0, drop_key = 0, drop_job = 0, drop_node = 0;
 	uint64_t drop_block = 0, drop_stale = 0, drop_busy = 0;
+	// Every datagram at the port is counted once: delivered (taken in by
+	// a job and acted on), or one drop reason above or here (duplicates
+	// too: a repeat is answered, never taken in again).
+	uint64_t delivered = 0;
+	uint64_t drop_empty = 0, drop_short = 0, drop_kind = 0;
 	void add(const SwitchCounters &o);
 };
 
