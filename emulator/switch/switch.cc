@@ -251,7 +251,10 @@ int Switch::add_child(Job &j, const In &p, const sw::Task &t)
 {
 	uint64_t cover = p.h.node_map;
 	bool is_switch = t.node == sw::kNodeSwitch;
-	if (!cover || (cover & ~j.subtree) || (!is_switch && cover != 1ull << t.node)) {
+	// A member's node index must be one of the job's before it is a shift
+	// count (found by fuzz_switch_rx: a task naming node 100).
+	if (!cover || (cover & ~j.subtree) ||
+	    (!is_switch && (t.node >= j.nodes || cover != 1ull << t.node))) {
 		j.ctr.drop_node++;
 		return EINVAL;
 	}
@@ -746,7 +749,11 @@ void Switch::on_data(const In &p0)
 	j.ctr.rx_packets++;
 	j.ctr.rx_bytes += p.paylen;
 	const size_t es = dtype_size(Dtype(p.h.dtype));
-	if (p.h.seg >= j.granted || p.paylen > pool_.unit_bytes() || !es || p.paylen % es ||
+	// phase o + 1 names node o (the one that needs the result's data): a
+	// node of the job, before send_result shifts by it (found by
+	// fuzz_switch_rx: phase 116).
+	if (p.h.seg >= j.granted || p.h.phase > j.nodes || p.paylen > pool_.unit_bytes() || !es ||
+	    p.paylen % es ||
 	    p.h.op > uint8_t(RedOp::bxor) || !reduce_fn(RedOp(p.h.op), Dtype(p.h.dtype))) {
 		j.ctr.drop_block++;
 		return;

@@ -393,3 +393,59 @@ TEST_F(SwitchAcct, ForgedAcrossTenantsChangeNothing)
 	SwitchCounters c2 = sw_->totals();
 	EXPECT_EQ(c2.rx_packets, c2.delivered + drops(c2));
 }
+
+// Found by fuzz_switch_rx: a task naming a node index of 64 or more was
+// used as a shift count (undefined; on x86 node 65 passed for node 1, so
+// a stranger could take node 1's place in an inline job).
+TEST_F(SwitchAcct, TaskWithNodeIndexBeyondTheJobIsRefused)
+{
+	Peer a, stranger;
+	const uint16_t to = sw_->port();
+	Hdr d;
+	d.flags = 1; // inline: the task follows the CETH
+	d.jid = 5;
+	d.key = kKeyA;
+	const std::vector<uint8_t> v = i32(1);
+	std::vector<uint8_t> pl = task(0, 2, 3, 4);
+	pl.insert(pl.end(), v.begin(), v.end());
+	a.send(to, d, pl); // node 0, as it should: makes the job, waits for node 1
+	d.src_node = 1;
+	d.node_map = 2;
+	for (uint16_t bad : {uint16_t(65), uint16_t(129)}) {
+		std::vector<uint8_t> f = task(bad, 2, 3, 4);
+		f.insert(f.end(), v.begin(), v.end());
+		stranger.send(to, d, f); // node 1's share under another index
+	}
+	sent_ += 3;
+	pump(sent_);
+	SwitchCounters c = sw_->totals();
+	EXPECT_EQ(c.drop_busy, 1u); // node 0's partial: the job is not granted yet
+	EXPECT_EQ(c.drop_node, 2u);
+	EXPECT_EQ(c.delivered, 0u) << "a task with a node beyond the job was taken";
+	EXPECT_EQ(c.rx_packets, c.delivered + drops(c));
+}
+
+// Found by fuzz_switch_rx: DATA whose phase (o + 1: only node o needs the
+// result's data) named a node beyond the job was taken, and the result
+// then shifted a node bitmap by it.
+TEST_F(SwitchAcct, PhaseNamingANodeBeyondTheJobIsRefused)
+{
+	Peer a, b;
+	configure(a, b, 1, kKeyA);
+	const uint16_t to = sw_->port();
+	SwitchCounters c0 = sw_->totals();
+	Hdr d;
+	d.key = kKeyA;
+	d.phase = 116;
+	a.send(to, d, i32(1));
+	d.phase = 3; // node 2 of a two-node job
+	a.send(to, d, i32(1));
+	d.phase = 2; // node 1: fine
+	a.send(to, d, i32(1));
+	sent_ += 3;
+	pump(sent_);
+	SwitchCounters c1 = sw_->totals();
+	EXPECT_EQ(c1.drop_block - c0.drop_block, 2u);
+	EXPECT_EQ(c1.delivered - c0.delivered, 1u);
+	EXPECT_EQ(c1.rx_packets, c1.delivered + drops(c1));
+}
