@@ -29,7 +29,7 @@ fi
 secs=${1:-60}
 [ $# -ge 1 ] && shift
 if [ "$target" = all ]; then
-	for t in fuzz_nic_rx fuzz_switch_rx fuzz_config fuzz_perf_opts; do
+	for t in fuzz_nic_rx fuzz_switch_rx fuzz_coll_api fuzz_config fuzz_perf_opts; do
 		"$0" -B "$build" "$t" "$secs" "$@"
 	done
 	exit 0

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <random>
 #include <string>
 
 using namespace ibvc_fuzz;
@@ -249,6 +250,20 @@ void text_seeds()
 	}
 }
 
+// fuzz_coll_api reads its input with FuzzedDataProvider, which takes
+// any bytes: seeds of fixed pseudo-random bytes, long enough for a job of
+// a few members and a chain of WRs.
+void api_seeds()
+{
+	std::mt19937 rng(15);
+	for (int i = 0; i < 8; i++) {
+		std::vector<uint8_t> b(size_t(200 + 100 * i));
+		for (uint8_t &x : b)
+			x = uint8_t(rng());
+		put("fuzz_coll_api", "r" + std::to_string(i), b);
+	}
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -262,5 +277,6 @@ int main(int argc, char **argv)
 	nic_seeds();
 	switch_seeds();
 	text_seeds();
+	api_seeds();
 	return 0;
 }
