@@ -111,6 +111,7 @@ struct Device {
 		p.gids.push_back(v4_endpoint(kSelf, 0).ip);
 		p.udp_port = kPort;
 		p.cfg.poll_us = 0; // the engine thread sleeps: the fuzzer's thread drives
+		p.cfg.seg_units = 64; // the jobs take 16; 4096 would cost 16 MiB per input
 		p.transport = [this](std::unique_ptr<Transport> *out) {
 			auto t = std::make_unique<FuzzTransport>(kPort);
 			tr = t.get();
