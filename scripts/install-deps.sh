@@ -11,6 +11,8 @@ libspdlog-dev libgtest-dev"
 if [ "${1:-}" != build ]; then
 	# Testing: man page lint, namespaces, a capture decoded by tshark.
 	pkgs="$pkgs mandoc iproute2 iputils-ping tshark"
+	# The fuzz targets (libFuzzer, ASan and UBSan runtimes, the symbolizer).
+	pkgs="$pkgs clang-14 libclang-rt-14-dev llvm-14"
 	# The rxe VM test (tests/rxe): QEMU, a static busybox, libibverbs' rxe
 	# provider and its tools for the guest, and what builds the initramfs.
 	# The kernel package itself is downloaded, not installed, by the test.
