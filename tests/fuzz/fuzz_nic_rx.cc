@@ -67,6 +67,7 @@ struct Device {
 		w->num_sge = 1;
 		w->op = uint8_t(RedOp::sum);
 		w->dtype = uint8_t(Dtype::int32);
+		w->mid = 1; // as the provider numbers a job's first message
 		w->count = count;
 		w->srcs()[0] = Sge{uint64_t(uintptr_t(mem + off)), uint32_t(count * 4), key};
 		w->dsts()[0] = Sge{uint64_t(uintptr_t(mem + off + 8192)), uint32_t(count * 4), key};
@@ -155,15 +156,33 @@ struct Device {
 		post_coll(swq, sw_sq, 32768, 600);
 	}
 
+	// What a packet taken in by a job or an RC QP moves.
+	static std::vector<uint64_t> taken(const NicCounters &c)
+	{
+		return {c.coll.rx_data,	    c.coll.rx_result,	  c.coll.reductions, c.coll.early_stored,
+			c.coll.aborts_rcvd, c.coll.dup_dropped, c.coll.seg_busy,   c.acks_sent,
+			c.seq_naks_sent,    c.rnr_naks_sent,	  c.rx_dup};
+	}
+
 	void feed(const uint8_t *d, size_t n)
 	{
 		const IpAddr self = v4_endpoint(kSelf, kPort).ip;
 		for_each_record(d, n, [&](uint8_t f, const uint8_t *p, size_t len) {
 			Endpoint src = peer(f);
 			std::vector<uint8_t> pkt = frame(f, p, len, src, self, kPort);
+			// Peer 3 is no member of any job and not the RC peer:
+			// whatever it sends, no job or QP takes it in.
+			const bool stranger = (f & 3) == 3;
+			std::vector<uint64_t> before;
+			if (stranger)
+				before = taken(nic->counters());
 			tr->put(pkt.data(), pkt.size(), src, self);
 			while (tr->pending())
 				nic->progress(cq);
+			if (stranger && taken(nic->counters()) != before) {
+				fprintf(stderr, "fuzz_nic_rx: a packet from a non-member was taken in\n");
+				abort();
+			}
 		});
 	}
 };
