@@ -85,11 +85,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	// One variable through the loader, as a context opening would read it.
 	auto vars = emu::emu_config_vars();
 	const util::ConfigVar &cv = vars[data[0] % vars.size()];
-	setenv(cv.name, v.c_str(), 1);
+	// putenv on a buffer of ours: setenv would keep a copy of every value
+	// ever set (glibc never frees them) and the run would end out of memory.
+	static char env[8192];
+	snprintf(env, sizeof(env), "%s=%s", cv.name, v.c_str());
+	putenv(env);
 	emu::EmuConfig c;
 	int err = emu::load_emu_config(&c);
 	if (err && err != EINVAL)
 		abort();
+	std::string seen = getenv(cv.name) ? getenv(cv.name) : "";
+	v = seen; // what the loader read (a value longer than the buffer is cut)
 	if (!err && cv.kind == util::ConfigKind::uint) {
 		uint64_t want;
 		if (!ref_uint(v, &want) || want < cv.min || want > cv.max)
