@@ -882,6 +882,15 @@ SwitchCounters Switch::totals() const
 	return t;
 }
 
+bool Switch::job_counters(uint32_t jid, SwitchCounters *out) const
+{
+	auto it = jobs_.find(jid);
+	if (it == jobs_.end())
+		return false;
+	*out = it->second.ctr;
+	return true;
+}
+
 uint32_t Switch::units_in_use() const
 {
 	uint32_t n = 0;

@@ -68,6 +68,8 @@ public:
 	// Per-job and total counters, as text (or JSON).
 	void print_stats(FILE *f, bool json) const;
 	SwitchCounters totals() const;
+	// One job's counters; false when the switch holds no such job.
+	bool job_counters(uint32_t jid, SwitchCounters *out) const;
 	uint32_t units_in_use() const;
 
 private:

@@ -11,14 +11,40 @@ using namespace ibv_coll::emu;
 
 namespace {
 
+// What a packet a job takes in moves, for the set-up's two jobs (a job
+// that is gone reads as all zero).
+std::vector<uint64_t> taken(const Switch &sw)
+{
+	std::vector<uint64_t> r;
+	for (uint32_t jid : {kJidFlat, kJidTree}) {
+		SwitchCounters c;
+		if (!sw.job_counters(jid, &c))
+			c = SwitchCounters{};
+		for (uint64_t x : {c.delivered, c.data, c.reductions, c.results, c.configs, c.releases,
+				   c.retrans_answered, c.resent_up})
+			r.push_back(x);
+	}
+	return r;
+}
+
 void feed(Switch &sw, FuzzTransport &tr, const uint8_t *d, size_t n)
 {
 	const IpAddr self = v4_endpoint(kSelf, kPort).ip;
 	for_each_record(d, n, [&](uint8_t f, const uint8_t *p, size_t len) {
 		Endpoint src = peer(f);
 		std::vector<uint8_t> pkt = frame(f, p, len, src, self, kPort);
+		// Peer 3 is neither a child nor the parent of the set-up's jobs:
+		// it may make jobs of its own, never change theirs.
+		const bool stranger = (f & 3) == 3;
+		std::vector<uint64_t> before;
+		if (stranger)
+			before = taken(sw);
 		tr.put(pkt.data(), pkt.size(), src, self);
 		sw.poll_once();
+		if (stranger && taken(sw) != before) {
+			fprintf(stderr, "fuzz_switch_rx: a non-member's packet changed a job\n");
+			abort();
+		}
 	});
 }
 
