@@ -30,4 +30,36 @@ run build ""
 echo "== build and test: AddressSanitizer + UndefinedBehaviorSanitizer"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	run build-asan "-E _big|switchbig|n8k2_switch_ -LE rxe" -DIBV_COLL_SANITIZE=ON
+
+# ThreadSanitizer (issue 15): the library, the emulator and the suites
+# that run the engine thread beside application threads posting and
+# polling (the hand-off, the rings' hand-written ordering): the C API,
+# RC between processes but the long transfers (which TSan's slowdown
+# turns into retry timeouts), the collective wire tests in process, and
+# the two-node collective matrix between processes (n2k2_full; the
+# switch itself is one thread, and its cases take a minute under TSan).
+# Suppressions, each with its reason, in tests/tsan.supp.
+echo "== build and test: ThreadSanitizer (threaded suites)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIBV_COLL_TSAN=ON >/dev/null
+cmake --build build-tsan -j "$jobs" --target test_api test_c_abi test_rc rc_peer test_rc_self \
+	test_coll_wire test_switch_acct test_coll coll_node
+(cd build-tsan && TSAN_OPTIONS="suppressions=$PWD/../tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+	ctest --output-on-failure --timeout 300 \
+	-R '^(api\.|rc\.Rc\.|rc\.RcSelf\.|rc\.RcImpaired\.ManyWrsInFlight|rc\.Mtus/RcMtu\.(WriteAndSendWithImmediate|ReadEverySize/mtu4096)|coll\.CollWire\.|emu\.SwitchAcct\.|coll\.Loopback/Coll\.EveryNodeMatchesTheReference/n2k2_full)')
+
+# libFuzzer (issue 15): every target of tests/fuzz for IBV_COLL_FUZZ_SECONDS
+# (10 here) from its committed seeds, under ASan and UBSan; longer runs:
+# scripts/fuzz.sh TARGET SECONDS.
+echo "== fuzz: each libFuzzer target for 10 s"
+CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	-DIBV_COLL_FUZZ=ON -DIBV_COLL_TESTS=OFF -DIBV_COLL_FUZZ_SECONDS=10 >/dev/null
+cmake --build build-fuzz -j "$jobs" --target fuzz_targets
+(cd build-fuzz && ctest -L fuzz --output-on-failure)
+
+# Soak (issue 15): random collectives, sizes, ops, types and topologies
+# with loss, duplication, reordering and member restarts against three
+# long-running switches, every result checked, their memory, descriptors
+# and counters watched; 45 s here, an hour with scripts/soak.sh -t 3600.
+echo "== soak: 45 s"
+sh scripts/soak.sh -B build -t 45 -S 15
 echo "== all tests passed"

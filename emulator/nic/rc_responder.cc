@@ -224,7 +224,8 @@ bool Engine::resp_progress(Qp &qp)
 			Aeth{kSynAckNoCredit, qp.msn}.store(ext);
 			ext += kAethBytes;
 		}
-		memcpy(ext, reinterpret_cast<const void *>(j.va + j.off), plen);
+		if (plen) // a zero-length READ may name any address, NULL included
+			memcpy(ext, reinterpret_cast<const void *>(j.va + j.off), plen);
 		tx_finish(qp, pkt, kBthBytes + (aeth ? kAethBytes : 0), plen);
 		j.off += plen;
 		j.psn = psn_add(j.psn, 1);

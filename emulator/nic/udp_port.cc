@@ -734,6 +734,15 @@ unsigned UdpPort::rx_fill()
 		} else {
 			ctr_.rx_gro++;
 		}
+		// A datagram of length 0 is a packet too (the engine drops it as
+		// too short): without this it would be counted nowhere.
+		if (!len) {
+			p.data = base;
+			p.len = 0;
+			rx_pending_.push_back(p);
+			ctr_.rx_packets++;
+			continue;
+		}
 		for (size_t off = 0; off < len; off += seg) {
 			p.data = base + off;
 			p.len = std::min(seg, len - off);

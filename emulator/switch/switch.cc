@@ -47,6 +47,10 @@ void SwitchCounters::add(const SwitchCounters &o)
 	drop_busy += o.drop_busy;
 	drop_incarnation += o.drop_incarnation;
 	incarnations += o.incarnations;
+	delivered += o.delivered;
+	drop_empty += o.drop_empty;
+	drop_short += o.drop_short;
+	drop_kind += o.drop_kind;
 }
 
 namespace {
@@ -134,7 +138,10 @@ bool Switch::poll_once()
 void Switch::handle(const RxPacket &rx)
 {
 	if (rx.len < kBthBytes + kCethBytes + kIcrcBytes) {
-		gone_.drop_malformed++;
+		if (rx.len)
+			gone_.drop_short++;
+		else
+			gone_.drop_empty++;
 		return;
 	}
 	size_t len = rx.len - kIcrcBytes;
@@ -153,8 +160,12 @@ void Switch::handle(const RxPacket &rx)
 		return;
 	}
 	Bth bth = Bth::load(rx.data);
-	if (!is_coll_opcode(bth.opcode) || bth.opcode > kCollKindLast || Bth::tver(rx.data) != 0 ||
-	    bth.pkey != kDefaultPkey || len < kBthBytes + kCethBytes + bth.pad) {
+	if (!is_coll_opcode(bth.opcode) || bth.opcode > kCollKindLast) {
+		gone_.drop_kind++;
+		return;
+	}
+	if (Bth::tver(rx.data) != 0 || bth.pkey != kDefaultPkey ||
+	    len < kBthBytes + kCethBytes + bth.pad) {
 		gone_.drop_malformed++;
 		return;
 	}
@@ -193,7 +204,7 @@ void Switch::handle(const RxPacket &rx)
 		on_abort(p);
 		break;
 	default:
-		gone_.drop_malformed++;
+		gone_.drop_kind++; // ACK is between NICs
 		break;
 	}
 }
@@ -327,7 +338,10 @@ int Switch::add_child(Job &j, const In &p, const sw::Task &t)
 {
 	uint64_t cover = p.h.node_map;
 	bool is_switch = t.node == sw::kNodeSwitch;
-	if (!cover || (cover & ~j.subtree) || (!is_switch && cover != 1ull << t.node)) {
+	// A member's node index must be one of the job's before it is a shift
+	// count (found by fuzz_switch_rx: a task naming node 100).
+	if (!cover || (cover & ~j.subtree) ||
+	    (!is_switch && (t.node >= j.nodes || cover != 1ull << t.node))) {
 		j.ctr.drop_node++;
 		return EINVAL;
 	}
@@ -551,9 +565,10 @@ void Switch::on_config(const In &p)
 	if (!j)
 		return;
 	j->last_seen = util::now_ns();
-	j->ctr.configs++;
 	if (add_child(*j, p, t))
 		return;
+	j->ctr.configs++;
+	j->ctr.delivered++;
 	switch (j->state) {
 	case State::collecting:
 		try_grant(*j);
@@ -609,6 +624,7 @@ void Switch::on_config_ack(const In &p)
 		return;
 	}
 	j->last_seen = util::now_ns();
+	j->ctr.delivered++;
 	if (p.h.flags & kCethPending)
 		return; // the parent waits for other leaves
 	if (p.h.status || p.h.seg < 2) {
@@ -637,6 +653,7 @@ void Switch::on_abort(const In &p)
 		j.ctr.drop_node++;
 		return;
 	}
+	j.ctr.delivered++;
 	for (const Child &c : j.children) {
 		Ceth h;
 		h.src_node = sw::kNodeSwitch;
@@ -653,9 +670,15 @@ void Switch::on_abort(const In &p)
 void Switch::on_release(const In &p)
 {
 	auto it = jobs_.find(p.h.jid);
-	if (it == jobs_.end() || p.h.job_key != it->second.key)
+	if (it == jobs_.end()) {
+		gone_.drop_job++;
 		return;
+	}
 	Job &j = it->second;
+	if (p.h.job_key != j.key) {
+		j.ctr.drop_key++;
+		return;
+	}
 	if (p.h.inc != j.inc) {
 		// A member of the old incarnation leaves while others already
 		// configure the new one: the new one stays.
@@ -663,10 +686,17 @@ void Switch::on_release(const In &p)
 		return;
 	}
 	Child *c = child_of(j, p.src);
-	if (!c || c->released)
+	if (!c) {
+		j.ctr.drop_node++;
 		return;
+	}
+	if (c->released) {
+		j.ctr.duplicates++;
+		return;
+	}
 	c->released = true;
 	j.ctr.releases++;
+	j.ctr.delivered++;
 	if (++j.released < j.children.size())
 		return;
 	IBVC_INFO("switch", "{}: job {} released", p_.name, j.jid);
@@ -843,7 +873,11 @@ void Switch::on_data(const In &p0)
 	j.ctr.rx_packets++;
 	j.ctr.rx_bytes += p.paylen;
 	const size_t es = dtype_size(Dtype(p.h.dtype));
-	if (p.h.seg >= j.granted || p.paylen > pool_.unit_bytes() || !es || p.paylen % es ||
+	// phase o + 1 names node o (the one that needs the result's data): a
+	// node of the job, before send_result shifts by it (found by
+	// fuzz_switch_rx: phase 116).
+	if (p.h.seg >= j.granted || p.h.phase > j.nodes || p.paylen > pool_.unit_bytes() || !es ||
+	    p.paylen % es ||
 	    p.h.op > uint8_t(RedOp::bxor) || !reduce_fn(RedOp(p.h.op), Dtype(p.h.dtype))) {
 		j.ctr.drop_block++;
 		return;
@@ -867,6 +901,7 @@ void Switch::on_data(const In &p0)
 				}
 				if (p.paylen && !u.len)
 					u.len = p.paylen;
+				j.ctr.delivered++;
 				fold(j, unit, p.h.node_map, p.payload, p.paylen);
 				return;
 			}
@@ -902,6 +937,7 @@ void Switch::on_data(const In &p0)
 	u.hop = p.h.coll;
 	u.src_node = p.h.phase;
 	u.len = p.paylen;
+	j.ctr.delivered++;
 	fold(j, unit, p.h.node_map, p.payload, p.paylen);
 }
 
@@ -932,6 +968,7 @@ void Switch::on_result(const In &p)
 	}
 	j.ctr.rx_packets++;
 	j.ctr.rx_bytes += p.paylen;
+	j.ctr.delivered++;
 	port_->tx_reclaim(u.lent); // our partial may still be on its way up from it
 	if (p.paylen)
 		memcpy(u.data, p.payload, p.paylen);
@@ -974,6 +1011,15 @@ SwitchCounters Switch::totals() const
 	return t;
 }
 
+bool Switch::job_counters(uint32_t jid, SwitchCounters *out) const
+{
+	auto it = jobs_.find(jid);
+	if (it == jobs_.end())
+		return false;
+	*out = it->second.ctr;
+	return true;
+}
+
 uint32_t Switch::units_in_use() const
 {
 	uint32_t n = 0;
@@ -1009,6 +1055,10 @@ std::vector<NamedCounter> named_counters(const SwitchCounters &c)
 		{"drop_busy", c.drop_busy},
 		{"drop_incarnation", c.drop_incarnation},
 		{"incarnations", c.incarnations},
+		{"delivered", c.delivered},
+		{"drop_empty", c.drop_empty},
+		{"drop_short", c.drop_short},
+		{"drop_kind", c.drop_kind},
 	};
 }
 

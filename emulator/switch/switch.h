@@ -49,6 +49,11 @@ struct SwitchCounters {
 	uint64_t drop_block = 0, drop_stale = 0, drop_busy = 0;
 	uint64_t drop_incarnation = 0; // another incarnation's packets (a job given again)
 	uint64_t incarnations = 0;     // a new incarnation took the job's place
+	// Every datagram at the port is counted once: delivered (taken in by
+	// a job and acted on), or one drop reason above or here (duplicates
+	// too: a repeat is answered, never taken in again).
+	uint64_t delivered = 0;
+	uint64_t drop_empty = 0, drop_short = 0, drop_kind = 0;
 	void add(const SwitchCounters &o);
 };
 
@@ -71,6 +76,8 @@ public:
 	// Per-job and total counters, as text (or JSON).
 	void print_stats(FILE *f, bool json) const;
 	SwitchCounters totals() const;
+	// One job's counters; false when the switch holds no such job.
+	bool job_counters(uint32_t jid, SwitchCounters *out) const;
 	uint32_t units_in_use() const;
 	// What STATS_REPLY carries: the totals, then the Seg units and jobs.
 	std::vector<NamedCounter> stat_records() const;

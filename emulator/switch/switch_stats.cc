@@ -20,6 +20,7 @@ void Switch::on_stats(const In &p)
 		gone_.drop_malformed++;
 		return;
 	}
+	gone_.delivered++;
 	const std::vector<NamedCounter> recs = stat_records();
 	const size_t fit = (p.paylen - sw::kStatsNameBytes) / sw::kStatsRecordBytes;
 	const size_t first = std::min<size_t>(p.h.sid, recs.size());

@@ -3,6 +3,7 @@
 
 #include "util/log.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -23,12 +24,22 @@ bool config_is_set(const ConfigVar &v)
 
 bool parse_uint(const char *s, uint64_t *out)
 {
-	if (!s || !*s || *s == '-')
+	// Decimal or 0x hex, as documented: strtoull alone would also take
+	// octal ("0200" is 128), leading blanks and a sign (" -1" is 2^64 - 1).
+	if (!s || !*s)
 		return false;
+	const bool hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+	const char *digits = hex ? s + 2 : s;
+	if (!*digits)
+		return false;
+	for (const char *c = digits; *c; c++)
+		if (!(hex ? isxdigit(static_cast<unsigned char>(*c))
+			  : isdigit(static_cast<unsigned char>(*c))))
+			return false;
 	errno = 0;
 	char *end = nullptr;
-	unsigned long long x = strtoull(s, &end, 0);
-	if (errno || end == s || *end)
+	unsigned long long x = strtoull(digits, &end, hex ? 16 : 10);
+	if (errno || end == digits || *end)
 		return false;
 	*out = x;
 	return true;

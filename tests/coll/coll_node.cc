@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -52,6 +53,7 @@ struct Opts {
 	uint32_t late_ms = 0;
 	size_t late_case = 0;
 	bool hold = false; // at the end, keep the device open until stdin closes
+	uint32_t jid = 42;
 };
 
 struct Case {
@@ -194,6 +196,20 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 	} else if (o.scenario == "recover" || o.scenario == "recover_quiet" ||
 		   o.scenario == "recover_one") {
 		recover_scenario(v, K);
+	} else if (o.scenario == "random") {
+		// scripts/soak.sh: collectives, ops, types, counts and roots drawn
+		// from the seed, the same list on every node.
+		std::mt19937_64 g(o.seed);
+		const size_t n = 8 + g() % 16;
+		for (size_t i = 0; i < n; i++) {
+			int c = kColls[g() % 6], d = int(g() % 12), op = int(g() % 8);
+			if (!valid(op, d))
+				op = IBV_COLL_OP_SUM;
+			// Mostly small, sometimes many blocks.
+			uint64_t count = g() % 4 ? g() % 3000 : g() % 200000;
+			int mode = d >= IBV_COLL_DTYPE_FLOAT16 && op != IBV_COLL_OP_PROD && g() % 4 == 0;
+			v.push_back({c, op, d, count, uint32_t(g() % K), mode});
+		}
 	} else if (o.scenario == "die") {
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 8u << 20, 0,
 			     0});
@@ -285,10 +301,11 @@ int main(int argc, char **argv)
 		{"expect-flags", 1, nullptr, 'F'}, {"e2e-ack", 0, nullptr, 'E'},
 		{"gid-index", 1, nullptr, 'G'}, {"late", 1, nullptr, 'l'},
 		{"hold", 0, nullptr, 'H'},
+		{"jid", 1, nullptr, 'J'},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:l:", lo, nullptr)) !=
+	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:l:J:", lo, nullptr)) !=
 	       -1) {
 		switch (c) {
 		case 'b': o.boot = optarg; break;
@@ -304,6 +321,7 @@ int main(int argc, char **argv)
 		case 'I': o.inline_task = true; break;
 		case 'E': o.e2e_ack = true; break;
 		case 'G': o.gid_index = atoi(optarg); break;
+		case 'J': o.jid = uint32_t(strtoul(optarg, nullptr, 0)); break;
 		case 'l': {
 			// NODE:MS[:CASE]
 			char *end;
@@ -393,7 +411,7 @@ int main(int argc, char **argv)
 		if (members[size_t(i)].num_ranks != o.ranks[size_t(i)])
 			die("rank counts disagree", EPROTO);
 	ibv_coll_job_attr job{};
-	job.jid = 42;
+	job.jid = o.jid;
 	job.node_index = uint32_t(o.node);
 	job.num_nodes = uint32_t(o.nodes);
 	job.members = members.data();
@@ -641,7 +659,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		if (wc.status != IBV_WC_SUCCESS || wc.coll_status != IBV_COLL_STATUS_SUCCESS ||
-		    wc.wr_id != ci || wc.mid != mid || wc.jid != 42 ||
+		    wc.wr_id != ci || wc.mid != mid || wc.jid != o.jid ||
 		    wc.opcode != ibv_coll_wc_opcode(s.coll)) {
 			fprintf(stderr,
 				"node %d case %zu (coll %#x count %lu): completion %s / %s, wr_id %lu "

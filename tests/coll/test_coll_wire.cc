@@ -450,3 +450,235 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	ibv_dealloc_coll_pd(pd);
 	ibv_close_coll_device(ctx);
 }
+
+namespace {
+
+// A collective QP of a two-node ring job on ctx: this device node 0, the
+// fake node 1.
+ibv_coll_qp *ring_job_qp(ibv_coll_pd *pd, ibv_coll_cq *cq,
+			 uint16_t dev_port, const Fake &peer, uint32_t jid, uint64_t key,
+			 uint32_t seg_base)
+{
+	ibv_coll_qp_init_attr ia{};
+	ia.send_cq = ia.recv_cq = cq;
+	ia.qp_type = IBV_COLL_QPT_COLL;
+	ia.cap.max_send_wr = 8;
+	ia.cap.max_send_sge = 1;
+	ibv_coll_qp *qp = ibv_create_coll_qp(pd, &ia);
+	if (!qp)
+		return nullptr;
+	ibv_coll_member m[2]{};
+	memcpy(m[0].gid.raw, kLo, 16);
+	m[0].udp_port = dev_port;
+	m[0].num_ranks = 1;
+	m[0].qp_num = qp->qp_num;
+	memcpy(m[1].gid.raw, kLo, 16);
+	m[1].udp_port = peer.port();
+	m[1].num_ranks = 1;
+	m[1].qp_num = kFakeQpn;
+	ibv_coll_job_attr job{};
+	job.jid = jid;
+	job.num_nodes = 2;
+	job.members = m;
+	job.seg_base = seg_base; // jobs on one device take disjoint Seg ranges
+	job.seg_count = 8;
+	job.job_key = key;
+	ibv_coll_qp_attr a{};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	int err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.job = &job;
+	if (!err)
+		err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB |
+							 IBV_COLL_QP_PATH_MTU);
+	a.qp_state = IBV_QPS_RTS;
+	if (!err)
+		err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE);
+	if (err) {
+		ibv_destroy_coll_qp(qp);
+		return nullptr;
+	}
+	return qp;
+}
+
+uint64_t nic_drops(const ibv_coll_counters &c)
+{
+	return c.rx_icrc_errors + c.rx_malformed + c.rx_no_qp + c.rx_bad_source + c.rx_bad_state +
+	       c.coll_bad_key + c.coll_bad_job + c.coll_bad_node + c.coll_malformed;
+}
+
+} // namespace
+
+// Two jobs on one device.  One datagram of each class that the NIC drops
+// in front of its transports moves exactly its counter, and rx_packets by
+// exactly what was sent (an empty datagram included); packets of the
+// other job, with the other job's key or from an address that is not a
+// member change neither job: job 9 then completes with the exact result
+// and job 10 has taken in nothing.
+TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
+{
+	setenv("IBV_COLL_EMU_COLL_RTO_US", "30000", 1);
+	int n;
+	ibv_coll_device **l = ibv_get_coll_device_list(&n);
+	ibv_coll_context *ctx = nullptr;
+	for (int i = 0; l && i < n && !ctx; i++)
+		if (!strcmp(ibv_get_coll_device_name(l[i]), "crxe_lo"))
+			ctx = ibv_open_coll_device(l[i]);
+	ibv_free_coll_device_list(l);
+	unsetenv("IBV_COLL_EMU_COLL_RTO_US");
+	ASSERT_NE(ctx, nullptr);
+	ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
+	ibv_coll_cq *cq = ibv_create_coll_cq(ctx, 16, nullptr, nullptr, 0);
+	ibv_coll_port_attr pa;
+	ASSERT_EQ(ibv_query_coll_port(ctx, 1, &pa), 0);
+	const uint16_t dev_port = pa.udp_port;
+	constexpr uint64_t kKey2 = 0x0123456789abcdefull;
+	Fake fa, fb, stranger;
+	ibv_coll_qp *qa = ring_job_qp(pd, cq, dev_port, fa, 9, kKey, 0);
+	ibv_coll_qp *qb = ring_job_qp(pd, cq, dev_port, fb, 10, kKey2, 8);
+	ASSERT_NE(qa, nullptr);
+	ASSERT_NE(qb, nullptr);
+
+	int32_t ba[4] = {10, 20, -1, -1}, bb[4] = {1, 2, -1, -1};
+	ibv_coll_mr *ma = ibv_reg_coll_mr(pd, ba, sizeof(ba), IBV_ACCESS_LOCAL_WRITE);
+	ibv_coll_mr *mb = ibv_reg_coll_mr(pd, bb, sizeof(bb), IBV_ACCESS_LOCAL_WRITE);
+	ibv_sge sa{reinterpret_cast<uint64_t>(&ba[0]), 8, ma->lkey};
+	ibv_sge da{reinterpret_cast<uint64_t>(&ba[2]), 8, ma->lkey};
+	ibv_sge sb{reinterpret_cast<uint64_t>(&bb[0]), 8, mb->lkey};
+	ibv_sge db{reinterpret_cast<uint64_t>(&bb[2]), 8, mb->lkey};
+	ibv_coll_send_wr wr{}, *bad;
+	wr.opcode = IBV_COLL_WR_ALLREDUCE;
+	wr.send_flags = IBV_COLL_SEND_SIGNALED;
+	wr.num_sge = 1;
+	wr.wr.coll.count = 2;
+	wr.wr.coll.op = IBV_COLL_OP_SUM;
+	wr.wr.coll.dtype = IBV_COLL_DTYPE_INT32;
+	wr.wr_id = 1;
+	wr.sg_list = &sa;
+	wr.wr.coll.dst_list = &da;
+	ASSERT_EQ(ibv_post_coll_send(qa, &wr, &bad), 0);
+	wr.wr_id = 2;
+	wr.sg_list = &sb;
+	wr.wr.coll.dst_list = &db;
+	ASSERT_EQ(ibv_post_coll_send(qb, &wr, &bad), 0);
+	ibv_coll_wc wc;
+	ibv_poll_coll_cq(cq, 1, &wc);
+	Packet p;
+	ASSERT_TRUE(fa.recv(&p, dev_port)); // node 0's partial of chunk 0, each job
+	ASSERT_TRUE(fb.recv(&p, dev_port));
+
+	// Node 1's partial of chunk 1 for job 9, and forgeries of it.
+	Ceth h;
+	h.sid = 1;
+	h.len = 4;
+	h.node_map = 2;
+	h.key = kKey;
+	ibv_coll_counters c0, c1;
+	ASSERT_EQ(ibv_query_coll_counters(ctx, &c0), 0);
+	c1 = c0;
+	sockaddr_in to{};
+	to.sin_family = AF_INET;
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	to.sin_port = htons(dev_port);
+	int raw = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	const uint8_t junk[5] = {0xe0, 0x40, 0xff, 0xff, 0};
+	sendto(raw, junk, 0, 0, reinterpret_cast<sockaddr *>(&to), sizeof(to)); // empty
+	sendto(raw, junk, 5, 0, reinterpret_cast<sockaddr *>(&to), sizeof(to)); // too short
+	close(raw);
+	fa.send(dev_port, 0xe0, qa->qp_num, h, i32({1000}), true);	  // bad ICRC: rx_icrc_errors
+	fa.send(dev_port, 0x04, qa->qp_num, h, i32({1000}));		  // RC SEND to a coll QP
+	fa.send(dev_port, 0x04, 0xabcdef, h, i32({1000}));		  // RC: no such QP
+	fa.send(dev_port, 0xe0, 0xabcdef, h, i32({1000}));		  // collective: no such QP
+	fa.send(dev_port, 0xe0, qa->qp_num, h, i32({1000}), false, 4); // longer than its len
+	Ceth x = h;
+	x.key = kKey2;
+	fb.send(dev_port, 0xe0, qa->qp_num, x, i32({1000})); // job 10's key on job 9
+	x = h;
+	x.jid = 10;
+	fa.send(dev_port, 0xe0, qa->qp_num, x, i32({1000})); // job 10's ID, job 9's key
+	x.key = kKey2;
+	fa.send(dev_port, 0xe0, qa->qp_num, x, i32({1000})); // job 10's packet at job 9's QP
+	fb.send(dev_port, 0xe0, qa->qp_num, h, i32({1000})); // job 10's member as job 9's node 1
+	stranger.send(dev_port, 0xe0, qa->qp_num, h, i32({1000})); // not a member at all
+	x = h;
+	x.jid = 9;
+	x.key = kKey;
+	fa.send(dev_port, 0xe0, qb->qp_num, x, i32({1000})); // job 9's packet at job 10's QP
+	x = h;
+	x.len = 0;
+	fb.send(dev_port, 0xe3, qa->qp_num, x, {}); // ABORT of job 9 from job 10's member
+	constexpr uint64_t kSent = 14;
+	for (int i = 0; i < 2000 && c1.rx_packets - c0.rx_packets < kSent; i++) {
+		usleep(1000);
+		ibv_poll_coll_cq(cq, 1, &wc);
+		ASSERT_EQ(ibv_query_coll_counters(ctx, &c1), 0);
+	}
+	EXPECT_EQ(c1.rx_packets - c0.rx_packets, kSent);
+	EXPECT_EQ(c1.rx_malformed - c0.rx_malformed, 3u); // empty, short, RC at a coll QP
+	EXPECT_EQ(c1.rx_icrc_errors - c0.rx_icrc_errors, 1u);
+	EXPECT_EQ(c1.rx_no_qp - c0.rx_no_qp, 2u);
+	EXPECT_EQ(c1.coll_malformed - c0.coll_malformed, 1u);
+	EXPECT_EQ(c1.coll_bad_key - c0.coll_bad_key, 3u);
+	EXPECT_EQ(c1.coll_bad_job - c0.coll_bad_job, 1u);
+	EXPECT_EQ(c1.coll_bad_node - c0.coll_bad_node, 3u);
+	EXPECT_EQ(c1.rx_packets - c0.rx_packets, nic_drops(c1) - nic_drops(c0))
+		<< "a datagram counted nowhere or twice";
+	EXPECT_EQ(c1.coll_reductions, c0.coll_reductions) << "a forged block was reduced";
+	EXPECT_EQ(c1.coll_aborts_rcvd, c0.coll_aborts_rcvd);
+	EXPECT_EQ(c1.coll_early, c0.coll_early);
+	EXPECT_EQ(ibv_poll_coll_cq(cq, 1, &wc), 0) << "a forged packet completed or aborted a job";
+
+	// Job 9 completes with only its real member's data (as in the test
+	// above): 10 + 7 and 20 + 5.
+	fa.send(dev_port, 0xe0, qa->qp_num, h, i32({5}));
+	auto next_result = [&](uint32_t sid, Packet *r) {
+		for (int i = 0; i < 20; i++) {
+			if (!fa.recv(r, dev_port))
+				return false;
+			if (r->opcode == 0xe1 && r->h.sid == sid)
+				return true;
+		}
+		return false;
+	};
+	ASSERT_TRUE(next_result(1, &p));
+	EXPECT_EQ(first_i32(p.payload), 25);
+	Ceth r0;
+	r0.sid = 0;
+	r0.len = 4;
+	r0.node_map = 3;
+	r0.key = kKey;
+	fa.send(dev_port, 0xe1, qa->qp_num, r0, i32({17}));
+	ASSERT_TRUE(next_result(0, &p));
+	Ceth r1 = r0;
+	r1.sid = 1;
+	r1.phase = 2;
+	r1.len = 0;
+	fa.send(dev_port, 0xe1, qa->qp_num, r1, {});
+	wc = {};
+	for (int i = 0; i < 5000000 && ibv_poll_coll_cq(cq, 1, &wc) == 0; i++)
+		;
+	EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_coll_wc_status_str(wc.status);
+	EXPECT_EQ(wc.wr_id, 1u);
+	EXPECT_EQ(ba[2], 17);
+	EXPECT_EQ(ba[3], 25);
+	// Job 10 took in nothing.
+	ibv_coll_send_wr q{};
+	q.opcode = IBV_COLL_WR_QUERY;
+	q.wr.coll.mid = 1;
+	ASSERT_EQ(ibv_post_coll_send(qb, &q, &bad), 0);
+	while (ibv_poll_coll_cq(cq, 1, &wc) == 0)
+		;
+	EXPECT_EQ(wc.msg_state, IBV_COLL_MSG_ACTIVE);
+	EXPECT_EQ(wc.blocks_done, 0u);
+	EXPECT_EQ(bb[2], -1);
+
+	ibv_destroy_coll_qp(qa);
+	ibv_destroy_coll_qp(qb);
+	ibv_dereg_coll_mr(ma);
+	ibv_dereg_coll_mr(mb);
+	ibv_destroy_coll_cq(cq);
+	ibv_dealloc_coll_pd(pd);
+	ibv_close_coll_device(ctx);
+}

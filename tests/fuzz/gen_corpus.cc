@@ -1,0 +1,282 @@
+// Writes the fuzz targets' seed corpora (tests/fuzz/corpus/<target>/):
+// packets as the NIC and the switch send them to each other, for the jobs
+// and QPs the targets set up (fuzz_jobs.h), and typical values of the
+// configuration variables and ibv_coll_perf's options.  Run by
+// scripts/fuzz.sh --seed; the output is committed.
+#include "fuzz_jobs.h"
+#include "nic/wqe.h"
+#include "reduce/reduce.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+
+using namespace ibvc_fuzz;
+using namespace ibv_coll::emu;
+
+namespace {
+
+std::string g_root;
+
+void put(const std::string &target, const std::string &name, const std::vector<uint8_t> &b)
+{
+	std::string dir = g_root + "/" + target;
+	mkdir(dir.c_str(), 0755);
+	FILE *f = fopen((dir + "/" + name).c_str(), "wb");
+	if (!f) {
+		perror(dir.c_str());
+		exit(1);
+	}
+	fwrite(b.data(), 1, b.size(), f);
+	fclose(f);
+}
+
+void put_text(const std::string &target, const std::string &name, const std::string &s)
+{
+	put(target, name, std::vector<uint8_t>(s.begin(), s.end()));
+}
+
+std::vector<uint8_t> i32s(uint32_t n, int32_t v)
+{
+	std::vector<uint8_t> b(n * 4);
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(b.data() + 4 * i, &v, 4);
+	return b;
+}
+
+wire::Ceth ceth(uint32_t jid, uint16_t src_node, uint32_t mid, uint32_t sid, uint64_t node_map,
+		uint32_t len)
+{
+	wire::Ceth h;
+	h.coll = 0x40; // allreduce
+	h.op = uint8_t(RedOp::sum);
+	h.dtype = uint8_t(Dtype::int32);
+	h.jid = jid;
+	h.src_node = src_node;
+	h.mid = mid;
+	h.sid = sid;
+	h.node_map = node_map;
+	h.rank_map = 1;
+	h.len = uint16_t(len);
+	h.job_key = kKey;
+	return h;
+}
+
+void nic_seeds()
+{
+	const std::string t = "fuzz_nic_rx";
+	std::vector<uint8_t> r;
+	// RC: a SEND, a WRITE with RETH, a WRITE with immediate, a READ
+	// request, an ACK and a NAK (AETH), from the connected peer.
+	wire::Bth b;
+	b.dqpn = kQpRc;
+	b.opcode = wire::kSendOnly;
+	std::vector<uint8_t> pl(100, 0x5a);
+	add_record(r, 0, b, nullptr, pl.data(), pl.size());
+	put(t, "rc_send", r);
+	r.clear();
+	uint8_t reth[16 + 100] = {};
+	wire::Reth rh;
+	rh.va = 0; // within the region only by the fuzzer's luck: the check is the point
+	rh.rkey = 1;
+	rh.len = 100;
+	rh.store(reth);
+	b.opcode = wire::kWriteOnly;
+	add_record(r, 0, b, nullptr, reth, sizeof(reth));
+	put(t, "rc_write", r);
+	r.clear();
+	uint8_t reth_imm[16 + 4 + 8] = {};
+	rh.len = 8;
+	rh.store(reth_imm);
+	b.opcode = wire::kWriteOnlyImm;
+	add_record(r, 0, b, nullptr, reth_imm, sizeof(reth_imm));
+	put(t, "rc_write_imm", r);
+	r.clear();
+	b.opcode = wire::kReadRequest;
+	rh.len = 64;
+	rh.store(reth);
+	add_record(r, 0, b, nullptr, reth, 16);
+	put(t, "rc_read", r);
+	r.clear();
+	uint8_t aeth[4] = {wire::kSynAckNoCredit, 0, 0, 0};
+	b.opcode = wire::kAck;
+	add_record(r, 0, b, nullptr, aeth, 4);
+	aeth[0] = wire::kSynNakSeqErr;
+	add_record(r, 0, b, nullptr, aeth, 4);
+	put(t, "rc_ack_nak", r);
+	r.clear();
+	b.opcode = wire::kReadRespOnly;
+	std::vector<uint8_t> rr(4 + 64, 0);
+	add_record(r, 0, b, nullptr, rr.data(), rr.size());
+	put(t, "rc_read_resp", r);
+	r.clear();
+
+	// Ring job (3 nodes, 600 int32 = 2400 bytes: chunks of 800 bytes):
+	// node 1's and node 2's partials and results of the first blocks.
+	for (uint16_t n = 1; n <= 2; n++) {
+		for (uint32_t sid = 0; sid < 3; sid++) {
+			wire::Ceth h = ceth(kJidRing, n, 1, sid, 1u << n, 800);
+			h.phase = 1;
+			auto p = i32s(200, int32_t(n));
+			add_record(r, uint8_t(n - 1), coll_bth(wire::kCollData, kQpRing), &h, p.data(),
+				   p.size());
+		}
+	}
+	put(t, "ring_data", r);
+	r.clear();
+	for (uint32_t sid = 0; sid < 3; sid++) {
+		wire::Ceth h = ceth(kJidRing, 2, 1, sid, 7, 800);
+		h.phase = 1;
+		auto p = i32s(200, 3);
+		add_record(r, 1, coll_bth(wire::kCollResult, kQpRing), &h, p.data(), p.size());
+		h.phase = 2;
+		h.len = 0;
+		add_record(r, 1, coll_bth(wire::kCollResult, kQpRing), &h, nullptr, 0);
+	}
+	put(t, "ring_result", r);
+	r.clear();
+	wire::Ceth ab = ceth(kJidRing, 1, 1, 0, 2, 0);
+	ab.status = uint8_t(CollStatus::remote_abort);
+	add_record(r, 0, coll_bth(wire::kCollAbort, kQpRing), &ab, nullptr, 0);
+	put(t, "ring_abort", r);
+	r.clear();
+
+	// Switch job: results of blocks 0..2 from the switch (peer 2), and
+	// an ACK.
+	for (uint32_t sid = 0; sid < 3; sid++) {
+		wire::Ceth h = ceth(kJidSw, sw::kNodeSwitch, 1, sid, 3, 1024);
+		h.seg = uint16_t(sid);
+		auto p = i32s(256, 5);
+		add_record(r, 2, coll_bth(wire::kCollResult, kQpSw), &h, p.data(), p.size());
+	}
+	put(t, "sw_result", r);
+	r.clear();
+	wire::Ceth ack = ceth(kJidSw, 1, 1, 0, 2, 0);
+	add_record(r, 0, coll_bth(wire::kCollAck, kQpSw), &ack, nullptr, 0);
+	put(t, "sw_ack", r);
+	r.clear();
+	wire::Ceth deny = ceth(kJidSw, sw::kNodeSwitch, 0, 0, 1, 0);
+	deny.status = uint8_t(CollStatus::denied);
+	add_record(r, 2, coll_bth(wire::kCollConfigAck, kQpSw), &deny, nullptr, 0);
+	put(t, "sw_denied", r);
+}
+
+void switch_seeds()
+{
+	const std::string t = "fuzz_switch_rx";
+	std::vector<uint8_t> r;
+	// Both nodes' partials of the first blocks of job 1 (4 bytes each),
+	// and a repeat.
+	for (uint32_t sid = 0; sid < 3; sid++)
+		for (uint16_t n = 0; n < 2; n++) {
+			wire::Ceth h = ceth(kJidFlat, n, 1, sid, 1u << n, 16);
+			h.seg = uint16_t(sid);
+			auto p = i32s(4, n + 1);
+			add_record(r, uint8_t(n), coll_bth(wire::kCollData), &h, p.data(), p.size());
+		}
+	put(t, "flat_data", r);
+	// ... then both RELEASE.
+	for (uint16_t n = 0; n < 2; n++) {
+		wire::Ceth h = ceth(kJidFlat, n, 0, 0, 1u << n, 0);
+		add_record(r, uint8_t(n), coll_bth(wire::kCollRelease), &h, nullptr, 0);
+	}
+	put(t, "flat_data_release", r);
+	r.clear();
+	// Job 2 below its parent: partials go up, the parent's result comes down.
+	for (uint16_t n = 0; n < 2; n++) {
+		wire::Ceth h = ceth(kJidTree, n, 1, 0, 1u << n, 16);
+		auto p = i32s(4, 7);
+		add_record(r, uint8_t(n), coll_bth(wire::kCollData), &h, p.data(), p.size());
+	}
+	wire::Ceth res = ceth(kJidTree, sw::kNodeSwitch, 1, 0, 3, 16);
+	auto p = i32s(4, 14);
+	add_record(r, 2, coll_bth(wire::kCollResult), &res, p.data(), p.size());
+	put(t, "tree_data_result", r);
+	r.clear();
+	// An inline job: DATA carrying its task.
+	sw::Task task;
+	task.node = 0;
+	task.nodes = 2;
+	task.qpn = kPeerQpn;
+	task.members = task.subtree = 3;
+	task.seg_req = 4;
+	for (uint16_t n = 0; n < 2; n++) {
+		task.node = n;
+		std::vector<uint8_t> pl(sw::kTaskBytes);
+		task.store(pl.data());
+		auto d = i32s(4, 9);
+		pl.insert(pl.end(), d.begin(), d.end());
+		wire::Ceth h = ceth(5, n, 1, 0, 1u << n, uint32_t(pl.size()));
+		h.flags = wire::kCethInline;
+		add_record(r, uint8_t(n), coll_bth(wire::kCollData), &h, pl.data(), pl.size());
+	}
+	put(t, "inline_data", r);
+	r.clear();
+	// A new job's configuration from a stranger's address.
+	switch_config(r, 3, 0, false);
+	r[0] = 3;
+	put(t, "config_new", r);
+}
+
+void text_seeds()
+{
+	// fuzz_config: variable index, then value.
+	const char *cfg[] = {"\x00" "2000", "\x01" "0x10", "\x02" "yes", "\x03" "0.5",
+			     "\x04" "drop=0.05,dup=0.01,reorder=0.01,seed=7", "\x05" "off",
+			     "\x06" "18446744073709551615", "\x07" "loss=1"};
+	int i = 0;
+	for (const char *c : cfg)
+		put_text("fuzz_config", "v" + std::to_string(i++), std::string(c, 1) + (c + 1));
+	// fuzz_perf_opts: arguments separated by NUL.
+	const std::vector<std::vector<std::string>> opts = {
+		{"-b", "8", "-e", "1M", "-f", "2", "-d", "int32", "-o", "max"},
+		{"-C", "bcast", "-r", "0", "-k", "4", "-t", "switch", "-s", "127.0.0.1:4791", "-s",
+		 "[::1]:4792/17"},
+		{"--boot", "unix:/tmp/x", "--node", "1", "--nodes", "4", "-D", "crxe_%d"},
+		{"--topology", "auto", "--e2e-ack", "--window", "8", "-s", "10.0.0.1:5000", "-z",
+		 "1"},
+		{"-C", "reduce_scatter", "-d", "float16", "-o", "avg", "-n", "5", "-w", "0", "-c",
+		 "0", "--spin-us", "10", "--gid-index", "1"},
+	};
+	i = 0;
+	for (const auto &args : opts) {
+		std::string o;
+		for (const std::string &a : args)
+			o += a + '\0';
+		o.pop_back();
+		put_text("fuzz_perf_opts", "o" + std::to_string(i++), o);
+	}
+}
+
+// fuzz_coll_api reads its input with FuzzedDataProvider, which takes
+// any bytes: seeds of fixed pseudo-random bytes, long enough for a job of
+// a few members and a chain of WRs.
+void api_seeds()
+{
+	std::mt19937 rng(15);
+	for (int i = 0; i < 8; i++) {
+		std::vector<uint8_t> b(size_t(200 + 100 * i));
+		for (uint8_t &x : b)
+			x = uint8_t(rng());
+		put("fuzz_coll_api", "r" + std::to_string(i), b);
+	}
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+		return 2;
+	}
+	g_root = argv[1];
+	mkdir(g_root.c_str(), 0755);
+	nic_seeds();
+	switch_seeds();
+	text_seeds();
+	api_seeds();
+	return 0;
+}
