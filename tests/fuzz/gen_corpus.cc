@@ -61,6 +61,8 @@ wire::Ceth ceth(uint32_t jid, uint16_t src_node, uint32_t mid, uint32_t sid, uin
 	h.rank_map = 1;
 	h.len = uint16_t(len);
 	h.job_key = kKey;
+	h.inc = 1;   // the jobs' first incarnation (each QP is given its job once)
+	h.seq = sid; // the block's number in the job: the seeds' messages are each a job's first
 	return h;
 }
 

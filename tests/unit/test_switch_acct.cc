@@ -44,6 +44,8 @@ struct Hdr {
 	uint16_t seg = 0;
 	int len = -1; // -1: the payload's
 	uint64_t node_map = 1, rank_map = 1, key = 0;
+	uint32_t inc = 1; // the job's first incarnation
+	uint32_t seq = 0; // the block's number in the job: all tests use block 0
 };
 
 // Task information (coll/swproto.h's layout, written out here).
@@ -115,6 +117,8 @@ public:
 		put(r, h.node_map, 8);
 		put(r, h.rank_map, 8);
 		put(r, h.key, 8);
+		put(r, h.inc, 4);
+		put(r, h.seq, 4);
 		r.insert(r.end(), payload.begin(), payload.end());
 		r.insert(r.end(), pad, 0);
 		uint32_t crc = ref_icrc(false, kLo, kLo, port_, to, r) ^ (bad_icrc ? 1 : 0);
@@ -131,11 +135,11 @@ public:
 		if (poll(&pf, 1, timeout_ms) != 1)
 			return false;
 		ssize_t n = ::recv(fd_, b, sizeof(b), 0);
-		if (n < 12 + 48 + 4)
+		if (n < 12 + 56 + 4)
 			return false;
 		*opcode = b[0];
 		uint32_t pad = (b[1] >> 4) & 3;
-		payload->assign(b + 60, b + n - 4 - pad);
+		payload->assign(b + 12 + 56, b + n - 4 - pad);
 		if (seg)
 			*seg = uint16_t(b[12 + 20] << 8 | b[12 + 21]);
 		if (status)
@@ -160,7 +164,7 @@ uint64_t drops(const SwitchCounters &c)
 {
 	return c.drop_icrc + c.drop_malformed + c.drop_key + c.drop_job + c.drop_node +
 	       c.drop_block + c.drop_stale + c.drop_busy + c.drop_empty + c.drop_short +
-	       c.drop_kind + c.duplicates;
+	       c.drop_kind + c.drop_incarnation + c.duplicates;
 }
 
 class SwitchAcct : public ::testing::Test {
@@ -237,7 +241,7 @@ TEST_F(SwitchAcct, EveryDatagramCountedOnce)
 	x.opcode = 0x04; // an RC SEND: not a kind the switch takes
 	a.send(to, x, i32(1));
 	x = d;
-	x.opcode = 0xe3; // ABORT: between NICs only
+	x.opcode = 0xe3; // ABORT: a switch takes one from its parent only
 	a.send(to, x, i32(1));
 	x = d;
 	x.tver = 1; // bad transport version
@@ -256,6 +260,9 @@ TEST_F(SwitchAcct, EveryDatagramCountedOnce)
 	x.seg = 60;
 	a.send(to, x, i32(1)); // beyond the grant
 	x = d;
+	x.inc = 7; // DATA of another incarnation than the job's
+	a.send(to, x, i32(1));
+	x = d;
 	x.opcode = 0xe6; // RELEASE with a wrong key
 	x.key = kKeyB;
 	a.send(to, x, {});
@@ -269,18 +276,19 @@ TEST_F(SwitchAcct, EveryDatagramCountedOnce)
 	a.send(to, x, {});
 	a.send(to, d, i32(5)); // a real partial: delivered
 	a.send(to, d, i32(5)); // its repeat: a duplicate
-	sent_ += 17;
+	sent_ += 18;
 	pump(sent_);
 	SwitchCounters c1 = sw_->totals();
-	EXPECT_EQ(c1.rx_packets - c0.rx_packets, 17u);
+	EXPECT_EQ(c1.rx_packets - c0.rx_packets, 18u);
+	EXPECT_EQ(c1.drop_incarnation - c0.drop_incarnation, 1u);
 	EXPECT_EQ(c1.drop_empty - c0.drop_empty, 1u);
 	EXPECT_EQ(c1.drop_short - c0.drop_short, 1u);
 	EXPECT_EQ(c1.drop_icrc - c0.drop_icrc, 1u);
-	EXPECT_EQ(c1.drop_kind - c0.drop_kind, 2u);
+	EXPECT_EQ(c1.drop_kind - c0.drop_kind, 1u);
 	EXPECT_EQ(c1.drop_malformed - c0.drop_malformed, 2u);
 	EXPECT_EQ(c1.drop_key - c0.drop_key, 2u);
 	EXPECT_EQ(c1.drop_job - c0.drop_job, 2u);
-	EXPECT_EQ(c1.drop_node - c0.drop_node, 3u);
+	EXPECT_EQ(c1.drop_node - c0.drop_node, 4u);
 	EXPECT_EQ(c1.drop_block - c0.drop_block, 1u);
 	EXPECT_EQ(c1.duplicates - c0.duplicates, 1u);
 	EXPECT_EQ(c1.delivered - c0.delivered, 1u);
