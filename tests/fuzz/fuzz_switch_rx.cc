@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	SwitchCounters c = sw.totals();
 	uint64_t drops = c.drop_icrc + c.drop_malformed + c.drop_key + c.drop_job + c.drop_node +
 			 c.drop_block + c.drop_stale + c.drop_busy + c.drop_empty + c.drop_short +
-			 c.drop_kind + c.duplicates;
+			 c.drop_kind + c.drop_incarnation + c.duplicates;
 	if (c.rx_packets != c.delivered + drops) {
 		fprintf(stderr, "switch: rx_packets %llu != delivered %llu + drops %llu\n",
 			(unsigned long long)c.rx_packets, (unsigned long long)c.delivered,
