@@ -20,9 +20,11 @@
 #   -I  IBV_COLL_EMU_IMPAIR for every node and switch of ours, e.g.
 #       drop=0.01,delay=1ms,ce=0.05 (none); Open MPI's TCP does not pass
 #       through the emulator, so it is not impaired
-#   -p  what to run, comma-separated: ring, switch, hier, mpi, rc (all five;
-#       rc: an RC WRITE stream of messages of each size from host 0 to
-#       host 1 for 3 s, ibv_coll_rc_bw)
+#   -p  what to run, comma-separated: ring, switch, hier, mpi, dropin,
+#       dropin-sw, rc (all; rc: an RC WRITE stream of messages of each size
+#       from host 0 to host 1 for 3 s, ibv_coll_rc_bw; dropin, dropin-sw:
+#       the same MPI benchmark as mpi with libibv_coll_mpi.so preloaded,
+#       its allreduces round the NIC ring or through one switch)
 #   -t  time limit of one run in seconds (600)
 # Environment: BUILD_DIR (build).
 #
@@ -73,7 +75,7 @@ shift
 
 # ---- inside the fabric -------------------------------------------------
 n=$FABRIC_HOSTS
-minb=1M maxb=16M factor=4 iters=3 warmup=1 impair="" paths=ring,switch,hier,mpi,rc tlimit=600
+minb=1M maxb=16M factor=4 iters=3 warmup=1 impair="" paths=ring,switch,hier,mpi,dropin,dropin-sw,rc tlimit=600
 OPTIND=1
 while getopts "n:r:q:S:b:e:f:i:w:I:p:t:" o; do
 	case $o in
@@ -106,8 +108,9 @@ done
 IFS=, read -r -a plist <<<"$paths"
 for p in "${plist[@]}"; do
 	case $p in
-	ring | switch | hier | mpi | rc) ;;
-	*) echo "bench-fabric: unknown path '$p' (ring, switch, hier, mpi, rc)" >&2; exit 2 ;;
+	ring | switch | hier | mpi | dropin | dropin-sw | rc) ;;
+	*) echo "bench-fabric: unknown path '$p' (ring, switch, hier, mpi, dropin, dropin-sw, rc)" >&2
+		exit 2 ;;
 	esac
 done
 if [[ " ${plist[*]} " == *" hier "* ]] && [ "$n" -lt 2 ]; then
@@ -123,7 +126,12 @@ rsh=$root/tests/multihost/netns-rsh.sh
 for b in "$perf" "$switchd" "$rcbw"; do
 	[ -x "$b" ] || { echo "bench-fabric: $b is missing; build first" >&2; exit 2; }
 done
-if [[ " ${plist[*]} " == *" mpi "* ]]; then
+dropin=$build/mpi/libibv_coll_mpi.so
+if [[ " ${plist[*]} " == *" dropin"* ]] && [ ! -f "$dropin" ]; then
+	echo "bench-fabric: $dropin is missing; build first" >&2
+	exit 2
+fi
+if [[ " ${plist[*]} " == *" mpi "* || " ${plist[*]} " == *" dropin"* ]]; then
 	command -v mpirun >/dev/null && command -v mpicc >/dev/null ||
 		{ echo "bench-fabric: Open MPI (mpirun, mpicc) is not installed" >&2; exit 2; }
 	if [ ! -x "$mpiperf" ] || [ "$mpiperf" -ot bench/mpi_allreduce_perf.c ]; then
@@ -143,7 +151,8 @@ cleanup() {
 trap cleanup EXIT
 
 export IBV_COLL_EMU_IMPAIR=$impair
-if [[ " ${plist[*]} " == *" switch "* || " ${plist[*]} " == *" hier "* ]]; then
+if [[ " ${plist[*]} " == *" switch "* || " ${plist[*]} " == *" hier "* ||
+	" ${plist[*]} " == *" dropin-sw "* ]]; then
 	for j in 0 1 2; do
 		ns=FABRIC_SW_NS_$j
 		ip netns exec "${!ns}" "$switchd" -p 4791 -n "sw$j" >"$tmp/sw$j.log" 2>&1 &
@@ -187,8 +196,12 @@ run_ours() {
 	fi
 }
 
+# run_mpi SIZE [MPIRUN-ARGS...]: Open MPI's row in $tmp/row; with the
+# drop-in's arguments, every rank's statistics line must say that its
+# allreduces were offloaded and none failed.
 run_mpi() {
 	local size=$1 hostlist="" i ip
+	shift
 	for ((i = 0; i < n; i++)); do
 		ip=FABRIC_IP_$i
 		hostlist+="${hostlist:+,}${!ip}:1"
@@ -197,7 +210,7 @@ run_mpi() {
 		ip netns exec "$FABRIC_NS_0" timeout "$tlimit" mpirun --allow-run-as-root \
 		-np "$n" --host "$hostlist" --bind-to none --mca plm_rsh_agent "$rsh" \
 		--mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include eth0 \
-		--mca oob_tcp_if_include eth0 --mca coll ^sm \
+		--mca oob_tcp_if_include eth0 --mca coll ^sm "$@" \
 		"$mpiperf" -b "$size" -e "$size" -n "$iters" -w "$warmup" -c 1 -d float -o sum \
 		>"$tmp/out0" 2>&1
 	local st=$?
@@ -207,7 +220,14 @@ run_mpi() {
 		tail -n 8 "$tmp/out0" | sed 's/^/  /' >&2
 		return 1
 	fi
+	if [ $# -gt 0 ] &&
+		[ "$(grep -c "offloaded [1-9].*failed 0).*allreduce [1-9]" "$tmp/out0")" != "$n" ]; then
+		echo "bench-fabric: the drop-in did not offload every rank's allreduce at $size bytes:" >&2
+		grep "ibv_coll_mpi" "$tmp/out0" | sed 's/^/  /' >&2
+		return 1
+	fi
 }
+dropin_env=(-x LD_PRELOAD="$dropin" -x IBV_COLL_MPI_DEVICE=crxe_eth0 -x IBV_COLL_MPI_STATS=1)
 
 # run_rc SIZE: an RC WRITE stream host 0 -> host 1; "count avgMB/s" in $tmp/row.
 rc_port=18515
@@ -244,6 +264,9 @@ for ((size = minb; size <= maxb; size *= factor)); do
 		hier) run_ours "$size" -t hierarchy -s "$FABRIC_SW_IP_0:4791" -s "$FABRIC_SW_IP_1:4791" \
 			--spine "$FABRIC_SW_IP_2:4791" ;;
 		mpi) run_mpi "$size" ;;
+		dropin) run_mpi "$size" "${dropin_env[@]}" -x IBV_COLL_MPI_TOPOLOGY=ring ;;
+		dropin-sw) run_mpi "$size" "${dropin_env[@]}" -x IBV_COLL_MPI_TOPOLOGY=switch \
+			-x IBV_COLL_MPI_SWITCH="$FABRIC_SW_IP_0:4791" ;;
 		rc) run_rc "$size" ;;
 		esac
 		ok=$?
@@ -262,7 +285,8 @@ for ((size = minb; size <= maxb; size *= factor)); do
 			wire=$(awk -v d=$((t1 - t0)) -v n="$n" -v o="$ops" -v s="$size" \
 				'BEGIN { printf "%.3f", d / n / o / s }')
 			# time busbw #wrong(out+in) wire/S ran (ours: the last field)
-			rows[$p,$size]=$(awk -v w="$wire" -v p="$p" '{ r = p == "mpi" ? "tcp" : $NF;
+			rows[$p,$size]=$(awk -v w="$wire" -v p="$p" '{
+				r = p == "mpi" ? "tcp" : p ~ /^dropin/ ? "drop-in" : $NF;
 				print $6, $8, $9 + $13, w, r }' "$tmp/row")
 		fi
 		echo "# $p $size: ${rows[$p,$size]}" >&2
@@ -299,6 +323,10 @@ for p in "${plist[@]}"; do
 		b=$bound_sw ideal=1 ;;
 	mpi) title="Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{ print $NF }'), ob1/TCP over eth0, one rank per host (mpi_allreduce_perf)"
 		b=$bound_ring ideal=$ideal_ring ;;
+	dropin) title="the same MPI benchmark with libibv_coll_mpi.so preloaded, round the NIC ring (IBV_COLL_MPI_TOPOLOGY=ring)"
+		b=$bound_ring ideal=$ideal_ring ;;
+	dropin-sw) title="the same MPI benchmark with libibv_coll_mpi.so preloaded, through one switch (IBV_COLL_MPI_TOPOLOGY=switch)"
+		b=$bound_sw ideal=1 ;;
 	rc) title="ours, an RC WRITE stream host 0 -> host 1, messages of each size for 3 s (ibv_coll_rc_bw -D 3; time per message, bandwidth, wire/S of the sender)"
 		b=$bound_ring ideal=1 ;;
 	esac
