@@ -83,7 +83,8 @@ static void usage(const char *argv0)
 {
 	printf("usage: %s [-b ADDR -i NODE -n NODES] [-k RANKS] [-c COUNT] [-I ITERS] [-d DEV] "
 	       "[-t ring|switch|auto] [-s HOST:PORT] [-T SEC]\n"
-	       "  -b, --boot ADDR    rendezvous: unix:/path or host:port (node 0 listens)\n"
+	       "  -b, --boot ADDR    rendezvous: unix:/path (node 0 listens; across hosts,\n"
+	       "                     a PMIx launcher instead)\n"
 	       "  -i, --node N       this node's index; -n, --nodes N: how many\n"
 	       "                     (default: IBVC_BOOT_ADDR/NODE/NODES, as ibv_coll_run sets,\n"
 	       "                     else the PMIx launcher's: mpirun, srun)\n"

@@ -11,11 +11,9 @@
 #define _GNU_SOURCE
 #include "ibvc_version.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -52,6 +50,7 @@ struct launcher {
 	int n, k;
 	double timeout_s, grace_s;
 	char boot[128];
+	char boot_dir[64]; /* the default rendezvous's private directory, or "" */
 	char **argv;
 	struct child *ch;
 	int sfd;
@@ -77,8 +76,8 @@ static void usage(FILE *f)
 		"  -n, --nodes N          processes (nodes of the job) to start, 1 to %d\n"
 		"  -k, --ranks-per-node K IBVC_RANKS_PER_NODE for each (default: the variable\n"
 		"                         in this environment, else 1)\n"
-		"  -b, --boot ADDR        IBVC_BOOT_ADDR: unix:/path or host:port (default:\n"
-		"                         127.0.0.1 and a free TCP port)\n"
+		"  -b, --boot ADDR        IBVC_BOOT_ADDR: unix:/path (default: a socket in a\n"
+		"                         private directory of $TMPDIR, removed at the end)\n"
 		"  --timeout SEC          kill everything after SEC seconds and exit 124\n"
 		"  --grace SEC            after a child fails, wait SEC seconds before\n"
 		"                         terminating the others (default 1)\n"
@@ -163,20 +162,14 @@ static void read_stream(int node, struct stream *s)
 
 /* A port nobody listens on now: node 0 binds it a moment later (there is a
  * small window in which another program could take it). */
-static int free_port(void)
+/* The default rendezvous's directory goes with us (node 0 unlinks the
+ * socket when it closes; if it died, we do). */
+static void drop_boot_dir(const struct launcher *l)
 {
-	struct sockaddr_in a = {0};
-	socklen_t len = sizeof(a);
-	int port = -1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (!bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
-	    !getsockname(fd, (struct sockaddr *)&a, &len))
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
+	if (!l->boot_dir[0])
+		return;
+	unlink(l->boot + 5);
+	rmdir(l->boot_dir);
 }
 
 static void signal_children(struct launcher *l, int sig)
@@ -444,13 +437,18 @@ int main(int argc, char **argv)
 		}
 		strcpy(l.boot, boot);
 	} else {
-		int port = free_port();
-		if (port < 0) {
-			fprintf(stderr, PROG ": cannot find a free TCP port: %s\n",
+		/* A Unix socket in a directory only we can enter: the job's
+		 * processes are on this host (network namespaces of it too). */
+		const char *tmp = getenv("TMPDIR");
+		if (!tmp || !*tmp || strlen(tmp) > 40)
+			tmp = "/tmp";
+		snprintf(l.boot_dir, sizeof(l.boot_dir), "%s/ibv_coll_run.XXXXXX", tmp);
+		if (!mkdtemp(l.boot_dir)) {
+			fprintf(stderr, PROG ": cannot make a directory in %s: %s\n", tmp,
 				strerror(errno));
 			return 1;
 		}
-		snprintf(l.boot, sizeof(l.boot), "127.0.0.1:%d", port);
+		snprintf(l.boot, sizeof(l.boot), "unix:%s/boot.sock", l.boot_dir);
 	}
 
 	/* Signals arrive through the signalfd; blocked before the first fork so
@@ -471,6 +469,7 @@ int main(int argc, char **argv)
 	l.sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (l.sfd < 0) {
 		fprintf(stderr, PROG ": signalfd: %s\n", strerror(errno));
+		drop_boot_dir(&l);
 		return 1;
 	}
 	int nomem = !(l.ch = calloc((size_t)l.n, sizeof(*l.ch)));
@@ -481,6 +480,7 @@ int main(int argc, char **argv)
 		}
 	if (nomem) {
 		fprintf(stderr, PROG ": out of memory\n");
+		drop_boot_dir(&l);
 		return 1;
 	}
 	if (l.timeout_s > 0)
@@ -498,5 +498,6 @@ int main(int argc, char **argv)
 			free(l.ch[i].s[j].buf);
 	free(l.ch);
 	close(l.sfd);
+	drop_boot_dir(&l);
 	return l.result >= 0 ? l.result : 0;
 }

@@ -6,7 +6,6 @@
 #include "ibvc_boot_pmix.h"
 
 #include <errno.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -131,41 +130,24 @@ static void note_missing(const struct ibvc_boot *b, const char *addr, int64_t de
 			(int)((deadline - now_ms() + 999) / 1000));
 }
 
-/* Resolve addr into a socket address; *family tells which. */
+/* addr ("unix:/path") as a socket address.  Only Unix sockets: this helper
+ * serves the jobs of one machine (ibv_coll_run, and network namespaces of
+ * one machine, which share its file system); across hosts the launcher's
+ * PMIx does the exchange ("pmix"). */
 static int resolve(const char *addr, struct sockaddr_storage *ss, socklen_t *len)
 {
+	struct sockaddr_un *u = (struct sockaddr_un *)ss;
 	memset(ss, 0, sizeof(*ss));
-	if (!strncmp(addr, "unix:", 5)) {
-		struct sockaddr_un *u = (struct sockaddr_un *)ss;
-		if (strlen(addr + 5) >= sizeof(u->sun_path))
-			return ENAMETOOLONG;
-		u->sun_family = AF_UNIX;
-		strcpy(u->sun_path, addr + 5);
-		*len = sizeof(*u);
-		return 0;
-	}
-	const char *colon = strrchr(addr, ':');
-	char host[256];
-	struct addrinfo hints, *res;
-	size_t hl;
-	if (!colon || colon == addr)
+	if (strncmp(addr, "unix:", 5)) {
+		fprintf(stderr, "ibvc_boot: '%s' is not unix:/path; across hosts, start the "
+				"job with a PMIx launcher (mpirun, srun)\n", addr);
 		return EINVAL;
-	hl = (size_t)(colon - addr);
-	if (hl >= sizeof(host))
-		return ENAMETOOLONG;
-	memcpy(host, addr, hl);
-	host[hl] = 0;
-	if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') { /* [v6]:port */
-		memmove(host, host + 1, hl - 2);
-		host[hl - 2] = 0;
 	}
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_socktype = SOCK_STREAM;
-	if (getaddrinfo(host, colon + 1, &hints, &res))
-		return EHOSTUNREACH;
-	memcpy(ss, res->ai_addr, res->ai_addrlen);
-	*len = res->ai_addrlen;
-	freeaddrinfo(res);
+	if (strlen(addr + 5) >= sizeof(u->sun_path))
+		return ENAMETOOLONG;
+	u->sun_family = AF_UNIX;
+	strcpy(u->sun_path, addr + 5);
+	*len = sizeof(*u);
 	return 0;
 }
 

@@ -8,7 +8,7 @@
  * ibvc_boot_allgather() hands everyone everyone's blob in node order.
  *
  * Addresses: "unix:/path" (a Unix socket; reaches across network
- * namespaces of one machine), "host:port" (TCP, IPv4 or IPv6), or "pmix":
+ * namespaces of one machine), or "pmix":
  * the process manager that started us (mpirun, srun) does the exchange
  * through PMIx put/commit/fence/get, and node and nodes are the PMIx rank
  * and job size.  Across hosts, use a PMIx launcher: it already knows every

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The programs' command lines: --version, bad values named with their
 # option, a wrong device, ibv_coll_run -k, a lone member, perf's sizes and
-# progress, devinfo -c, unknown variables, IBV_COLL_LOG_FILE.
+# progress, devinfo -c, unknown variables, IBV_COLL_LOG_FILE, the rendezvous
+# taking Unix sockets only.
 # Usage: test_cli.sh BINDIR VERSION CASE
 #   BINDIR holds examples/, tools/, emulator/, bench/ (the build directory).
 set -u
@@ -93,6 +94,25 @@ lone_member)
 	[ "$rc" -ne 0 ] || fail "status 0"
 	grep -q "waiting for nodes 1, 2 to connect" "$dir/err" || fail "node 0 does not say"
 	grep -q "nodes 1, 2 never connected" "$dir/err" || fail "node 0: no clear time-out"
+	;;
+tcp_boot)
+	# The rendezvous is for one host (a Unix socket); across hosts the
+	# launcher's PMIx does it: a host:port is refused at once, saying so.
+	for c in "$allreduce -b 127.0.0.1:4999 -i 1 -n 2 -T 4" \
+		"$perf --boot 127.0.0.1:4999 --node 1 --nodes 2 -b 8 -e 8"; do
+		# shellcheck disable=SC2086
+		cmd $c
+		[ "$rc" -ne 0 ] || fail "status 0 with a TCP rendezvous"
+		grep -q "'127.0.0.1:4999' is not unix:/path.*PMIx launcher" "$dir/err" ||
+			fail "no word that only unix:/path is taken"
+	done
+	# ibv_coll_run's own rendezvous is a socket in a directory of its
+	# own, gone when the job is.
+	cmd "$run" -n 2 -- sh -c 'echo "$IBVC_BOOT_ADDR"'
+	[ "$rc" -eq 0 ] || fail "ibv_coll_run: status $rc"
+	sock=$(sed -n 's/^\[0\] unix://p' "$dir/out")
+	case $sock in */ibv_coll_run.*/boot.sock) ;; *) fail "ibv_coll_run's address: '$sock'" ;; esac
+	[ ! -e "${sock%/boot.sock}" ] || fail "${sock%/boot.sock} left behind"
 	;;
 perf_sizes)
 	cmd "$perf" --nodes 1 -b 3 -e 64 -n 1 -w 0

@@ -52,7 +52,7 @@ prefix)
 	for i in 0 1 2; do
 		n=$(grep -c "^\[$i\] line $i [0-9]*\$" "$dir/out")
 		[ "$n" -eq 200 ] || fail "node $i: $n of 200 lines on stdout"
-		grep -q "^\[$i\] env $i 3 2 127\.0\.0\.1:[0-9][0-9]*\$" "$dir/out" ||
+		grep -q "^\[$i\] env $i 3 2 unix:/.*/ibv_coll_run\.[A-Za-z0-9]*/boot\.sock\$" "$dir/out" ||
 			fail "node $i: environment line missing or wrong"
 		grep -q "^\[$i\] tail $i\$" "$dir/out" || fail "node $i: unterminated line lost"
 		grep -q "^\[$i\] err $i\$" "$dir/err" || fail "node $i: stderr line missing"
