@@ -67,13 +67,7 @@ echo "$(mpirun --version 2>&1 | head -1)"
 echo "== build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc)" --target ibv_coll_run ibv_coll_perf ibv_coll_switchd \
-	ibv_coll_mpi >/dev/null
-mkdir -p "$build/bench"
-# The --version printer and the generated <ibv_coll/version.h>, as for
-# every program of the project (tools/version).
-mpicc -O2 -std=c11 -Wall -Wextra -Werror -ffp-contract=off -I"$root/tools" \
-	-I"$root/tools/version" -I"$build/include" \
-	bench/mpi_allreduce_perf.c tools/version/ibvc_version.c -o "$build/bench/mpi_allreduce_perf"
+	ibv_coll_mpi mpi_allreduce_perf >/dev/null
 echo "built $build/tools/ibv_coll_run, $build/tools/ibv_coll_perf, $build/bench/mpi_allreduce_perf"
 
 # A switch for -t switch / -t auto without -s: ours, for the whole run.

@@ -38,7 +38,7 @@ case $case_ in
 version)
 	for p in examples/ibv_coll_devinfo examples/ibv_coll_rc_pingpong \
 		examples/ibv_coll_allreduce tools/ibv_coll_run tools/ibv_coll_perf \
-		emulator/ibv_coll_switchd bench/ibv_coll_udp_floor \
+		emulator/ibv_coll_switchd bench/ibv_coll_udp_floor bench/mpi_allreduce_perf \
 		emulator/bench/ibv_coll_icrc_bench emulator/bench/ibv_coll_reduce_bench; do
 		name=${p##*/}
 		cmd "$b/$p" --version
