@@ -111,6 +111,21 @@ Job *admit(Coll c, MPI_Comm comm, size_t bytes, bool has_data)
 	return j;
 }
 
+// A reduction's admission: the type and operation the device has, then
+// admit(); fills *d, *o and the type's size *sz when it returns a job.
+Job *admit_reduction(Coll c, MPI_Datatype dt, MPI_Op op, int count, MPI_Comm comm,
+		     ibv_coll_dtype *d, ibv_coll_op *o, int *sz)
+{
+	bool fl;
+	if (!reduce_dtype(dt, d, &fl))
+		return refuse(c, kDatatype);
+	if (!reduce_op(op, fl, o))
+		return refuse(c, kOp);
+	if (count <= 0 || PMPI_Type_size(dt, sz) != MPI_SUCCESS)
+		return refuse(c, kSize);
+	return admit(c, comm, size_t(count) * size_t(*sz), true);
+}
+
 int run(Job *j, const Request &r, Coll c, MPI_Comm comm)
 {
 	Op *op;
@@ -199,17 +214,8 @@ EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Data
 {
 	ibv_coll_dtype d;
 	ibv_coll_op o;
-	bool fl;
 	int sz = 0;
-	Job *j = nullptr;
-	if (!reduce_dtype(dt, &d, &fl))
-		refuse(kAllreduce, kDatatype);
-	else if (!reduce_op(op, fl, &o))
-		refuse(kAllreduce, kOp);
-	else if (count > 0 && PMPI_Type_size(dt, &sz) == MPI_SUCCESS)
-		j = admit(kAllreduce, comm, size_t(count) * size_t(sz), true);
-	else
-		refuse(kAllreduce, kSize);
+	Job *j = admit_reduction(kAllreduce, dt, op, count, comm, &d, &o, &sz);
 	if (!j)
 		return PMPI_Allreduce(sendbuf, recvbuf, count, dt, op, comm);
 	size_t b = size_t(count) * size_t(sz);
@@ -223,17 +229,8 @@ EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatyp
 {
 	ibv_coll_dtype d;
 	ibv_coll_op o;
-	bool fl;
 	int sz = 0, rank = 0, size = 0;
-	Job *j = nullptr;
-	if (!reduce_dtype(dt, &d, &fl))
-		refuse(kReduce, kDatatype);
-	else if (!reduce_op(op, fl, &o))
-		refuse(kReduce, kOp);
-	else if (count > 0 && PMPI_Type_size(dt, &sz) == MPI_SUCCESS)
-		j = admit(kReduce, comm, size_t(count) * size_t(sz), true);
-	else
-		refuse(kReduce, kSize);
+	Job *j = admit_reduction(kReduce, dt, op, count, comm, &d, &o, &sz);
 	if (j) {
 		PMPI_Comm_rank(comm, &rank);
 		PMPI_Comm_size(comm, &size);
@@ -306,17 +303,8 @@ EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int rcou
 {
 	ibv_coll_dtype d;
 	ibv_coll_op o;
-	bool fl;
 	int sz = 0;
-	Job *j = nullptr;
-	if (!reduce_dtype(dt, &d, &fl))
-		refuse(kReduceScatter, kDatatype);
-	else if (!reduce_op(op, fl, &o))
-		refuse(kReduceScatter, kOp);
-	else if (rcount > 0 && PMPI_Type_size(dt, &sz) == MPI_SUCCESS)
-		j = admit(kReduceScatter, comm, size_t(rcount) * size_t(sz), true);
-	else
-		refuse(kReduceScatter, kSize);
+	Job *j = admit_reduction(kReduceScatter, dt, op, rcount, comm, &d, &o, &sz);
 	if (!j)
 		return PMPI_Reduce_scatter_block(sendbuf, recvbuf, rcount, dt, op, comm);
 	int size;
@@ -351,17 +339,8 @@ EXPORT int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Dat
 {
 	ibv_coll_dtype d;
 	ibv_coll_op o;
-	bool fl;
 	int sz = 0;
-	Job *j = nullptr;
-	if (!reduce_dtype(dt, &d, &fl))
-		refuse(kIallreduce, kDatatype);
-	else if (!reduce_op(op, fl, &o))
-		refuse(kIallreduce, kOp);
-	else if (count > 0 && PMPI_Type_size(dt, &sz) == MPI_SUCCESS)
-		j = admit(kIallreduce, comm, size_t(count) * size_t(sz), true);
-	else
-		refuse(kIallreduce, kSize);
+	Job *j = admit_reduction(kIallreduce, dt, op, count, comm, &d, &o, &sz);
 	if (!j)
 		return PMPI_Iallreduce(sendbuf, recvbuf, count, dt, op, comm, req);
 	size_t b = size_t(count) * size_t(sz);
