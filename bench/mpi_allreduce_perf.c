@@ -192,6 +192,10 @@ static void print_header(const struct opts *o)
 int main(int argc, char **argv)
 {
 	struct opts o;
+	/* The version without starting MPI: no launcher is needed to ask it. */
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V"))
+			return ibvc_print_version("mpi_allreduce_perf", NULL);
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
