@@ -25,6 +25,10 @@ constexpr Field kFields[] = {
 	{"impair_dropped", [](const NicCounters &c) -> uint64_t { return c.port.impair_dropped; }},
 	{"impair_duplicated", [](const NicCounters &c) -> uint64_t { return c.port.impair_duplicated; }},
 	{"impair_reordered", [](const NicCounters &c) -> uint64_t { return c.port.impair_reordered; }},
+	{"impair_delayed", [](const NicCounters &c) -> uint64_t { return c.port.impair_delayed; }},
+	{"impair_ce", [](const NicCounters &c) -> uint64_t { return c.port.impair_ce; }},
+	// CE-marked packets received: the congestion signal of an ECN network.
+	{"rx_ce", [](const NicCounters &c) -> uint64_t { return c.port.rx_ce; }},
 	{"rc_tx_packets", [](const NicCounters &c) -> uint64_t { return c.rc_tx_packets; }},
 	{"rc_tx_bytes", [](const NicCounters &c) -> uint64_t { return c.rc_tx_bytes; }},
 	{"rc_rx_packets", [](const NicCounters &c) -> uint64_t { return c.rc_rx_packets; }},
