@@ -61,9 +61,9 @@ NicCounters Engine::snapshot_locked() const
 	return c;
 }
 
-void Engine::publish_stats(uint64_t now, bool idle)
+void Engine::publish_stats(uint64_t now, bool force)
 {
-	if (!stats_.is_open() || (!idle && now - stats_at_ < util::kNsPerMs))
+	if (!stats_.is_open() || (!force && now - stats_at_ < util::kNsPerMs))
 		return;
 	stats_at_ = now;
 	uint64_t v[kNicStatCount];
@@ -211,6 +211,12 @@ void Engine::run()
 			sched_yield();
 			continue;
 		}
+		{
+			// What ibv_coll_stat reads is exact while the device sleeps
+			// (a progress pass publishes at most once a millisecond).
+			std::lock_guard lk(mu);
+			publish_stats(util::now_ns(), true);
+		}
 		sleeping.store(true);
 		if (work_pending.load() || stop_.load()) {
 			sleeping.store(false);
@@ -288,7 +294,7 @@ bool Engine::progress_locked()
 			cq->fn(cq->arg);
 		}
 	}
-	publish_stats(now, !did);
+	publish_stats(now, false);
 	return did;
 }
 

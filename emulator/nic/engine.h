@@ -78,10 +78,10 @@ public:
 	bool progress_locked();
 	// Every counter, as one snapshot (the caller holds mu).
 	NicCounters snapshot_locked() const;
-	// Copy the counters into the shared-memory segment ibv_coll_stat(8)
-	// reads: after a pass that found nothing to do (before the engine
-	// sleeps), else at most every millisecond.
-	void publish_stats(uint64_t now, bool idle);
+	// Copy the counters into the shared-memory segment ibv_coll_stat(1)
+	// reads: at most every millisecond from progress passes, and always
+	// (force) before the engine thread sleeps.
+	void publish_stats(uint64_t now, bool force);
 	uint64_t next_deadline_locked() const;
 
 	// RC transport (rc_requester.cc, rc_responder.cc).
