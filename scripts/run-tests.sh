@@ -48,7 +48,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # Suppressions, each with its reason, in tests/tsan.supp.
 echo "== build and test: ThreadSanitizer (threaded suites)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIBV_COLL_TSAN=ON >/dev/null
-cmake --build build-tsan -j "$jobs" --target test_api test_c_abi test_rc rc_peer test_rc_self \
+cmake --build build-tsan -j "$jobs" --target test_api test_c_abi test_version test_rc rc_peer test_rc_self \
 	test_coll_wire test_switch_acct test_coll coll_node
 (cd build-tsan && TSAN_OPTIONS="suppressions=$PWD/../tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
 	ctest --output-on-failure --timeout 300 \

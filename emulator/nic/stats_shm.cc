@@ -100,8 +100,9 @@ void Segment::open(const std::string &device, uint16_t udp_port,
 		snprintf(reinterpret_cast<char *>(base_ + sizeof(Header) + i * kNameBytes),
 			 kNameBytes, "%s", names[i]);
 	// The magic last: a reader that sees it sees a complete header.
-	std::atomic_thread_fence(std::memory_order_release);
-	memcpy(h->magic, kMagic, sizeof(kMagic));
+	uint64_t magic;
+	memcpy(&magic, kMagic, sizeof(magic));
+	std::atomic_ref<uint64_t>(h->magic).store(magic, std::memory_order_release);
 }
 
 void Segment::publish(const uint64_t *v)
@@ -153,7 +154,7 @@ bool read_segment(const std::string &path, Device *d, std::string *why, bool *de
 	auto *base = static_cast<uint8_t *>(m);
 	Header h;
 	memcpy(&h, base, sizeof(h));
-	if (memcmp(h.magic, kMagic, sizeof(kMagic)) || h.version != kVersion ||
+	if (memcmp(&h.magic, kMagic, sizeof(kMagic)) || h.version != kVersion ||
 	    h.count > 4096 || segment_bytes(h.count) > size_t(st.st_size)) {
 		*why = "not a counter segment of this version";
 		return false;

@@ -24,7 +24,7 @@ constexpr size_t kDeviceBytes = 64;
 constexpr const char *kPrefix = "ibv_coll."; // of every segment in /dev/shm
 
 struct Header {
-	char magic[8];
+	uint64_t magic; // kMagic's bytes, stored last (release): the header is complete
 	uint32_t version;
 	uint32_t count;		 // counters
 	int32_t pid;

@@ -575,7 +575,7 @@ TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 	h.len = 4;
 	h.node_map = 2;
 	h.key = kKey;
-	ibv_coll_counters c0, c1;
+	ibv_coll_counters c0 = {}, c1 = {}; // comp_mask 0: the base counters
 	ASSERT_EQ(ibv_query_coll_counters(ctx, &c0), 0);
 	c1 = c0;
 	sockaddr_in to{};

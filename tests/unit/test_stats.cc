@@ -176,7 +176,7 @@ TEST(StatsShm, SegmentOfADeadProcessIsSkippedAndRemoved)
 	char dir[] = "/tmp/ibvc_shm_XXXXXX";
 	ASSERT_NE(mkdtemp(dir), nullptr);
 	stats::Header h{};
-	memcpy(h.magic, stats::kMagic, sizeof(h.magic));
+	memcpy(&h.magic, stats::kMagic, sizeof(h.magic));
 	h.version = stats::kVersion;
 	h.count = 1;
 	h.pid = child;
