@@ -1,7 +1,7 @@
 #!/bin/sh
 # Soak: random collectives for a given time against three long-running
 # switches (two leaves and a spine), checking every result.
-#   scripts/soak.sh [-B BUILD] [-t SECONDS] [-S SEED]
+#   scripts/soak.sh [-B BUILD] [-t SECONDS] [-S SEED] [-R ROUNDS]
 # BUILD (default build) holds tests/coll_node and emulator/ibv_coll_switchd.
 # CI runs 45 s; an hour:  scripts/soak.sh -t 3600
 #
@@ -19,12 +19,13 @@
 # result, a hang, a switch that died, memory or descriptors that keep
 # growing, or units still held after the jobs are gone.
 set -u
-build=build secs=60 seed=$$
-while getopts B:t:S: o; do
+build=build secs=60 seed=$$ max_rounds=0
+while getopts B:t:S:R: o; do
 	case $o in
 	B) build=$OPTARG ;;
 	t) secs=$OPTARG ;;
 	S) seed=$OPTARG ;;
+	R) max_rounds=$OPTARG ;; # stop after this many rounds too (0: none)
 	*) sed -n '2,5p' "$0"; exit 2 ;;
 	esac
 done
@@ -68,7 +69,8 @@ first_rss="" first_fds=""
 echo "soak: ${secs} s from seed $seed; switches on ports $swport0 $swport1 $swport2"
 printf "%8s %6s %6s %10s %10s %10s %6s %6s %10s\n" elapsed rounds colls rss0_kb rss1_kb rss2_kb \
 	fds units sw0_rx
-while [ $(($(date +%s) - start)) -lt "$secs" ]; do
+while [ $(($(date +%s) - start)) -lt "$secs" ] &&
+	{ [ "$max_rounds" -eq 0 ] || [ "$round" -lt "$max_rounds" ]; }; do
 	round=$((round + 1))
 	rs=$((seed * 1000 + round))
 	nodes=$((2 + $(pick "$rs" 3)))
