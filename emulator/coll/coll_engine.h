@@ -141,7 +141,9 @@ private:
 	bool sw_wanted(const CollJob &job) const;
 	uint32_t sw_request(const CollJob &job) const;
 	const Endpoint &sw_leaf(const CollJob &job, uint32_t plane) const;
-	void sw_send_config(CollJob &job, uint64_t now);
+	// To the planes not granted yet; all: to every plane (a keepalive).
+	void sw_send_config(CollJob &job, uint64_t now, bool all = false);
+	uint64_t sw_keep_due(const CollJob &job) const;
 	void sw_begin(Qp &qp, CollJob &job, uint64_t now);
 	void sw_ready(CollJob &job);
 	void sw_start(Qp &qp, CollJob &job, uint64_t now);

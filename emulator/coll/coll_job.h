@@ -246,6 +246,10 @@ struct CollJob {
 	std::vector<uint8_t> sw_heard;	  // per plane: its leaf has answered
 	uint32_t sw_window = 0;
 	uint64_t sw_cfg_start = 0, sw_cfg_sent = 0;
+	// Once granted, CONFIG again this often (a third of the switch's idle
+	// timeout, which its CONFIG_ACK tells), so that a job whose members
+	// are silent for a while (computing, checking) stays known; 0: never.
+	uint64_t sw_keep_ns = 0;
 	uint64_t sw_next_gs = 0; // the job's number for the next message's block 0
 	CollStatus sw_fail = CollStatus::success;
 

@@ -241,6 +241,10 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		}
 		did |= e_.port->counters().tx_packets != before;
 	}
+	if (const uint64_t keep = sw_keep_due(job); keep && now >= keep && qp.state == QpState::rts) {
+		sw_send_config(job, now, true);
+		did = true;
+	}
 	retire(qp);
 	return did;
 }
@@ -257,10 +261,15 @@ void CollEngine::retire(Qp &qp)
 
 uint64_t CollEngine::next_deadline(const Qp &qp) const
 {
-	if (!qp.job || !qp.job->active)
+	if (!qp.job)
 		return 0;
+	const uint64_t keep = sw_keep_due(*qp.job);
+	if (!qp.job->active)
+		return keep;
 	const Message &m = *qp.job->active;
 	uint64_t d = m.last_progress + coll_timeout_ns(*qp.job);
+	if (keep)
+		d = std::min(d, keep);
 	if (m.waiting)
 		return std::min(d, qp.job->sw_cfg_sent + sw_config_interval(*qp.job));
 	return std::min({d, m.o_pending.next(), m.f_pending.next()});

@@ -49,7 +49,7 @@ const Endpoint &CollEngine::sw_leaf(const CollJob &job, uint32_t plane) const
 	return s.leaf[plane * s.leaves + leaf];
 }
 
-void CollEngine::sw_send_config(CollJob &job, uint64_t now)
+void CollEngine::sw_send_config(CollJob &job, uint64_t now, bool all)
 {
 	const JobConfig &c = job.cfg;
 	const SwitchConfig &s = c.sw;
@@ -58,7 +58,7 @@ void CollEngine::sw_send_config(CollJob &job, uint64_t now)
 		if (s.leaves == 1 || s.member_leaf[n] == s.member_leaf[c.node])
 			subtree |= 1ull << n;
 	for (uint32_t p = 0; p < s.planes; p++) {
-		if (job.sw_granted[p])
+		if (job.sw_granted[p] && !all)
 			continue;
 		sw::Task t;
 		t.node = c.node;
@@ -82,6 +82,15 @@ void CollEngine::sw_send_config(CollJob &job, uint64_t now)
 		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollConfig, h, tb, sw::kTaskBytes, {});
 	}
 	job.sw_cfg_sent = now;
+}
+
+// Keepalive: a granted job CONFIGs its switches again when this is due
+// (0: never).
+uint64_t CollEngine::sw_keep_due(const CollJob &job) const
+{
+	return job.sw_keep_ns && job.sw_phase == CollJob::SwPhase::ready
+		       ? job.sw_cfg_sent + job.sw_keep_ns
+		       : 0;
 }
 
 // The switch path's first message: ask for Seg units (or, inline, assume
@@ -430,6 +439,10 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 			}
 		} else {
 			job.sw_granted[plane] = p.h.seg;
+			// CETH mid: the switch's idle timeout in ms (0: it does not say).
+			const uint64_t keep = uint64_t(p.h.mid) * util::kNsPerMs / 3;
+			if (keep && (!job.sw_keep_ns || keep < job.sw_keep_ns))
+				job.sw_keep_ns = keep;
 			if (std::count(job.sw_granted.begin(), job.sw_granted.end(), 0u) == 0)
 				sw_ready(job);
 		}

@@ -9,7 +9,10 @@
 // Configuration.  A child sends CONFIG with the task information below; a
 // leaf that has heard from every node of its subtree (and, with a parent,
 // been granted by it) answers every child with CONFIG_ACK: CETH seg = the
-// Seg units granted (0 and CETH status = DENIED: refused).  Inline mode
+// Seg units granted (0 and CETH status = DENIED: refused) and, in CETH
+// mid, the switch's idle timeout in ms: granted members CONFIG again every
+// third of it, so a job silent between collectives is not forgotten (a
+// leaf passes such a keepalive on to its parent).  Inline mode
 // skips this: every DATA packet carries the task information after the
 // CETH (flag kCethInline) and the switch builds the job on first sight.
 //

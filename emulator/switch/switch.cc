@@ -531,6 +531,7 @@ void Switch::grant_children(Job &j)
 		h.src_node = sw::kNodeSwitch;
 		h.jid = j.jid;
 		h.seg = uint16_t(std::min<uint32_t>(j.granted, 0xffff));
+		h.mid = p_.job_idle_ms; // members keep the job alive at a third of it
 		h.node_map = c.cover;
 		h.job_key = j.key;
 		send_to(j, c.ep, c.local, c.qpn, kCollConfigAck, h, nullptr, nullptr, 0);
@@ -581,7 +582,8 @@ void Switch::on_config(const In &p)
 		break;
 	case State::granted:
 	case State::denied: {
-		// A repeat (our answer was lost): answer this child again.
+		// A repeat (our answer was lost), or a member's keepalive:
+		// answer this child again.
 		Child *c = child_of(*j, p.src);
 		Ceth h;
 		h.src_node = sw::kNodeSwitch;
@@ -589,9 +591,14 @@ void Switch::on_config(const In &p)
 		h.seg = j->state == State::granted ? uint16_t(std::min<uint32_t>(j->granted, 0xffff))
 						   : 0;
 		h.status = j->state == State::granted ? 0 : 4;
+		h.mid = p_.job_idle_ms;
 		h.node_map = c->cover;
 		h.job_key = j->key;
 		send_to(*j, c->ep, c->local, c->qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+		// A member's keepalive (or repeat) keeps the job alive up the
+		// tree too: the parent answers a repeat and forgets nothing.
+		if (j->has_parent && j->state == State::granted)
+			send_config_up(*j);
 		break;
 	}
 	}

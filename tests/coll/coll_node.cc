@@ -54,6 +54,7 @@ struct Opts {
 	size_t late_case = 0;
 	bool hold = false; // at the end, keep the device open until stdin closes
 	uint32_t jid = 42;
+	uint32_t pause_ms = 0; // silent this long before every case but the first
 };
 
 struct Case {
@@ -302,10 +303,11 @@ int main(int argc, char **argv)
 		{"gid-index", 1, nullptr, 'G'}, {"late", 1, nullptr, 'l'},
 		{"hold", 0, nullptr, 'H'},
 		{"jid", 1, nullptr, 'J'},
+		{"pause-ms", 1, nullptr, 'Z'},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:l:J:", lo, nullptr)) !=
+	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:l:J:Z:", lo, nullptr)) !=
 	       -1) {
 		switch (c) {
 		case 'b': o.boot = optarg; break;
@@ -322,6 +324,7 @@ int main(int argc, char **argv)
 		case 'E': o.e2e_ack = true; break;
 		case 'G': o.gid_index = atoi(optarg); break;
 		case 'J': o.jid = uint32_t(strtoul(optarg, nullptr, 0)); break;
+		case 'Z': o.pause_ms = uint32_t(strtoul(optarg, nullptr, 10)); break;
 		case 'l': {
 			// NODE:MS[:CASE]
 			char *end;
@@ -516,6 +519,8 @@ int main(int argc, char **argv)
 	uint32_t mid = 0;
 	for (size_t ci = 0; ci < cases.size(); ci++) {
 		const Case &cs = cases[ci];
+		if (ci && o.pause_ms) // an application computing between collectives
+			usleep(useconds_t(o.pause_ms) * 1000);
 		CollSpec s = spec;
 		s.coll = cs.coll;
 		s.op = cs.op;
@@ -662,9 +667,9 @@ int main(int argc, char **argv)
 		    wc.wr_id != ci || wc.mid != mid || wc.jid != o.jid ||
 		    wc.opcode != ibv_coll_wc_opcode(s.coll)) {
 			fprintf(stderr,
-				"node %d case %zu (coll %#x count %lu): completion %s / %s, wr_id %lu "
-				"mid %u\n",
-				o.node, ci, s.coll, (unsigned long)s.count,
+				"node %d case %zu (coll %#x op %d dtype %d count %lu root %u mode %d): "
+				"completion %s / %s, wr_id %lu mid %u\n",
+				o.node, ci, s.coll, s.op, s.dtype, (unsigned long)s.count, s.root, cases[ci].mode,
 				ibv_coll_wc_status_str(wc.status), ibv_coll_status_str(wc.coll_status),
 				(unsigned long)wc.wr_id, wc.mid);
 			failures++;
