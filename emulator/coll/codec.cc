@@ -5,7 +5,7 @@
 #include "coll/coll_engine.h"
 
 #include "coll/swproto.h"
-#include "nic/engine.h"
+#include "nic/nic.h"
 #include "util/log.h"
 #include "wire/roce.h"
 
@@ -55,12 +55,12 @@ static_assert(sw::kTaskBytes % 4 == 0, "the pad depends on the payload alone");
 
 void CollEngine::reclaim()
 {
-	e_.port->tx_reclaim(lent_);
+	e_.tx_reclaim(lent_);
 }
 
 uint8_t *CollEngine::tx_payload(uint32_t ext_len)
 {
-	return e_.port->tx_buf() + kBthBytes + kCethBytes + ext_len;
+	return e_.tx_buf() + kBthBytes + kCethBytes + ext_len;
 }
 
 // ext (the task information, to a switch) goes between the CETH and the
@@ -69,7 +69,7 @@ void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, u
 			 const Ceth &h0, const void *ext, uint32_t ext_len, const Payload &pl,
 			 bool other_inc)
 {
-	uint8_t *buf = e_.port->tx_buf();
+	uint8_t *buf = e_.tx_buf();
 	Bth bth;
 	bth.opcode = kind;
 	bth.dqpn = qpn;
@@ -85,7 +85,7 @@ void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, u
 		memcpy(buf + kBthBytes + kCethBytes, ext, ext_len);
 	if (pl.len && pl.lend && pl.data != buf + hdr) {
 		e_.tx_split(to, job.src_ip, buf, hdr, pl.data, pl.len, pl.crc);
-		lent_ = e_.port->tx_lend_mark();
+		lent_ = e_.tx_lend_mark();
 	} else {
 		if (pl.len && pl.data != buf + hdr) // else built in place
 			memcpy(buf + hdr, pl.data, pl.len);
@@ -105,12 +105,12 @@ void CollEngine::on_packet(const InPacket &ip)
 		ctr.malformed++;
 		return;
 	}
-	auto it = e_.qps.find(ip.bth.dqpn);
-	if (it == e_.qps.end() || !it->second->job) {
-		e_.ctr.rx_no_qp++;
+	Qp *qpp = e_.find_qp(ip.bth.dqpn);
+	if (!qpp || !qpp->job) {
+		e_.count_no_qp();
 		return;
 	}
-	Qp &qp = *it->second;
+	Qp &qp = *qpp;
 	CollJob &job = *qp.job;
 	if (p.h.job_key != job.cfg.key) {
 		ctr.bad_key++;
@@ -154,7 +154,7 @@ void CollEngine::on_packet(const InPacket &ip)
 		return;
 	}
 	if (qp.state != QpState::rts) {
-		e_.ctr.rx_bad_state++;
+		e_.count_bad_state();
 		IBVC_TRACE("coll", "{}: qp {:#x} in state {}: packet {:#x} mid {} sid {} dropped",
 			   e_.params.name, qp.qpn, int(qp.state), p.kind, p.h.mid, p.h.sid);
 		return;

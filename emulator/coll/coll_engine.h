@@ -9,28 +9,15 @@
 
 #include "coll/coll_job.h"
 #include "coll/seg_pool.h"
+#include "nic/coll_iface.h"
+#include "nic/packet.h"
 #include "wire/ceth.h"
 
 #include <cstdint>
 
 namespace ibv_coll::emu {
 
-class Engine;
 struct Qp;
-struct InPacket;
-
-struct CollCounters {
-	uint64_t tx_data = 0, tx_result = 0, rx_data = 0, rx_result = 0;
-	uint64_t tx_bytes = 0, rx_bytes = 0;
-	uint64_t retrans_data = 0, retrans_result = 0;
-	uint64_t dup_dropped = 0, early_stored = 0, early_dropped = 0, stale_dropped = 0;
-	uint64_t bad_key = 0, bad_job = 0, bad_block = 0, bad_node = 0, malformed = 0;
-	uint64_t seg_busy = 0, aborts_sent = 0, aborts_rcvd = 0, timeouts = 0;
-	uint64_t reductions = 0;
-	// Collective WRs finished (failed: not with success), their blocks,
-	// and those that ran round the ring because no switch served them.
-	uint64_t messages = 0, failed = 0, blocks = 0, fallbacks = 0;
-};
 
 // A parsed collective packet.
 struct CollPacket {
@@ -62,18 +49,25 @@ struct Payload {
 	static Payload copied(const uint8_t *d, uint32_t n) { return Payload{d, n, false, nullptr}; }
 };
 
-class CollEngine {
+class CollEngine final : public CollService {
 public:
-	CollEngine(Engine &e, uint32_t seg_units, uint32_t seg_bytes);
+	CollEngine(CollHost &host, uint32_t seg_units, uint32_t seg_bytes);
 
 	// Execution control.
-	int configure(Qp &qp, const JobConfig &cfg);
-	bool progress(Qp &qp, uint64_t now);
-	uint64_t next_deadline(const Qp &qp) const;
-	bool flush(Qp &qp);
+	int configure(Qp &qp, const JobConfig &cfg) override;
+	bool progress(Qp &qp, uint64_t now) override;
+	uint64_t next_deadline(const Qp &qp) const override;
+	bool flush(Qp &qp) override;
+	void release(Qp &qp) override;
 
 	// Parse & encapsulate: a packet with a collective BTH opcode.
-	void on_packet(const InPacket &p);
+	void on_packet(const InPacket &p) override;
+
+	CollCounters counters() const override { return ctr; }
+	uint32_t seg_units() const override { return segs_.size(); }
+	uint32_t seg_unit_bytes() const override { return segs_.unit_bytes(); }
+	uint32_t seg_in_use() const override { return segs_.in_use(); }
+	uint32_t seg_high_water() const override { return uint32_t(segs_.high_water()); }
 
 	SegPool &segs() { return segs_; }
 	// The job leaves its switches (its QP is reset or destroyed).
@@ -168,7 +162,7 @@ private:
 		return job.cfg.seg_base + sid % job.cfg.seg_count;
 	}
 
-	Engine &e_;
+	CollHost &e_;
 	SegPool segs_;
 	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
 	uint64_t next_owner_ = 1;

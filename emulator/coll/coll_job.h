@@ -3,6 +3,8 @@
 #pragma once
 
 #include "coll/seqnum.h"
+#include "nic/coll_iface.h"
+#include "nic/qp.h"
 #include "nic/udp_port.h"
 #include "nic/wqe.h"
 #include "reduce/reduce.h"
@@ -19,7 +21,6 @@ namespace ibv_coll::emu {
 
 constexpr uint32_t kMaxCollRanks = 64;	// rank bitmap width
 constexpr uint32_t kMaxCollNodes = 64;	// node bitmap width
-constexpr uint32_t kSegUnitBytes = 4096; // the largest data block (path MTU)
 
 enum class Topology : uint8_t { ring = 0, sw = 1, hierarchy = 2, autosel = 3 };
 

@@ -17,7 +17,7 @@
 // results at their owner.  Reduce-scatter sends a result token (no data).
 #include "coll/coll_engine.h"
 
-#include "nic/engine.h"
+#include "nic/nic.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -416,7 +416,7 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 
 void CollEngine::ring_on_data(Qp &qp, CollJob &job, const CollPacket &p)
 {
-	uint64_t now = util::now_ns();
+	uint64_t now = e_.now();
 	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", e_.params.name, p.h.mid,
 		   p.h.sid, p.h.phase, p.h.src_node, job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
@@ -440,7 +440,7 @@ void CollEngine::ring_on_data(Qp &qp, CollJob &job, const CollPacket &p)
 
 void CollEngine::ring_on_result(Qp &qp, CollJob &job, const CollPacket &p)
 {
-	uint64_t now = util::now_ns();
+	uint64_t now = e_.now();
 	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}", e_.params.name,
 		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node, job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
@@ -526,7 +526,7 @@ void CollEngine::ring_adopt_early(Qp &qp, CollJob &job)
 {
 	Message &m = *job.active;
 	const JobConfig &c = job.cfg;
-	uint64_t now = util::now_ns();
+	uint64_t now = e_.now();
 	std::vector<uint32_t> mine;
 	for (auto it = job.early.begin(); it != job.early.end();) {
 		if (it->first.mid == m.mid) {

@@ -8,7 +8,7 @@
 #include "coll/coll_engine.h"
 
 #include "coll/swproto.h"
-#include "nic/engine.h"
+#include "nic/nic.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -358,7 +358,7 @@ void CollEngine::sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 		ctr.malformed++;
 		return;
 	}
-	const uint64_t now = util::now_ns();
+	const uint64_t now = e_.now();
 	if (job.cfg.node == 0) {
 		if (!(p.h.flags & kCethRetrans)) {
 			ctr.malformed++;
@@ -394,7 +394,7 @@ void CollEngine::sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 // A packet from one of the job's switches.
 void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 {
-	const uint64_t now = util::now_ns();
+	const uint64_t now = e_.now();
 	const SwitchConfig &s = job.cfg.sw;
 	if (p.kind == kCollConfigAck) {
 		if (job.sw_phase != CollJob::SwPhase::configuring) {

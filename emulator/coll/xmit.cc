@@ -3,7 +3,8 @@
 // access checked against the MR table first).
 #include "coll/coll_engine.h"
 
-#include "nic/engine.h"
+#include "nic/mr_table.h"
+#include "nic/nic.h"
 #include "util/log.h"
 
 #include <algorithm>
@@ -90,14 +91,14 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 }
 
 // Check one local buffer access.
-static bool dma_ok(Engine &e, uint32_t pdn, const Sge &s, uint64_t off, uint64_t len,
+static bool dma_ok(CollHost &e, uint32_t pdn, const Sge &s, uint64_t off, uint64_t len,
 		   uint32_t need)
 {
 	if (!len)
 		return true;
 	if (off + len > s.length)
 		return false;
-	return e.mrs.check(s.lkey, pdn, s.addr + off, len, need) == DmaErr::ok;
+	return e.dma_ok(s.lkey, pdn, s.addr + off, len, need);
 }
 
 bool CollEngine::local_partial(const CollJob &job, Message &m, uint32_t sid, uint8_t *out)
@@ -177,7 +178,7 @@ static void copy_out(const Message &m, uint64_t dst, const uint8_t *src, uint64_
 bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data)
 {
 	if (m.inplace)
-		e_.port->tx_reclaim(m.src_lent[sid]);
+		e_.tx_reclaim(m.src_lent[sid]);
 	const JobConfig &c = job.cfg;
 	const BlockDesc &b = m.chain[sid];
 	const uint64_t len = uint64_t(b.elems) * m.es;
