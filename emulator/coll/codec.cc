@@ -145,7 +145,8 @@ void CollEngine::on_packet(const InPacket &ip)
 			return;
 		}
 		ctr.rx_bytes += p.paylen;
-		sw_on_packet(qp, job, p);
+		sw_.on_packet(qp, job, p, e_.now());
+		settle(qp, job, e_.now());
 		return;
 	}
 	if (p.h.src_node >= job.cfg.nodes() || !(job.cfg.members[p.h.src_node].ep == p.src) ||
@@ -168,14 +169,14 @@ void CollEngine::on_packet(const InPacket &ip)
 	switch (p.kind) {
 	case kCollData:
 		ctr.rx_data++;
-		ring_on_data(qp, job, p);
+		ring_.on_packet(qp, job, p, e_.now());
 		break;
 	case kCollResult:
 		ctr.rx_result++;
-		ring_on_result(qp, job, p);
+		ring_.on_packet(qp, job, p, e_.now());
 		break;
 	case kCollAck:
-		sw_on_ack(qp, job, p);
+		sw_.on_packet(qp, job, p, e_.now());
 		break;
 	case kCollAbort:
 		ctr.aborts_rcvd++;

@@ -1,13 +1,17 @@
-// The collective offload engine of the emulated NIC, in the five modules
-// of the seed design: execution control (exec_ctrl.cc: WQEs, validation,
-// the job table), parse & encapsulate (codec.cc: CETH packets and their
-// classification), data cache & compute (seg_pool.cc), data transmission
-// (xmit.cc: the block chain, DMA from and to the local ranks, sending) and
-// status update (status.cc: CQEs).  The NIC ring algorithm (ring.cc) runs
-// on top of them.
+// The collective offload unit of the emulated NIC ("CollEngine": the
+// seed design's name; the NIC's own engine is nic/Engine, and the two meet
+// only through nic/coll_iface.h), in the five modules of the seed design:
+// execution control (exec_ctrl.cc: WQEs, validation, the job table, the
+// choice of strategy per message), parse & encapsulate (codec.cc: CETH
+// packets, their classification, and sending them), data cache & compute
+// (seg_pool.cc), data transmission (xmit.cc: the block chain and the DMA
+// from and to the local ranks) and status update (status.cc: CQEs).  The
+// strategies (coll/coll_path.h: the ring in ring.cc, the switch path in
+// swpath.cc) run messages on top of these shared services.
 #pragma once
 
 #include "coll/coll_job.h"
+#include "coll/coll_path.h"
 #include "coll/seg_pool.h"
 #include "nic/coll_iface.h"
 #include "nic/packet.h"
@@ -75,10 +79,13 @@ public:
 	CollCounters ctr;
 
 private:
-	friend struct RingOps;
+	friend class RingPath;
+	friend class SwitchPath;
 	// exec_ctrl.cc
 	void answer_query(Qp &qp, CollJob &job, uint32_t idx);
 	void activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now);
+	// After a strategy ran: AUTO's fallback moves the message to the ring.
+	void settle(Qp &qp, CollJob &job, uint64_t now);
 	// codec.cc
 	bool parse(const InPacket &p, CollPacket *out);
 	void other_incarnation(Qp &qp, CollJob &job, const CollPacket &p);
@@ -163,6 +170,8 @@ private:
 	}
 
 	CollHost &e_;
+	RingPath ring_{*this};
+	SwitchPath sw_{*this};
 	SegPool segs_;
 	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
 	uint64_t next_owner_ = 1;

@@ -24,6 +24,8 @@ constexpr uint32_t kMaxCollNodes = 64;	// node bitmap width
 
 enum class Topology : uint8_t { ring = 0, sw = 1, hierarchy = 2, autosel = 3 };
 
+class CollPath;
+
 struct JobMember {
 	Endpoint ep;
 	uint32_t qpn = 0;
@@ -188,6 +190,9 @@ struct Message {
 	// still queued; src_lent[i] is the port's lend mark of the last one.
 	bool inplace = false;
 	std::vector<uint64_t> src_lent;
+
+	// How it runs (coll/coll_path.h), chosen when it starts.
+	CollPath *path = nullptr;
 
 	// Through the switch: blocks numbered across the job's messages.
 	bool sw = false;

@@ -218,10 +218,20 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 			m.staging_voff = r.vbegin;
 		}
 	}
-	if (sw_wanted(job))
-		sw_begin(qp, job, now);
-	else
-		ring_start(qp, job, now);
+	m.path = sw_wanted(job) ? static_cast<CollPath *>(&sw_) : &ring_;
+	m.path->start(qp, job, now);
+	settle(qp, job, now);
+}
+
+// AUTO: the switch path gave the message up (no switch answered, or it
+// refused the job) and cleared Message::sw; it runs round the ring.
+void CollEngine::settle(Qp &qp, CollJob &job, uint64_t now)
+{
+	if (job.active && qp.state == QpState::rts && job.active->path == &sw_ &&
+	    !job.active->sw && !job.active->waiting) {
+		job.active->path = &ring_;
+		ring_.start(qp, job, now);
+	}
 }
 
 bool CollEngine::progress(Qp &qp, uint64_t now)
@@ -251,18 +261,9 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 	}
 	if (job.active && qp.state == QpState::rts) {
 		size_t before = e_.tx_packets();
-		if (job.active->sw) {
-			sw_timers(qp, job, now);
-			if (job.active && qp.state == QpState::rts && !job.active->waiting &&
-			    job.active->sw)
-				sw_pump(qp, job, now);
-		} else {
-			ring_timers(qp, job, now);
-			if (job.active && qp.state == QpState::rts)
-				ring_pump(qp, job, now);
-		}
-		if (job.active && qp.state == QpState::rts &&
-		    (job.active->sw ? sw_done(job) : ring_done(job))) {
+		job.active->path->on_timer(qp, job, now);
+		settle(qp, job, now);
+		if (job.active && qp.state == QpState::rts && job.active->path->done(job)) {
 			if (job.active->sw)
 				job.sw_next_gs += job.active->nblocks;
 			complete(qp, job, CollStatus::success);
@@ -288,11 +289,7 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 {
 	if (!qp.job || !qp.job->active)
 		return 0;
-	const Message &m = *qp.job->active;
-	uint64_t d = m.last_progress + coll_timeout_ns(*qp.job);
-	if (m.waiting)
-		return std::min(d, qp.job->sw_cfg_sent + sw_config_interval(*qp.job));
-	return std::min({d, m.o_pending.next(), m.f_pending.next()});
+	return qp.job->active->path->next_deadline(*qp.job);
 }
 
 } // namespace ibv_coll::emu

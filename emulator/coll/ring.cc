@@ -598,4 +598,37 @@ bool CollEngine::ring_done(const CollJob &job) const
 	       m.next_inject == m.inject_end;
 }
 
+// The ring as a strategy (coll/coll_path.h).
+void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
+{
+	u_.ring_start(qp, job, now);
+}
+
+void RingPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t)
+{
+	if (p.kind == kCollData)
+		u_.ring_on_data(qp, job, p);
+	else
+		u_.ring_on_result(qp, job, p);
+}
+
+void RingPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
+{
+	u_.ring_timers(qp, job, now);
+	if (job.active && qp.state == QpState::rts)
+		u_.ring_pump(qp, job, now);
+}
+
+bool RingPath::done(const CollJob &job) const
+{
+	return u_.ring_done(job);
+}
+
+uint64_t RingPath::next_deadline(const CollJob &job) const
+{
+	const Message &m = *job.active;
+	return std::min({m.last_progress + u_.coll_timeout_ns(job), m.o_pending.next(),
+			 m.f_pending.next()});
+}
+
 } // namespace ibv_coll::emu

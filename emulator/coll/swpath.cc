@@ -127,8 +127,8 @@ void CollEngine::sw_start(Qp &qp, CollJob &job, uint64_t now)
 	Message &m = *job.active;
 	m.waiting = false;
 	if (job.sw_phase == CollJob::SwPhase::fallback) {
+		// Execution control moves it to the ring (CollEngine::settle).
 		m.sw = false;
-		ring_start(qp, job, now);
 		return;
 	}
 	if (job.sw_phase == CollJob::SwPhase::failed)
@@ -508,6 +508,41 @@ void CollEngine::sw_release(const CollJob &job)
 		h.job_key = job.cfg.key;
 		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollRelease, h, nullptr, 0, {});
 	}
+}
+
+// The switch path as a strategy (coll/coll_path.h).
+void SwitchPath::start(Qp &qp, CollJob &job, uint64_t now)
+{
+	u_.sw_begin(qp, job, now);
+}
+
+void SwitchPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t)
+{
+	if (p.h.src_node == sw::kNodeSwitch)
+		u_.sw_on_packet(qp, job, p);
+	else
+		u_.sw_on_ack(qp, job, p);
+}
+
+void SwitchPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
+{
+	u_.sw_timers(qp, job, now);
+	if (job.active && qp.state == QpState::rts && !job.active->waiting && job.active->sw)
+		u_.sw_pump(qp, job, now);
+}
+
+bool SwitchPath::done(const CollJob &job) const
+{
+	return job.active->sw && u_.sw_done(job);
+}
+
+uint64_t SwitchPath::next_deadline(const CollJob &job) const
+{
+	const Message &m = *job.active;
+	uint64_t d = m.last_progress + u_.coll_timeout_ns(job);
+	if (m.waiting)
+		return std::min(d, job.sw_cfg_sent + u_.sw_config_interval(job));
+	return std::min({d, m.o_pending.next(), m.f_pending.next()});
 }
 
 } // namespace ibv_coll::emu
