@@ -1,6 +1,6 @@
-// Parse & encapsulate: building collective packets (BTH + CETH + block),
-// and parsing and classifying arriving ones before the algorithm sees
-// them.  Forged or damaged packets (wrong job key or job, unknown member,
+// Parse & encapsulate: the CETH of a message's blocks, and parsing and
+// classifying arriving packets before the strategies see them (sending is
+// data transmission's, xmit.cc).  Forged or damaged packets (wrong job key or job, unknown member,
 // bad lengths) stop here, counted, and are never reduced.
 #include "coll/coll_engine.h"
 
@@ -42,60 +42,6 @@ Ceth CollEngine::header(const CollJob &job, const Message &m, uint32_t sid) cons
 	h.seg = uint16_t(seg_of(job, sid));
 	h.job_key = job.cfg.key;
 	return h;
-}
-
-void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth &h,
-		      const Payload &pl, bool other_inc)
-{
-	const JobMember &dst = job.cfg.members[to];
-	send_ep(job, dst.ep, dst.qpn, kind, h, nullptr, 0, pl, other_inc);
-}
-
-static_assert(sw::kTaskBytes % 4 == 0, "the pad depends on the payload alone");
-
-void CollEngine::reclaim()
-{
-	e_.tx_reclaim(lent_);
-}
-
-uint8_t *CollEngine::tx_payload(uint32_t ext_len)
-{
-	return e_.tx_buf() + kBthBytes + kCethBytes + ext_len;
-}
-
-// ext (the task information, to a switch) goes between the CETH and the
-// payload.
-void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
-			 const Ceth &h0, const void *ext, uint32_t ext_len, const Payload &pl,
-			 bool other_inc)
-{
-	uint8_t *buf = e_.tx_buf();
-	Bth bth;
-	bth.opcode = kind;
-	bth.dqpn = qpn;
-	bth.psn = h0.sid & kPsnMask;
-	bth.store(buf);
-	Ceth h = h0;
-	h.len = uint16_t(ext_len + pl.len);
-	if (!other_inc)
-		h.inc = job.inc;
-	h.store(buf + kBthBytes);
-	const size_t hdr = kBthBytes + kCethBytes + ext_len;
-	if (ext_len)
-		memcpy(buf + kBthBytes + kCethBytes, ext, ext_len);
-	if (pl.len && pl.lend && pl.data != buf + hdr) {
-		e_.tx_split(to, job.src_ip, buf, hdr, pl.data, pl.len, pl.crc);
-		lent_ = e_.tx_lend_mark();
-	} else {
-		if (pl.len && pl.data != buf + hdr) // else built in place
-			memcpy(buf + hdr, pl.data, pl.len);
-		e_.tx_to(to, job.src_ip, buf, hdr, pl.len);
-	}
-	if (kind == kCollData)
-		ctr.tx_data++;
-	else if (kind == kCollResult)
-		ctr.tx_result++;
-	ctr.tx_bytes += pl.len;
 }
 
 void CollEngine::on_packet(const InPacket &ip)
