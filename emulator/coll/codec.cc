@@ -44,7 +44,26 @@ Ceth CollEngine::header(const CollJob &job, const Message &m, uint32_t sid) cons
 	return h;
 }
 
+// The drop reasons a packet may be counted under (CollCounters).
+static uint64_t dropped(const CollCounters &c)
+{
+	return c.dup_dropped + c.stale_dropped + c.early_stored + c.early_dropped + c.bad_key +
+	       c.bad_job + c.bad_block + c.bad_node + c.malformed + c.host_dropped;
+}
+
+// Each packet ends in exactly one verdict: one drop reason (counted where
+// it is found, by classify() or the strategy), or delivered, counted here
+// when no reason moved.
 void CollEngine::on_packet(const InPacket &ip)
+{
+	ctr.rx_packets++;
+	const uint64_t before = dropped(ctr);
+	classify(ip);
+	if (dropped(ctr) == before)
+		ctr.delivered++;
+}
+
+void CollEngine::classify(const InPacket &ip)
 {
 	CollPacket p;
 	if (!parse(ip, &p)) {
@@ -54,6 +73,7 @@ void CollEngine::on_packet(const InPacket &ip)
 	Qp *qpp = e_.find_qp(ip.bth.dqpn);
 	if (!qpp || !qpp->job) {
 		e_.count_no_qp();
+		ctr.host_dropped++;
 		return;
 	}
 	Qp &qp = *qpp;
@@ -102,6 +122,7 @@ void CollEngine::on_packet(const InPacket &ip)
 	}
 	if (qp.state != QpState::rts) {
 		e_.count_bad_state();
+		ctr.host_dropped++;
 		IBVC_TRACE("coll", "{}: qp {:#x} in state {}: packet {:#x} mid {} sid {} dropped",
 			   e_.params.name, qp.qpn, int(qp.state), p.kind, p.h.mid, p.h.sid);
 		return;

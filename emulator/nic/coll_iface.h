@@ -38,6 +38,14 @@ struct CollCounters {
 	// Collective WRs finished (failed: not with success), their blocks,
 	// and those that ran round the ring because no switch served them.
 	uint64_t messages = 0, failed = 0, blocks = 0, fallbacks = 0;
+	// Every collective packet handed to the unit is counted once: rx_packets
+	// = delivered + dup_dropped + stale_dropped + early_stored +
+	// early_dropped + bad_key + bad_job + bad_block + bad_node + malformed +
+	// the host's no-QP and bad-state drops of collective packets
+	// (host_dropped).  delivered: acted on by execution control or a
+	// strategy (data reduced or written, passed on, answered, an ACK,
+	// ABORT or grant taken).
+	uint64_t rx_packets = 0, delivered = 0, host_dropped = 0;
 };
 
 // A collective QP's job belongs to the collective unit, which frees it.

@@ -251,6 +251,7 @@ struct Node {
 	Cq cq;
 	Qp qp;
 	uint16_t ranks = 1;
+	uint64_t rx = 0; // packets the network handed it
 	std::vector<std::vector<int32_t>> src, dst; // per local rank
 	Endpoint host_ep() const { return Endpoint{params.gids[0], kPort, 0}; }
 };
@@ -414,6 +415,7 @@ private:
 					      ? wire::crc32_update(0, p.bytes.data() + split,
 								   p.bytes.size() - split)
 					      : 0;
+			nd->rx++;
 			nd->svc->on_packet(ip);
 		}
 	}
@@ -436,6 +438,20 @@ static void expect_results(Cluster &c, uint32_t mid)
 			ASSERT_EQ(nd.dst[r], c.want) << "node " << n << " rank " << r;
 		EXPECT_EQ(nd.host->bad_tail_crc, 0u) << "node " << n;
 	}
+}
+
+// Every packet a node was handed is counted exactly once: delivered, or
+// dropped for one reason (nic/coll_iface.h, CollCounters).
+static void expect_accounted(const Node &nd, size_t n)
+{
+	const CollCounters k = nd.svc->counters();
+	EXPECT_EQ(k.rx_packets, nd.rx) << "node " << n;
+	EXPECT_EQ(k.rx_packets, k.delivered + k.dup_dropped + k.stale_dropped + k.early_stored +
+					k.early_dropped + k.bad_key + k.bad_job + k.bad_block +
+					k.bad_node + k.malformed + k.host_dropped)
+		<< "node " << n;
+	EXPECT_EQ(k.host_dropped, nd.host->no_qp + nd.host->bad_state) << "node " << n;
+	EXPECT_GT(k.delivered, 0u) << "node " << n;
 }
 
 struct PathCase {
@@ -468,6 +484,8 @@ TEST_P(CollPaths, AllreduceMatchesTheReference)
 		if (pc.dup > 0) {
 			EXPECT_GT(c.net.duplicated, 0u);
 		}
+		for (size_t n = 0; n < c.nodes.size(); n++)
+			expect_accounted(*c.nodes[n], n);
 		for (auto &nd : c.nodes) {
 			CollCounters k = nd->svc->counters();
 			EXPECT_EQ(k.messages, 3u);
@@ -510,8 +528,10 @@ TEST(CollPathsFallback, SilentSwitchFallsBackToTheRing)
 			EXPECT_FALSE(q.coll_flags & kRanSwitch);
 		}
 	}
-	for (auto &nd : c.nodes)
-		EXPECT_EQ(nd->svc->counters().fallbacks, 2u);
+	for (size_t n = 0; n < c.nodes.size(); n++) {
+		EXPECT_EQ(c.nodes[n]->svc->counters().fallbacks, 2u);
+		expect_accounted(*c.nodes[n], n);
+	}
 }
 
 // A switch that answers: the same job through it (no fallback).
@@ -597,4 +617,6 @@ TEST(CollPathsForged, CountedAndHarmless)
 	EXPECT_EQ(key, forged);
 	EXPECT_EQ(noqp, forged);
 	EXPECT_EQ(node, forged);
+	for (size_t n = 0; n < c.nodes.size(); n++)
+		expect_accounted(*c.nodes[n], n);
 }
