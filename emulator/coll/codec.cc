@@ -1,11 +1,11 @@
-// Parse & encapsulate: building collective packets (BTH + CETH + block),
-// and parsing and classifying arriving ones before the algorithm sees
-// them.  Forged or damaged packets (wrong job key or job, unknown member,
+// Parse & encapsulate: the CETH of a message's blocks, and parsing and
+// classifying arriving packets before the strategies see them (sending is
+// data transmission's, xmit.cc).  Forged or damaged packets (wrong job key or job, unknown member,
 // bad lengths) stop here, counted, and are never reduced.
 #include "coll/coll_engine.h"
 
 #include "coll/swproto.h"
-#include "nic/engine.h"
+#include "nic/nic.h"
 #include "util/log.h"
 #include "wire/roce.h"
 
@@ -44,73 +44,39 @@ Ceth CollEngine::header(const CollJob &job, const Message &m, uint32_t sid) cons
 	return h;
 }
 
-void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth &h,
-		      const Payload &pl, bool other_inc)
+// The drop reasons a packet may be counted under (CollCounters).
+static uint64_t dropped(const CollCounters &c)
 {
-	const JobMember &dst = job.cfg.members[to];
-	send_ep(job, dst.ep, dst.qpn, kind, h, nullptr, 0, pl, other_inc);
+	return c.dup_dropped + c.stale_dropped + c.early_stored + c.early_dropped + c.bad_key +
+	       c.bad_job + c.bad_block + c.bad_node + c.malformed + c.host_dropped;
 }
 
-static_assert(sw::kTaskBytes % 4 == 0, "the pad depends on the payload alone");
-
-void CollEngine::reclaim()
-{
-	e_.port->tx_reclaim(lent_);
-}
-
-uint8_t *CollEngine::tx_payload(uint32_t ext_len)
-{
-	return e_.port->tx_buf() + kBthBytes + kCethBytes + ext_len;
-}
-
-// ext (the task information, to a switch) goes between the CETH and the
-// payload.
-void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
-			 const Ceth &h0, const void *ext, uint32_t ext_len, const Payload &pl,
-			 bool other_inc)
-{
-	uint8_t *buf = e_.port->tx_buf();
-	Bth bth;
-	bth.opcode = kind;
-	bth.dqpn = qpn;
-	bth.psn = h0.sid & kPsnMask;
-	bth.store(buf);
-	Ceth h = h0;
-	h.len = uint16_t(ext_len + pl.len);
-	if (!other_inc)
-		h.inc = job.inc;
-	h.store(buf + kBthBytes);
-	const size_t hdr = kBthBytes + kCethBytes + ext_len;
-	if (ext_len)
-		memcpy(buf + kBthBytes + kCethBytes, ext, ext_len);
-	if (pl.len && pl.lend && pl.data != buf + hdr) {
-		e_.tx_split(to, job.src_ip, buf, hdr, pl.data, pl.len, pl.crc);
-		lent_ = e_.port->tx_lend_mark();
-	} else {
-		if (pl.len && pl.data != buf + hdr) // else built in place
-			memcpy(buf + hdr, pl.data, pl.len);
-		e_.tx_to(to, job.src_ip, buf, hdr, pl.len);
-	}
-	if (kind == kCollData)
-		ctr.tx_data++;
-	else if (kind == kCollResult)
-		ctr.tx_result++;
-	ctr.tx_bytes += pl.len;
-}
-
+// Each packet ends in exactly one verdict: one drop reason (counted where
+// it is found, by classify() or the strategy), or delivered, counted here
+// when no reason moved.
 void CollEngine::on_packet(const InPacket &ip)
+{
+	ctr.rx_packets++;
+	const uint64_t before = dropped(ctr);
+	classify(ip);
+	if (dropped(ctr) == before)
+		ctr.delivered++;
+}
+
+void CollEngine::classify(const InPacket &ip)
 {
 	CollPacket p;
 	if (!parse(ip, &p)) {
 		ctr.malformed++;
 		return;
 	}
-	auto it = e_.qps.find(ip.bth.dqpn);
-	if (it == e_.qps.end() || !it->second->job) {
-		e_.ctr.rx_no_qp++;
+	Qp *qpp = e_.find_qp(ip.bth.dqpn);
+	if (!qpp || !qpp->job) {
+		e_.count_no_qp();
+		ctr.host_dropped++;
 		return;
 	}
-	Qp &qp = *it->second;
+	Qp &qp = *qpp;
 	CollJob &job = *qp.job;
 	if (p.h.job_key != job.cfg.key) {
 		ctr.bad_key++;
@@ -145,7 +111,8 @@ void CollEngine::on_packet(const InPacket &ip)
 			return;
 		}
 		ctr.rx_bytes += p.paylen;
-		sw_on_packet(qp, job, p);
+		sw_.on_packet(qp, job, p, e_.now());
+		settle(qp, job, e_.now());
 		return;
 	}
 	if (p.h.src_node >= job.cfg.nodes() || !(job.cfg.members[p.h.src_node].ep == p.src) ||
@@ -154,7 +121,8 @@ void CollEngine::on_packet(const InPacket &ip)
 		return;
 	}
 	if (qp.state != QpState::rts) {
-		e_.ctr.rx_bad_state++;
+		e_.count_bad_state();
+		ctr.host_dropped++;
 		IBVC_TRACE("coll", "{}: qp {:#x} in state {}: packet {:#x} mid {} sid {} dropped",
 			   e_.params.name, qp.qpn, int(qp.state), p.kind, p.h.mid, p.h.sid);
 		return;
@@ -168,14 +136,14 @@ void CollEngine::on_packet(const InPacket &ip)
 	switch (p.kind) {
 	case kCollData:
 		ctr.rx_data++;
-		ring_on_data(qp, job, p);
+		ring_.on_packet(qp, job, p, e_.now());
 		break;
 	case kCollResult:
 		ctr.rx_result++;
-		ring_on_result(qp, job, p);
+		ring_.on_packet(qp, job, p, e_.now());
 		break;
 	case kCollAck:
-		sw_on_ack(qp, job, p);
+		sw_.on_packet(qp, job, p, e_.now());
 		break;
 	case kCollAbort:
 		ctr.aborts_rcvd++;

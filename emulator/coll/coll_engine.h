@@ -1,36 +1,27 @@
-// The collective offload engine of the emulated NIC, in the five modules
-// of the seed design: execution control (exec_ctrl.cc: WQEs, validation,
-// the job table), parse & encapsulate (codec.cc: CETH packets and their
-// classification), data cache & compute (seg_pool.cc), data transmission
-// (xmit.cc: the block chain, DMA from and to the local ranks, sending) and
-// status update (status.cc: CQEs).  The NIC ring algorithm (ring.cc) runs
-// on top of them.
+// The collective offload unit of the emulated NIC ("CollEngine": the
+// seed design's name; the NIC's own engine is nic/Engine, and the two meet
+// only through nic/coll_iface.h), in the five modules of the seed design:
+// execution control (exec_ctrl.cc: WQEs, validation, the job table, the
+// choice of strategy per message), parse & encapsulate (codec.cc: CETH
+// packets, their classification, and sending them), data cache & compute
+// (seg_pool.cc), data transmission (xmit.cc: the block chain and the DMA
+// from and to the local ranks) and status update (status.cc: CQEs).  The
+// strategies (coll/coll_path.h: the ring in ring.cc, the switch path in
+// swpath.cc) run messages on top of these shared services.
 #pragma once
 
 #include "coll/coll_job.h"
+#include "coll/coll_path.h"
 #include "coll/seg_pool.h"
+#include "nic/coll_iface.h"
+#include "nic/packet.h"
 #include "wire/ceth.h"
 
 #include <cstdint>
 
 namespace ibv_coll::emu {
 
-class Engine;
 struct Qp;
-struct InPacket;
-
-struct CollCounters {
-	uint64_t tx_data = 0, tx_result = 0, rx_data = 0, rx_result = 0;
-	uint64_t tx_bytes = 0, rx_bytes = 0;
-	uint64_t retrans_data = 0, retrans_result = 0;
-	uint64_t dup_dropped = 0, early_stored = 0, early_dropped = 0, stale_dropped = 0;
-	uint64_t bad_key = 0, bad_job = 0, bad_block = 0, bad_node = 0, malformed = 0;
-	uint64_t seg_busy = 0, aborts_sent = 0, aborts_rcvd = 0, timeouts = 0;
-	uint64_t reductions = 0;
-	// Collective WRs finished (failed: not with success), their blocks,
-	// and those that ran round the ring because no switch served them.
-	uint64_t messages = 0, failed = 0, blocks = 0, fallbacks = 0;
-};
 
 // A parsed collective packet.
 struct CollPacket {
@@ -62,18 +53,25 @@ struct Payload {
 	static Payload copied(const uint8_t *d, uint32_t n) { return Payload{d, n, false, nullptr}; }
 };
 
-class CollEngine {
+class CollEngine final : public CollService {
 public:
-	CollEngine(Engine &e, uint32_t seg_units, uint32_t seg_bytes);
+	CollEngine(CollHost &host, uint32_t seg_units, uint32_t seg_bytes);
 
 	// Execution control.
-	int configure(Qp &qp, const JobConfig &cfg);
-	bool progress(Qp &qp, uint64_t now);
-	uint64_t next_deadline(const Qp &qp) const;
-	bool flush(Qp &qp);
+	int configure(Qp &qp, const JobConfig &cfg) override;
+	bool progress(Qp &qp, uint64_t now) override;
+	uint64_t next_deadline(const Qp &qp) const override;
+	bool flush(Qp &qp) override;
+	void release(Qp &qp) override;
 
 	// Parse & encapsulate: a packet with a collective BTH opcode.
-	void on_packet(const InPacket &p);
+	void on_packet(const InPacket &p) override;
+
+	CollCounters counters() const override { return ctr; }
+	uint32_t seg_units() const override { return segs_.size(); }
+	uint32_t seg_unit_bytes() const override { return segs_.unit_bytes(); }
+	uint32_t seg_in_use() const override { return segs_.in_use(); }
+	uint32_t seg_high_water() const override { return uint32_t(segs_.high_water()); }
 
 	SegPool &segs() { return segs_; }
 	// The job leaves its switches (its QP is reset or destroyed).
@@ -81,12 +79,16 @@ public:
 	CollCounters ctr;
 
 private:
-	friend struct RingOps;
+	friend class RingPath;
+	friend class SwitchPath;
 	// exec_ctrl.cc
 	void answer_query(Qp &qp, CollJob &job, uint32_t idx);
 	void activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now);
+	// After a strategy ran: AUTO's fallback moves the message to the ring.
+	void settle(Qp &qp, CollJob &job, uint64_t now);
 	// codec.cc
 	bool parse(const InPacket &p, CollPacket *out);
+	void classify(const InPacket &p); // on_packet's checks and dispatch
 	void other_incarnation(Qp &qp, CollJob &job, const CollPacket &p);
 	void superseded(Qp &qp, CollJob &job);
 	// Every packet carries the job's incarnation, unless other_inc (an
@@ -170,7 +172,9 @@ private:
 		return job.cfg.seg_base + sid % job.cfg.seg_count;
 	}
 
-	Engine &e_;
+	CollHost &e_;
+	RingPath ring_{*this};
+	SwitchPath sw_{*this};
 	SegPool segs_;
 	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
 	uint64_t next_owner_ = 1;

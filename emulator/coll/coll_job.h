@@ -3,6 +3,8 @@
 #pragma once
 
 #include "coll/seqnum.h"
+#include "nic/coll_iface.h"
+#include "nic/qp.h"
 #include "nic/udp_port.h"
 #include "nic/wqe.h"
 #include "reduce/reduce.h"
@@ -19,9 +21,10 @@ namespace ibv_coll::emu {
 
 constexpr uint32_t kMaxCollRanks = 64;	// rank bitmap width
 constexpr uint32_t kMaxCollNodes = 64;	// node bitmap width
-constexpr uint32_t kSegUnitBytes = 4096; // the largest data block (path MTU)
 
 enum class Topology : uint8_t { ring = 0, sw = 1, hierarchy = 2, autosel = 3 };
+
+class CollPath;
 
 struct JobMember {
 	Endpoint ep;
@@ -187,6 +190,9 @@ struct Message {
 	// still queued; src_lent[i] is the port's lend mark of the last one.
 	bool inplace = false;
 	std::vector<uint64_t> src_lent;
+
+	// How it runs (coll/coll_path.h), chosen when it starts.
+	CollPath *path = nullptr;
 
 	// Through the switch: blocks numbered across the job's messages.
 	bool sw = false;

@@ -4,7 +4,7 @@
 #include "coll/coll_engine.h"
 
 #include "coll/swproto.h"
-#include "nic/engine.h"
+#include "nic/nic.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -12,9 +12,38 @@
 
 namespace ibv_coll::emu {
 
-CollEngine::CollEngine(Engine &e, uint32_t seg_units, uint32_t seg_bytes)
+void CollJobDelete::operator()(CollJob *job) const
+{
+	delete job;
+}
+
+std::unique_ptr<CollService> make_coll_service(CollHost &host, uint32_t seg_units,
+					       uint32_t seg_bytes)
+{
+	return std::make_unique<CollEngine>(host, seg_units, seg_bytes);
+}
+
+CollEngine::CollEngine(CollHost &e, uint32_t seg_units, uint32_t seg_bytes)
 	: e_(e), segs_(seg_units, seg_bytes), scratch_(2 * size_t(seg_bytes))
 {
+}
+
+// A job's Seg units go back when its QP is reset or destroyed, with any
+// blocks that arrived early for messages that will now never run.
+void CollEngine::release(Qp &qp)
+{
+	if (!qp.job)
+		return;
+	const JobConfig &c = qp.job->cfg;
+	sw_release(*qp.job);
+	// Now: the QP's context may be closed next, and its engine thread
+	// with it, before another progress pass would send the batch.
+	e_.tx_flush();
+	segs_.unreserve(c.seg_base, c.seg_count, qp.job->owner);
+	for (uint32_t i = c.seg_base; i < c.seg_base + c.seg_count; i++)
+		if (segs_.unit(i).busy && segs_.unit(i).jid == c.jid)
+			segs_.release(i);
+	qp.job.reset();
 }
 
 int CollEngine::configure(Qp &qp, const JobConfig &in)
@@ -52,13 +81,13 @@ int CollEngine::configure(Qp &qp, const JobConfig &in)
 	// Our own entry must name this QP on this device.
 	const JobMember &me = c.members[c.node];
 	auto gid = std::find(e_.params.gids.begin(), e_.params.gids.end(), me.ep.ip);
-	if (me.qpn != qp.qpn || gid == e_.params.gids.end() || me.ep.port != e_.port->port())
+	if (me.qpn != qp.qpn || gid == e_.params.gids.end() || me.ep.port != e_.udp_port())
 		return EINVAL;
 	for (uint32_t i = 0; i < n; i++)
 		if (c.members[i].ep.ip.v4() != me.ep.ip.v4() ||
-		    (!e_.port->ipv6() && !c.members[i].ep.ip.v4()))
+		    (!e_.ipv6() && !c.members[i].ep.ip.v4()))
 			return EINVAL;
-	auto job = std::make_unique<CollJob>();
+	CollJobPtr job(new CollJob());
 	job->cfg = std::move(c);
 	job->src_ip = *gid;
 	job->pdn = qp.pdn;
@@ -189,10 +218,20 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 			m.staging_voff = r.vbegin;
 		}
 	}
-	if (sw_wanted(job))
-		sw_begin(qp, job, now);
-	else
-		ring_start(qp, job, now);
+	m.path = sw_wanted(job) ? static_cast<CollPath *>(&sw_) : &ring_;
+	m.path->start(qp, job, now);
+	settle(qp, job, now);
+}
+
+// AUTO: the switch path gave the message up (no switch answered, or it
+// refused the job) and cleared Message::sw; it runs round the ring.
+void CollEngine::settle(Qp &qp, CollJob &job, uint64_t now)
+{
+	if (job.active && qp.state == QpState::rts && job.active->path == &sw_ &&
+	    !job.active->sw && !job.active->waiting) {
+		job.active->path = &ring_;
+		ring_.start(qp, job, now);
+	}
 }
 
 bool CollEngine::progress(Qp &qp, uint64_t now)
@@ -221,25 +260,16 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		blocked = true;
 	}
 	if (job.active && qp.state == QpState::rts) {
-		size_t before = e_.port->counters().tx_packets;
-		if (job.active->sw) {
-			sw_timers(qp, job, now);
-			if (job.active && qp.state == QpState::rts && !job.active->waiting &&
-			    job.active->sw)
-				sw_pump(qp, job, now);
-		} else {
-			ring_timers(qp, job, now);
-			if (job.active && qp.state == QpState::rts)
-				ring_pump(qp, job, now);
-		}
-		if (job.active && qp.state == QpState::rts &&
-		    (job.active->sw ? sw_done(job) : ring_done(job))) {
+		size_t before = e_.tx_packets();
+		job.active->path->on_timer(qp, job, now);
+		settle(qp, job, now);
+		if (job.active && qp.state == QpState::rts && job.active->path->done(job)) {
 			if (job.active->sw)
 				job.sw_next_gs += job.active->nblocks;
 			complete(qp, job, CollStatus::success);
 			did = true;
 		}
-		did |= e_.port->counters().tx_packets != before;
+		did |= e_.tx_packets() != before;
 	}
 	if (const uint64_t keep = sw_keep_due(job); keep && now >= keep && qp.state == QpState::rts) {
 		sw_send_config(job, now, true);
@@ -263,16 +293,12 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 {
 	if (!qp.job)
 		return 0;
+	// The switch keepalive belongs to the job, the rest to its message's path.
 	const uint64_t keep = sw_keep_due(*qp.job);
 	if (!qp.job->active)
 		return keep;
-	const Message &m = *qp.job->active;
-	uint64_t d = m.last_progress + coll_timeout_ns(*qp.job);
-	if (keep)
-		d = std::min(d, keep);
-	if (m.waiting)
-		return std::min(d, qp.job->sw_cfg_sent + sw_config_interval(*qp.job));
-	return std::min({d, m.o_pending.next(), m.f_pending.next()});
+	const uint64_t d = qp.job->active->path->next_deadline(*qp.job);
+	return keep && keep < d ? keep : d;
 }
 
 } // namespace ibv_coll::emu

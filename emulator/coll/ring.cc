@@ -17,7 +17,7 @@
 // results at their owner.  Reduce-scatter sends a result token (no data).
 #include "coll/coll_engine.h"
 
-#include "nic/engine.h"
+#include "nic/nic.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -416,7 +416,7 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 
 void CollEngine::ring_on_data(Qp &qp, CollJob &job, const CollPacket &p)
 {
-	uint64_t now = util::now_ns();
+	uint64_t now = e_.now();
 	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", e_.params.name, p.h.mid,
 		   p.h.sid, p.h.phase, p.h.src_node, job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
@@ -440,7 +440,7 @@ void CollEngine::ring_on_data(Qp &qp, CollJob &job, const CollPacket &p)
 
 void CollEngine::ring_on_result(Qp &qp, CollJob &job, const CollPacket &p)
 {
-	uint64_t now = util::now_ns();
+	uint64_t now = e_.now();
 	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}", e_.params.name,
 		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node, job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
@@ -526,7 +526,7 @@ void CollEngine::ring_adopt_early(Qp &qp, CollJob &job)
 {
 	Message &m = *job.active;
 	const JobConfig &c = job.cfg;
-	uint64_t now = util::now_ns();
+	uint64_t now = e_.now();
 	std::vector<uint32_t> mine;
 	for (auto it = job.early.begin(); it != job.early.end();) {
 		if (it->first.mid == m.mid) {
@@ -596,6 +596,39 @@ bool CollEngine::ring_done(const CollJob &job) const
 	const Message &m = *job.active;
 	return m.finals == m.nblocks && m.o_pending.empty() && m.f_pending.empty() &&
 	       m.next_inject == m.inject_end;
+}
+
+// The ring as a strategy (coll/coll_path.h).
+void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
+{
+	u_.ring_start(qp, job, now);
+}
+
+void RingPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t)
+{
+	if (p.kind == kCollData)
+		u_.ring_on_data(qp, job, p);
+	else
+		u_.ring_on_result(qp, job, p);
+}
+
+void RingPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
+{
+	u_.ring_timers(qp, job, now);
+	if (job.active && qp.state == QpState::rts)
+		u_.ring_pump(qp, job, now);
+}
+
+bool RingPath::done(const CollJob &job) const
+{
+	return u_.ring_done(job);
+}
+
+uint64_t RingPath::next_deadline(const CollJob &job) const
+{
+	const Message &m = *job.active;
+	return std::min({m.last_progress + u_.coll_timeout_ns(job), m.o_pending.next(),
+			 m.f_pending.next()});
 }
 
 } // namespace ibv_coll::emu

@@ -2,7 +2,7 @@
 // aborts sent to the other members, and flushing a failed job's queue.
 #include "coll/coll_engine.h"
 
-#include "nic/engine.h"
+#include "nic/nic.h"
 #include "util/log.h"
 
 namespace ibv_coll::emu {

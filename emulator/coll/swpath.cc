@@ -8,7 +8,7 @@
 #include "coll/coll_engine.h"
 
 #include "coll/swproto.h"
-#include "nic/engine.h"
+#include "nic/nic.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -136,8 +136,8 @@ void CollEngine::sw_start(Qp &qp, CollJob &job, uint64_t now)
 	Message &m = *job.active;
 	m.waiting = false;
 	if (job.sw_phase == CollJob::SwPhase::fallback) {
+		// Execution control moves it to the ring (CollEngine::settle).
 		m.sw = false;
-		ring_start(qp, job, now);
 		return;
 	}
 	if (job.sw_phase == CollJob::SwPhase::failed)
@@ -367,7 +367,7 @@ void CollEngine::sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 		ctr.malformed++;
 		return;
 	}
-	const uint64_t now = util::now_ns();
+	const uint64_t now = e_.now();
 	if (job.cfg.node == 0) {
 		if (!(p.h.flags & kCethRetrans)) {
 			ctr.malformed++;
@@ -403,7 +403,7 @@ void CollEngine::sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 // A packet from one of the job's switches.
 void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 {
-	const uint64_t now = util::now_ns();
+	const uint64_t now = e_.now();
 	const SwitchConfig &s = job.cfg.sw;
 	if (p.kind == kCollConfigAck) {
 		if (job.sw_phase != CollJob::SwPhase::configuring) {
@@ -521,6 +521,41 @@ void CollEngine::sw_release(const CollJob &job)
 		h.job_key = job.cfg.key;
 		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollRelease, h, nullptr, 0, {});
 	}
+}
+
+// The switch path as a strategy (coll/coll_path.h).
+void SwitchPath::start(Qp &qp, CollJob &job, uint64_t now)
+{
+	u_.sw_begin(qp, job, now);
+}
+
+void SwitchPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t)
+{
+	if (p.h.src_node == sw::kNodeSwitch)
+		u_.sw_on_packet(qp, job, p);
+	else
+		u_.sw_on_ack(qp, job, p);
+}
+
+void SwitchPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
+{
+	u_.sw_timers(qp, job, now);
+	if (job.active && qp.state == QpState::rts && !job.active->waiting && job.active->sw)
+		u_.sw_pump(qp, job, now);
+}
+
+bool SwitchPath::done(const CollJob &job) const
+{
+	return job.active->sw && u_.sw_done(job);
+}
+
+uint64_t SwitchPath::next_deadline(const CollJob &job) const
+{
+	const Message &m = *job.active;
+	uint64_t d = m.last_progress + u_.coll_timeout_ns(job);
+	if (m.waiting)
+		return std::min(d, job.sw_cfg_sent + u_.sw_config_interval(job));
+	return std::min({d, m.o_pending.next(), m.f_pending.next()});
 }
 
 } // namespace ibv_coll::emu

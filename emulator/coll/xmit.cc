@@ -1,9 +1,13 @@
 // Data transmission: the chain of block descriptors built once per
-// message, and the DMA between blocks and the local ranks' buffers (every
-// access checked against the MR table first).
+// message, the DMA between blocks and the local ranks' buffers (every
+// access checked against the MR table first), and sending collective
+// packets (BTH + CETH + extension + payload) through the host's port.
 #include "coll/coll_engine.h"
 
-#include "nic/engine.h"
+#include "nic/mr_table.h"
+#include "coll/swproto.h"
+#include "nic/nic.h"
+#include "wire/roce.h"
 #include "util/log.h"
 
 #include <algorithm>
@@ -90,14 +94,14 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 }
 
 // Check one local buffer access.
-static bool dma_ok(Engine &e, uint32_t pdn, const Sge &s, uint64_t off, uint64_t len,
+static bool dma_ok(CollHost &e, uint32_t pdn, const Sge &s, uint64_t off, uint64_t len,
 		   uint32_t need)
 {
 	if (!len)
 		return true;
 	if (off + len > s.length)
 		return false;
-	return e.mrs.check(s.lkey, pdn, s.addr + off, len, need) == DmaErr::ok;
+	return e.dma_ok(s.lkey, pdn, s.addr + off, len, need);
 }
 
 bool CollEngine::local_partial(const CollJob &job, Message &m, uint32_t sid, uint8_t *out)
@@ -177,7 +181,7 @@ static void copy_out(const Message &m, uint64_t dst, const uint8_t *src, uint64_
 bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data)
 {
 	if (m.inplace)
-		e_.port->tx_reclaim(m.src_lent[sid]);
+		e_.tx_reclaim(m.src_lent[sid]);
 	const JobConfig &c = job.cfg;
 	const BlockDesc &b = m.chain[sid];
 	const uint64_t len = uint64_t(b.elems) * m.es;
@@ -262,6 +266,62 @@ bool CollEngine::result_source(const CollJob &job, Message &m, uint32_t sid, con
 		return false;
 	*out = reinterpret_cast<const uint8_t *>(s->addr + off);
 	return true;
+}
+
+using namespace wire;
+
+void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth &h,
+		      const Payload &pl, bool other_inc)
+{
+	const JobMember &dst = job.cfg.members[to];
+	send_ep(job, dst.ep, dst.qpn, kind, h, nullptr, 0, pl, other_inc);
+}
+
+static_assert(sw::kTaskBytes % 4 == 0, "the pad depends on the payload alone");
+
+void CollEngine::reclaim()
+{
+	e_.tx_reclaim(lent_);
+}
+
+uint8_t *CollEngine::tx_payload(uint32_t ext_len)
+{
+	return e_.tx_buf() + kBthBytes + kCethBytes + ext_len;
+}
+
+// ext (the task information, to a switch) goes between the CETH and the
+// payload.
+void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
+			 const Ceth &h0, const void *ext, uint32_t ext_len, const Payload &pl,
+			 bool other_inc)
+{
+	uint8_t *buf = e_.tx_buf();
+	Bth bth;
+	bth.opcode = kind;
+	bth.dqpn = qpn;
+	bth.psn = h0.sid & kPsnMask;
+	bth.store(buf);
+	Ceth h = h0;
+	h.len = uint16_t(ext_len + pl.len);
+	if (!other_inc)
+		h.inc = job.inc;
+	h.store(buf + kBthBytes);
+	const size_t hdr = kBthBytes + kCethBytes + ext_len;
+	if (ext_len)
+		memcpy(buf + kBthBytes + kCethBytes, ext, ext_len);
+	if (pl.len && pl.lend && pl.data != buf + hdr) {
+		e_.tx_split(to, job.src_ip, buf, hdr, pl.data, pl.len, pl.crc);
+		lent_ = e_.tx_lend_mark();
+	} else {
+		if (pl.len && pl.data != buf + hdr) // else built in place
+			memcpy(buf + hdr, pl.data, pl.len);
+		e_.tx_to(to, job.src_ip, buf, hdr, pl.len);
+	}
+	if (kind == kCollData)
+		ctr.tx_data++;
+	else if (kind == kCollResult)
+		ctr.tx_result++;
+	ctr.tx_bytes += pl.len;
 }
 
 } // namespace ibv_coll::emu

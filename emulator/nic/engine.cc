@@ -4,6 +4,7 @@
 
 #include "util/clock.h"
 #include "util/log.h"
+#include "wire/ceth.h"
 #include "wire/icrc.h"
 
 #include <sched.h>
@@ -16,6 +17,46 @@
 #include <cstring>
 
 namespace ibv_coll::emu {
+
+// What the collective unit sees of this engine.
+class EngineCollHost final : public CollHost {
+public:
+	explicit EngineCollHost(Engine &e) : CollHost(e.params), e_(e) {}
+	uint64_t now() const override { return util::now_ns(); }
+	Qp *find_qp(uint32_t qpn) override
+	{
+		auto it = e_.qps.find(qpn);
+		return it == e_.qps.end() ? nullptr : it->second.get();
+	}
+	bool push_cqe(Cq *cq, const Cqe &c) override { return e_.push_cqe(cq, c); }
+	void qp_to_error(Qp &qp, const char *why) override { e_.qp_to_error(qp, why); }
+	bool dma_ok(uint32_t lkey, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t need) override
+	{
+		return e_.mrs.check(lkey, pdn, addr, len, need) == DmaErr::ok;
+	}
+	uint16_t udp_port() const override { return e_.port->port(); }
+	bool ipv6() const override { return e_.port->ipv6(); }
+	uint8_t *tx_buf() override { return e_.port->tx_buf(); }
+	void tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
+		   uint32_t paylen) override
+	{
+		e_.tx_to(dst, src, pkt, hdr_len, paylen);
+	}
+	void tx_split(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
+		      const uint8_t *payload, uint32_t paylen, const uint32_t *tail_crc) override
+	{
+		e_.tx_split(dst, src, pkt, hdr_len, payload, paylen, tail_crc);
+	}
+	uint64_t tx_lend_mark() const override { return e_.port->tx_lend_mark(); }
+	void tx_reclaim(uint64_t mark) override { e_.port->tx_reclaim(mark); }
+	void tx_flush() override { e_.port->tx_flush(); }
+	uint64_t tx_packets() const override { return e_.port->counters().tx_packets; }
+	void count_no_qp() override { e_.ctr.rx_no_qp++; }
+	void count_bad_state() override { e_.ctr.rx_bad_state++; }
+
+private:
+	Engine &e_;
+};
 
 Engine::Engine(const NicParams &p) : params(p) {}
 
@@ -54,10 +95,10 @@ NicCounters Engine::snapshot_locked() const
 {
 	NicCounters c = ctr;
 	c.port = port->counters();
-	c.coll = coll->ctr;
-	c.seg_units = coll->segs().size();
-	c.seg_in_use = coll->segs().in_use();
-	c.seg_high_water = uint32_t(coll->segs().high_water());
+	c.coll = coll->counters();
+	c.seg_units = coll->seg_units();
+	c.seg_in_use = coll->seg_in_use();
+	c.seg_high_water = coll->seg_high_water();
 	return c;
 }
 
@@ -80,7 +121,8 @@ int Engine::start()
 	// Several contexts may drive one netdev: name each by its port too.
 	params.name += ":" + std::to_string(port->port());
 	try {
-		coll = std::make_unique<CollEngine>(*this, params.cfg.seg_units, kSegUnitBytes);
+		coll_host = std::make_unique<EngineCollHost>(*this);
+		coll = make_coll_service(*coll_host, params.cfg.seg_units, kSegUnitBytes);
 	} catch (const std::bad_alloc &) {
 		IBVC_ERR("emu", "{}: no memory for {} Seg units", params.name, params.cfg.seg_units);
 		return ENOMEM;
@@ -468,23 +510,11 @@ void Engine::tx_split(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size
 	port->tx_commit_split(hdr_len, payload, paylen, pad + wire::kIcrcBytes, dst, src);
 }
 
-// A job's Seg units go back when its QP is reset or destroyed, with any
-// blocks that arrived early for messages that will now never run.
+// The collective unit releases a job's Seg units and switches.
 void Engine::release_job(Qp &qp)
 {
-	if (!qp.job)
-		return;
-	const JobConfig &c = qp.job->cfg;
-	coll->sw_release(*qp.job);
-	// Now: the QP's context may be closed next, and its engine thread
-	// with it, before another progress pass would send the batch.
-	port->tx_flush();
-	SegPool &segs = coll->segs();
-	segs.unreserve(c.seg_base, c.seg_count, qp.job->owner);
-	for (uint32_t i = c.seg_base; i < c.seg_base + c.seg_count; i++)
-		if (segs.unit(i).busy && segs.unit(i).jid == c.jid)
-			segs.release(i);
-	qp.job.reset();
+	if (qp.job)
+		coll->release(qp);
 }
 
 bool Engine::push_cqe(Cq *cq, const Cqe &c)

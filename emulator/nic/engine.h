@@ -2,8 +2,10 @@
 // engine thread, and the RC transport (requester, responder, completer).
 #pragma once
 
+#include "nic/coll_iface.h"
 #include "nic/mr_table.h"
 #include "nic/nic.h"
+#include "nic/packet.h"
 #include "nic/qp.h"
 #include "nic/stats_shm.h"
 #include "nic/udp_port.h"
@@ -19,22 +21,6 @@
 #include <unordered_map>
 
 namespace ibv_coll::emu {
-
-// A received packet, parsed enough to dispatch.
-struct InPacket {
-	const uint8_t *data; // BTH
-	size_t len;	     // BTH to end of padded payload (ICRC removed)
-	Endpoint src;
-	wire::Bth bth;
-	uint16_t flags;	     // wire::opcode_flags
-	const uint8_t *ext;  // first extension header
-	const uint8_t *payload;
-	uint32_t paylen;     // without pad
-	// Collective results: crc32_update(0, ...) of what follows the CETH
-	// (the payload and its pad), which a packet forwarding the payload
-	// reuses for its own ICRC.
-	uint32_t tail_crc;
-};
 
 class Engine {
 public:
@@ -103,8 +89,10 @@ public:
 			   uint8_t flags);
 	bool push_cqe(Cq *cq, const Cqe &c);
 
-	// The collective offload engine (coll/).
-	std::unique_ptr<CollEngine> coll;
+	// The collective offload engine (coll/), and what it sees of this
+	// engine (engine.cc).
+	std::unique_ptr<CollHost> coll_host;
+	std::unique_ptr<CollService> coll;
 	void release_job(Qp &qp);
 
 	// Send a packet built in port.tx_buf(): pad, ICRC, queue.

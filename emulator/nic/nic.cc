@@ -304,12 +304,12 @@ NicCounters Nic::counters()
 
 uint32_t Nic::seg_units() const
 {
-	return e_->coll->segs().size();
+	return e_->coll->seg_units();
 }
 
 uint32_t Nic::seg_unit_bytes() const
 {
-	return e_->coll->segs().unit_bytes();
+	return e_->coll->seg_unit_bytes();
 }
 
 int Nic::check_local(uint32_t pdn, const Sge *sges, const uint64_t *len, uint32_t n,

@@ -7,7 +7,7 @@
 // paying a wake-up per packet.
 #pragma once
 
-#include "coll/coll_engine.h"
+#include "nic/coll_iface.h"
 #include "nic/emu_config.h"
 #include "nic/queue.h"
 #include "nic/transport.h"

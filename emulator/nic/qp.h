@@ -1,7 +1,6 @@
 // Device-side state of CQs and RC QPs (the driver never sees these).
 #pragma once
 
-#include "coll/coll_job.h"
 #include "nic/nic.h"
 
 #include <atomic>
@@ -55,7 +54,7 @@ struct Qp {
 	QpAttr attr;
 	IpAddr src_ip;
 	bool coll = false;	      // a collective QP
-	std::unique_ptr<CollJob> job; // its job, from INIT -> RTR
+	CollJobPtr job;	      // its job, from INIT -> RTR (coll/)
 	uint32_t coll_inc = 0;	      // jobs given it so far: the job's incarnation
 
 	// Requester.  PSNs in [una, req_psn) are in flight; sent_psn is one past

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "driver.h"
+#include "coll/coll_job.h"
 #include "nic/nic.h"
 
 #include <memory>

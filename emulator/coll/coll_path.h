@@ -1,0 +1,74 @@
+// The ways a collective message runs, as strategy objects behind one
+// interface: round the member NICs' ring (ring.cc), or through the job's
+// aggregation switches (swpath.cc; a hierarchy is the same strategy with
+// leaves under spines: a member NIC only ever talks to its own leaf).
+// Execution control (exec_ctrl.cc) chooses one per message when it starts
+// (Message::path) and drives it: start, then on_timer every pass and
+// on_packet for each packet of the strategy's kinds, until done.  AUTO's
+// fallback is a change of strategy made by execution control: the switch
+// strategy only marks the message (Message::sw cleared while it is its
+// path), and execution control starts the ring on it (CollEngine::settle).
+//
+// Packets are routed by what they are, not by the running message's
+// strategy: DATA and RESULT from a member are the ring's (the ring also
+// keeps those of messages not started here, whatever runs them here),
+// packets from a switch and ACKs between members are the switch path's.
+#pragma once
+
+#include <cstdint>
+
+namespace ibv_coll::emu {
+
+class CollEngine;
+struct CollJob;
+struct CollPacket;
+struct Qp;
+
+class CollPath {
+public:
+	virtual ~CollPath() = default;
+	virtual const char *name() const = 0;
+	// The job's active message starts on this path.
+	virtual void start(Qp &qp, CollJob &job, uint64_t now) = 0;
+	// A packet of this path's kinds, already checked against the job.
+	virtual void on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now) = 0;
+	// Retransmission and failure timers of the active message, then what
+	// its window lets go.
+	virtual void on_timer(Qp &qp, CollJob &job, uint64_t now) = 0;
+	// The active message is complete (every result here, nothing pending).
+	virtual bool done(const CollJob &job) const = 0;
+	// The active message's next timer.
+	virtual uint64_t next_deadline(const CollJob &job) const = 0;
+};
+
+// Round the ring of member NICs (ring.cc).
+class RingPath final : public CollPath {
+public:
+	explicit RingPath(CollEngine &u) : u_(u) {}
+	const char *name() const override { return "ring"; }
+	void start(Qp &qp, CollJob &job, uint64_t now) override;
+	void on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now) override;
+	void on_timer(Qp &qp, CollJob &job, uint64_t now) override;
+	bool done(const CollJob &job) const override;
+	uint64_t next_deadline(const CollJob &job) const override;
+
+private:
+	CollEngine &u_;
+};
+
+// Through the job's switches, one or two levels (swpath.cc).
+class SwitchPath final : public CollPath {
+public:
+	explicit SwitchPath(CollEngine &u) : u_(u) {}
+	const char *name() const override { return "switch"; }
+	void start(Qp &qp, CollJob &job, uint64_t now) override;
+	void on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now) override;
+	void on_timer(Qp &qp, CollJob &job, uint64_t now) override;
+	bool done(const CollJob &job) const override;
+	uint64_t next_deadline(const CollJob &job) const override;
+
+private:
+	CollEngine &u_;
+};
+
+} // namespace ibv_coll::emu

@@ -1,0 +1,622 @@
+// The collective unit's strategies (ring, switch, AUTO's fallback) driven
+// without processes or sockets: several nodes' CollServices in one process,
+// each on a fake host (nic/coll_iface.h), exchanging packets through an
+// in-memory network that loses, duplicates and reorders them from a seed,
+// under a fake clock.  Results are checked against a scalar loop in the
+// test (int32 sum, wrapping), completions against what the fault means.
+#include "coll/coll_job.h"
+#include "coll/swproto.h"
+#include "nic/coll_iface.h"
+#include "nic/nic.h"
+#include "nic/qp.h"
+#include "wire/ceth.h"
+#include "wire/icrc.h"
+#include "wire/roce.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+using namespace ibv_coll::emu;
+
+namespace {
+
+constexpr uint32_t kQpn = 0x11;
+constexpr uint16_t kPort = 4791;
+constexpr uint64_t kMs = 1000000;
+
+IpAddr node_ip(uint32_t i)
+{
+	return IpAddr::from_v4(htonl(0x0a000001u + i));
+}
+
+struct Pkt {
+	Endpoint src, dst;
+	std::vector<uint8_t> bytes; // BTH to the end of the pad (no ICRC)
+};
+
+struct Faults {
+	double loss = 0, dup = 0;
+	bool reorder = false;
+	std::vector<Endpoint> dead; // nothing reaches or leaves these
+};
+
+class Net {
+public:
+	explicit Net(uint64_t seed) : rng_(seed) {}
+	Faults f;
+	std::vector<Pkt> queue;
+	uint64_t sent = 0, dropped = 0, duplicated = 0;
+
+	void send(Pkt &&p)
+	{
+		sent++;
+		for (const Endpoint &d : f.dead)
+			if (d == p.src || d == p.dst) {
+				dropped++;
+				return;
+			}
+		if (f.loss > 0 && u_(rng_) < f.loss) {
+			dropped++;
+			return;
+		}
+		if (f.dup > 0 && u_(rng_) < f.dup) {
+			duplicated++;
+			queue.push_back(p);
+		}
+		queue.push_back(std::move(p));
+	}
+	// What is in flight, in the order it arrives.
+	std::vector<Pkt> take()
+	{
+		std::vector<Pkt> out;
+		out.swap(queue);
+		if (f.reorder)
+			std::shuffle(out.begin(), out.end(), rng_);
+		return out;
+	}
+
+private:
+	std::mt19937_64 rng_;
+	std::uniform_real_distribution<double> u_{0.0, 1.0};
+};
+
+NicParams make_params(uint32_t i)
+{
+	NicParams p;
+	p.name = "fake" + std::to_string(i);
+	p.gids = {node_ip(i)};
+	p.udp_port = kPort;
+	p.cfg.coll_timeout_ms = 200;
+	p.cfg.coll_rto_us = 2000;
+	p.cfg.sw_config_ms = 50;
+	return p;
+}
+
+// One NIC as the collective unit sees it.
+class FakeHost final : public CollHost {
+public:
+	FakeHost(const NicParams &p, Net &net, const uint64_t &clock, Endpoint self)
+		: CollHost(p), net_(net), clock_(clock), self_(self)
+	{
+	}
+	std::map<uint32_t, Qp *> qps;
+	std::vector<Cqe> cqes;
+	uint64_t no_qp = 0, bad_state = 0, errors = 0, tx = 0, bad_tail_crc = 0;
+
+	uint64_t now() const override { return clock_; }
+	Qp *find_qp(uint32_t qpn) override
+	{
+		auto it = qps.find(qpn);
+		return it == qps.end() ? nullptr : it->second;
+	}
+	bool push_cqe(Cq *, const Cqe &c) override
+	{
+		cqes.push_back(c);
+		return true;
+	}
+	void qp_to_error(Qp &qp, const char *) override
+	{
+		errors++;
+		qp.state = QpState::err;
+	}
+	bool dma_ok(uint32_t, uint32_t, uint64_t addr, uint64_t, uint32_t) override
+	{
+		return addr != 0;
+	}
+	uint16_t udp_port() const override { return kPort; }
+	bool ipv6() const override { return false; }
+	uint8_t *tx_buf() override { return buf_; }
+	void tx_to(const Endpoint &dst, const IpAddr &, uint8_t *pkt, size_t hdr_len,
+		   uint32_t paylen) override
+	{
+		const uint32_t pad = (4 - (paylen & 3)) & 3;
+		memset(pkt + hdr_len + paylen, 0, pad);
+		pkt[1] = uint8_t((pkt[1] & ~0x30) | pad << 4);
+		Pkt p{self_, dst, std::vector<uint8_t>(pkt, pkt + hdr_len + paylen + pad)};
+		tx++;
+		net_.send(std::move(p));
+	}
+	void tx_split(const Endpoint &dst, const IpAddr &, uint8_t *pkt, size_t hdr_len,
+		      const uint8_t *payload, uint32_t paylen, const uint32_t *tail_crc) override
+	{
+		const uint32_t pad = (4 - (paylen & 3)) & 3;
+		pkt[1] = uint8_t((pkt[1] & ~0x30) | pad << 4);
+		Pkt p{self_, dst, std::vector<uint8_t>(pkt, pkt + hdr_len)};
+		p.bytes.insert(p.bytes.end(), payload, payload + paylen);
+		p.bytes.resize(p.bytes.size() + pad, 0);
+		// A CRC handed on must be the payload's own.
+		if (tail_crc &&
+		    *tail_crc != wire::crc32_update(0, p.bytes.data() + hdr_len, paylen + pad))
+			bad_tail_crc++;
+		tx++;
+		net_.send(std::move(p));
+	}
+	uint64_t tx_lend_mark() const override { return 0; }
+	void tx_reclaim(uint64_t) override {}
+	void tx_flush() override {}
+	uint64_t tx_packets() const override { return tx; }
+	void count_no_qp() override { no_qp++; }
+	void count_bad_state() override { bad_state++; }
+
+private:
+	Net &net_;
+	const uint64_t &clock_;
+	Endpoint self_;
+	alignas(64) uint8_t buf_[Transport::kMaxPacket + 64];
+};
+
+// A minimal aggregation switch for the switch strategy: inline task mode,
+// one plane, int32 sum; a repeat of a block it finished is answered from
+// its copy of the result.
+class FakeSwitch {
+public:
+	FakeSwitch(Net &net, Endpoint self, std::vector<Endpoint> members)
+		: net_(net), self_(self), members_(std::move(members))
+	{
+	}
+	uint64_t folded = 0;
+
+	void on_packet(const Pkt &in)
+	{
+		wire::Bth bth = wire::Bth::load(in.bytes.data());
+		if (bth.opcode == wire::kCollRelease)
+			return;
+		ASSERT_EQ(bth.opcode, wire::kCollData);
+		wire::Ceth h = wire::Ceth::load(in.bytes.data() + wire::kBthBytes);
+		ASSERT_TRUE(h.flags & wire::kCethInline);
+		const size_t off = wire::kBthBytes + wire::kCethBytes + sw::kTaskBytes;
+		const uint32_t len = h.len - uint32_t(sw::kTaskBytes);
+		Block &b = blocks_[h.seq];
+		if (b.have == full()) { // done: answer the repeat
+			send_result(h, b, h.src_node);
+			return;
+		}
+		if (b.have & (1ull << h.src_node))
+			return;
+		if (b.sum.empty())
+			b.sum.assign(len / 4, 0);
+		ASSERT_EQ(b.sum.size() * 4, len);
+		for (size_t i = 0; i < b.sum.size(); i++) {
+			int32_t v;
+			memcpy(&v, in.bytes.data() + off + 4 * i, 4);
+			b.sum[i] = int32_t(uint32_t(b.sum[i]) + uint32_t(v));
+		}
+		b.have |= 1ull << h.src_node;
+		folded++;
+		if (b.have == full())
+			for (uint16_t n = 0; n < members_.size(); n++)
+				send_result(h, b, n);
+	}
+
+private:
+	struct Block {
+		uint64_t have = 0;
+		std::vector<int32_t> sum;
+	};
+	uint64_t full() const { return (1ull << members_.size()) - 1; }
+	void send_result(const wire::Ceth &in, const Block &b, uint16_t to)
+	{
+		std::vector<uint8_t> pkt(wire::kBthBytes + wire::kCethBytes + b.sum.size() * 4);
+		wire::Bth bth;
+		bth.opcode = wire::kCollResult;
+		bth.dqpn = kQpn;
+		bth.store(pkt.data());
+		wire::Ceth h = in;
+		h.src_node = sw::kNodeSwitch;
+		h.flags = 0;
+		h.node_map = full();
+		h.rank_map = 0;
+		h.len = uint16_t(b.sum.size() * 4);
+		h.store(pkt.data() + wire::kBthBytes);
+		memcpy(pkt.data() + wire::kBthBytes + wire::kCethBytes, b.sum.data(), b.sum.size() * 4);
+		net_.send(Pkt{self_, members_[to], std::move(pkt)});
+	}
+	Net &net_;
+	Endpoint self_;
+	std::vector<Endpoint> members_;
+	std::map<uint32_t, Block> blocks_;
+};
+
+struct Node {
+	NicParams params;
+	std::unique_ptr<FakeHost> host;
+	std::unique_ptr<CollService> svc;
+	std::unique_ptr<Queue> sq;
+	Cq cq;
+	Qp qp;
+	uint16_t ranks = 1;
+	uint64_t rx = 0; // packets the network handed it
+	std::vector<std::vector<int32_t>> src, dst; // per local rank
+	Endpoint host_ep() const { return Endpoint{params.gids[0], kPort, 0}; }
+};
+
+class Cluster {
+public:
+	Cluster(const std::vector<uint16_t> &ranks, Topology topo, uint64_t seed, bool with_switch)
+		: net(seed)
+	{
+		const uint32_t n = uint32_t(ranks.size());
+		JobConfig cfg;
+		cfg.jid = 7;
+		cfg.key = 0x5eed0000ull + seed;
+		cfg.topology = topo;
+		cfg.seg_base = 0;
+		cfg.seg_count = 64;
+		for (uint32_t i = 0; i < n; i++) {
+			JobMember m;
+			m.ep = Endpoint{node_ip(i), kPort, 0};
+			m.qpn = kQpn;
+			m.ranks = ranks[i];
+			cfg.members.push_back(m);
+		}
+		sw_ep = Endpoint{node_ip(100), kPort, 0};
+		if (topo != Topology::ring) {
+			cfg.sw.on = true;
+			cfg.sw.leaf = {sw_ep};
+			cfg.sw.inline_task = with_switch; // the fake switch has no configuration step
+		}
+		std::vector<Endpoint> eps;
+		for (auto &m : cfg.members)
+			eps.push_back(m.ep);
+		if (with_switch)
+			fsw = std::make_unique<FakeSwitch>(net, sw_ep, eps);
+		for (uint32_t i = 0; i < n; i++) {
+			auto nd = std::make_unique<Node>();
+			nd->params = make_params(i);
+			nd->ranks = ranks[i];
+			nd->host = std::make_unique<FakeHost>(nd->params, net, clock, eps[i]);
+			nd->svc = make_coll_service(*nd->host, 128, kSegUnitBytes);
+			nd->sq = std::make_unique<Queue>(8, coll_wqe_stride(ranks[i]));
+			nd->qp.qpn = kQpn;
+			nd->qp.pdn = 1;
+			nd->qp.coll = true;
+			nd->qp.sq = nd->sq.get();
+			nd->qp.scq = &nd->cq;
+			nd->qp.meta.assign(nd->sq->slots(), WqeMeta{});
+			nd->qp.attr.path_mtu = 256; // many blocks from a small vector
+			nd->host->qps[kQpn] = &nd->qp;
+			cfg.node = uint16_t(i);
+			EXPECT_EQ(nd->svc->configure(nd->qp, cfg), 0);
+			nd->qp.state = QpState::rts;
+			nodes.push_back(std::move(nd));
+		}
+	}
+	~Cluster()
+	{
+		for (auto &nd : nodes)
+			nd->svc->release(nd->qp);
+	}
+
+	// Post an int32 SUM allreduce of count elements on every node.
+	void post_allreduce(uint32_t mid, uint64_t count, uint64_t seed)
+	{
+		std::mt19937 rng{uint32_t(seed)};
+		for (auto &nd : nodes) {
+			const uint16_t r = nd->ranks;
+			nd->src.assign(r, std::vector<int32_t>(count));
+			nd->dst.assign(r, std::vector<int32_t>(count, 0x7a7a7a7a));
+			for (auto &s : nd->src)
+				for (auto &v : s)
+					v = int32_t(rng());
+			Queue &q = *nd->sq;
+			const uint32_t idx = q.prod_relaxed();
+			CollWqe *w = q.at<CollWqe>(idx);
+			memset(w, 0, q.stride());
+			w->wr_id = mid;
+			w->opcode = uint8_t(CollOp::allreduce);
+			w->flags = kWqeSignaled;
+			w->num_sge = r;
+			w->op = uint8_t(RedOp::sum);
+			w->dtype = uint8_t(Dtype::int32);
+			w->mid = mid;
+			w->count = count;
+			for (uint16_t i = 0; i < r; i++) {
+				w->srcs()[i] = Sge{uint64_t(uintptr_t(nd->src[i].data())),
+						   uint32_t(count * 4), 1};
+				w->dsts()[i] = Sge{uint64_t(uintptr_t(nd->dst[i].data())),
+						   uint32_t(count * 4), 1};
+			}
+			q.publish(idx + 1);
+		}
+		// The reference: a scalar loop over every rank's source.
+		want.assign(count, 0);
+		for (auto &nd : nodes)
+			for (auto &s : nd->src)
+				for (uint64_t i = 0; i < count; i++)
+					want[i] = int32_t(uint32_t(want[i]) + uint32_t(s[i]));
+	}
+
+	// Run until every node has `cqes` completions or limit_ns of fake time
+	// passes; returns whether they all did.
+	bool run(size_t cqes, uint64_t limit_ns)
+	{
+		const uint64_t end = clock + limit_ns;
+		while (clock < end) {
+			for (auto &nd : nodes) {
+				if (is_dead(*nd))
+					continue;
+				if (nd->qp.state == QpState::rts)
+					nd->svc->progress(nd->qp, clock);
+				else if (nd->qp.state == QpState::err)
+					nd->svc->flush(nd->qp);
+			}
+			std::vector<Pkt> batch = net.take();
+			for (Pkt &p : batch)
+				deliver(p);
+			bool all = true;
+			for (auto &nd : nodes)
+				all &= is_dead(*nd) || nd->host->cqes.size() >= cqes;
+			if (all && net.queue.empty())
+				return true;
+			if (batch.empty())
+				clock += 100000; // 100 us of quiet: let the timers run
+		}
+		return false;
+	}
+
+	bool is_dead(const Node &nd) const
+	{
+		for (const Endpoint &d : net.f.dead)
+			if (d == nd.host_ep())
+				return true;
+		return false;
+	}
+
+	uint64_t clock = 1000 * kMs;
+	Net net;
+	Endpoint sw_ep;
+	std::unique_ptr<FakeSwitch> fsw;
+	std::vector<std::unique_ptr<Node>> nodes;
+	std::vector<int32_t> want;
+
+private:
+	void deliver(const Pkt &p)
+	{
+		if (fsw && p.dst == sw_ep) {
+			fsw->on_packet(p);
+			return;
+		}
+		for (auto &nd : nodes) {
+			if (!(nd->host_ep() == p.dst))
+				continue;
+			InPacket ip{};
+			ip.data = p.bytes.data();
+			ip.len = p.bytes.size();
+			ip.src = p.src;
+			ip.bth = wire::Bth::load(p.bytes.data());
+			const size_t split = wire::kBthBytes + wire::kCethBytes;
+			ip.tail_crc = ip.bth.opcode == wire::kCollResult && p.bytes.size() >= split
+					      ? wire::crc32_update(0, p.bytes.data() + split,
+								   p.bytes.size() - split)
+					      : 0;
+			nd->rx++;
+			nd->svc->on_packet(ip);
+		}
+	}
+};
+
+} // namespace
+
+// Every rank's destination holds the reference, and every node one
+// successful completion of the message.
+static void expect_results(Cluster &c, uint32_t mid)
+{
+	for (size_t n = 0; n < c.nodes.size(); n++) {
+		Node &nd = *c.nodes[n];
+		ASSERT_FALSE(nd.host->cqes.empty()) << "node " << n;
+		const Cqe &q = nd.host->cqes.back();
+		EXPECT_EQ(q.status, uint8_t(WcStatus::success)) << "node " << n;
+		EXPECT_EQ(q.mid, mid) << "node " << n;
+		EXPECT_EQ(q.blocks_done, q.blocks_total) << "node " << n;
+		for (uint16_t r = 0; r < nd.ranks; r++)
+			ASSERT_EQ(nd.dst[r], c.want) << "node " << n << " rank " << r;
+		EXPECT_EQ(nd.host->bad_tail_crc, 0u) << "node " << n;
+	}
+}
+
+// Every packet a node was handed is counted exactly once: delivered, or
+// dropped for one reason (nic/coll_iface.h, CollCounters).
+static void expect_accounted(const Node &nd, size_t n)
+{
+	const CollCounters k = nd.svc->counters();
+	EXPECT_EQ(k.rx_packets, nd.rx) << "node " << n;
+	EXPECT_EQ(k.rx_packets, k.delivered + k.dup_dropped + k.stale_dropped + k.early_stored +
+					k.early_dropped + k.bad_key + k.bad_job + k.bad_block +
+					k.bad_node + k.malformed + k.host_dropped)
+		<< "node " << n;
+	EXPECT_EQ(k.host_dropped, nd.host->no_qp + nd.host->bad_state) << "node " << n;
+	EXPECT_GT(k.delivered, 0u) << "node " << n;
+}
+
+struct PathCase {
+	const char *name;
+	Topology topo;
+	double loss, dup;
+	bool reorder;
+};
+
+class CollPaths : public ::testing::TestWithParam<PathCase> {};
+
+TEST_P(CollPaths, AllreduceMatchesTheReference)
+{
+	const PathCase &pc = GetParam();
+	for (uint64_t seed = 1; seed <= 3; seed++) {
+		Cluster c({2, 1, 3, 1}, pc.topo, seed, pc.topo != Topology::ring);
+		c.net.f.loss = pc.loss;
+		c.net.f.dup = pc.dup;
+		c.net.f.reorder = pc.reorder;
+		for (uint32_t mid = 1; mid <= 3; mid++) {
+			c.post_allreduce(mid, 1000 + 333 * mid, seed * 10 + mid);
+			ASSERT_TRUE(c.run(mid, 5000 * kMs)) << "seed " << seed << " mid " << mid;
+			expect_results(c, mid);
+			if (::testing::Test::HasFailure())
+				return;
+		}
+		if (pc.loss > 0) {
+			EXPECT_GT(c.net.dropped, 0u);
+		}
+		if (pc.dup > 0) {
+			EXPECT_GT(c.net.duplicated, 0u);
+		}
+		for (size_t n = 0; n < c.nodes.size(); n++)
+			expect_accounted(*c.nodes[n], n);
+		for (auto &nd : c.nodes) {
+			CollCounters k = nd->svc->counters();
+			EXPECT_EQ(k.messages, 3u);
+			EXPECT_EQ(k.failed, 0u);
+			if (pc.loss > 0) {
+				EXPECT_GT(k.retrans_data + k.retrans_result, 0u);
+			}
+		}
+	}
+}
+
+INSTANTIATE_TEST_SUITE_P(
+	Faults, CollPaths,
+	::testing::Values(PathCase{"ring_clean", Topology::ring, 0, 0, false},
+			  PathCase{"ring_loss", Topology::ring, 0.05, 0, false},
+			  PathCase{"ring_dup", Topology::ring, 0, 0.1, false},
+			  PathCase{"ring_reorder", Topology::ring, 0, 0, true},
+			  PathCase{"ring_all", Topology::ring, 0.05, 0.05, true},
+			  PathCase{"switch_clean", Topology::sw, 0, 0, false},
+			  PathCase{"switch_loss", Topology::sw, 0.05, 0, false},
+			  PathCase{"switch_dup_reorder", Topology::sw, 0, 0.1, true},
+			  PathCase{"switch_all", Topology::sw, 0.05, 0.05, true}),
+	[](const ::testing::TestParamInfo<PathCase> &i) { return std::string(i.param.name); });
+
+// AUTO with a switch that never answers: the message changes strategy and
+// runs round the ring, its completion saying so.
+TEST(CollPathsFallback, SilentSwitchFallsBackToTheRing)
+{
+	Cluster c({1, 2, 1}, Topology::autosel, 11, false);
+	c.net.f.loss = 0.03;
+	c.net.f.reorder = true;
+	for (uint32_t mid = 1; mid <= 2; mid++) {
+		c.post_allreduce(mid, 777, mid);
+		ASSERT_TRUE(c.run(mid, 5000 * kMs));
+		expect_results(c, mid);
+		for (auto &nd : c.nodes) {
+			const Cqe &q = nd->host->cqes.back();
+			EXPECT_TRUE(q.coll_flags & kRanRing);
+			EXPECT_TRUE(q.coll_flags & kRanFallback);
+			EXPECT_FALSE(q.coll_flags & kRanSwitch);
+		}
+	}
+	for (size_t n = 0; n < c.nodes.size(); n++) {
+		EXPECT_EQ(c.nodes[n]->svc->counters().fallbacks, 2u);
+		expect_accounted(*c.nodes[n], n);
+	}
+}
+
+// A switch that answers: the same job through it (no fallback).
+TEST(CollPathsFallback, AnsweringSwitchIsUsed)
+{
+	Cluster c({1, 2, 1}, Topology::autosel, 12, true);
+	c.post_allreduce(1, 777, 1);
+	ASSERT_TRUE(c.run(1, 5000 * kMs));
+	expect_results(c, 1);
+	EXPECT_GT(c.fsw->folded, 0u);
+	for (auto &nd : c.nodes) {
+		const Cqe &q = nd->host->cqes.back();
+		EXPECT_TRUE(q.coll_flags & kRanSwitch);
+		EXPECT_FALSE(q.coll_flags & kRanFallback);
+	}
+}
+
+// A member that dies: the others fail the collective with an error
+// completion (timeout, or a member's abort), move their QPs to error, and
+// flush what is queued behind it; none hangs.
+TEST(CollPathsDeadPeer, OthersFailWithAnErrorCompletion)
+{
+	for (Topology t : {Topology::ring, Topology::sw}) {
+		Cluster c({1, 1, 2, 1}, t, 21, t != Topology::ring);
+		c.net.f.dead = {c.nodes[2]->host_ep()};
+		c.post_allreduce(1, 2000, 5);
+		c.post_allreduce(2, 10, 6); // queued behind: flushed
+		ASSERT_TRUE(c.run(2, 2000 * kMs)) << int(t);
+		bool timeout = false;
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			if (n == 2)
+				continue;
+			Node &nd = *c.nodes[n];
+			ASSERT_EQ(nd.host->cqes.size(), 2u);
+			const Cqe &a = nd.host->cqes[0], &b = nd.host->cqes[1];
+			EXPECT_NE(a.status, uint8_t(WcStatus::success));
+			EXPECT_TRUE(a.coll_status == uint8_t(CollStatus::timeout) ||
+				    a.coll_status == uint8_t(CollStatus::remote_abort))
+				<< int(a.coll_status);
+			timeout |= a.coll_status == uint8_t(CollStatus::timeout);
+			EXPECT_EQ(b.status, uint8_t(WcStatus::wr_flush_err));
+			EXPECT_EQ(nd.qp.state, QpState::err);
+		}
+		EXPECT_TRUE(timeout); // someone noticed by itself
+	}
+}
+
+// Packets for no QP, with a wrong key, or from a stranger are counted and
+// never change the result.
+TEST(CollPathsForged, CountedAndHarmless)
+{
+	Cluster c({1, 1, 1}, Topology::ring, 31, false);
+	c.post_allreduce(1, 500, 3);
+	ASSERT_TRUE(c.run(1, 5000 * kMs));
+	// Replay node 0's DATA packets with one thing wrong each.
+	c.post_allreduce(2, 500, 4);
+	for (auto &nd : c.nodes)
+		nd->svc->progress(nd->qp, c.clock);
+	std::vector<Pkt> flight = c.net.take();
+	uint64_t forged = 0;
+	for (const Pkt &p : flight) {
+		if (p.bytes[0] != wire::kCollData)
+			continue;
+		Pkt bad_key = p, no_qp = p, stranger = p;
+		bad_key.bytes[wire::kBthBytes + 40] ^= 1;
+		no_qp.bytes[7] ^= 0x40; // BTH dest QP
+		stranger.src.ip = node_ip(50);
+		for (Pkt *q : {&bad_key, &no_qp, &stranger})
+			c.net.queue.push_back(*q);
+		forged++;
+	}
+	for (Pkt &p : flight)
+		c.net.queue.push_back(std::move(p));
+	ASSERT_GT(forged, 0u);
+	ASSERT_TRUE(c.run(2, 5000 * kMs));
+	expect_results(c, 2);
+	uint64_t key = 0, noqp = 0, node = 0;
+	for (auto &nd : c.nodes) {
+		key += nd->svc->counters().bad_key;
+		node += nd->svc->counters().bad_node;
+		noqp += nd->host->no_qp;
+	}
+	EXPECT_EQ(key, forged);
+	EXPECT_EQ(noqp, forged);
+	EXPECT_EQ(node, forged);
+	for (size_t n = 0; n < c.nodes.size(); n++)
+		expect_accounted(*c.nodes[n], n);
+}
