@@ -6,6 +6,7 @@
 
 #include "coll/swproto.h"
 #include "nic/engine.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "wire/roce.h"
 
@@ -163,6 +164,13 @@ void CollEngine::on_packet(const InPacket &ip)
 		ctr.stale_dropped++;
 		other_incarnation(qp, job, p);
 		return;
+	}
+	// Congestion on the way here: tell the sender (nic/cc.h).
+	if ((ip.ecn & kEcnMask) == kEcnCe) {
+		if (job.cnp_at.size() != job.cfg.nodes())
+			job.cnp_at.assign(job.cfg.nodes(), 0);
+		e_.maybe_send_cnp(p.src, job.src_ip, job.cfg.members[p.h.src_node].qpn,
+				  &job.cnp_at[p.h.src_node], util::now_ns());
 	}
 	ctr.rx_bytes += p.paylen;
 	switch (p.kind) {

@@ -126,6 +126,8 @@ private:
 	// ring.cc
 	void ring_start(Qp &qp, CollJob &job, uint64_t now);
 	void ring_pump(Qp &qp, CollJob &job, uint64_t now);
+	void cc_init(CollJob &job, uint32_t w);
+	void ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now);
 	void ring_on_data(Qp &qp, CollJob &job, const CollPacket &p);
 	void ring_on_result(Qp &qp, CollJob &job, const CollPacket &p);
 	void ring_timers(Qp &qp, CollJob &job, uint64_t now);
@@ -171,6 +173,7 @@ private:
 	Engine &e_;
 	SegPool segs_;
 	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
+	std::vector<uint32_t> gap_;    // ring_acked's lost blocks
 	uint64_t next_owner_ = 1;
 	uint64_t lent_ = 0; // the port's lend mark of the last packet sent from lent memory
 };

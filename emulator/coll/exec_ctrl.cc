@@ -263,7 +263,14 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 	uint64_t d = m.last_progress + coll_timeout_ns(*qp.job);
 	if (m.waiting)
 		return std::min(d, qp.job->sw_cfg_sent + sw_config_interval(*qp.job));
-	return std::min({d, m.o_pending.next(), m.f_pending.next()});
+	// A paced window: the next block may leave then.
+	uint64_t pace = 0;
+	if (!m.sw && m.next_inject < m.inject_end) {
+		const bool rs = m.chunks[m.chain[m.next_inject].chunk].rs;
+		if ((rs ? m.o_pending.size() : m.f_pending.size()) < qp.job->cc.window())
+			pace = qp.job->cc.next_send_time();
+	}
+	return std::min({d, m.o_pending.next(), m.f_pending.next(), pace ? pace : UINT64_MAX});
 }
 
 } // namespace ibv_coll::emu
