@@ -27,6 +27,7 @@ void CongestionCtl::init(const CcParams *p, CcCounters *ctr, double init_win, do
 	hops_ = std::max(1u, hops);
 	srtt_ = min_rtt_ = last_cut_ = next_tx_ = 0;
 	standing_ = win_min_ = win_start_ = 0;
+	below_ = slow_start_ = true;
 	alpha_ = 1;
 	target_ = 0;
 	last_cnp_ = alpha_at_ = recover_at_ = 0;
@@ -40,6 +41,7 @@ void CongestionCtl::cut(double factor, uint64_t now)
 {
 	cwnd_ = std::max(kMinWin, cwnd_ * factor);
 	last_cut_ = now;
+	slow_start_ = false;
 	ctr_->rate_cuts++;
 }
 
@@ -61,13 +63,9 @@ void CongestionCtl::on_rtt_sample(uint64_t rtt, uint64_t now)
 		win_min_ = std::min(win_min_, rtt);
 	}
 	const uint64_t target = min_rtt_ + uint64_t(hops_) * p_->target_us * util::kNsPerUs;
-	if (rtt <= target || win_min_ <= target || standing_ <= target) {
-		// One unit more per round trip (per acknowledgement below one).
-		if (rtt <= target)
-			cwnd_ += cwnd_ >= 1 ? 1.0 / cwnd_ : 1.0 * cwnd_;
-		cwnd_ = std::min(cwnd_, max_);
+	below_ = rtt <= target;
+	if (below_ || win_min_ <= target || standing_ <= target)
 		return;
-	}
 	if (now - last_cut_ < std::max(srtt_, kMinCutGapNs))
 		return;
 	const uint64_t q = std::min(standing_, win_min_);
@@ -125,7 +123,16 @@ void CongestionCtl::recover_step(uint64_t)
 
 void CongestionCtl::on_ack(uint32_t units, uint64_t now)
 {
-	if (!enabled() || !recovering_)
+	if (!enabled())
+		return;
+	// Growth while the last round trip was below the target: one unit per
+	// unit acknowledged until the first cut (slow start, so that a long
+	// round trip fills soon), then one per window (additive increase).
+	if (below_) {
+		cwnd_ += slow_start_ ? double(units) : double(units) / std::max(cwnd_, 1.0);
+		cwnd_ = std::min(cwnd_, max_);
+	}
+	if (!recovering_)
 		return;
 	acked_ += units;
 	while (recovering_ && p_->recover_units && acked_ >= p_->recover_units) {

@@ -3,7 +3,8 @@
 // blocks, packets) that three signals move:
 //  - delay (Swift-like): each acknowledgement's round trip against the
 //    least seen plus a target queueing delay per queue the round trip
-//    crosses; below it the window grows by one unit per round trip,
+//    crosses; below it the window grows by one unit per round trip (by
+//    one per unit acknowledged until the first cut: slow start),
 //    above it shrinks in proportion to the excess, at most once a round
 //    trip and by at most max_mdf;
 //  - loss: a block or packet sent again (timeout, NAK, gap) cuts the
@@ -37,7 +38,7 @@ constexpr uint8_t kBthBecn = 0x40; // BTH byte 4
 
 struct CcParams {
 	bool on = true;
-	uint32_t target_us = 250;   // queueing delay allowed per queue crossed
+	uint32_t target_us = 1000;  // queueing delay allowed per queue crossed
 	uint32_t max_mdf_pct = 50;  // largest cut, percent of the window
 	uint32_t alpha_us = 55;	    // DCQCN: alpha decays each period without a CNP
 	uint32_t recover_us = 300;  // DCQCN: rate-increase timer
@@ -96,6 +97,8 @@ private:
 	uint32_t hops_ = 1;
 	uint64_t srtt_ = 0, min_rtt_ = 0;
 	uint64_t standing_ = 0, win_min_ = 0, win_start_ = 0; // see on_rtt_sample
+	bool below_ = true;	 // the last round trip was below the target
+	bool slow_start_ = true; // no cut yet
 	uint64_t last_cut_ = 0;
 	uint64_t next_tx_ = 0;
 	// DCQCN.

@@ -95,7 +95,7 @@ const ConfigVar kVars[kCount] = {
 	 "congestion control of the ring's blocks and RC QPs: a window moved by round-trip delay, "
 	 "loss and CNPs (0: the fixed windows IBV_COLL_EMU_COLL_WINDOW and IBV_COLL_EMU_RC_WINDOW)",
 	 ConfigKind::uint, 0, 1},
-	{"IBV_COLL_EMU_CC_TARGET_US", "250",
+	{"IBV_COLL_EMU_CC_TARGET_US", "1000",
 	 "queueing delay the congestion window allows per queue a round trip crosses, in "
 	 "microseconds: above the least round trip seen plus this, the window shrinks",
 	 ConfigKind::uint, 1, 1000000},

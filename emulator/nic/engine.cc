@@ -318,7 +318,11 @@ uint64_t Engine::next_deadline_locked() const
 				d = t;
 			continue;
 		}
-		for (uint64_t t : {qp.rto_deadline, qp.rnr_deadline})
+		// A paced window below one packet: when the next may leave.
+		uint64_t pace = qp.req_idx != qp.sq->prod() ? qp.cc.next_send_time() : 0;
+		if (pace && pace <= util::now_ns())
+			pace = 0;
+		for (uint64_t t : {qp.rto_deadline, qp.rnr_deadline, pace})
 			if (t && (!d || t < d))
 				d = t;
 	}
@@ -405,6 +409,10 @@ void Engine::handle_packet(const RxPacket &rx)
 			ctr.rx_bad_state++;
 			return;
 		}
+		// Congestion on the way here: tell the requester (nic/cc.h).
+		if ((p.ecn & kEcnMask) == kEcnCe)
+			maybe_send_cnp(qp.attr.remote, qp.src_ip, qp.attr.dest_qpn, &qp.cnp_at,
+				       util::now_ns());
 		resp_on_request(qp, p);
 		return;
 	}
