@@ -611,7 +611,8 @@ void CollEngine::cc_init(CollJob &job, uint32_t w)
 // A block acknowledged: blocks of the same set sent before it, at least
 // kDupThresh blocks earlier in the chain, and still without their result
 // were lost (the ring keeps order), so they go again now instead of at
-// their timeout, and count as loss for the window.
+// their timeout, and count as loss for the window (a lighter cut than a
+// timeout's).
 void CollEngine::ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid,
 			    uint64_t now)
 {
@@ -630,13 +631,17 @@ void CollEngine::ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t
 		return;
 	std::vector<uint32_t> &lost = gap_;
 	lost.clear();
+	// RACK's guard: only what has been out longer than a round trip and
+	// a quarter (blocks kept early and taken in at a message's start come
+	// back out of order).
+	const uint64_t age = job.srtt + job.srtt / 4;
 	pend.for_before(sid - kDupThresh + 1, [&](uint32_t s, PendingSet::Entry &p) {
-		if (p.sent < sent && !p.fast)
+		if (p.sent < sent && !p.fast && now - p.sent > age)
 			lost.push_back(s);
 	});
 	if (lost.empty())
 		return;
-	job.cc.on_loss(now);
+	job.cc.on_loss(now, false);
 	for (uint32_t s : lost) {
 		pend.find(s)->fast = true; // once: a repeat that is lost again waits for its timeout
 		e_.ctr.cc.fast_retrans++;

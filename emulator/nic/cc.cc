@@ -75,13 +75,13 @@ void CongestionCtl::on_rtt_sample(uint64_t rtt, uint64_t now)
 	ctr_->delay_cuts++;
 }
 
-void CongestionCtl::on_loss(uint64_t now)
+void CongestionCtl::on_loss(uint64_t now, bool timeout)
 {
 	if (!enabled())
 		return;
 	if (last_cut_ && now - last_cut_ < std::max(srtt_, kMinCutGapNs))
 		return;
-	cut(1 - p_->max_mdf_pct / 100.0, now);
+	cut(1 - p_->max_mdf_pct / (timeout ? 100.0 : 400.0), now);
 	ctr_->loss_cuts++;
 }
 

@@ -7,8 +7,9 @@
 //    one per unit acknowledged until the first cut: slow start),
 //    above it shrinks in proportion to the excess, at most once a round
 //    trip and by at most max_mdf;
-//  - loss: a block or packet sent again (timeout, NAK, gap) cuts the
-//    window by max_mdf, at most once a round trip;
+//  - loss: a block or packet sent again on a timeout cuts the window by
+//    max_mdf, one found missing (a NAK, a gap) by a quarter of that, at
+//    most once a round trip;
 //  - ECN (DCQCN-style): a CNP cuts the window to (1 - alpha/2) of itself
 //    and remembers where it was (the target); alpha grows with each CNP
 //    and decays every alpha period without one; recovery then runs in
@@ -67,8 +68,10 @@ public:
 	void on_rtt_sample(uint64_t rtt_ns, uint64_t now);
 	// Units acknowledged (any, repeats included): DCQCN's byte counter.
 	void on_ack(uint32_t units, uint64_t now);
-	// A unit was lost (sent again).
-	void on_loss(uint64_t now);
+	// A unit was lost (sent again): on its timeout (timeout: cut by
+	// max_mdf), or found missing while later ones came through (a quarter
+	// of that: random loss is no sign of a full queue).
+	void on_loss(uint64_t now, bool timeout = true);
 	// A CNP arrived for this flow.
 	void on_cnp(uint64_t now);
 	// A unit left now.

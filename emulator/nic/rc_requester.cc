@@ -323,7 +323,7 @@ void Engine::req_on_ack(Qp &qp, const InPacket &p)
 			advance_una(*this, qp, psn, now);
 			if (psn != qp.last_nak_psn) {
 				qp.last_nak_psn = psn;
-				qp.cc.on_loss(now);
+				qp.cc.on_loss(now, false);
 				req_retry_from(qp, psn);
 			}
 			break;
@@ -369,7 +369,7 @@ void Engine::req_on_read_resp(Qp &qp, const InPacket &p)
 		// A response went missing: ask again from the gap, once per gap.
 		if (qp.last_nak_psn != expect) {
 			qp.last_nak_psn = expect;
-			qp.cc.on_loss(util::now_ns());
+			qp.cc.on_loss(util::now_ns(), false);
 			req_retry_from(qp, expect);
 		}
 		return;
