@@ -59,15 +59,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# perf_job TAG SIZE ITERS: one ibv_coll_perf per host, ring, fp32 sum.
+# perf_job TAG SIZE ITERS: one ibv_coll_perf per host, ring, fp32 sum;
+# their pids in jp.
 perf_job() {
 	local tag=$1 size=$2 iters=$3 i ns
+	jp=()
 	for ((i = 0; i < n; i++)); do
 		ns=FABRIC_NS_$i
 		ip netns exec "${!ns}" timeout 300 "$perf" -D crxe_eth0 --boot "unix:$tmp/$tag.sock" \
 			--node "$i" --nodes "$n" -b "$size" -e "$size" -n "$iters" -w 1 -c 1 -z 1 \
 			-d float -o sum -t ring >"$tmp/$tag.out$i" 2>&1 &
-		echo $!
+		jp+=($!)
 	done
 }
 
@@ -79,18 +81,19 @@ for cc in 1 0; do
 	# Idle: the small allreduce alone.
 	idle=()
 	for ((j = 0; j < 5; j++)); do
-		pids=($(perf_job small "$small" 1))
-		wait "${pids[@]}"
+		perf_job small "$small" 1
+		wait "${jp[@]}"
 		idle+=("$(awk -v s="$(numfmt --from=iec "$small")" '$1 == s && NF >= 15 { print $6; exit }' \
 			"$tmp/small.out0")")
 	done
-	big_pids=($(perf_job big "$big" 1000))
+	perf_job big "$big" 1000
+	big_pids=("${jp[@]}")
 	sleep 2
 	lat=()
 	t0=$(date +%s.%N)
 	for ((j = 0; j < k; j++)); do
-		pids=($(perf_job small "$small" 1))
-		wait "${pids[@]}" || { echo "bench-fabric-latency: a small allreduce failed:" >&2
+		perf_job small "$small" 1
+		wait "${jp[@]}" || { echo "bench-fabric-latency: a small allreduce failed:" >&2
 			tail -n 3 "$tmp"/small.out* >&2; exit 1; }
 		lat+=("$(awk -v s="$(numfmt --from=iec "$small")" '$1 == s && NF >= 15 { print $6; exit }' \
 			"$tmp/small.out0")")
