@@ -132,6 +132,13 @@ void CollEngine::classify(const InPacket &ip)
 		other_incarnation(qp, job, p);
 		return;
 	}
+	// Congestion on the way here: tell the sender (nic/cc.h).
+	if ((ip.ecn & kEcnMask) == kEcnCe) {
+		if (job.cnp_at.size() != job.cfg.nodes())
+			job.cnp_at.assign(job.cfg.nodes(), 0);
+		e_.send_cnp(p.src, job.src_ip, job.cfg.members[p.h.src_node].qpn,
+				  &job.cnp_at[p.h.src_node], e_.now());
+	}
 	ctr.rx_bytes += p.paylen;
 	switch (p.kind) {
 	case kCollData:
@@ -204,6 +211,17 @@ void CollEngine::superseded(Qp &qp, CollJob &job)
 	if (job.active)
 		fail(qp, job, CollStatus::remote_abort, true,
 		     "the job was given again to another member (a later incarnation)");
+}
+
+// A CNP from a member: the job's flows slow down (nic/cc.h).
+bool CollEngine::on_cnp(Qp &qp, const Endpoint &src, uint64_t now)
+{
+	bool member = false;
+	for (const JobMember &m : qp.job->cfg.members)
+		member |= m.ep == src;
+	if (member)
+		qp.job->cc.on_cnp(now);
+	return member;
 }
 
 } // namespace ibv_coll::emu

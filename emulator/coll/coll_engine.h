@@ -63,6 +63,7 @@ public:
 	uint64_t next_deadline(const Qp &qp) const override;
 	bool flush(Qp &qp) override;
 	void release(Qp &qp) override;
+	bool on_cnp(Qp &qp, const Endpoint &src, uint64_t now) override;
 
 	// Parse & encapsulate: a packet with a collective BTH opcode.
 	void on_packet(const InPacket &p) override;
@@ -128,6 +129,8 @@ private:
 	// ring.cc
 	void ring_start(Qp &qp, CollJob &job, uint64_t now);
 	void ring_pump(Qp &qp, CollJob &job, uint64_t now);
+	void cc_init(CollJob &job, uint32_t w);
+	void ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now);
 	void ring_on_data(Qp &qp, CollJob &job, const CollPacket &p);
 	void ring_on_result(Qp &qp, CollJob &job, const CollPacket &p);
 	void ring_timers(Qp &qp, CollJob &job, uint64_t now);
@@ -177,6 +180,7 @@ private:
 	SwitchPath sw_{*this};
 	SegPool segs_;
 	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
+	std::vector<uint32_t> gap_;    // ring_acked's lost blocks
 	uint64_t next_owner_ = 1;
 	uint64_t lent_ = 0; // the port's lend mark of the last packet sent from lent memory
 };

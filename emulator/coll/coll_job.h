@@ -5,6 +5,7 @@
 #include "coll/seqnum.h"
 #include "nic/coll_iface.h"
 #include "nic/qp.h"
+#include "nic/cc.h"
 #include "nic/udp_port.h"
 #include "nic/wqe.h"
 #include "reduce/reduce.h"
@@ -94,6 +95,7 @@ public:
 		uint64_t progress_mark = 0; // the message's last_progress at the last repeat
 		uint8_t repeats = 0;	    // sent again since the message's last progress
 		bool again = false;	    // sent more than once: no RTT sample (Karn)
+		bool fast = false;	    // sent again on a gap (ring_acked): once only
 		bool on = false;
 	};
 	void init(uint32_t nblocks)
@@ -127,6 +129,17 @@ public:
 		}
 	}
 	void timer_set(uint64_t deadline) { next_ = std::min(next_, deadline); }
+	// Call f(sid) for every entry below sid (f may re-arm it, not erase
+	// it).  Blocks are acknowledged roughly in order, so the walk starts
+	// at the oldest entry still on.
+	template <class F> void for_before(uint32_t sid, F f)
+	{
+		while (lo_ < hi_ && !e_[lo_].on)
+			lo_++;
+		for (uint32_t s = lo_; s < sid && s < hi_; s++)
+			if (e_[s].on)
+				f(s, e_[s]);
+	}
 	uint64_t next() const { return n_ ? next_ : UINT64_MAX; }
 	// Call f(sid) for every entry due at now (f may re-arm it), then make
 	// the bound exact.
@@ -244,6 +257,10 @@ struct CollJob {
 	// Round trip of a block round the ring (smoothed, and its variation),
 	// from which the retransmission timeout follows, as TCP's does.
 	uint64_t srtt = 0, rttvar = 0;
+	// This node's blocks' congestion window (nic/cc.h), and when a CNP
+	// last went to each member.
+	CongestionCtl cc;
+	std::vector<uint64_t> cnp_at;
 
 	// The switch path's state.
 	enum class SwPhase : uint8_t { none, configuring, ready, fallback, failed };

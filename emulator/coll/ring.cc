@@ -227,8 +227,10 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 		send(job, next_node(job.cfg), kCollData, h, Payload::lent(buf, len));
 		note_src_lent(m, sid);
 		arm(job, m, m.o_pending, sid, now, again);
-		if (again)
+		if (again) {
 			ctr.retrans_data++;
+			e_.cc_counters().retrans_bytes += len;
+		}
 		return;
 	}
 	// A chunk that starts as a result here (allgather, broadcast).
@@ -254,19 +256,25 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 	send(job, next_node(job.cfg), kCollResult, h, Payload::lent(src, len));
 	note_src_lent(m, sid);
 	arm(job, m, m.f_pending, sid, now, again);
-	if (again)
+	if (again) {
 		ctr.retrans_result++;
+		e_.cc_counters().retrans_bytes += len;
+	}
 }
 
 void CollEngine::ring_pump(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
 	const uint32_t w = window(job);
+	if (!job.cc.ready())
+		cc_init(job, w);
 	while (m.next_inject < m.inject_end && !m.dma_error) {
 		const ChunkRole &r = m.chunks[m.chain[m.next_inject].chunk];
-		if ((r.rs ? m.o_pending.size() : m.f_pending.size()) >= w)
+		const size_t inflight = r.rs ? m.o_pending.size() : m.f_pending.size();
+		if (inflight >= w || !job.cc.may_send(uint32_t(inflight), now))
 			break;
 		ring_inject(job, m, m.next_inject++, now, false);
+		job.cc.on_send(now);
 	}
 	if (m.dma_error)
 		fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
@@ -288,6 +296,7 @@ void CollEngine::ring_resend_result(CollJob &job, Message &m, uint32_t sid, uint
 	     Payload::lent(src, m.result_data ? b.elems * m.es : 0));
 	arm(job, m, m.f_pending, sid, now, true);
 	ctr.retrans_result++;
+	e_.cc_counters().retrans_bytes += m.result_data ? b.elems * m.es : 0;
 }
 
 // A partial of the running message: reduce this node's data in and pass
@@ -382,10 +391,8 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 	}
 	if (hop == n) {
 		// Back where it started: everyone has it.
-		if (PendingSet::Entry *e = m.f_pending.find(sid)) {
-			if (!e->again)
-				rtt_sample(job, now - e->sent);
-			m.f_pending.erase(sid);
+		if (m.f_pending.find(sid)) {
+			ring_acked(job, m, m.f_pending, sid, now);
 			m.last_progress = now;
 		}
 		return;
@@ -401,13 +408,8 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 	} else {
 		ctr.dup_dropped++;
 	}
-	if (r.rs && r.origin == c.node) {
-		if (PendingSet::Entry *e = m.o_pending.find(sid)) {
-			if (!e->again)
-				rtt_sample(job, now - e->sent);
-			m.o_pending.erase(sid);
-		}
-	}
+	if (r.rs && r.origin == c.node)
+		ring_acked(job, m, m.o_pending, sid, now);
 	Ceth h = p.h;
 	h.src_node = c.node;
 	h.phase = uint8_t(hop + 1);
@@ -576,18 +578,77 @@ void CollEngine::ring_adopt_early(Qp &qp, CollJob &job)
 void CollEngine::ring_timers(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
-	m.o_pending.for_due(now, [&](uint32_t sid) { ring_inject(job, m, sid, now, true); });
+	bool lost = false;
+	m.o_pending.for_due(now, [&](uint32_t sid) {
+		ring_inject(job, m, sid, now, true);
+		lost = true;
+	});
 	m.f_pending.for_due(now, [&](uint32_t sid) {
+		lost = true;
 		if (m.chunks[m.chain[sid].chunk].rs)
 			ring_resend_result(job, m, sid, now);
 		else
 			ring_inject(job, m, sid, now, true);
 	});
+	if (lost)
+		job.cc.on_loss(now);
 	if (m.dma_error)
 		return fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 	if (now > m.last_progress && now - m.last_progress > coll_timeout_ns(job)) {
 		ctr.timeouts++;
 		fail(qp, job, CollStatus::timeout, true, "no progress within the job's timeout");
+	}
+}
+
+// The ring's congestion window: at most the fixed window, starting from
+// a quarter of it; a round trip crosses each of the ring's N links once.
+void CollEngine::cc_init(CollJob &job, uint32_t w)
+{
+	job.cc.init(&e_.params.cfg.cc, &e_.cc_counters(), std::max(1u, w / 4), w, job.cfg.nodes());
+	job.cnp_at.assign(job.cfg.nodes(), 0);
+}
+
+// A block acknowledged: blocks of the same set sent before it, at least
+// kDupThresh blocks earlier in the chain, and still without their result
+// were lost (the ring keeps order), so they go again now instead of at
+// their timeout, and count as loss for the window (a lighter cut than a
+// timeout's).
+void CollEngine::ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid,
+			    uint64_t now)
+{
+	constexpr uint32_t kDupThresh = 3;
+	PendingSet::Entry *e = pend.find(sid);
+	if (!e)
+		return;
+	const uint64_t sent = e->sent;
+	if (!e->again) {
+		rtt_sample(job, now - sent);
+		job.cc.on_rtt_sample(now - sent, now);
+	}
+	pend.erase(sid);
+	job.cc.on_ack(1, now);
+	if (sid < kDupThresh)
+		return;
+	std::vector<uint32_t> &lost = gap_;
+	lost.clear();
+	// RACK's guard: only what has been out longer than a round trip and
+	// a quarter (blocks kept early and taken in at a message's start come
+	// back out of order).
+	const uint64_t age = job.srtt + job.srtt / 4;
+	pend.for_before(sid - kDupThresh + 1, [&](uint32_t s, PendingSet::Entry &p) {
+		if (p.sent < sent && !p.fast && now - p.sent > age)
+			lost.push_back(s);
+	});
+	if (lost.empty())
+		return;
+	job.cc.on_loss(now, false);
+	for (uint32_t s : lost) {
+		pend.find(s)->fast = true; // once: a repeat that is lost again waits for its timeout
+		e_.cc_counters().fast_retrans++;
+		if (&pend == &m.o_pending || !m.chunks[m.chain[s].chunk].rs)
+			ring_inject(job, m, s, now, true);
+		else
+			ring_resend_result(job, m, s, now);
 	}
 }
 
@@ -627,8 +688,15 @@ bool RingPath::done(const CollJob &job) const
 uint64_t RingPath::next_deadline(const CollJob &job) const
 {
 	const Message &m = *job.active;
+	// A paced window: the next block may leave then.
+	uint64_t pace = 0;
+	if (m.next_inject < m.inject_end) {
+		const bool rs = m.chunks[m.chain[m.next_inject].chunk].rs;
+		if ((rs ? m.o_pending.size() : m.f_pending.size()) < job.cc.window())
+			pace = job.cc.next_send_time();
+	}
 	return std::min({m.last_progress + u_.coll_timeout_ns(job), m.o_pending.next(),
-			 m.f_pending.next()});
+			 m.f_pending.next(), pace ? pace : UINT64_MAX});
 }
 
 } // namespace ibv_coll::emu

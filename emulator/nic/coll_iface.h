@@ -9,6 +9,7 @@
 // The NIC holds a collective QP's job as an opaque CollJobPtr.
 #pragma once
 
+#include "nic/cc.h"
 #include "nic/packet.h"
 #include "nic/transport.h"
 #include "nic/wqe.h"
@@ -98,6 +99,13 @@ public:
 	// Drops the NIC counts as its own (no such QP, QP in the wrong state).
 	virtual void count_no_qp() = 0;
 	virtual void count_bad_state() = 0;
+
+	// Congestion (nic/cc.h): a CNP to the sender of a CE-marked packet,
+	// at most one per flow per IBV_COLL_EMU_CNP_INTERVAL_US (*last: the
+	// flow's last one), and the device's congestion counters.
+	virtual void send_cnp(const Endpoint &dst, const IpAddr &src, uint32_t dqpn, uint64_t *last,
+			      uint64_t now) = 0;
+	virtual CcCounters &cc_counters() = 0;
 };
 
 // What the NIC needs of its collective unit.
@@ -118,6 +126,9 @@ public:
 	// The job leaves the QP (reset or destroyed): its switches are told,
 	// its Seg units and early blocks freed, qp.job reset.
 	virtual void release(Qp &qp) = 0;
+	// A CNP for the QP's job from src: its flows cut their window (false:
+	// src is not a member of the job, nothing changes).
+	virtual bool on_cnp(Qp &qp, const Endpoint &src, uint64_t now) = 0;
 
 	virtual CollCounters counters() const = 0;
 	virtual uint32_t seg_units() const = 0;

@@ -28,6 +28,15 @@ enum {
 	kCollTimeout,
 	kGso,
 	kSwConfig,
+	kCc,
+	kCcTarget,
+	kCcMaxMdf,
+	kCcPace,
+	kCnpInterval,
+	kDcqcnAlpha,
+	kDcqcnRecover,
+	kDcqcnRecoverUnits,
+	kDcqcnG,
 	kCount
 };
 
@@ -82,6 +91,37 @@ const ConfigVar kVars[kCount] = {
 	 "falls back to the ring (SWITCH and HIERARCHY fail with a timeout); once they answer, "
 	 "the wait for the grant is the collective's timeout",
 	 ConfigKind::uint, 1, 3600000},
+	{"IBV_COLL_EMU_CC", "1",
+	 "congestion control of the ring's blocks and RC QPs: a window moved by round-trip delay, "
+	 "loss and CNPs (0: the fixed windows IBV_COLL_EMU_COLL_WINDOW and IBV_COLL_EMU_RC_WINDOW)",
+	 ConfigKind::uint, 0, 1},
+	{"IBV_COLL_EMU_CC_TARGET_US", "1000",
+	 "queueing delay the congestion window allows per queue a round trip crosses, in "
+	 "microseconds: above the least round trip seen plus this, the window shrinks",
+	 ConfigKind::uint, 1, 1000000},
+	{"IBV_COLL_EMU_CC_MAX_MDF", "50",
+	 "largest cut of the congestion window at once, percent (on loss, and on delay)",
+	 ConfigKind::uint, 1, 99},
+	{"IBV_COLL_EMU_CC_PACE", "0",
+	 "1: spread each congestion window over half its round trip; 0: send as the "
+	 "acknowledgements open the window (a window below one packet or block is paced either "
+	 "way)",
+	 ConfigKind::uint, 0, 1},
+	{"IBV_COLL_EMU_CNP_INTERVAL_US", "50",
+	 "a receiver of CE-marked packets returns at most one CNP per flow in this many "
+	 "microseconds (0: one per CE-marked packet)",
+	 ConfigKind::uint, 0, 1000000},
+	{"IBV_COLL_EMU_DCQCN_ALPHA_US", "55",
+	 "DCQCN: alpha decays by (1 - g) each this many microseconds without a CNP",
+	 ConfigKind::uint, 1, 1000000},
+	{"IBV_COLL_EMU_DCQCN_RECOVER_US", "300",
+	 "DCQCN: after a CNP cut, a rate-increase step each this many microseconds",
+	 ConfigKind::uint, 1, 10000000},
+	{"IBV_COLL_EMU_DCQCN_RECOVER_UNITS", "64",
+	 "DCQCN: ... and each this many packets (blocks) acknowledged (the byte counter; 0: off)",
+	 ConfigKind::uint, 0, 1u << 20},
+	{"IBV_COLL_EMU_DCQCN_G_SHIFT", "4",
+	 "DCQCN: alpha's gain g = 1/2^n per CNP", ConfigKind::uint, 1, 16},
 };
 
 } // namespace
@@ -135,6 +175,33 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kVars[kSwConfig], &v)))
 		return err;
 	c.sw_config_ms = uint32_t(v);
+	if ((err = util::config_uint(kVars[kCc], &v)))
+		return err;
+	c.cc.on = v != 0;
+	if ((err = util::config_uint(kVars[kCcTarget], &v)))
+		return err;
+	c.cc.target_us = uint32_t(v);
+	if ((err = util::config_uint(kVars[kCcMaxMdf], &v)))
+		return err;
+	c.cc.max_mdf_pct = uint32_t(v);
+	if ((err = util::config_uint(kVars[kCcPace], &v)))
+		return err;
+	c.cc.pace = v != 0;
+	if ((err = util::config_uint(kVars[kCnpInterval], &v)))
+		return err;
+	c.cnp_interval_us = uint32_t(v);
+	if ((err = util::config_uint(kVars[kDcqcnAlpha], &v)))
+		return err;
+	c.cc.alpha_us = uint32_t(v);
+	if ((err = util::config_uint(kVars[kDcqcnRecover], &v)))
+		return err;
+	c.cc.recover_us = uint32_t(v);
+	if ((err = util::config_uint(kVars[kDcqcnRecoverUnits], &v)))
+		return err;
+	c.cc.recover_units = uint32_t(v);
+	if ((err = util::config_uint(kVars[kDcqcnG], &v)))
+		return err;
+	c.cc.dcqcn_g_shift = uint32_t(v);
 	std::string imp = util::config_text(kVars[kImpair]), why;
 	if (Impairment::parse(imp, &c.impair, &why)) {
 		IBVC_ERR("config",

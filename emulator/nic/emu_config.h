@@ -1,6 +1,7 @@
 // The device model's configuration table (IBV_COLL_EMU_*).
 #pragma once
 
+#include "nic/cc.h"
 #include "nic/udp_port.h"
 #include "util/config.h"
 
@@ -24,6 +25,8 @@ struct EmuConfig {
 	bool gso = true;		  // UDP segmentation offload and GRO
 	uint32_t sw_config_ms = 1000;	  // wait this long for a switch's grant
 	Impairment impair;
+	CcParams cc;			  // congestion control (nic/cc.h)
+	uint32_t cnp_interval_us = 50;	  // at most one CNP per flow this often
 };
 
 std::span<const util::ConfigVar> emu_config_vars();

@@ -53,6 +53,12 @@ public:
 	uint64_t tx_packets() const override { return e_.port->counters().tx_packets; }
 	void count_no_qp() override { e_.ctr.rx_no_qp++; }
 	void count_bad_state() override { e_.ctr.rx_bad_state++; }
+	void send_cnp(const Endpoint &dst, const IpAddr &src, uint32_t dqpn, uint64_t *last,
+		      uint64_t now) override
+	{
+		e_.maybe_send_cnp(dst, src, dqpn, last, now);
+	}
+	CcCounters &cc_counters() override { return e_.ctr.cc; }
 
 private:
 	Engine &e_;
@@ -88,6 +94,11 @@ Engine::~Engine()
 			  c.early_dropped, c.stale_dropped, c.bad_key, c.bad_job, c.bad_block,
 			  c.bad_node, c.malformed, c.seg_busy, c.aborts_sent, c.aborts_rcvd,
 			  c.timeouts);
+		IBVC_INFO("emu",
+			  "{}: cc: cnps {}/{} cuts {} (delay {} loss {} cnp {}) fast retrans {} "
+			  "retrans bytes {}",
+			  params.name, n.cc.cnp_sent, n.cc.cnp_rcvd, n.cc.rate_cuts, n.cc.delay_cuts,
+			  n.cc.loss_cuts, n.cc.cnp_cuts, n.cc.fast_retrans, n.cc.retrans_bytes);
 	}
 }
 
@@ -355,7 +366,11 @@ uint64_t Engine::next_deadline_locked() const
 				d = t;
 			continue;
 		}
-		for (uint64_t t : {qp.rto_deadline, qp.rnr_deadline})
+		// A paced window below one packet: when the next may leave.
+		uint64_t pace = qp.req_idx != qp.sq->prod() ? qp.cc.next_send_time() : 0;
+		if (pace && pace <= util::now_ns())
+			pace = 0;
+		for (uint64_t t : {qp.rto_deadline, qp.rnr_deadline, pace})
 			if (t && (!d || t < d))
 				d = t;
 	}
@@ -393,7 +408,12 @@ void Engine::handle_packet(const RxPacket &rx)
 	p.data = rx.data;
 	p.len = len;
 	p.src = rx.src;
+	p.ecn = rx.ecn;
 	p.bth = Bth::load(rx.data);
+	if (p.bth.opcode == kOpCnp) {
+		on_cnp(p);
+		return;
+	}
 	if (is_coll_opcode(p.bth.opcode) && Bth::tver(rx.data) == 0 &&
 	    p.bth.pkey == kDefaultPkey) {
 		coll->on_packet(p);
@@ -437,6 +457,10 @@ void Engine::handle_packet(const RxPacket &rx)
 			ctr.rx_bad_state++;
 			return;
 		}
+		// Congestion on the way here: tell the requester (nic/cc.h).
+		if ((p.ecn & kEcnMask) == kEcnCe)
+			maybe_send_cnp(qp.attr.remote, qp.src_ip, qp.attr.dest_qpn, &qp.cnp_at,
+				       util::now_ns());
 		resp_on_request(qp, p);
 		return;
 	}
@@ -467,6 +491,53 @@ void Engine::tx_finish(const Qp &qp, uint8_t *pkt, size_t hdr_len, uint32_t payl
 	ctr.rc_tx_packets++;
 	ctr.rc_tx_bytes += hdr_len + paylen + ((4 - (paylen & 3)) & 3) + wire::kIcrcBytes;
 	tx_to(qp.attr.remote, qp.src_ip, pkt, hdr_len, paylen);
+}
+
+void Engine::maybe_send_cnp(const Endpoint &dst, const IpAddr &src, uint32_t dqpn, uint64_t *last,
+			    uint64_t now)
+{
+	const uint64_t gap = uint64_t(params.cfg.cnp_interval_us) * util::kNsPerUs;
+	if (*last && now - *last < gap)
+		return;
+	*last = now;
+	uint8_t *buf = port->tx_buf();
+	wire::Bth bth;
+	bth.opcode = kOpCnp;
+	bth.mig = false;
+	bth.dqpn = dqpn;
+	bth.store(buf);
+	buf[4] = kBthBecn;
+	memset(buf + wire::kBthBytes, 0, kCnpRsvdBytes);
+	tx_to(dst, src, buf, wire::kBthBytes + kCnpRsvdBytes, 0);
+	ctr.cc.cnp_sent++;
+}
+
+// A CNP for one of our QPs: its sender cuts its window.  Only from a
+// peer of the QP (its RC remote, a member of its job).
+void Engine::on_cnp(const InPacket &p)
+{
+	if (p.len != wire::kBthBytes + kCnpRsvdBytes || wire::Bth::tver(p.data) != 0 ||
+	    p.bth.pkey != wire::kDefaultPkey) {
+		ctr.rx_malformed++;
+		return;
+	}
+	auto it = qps.find(p.bth.dqpn);
+	if (it == qps.end()) {
+		ctr.rx_no_qp++;
+		return;
+	}
+	Qp &qp = *it->second;
+	const uint64_t now = util::now_ns();
+	if (qp.job) {
+		if (!coll->on_cnp(qp, p.src, now))
+			ctr.rx_bad_src++;
+		return;
+	}
+	if (qp.coll || !(p.src == qp.attr.remote)) {
+		ctr.rx_bad_src++;
+		return;
+	}
+	qp.cc.on_cnp(now);
 }
 
 void Engine::tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,

@@ -80,6 +80,13 @@ public:
 	bool resp_progress(Qp &qp);
 	void send_ack(Qp &qp, uint8_t syndrome, uint32_t psn);
 
+	// Congestion notification (nic/cc.h): a CNP to the sender QP dqpn at
+	// dst, when *last (the flow's last CNP) is at least
+	// IBV_COLL_EMU_CNP_INTERVAL_US ago; a CNP that arrived.
+	void maybe_send_cnp(const Endpoint &dst, const IpAddr &src, uint32_t dqpn, uint64_t *last,
+			    uint64_t now);
+	void on_cnp(const InPacket &p);
+
 	// QP life cycle (engine.cc).
 	void qp_to_error(Qp &qp, const char *why);
 	void qp_reset(Qp &qp);

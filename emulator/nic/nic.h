@@ -106,12 +106,13 @@ struct NicCounters {
 	// RC traffic alone (the port counts collective packets too).
 	uint64_t rc_tx_packets = 0, rc_tx_bytes = 0, rc_rx_packets = 0, rc_rx_bytes = 0;
 	CollCounters coll;
+	CcCounters cc; // congestion control, RC and collectives together
 	uint32_t seg_units = 0, seg_in_use = 0, seg_high_water = 0;
 };
 
 // The counters by name, in one order: the shared-memory segment that
 // ibv_coll_stat(8) reads (nic/stats_shm.h) lists these.
-constexpr size_t kNicStatCount = 59;
+constexpr size_t kNicStatCount = 67;
 std::vector<const char *> nic_stat_names();
 void nic_stat_values(const NicCounters &c, uint64_t out[kNicStatCount]);
 

@@ -59,6 +59,16 @@ constexpr Field kFields[] = {
 	{"coll_aborts_sent", [](const NicCounters &c) -> uint64_t { return c.coll.aborts_sent; }},
 	{"coll_aborts_rcvd", [](const NicCounters &c) -> uint64_t { return c.coll.aborts_rcvd; }},
 	{"coll_early", [](const NicCounters &c) -> uint64_t { return c.coll.early_stored; }},
+	// Congestion control (nic/cc.h): CNPs, window cuts by signal, blocks
+	// and packets sent again before their timeout, and all bytes sent again.
+	{"cc_cnp_sent", [](const NicCounters &c) -> uint64_t { return c.cc.cnp_sent; }},
+	{"cc_cnp_rcvd", [](const NicCounters &c) -> uint64_t { return c.cc.cnp_rcvd; }},
+	{"cc_rate_cuts", [](const NicCounters &c) -> uint64_t { return c.cc.rate_cuts; }},
+	{"cc_delay_cuts", [](const NicCounters &c) -> uint64_t { return c.cc.delay_cuts; }},
+	{"cc_loss_cuts", [](const NicCounters &c) -> uint64_t { return c.cc.loss_cuts; }},
+	{"cc_cnp_cuts", [](const NicCounters &c) -> uint64_t { return c.cc.cnp_cuts; }},
+	{"cc_fast_retrans", [](const NicCounters &c) -> uint64_t { return c.cc.fast_retrans; }},
+	{"cc_retrans_bytes", [](const NicCounters &c) -> uint64_t { return c.cc.retrans_bytes; }},
 	{"drop_icrc", [](const NicCounters &c) -> uint64_t { return c.rx_icrc_err; }},
 	{"drop_malformed", [](const NicCounters &c) -> uint64_t { return c.rx_malformed; }},
 	{"drop_no_qp", [](const NicCounters &c) -> uint64_t { return c.rx_no_qp; }},

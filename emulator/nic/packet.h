@@ -22,6 +22,7 @@ struct InPacket {
 	// (the payload and its pad), which a packet forwarding the payload
 	// reuses for its own ICRC.
 	uint32_t tail_crc;
+	uint8_t ecn = 0; // the IP header's ECN bits
 };
 
 } // namespace ibv_coll::emu

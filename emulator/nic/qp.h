@@ -74,6 +74,13 @@ struct Qp {
 	uint32_t rnr_psn = 0;
 	uint32_t last_nak_psn = 0xffffffff;
 	uint32_t pkts_since_ackreq = 0;
+	// Congestion control (nic/cc.h): the window in packets, one timed
+	// PSN at a time for round-trip samples (0 sent: none), and when the
+	// responder last sent the remote a CNP.
+	CongestionCtl cc;
+	uint32_t cc_psn = 0;
+	uint64_t cc_sent = 0;
+	uint64_t cnp_at = 0;
 
 	// Responder.
 	uint32_t epsn = 0;

@@ -69,6 +69,17 @@ static unsigned reads_in_flight(const Qp &qp)
 	return n;
 }
 
+// One packet at a time is timed for the congestion window: one that asks
+// for its ACK at once (the responder coalesces the others), never one
+// sent again (Karn).
+static void cc_time(Qp &qp, const Bth &bth, uint64_t now)
+{
+	if (bth.ack_req && !qp.cc_sent && bth.psn == qp.sent_psn) {
+		qp.cc_psn = bth.psn;
+		qp.cc_sent = now;
+	}
+}
+
 bool Engine::req_progress(Qp &qp, uint64_t now)
 {
 	if (qp.rnr_deadline)
@@ -77,9 +88,16 @@ bool Engine::req_progress(Qp &qp, uint64_t now)
 	const uint32_t mask = qp.sq->slots() - 1;
 	const uint32_t mtu = qp.mtu();
 	const uint32_t prod = qp.sq->prod();
+	// The congestion window (nic/cc.h) in packets: from 16 up to the
+	// QP's window; a round trip crosses the queue each way.
+	if (!qp.cc.ready())
+		qp.cc.init(&params.cfg.cc, &ctr.cc, 16, params.cfg.rc_window, 2);
 	while (qp.req_idx != prod && qp.state == QpState::rts) {
-		if (psn_diff(qp.req_psn, qp.una) >= int32_t(params.cfg.rc_window))
+		const int32_t inflight = psn_diff(qp.req_psn, qp.una);
+		if (inflight >= int32_t(params.cfg.rc_window) ||
+		    !qp.cc.may_send(uint32_t(std::max(inflight, 0)), now))
 			break;
+		qp.cc.on_send(now);
 		SendWqe *w = qp.sq->at<SendWqe>(qp.req_idx);
 		WqeMeta &m = qp.meta[qp.req_idx & mask];
 		const uint32_t need = is_read(w) ? uint32_t(kAccLocalWrite) : 0u;
@@ -114,6 +132,7 @@ bool Engine::req_progress(Qp &qp, uint64_t now)
 		if (is_read(w)) {
 			bth.opcode = kReadRequest;
 			bth.ack_req = true;
+			cc_time(qp, bth, now);
 			uint8_t *pkt = tx_begin(qp, bth, kRethBytes, &ext);
 			Reth r{w->remote_addr + qp.req_off, w->rkey, uint32_t(w->length - qp.req_off)};
 			r.store(ext);
@@ -139,9 +158,13 @@ bool Engine::req_progress(Qp &qp, uint64_t now)
 							   : kSendMiddle;
 			bth.se = last && (w->flags & kWqeSolicited) &&
 				 (!write || WrOpcode(w->opcode) == WrOpcode::rdma_write_imm);
-			bth.ack_req = last || ++qp.pkts_since_ackreq >= params.cfg.ack_req_every;
+			// The packet that fills the congestion window asks too: the
+			// window opens only with an ACK.
+			bth.ack_req = last || ++qp.pkts_since_ackreq >= params.cfg.ack_req_every ||
+				      psn_diff(qp.req_psn, qp.una) + 1 >= int32_t(qp.cc.window());
 			if (bth.ack_req)
 				qp.pkts_since_ackreq = 0;
+			cc_time(qp, bth, now);
 			size_t ext_len = (write && first ? kRethBytes : 0) + (imm ? kImmBytes : 0);
 			uint8_t *pkt = tx_begin(qp, bth, ext_len, &ext);
 			if (write && first) {
@@ -210,6 +233,11 @@ static uint32_t retry_point(const Qp &qp)
 static void advance_una(Engine &e, Qp &qp, uint32_t una, uint64_t now)
 {
 	if (psn_diff(una, qp.una) > 0) {
+		if (qp.cc_sent && psn_diff(una, qp.cc_psn) > 0) {
+			qp.cc.on_rtt_sample(now - qp.cc_sent, now);
+			qp.cc_sent = 0;
+		}
+		qp.cc.on_ack(uint32_t(psn_diff(una, qp.una)), now);
 		qp.una = una;
 		qp.retries_left = qp.attr.retry_cnt;
 		qp.rnr_left = qp.attr.rnr_retry;
@@ -238,6 +266,11 @@ void Engine::req_retry_from(Qp &qp, uint32_t psn)
 			qp.req_psn = psn;
 			qp.pkts_since_ackreq = 0;
 			ctr.tx_retransmits++;
+			// What goes again is no round-trip sample (Karn), and
+			// counts its bytes sent again.
+			qp.cc_sent = 0;
+			const int32_t again = std::max(psn_diff(qp.sent_psn, psn), 0);
+			ctr.cc.retrans_bytes += uint64_t(again) * qp.mtu();
 			return;
 		}
 	}
@@ -290,6 +323,7 @@ void Engine::req_on_ack(Qp &qp, const InPacket &p)
 			advance_una(*this, qp, psn, now);
 			if (psn != qp.last_nak_psn) {
 				qp.last_nak_psn = psn;
+				qp.cc.on_loss(now, false);
 				req_retry_from(qp, psn);
 			}
 			break;
@@ -335,6 +369,7 @@ void Engine::req_on_read_resp(Qp &qp, const InPacket &p)
 		// A response went missing: ask again from the gap, once per gap.
 		if (qp.last_nak_psn != expect) {
 			qp.last_nak_psn = expect;
+			qp.cc.on_loss(util::now_ns(), false);
 			req_retry_from(qp, expect);
 		}
 		return;
@@ -399,6 +434,7 @@ void Engine::req_timers(Qp &qp, uint64_t now)
 		}
 		qp.retries_left--;
 		qp.last_nak_psn = 0xffffffff;
+		qp.cc.on_loss(now);
 		req_retry_from(qp, retry_point(qp));
 		qp.rto_deadline = now + qp.rto_ns;
 	}

@@ -78,7 +78,7 @@ bool parse_num(const char *s, double lo, double hi, double *out)
 // Which table row a counter goes on.
 const char *group_of(const std::string &n)
 {
-	for (const char *p : {"rc_", "coll_", "drop_", "seg_"})
+	for (const char *p : {"rc_", "coll_", "cc_", "drop_", "seg_"})
 		if (!n.compare(0, strlen(p), p))
 			return p;
 	return "";

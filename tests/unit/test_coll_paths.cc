@@ -163,6 +163,13 @@ public:
 	uint64_t tx_packets() const override { return tx; }
 	void count_no_qp() override { no_qp++; }
 	void count_bad_state() override { bad_state++; }
+	void send_cnp(const Endpoint &, const IpAddr &, uint32_t, uint64_t *, uint64_t) override
+	{
+		cnps++;
+	}
+	CcCounters &cc_counters() override { return cc; }
+	uint64_t cnps = 0;
+	CcCounters cc;
 
 private:
 	Net &net_;
