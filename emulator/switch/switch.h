@@ -132,6 +132,7 @@ private:
 	};
 
 	void handle(const RxPacket &rx);
+	bool parse(const RxPacket &rx, In &p); // switch_codec.cc
 	Job *job_for(const In &p, const sw::Task *t, bool create);
 	bool init_job(Job &j, const In &p, const sw::Task &t);
 	void tell_superseded(Job &j, const In &p, const sw::Task *t);
