@@ -261,6 +261,8 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 		return 0;
 	const Message &m = *qp.job->active;
 	uint64_t d = m.last_progress + coll_timeout_ns(*qp.job);
+	if (m.waiting && m.admit == 1) // tdm: the switch's decision
+		return std::min(d, m.admit_sent + rto_ns(*qp.job));
 	if (m.waiting)
 		return std::min(d, qp.job->sw_cfg_sent + sw_config_interval(*qp.job));
 	return std::min({d, m.o_pending.next(), m.f_pending.next()});

@@ -84,6 +84,7 @@ bool Switch::poll_once()
 	}
 	port_->tx_flush();
 	uint64_t now = util::now_ns();
+	hold_expire(now);
 	if (now - last_expire_ > 1000 * util::kNsPerMs) {
 		last_expire_ = now;
 		expire(now);
@@ -98,7 +99,10 @@ void Switch::handle(const RxPacket &rx)
 		return;
 	switch (p.kind) {
 	case kCollConfig:
-		on_config(p);
+		if (p.h.flags & kCethAdmit)
+			on_admit(p);
+		else
+			on_config(p);
 		break;
 	case kCollConfigAck:
 		on_config_ack(p);
@@ -110,7 +114,10 @@ void Switch::handle(const RxPacket &rx)
 		on_result(p);
 		break;
 	case kCollRelease:
-		on_release(p);
+		if (p.h.flags & kCethAdmit)
+			on_admit_done(p);
+		else
+			on_release(p);
 		break;
 	case kCollStats:
 		on_stats(p);

@@ -56,6 +56,15 @@ void Switch::free_units(Job &j)
 {
 	if (!j.have_units)
 		return;
+	if (j.tdm) {
+		if (hold_.on && hold_.jid == j.jid)
+			hold_end(util::now_ns(), "the job left");
+		j.have_units = false;
+		for (uint32_t i = 0; i < j.stash.size(); i++)
+			unstash(j, i);
+		j.stash.clear();
+		return;
+	}
 	for (uint32_t i = j.seg_base; i < j.seg_base + j.granted; i++) {
 		range_used_[i] = 0;
 		pool_.release(i);
@@ -90,7 +99,33 @@ void Switch::try_grant(Job &j)
 {
 	if (j.state != State::collecting || j.covered != j.subtree)
 		return;
-	if (!alloc_units(j, j.seg_req)) {
+	if (p_.policy == Policy::tdm && !j.has_parent && !j.inline_mode) {
+		// The whole pool, lent one message at a time (on_admit).
+		j.tdm = true;
+		j.seg_base = 0;
+		j.granted = std::min<uint32_t>(p_.units, 0xffff);
+		j.stash.assign(j.granted, {});
+		j.have_units = true;
+		j.state = State::granted;
+		grant_children(j);
+		IBVC_INFO("switch", "{}: job {} shares the pool by time ({} Seg units)", p_.name, j.jid,
+			  j.granted);
+		return;
+	}
+	if (p_.policy == Policy::exclusive) {
+		for (const auto &kv : jobs_) {
+			if (kv.first != j.jid && kv.second.have_units) {
+				j.ctr.adm_refused++;
+				deny(j, "another job owns the pool (exclusive)");
+				return;
+			}
+		}
+	}
+	uint32_t want = j.seg_req;
+	if (p_.policy == Policy::spatial && p_.shares)
+		want = std::min(want, std::max(2u, p_.units / p_.shares));
+	if (!alloc_units(j, want)) {
+		j.ctr.adm_refused++;
 		deny(j, "no free Seg units");
 		return;
 	}
@@ -114,6 +149,7 @@ void Switch::grant_children(Job &j)
 		h.src_node = sw::kNodeSwitch;
 		h.jid = j.jid;
 		h.seg = uint16_t(std::min<uint32_t>(j.granted, 0xffff));
+		h.flags = j.tdm ? kCethAdmit : 0;
 		h.node_map = c.cover;
 		h.job_key = j.key;
 		send_to(j, c.ep, c.local, c.qpn, kCollConfigAck, h, nullptr, nullptr, 0);
@@ -172,6 +208,7 @@ void Switch::on_config(const In &p)
 		h.seg = j->state == State::granted ? uint16_t(std::min<uint32_t>(j->granted, 0xffff))
 						   : 0;
 		h.status = j->state == State::granted ? 0 : 4;
+		h.flags = j->tdm && j->state == State::granted ? kCethAdmit : 0;
 		h.node_map = c->cover;
 		h.job_key = j->key;
 		send_to(*j, c->ep, c->local, c->qpn, kCollConfigAck, h, nullptr, nullptr, 0);

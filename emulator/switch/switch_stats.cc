@@ -95,6 +95,11 @@ void SwitchCounters::add(const SwitchCounters &o)
 	drop_empty += o.drop_empty;
 	drop_short += o.drop_short;
 	drop_kind += o.drop_kind;
+	adm_grants += o.adm_grants;
+	adm_busy += o.adm_busy;
+	adm_scored += o.adm_scored;
+	adm_refused += o.adm_refused;
+	pool_us += o.pool_us;
 }
 
 SwitchCounters Switch::totals() const
@@ -124,6 +129,8 @@ uint32_t Switch::units_in_use() const
 	uint32_t n = 0;
 	for (uint8_t b : range_used_)
 		n += b;
+	if (hold_.on)
+		n += p_.units; // tdm: the whole pool, lent
 	return n;
 }
 
@@ -158,6 +165,11 @@ std::vector<NamedCounter> named_counters(const SwitchCounters &c)
 		{"drop_empty", c.drop_empty},
 		{"drop_short", c.drop_short},
 		{"drop_kind", c.drop_kind},
+		{"adm_grants", c.adm_grants},
+		{"adm_busy", c.adm_busy},
+		{"adm_scored", c.adm_scored},
+		{"adm_refused", c.adm_refused},
+		{"pool_us", c.pool_us},
 	};
 }
 
