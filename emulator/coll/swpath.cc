@@ -427,7 +427,9 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 			return;
 		}
 		job.sw_heard[plane] = 1;
-		if (p.h.status || p.h.seg < 2) {
+		// A switch sharing its pool by time serves one plane, no spine.
+		const bool tdm_unusable = (p.h.flags & kCethAdmit) && (s.planes != 1 || s.leaves != 1);
+		if (p.h.status || p.h.seg < 2 || tdm_unusable) {
 			IBVC_WARN("coll", "{}: job {}: the switch refused it{}", e_.params.name,
 				  job.cfg.jid,
 				  job.cfg.topology == Topology::autosel ? ", using the ring" : "");
@@ -439,7 +441,7 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 				job.sw_fail = CollStatus::denied;
 			}
 		} else {
-			job.sw_tdm = (p.h.flags & kCethAdmit) && s.planes == 1 && s.leaves == 1;
+			job.sw_tdm = p.h.flags & kCethAdmit;
 			job.sw_granted[plane] = p.h.seg;
 			if (std::count(job.sw_granted.begin(), job.sw_granted.end(), 0u) == 0)
 				sw_ready(job);

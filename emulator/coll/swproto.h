@@ -120,7 +120,7 @@ constexpr size_t kStatsKeyBytes = 24;
 constexpr size_t kStatsRecordBytes = kStatsKeyBytes + 8;
 // What an asker pads a STATS request to by default: every record of
 // today's switch fits, and the packet stays under a 1500-byte MTU.
-constexpr size_t kStatsRequestPad = 1024;
+constexpr size_t kStatsRequestPad = 1280;
 
 // Where block g of a job goes.
 inline uint32_t plane_of(uint64_t g, uint32_t planes)

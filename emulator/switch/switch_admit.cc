@@ -99,7 +99,7 @@ void Switch::try_grant(Job &j)
 {
 	if (j.state != State::collecting || j.covered != j.subtree)
 		return;
-	if (p_.policy == Policy::tdm && !j.has_parent && !j.inline_mode) {
+	if (p_.policy == Policy::tdm && !j.has_parent && !j.inline_mode && j.plane == 0) {
 		// The whole pool, lent one message at a time (on_admit).
 		j.tdm = true;
 		j.seg_base = 0;
@@ -110,6 +110,13 @@ void Switch::try_grant(Job &j)
 		grant_children(j);
 		IBVC_INFO("switch", "{}: job {} shares the pool by time ({} Seg units)", p_.name, j.jid,
 			  j.granted);
+		return;
+	}
+	if (p_.policy == Policy::tdm) {
+		// The pool is lent whole: no range can be set aside for a job
+		// that cannot ask per message.
+		j.ctr.adm_refused++;
+		deny(j, "tdm serves jobs with one switch and a configuration, not inline, under a spine or on several planes");
 		return;
 	}
 	if (p_.policy == Policy::exclusive) {
