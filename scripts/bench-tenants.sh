@@ -74,13 +74,14 @@ now_ms() { date +%s%3N; }
 
 # One job: node i in host i; its completion time in $tmp/jct.J.
 run_job() { # J TOPO
-	local j=$1 i ns pids=() t0 st=0
+	local j=$1 i ns pids=() t0 st=0 swarg=()
+	[ "$2" = ring ] || swarg=(-s "$FABRIC_SW_IP_0:4791")
 	t0=$(now_ms)
 	for ((i = 0; i < n; i++)); do
 		ns=FABRIC_NS_$i
 		ip netns exec "${!ns}" timeout 300 "$perf" -D crxe_eth0 \
 			--boot "unix:$tmp/boot.$j" --node "$i" --nodes "$n" -t "$2" \
-			-s "$FABRIC_SW_IP_0:4791" -b "${sizes[$j]}" -e "${sizes[$j]}" -n "$iters" -w 0 \
+			"${swarg[@]}" -b "${sizes[$j]}" -e "${sizes[$j]}" -n "$iters" -w 0 \
 			-c 1 -z 1 --gap-us "${gaps[$j]}" --ran-log "$tmp/ran.$j.%d" >"$tmp/out.$j.$i" 2>&1 &
 		pids+=($!)
 	done
