@@ -212,6 +212,7 @@ private:
 	double score(const Job &j, uint64_t now) const;
 	void hold_end(uint64_t now, const char *why);
 	void hold_expire(uint64_t now);
+	bool tdm_holds(Job &j);
 	Job::Decision *decision(Job &j, uint32_t mid);
 
 	SwitchParams p_;

@@ -171,15 +171,8 @@ void Switch::on_data(const In &p0)
 		}
 		return;
 	}
-	if (j.tdm) {
-		// Only the message holding the pool (or the job's earlier ones,
-		// for late members) uses it.
-		if (!hold_.on || hold_.jid != j.jid) {
-			j.ctr.drop_busy++;
-			return;
-		}
-		hold_.last = j.last_seen;
-	}
+	if (j.tdm && !tdm_holds(j))
+		return;
 	j.ctr.data++;
 	j.ctr.rx_packets++;
 	j.ctr.rx_bytes += p.paylen;

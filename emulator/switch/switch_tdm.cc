@@ -165,6 +165,18 @@ void Switch::hold_expire(uint64_t now)
 	}
 }
 
+// DATA of a tdm job: only the message holding the pool (or the job's
+// earlier ones, for late members) uses it.
+bool Switch::tdm_holds(Job &j)
+{
+	if (!hold_.on || hold_.jid != j.jid) {
+		j.ctr.drop_busy++;
+		return false;
+	}
+	hold_.last = j.last_seen;
+	return true;
+}
+
 // A member asks whether message mid may use the pool.  CETH seq: the job's
 // collective timeout in ms; rank_map: the message's bytes.
 void Switch::on_admit(const In &p)
