@@ -78,6 +78,7 @@ struct perf {
 	struct ibv_sge *src, *dst;
 	int armed;      /* the CQ is armed for an event */
 	unsigned flags; /* OR of wc_flags since last cleared */
+	FILE *ran_log;	/* --ran-log */
 };
 
 static double now_us(void)
@@ -174,6 +175,11 @@ static int run_ops(struct perf *p, const struct ibv_coll_send_wr *tmpl, int n, s
 			wrs[i].wr_id = (uint64_t)(posted + i);
 			wrs[i].next = i + 1 < batch ? &wrs[i + 1] : NULL;
 		}
+		if (batch > 0 && p->o.gap_us > 0) {
+			/* The compute between two collectives of a training loop. */
+			struct timespec ts = {p->o.gap_us / 1000000, (p->o.gap_us % 1000000) * 1000L};
+			nanosleep(&ts, NULL);
+		}
 		if (batch > 0 && (err = ibv_post_coll_send(p->qp, wrs, &bad))) {
 			fprintf(stderr, PROG ": node %d: post %s: %s (%s)\n", p->o.node,
 				ibv_coll_wr_opcode_str(tmpl->opcode), strerror(err), errname(err));
@@ -194,6 +200,8 @@ static int run_ops(struct perf *p, const struct ibv_coll_send_wr *tmpl, int n, s
 				return -1;
 			}
 			p->flags |= wc[i].wc_flags;
+			if (p->ran_log)
+				fprintf(p->ran_log, "%u %#x\n", wc[i].mid, wc[i].wc_flags);
 		}
 		done += got;
 	}
@@ -740,6 +748,19 @@ static int sweep(struct perf *p)
 	return failed || err || wrong || oob ? -1 : 0;
 }
 
+static int open_ran_log(struct perf *p)
+{
+	char path[4096];
+	if (!p->o.ran_log)
+		return 0;
+	snprintf(path, sizeof(path), p->o.ran_log, p->o.node);
+	if (!(p->ran_log = fopen(path, "w"))) {
+		fprintf(stderr, PROG ": --ran-log %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct perf p;
@@ -747,7 +768,11 @@ int main(int argc, char **argv)
 	int rc = parse_opts(argc, argv, &p.o);
 	if (rc >= 0)
 		return rc;
-	rc = open_device(&p) || join_job(&p) || alloc_buffers(&p) || sweep(&p) ? 1 : 0;
+	rc = open_device(&p) || join_job(&p) || open_ran_log(&p) || alloc_buffers(&p) || sweep(&p)
+		     ? 1
+		     : 0;
 	teardown(&p);
+	if (p.ran_log)
+		fclose(p.ran_log);
 	return rc;
 }

@@ -89,6 +89,10 @@ static void usage(FILE *f)
 		"      --gid-index N       the GID table entry that is this node's address (0)\n"
 		"      --window W          switch: data blocks a node keeps in flight (default: the grant)\n"
 		"      --e2e-ack           switch: slide windows on node 0's ACK, not on the result\n"
+		"      --gap-us US         a compute gap of US microseconds before each collective\n"
+		"                          (a training-like loop; use with -z 1)\n"
+		"      --ran-log FILE      write \"MID WC_FLAGS\" per completion to FILE (%%d: the\n"
+		"                          node's index), to see how each message ran\n"
 		"      --spin-us US        poll (yielding the processor between polls) this long\n"
 		"                          before sleeping on the channel (2000)\n"
 		"      --boot ADDR --node I --nodes N\n"
@@ -227,7 +231,7 @@ static int check_sizes(const struct perf_opts *o)
 int parse_opts(int argc, char **argv, struct perf_opts *o)
 {
 	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES, OPT_WINDOW, OPT_E2E, OPT_GID,
-	       OPT_PROGRESS, OPT_NO_PROGRESS, OPT_SPINE };
+	       OPT_PROGRESS, OPT_NO_PROGRESS, OPT_SPINE, OPT_GAP, OPT_RANLOG };
 	static const struct option lo[] = {
 		{"minbytes", 1, NULL, 'b'},	{"maxbytes", 1, NULL, 'e'},
 		{"stepbytes", 1, NULL, 'i'},	{"stepfactor", 1, NULL, 'f'},
@@ -243,6 +247,7 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		{"gid-index", 1, NULL, OPT_GID}, {"blocking", 1, NULL, 'z'},
 		{"progress", 0, NULL, OPT_PROGRESS}, {"no-progress", 0, NULL, OPT_NO_PROGRESS},
 		{"version", 0, NULL, 'V'},	{"spine", 1, NULL, OPT_SPINE},
+		{"gap-us", 1, NULL, OPT_GAP},	{"ran-log", 1, NULL, OPT_RANLOG},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
@@ -281,6 +286,8 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		case 'D': o->dev = optarg; break;
 		case 'z': bad = parse_int(optarg, 0, 1, &o->blocking); break;
 		case OPT_SPIN: bad = parse_int(optarg, 0, 1000000, &o->spin_us); break;
+		case OPT_GAP: bad = parse_int(optarg, 0, 10000000, &o->gap_us); break;
+		case OPT_RANLOG: o->ran_log = optarg; break;
 		case OPT_WINDOW: bad = parse_int(optarg, 1, 1 << 20, &o->window); break;
 		case OPT_E2E: o->e2e_ack = 1; break;
 		case OPT_GID: bad = parse_int(optarg, 0, 255, &o->gid_index); break;

@@ -52,6 +52,8 @@ struct perf_opts {
 	} spine;
 	int gid_index;	  /* --gid-index: this node's address in the GID table */
 	int progress;	  /* --progress: a line per size on stderr (node 0) */
+	int gap_us;	  /* --gap-us: a compute gap before each collective */
+	const char *ran_log; /* --ran-log: per completion "mid flags" (%d: node) */
 	char dev_buf[64]; /* -D with %d: the device of this node */
 };
 

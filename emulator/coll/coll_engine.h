@@ -164,6 +164,10 @@ private:
 	void sw_send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uint16_t to, bool ask);
 	void sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p);
 	void sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p);
+	void sw_admit_ask(CollJob &job, Message &m, uint64_t now);
+	void sw_on_admit(Qp &qp, CollJob &job, const CollPacket &p);
+	void sw_admit_timers(Qp &qp, CollJob &job, uint64_t now);
+	void sw_admit_done(const CollJob &job, const Message &m);
 	uint64_t rto_ns(const CollJob &job) const;
 	uint64_t coll_timeout_ns(const CollJob &job) const;
 	void rtt_sample(CollJob &job, uint64_t rtt);

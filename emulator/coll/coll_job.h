@@ -210,6 +210,9 @@ struct Message {
 	// Through the switch: blocks numbered across the job's messages.
 	bool sw = false;
 	bool waiting = false;	 // for the switch's grant
+	uint8_t admit = 0;	 // tdm: 1 asked the switch, 2 granted the pool
+	uint64_t admit_sent = 0;
+	uint16_t admit_why = 0;	 // tdm refused it: kRanBusy, kRanScored or kRanRefused
 	uint64_t gs0 = 0;	 // the job's number for block 0
 	uint32_t sw_base = 0;	 // oldest block without its result
 	uint32_t sw_next = 0;	 // next block to send
@@ -275,6 +278,8 @@ struct CollJob {
 	uint64_t sw_keep_ns = 0;
 	uint64_t sw_next_gs = 0; // the job's number for the next message's block 0
 	CollStatus sw_fail = CollStatus::success;
+	bool sw_tdm = false;	// the switch decides per message (--policy tdm)
+	uint8_t sw_why = 0;	// kRanRefused: the switch refused the job
 
 	// A packet of message mid belongs to one this node has not reached
 	// yet.  Members are at most one message apart and a MID follows the

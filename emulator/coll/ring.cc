@@ -169,6 +169,10 @@ void CollEngine::ring_start(Qp &qp, CollJob &job, uint64_t now)
 	m.ran = c.nodes() == 1 ? kRanLocal : kRanRing;
 	if (c.topology == Topology::autosel && c.nodes() > 1)
 		m.ran |= kRanFallback; // no switch, or it refused or did not answer
+	if (job.sw_phase == CollJob::SwPhase::fallback)
+		m.ran |= job.sw_why; // the switch refused the job
+	if (m.admit_why) // tdm: the switch refused this message
+		m.ran |= kRanFallback | m.admit_why;
 	if (c.nodes() == 1) {
 		// One node: the NIC reduces its ranks and writes the result back.
 		uint8_t *buf = scratch_.data();

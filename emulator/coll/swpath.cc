@@ -147,6 +147,10 @@ void CollEngine::sw_start(Qp &qp, CollJob &job, uint64_t now)
 	if (!job.sw_window)
 		return fail(qp, job, CollStatus::buffer_err, true,
 			    "the switch granted too few Seg units for a window");
+	if (job.sw_tdm && m.admit != 2) {
+		m.waiting = true; // for the switch's decision on this message
+		return sw_admit_ask(job, m, now);
+	}
 	m.ran = kRanSwitch | (job.cfg.sw.leaves > 1 ? kRanHierarchy : 0);
 	m.gs0 = job.sw_next_gs;
 	m.sw_base = m.sw_next = 0;
@@ -302,6 +306,8 @@ void CollEngine::sw_timers(Qp &qp, CollJob &job, uint64_t now)
 {
 	if (job.sw_phase == CollJob::SwPhase::configuring)
 		return sw_config_timers(qp, job, now);
+	if (job.active && job.active->waiting && job.active->admit == 1)
+		return sw_admit_timers(qp, job, now);
 	if (!job.active || job.active->waiting)
 		return;
 	Message &m = *job.active;
@@ -406,6 +412,13 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 	const uint64_t now = e_.now();
 	const SwitchConfig &s = job.cfg.sw;
 	if (p.kind == kCollConfigAck) {
+		if ((p.h.flags & kCethAdmit) && job.sw_phase != CollJob::SwPhase::configuring) {
+			// A decision names its message; MID 0 is a grant repeated
+			// (the answer to a keepalive), nothing new.
+			if (p.h.mid)
+				sw_on_admit(qp, job, p);
+			return;
+		}
 		if (job.sw_phase != CollJob::SwPhase::configuring) {
 			if (p.h.status == uint8_t(CollStatus::denied) && job.active && job.active->sw) {
 				// Inline: the switch could not take the job.
@@ -427,10 +440,13 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 			return;
 		}
 		job.sw_heard[plane] = 1;
-		if (p.h.status || p.h.seg < 2) {
+		// A switch sharing its pool by time serves one plane, no spine.
+		const bool tdm_unusable = (p.h.flags & kCethAdmit) && (s.planes != 1 || s.leaves != 1);
+		if (p.h.status || p.h.seg < 2 || tdm_unusable) {
 			IBVC_WARN("coll", "{}: job {}: the switch refused it{}", e_.params.name,
 				  job.cfg.jid,
 				  job.cfg.topology == Topology::autosel ? ", using the ring" : "");
+			job.sw_why = kRanRefused;
 			if (job.cfg.topology == Topology::autosel) {
 				job.sw_phase = CollJob::SwPhase::fallback;
 			} else {
@@ -438,9 +454,10 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 				job.sw_fail = CollStatus::denied;
 			}
 		} else {
+			job.sw_tdm = p.h.flags & kCethAdmit;
 			job.sw_granted[plane] = p.h.seg;
-			// CETH mid: the switch's idle timeout in ms (0: it does not say).
-			const uint64_t keep = uint64_t(p.h.mid) * util::kNsPerMs / 3;
+			// CETH seq: the switch's idle timeout in ms (0: it does not say).
+			const uint64_t keep = uint64_t(p.h.seq) * util::kNsPerMs / 3;
 			if (keep && (!job.sw_keep_ns || keep < job.sw_keep_ns))
 				job.sw_keep_ns = keep;
 			if (std::count(job.sw_granted.begin(), job.sw_granted.end(), 0u) == 0)
@@ -497,6 +514,8 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 	m.final_[sid] = 1;
 	m.finals++;
 	m.last_progress = now;
+	if (job.sw_tdm && m.finals == m.nblocks)
+		sw_admit_done(job, m);
 	if (s.e2e_ack && job.cfg.node == 0)
 		for (uint16_t n = 1; n < job.cfg.nodes(); n++)
 			sw_send_ack(job, m.mid, sid, n, false);
@@ -553,9 +572,85 @@ uint64_t SwitchPath::next_deadline(const CollJob &job) const
 {
 	const Message &m = *job.active;
 	uint64_t d = m.last_progress + u_.coll_timeout_ns(job);
+	if (m.waiting && m.admit == 1) // tdm: the switch's decision
+		return std::min(d, m.admit_sent + u_.rto_ns(job));
 	if (m.waiting)
 		return std::min(d, job.sw_cfg_sent + u_.sw_config_interval(job));
 	return std::min({d, m.o_pending.next(), m.f_pending.next()});
+}
+
+// Time division (ibv_coll_switchd(8) --policy tdm): before each message
+// the member asks the switch for the pool (CONFIG flagged ADMIT, with the
+// message's bytes and the job's timeout) and waits for the decision, which
+// the switch takes once per (JID, MID) and repeats to every member that
+// asks: all members run the message the same way.  Refused, it runs the
+// ring at once, flagged FALLBACK and why.
+void CollEngine::sw_admit_ask(CollJob &job, Message &m, uint64_t now)
+{
+	Ceth h;
+	h.src_node = job.cfg.node;
+	h.jid = job.cfg.jid;
+	h.mid = m.mid;
+	h.flags = kCethAdmit;
+	h.seq = uint32_t(std::min<uint64_t>(coll_timeout_ns(job) / util::kNsPerMs, UINT32_MAX));
+	h.rank_map = m.count * m.es;
+	h.node_map = 1ull << job.cfg.node;
+	h.job_key = job.cfg.key;
+	if (m.admit)
+		h.flags |= kCethRetrans;
+	send_ep(job, sw_leaf(job, 0), sw_leaf(job, 0).qpn, kCollConfig, h, nullptr, 0, {});
+	m.admit = 1;
+	m.admit_sent = now;
+	if (!m.last_progress)
+		m.last_progress = now;
+}
+
+void CollEngine::sw_on_admit(Qp &qp, CollJob &job, const CollPacket &p)
+{
+	const uint64_t now = e_.now();
+	if (!job.active || !job.active->sw || !job.active->waiting || job.active->admit != 1 ||
+	    p.h.mid != job.active->mid || !(sw_leaf(job, 0) == p.src)) {
+		ctr.stale_dropped++;
+		return;
+	}
+	Message &m = *job.active;
+	m.last_progress = now;
+	if (!p.h.status) {
+		m.admit = 2;
+		return sw_start(qp, job, now);
+	}
+	// Refused: execution control moves it to the ring (CollEngine::settle),
+	// which flags it FALLBACK, and why.
+	m.waiting = false;
+	m.sw = false;
+	m.admit_why = p.h.phase & (kRanBusy | kRanScored | kRanRefused);
+}
+
+void CollEngine::sw_admit_timers(Qp &qp, CollJob &job, uint64_t now)
+{
+	Message &m = *job.active;
+	if (now > m.last_progress && now - m.last_progress > coll_timeout_ns(job)) {
+		ctr.timeouts++;
+		return fail(qp, job, CollStatus::timeout, true,
+			    "no admission decision from the switch within the timeout");
+	}
+	if (now - m.admit_sent > rto_ns(job))
+		sw_admit_ask(job, m, now);
+}
+
+// Every result of the message is here: tell the switch (twice, against a
+// loss; the switch also frees the pool when the job falls silent).
+void CollEngine::sw_admit_done(const CollJob &job, const Message &m)
+{
+	Ceth h;
+	h.src_node = job.cfg.node;
+	h.jid = job.cfg.jid;
+	h.mid = m.mid;
+	h.flags = kCethAdmit;
+	h.node_map = 1ull << job.cfg.node;
+	h.job_key = job.cfg.key;
+	for (int i = 0; i < 2; i++)
+		send_ep(job, sw_leaf(job, 0), sw_leaf(job, 0).qpn, kCollRelease, h, nullptr, 0, {});
 }
 
 } // namespace ibv_coll::emu

@@ -10,7 +10,7 @@
 // leaf that has heard from every node of its subtree (and, with a parent,
 // been granted by it) answers every child with CONFIG_ACK: CETH seg = the
 // Seg units granted (0 and CETH status = DENIED: refused) and, in CETH
-// mid, the switch's idle timeout in ms: granted members CONFIG again every
+// seq, the switch's idle timeout in ms: granted members CONFIG again every
 // third of it, so a job silent between collectives is not forgotten (a
 // leaf passes such a keepalive on to its parent).  Inline mode
 // skips this: every DATA packet carries the task information after the
@@ -123,7 +123,7 @@ constexpr size_t kStatsKeyBytes = 24;
 constexpr size_t kStatsRecordBytes = kStatsKeyBytes + 8;
 // What an asker pads a STATS request to by default: every record of
 // today's switch fits, and the packet stays under a 1500-byte MTU.
-constexpr size_t kStatsRequestPad = 1024;
+constexpr size_t kStatsRequestPad = 1280;
 
 // Where block g of a job goes.
 inline uint32_t plane_of(uint64_t g, uint32_t planes)

@@ -112,6 +112,11 @@ enum CollRan : uint8_t {
 	kRanSwitch = 1 << 2,
 	kRanHierarchy = 1 << 3,
 	kRanFallback = 1 << 4,
+	// Why it fell back (with kRanFallback): the pool was busy, the score
+	// chose another job, or the switch refused the job.
+	kRanBusy = 1 << 5,
+	kRanScored = 1 << 6,
+	kRanRefused = 1 << 7,
 };
 enum class MsgState : uint8_t { unknown = 0, queued = 1, active = 2, done = 3, failed = 4 };
 

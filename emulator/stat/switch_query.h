@@ -2,6 +2,8 @@
 // the switch protocol (coll/swproto.h), for ibv_coll_stat(1).
 #pragma once
 
+#include "coll/swproto.h"
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -21,6 +23,6 @@ struct SwitchStats {
 // may take; fewer records a reply mean more requests).  0, or an errno
 // value with *err saying what failed.
 int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, std::string *err,
-		 size_t pad = 1024);
+		 size_t pad = sw::kStatsRequestPad);
 
 } // namespace ibv_coll::emu::stat

@@ -21,6 +21,15 @@
 
 namespace ibv_coll::emu {
 
+// How jobs share the pool (ibv_coll_switchd(8) --policy).
+enum class Policy : uint8_t {
+	spatial,   // each job its own range, at most units / shares
+	exclusive, // the first job holds the pool; the others are refused
+	tdm,	   // the whole pool to one message at a time, decided per message
+};
+const char *policy_name(Policy p);
+bool parse_policy(const char *s, Policy *p);
+
 struct SwitchParams {
 	std::string name = "switch";
 	uint16_t port = 4791;
@@ -28,6 +37,8 @@ struct SwitchParams {
 	uint32_t unit_bytes = 4096;   // bytes each
 	uint32_t max_job_units = 0;   // most units one job gets (0: no limit)
 	uint32_t job_idle_ms = 60000; // a job silent this long is forgotten
+	Policy policy = Policy::spatial;
+	uint32_t shares = 0;	      // spatial: the pool split in this many (0: as asked)
 	Impairment impair;
 	unsigned sockbuf = 8u << 20;
 	bool gso = true;
@@ -54,6 +65,10 @@ struct SwitchCounters {
 	// too: a repeat is answered, never taken in again).
 	uint64_t delivered = 0;
 	uint64_t drop_empty = 0, drop_short = 0, drop_kind = 0;
+	// Admission per message (tdm) and per job: grants, refusals by
+	// reason, and the time the job's messages held the pool.
+	uint64_t adm_grants = 0, adm_busy = 0, adm_scored = 0, adm_refused = 0;
+	uint64_t pool_us = 0;
 	void add(const SwitchCounters &o);
 };
 
@@ -113,6 +128,7 @@ private:
 		State state = State::collecting;
 		uint32_t seg_base = 0, granted = 0;
 		bool have_units = false;
+		bool tdm = false; // the whole pool, one message at a time
 		// Partials that came before their turn, by unit (granted entries;
 		// the vectors keep their capacity from block to block).
 		std::vector<std::vector<Stash>> stash;
@@ -120,6 +136,30 @@ private:
 		uint32_t released = 0; // children that said goodbye
 		std::vector<Child> retired; // the previous incarnation's children
 		SwitchCounters ctr;
+		// tdm: what the switch decided for each recent message (kept
+		// until every child heard it, and a while after), and what it
+		// observed of the job's messages (switch_admit.cc).
+		struct Decision {
+			uint32_t mid;
+			uint8_t why; // 0 granted, else a kRan* fallback reason
+			uint64_t heard; // children (by cover) that were answered
+			uint64_t done;	// children that finished it
+		};
+		std::vector<Decision> decided;
+		uint32_t last_mid = 0;
+		bool any_mid = false;
+		uint64_t last_start = 0;   // first request of the latest message
+		double period_ns = 0;	   // EWMA of the time between messages
+		double dur_ns = 0;	   // EWMA of the time a message held the pool
+		double bytes = 0;	   // EWMA of a message's bytes
+		uint32_t starved = 0;	   // refusals in a row
+		uint32_t hold_ms = 0;	   // the members' collective timeout
+	};
+	// The message holding the pool (tdm).
+	struct Holder {
+		bool on = false;
+		uint32_t jid = 0, mid = 0;
+		uint64_t since = 0, last = 0;
 	};
 	struct In {
 		uint8_t kind;
@@ -132,6 +172,7 @@ private:
 	};
 
 	void handle(const RxPacket &rx);
+	bool parse(const RxPacket &rx, In &p); // switch_codec.cc
 	Job *job_for(const In &p, const sw::Task *t, bool create);
 	bool init_job(Job &j, const In &p, const sw::Task &t);
 	void tell_superseded(Job &j, const In &p, const sw::Task *t);
@@ -164,6 +205,15 @@ private:
 	void seal(SegUnit &u); // the unit holds a result: its CRC for the packets carrying it
 	void send_config_up(Job &j);
 	void expire(uint64_t now);
+	// tdm admission (switch_admit.cc).
+	void on_admit(const In &p);
+	void on_admit_done(const In &p);
+	uint8_t decide(Job &j, uint64_t now);
+	double score(const Job &j, uint64_t now) const;
+	void hold_end(uint64_t now, const char *why);
+	void hold_expire(uint64_t now);
+	bool tdm_holds(Job &j);
+	Job::Decision *decision(Job &j, uint32_t mid);
 
 	SwitchParams p_;
 	std::unique_ptr<Transport> port_;
@@ -176,6 +226,7 @@ private:
 	SwitchCounters gone_; // counters of jobs forgotten
 	util::UniqueFd epfd_;
 	uint64_t last_expire_ = 0;
+	Holder hold_;
 };
 
 } // namespace ibv_coll::emu

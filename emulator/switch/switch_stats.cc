@@ -1,10 +1,13 @@
-// The switch's answer to STATS (coll/swproto.h): its counters, for
-// ibv_coll_stat(8), in a reply no longer than the request.
+// The switch's counters: their sum, their names, the text and JSON output
+// and the answer to STATS (coll/swproto.h) for ibv_coll_stat(8), in a
+// reply no longer than the request.
 #include "switch/switch.h"
 
 #include "util/log.h"
 #include "wire/icrc.h"
 #include "wire/roce.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -60,6 +63,184 @@ void Switch::on_stats(const In &p)
 	port_->tx_commit(roce_len + kIcrcBytes, p.src, p.dst);
 	IBVC_DEBUG("switch", "{}: stats to {}:{}, records {}..{} of {}", p_.name, p.src.ip.str(),
 		   p.src.port, first, first + n, recs.size());
+}
+
+void SwitchCounters::add(const SwitchCounters &o)
+{
+	rx_packets += o.rx_packets;
+	rx_bytes += o.rx_bytes;
+	tx_packets += o.tx_packets;
+	tx_bytes += o.tx_bytes;
+	data += o.data;
+	reductions += o.reductions;
+	results += o.results;
+	duplicates += o.duplicates;
+	retrans_answered += o.retrans_answered;
+	resent_up += o.resent_up;
+	configs += o.configs;
+	grants += o.grants;
+	denials += o.denials;
+	releases += o.releases;
+	drop_icrc += o.drop_icrc;
+	drop_malformed += o.drop_malformed;
+	drop_key += o.drop_key;
+	drop_job += o.drop_job;
+	drop_node += o.drop_node;
+	drop_block += o.drop_block;
+	drop_stale += o.drop_stale;
+	drop_busy += o.drop_busy;
+	drop_incarnation += o.drop_incarnation;
+	incarnations += o.incarnations;
+	delivered += o.delivered;
+	drop_empty += o.drop_empty;
+	drop_short += o.drop_short;
+	drop_kind += o.drop_kind;
+	adm_grants += o.adm_grants;
+	adm_busy += o.adm_busy;
+	adm_scored += o.adm_scored;
+	adm_refused += o.adm_refused;
+	pool_us += o.pool_us;
+}
+
+SwitchCounters Switch::totals() const
+{
+	SwitchCounters t = gone_;
+	for (const auto &kv : jobs_)
+		t.add(kv.second.ctr);
+	const PortCounters &pc = port_->counters();
+	t.rx_packets = pc.rx_packets;
+	t.rx_bytes = pc.rx_bytes;
+	t.tx_packets = pc.tx_packets;
+	t.tx_bytes = pc.tx_bytes;
+	return t;
+}
+
+bool Switch::job_counters(uint32_t jid, SwitchCounters *out) const
+{
+	auto it = jobs_.find(jid);
+	if (it == jobs_.end())
+		return false;
+	*out = it->second.ctr;
+	return true;
+}
+
+uint32_t Switch::units_in_use() const
+{
+	uint32_t n = 0;
+	for (uint8_t b : range_used_)
+		n += b;
+	if (hold_.on)
+		n += p_.units; // tdm: the whole pool, lent
+	return n;
+}
+
+std::vector<NamedCounter> named_counters(const SwitchCounters &c)
+{
+	return {
+		{"rx_packets", c.rx_packets},
+		{"rx_bytes", c.rx_bytes},
+		{"tx_packets", c.tx_packets},
+		{"tx_bytes", c.tx_bytes},
+		{"data", c.data},
+		{"reductions", c.reductions},
+		{"results", c.results},
+		{"duplicates", c.duplicates},
+		{"retrans_answered", c.retrans_answered},
+		{"resent_up", c.resent_up},
+		{"configs", c.configs},
+		{"grants", c.grants},
+		{"denials", c.denials},
+		{"releases", c.releases},
+		{"drop_icrc", c.drop_icrc},
+		{"drop_malformed", c.drop_malformed},
+		{"drop_key", c.drop_key},
+		{"drop_job", c.drop_job},
+		{"drop_node", c.drop_node},
+		{"drop_block", c.drop_block},
+		{"drop_stale", c.drop_stale},
+		{"drop_busy", c.drop_busy},
+		{"drop_incarnation", c.drop_incarnation},
+		{"incarnations", c.incarnations},
+		{"delivered", c.delivered},
+		{"drop_empty", c.drop_empty},
+		{"drop_short", c.drop_short},
+		{"drop_kind", c.drop_kind},
+		{"adm_grants", c.adm_grants},
+		{"adm_busy", c.adm_busy},
+		{"adm_scored", c.adm_scored},
+		{"adm_refused", c.adm_refused},
+		{"pool_us", c.pool_us},
+	};
+}
+
+std::vector<NamedCounter> Switch::stat_records() const
+{
+	std::vector<NamedCounter> v = named_counters(totals());
+	v.emplace_back("units", p_.units);
+	v.emplace_back("units_in_use", units_in_use());
+	v.emplace_back("jobs", jobs_.size());
+	return v;
+}
+
+namespace {
+
+void print_ctr(FILE *f, const SwitchCounters &c)
+{
+	bool first = true;
+	for (const auto &kv : named_counters(c)) {
+		fprintf(f, "%s%s %llu", first ? "" : ", ", kv.first,
+			static_cast<unsigned long long>(kv.second));
+		first = false;
+	}
+}
+
+nlohmann::ordered_json json_ctr(const SwitchCounters &c)
+{
+	nlohmann::ordered_json o = nlohmann::ordered_json::object();
+	for (const auto &kv : named_counters(c))
+		o[kv.first] = kv.second;
+	return o;
+}
+
+} // namespace
+
+void Switch::print_stats(FILE *f, bool json) const
+{
+	SwitchCounters t = totals();
+	if (json) {
+		// Through a JSON library: a name may hold quotes, backslashes or
+		// bytes that are not UTF-8 (replaced, not rejected).
+		nlohmann::ordered_json o;
+		o["switch"] = p_.name;
+		o["port"] = port_->port();
+		o["units"] = p_.units;
+		o["units_in_use"] = units_in_use();
+		o["total"] = json_ctr(t);
+		o["jobs"] = nlohmann::ordered_json::array();
+		for (const auto &kv : jobs_) {
+			nlohmann::ordered_json j;
+			j["jid"] = kv.first;
+			j["units"] = kv.second.granted;
+			j["children"] = kv.second.children.size();
+			j.update(json_ctr(kv.second.ctr));
+			o["jobs"].push_back(std::move(j));
+		}
+		fprintf(f, "%s\n",
+			o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+	} else {
+		fprintf(f, "%s: port %u, Seg units %u, in use %u\n", p_.name.c_str(), port_->port(),
+			p_.units, units_in_use());
+		fprintf(f, "  total: ");
+		print_ctr(f, t);
+		fprintf(f, "\n");
+		for (const auto &kv : jobs_) {
+			fprintf(f, "  job %u (%u units, %zu children): ", kv.first, kv.second.granted,
+				kv.second.children.size());
+			print_ctr(f, kv.second.ctr);
+			fprintf(f, "\n");
+		}
+	}
+	fflush(f);
 }
 
 } // namespace ibv_coll::emu

@@ -48,6 +48,9 @@ void usage(FILE *f, const char *argv0)
 		"  -u, --units N          Seg units in the pool (default 4096)\n"
 		"  -b, --unit-bytes N     bytes per Seg unit, the largest block (default 4096)\n"
 		"  -m, --max-job-units N  most units one job is granted (default: no limit)\n"
+		"  -O, --policy P         how jobs share the pool: spatial, exclusive or tdm\n"
+		"                         (default: spatial)\n"
+		"  -S, --shares N         spatial: the pool split in N equal shares (default 0: as asked)\n"
 		"  -I, --idle-ms MS       forget a job silent this long (default 60000)\n"
 		"  -i, --stats SEC        print the counters every SEC seconds (default: at exit "
 		"and on SIGUSR1)\n"
@@ -112,11 +115,12 @@ int main(int argc, char **argv)
 		{"port-file", 1, nullptr, 'P'},	 {"name", 1, nullptr, 'n'},
 		{"fail-after", 1, nullptr, 'X'}, {"poll-us", 1, nullptr, 'W'},
 		{"verbs", 1, nullptr, 'V'},	 {"gid-index", 1, nullptr, 'g'},
+		{"policy", 1, nullptr, 'O'},	 {"shares", 1, nullptr, 'S'},
 		{"help", 0, nullptr, 'h'},	 {"version", 0, nullptr, OPT_VERSION},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:W:V:g:h", opts, nullptr)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:W:V:g:O:S:h", opts, nullptr)) != -1) {
 		bool ok = true;
 		switch (c) {
 		case 'p':
@@ -131,6 +135,12 @@ int main(int argc, char **argv)
 			break;
 		case 'm':
 			ok = parse_u32(optarg, &p.max_job_units);
+			break;
+		case 'O':
+			ok = emu::parse_policy(optarg, &p.policy);
+			break;
+		case 'S':
+			ok = parse_u32(optarg, &p.shares) && p.shares <= 4096;
 			break;
 		case 'I':
 			ok = parse_u32(optarg, &p.job_idle_ms) && p.job_idle_ms > 0;

@@ -63,6 +63,7 @@ enum CethFlags : uint8_t {
 	kCethInPlace = 1 << 2,
 	kCethPending = 1 << 3,	// CONFIG_ACK: heard, still waiting for the rest of the subtree
 	kCethSuperseded = 1 << 4, // ABORT: the job was given again; the receiver's incarnation is over
+	kCethAdmit = 1 << 5,	// CONFIG/CONFIG_ACK/RELEASE: one message's admission (tdm)
 };
 
 struct Ceth {

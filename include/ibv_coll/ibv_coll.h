@@ -160,7 +160,11 @@ enum ibv_coll_wc_flags {
 	IBV_COLL_WC_RING = 1 << 9,	/* NIC ring between the member NICs */
 	IBV_COLL_WC_SWITCH = 1 << 10,	/* aggregated in a switch */
 	IBV_COLL_WC_HIERARCHY = 1 << 11, /* leaf switches under a spine */
-	IBV_COLL_WC_FALLBACK = 1 << 12	/* the switch could not serve: ran the ring */
+	IBV_COLL_WC_FALLBACK = 1 << 12,	/* the switch could not serve: ran the ring */
+	/* Why (with IBV_COLL_WC_FALLBACK; none set: no switch answered). */
+	IBV_COLL_WC_FALLBACK_BUSY = 1 << 13,	/* another job's message held the pool */
+	IBV_COLL_WC_FALLBACK_SCORED = 1 << 14,	/* another job's message scored higher */
+	IBV_COLL_WC_FALLBACK_REFUSED = 1 << 15	/* the switch refused the job */
 };
 
 /* Collective outcome, beside the libibverbs status it maps to. */

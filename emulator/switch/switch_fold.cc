@@ -1,0 +1,291 @@
+// The switch's data path: partials in, folded in child order, results out
+// to the children (or the partial up to the parent), repeats answered from
+// the shadow copy.
+#include "switch/switch.h"
+#include "switch/switch_impl.h"
+
+#include "util/clock.h"
+#include "wire/roce.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ibv_coll::emu {
+
+using namespace wire;
+using namespace swimpl;
+
+// Fold a child's partial into the unit, in child order: it goes in now
+// if its lowest node is the lowest still pending, else it waits.
+void Switch::fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, uint32_t len)
+{
+	SegUnit &u = pool_.unit(j.seg_base + unit);
+	std::vector<Stash> &v = j.stash[unit];
+	if (lowest(cover) != lowest(u.node_pending)) {
+		std::vector<uint8_t> buf;
+		if (!spare_.empty()) {
+			buf.swap(spare_.back());
+			spare_.pop_back();
+		}
+		buf.assign(data, data + len);
+		v.push_back(Stash{cover, std::move(buf)});
+		return;
+	}
+	pool_.contribute_nodes(j.seg_base + unit, cover, data, len);
+	if (len)
+		j.ctr.reductions++;
+	while (!v.empty() && u.node_pending) {
+		auto s = std::find_if(v.begin(), v.end(), [&](const Stash &x) {
+			return lowest(x.cover) == lowest(u.node_pending);
+		});
+		if (s == v.end())
+			break;
+		pool_.contribute_nodes(j.seg_base + unit, s->cover, s->data.data(),
+				       uint32_t(s->data.size()));
+		if (!s->data.empty())
+			j.ctr.reductions++;
+		spare_.push_back(std::move(s->data));
+		v.erase(s);
+	}
+	if (!u.node_pending)
+		complete_unit(j, unit);
+}
+
+void Switch::unstash(Job &j, uint32_t unit)
+{
+	for (Stash &s : j.stash[unit])
+		spare_.push_back(std::move(s.data));
+	j.stash[unit].clear();
+}
+
+void Switch::complete_unit(Job &j, uint32_t unit)
+{
+	SegUnit &u = pool_.unit(j.seg_base + unit);
+	if (!u.filled) {
+		// Nothing but tokens (a barrier, or data of length 0).
+		u.filled = true;
+	}
+	seal(u);
+	if (j.has_parent) {
+		u.kind = kUnitUp;
+		send_up(j, unit);
+		return;
+	}
+	u.kind = kUnitDone;
+	j.ctr.results++;
+	for (const Child &c : j.children)
+		send_result(j, unit, c);
+}
+
+static Ceth unit_header(const SegUnit &u, uint32_t jid, uint64_t key, uint32_t unit)
+{
+	Ceth h;
+	h.coll = u.hop;
+	h.op = uint8_t(u.op);
+	h.dtype = uint8_t(u.dtype);
+	h.src_node = sw::kNodeSwitch;
+	h.jid = jid;
+	h.mid = u.mid;
+	h.sid = u.sid;
+	h.seq = u.seq;
+	h.seg = uint16_t(unit);
+	h.job_key = key;
+	h.phase = uint8_t(u.src_node);
+	return h;
+}
+
+void Switch::send_up(Job &j, uint32_t unit)
+{
+	SegUnit &u = pool_.unit(j.seg_base + unit);
+	Ceth h = unit_header(u, j.jid, j.key, unit);
+	h.node_map = j.subtree;
+	h.rank_map = 0;
+	if (j.inline_mode) {
+		sw::Task t;
+		t.node = sw::kNodeSwitch;
+		t.nodes = j.nodes;
+		t.members = j.members;
+		t.subtree = j.members;
+		t.seg_req = j.granted;
+		t.plane = j.plane;
+		uint8_t tb[sw::kTaskBytes];
+		t.store(tb);
+		h.flags |= kCethInline;
+		send_to(j, j.parent, j.parent_local, 0, kCollData, h, tb, u.data, u.len, &u.crc);
+	} else {
+		send_to(j, j.parent, j.parent_local, 0, kCollData, h, nullptr, u.data, u.len, &u.crc);
+	}
+	u.lent = port_->tx_lend_mark();
+}
+
+// The result to one child: the data if it needs it, else a token.
+void Switch::send_result(Job &j, uint32_t unit, const Child &c)
+{
+	SegUnit &u = pool_.unit(j.seg_base + unit);
+	Ceth h = unit_header(u, j.jid, j.key, unit);
+	h.node_map = j.members;
+	bool data = u.src_node == 0 || (c.cover >> (u.src_node - 1) & 1);
+	send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, u.data, data ? u.len : 0, &u.crc);
+	u.lent = port_->tx_lend_mark();
+}
+
+void Switch::on_data(const In &p0)
+{
+	In p = p0;
+	sw::Task t;
+	bool inl = p.h.flags & kCethInline;
+	if (inl) {
+		if (p.paylen < sw::kTaskBytes) {
+			gone_.drop_malformed++;
+			return;
+		}
+		t = sw::Task::load(p.payload);
+		p.payload += sw::kTaskBytes;
+		p.paylen -= uint32_t(sw::kTaskBytes);
+	}
+	Job *jp = job_for(p, inl ? &t : nullptr, inl);
+	if (!jp)
+		return;
+	Job &j = *jp;
+	j.last_seen = util::now_ns();
+	if (inl) {
+		if (add_child(j, p, t))
+			return;
+		try_grant(j);
+	}
+	Child *c = child_of(j, p.src);
+	if (!c || c->cover != p.h.node_map) {
+		j.ctr.drop_node++;
+		return;
+	}
+	if (j.state != State::granted) {
+		j.ctr.drop_busy++;
+		if (j.state == State::denied) {
+			Ceth h;
+			h.src_node = sw::kNodeSwitch;
+			h.jid = j.jid;
+			h.status = 4; // CollStatus::denied
+			h.node_map = c->cover;
+			h.job_key = j.key;
+			send_to(j, c->ep, c->local, c->qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+		}
+		return;
+	}
+	if (j.tdm && !tdm_holds(j))
+		return;
+	j.ctr.data++;
+	j.ctr.rx_packets++;
+	j.ctr.rx_bytes += p.paylen;
+	const size_t es = dtype_size(Dtype(p.h.dtype));
+	// phase o + 1 names node o (the one that needs the result's data): a
+	// node of the job, before send_result shifts by it (found by
+	// fuzz_switch_rx: phase 116).
+	if (p.h.seg >= j.granted || p.h.phase > j.nodes || p.paylen > pool_.unit_bytes() || !es ||
+	    p.paylen % es ||
+	    p.h.op > uint8_t(RedOp::bxor) || !reduce_fn(RedOp(p.h.op), Dtype(p.h.dtype))) {
+		j.ctr.drop_block++;
+		return;
+	}
+	const uint32_t unit = p.h.seg;
+	SegUnit &u = pool_.unit(j.seg_base + unit);
+	if (u.busy && u.seq == p.h.seq) {
+		if (u.mid != p.h.mid || u.sid != p.h.sid) {
+			j.ctr.drop_block++; // one block number, two blocks: not a member's
+			return;
+		}
+		if ((u.node_pending & p.h.node_map) == p.h.node_map) {
+			// Its first copy is still to come for this block.
+			bool stashed = false;
+			for (const Stash &s : j.stash[unit])
+				stashed |= s.cover == p.h.node_map;
+			if (!stashed) {
+				if (p.paylen && p.paylen != u.len && u.len) {
+					j.ctr.drop_block++;
+					return;
+				}
+				if (p.paylen && !u.len)
+					u.len = p.paylen;
+				j.ctr.delivered++;
+				fold(j, unit, p.h.node_map, p.payload, p.paylen);
+				return;
+			}
+		}
+		// A repeat: never reduced again.  Answer it from what we have.
+		j.ctr.duplicates++;
+		if (u.kind == kUnitDone) {
+			j.ctr.retrans_answered++;
+			send_result(j, unit, *c);
+		} else if (u.kind == kUnitUp) {
+			j.ctr.resent_up++;
+			send_up(j, unit); // the parent may have lost ours
+		}
+		return;
+	}
+	if (u.busy && !seq_after(p.h.seq, u.seq)) {
+		j.ctr.drop_stale++; // an older block: every node has its result
+		return;
+	}
+	if (u.busy && u.kind != kUnitDone) {
+		// A newer block while this one is unfinished: not possible for
+		// members keeping the window.
+		j.ctr.drop_busy++;
+		return;
+	}
+	port_->tx_reclaim(u.lent); // packets may still be sent from its last result
+	pool_.release(j.seg_base + unit);
+	unstash(j, unit);
+	pool_.acquire(j.seg_base + unit, j.jid, p.h.mid, p.h.sid, RedOp(p.h.op), Dtype(p.h.dtype),
+		      0, j.subtree, 0);
+	u.seq = p.h.seq;
+	u.kind = kUnitCollecting;
+	u.hop = p.h.coll;
+	u.src_node = p.h.phase;
+	u.len = p.paylen;
+	j.ctr.delivered++;
+	fold(j, unit, p.h.node_map, p.payload, p.paylen);
+}
+
+// A result from our parent: keep it and send it down.
+void Switch::on_result(const In &p)
+{
+	Job *jp = job_for(p, nullptr, false);
+	if (!jp)
+		return;
+	Job &j = *jp;
+	if (!j.has_parent || !(p.src == j.parent) || p.h.seg >= j.granted) {
+		j.ctr.drop_node++;
+		return;
+	}
+	j.last_seen = util::now_ns();
+	SegUnit &u = pool_.unit(j.seg_base + p.h.seg);
+	if (!u.busy || u.seq != p.h.seq || u.mid != p.h.mid || u.sid != p.h.sid) {
+		j.ctr.drop_stale++;
+		return;
+	}
+	if (u.kind == kUnitDone) {
+		j.ctr.duplicates++;
+		return;
+	}
+	if (u.kind != kUnitUp || p.paylen > pool_.unit_bytes()) {
+		j.ctr.drop_block++;
+		return;
+	}
+	j.ctr.rx_packets++;
+	j.ctr.rx_bytes += p.paylen;
+	j.ctr.delivered++;
+	port_->tx_reclaim(u.lent); // our partial may still be on its way up from it
+	if (p.paylen)
+		memcpy(u.data, p.payload, p.paylen);
+	const uint32_t len = std::max(u.len, p.paylen);
+	u.kind = kUnitDone;
+	if (len == p.paylen)
+		u.crc = p.tail_crc;
+	u.len = len;
+	if (len != p.paylen)
+		seal(u);
+	j.ctr.results++;
+	for (const Child &c : j.children)
+		send_result(j, p.h.seg, c);
+}
+
+} // namespace ibv_coll::emu
