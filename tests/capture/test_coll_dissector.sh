@@ -127,8 +127,8 @@ for p in pkts:
     check(num(p["key"]) == KEY, "job key", p)
     # The job was given to each QP once: its first incarnation.
     check(num(p["inc"]) == 1, "incarnation 1", p)
-    if kind not in (0xe0, 0xe1):
-        check(num(p["seq"]) == 0, "seq 0 outside DATA/RESULT", p)
+    if kind not in (0xe0, 0xe1, 0xe5):
+        check(num(p["seq"]) == 0, "seq 0 outside DATA/RESULT and grants", p)
     check(num(p["status"]) == 0, "status", p)
     src = num(p["src"])
     from_switch = int(p["sport"]) == swport
@@ -175,9 +175,13 @@ for p in pkts:
         check(from_switch and num(p["len"]) == 0, "CONFIG_ACK from the switch, no payload", p)
         check(num(p["node_map"]) == 1 << node_at.get(int(p["dport"]), 99), "CONFIG_ACK node_map", p)
         if num(p["flags"]) == 0x08:
-            check(num(p["seg"]) == 0, "a PENDING CONFIG_ACK grants nothing yet", p)
+            check(num(p["seg"]) == 0 and num(p["seq"]) == 0,
+                  "a PENDING CONFIG_ACK grants nothing yet", p)
         else:
             check(num(p["flags"]) == 0 and num(p["seg"]) == 256, "grant of the 256 units asked", p)
+            # The switch's idle timeout (its default, 60 s): members keep
+            # the job alive at a third of it.
+            check(num(p["seq"]) == 60000, "a grant states the switch's idle timeout", p)
             grants = kinds.setdefault("grants", 0)
             kinds["grants"] = grants + 1
     elif kind == 0xe6:  # RELEASE: node -> switch at the end
