@@ -1,8 +1,6 @@
 // Status and opcode strings, and the configuration printout.
 #include "core.h"
 
-#include "nic/emu_config.h"
-
 #include <ibv_coll/version.h>
 
 #include <unistd.h>
@@ -137,7 +135,8 @@ std::vector<std::string> unknown_config_vars()
 	add(core_config_vars());
 	for (const Provider *p : providers())
 		add(p->config_vars());
-	add(emu::emu_config_vars());
+	for (const util::ConfigTable &t : util::config_tables())
+		add(t.vars);
 	std::vector<std::string> out;
 	static const char prefix[] = "IBV_COLL_", test[] = "IBV_COLL_TEST_";
 	for (char **e = environ; e && *e; e++) {
@@ -177,7 +176,10 @@ IBV_COLL_EXPORT int ibv_coll_print_config(FILE *stream)
 		util::print_config_table(stream, {"core", core::core_config_vars()});
 		for (const core::Provider *p : core::providers())
 			util::print_config_table(stream, {p->name, p->config_vars()});
-		util::print_config_table(stream, {"emu (device model)", emu::emu_config_vars()});
+		// The device model's tables, and any other component's that
+		// registered itself.
+		for (const util::ConfigTable &t : util::config_tables())
+			util::print_config_table(stream, t);
 		auto unknown = core::unknown_config_vars();
 		if (!unknown.empty()) {
 			fprintf(stream, "# unknown: set, but not read by this library (misspelt?)\n");

@@ -84,6 +84,8 @@ const ConfigVar kVars[kCount] = {
 	 ConfigKind::uint, 1, 3600000},
 };
 
+const util::ConfigRegistrar kRegistrar({"emu (device model)", kVars}, 100);
+
 } // namespace
 
 std::span<const ConfigVar> emu_config_vars()
