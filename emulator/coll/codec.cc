@@ -4,10 +4,10 @@
 // bad lengths) stop here, counted, and are never reduced.
 #include "coll/coll_engine.h"
 
-#include "coll/swproto.h"
 #include "nic/engine.h"
 #include "util/log.h"
 #include "wire/roce.h"
+#include "wire/swproto.h"
 
 #include <cstring>
 

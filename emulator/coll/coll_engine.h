@@ -8,7 +8,7 @@
 #pragma once
 
 #include "coll/coll_job.h"
-#include "coll/seg_pool.h"
+#include "seg/seg_pool.h"
 #include "wire/ceth.h"
 
 #include <cstdint>

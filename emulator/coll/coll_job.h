@@ -2,10 +2,10 @@
 // of the message (collective WR) it is running.
 #pragma once
 
-#include "coll/seqnum.h"
-#include "nic/udp_port.h"
+#include "net/transport.h"
 #include "nic/wqe.h"
 #include "reduce/reduce.h"
+#include "wire/seqnum.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -3,8 +3,9 @@
 
 #include "util/log.h"
 
-
 #include <cerrno>
+#include <iterator>
+#include <vector>
 
 namespace ibv_coll::emu {
 namespace {
@@ -18,15 +19,12 @@ enum {
 	kRcWindow,
 	kAckReq,
 	kRcTimeout,
-	kSockbuf,
 	kReadBurst,
-	kImpair,
 	kIsa,
 	kSegUnits,
 	kCollWindow,
 	kCollRto,
 	kCollTimeout,
-	kGso,
 	kSwConfig,
 	kCount
 };
@@ -48,15 +46,8 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_EMU_RC_TIMEOUT", "14",
 	 "local ACK timeout exponent (4.096 us * 2^n) used when a QP sets timeout 0",
 	 ConfigKind::uint, 1, 31},
-	{"IBV_COLL_EMU_SOCKBUF", "4194304", "UDP socket send and receive buffer bytes",
-	 ConfigKind::uint, 65536, 1u << 30},
 	{"IBV_COLL_EMU_READ_BURST", "64",
 	 "RDMA READ response packets a QP sends per engine pass", ConfigKind::uint, 1, 1u << 20},
-	{"IBV_COLL_EMU_IMPAIR", "",
-	 "test only: impair transmitted packets: drop=P,dup=P,reorder=P (probabilities), "
-	 "delay=T,jitter=T (one-way, e.g. 5ms, 200us), ce=P (fraction sent CE-marked), seed=N; "
-	 "e.g. drop=0.01,delay=2ms,ce=0.05,seed=7",
-	 ConfigKind::string},
 	{"IBV_COLL_EMU_ISA", "auto",
 	 "vector instructions for the reduce kernels: auto, scalar, avx2 or avx512 (read once per "
 	 "process; one the CPU lacks falls back to the best it has)",
@@ -73,10 +64,6 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_EMU_COLL_TIMEOUT_MS", "10000",
 	 "a collective that makes no progress this long fails with a timeout (jobs may set their own)",
 	 ConfigKind::uint, 1, 3600000},
-	{"IBV_COLL_EMU_GSO", "1",
-	 "send runs of packets to one peer with UDP segmentation offload and receive with UDP GRO "
-	 "(0: one datagram per system call)",
-	 ConfigKind::uint, 0, 1},
 	{"IBV_COLL_EMU_SW_CONFIG_MS", "1000",
 	 "how long a job waits for its switches to answer its configuration before topology AUTO "
 	 "falls back to the ring (SWITCH and HIERARCHY fail with a timeout); once they answer, "
@@ -90,7 +77,13 @@ const util::ConfigRegistrar kRegistrar({"emu (device model)", kVars}, 100);
 
 std::span<const ConfigVar> emu_config_vars()
 {
-	return kVars;
+	static const std::vector<ConfigVar> all = [] {
+		std::vector<ConfigVar> v(std::begin(kVars), std::end(kVars));
+		for (const ConfigVar &x : net_config_vars())
+			v.push_back(x);
+		return v;
+	}();
+	return all;
 }
 
 int load_emu_config(EmuConfig *out)
@@ -113,9 +106,6 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kVars[kRcTimeout], &v)))
 		return err;
 	c.rc_timeout = uint8_t(v);
-	if ((err = util::config_uint(kVars[kSockbuf], &v)))
-		return err;
-	c.sockbuf = uint32_t(v);
 	if ((err = util::config_uint(kVars[kReadBurst], &v)))
 		return err;
 	c.read_burst = uint32_t(v);
@@ -131,22 +121,15 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kVars[kCollTimeout], &v)))
 		return err;
 	c.coll_timeout_ms = uint32_t(v);
-	if ((err = util::config_uint(kVars[kGso], &v)))
-		return err;
-	c.gso = v != 0;
 	if ((err = util::config_uint(kVars[kSwConfig], &v)))
 		return err;
 	c.sw_config_ms = uint32_t(v);
-	std::string imp = util::config_text(kVars[kImpair]), why;
-	if (Impairment::parse(imp, &c.impair, &why)) {
-		IBVC_ERR("config",
-			 "IBV_COLL_EMU_IMPAIR={}: {}; expected a comma-separated list of "
-			 "drop=P,dup=P,reorder=P,ce=P,delay=T,jitter=T,seed=N",
-			 imp, why);
-		return EINVAL;
-	}
-	if (c.impair.active())
-		IBVC_WARN("emu", "transmit impairment on: {}", c.impair.str());
+	NetConfig net;
+	if ((err = load_net_config(&net)))
+		return err;
+	c.sockbuf = net.sockbuf;
+	c.gso = net.gso;
+	c.impair = net.impair;
 	*out = c;
 	return 0;
 }

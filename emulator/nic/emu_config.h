@@ -1,7 +1,7 @@
 // The device model's configuration table (IBV_COLL_EMU_*).
 #pragma once
 
-#include "nic/udp_port.h"
+#include "net/net_config.h"
 #include "util/config.h"
 
 #include <cstdint>
@@ -26,6 +26,7 @@ struct EmuConfig {
 	Impairment impair;
 };
 
+// Every IBV_COLL_EMU_* variable: this table's and the transports'.
 std::span<const util::ConfigVar> emu_config_vars();
 // Read the IBV_COLL_EMU_* variables; EINVAL (logged) on a bad value.
 int load_emu_config(EmuConfig *out);

@@ -8,10 +8,9 @@
 #pragma once
 
 #include "coll/coll_engine.h"
+#include "net/transport.h"
 #include "nic/emu_config.h"
 #include "nic/queue.h"
-#include "nic/transport.h"
-#include "nic/udp_port.h"
 #include "nic/wqe.h"
 
 #include <atomic>

@@ -1,5 +1,5 @@
 // Asks an aggregation switch for its counters with the STATS packet of
-// the switch protocol (coll/swproto.h), for ibv_coll_stat(1).
+// the switch protocol (wire/swproto.h), for ibv_coll_stat(1).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // ibv_coll_switchd: the emulated in-network aggregation switch as a
 // program.  See ibv_coll_switchd(8).
-#include "nic/emu_config.h"
+#include "net/net_config.h"
 #include "switch/switch.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -181,10 +181,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	p.port = uint16_t(port);
-	// The device model's variables apply here too: impairment (tests),
+	// The transports' variables apply here too: impairment (tests),
 	// socket buffers, segmentation offload.
-	emu::EmuConfig cfg;
-	if (int err = emu::load_emu_config(&cfg)) {
+	emu::NetConfig cfg;
+	if (int err = emu::load_net_config(&cfg)) {
 		fprintf(stderr, "%s: bad IBV_COLL_EMU_* setting: %s\n", argv[0], strerror(err));
 		return 2;
 	}

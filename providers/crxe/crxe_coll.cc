@@ -3,8 +3,8 @@
 // written as collective WQEs.
 #include "crxe.h"
 
-#include "coll/seqnum.h"
-#include "coll/swproto.h"
+#include "wire/seqnum.h"
+#include "wire/swproto.h"
 
 #include "util/log.h"
 

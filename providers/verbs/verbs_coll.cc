@@ -12,10 +12,10 @@
 #include "crxe.h"
 #include "nic/emu_config.h"
 #include "util/log.h"
-#include "coll/swproto.h"
 #include "verbs/ud_transport.h"
 #include "wire/ceth.h"
 #include "wire/roce.h"
+#include "wire/swproto.h"
 
 #include <algorithm>
 #include <cstring>
