@@ -105,22 +105,7 @@ IBV_COLL_EXPORT const char *ibv_coll_wc_opcode_str(enum ibv_coll_wc_opcode opcod
 	return "unknown";
 }
 
-namespace ibv_coll::crxe {
-std::span<const util::ConfigVar> config_vars();
-}
-
 namespace ibv_coll::core {
-namespace {
-const util::ConfigVar kCoreVars[] = {
-	{"IBV_COLL_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off"},
-	{"IBV_COLL_LOG_FILE", "", "write the log to this file instead of standard error"},
-};
-} // namespace
-
-std::span<const util::ConfigVar> core_config_vars()
-{
-	return kCoreVars;
-}
 
 // A misspelt variable (IBV_COLL_EMU_POLLUS) is otherwise ignored without a
 // word, as UCX would not let it be.  IBV_COLL_TEST_* belong to the test
@@ -132,9 +117,6 @@ std::vector<std::string> unknown_config_vars()
 		for (const util::ConfigVar &v : vars)
 			known.push_back(&v);
 	};
-	add(core_config_vars());
-	for (const Provider *p : providers())
-		add(p->config_vars());
 	for (const util::ConfigTable &t : util::config_tables())
 		add(t.vars);
 	std::vector<std::string> out;
@@ -173,11 +155,8 @@ IBV_COLL_EXPORT int ibv_coll_print_config(FILE *stream)
 	return core::guard_int("ibv_coll_print_config", [&] {
 		if (!stream)
 			return EINVAL;
-		util::print_config_table(stream, {"core", core::core_config_vars()});
-		for (const core::Provider *p : core::providers())
-			util::print_config_table(stream, {p->name, p->config_vars()});
-		// The device model's tables, and any other component's that
-		// registered itself.
+		// Every component's table registered itself (the logger's, each
+		// provider's, the device model's), in their ranks' order.
 		for (const util::ConfigTable &t : util::config_tables())
 			util::print_config_table(stream, t);
 		auto unknown = core::unknown_config_vars();

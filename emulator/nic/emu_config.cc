@@ -1,4 +1,4 @@
-// The device model's configuration table (IBV_COLL_EMU_*).
+// The device model's configuration tables (IBV_COLL_EMU_*), one per component.
 #include "nic/emu_config.h"
 
 #include "util/log.h"
@@ -13,23 +13,12 @@ namespace {
 using util::ConfigKind;
 using util::ConfigVar;
 
-enum {
-	kPollUs,
-	kAppPollUs,
-	kRcWindow,
-	kAckReq,
-	kRcTimeout,
-	kReadBurst,
-	kIsa,
-	kSegUnits,
-	kCollWindow,
-	kCollRto,
-	kCollTimeout,
-	kSwConfig,
-	kCount
-};
+// One table per component of the NIC, each registering itself; the
+// transports' table is net/net_config.cc's.
 
-const ConfigVar kVars[kCount] = {
+// The engine thread.
+enum { kPollUs, kAppPollUs, kNicCount };
+const ConfigVar kNicVars[kNicCount] = {
 	{"IBV_COLL_EMU_POLL_US", "2000",
 	 "microseconds the engine thread keeps polling, yielding the processor between polls, "
 	 "after its last piece of work before it blocks (0: block at once)",
@@ -38,6 +27,12 @@ const ConfigVar kVars[kCount] = {
 	 "microseconds after an application thread polls a CQ during which the engine thread "
 	 "leaves the port to the polling thread (0: never; arming a CQ ends it at once)",
 	 ConfigKind::uint, 0, 1000000},
+};
+const util::ConfigRegistrar kNicReg({"emu nic (engine thread)", kNicVars}, 100);
+
+// The RC transport.
+enum { kRcWindow, kAckReq, kRcTimeout, kReadBurst, kRcCount };
+const ConfigVar kRcVars[kRcCount] = {
 	{"IBV_COLL_EMU_RC_WINDOW", "256", "unacknowledged packets an RC QP may have in flight",
 	 ConfigKind::uint, 1, 1u << 20},
 	{"IBV_COLL_EMU_ACK_REQ_EVERY", "32",
@@ -48,10 +43,12 @@ const ConfigVar kVars[kCount] = {
 	 ConfigKind::uint, 1, 31},
 	{"IBV_COLL_EMU_READ_BURST", "64",
 	 "RDMA READ response packets a QP sends per engine pass", ConfigKind::uint, 1, 1u << 20},
-	{"IBV_COLL_EMU_ISA", "auto",
-	 "vector instructions for the reduce kernels: auto, scalar, avx2 or avx512 (read once per "
-	 "process; one the CPU lacks falls back to the best it has)",
-	 ConfigKind::string},
+};
+const util::ConfigRegistrar kRcReg({"emu rc (RC transport)", kRcVars}, 110);
+
+// The collective engine.
+enum { kSegUnits, kCollWindow, kCollRto, kCollTimeout, kSwConfig, kCollCount };
+const ConfigVar kCollVars[kCollCount] = {
 	{"IBV_COLL_EMU_SEG_UNITS", "4096", "Seg cache units (4 KiB each) in the NIC's collective engine",
 	 ConfigKind::uint, 1, 1u << 20},
 	{"IBV_COLL_EMU_COLL_WINDOW", "64",
@@ -70,17 +67,28 @@ const ConfigVar kVars[kCount] = {
 	 "the wait for the grant is the collective's timeout",
 	 ConfigKind::uint, 1, 3600000},
 };
+const util::ConfigRegistrar kCollReg({"emu coll (collective engine)", kCollVars}, 120);
 
-const util::ConfigRegistrar kRegistrar({"emu (device model)", kVars}, 100);
+// The reduce kernels (read by reduce/reduce.cc, once per process).
+const ConfigVar kReduceVars[] = {
+	{"IBV_COLL_EMU_ISA", "auto",
+	 "vector instructions for the reduce kernels: auto, scalar, avx2 or avx512 (read once per "
+	 "process; one the CPU lacks falls back to the best it has)",
+	 ConfigKind::string},
+};
+const util::ConfigRegistrar kReduceReg({"emu reduce (kernels)", kReduceVars}, 130);
 
 } // namespace
 
 std::span<const ConfigVar> emu_config_vars()
 {
 	static const std::vector<ConfigVar> all = [] {
-		std::vector<ConfigVar> v(std::begin(kVars), std::end(kVars));
-		for (const ConfigVar &x : net_config_vars())
-			v.push_back(x);
+		std::vector<ConfigVar> v;
+		for (std::span<const ConfigVar> t :
+		     {std::span<const ConfigVar>(kNicVars), std::span<const ConfigVar>(kRcVars),
+		      std::span<const ConfigVar>(kCollVars), std::span<const ConfigVar>(kReduceVars),
+		      net_config_vars()})
+			v.insert(v.end(), t.begin(), t.end());
 		return v;
 	}();
 	return all;
@@ -91,37 +99,37 @@ int load_emu_config(EmuConfig *out)
 	EmuConfig c;
 	uint64_t v;
 	int err;
-	if ((err = util::config_uint(kVars[kPollUs], &v)))
+	if ((err = util::config_uint(kNicVars[kPollUs], &v)))
 		return err;
 	c.poll_us = uint32_t(v);
-	if ((err = util::config_uint(kVars[kAppPollUs], &v)))
+	if ((err = util::config_uint(kNicVars[kAppPollUs], &v)))
 		return err;
 	c.app_poll_us = uint32_t(v);
-	if ((err = util::config_uint(kVars[kRcWindow], &v)))
+	if ((err = util::config_uint(kRcVars[kRcWindow], &v)))
 		return err;
 	c.rc_window = uint32_t(v);
-	if ((err = util::config_uint(kVars[kAckReq], &v)))
+	if ((err = util::config_uint(kRcVars[kAckReq], &v)))
 		return err;
 	c.ack_req_every = uint32_t(v);
-	if ((err = util::config_uint(kVars[kRcTimeout], &v)))
+	if ((err = util::config_uint(kRcVars[kRcTimeout], &v)))
 		return err;
 	c.rc_timeout = uint8_t(v);
-	if ((err = util::config_uint(kVars[kReadBurst], &v)))
+	if ((err = util::config_uint(kRcVars[kReadBurst], &v)))
 		return err;
 	c.read_burst = uint32_t(v);
-	if ((err = util::config_uint(kVars[kSegUnits], &v)))
+	if ((err = util::config_uint(kCollVars[kSegUnits], &v)))
 		return err;
 	c.seg_units = uint32_t(v);
-	if ((err = util::config_uint(kVars[kCollWindow], &v)))
+	if ((err = util::config_uint(kCollVars[kCollWindow], &v)))
 		return err;
 	c.coll_window = uint32_t(v);
-	if ((err = util::config_uint(kVars[kCollRto], &v)))
+	if ((err = util::config_uint(kCollVars[kCollRto], &v)))
 		return err;
 	c.coll_rto_us = uint32_t(v);
-	if ((err = util::config_uint(kVars[kCollTimeout], &v)))
+	if ((err = util::config_uint(kCollVars[kCollTimeout], &v)))
 		return err;
 	c.coll_timeout_ms = uint32_t(v);
-	if ((err = util::config_uint(kVars[kSwConfig], &v)))
+	if ((err = util::config_uint(kCollVars[kSwConfig], &v)))
 		return err;
 	c.sw_config_ms = uint32_t(v);
 	NetConfig net;

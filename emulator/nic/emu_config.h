@@ -1,4 +1,6 @@
-// The device model's configuration table (IBV_COLL_EMU_*).
+// The device model's configuration (IBV_COLL_EMU_*): one table per component
+// (engine thread, RC, collective engine, reduce kernels, transports), each
+// registered where it is defined.
 #pragma once
 
 #include "net/net_config.h"

@@ -56,7 +56,6 @@ const core::Provider provider = {
 	.name = "crxe",
 	.discover = discover,
 	.ops = &kOps,
-	.config_vars = config_vars,
 };
 
 } // namespace ibv_coll::crxe
