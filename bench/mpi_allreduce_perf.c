@@ -7,7 +7,7 @@
  * place and then in place (MPI_IN_PLACE), each timed loop between two
  * barriers and its time the largest over the ranks; with -c 1 one more run
  * of each whose result is compared, element by element, with the values of
- * tools/perf_data.h computed by a scalar loop.
+ * tools/common/perf_data.h computed by a scalar loop.
  *
  *   mpicc -O2 -std=c11 -Itools bench/mpi_allreduce_perf.c -o mpi_allreduce_perf
  */

@@ -214,119 +214,163 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* Elements of global rank g's destination that differ from the closed
+ * form (a REDUCE leaves every rank but the root's destination as it was). */
+static long count_wrong(enum ibv_coll_wr_opcode op, const int32_t *dst, uint64_t dst_n,
+			uint32_t g, uint32_t root, uint32_t K, uint64_t cnt)
 {
-	struct opts o = {NULL, "crxe_lo", -1, -1, 2, 5, 262144, -1, NULL, NULL, 60};
-	int c, err, n, failures = 0;
-	if ((c = parse_opts(argc, argv, &o)))
-		return c - 1;
-	if (!o.boot && ibvc_boot_from_env(&o.boot, &o.node, &o.nodes)) {
-		fprintf(stderr, "ibv_coll_allreduce: no rendezvous: give -b/-i/-n, or run under "
-				"ibv_coll_run or a PMIx launcher (mpirun, srun)\n");
-		return 2;
+	long wrong = 0;
+
+	for (uint64_t e = 0; e < dst_n && op != IBV_COLL_WR_BARRIER; e++) {
+		int64_t want = 0;
+		int written = 1;
+		switch (op) {
+		case IBV_COLL_WR_ALLREDUCE:
+		case IBV_COLL_WR_REDUCE:
+			written = op == IBV_COLL_WR_ALLREDUCE || g == root;
+			for (uint32_t q = 0; q < K; q++)
+				want += input(q, e);
+			break;
+		case IBV_COLL_WR_BCAST:
+			want = input(root, e);
+			break;
+		case IBV_COLL_WR_ALLGATHER:
+			want = input((uint32_t)(e / cnt), e % cnt);
+			break;
+		case IBV_COLL_WR_REDUCE_SCATTER:
+			for (uint32_t q = 0; q < K; q++)
+				want += input(q, g * cnt + e);
+			break;
+		default:
+			break;
+		}
+		if (written ? dst[e] != (int32_t)want : dst[e] != (int32_t)0xa5a5a5a5)
+			wrong++;
 	}
-	if (o.topology == -1)
-		o.topology = o.sw ? IBV_COLL_TOPO_SWITCH : IBV_COLL_TOPO_RING;
-	if (o.node < 0 || o.node >= o.nodes) {
-		fprintf(stderr, PROG ": node index %d is not below the number of nodes %d\n", o.node,
-			o.nodes);
-		return 2;
+	return wrong;
+}
+
+/* -s HOST:PORT: an IPv4 address as an IPv4-mapped GID, and the port.
+ * 0, or -1 with a message. */
+static int parse_switch(const char *sw, struct ibv_coll_switch_addr *swaddr)
+{
+	char host[64];
+	const char *colon = strrchr(sw, ':');
+	struct in_addr a4;
+	if (!colon || (size_t)(colon - sw) >= sizeof(host)) {
+		fprintf(stderr, "ibv_coll_allreduce: -s wants HOST:PORT\n");
+		return -1;
 	}
-	if (o.topology == IBV_COLL_TOPO_SWITCH && !o.sw) {
-		fprintf(stderr, PROG ": -t switch needs the switch's address (-s HOST:PORT)\n");
-		return 2;
+	memcpy(host, sw, (size_t)(colon - sw));
+	host[colon - sw] = 0;
+	if (inet_pton(AF_INET, host, &a4) != 1) {
+		fprintf(stderr, "ibv_coll_allreduce: %s: not an IPv4 address\n", host);
+		return -1;
 	}
+	swaddr->gid.raw[10] = swaddr->gid.raw[11] = 0xff;
+	memcpy(&swaddr->gid.raw[12], &a4, 4);
+	swaddr->udp_port = (uint16_t)atoi(colon + 1);
+	return 0;
+}
+
+/* The device, a PD, a completion channel and CQ, and the collective QP in
+ * INIT.  The QP, or NULL with a message printed. */
+static struct ibv_coll_qp *open_qp(const struct opts *o, struct ibv_coll_context **ctx,
+				   struct ibv_coll_pd **pd, struct ibv_coll_comp_channel **ch,
+				   struct ibv_coll_cq **cq)
+{
+	int n, err;
 
 	struct ibv_coll_device **list = ibv_get_coll_device_list(&n);
-	struct ibv_coll_context *ctx = NULL;
 	int found = 0;
 	for (int i = 0; list && i < n && !found; i++)
-		if (!strcmp(ibv_get_coll_device_name(list[i]), o.dev)) {
+		if (!strcmp(ibv_get_coll_device_name(list[i]), o->dev)) {
 			found = 1;
-			ctx = ibv_open_coll_device(list[i]);
+			*ctx = ibv_open_coll_device(list[i]);
 		}
 	/* errno is only the open's when a device of that name was there. */
 	err = found ? errno : list ? ENODEV : errno;
 	ibv_free_coll_device_list(list);
-	if (!ctx) {
-		fprintf(stderr, PROG ": cannot open %s: %s\n", o.dev,
+	if (!*ctx) {
+		fprintf(stderr, PROG ": cannot open %s: %s\n", o->dev,
 			found || !list ? strerror(err) : "not found (ibv_coll_devinfo -l lists the devices)");
-		return 1;
+		return NULL;
 	}
-	struct ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
+	*pd = ibv_alloc_coll_pd(*ctx);
 	/* Completions are waited for on a channel: poll briefly, then sleep. */
-	struct ibv_coll_comp_channel *ch = ibv_create_coll_comp_channel(ctx);
-	struct ibv_coll_cq *cq = ch ? ibv_create_coll_cq(ctx, 16, NULL, ch, 0) : NULL;
+	*ch = ibv_create_coll_comp_channel(*ctx);
+	*cq = *ch ? ibv_create_coll_cq(*ctx, 16, NULL, *ch, 0) : NULL;
 	struct ibv_coll_qp_init_attr ia = {0};
-	ia.send_cq = cq;
-	ia.recv_cq = cq;
+	ia.send_cq = *cq;
+	ia.recv_cq = *cq;
 	ia.qp_type = IBV_COLL_QPT_COLL;
 	ia.cap.max_send_wr = 8;
-	ia.cap.max_send_sge = (uint32_t)o.ranks;
-	struct ibv_coll_qp *qp = pd && cq ? ibv_create_coll_qp(pd, &ia) : NULL;
+	ia.cap.max_send_sge = (uint32_t)o->ranks;
+	struct ibv_coll_qp *qp = *pd && *cq ? ibv_create_coll_qp(*pd, &ia) : NULL;
 	if (!qp) {
 		fprintf(stderr, "ibv_coll_allreduce: create qp: %s\n", strerror(errno));
-		return 1;
+		return NULL;
 	}
 	struct ibv_coll_qp_attr a = {0};
 	a.qp_state = IBV_QPS_INIT;
 	a.port_num = 1;
 	if ((err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT))) {
 		fprintf(stderr, "ibv_coll_allreduce: INIT: %s\n", strerror(err));
-		return 1;
+		return NULL;
 	}
+	return qp;
+}
 
-	/* Exchange member entries, then bring the job up. */
-	struct ibvc_boot *boot;
-	if ((err = ibvc_boot_open(o.boot, o.node, o.nodes, o.boot_timeout_s * 1000, &boot))) {
-		fprintf(stderr, "ibv_coll_allreduce: bootstrap %s: %s\n", o.boot, strerror(err));
+/* Meet the other nodes through the rendezvous, swap member entries, and
+ * bring the QP to RTS with the job.  0, or the exit status with a message
+ * printed. */
+static int join_job(const struct opts *o, struct ibv_coll_context *ctx, struct ibv_coll_qp *qp,
+		    struct ibvc_boot **boot, struct ibv_coll_member **members, uint32_t *K,
+		    uint32_t *first)
+{
+	struct ibv_coll_qp_attr a = {0};
+	int err;
+
+	if ((err = ibvc_boot_open(o->boot, o->node, o->nodes, o->boot_timeout_s * 1000, boot))) {
+		fprintf(stderr, "ibv_coll_allreduce: bootstrap %s: %s\n", o->boot, strerror(err));
 		return 1;
 	}
 	struct ibv_coll_port_attr pa;
-	struct ibv_coll_member me = {0}, *members = calloc((size_t)o.nodes, sizeof(me));
+	struct ibv_coll_member me = {0};
+
+	*members = calloc((size_t)o->nodes, sizeof(me));
+	if (!*members)
+		return 1;
 	ibv_query_coll_port(ctx, 1, &pa);
 	ibv_query_coll_gid(ctx, 1, 0, &me.gid);
 	me.udp_port = pa.udp_port;
-	me.num_ranks = (uint16_t)o.ranks;
+	me.num_ranks = (uint16_t)o->ranks;
 	me.qp_num = qp->qp_num;
-	if ((err = ibvc_boot_allgather(boot, &me, sizeof(me), members))) {
+	if ((err = ibvc_boot_allgather(*boot, &me, sizeof(me), *members))) {
 		fprintf(stderr, "ibv_coll_allreduce: exchange: %s\n", strerror(err));
 		return 1;
 	}
-	uint32_t K = 0, first = 0;
-	for (int i = 0; i < o.nodes; i++) {
-		if (i == o.node)
-			first = K;
-		K += members[i].num_ranks;
+	*K = 0;
+	*first = 0;
+	for (int i = 0; i < o->nodes; i++) {
+		if (i == o->node)
+			*first = *K;
+		*K += (*members)[i].num_ranks;
 	}
 	struct ibv_coll_job_attr job = {0};
 	job.jid = 1;
-	job.node_index = (uint32_t)o.node;
-	job.num_nodes = (uint32_t)o.nodes;
-	job.members = members;
-	job.topology = (enum ibv_coll_topology)o.topology;
+	job.node_index = (uint32_t)o->node;
+	job.num_nodes = (uint32_t)o->nodes;
+	job.members = *members;
+	job.topology = (enum ibv_coll_topology)o->topology;
 	job.seg_count = 256;
 	job.job_key = 0x1bc011ull;
 	/* The switch: an IPv4 address as an IPv4-mapped GID, and its port. */
 	struct ibv_coll_switch_addr swaddr = {0};
 	struct ibv_coll_switch_attr swattr = {0};
-	if (o.sw) {
-		char host[64];
-		const char *colon = strrchr(o.sw, ':');
-		struct in_addr a4;
-		if (!colon || (size_t)(colon - o.sw) >= sizeof(host)) {
-			fprintf(stderr, "ibv_coll_allreduce: -s wants HOST:PORT\n");
+	if (o->sw) {
+		if (parse_switch(o->sw, &swaddr))
 			return 2;
-		}
-		memcpy(host, o.sw, (size_t)(colon - o.sw));
-		host[colon - o.sw] = 0;
-		if (inet_pton(AF_INET, host, &a4) != 1) {
-			fprintf(stderr, "ibv_coll_allreduce: %s: not an IPv4 address\n", host);
-			return 2;
-		}
-		swaddr.gid.raw[10] = swaddr.gid.raw[11] = 0xff;
-		memcpy(&swaddr.gid.raw[12], &a4, 4);
-		swaddr.udp_port = (uint16_t)atoi(colon + 1);
 		swattr.num_planes = 1;
 		swattr.num_leaves = 1;
 		swattr.leaves = &swaddr;
@@ -346,6 +390,81 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ibv_coll_allreduce: RTS: %s\n", strerror(err));
 		return 1;
 	}
+	return 0;
+}
+
+/* The rendezvous from the launcher when the command line gave none, the
+ * default topology, and the options checked.  0, or the exit status with
+ * a message printed. */
+static int settle_opts(struct opts *o)
+{
+	if (!o->boot && ibvc_boot_from_env(&o->boot, &o->node, &o->nodes)) {
+		fprintf(stderr, "ibv_coll_allreduce: no rendezvous: give -b/-i/-n, or run under "
+				"ibv_coll_run or a PMIx launcher (mpirun, srun)\n");
+		return 2;
+	}
+	if (o->topology == -1)
+		o->topology = o->sw ? IBV_COLL_TOPO_SWITCH : IBV_COLL_TOPO_RING;
+	if (o->node < 0 || o->node >= o->nodes) {
+		fprintf(stderr, PROG ": node index %d is not below the number of nodes %d\n", o->node,
+			o->nodes);
+		return 2;
+	}
+	if (o->topology == IBV_COLL_TOPO_SWITCH && !o->sw) {
+		fprintf(stderr, PROG ": -t switch needs the switch's address (-s HOST:PORT)\n");
+		return 2;
+	}
+	return 0;
+}
+
+/* One collective WR over the ranks' buffers (SUM of int32), signalled.
+ * 0, or -1 with a message printed. */
+static int post_coll(struct ibv_coll_qp *qp, enum ibv_coll_wr_opcode op, size_t id,
+		     struct ibv_sge *s, struct ibv_sge *d, int ranks, uint64_t cnt, uint32_t root)
+{
+	struct ibv_coll_send_wr wr = {0}, *bad;
+	int err;
+
+	wr.wr_id = id;
+	wr.opcode = op;
+	wr.send_flags = IBV_COLL_SEND_SIGNALED;
+	wr.sg_list = s;
+	wr.num_sge = op == IBV_COLL_WR_BARRIER ? 0 : ranks;
+	wr.wr.coll.dst_list = d;
+	wr.wr.coll.count = cnt;
+	wr.wr.coll.op = IBV_COLL_OP_SUM;
+	wr.wr.coll.dtype = IBV_COLL_DTYPE_INT32;
+	wr.wr.coll.root = root;
+	if ((err = ibv_post_coll_send(qp, &wr, &bad))) {
+		fprintf(stderr, "ibv_coll_allreduce: post: %s\n", strerror(err));
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = {NULL, "crxe_lo", -1, -1, 2, 5, 262144, -1, NULL, NULL, 60};
+	int c, n, failures = 0;
+	if ((c = parse_opts(argc, argv, &o)))
+		return c - 1;
+	if ((c = settle_opts(&o)))
+		return c;
+
+	struct ibv_coll_context *ctx = NULL;
+	struct ibv_coll_pd *pd = NULL;
+	struct ibv_coll_comp_channel *ch = NULL;
+	struct ibv_coll_cq *cq = NULL;
+	struct ibv_coll_qp *qp = open_qp(&o, &ctx, &pd, &ch, &cq);
+	if (!qp)
+		return 1;
+
+	/* Exchange member entries, then bring the job up. */
+	struct ibvc_boot *boot;
+	struct ibv_coll_member *members;
+	uint32_t K, first;
+	if ((c = join_job(&o, ctx, qp, &boot, &members, &K, &first)))
+		return c;
 	ibvc_boot_barrier(boot);
 
 	/* Per rank: a source and a destination big enough for every collective. */
@@ -388,22 +507,9 @@ int main(int argc, char **argv)
 				s[r] = (struct ibv_sge){(uintptr_t)src, (uint32_t)(src_n * 4), mr->lkey};
 				d[r] = (struct ibv_sge){(uintptr_t)dst, (uint32_t)(dst_n * 4), mr->lkey};
 			}
-			struct ibv_coll_send_wr wr = {0}, *bad;
-			wr.wr_id = ci;
-			wr.opcode = op;
-			wr.send_flags = IBV_COLL_SEND_SIGNALED;
-			wr.sg_list = s;
-			wr.num_sge = op == IBV_COLL_WR_BARRIER ? 0 : o.ranks;
-			wr.wr.coll.dst_list = d;
-			wr.wr.coll.count = cnt;
-			wr.wr.coll.op = IBV_COLL_OP_SUM;
-			wr.wr.coll.dtype = IBV_COLL_DTYPE_INT32;
-			wr.wr.coll.root = root;
 			double t0 = now_us();
-			if ((err = ibv_post_coll_send(qp, &wr, &bad))) {
-				fprintf(stderr, "ibv_coll_allreduce: post: %s\n", strerror(err));
+			if (post_coll(qp, op, ci, s, d, o.ranks, cnt, root))
 				return 1;
-			}
 			struct ibv_coll_wc wc;
 			n = wait_one(cq, ch, &wc);
 			total += now_us() - t0;
@@ -419,32 +525,7 @@ int main(int argc, char **argv)
 			for (int r = 0; r < o.ranks && it == o.iters - 1; r++) {
 				uint32_t g = first + (uint32_t)r;
 				int32_t *dst = (int32_t *)((char *)arena + per * (size_t)r) + big;
-				for (uint64_t e = 0; e < dst_n && op != IBV_COLL_WR_BARRIER; e++) {
-					int64_t want = 0;
-					int written = 1;
-					switch (op) {
-					case IBV_COLL_WR_ALLREDUCE:
-					case IBV_COLL_WR_REDUCE:
-						written = op == IBV_COLL_WR_ALLREDUCE || g == root;
-						for (uint32_t q = 0; q < K; q++)
-							want += input(q, e);
-						break;
-					case IBV_COLL_WR_BCAST:
-						want = input(root, e);
-						break;
-					case IBV_COLL_WR_ALLGATHER:
-						want = input((uint32_t)(e / cnt), e % cnt);
-						break;
-					case IBV_COLL_WR_REDUCE_SCATTER:
-						for (uint32_t q = 0; q < K; q++)
-							want += input(q, g * cnt + e);
-						break;
-					default:
-						break;
-					}
-					if (written ? dst[e] != (int32_t)want : dst[e] != (int32_t)0xa5a5a5a5)
-						wrong++;
-				}
+				wrong += count_wrong(op, dst, dst_n, g, root, K, cnt);
 			}
 		}
 		failures += wrong != 0;

@@ -53,8 +53,6 @@ template <class T, class F> T *guard_ptr(const char *fn, F &&f) noexcept
 // Every provider compiled in, with null ops replaced by EOPNOTSUPP stubs.
 std::span<const Provider *const> providers();
 
-std::span<const util::ConfigVar> core_config_vars();
-
 // IBV_COLL_* variables set in the environment that no table lists.
 std::vector<std::string> unknown_config_vars();
 // At the first context open: warn about those, once per process (a value

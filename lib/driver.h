@@ -113,7 +113,7 @@ struct Provider {
 	// Append one device per thing the provider can drive.
 	void (*discover)(std::vector<ibv_coll_device *> &out);
 	const ProviderOps *ops;
-	std::span<const util::ConfigVar> (*config_vars)();
+	// Its configuration table registers itself (util::ConfigRegistrar).
 };
 
 // Called by a provider when an armed CQ gets a completion: queues the CQ

@@ -1,8 +1,6 @@
 // Status and opcode strings, and the configuration printout.
 #include "core.h"
 
-#include "nic/emu_config.h"
-
 #include <ibv_coll/version.h>
 
 #include <unistd.h>
@@ -107,22 +105,7 @@ IBV_COLL_EXPORT const char *ibv_coll_wc_opcode_str(enum ibv_coll_wc_opcode opcod
 	return "unknown";
 }
 
-namespace ibv_coll::crxe {
-std::span<const util::ConfigVar> config_vars();
-}
-
 namespace ibv_coll::core {
-namespace {
-const util::ConfigVar kCoreVars[] = {
-	{"IBV_COLL_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off"},
-	{"IBV_COLL_LOG_FILE", "", "write the log to this file instead of standard error"},
-};
-} // namespace
-
-std::span<const util::ConfigVar> core_config_vars()
-{
-	return kCoreVars;
-}
 
 // A misspelt variable (IBV_COLL_EMU_POLLUS) is otherwise ignored without a
 // word, as UCX would not let it be.  IBV_COLL_TEST_* belong to the test
@@ -134,10 +117,8 @@ std::vector<std::string> unknown_config_vars()
 		for (const util::ConfigVar &v : vars)
 			known.push_back(&v);
 	};
-	add(core_config_vars());
-	for (const Provider *p : providers())
-		add(p->config_vars());
-	add(emu::emu_config_vars());
+	for (const util::ConfigTable &t : util::config_tables())
+		add(t.vars);
 	std::vector<std::string> out;
 	static const char prefix[] = "IBV_COLL_", test[] = "IBV_COLL_TEST_";
 	for (char **e = environ; e && *e; e++) {
@@ -174,10 +155,10 @@ IBV_COLL_EXPORT int ibv_coll_print_config(FILE *stream)
 	return core::guard_int("ibv_coll_print_config", [&] {
 		if (!stream)
 			return EINVAL;
-		util::print_config_table(stream, {"core", core::core_config_vars()});
-		for (const core::Provider *p : core::providers())
-			util::print_config_table(stream, {p->name, p->config_vars()});
-		util::print_config_table(stream, {"emu (device model)", emu::emu_config_vars()});
+		// Every component's table registered itself (the logger's, each
+		// provider's, the device model's), in their ranks' order.
+		for (const util::ConfigTable &t : util::config_tables())
+			util::print_config_table(stream, t);
 		auto unknown = core::unknown_config_vars();
 		if (!unknown.empty()) {
 			fprintf(stream, "# unknown: set, but not read by this library (misspelt?)\n");

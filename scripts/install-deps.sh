@@ -17,6 +17,8 @@ if [ "${1:-}" != build ]; then
 	# groff -ww over the man pages; the Debian packages (tests/pkg): cpack
 	# runs dpkg-shlibdeps and file(1).
 	pkgs="$pkgs groff-base dpkg-dev file"
+	# The style check (scripts/check-format.sh, ctest label "style").
+	pkgs="$pkgs clang-format-14"
 	# The fuzz targets (libFuzzer, ASan and UBSan runtimes, the symbolizer).
 	pkgs="$pkgs clang-14 libclang-rt-14-dev llvm-14"
 	# The rxe VM test (tests/rxe): QEMU, a static busybox, libibverbs' rxe

@@ -4,10 +4,11 @@
 // bad lengths) stop here, counted, and are never reduced.
 #include "coll/coll_engine.h"
 
-#include "coll/swproto.h"
 #include "nic/nic.h"
+#include "wire/swproto.h"
 #include "util/log.h"
 #include "wire/roce.h"
+#include "wire/swproto.h"
 
 #include <cstring>
 

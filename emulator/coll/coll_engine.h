@@ -12,9 +12,9 @@
 
 #include "coll/coll_job.h"
 #include "coll/coll_path.h"
-#include "coll/seg_pool.h"
 #include "nic/coll_iface.h"
 #include "nic/packet.h"
+#include "seg/seg_pool.h"
 #include "wire/ceth.h"
 
 #include <cstdint>

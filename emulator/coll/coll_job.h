@@ -2,13 +2,14 @@
 // of the message (collective WR) it is running.
 #pragma once
 
-#include "coll/seqnum.h"
+#include "net/transport.h"
+#include "nic/cc.h"
 #include "nic/coll_iface.h"
 #include "nic/qp.h"
-#include "nic/cc.h"
-#include "nic/udp_port.h"
+#include "wire/seqnum.h"
 #include "nic/wqe.h"
 #include "reduce/reduce.h"
+#include "wire/seqnum.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -3,10 +3,11 @@
 // device's own tables before it runs, and hands it to the algorithm.
 #include "coll/coll_engine.h"
 
-#include "coll/swproto.h"
 #include "nic/nic.h"
+#include "wire/swproto.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "wire/swproto.h"
 
 #include <algorithm>
 

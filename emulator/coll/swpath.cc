@@ -7,10 +7,11 @@
 // from its shadow copy, never reducing it twice).
 #include "coll/coll_engine.h"
 
-#include "coll/swproto.h"
 #include "nic/nic.h"
+#include "wire/swproto.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "wire/swproto.h"
 
 #include <algorithm>
 #include <cstring>

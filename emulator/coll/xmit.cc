@@ -5,7 +5,7 @@
 #include "coll/coll_engine.h"
 
 #include "nic/mr_table.h"
-#include "coll/swproto.h"
+#include "wire/swproto.h"
 #include "nic/nic.h"
 #include "wire/roce.h"
 #include "util/log.h"

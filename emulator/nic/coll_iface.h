@@ -11,7 +11,7 @@
 
 #include "nic/cc.h"
 #include "nic/packet.h"
-#include "nic/transport.h"
+#include "net/transport.h"
 #include "nic/wqe.h"
 
 #include <cstddef>

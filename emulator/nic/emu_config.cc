@@ -1,10 +1,11 @@
-// The device model's configuration table (IBV_COLL_EMU_*).
+// The device model's configuration tables (IBV_COLL_EMU_*), one per component.
 #include "nic/emu_config.h"
 
 #include "util/log.h"
 
-
 #include <cerrno>
+#include <iterator>
+#include <vector>
 
 namespace ibv_coll::emu {
 namespace {
@@ -12,35 +13,12 @@ namespace {
 using util::ConfigKind;
 using util::ConfigVar;
 
-enum {
-	kPollUs,
-	kAppPollUs,
-	kRcWindow,
-	kAckReq,
-	kRcTimeout,
-	kSockbuf,
-	kReadBurst,
-	kImpair,
-	kIsa,
-	kSegUnits,
-	kCollWindow,
-	kCollRto,
-	kCollTimeout,
-	kGso,
-	kSwConfig,
-	kCc,
-	kCcTarget,
-	kCcMaxMdf,
-	kCcPace,
-	kCnpInterval,
-	kDcqcnAlpha,
-	kDcqcnRecover,
-	kDcqcnRecoverUnits,
-	kDcqcnG,
-	kCount
-};
+// One table per component of the NIC, each registering itself; the
+// transports' table is net/net_config.cc's.
 
-const ConfigVar kVars[kCount] = {
+// The engine thread.
+enum { kPollUs, kAppPollUs, kNicCount };
+const ConfigVar kNicVars[kNicCount] = {
 	{"IBV_COLL_EMU_POLL_US", "2000",
 	 "microseconds the engine thread keeps polling, yielding the processor between polls, "
 	 "after its last piece of work before it blocks (0: block at once)",
@@ -49,6 +27,12 @@ const ConfigVar kVars[kCount] = {
 	 "microseconds after an application thread polls a CQ during which the engine thread "
 	 "leaves the port to the polling thread (0: never; arming a CQ ends it at once)",
 	 ConfigKind::uint, 0, 1000000},
+};
+const util::ConfigRegistrar kNicReg({"emu nic (engine thread)", kNicVars}, 100);
+
+// The RC transport.
+enum { kRcWindow, kAckReq, kRcTimeout, kReadBurst, kRcCount };
+const ConfigVar kRcVars[kRcCount] = {
 	{"IBV_COLL_EMU_RC_WINDOW", "256", "unacknowledged packets an RC QP may have in flight",
 	 ConfigKind::uint, 1, 1u << 20},
 	{"IBV_COLL_EMU_ACK_REQ_EVERY", "32",
@@ -57,19 +41,14 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_EMU_RC_TIMEOUT", "14",
 	 "local ACK timeout exponent (4.096 us * 2^n) used when a QP sets timeout 0",
 	 ConfigKind::uint, 1, 31},
-	{"IBV_COLL_EMU_SOCKBUF", "4194304", "UDP socket send and receive buffer bytes",
-	 ConfigKind::uint, 65536, 1u << 30},
 	{"IBV_COLL_EMU_READ_BURST", "64",
 	 "RDMA READ response packets a QP sends per engine pass", ConfigKind::uint, 1, 1u << 20},
-	{"IBV_COLL_EMU_IMPAIR", "",
-	 "test only: impair transmitted packets: drop=P,dup=P,reorder=P (probabilities), "
-	 "delay=T,jitter=T (one-way, e.g. 5ms, 200us), ce=P (fraction sent CE-marked), seed=N; "
-	 "e.g. drop=0.01,delay=2ms,ce=0.05,seed=7",
-	 ConfigKind::string},
-	{"IBV_COLL_EMU_ISA", "auto",
-	 "vector instructions for the reduce kernels: auto, scalar, avx2 or avx512 (read once per "
-	 "process; one the CPU lacks falls back to the best it has)",
-	 ConfigKind::string},
+};
+const util::ConfigRegistrar kRcReg({"emu rc (RC transport)", kRcVars}, 110);
+
+// The collective engine.
+enum { kSegUnits, kCollWindow, kCollRto, kCollTimeout, kSwConfig, kCollCount };
+const ConfigVar kCollVars[kCollCount] = {
 	{"IBV_COLL_EMU_SEG_UNITS", "4096", "Seg cache units (4 KiB each) in the NIC's collective engine",
 	 ConfigKind::uint, 1, 1u << 20},
 	{"IBV_COLL_EMU_COLL_WINDOW", "64",
@@ -82,15 +61,28 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_EMU_COLL_TIMEOUT_MS", "10000",
 	 "a collective that makes no progress this long fails with a timeout (jobs may set their own)",
 	 ConfigKind::uint, 1, 3600000},
-	{"IBV_COLL_EMU_GSO", "1",
-	 "send runs of packets to one peer with UDP segmentation offload and receive with UDP GRO "
-	 "(0: one datagram per system call)",
-	 ConfigKind::uint, 0, 1},
 	{"IBV_COLL_EMU_SW_CONFIG_MS", "1000",
 	 "how long a job waits for its switches to answer its configuration before topology AUTO "
 	 "falls back to the ring (SWITCH and HIERARCHY fail with a timeout); once they answer, "
 	 "the wait for the grant is the collective's timeout",
 	 ConfigKind::uint, 1, 3600000},
+};
+const util::ConfigRegistrar kCollReg({"emu coll (collective engine)", kCollVars}, 120);
+
+// Congestion control (nic/cc.h): RC QPs and the ring's flows.
+enum {
+	kCc,
+	kCcTarget,
+	kCcMaxMdf,
+	kCcPace,
+	kCnpInterval,
+	kDcqcnAlpha,
+	kDcqcnRecover,
+	kDcqcnRecoverUnits,
+	kDcqcnG,
+	kCcCount
+};
+const ConfigVar kCcVars[kCcCount] = {
 	{"IBV_COLL_EMU_CC", "1",
 	 "congestion control of the ring's blocks and RC QPs: a window moved by round-trip delay, "
 	 "loss and CNPs (0: the fixed windows IBV_COLL_EMU_COLL_WINDOW and IBV_COLL_EMU_RC_WINDOW)",
@@ -123,12 +115,32 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_EMU_DCQCN_G_SHIFT", "4",
 	 "DCQCN: alpha's gain g = 1/2^n per CNP", ConfigKind::uint, 1, 16},
 };
+const util::ConfigRegistrar kCcReg({"emu cc (congestion control)", kCcVars}, 125);
+
+// The reduce kernels (read by reduce/reduce.cc, once per process).
+const ConfigVar kReduceVars[] = {
+	{"IBV_COLL_EMU_ISA", "auto",
+	 "vector instructions for the reduce kernels: auto, scalar, avx2 or avx512 (read once per "
+	 "process; one the CPU lacks falls back to the best it has)",
+	 ConfigKind::string},
+};
+const util::ConfigRegistrar kReduceReg({"emu reduce (kernels)", kReduceVars}, 130);
 
 } // namespace
 
 std::span<const ConfigVar> emu_config_vars()
 {
-	return kVars;
+	static const std::vector<ConfigVar> all = [] {
+		std::vector<ConfigVar> v;
+		for (std::span<const ConfigVar> t :
+		     {std::span<const ConfigVar>(kNicVars), std::span<const ConfigVar>(kRcVars),
+		      std::span<const ConfigVar>(kCollVars), std::span<const ConfigVar>(kCcVars),
+		      std::span<const ConfigVar>(kReduceVars),
+		      net_config_vars()})
+			v.insert(v.end(), t.begin(), t.end());
+		return v;
+	}();
+	return all;
 }
 
 int load_emu_config(EmuConfig *out)
@@ -136,82 +148,72 @@ int load_emu_config(EmuConfig *out)
 	EmuConfig c;
 	uint64_t v;
 	int err;
-	if ((err = util::config_uint(kVars[kPollUs], &v)))
+	if ((err = util::config_uint(kNicVars[kPollUs], &v)))
 		return err;
 	c.poll_us = uint32_t(v);
-	if ((err = util::config_uint(kVars[kAppPollUs], &v)))
+	if ((err = util::config_uint(kNicVars[kAppPollUs], &v)))
 		return err;
 	c.app_poll_us = uint32_t(v);
-	if ((err = util::config_uint(kVars[kRcWindow], &v)))
+	if ((err = util::config_uint(kRcVars[kRcWindow], &v)))
 		return err;
 	c.rc_window = uint32_t(v);
-	if ((err = util::config_uint(kVars[kAckReq], &v)))
+	if ((err = util::config_uint(kRcVars[kAckReq], &v)))
 		return err;
 	c.ack_req_every = uint32_t(v);
-	if ((err = util::config_uint(kVars[kRcTimeout], &v)))
+	if ((err = util::config_uint(kRcVars[kRcTimeout], &v)))
 		return err;
 	c.rc_timeout = uint8_t(v);
-	if ((err = util::config_uint(kVars[kSockbuf], &v)))
-		return err;
-	c.sockbuf = uint32_t(v);
-	if ((err = util::config_uint(kVars[kReadBurst], &v)))
+	if ((err = util::config_uint(kRcVars[kReadBurst], &v)))
 		return err;
 	c.read_burst = uint32_t(v);
-	if ((err = util::config_uint(kVars[kSegUnits], &v)))
+	if ((err = util::config_uint(kCollVars[kSegUnits], &v)))
 		return err;
 	c.seg_units = uint32_t(v);
-	if ((err = util::config_uint(kVars[kCollWindow], &v)))
+	if ((err = util::config_uint(kCollVars[kCollWindow], &v)))
 		return err;
 	c.coll_window = uint32_t(v);
-	if ((err = util::config_uint(kVars[kCollRto], &v)))
+	if ((err = util::config_uint(kCollVars[kCollRto], &v)))
 		return err;
 	c.coll_rto_us = uint32_t(v);
-	if ((err = util::config_uint(kVars[kCollTimeout], &v)))
+	if ((err = util::config_uint(kCollVars[kCollTimeout], &v)))
 		return err;
 	c.coll_timeout_ms = uint32_t(v);
-	if ((err = util::config_uint(kVars[kGso], &v)))
-		return err;
-	c.gso = v != 0;
-	if ((err = util::config_uint(kVars[kSwConfig], &v)))
+	if ((err = util::config_uint(kCollVars[kSwConfig], &v)))
 		return err;
 	c.sw_config_ms = uint32_t(v);
-	if ((err = util::config_uint(kVars[kCc], &v)))
+	if ((err = util::config_uint(kCcVars[kCc], &v)))
 		return err;
 	c.cc.on = v != 0;
-	if ((err = util::config_uint(kVars[kCcTarget], &v)))
+	if ((err = util::config_uint(kCcVars[kCcTarget], &v)))
 		return err;
 	c.cc.target_us = uint32_t(v);
-	if ((err = util::config_uint(kVars[kCcMaxMdf], &v)))
+	if ((err = util::config_uint(kCcVars[kCcMaxMdf], &v)))
 		return err;
 	c.cc.max_mdf_pct = uint32_t(v);
-	if ((err = util::config_uint(kVars[kCcPace], &v)))
+	if ((err = util::config_uint(kCcVars[kCcPace], &v)))
 		return err;
 	c.cc.pace = v != 0;
-	if ((err = util::config_uint(kVars[kCnpInterval], &v)))
+	if ((err = util::config_uint(kCcVars[kCnpInterval], &v)))
 		return err;
 	c.cnp_interval_us = uint32_t(v);
-	if ((err = util::config_uint(kVars[kDcqcnAlpha], &v)))
+	if ((err = util::config_uint(kCcVars[kDcqcnAlpha], &v)))
 		return err;
 	c.cc.alpha_us = uint32_t(v);
-	if ((err = util::config_uint(kVars[kDcqcnRecover], &v)))
+	if ((err = util::config_uint(kCcVars[kDcqcnRecover], &v)))
 		return err;
 	c.cc.recover_us = uint32_t(v);
-	if ((err = util::config_uint(kVars[kDcqcnRecoverUnits], &v)))
+	if ((err = util::config_uint(kCcVars[kDcqcnRecoverUnits], &v)))
 		return err;
 	c.cc.recover_units = uint32_t(v);
-	if ((err = util::config_uint(kVars[kDcqcnG], &v)))
+	if ((err = util::config_uint(kCcVars[kDcqcnG], &v)))
 		return err;
 	c.cc.dcqcn_g_shift = uint32_t(v);
-	std::string imp = util::config_text(kVars[kImpair]), why;
-	if (Impairment::parse(imp, &c.impair, &why)) {
-		IBVC_ERR("config",
-			 "IBV_COLL_EMU_IMPAIR={}: {}; expected a comma-separated list of "
-			 "drop=P,dup=P,reorder=P,ce=P,delay=T,jitter=T,seed=N",
-			 imp, why);
-		return EINVAL;
-	}
-	if (c.impair.active())
-		IBVC_WARN("emu", "transmit impairment on: {}", c.impair.str());
+	NetConfig net;
+	if ((err = load_net_config(&net)))
+		return err;
+	c.sockbuf = net.sockbuf;
+	c.gso = net.gso;
+	c.impair = net.impair;
 	*out = c;
 	return 0;
 }

@@ -1,8 +1,10 @@
-// The device model's configuration table (IBV_COLL_EMU_*).
+// The device model's configuration (IBV_COLL_EMU_*): one table per component
+// (engine thread, RC, collective engine, reduce kernels, transports), each
+// registered where it is defined.
 #pragma once
 
+#include "net/net_config.h"
 #include "nic/cc.h"
-#include "nic/udp_port.h"
 #include "util/config.h"
 
 #include <cstdint>
@@ -29,6 +31,7 @@ struct EmuConfig {
 	uint32_t cnp_interval_us = 50;	  // at most one CNP per flow this often
 };
 
+// Every IBV_COLL_EMU_* variable: this table's and the transports'.
 std::span<const util::ConfigVar> emu_config_vars();
 // Read the IBV_COLL_EMU_* variables; EINVAL (logged) on a bad value.
 int load_emu_config(EmuConfig *out);

@@ -2,13 +2,13 @@
 // engine thread, and the RC transport (requester, responder, completer).
 #pragma once
 
+#include "net/transport.h"
 #include "nic/coll_iface.h"
 #include "nic/mr_table.h"
 #include "nic/nic.h"
 #include "nic/packet.h"
 #include "nic/qp.h"
 #include "nic/stats_shm.h"
-#include "nic/udp_port.h"
 #include "util/fd.h"
 #include "wire/roce.h"
 

@@ -7,11 +7,10 @@
 // paying a wake-up per packet.
 #pragma once
 
+#include "net/transport.h"
 #include "nic/coll_iface.h"
 #include "nic/emu_config.h"
 #include "nic/queue.h"
-#include "nic/transport.h"
-#include "nic/udp_port.h"
 #include "nic/wqe.h"
 
 #include <atomic>

@@ -1,7 +1,7 @@
 // A received packet, parsed enough to dispatch (RC and collective alike).
 #pragma once
 
-#include "nic/transport.h"
+#include "net/transport.h"
 #include "wire/roce.h"
 
 #include <cstddef>

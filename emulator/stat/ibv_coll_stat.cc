@@ -1,6 +1,6 @@
 // ibv_coll_stat(1): the live counters of every ibv_coll device open on
 // this host (from their shared-memory segments, nic/stats_shm.h) and of
-// aggregation switches by address (STATS, coll/swproto.h), as a table in
+// aggregation switches by address (STATS, wire/swproto.h), as a table in
 // the manner of `rdma statistic` or as JSON, once or every few seconds.
 #include "nic/stats_shm.h"
 #include "stat/switch_query.h"

@@ -1,11 +1,11 @@
-// The asking side of STATS / STATS_REPLY (coll/swproto.h).
+// The asking side of STATS / STATS_REPLY (wire/swproto.h).
 #include "stat/switch_query.h"
 
-#include "coll/swproto.h"
 #include "util/fd.h"
 #include "wire/ceth.h"
 #include "wire/icrc.h"
 #include "wire/roce.h"
+#include "wire/swproto.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -1,8 +1,8 @@
 // Asks an aggregation switch for its counters with the STATS packet of
-// the switch protocol (coll/swproto.h), for ibv_coll_stat(1).
+// the switch protocol (wire/swproto.h), for ibv_coll_stat(1).
 #pragma once
 
-#include "coll/swproto.h"
+#include "wire/swproto.h"
 
 #include <cstdint>
 #include <string>

@@ -4,11 +4,11 @@
 // (Switch::run); it blocks in epoll when there is nothing to do.
 #pragma once
 
-#include "coll/seg_pool.h"
-#include "coll/swproto.h"
-#include "nic/udp_port.h"
+#include "net/transport.h"
+#include "seg/seg_pool.h"
 #include "util/fd.h"
 #include "wire/ceth.h"
+#include "wire/swproto.h"
 
 #include <atomic>
 #include <cstdint>

@@ -10,7 +10,7 @@
 // predicted wins; the others are refused (scored out) and run the ring.
 #include "switch/switch.h"
 
-#include "coll/seqnum.h"
+#include "wire/seqnum.h"
 #include "nic/wqe.h"
 #include "util/clock.h"
 #include "util/log.h"

@@ -1,6 +1,6 @@
 // ibv_coll_switchd: the emulated in-network aggregation switch as a
 // program.  See ibv_coll_switchd(8).
-#include "nic/emu_config.h"
+#include "net/net_config.h"
 #include "switch/switch.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -97,16 +97,67 @@ void write_file(const std::string &path, const std::string &text)
 	rename(tmp.c_str(), path.c_str());
 }
 
-} // namespace
-
-int main(int argc, char **argv)
-{
+// What the command line asks for, beyond the switch's own parameters.
+struct Options {
 	emu::SwitchParams p;
 	uint32_t stats_s = 0, port = 4791, poll_us = 2000;
 	uint64_t fail_after = 0;
 	bool json = false;
 	std::string stats_file, port_file, verbs_dev;
 	uint32_t gid_index = UINT32_MAX;
+};
+
+// One option's value into o; false when it is out of range.
+bool take_option(int c, const char *arg, Options &o)
+{
+	emu::SwitchParams &p = o.p;
+	switch (c) {
+	case 'p':
+		return parse_u32(arg, &o.port) && o.port <= 65535;
+	case 'u':
+		return parse_u32(arg, &p.units) && p.units >= 2 && p.units <= (1u << 22);
+	case 'b':
+		return parse_u32(arg, &p.unit_bytes) && p.unit_bytes >= 256 && p.unit_bytes <= 4096 &&
+		       p.unit_bytes % 8 == 0;
+	case 'm':
+		return parse_u32(arg, &p.max_job_units);
+	case 'O':
+		return emu::parse_policy(arg, &p.policy);
+	case 'S':
+		return parse_u32(arg, &p.shares) && p.shares <= 4096;
+	case 'I':
+		return parse_u32(arg, &p.job_idle_ms) && p.job_idle_ms > 0;
+	case 'i':
+		return parse_u32(arg, &o.stats_s);
+	case 'j':
+		o.json = true;
+		return true;
+	case 'f':
+		o.stats_file = arg;
+		return true;
+	case 'P':
+		o.port_file = arg;
+		return true;
+	case 'n':
+		p.name = arg;
+		return true;
+	case 'W':
+		return parse_u32(arg, &o.poll_us) && o.poll_us <= 1000000;
+	case 'X':
+		return util::parse_uint(arg, &o.fail_after) && o.fail_after > 0;
+	case 'V':
+		o.verbs_dev = arg;
+		return true;
+	case 'g':
+		return parse_u32(arg, &o.gid_index) && o.gid_index < 256;
+	}
+	return false;
+}
+
+// The command line and the transports' variables into o.  -1 to go on, or
+// the exit status.
+int parse_args(int argc, char **argv, Options &o)
+{
 	static const option opts[] = {
 		{"port", 1, nullptr, 'p'},	 {"units", 1, nullptr, 'u'},
 		{"unit-bytes", 1, nullptr, 'b'}, {"max-job-units", 1, nullptr, 'm'},
@@ -121,67 +172,22 @@ int main(int argc, char **argv)
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:W:V:g:O:S:h", opts, nullptr)) != -1) {
-		bool ok = true;
 		switch (c) {
-		case 'p':
-			ok = parse_u32(optarg, &port) && port <= 65535;
-			break;
-		case 'u':
-			ok = parse_u32(optarg, &p.units) && p.units >= 2 && p.units <= (1u << 22);
-			break;
-		case 'b':
-			ok = parse_u32(optarg, &p.unit_bytes) && p.unit_bytes >= 256 &&
-			     p.unit_bytes <= 4096 && p.unit_bytes % 8 == 0;
-			break;
-		case 'm':
-			ok = parse_u32(optarg, &p.max_job_units);
-			break;
-		case 'O':
-			ok = emu::parse_policy(optarg, &p.policy);
-			break;
-		case 'S':
-			ok = parse_u32(optarg, &p.shares) && p.shares <= 4096;
-			break;
-		case 'I':
-			ok = parse_u32(optarg, &p.job_idle_ms) && p.job_idle_ms > 0;
-			break;
-		case 'i':
-			ok = parse_u32(optarg, &stats_s);
-			break;
-		case 'j':
-			json = true;
-			break;
-		case 'f':
-			stats_file = optarg;
-			break;
-		case 'P':
-			port_file = optarg;
-			break;
-		case 'n':
-			p.name = optarg;
-			break;
-		case 'W':
-			ok = parse_u32(optarg, &poll_us) && poll_us <= 1000000;
-			break;
-		case 'X':
-			ok = util::parse_uint(optarg, &fail_after) && fail_after > 0;
-			break;
-		case 'V':
-			verbs_dev = optarg;
-			break;
-		case 'g':
-			ok = parse_u32(optarg, &gid_index) && gid_index < 256;
-			break;
 		case 'h':
 			usage(stdout, argv[0]);
 			return 0;
 		case OPT_VERSION:
 			return ibvc_print_version("ibv_coll_switchd", nullptr);
-		default:
+		case '?':
+		case ':':
 			usage(stderr, argv[0]);
 			return 2;
 		}
-		if (!ok) {
+		if (c <= 0 || !strchr("pubmIijfPnWXVg", c)) {
+			usage(stderr, argv[0]);
+			return 2;
+		}
+		if (!take_option(c, optarg, o)) {
 			fprintf(stderr, "%s: bad value for -%c: %s\n", argv[0], c, optarg);
 			return 2;
 		}
@@ -190,126 +196,108 @@ int main(int argc, char **argv)
 		usage(stderr, argv[0]);
 		return 2;
 	}
-	p.port = uint16_t(port);
-	// The device model's variables apply here too: impairment (tests),
+	o.p.port = uint16_t(o.port);
+	// The transports' variables apply here too: impairment (tests),
 	// socket buffers, segmentation offload.
-	emu::EmuConfig cfg;
-	if (int err = emu::load_emu_config(&cfg)) {
+	emu::NetConfig cfg;
+	if (int err = emu::load_net_config(&cfg)) {
 		fprintf(stderr, "%s: bad IBV_COLL_EMU_* setting: %s\n", argv[0], strerror(err));
 		return 2;
 	}
-	p.impair = cfg.impair;
-	p.sockbuf = std::max<unsigned>(cfg.sockbuf, 8u << 20);
-	p.gso = cfg.gso;
+	o.p.impair = cfg.impair;
+	o.p.sockbuf = std::max<unsigned>(cfg.sockbuf, 8u << 20);
+	o.p.gso = cfg.gso;
+	return -1;
+}
 
-	// On a verbs device: open it, and let the switch open its transport
-	// on it.
-	ibv_context *vctx = nullptr;
+// The libibverbs device to serve on, and its transport for the switch to
+// open (it sets *ud when it does).
+struct VerbsDev {
+	ibv_context *ctx = nullptr;
 	emu::UdTransport *ud = nullptr;
-	if (!verbs_dev.empty()) {
-		int n = 0;
-		ibv_device **list = ibv_get_device_list(&n);
-		for (int i = 0; list && i < n && !vctx; i++)
-			if (verbs_dev == ibv_get_device_name(list[i]))
-				vctx = ibv_open_device(list[i]);
-		if (list)
-			ibv_free_device_list(list);
-		if (!vctx) {
-			fprintf(stderr, "%s: no libibverbs device %s (ibv_devices lists them)\n",
-				argv[0], verbs_dev.c_str());
+	~VerbsDev()
+	{
+		if (ctx)
+			ibv_close_device(ctx);
+	}
+};
+
+int open_verbs(const char *argv0, Options &o, VerbsDev &v)
+{
+	int n = 0;
+	ibv_device **list = ibv_get_device_list(&n);
+	for (int i = 0; list && i < n && !v.ctx; i++)
+		if (o.verbs_dev == ibv_get_device_name(list[i]))
+			v.ctx = ibv_open_device(list[i]);
+	if (list)
+		ibv_free_device_list(list);
+	if (!v.ctx) {
+		fprintf(stderr, "%s: no libibverbs device %s (ibv_devices lists them)\n", argv0,
+			o.verbs_dev.c_str());
+		return 1;
+	}
+	o.p.transport = [&o, &v](std::unique_ptr<emu::Transport> *out) {
+		emu::UdParams up;
+		up.ctx = v.ctx;
+		up.name = o.p.name + "@" + o.verbs_dev;
+		up.rx_depth = 1024;
+		std::unique_ptr<emu::UdTransport> t;
+		if (int err = emu::UdTransport::open(up, &t))
+			return err;
+		v.ud = t.get();
+		*out = std::move(t);
+		return 0;
+	};
+	// A block and its headers travel in one UD datagram.
+	o.p.gso = false;
+	return 0;
+}
+
+// On a verbs device: what members put in ibv_coll_switch_addr, the GID
+// and the QP, on stdout.  1 when the GID asked for is not there.
+int print_verbs_addr(const char *argv0, const Options &o, const emu::UdTransport &ud)
+{
+	const emu::IpAddr *gid = &ud.gids()[0].first;
+	if (o.gid_index != UINT32_MAX) {
+		gid = nullptr;
+		for (const auto &g : ud.gids())
+			if (uint32_t(g.second) == o.gid_index)
+				gid = &g.first;
+		if (!gid) {
+			fprintf(stderr, "%s: GID %u of %s is not a RoCE v2 address\n", argv0,
+				o.gid_index, o.verbs_dev.c_str());
 			return 1;
 		}
-		p.transport = [&](std::unique_ptr<emu::Transport> *out) {
-			emu::UdParams up;
-			up.ctx = vctx;
-			up.name = p.name + "@" + verbs_dev;
-			up.rx_depth = 1024;
-			std::unique_ptr<emu::UdTransport> t;
-			if (int err = emu::UdTransport::open(up, &t))
-				return err;
-			ud = t.get();
-			*out = std::move(t);
-			return 0;
-		};
-		// A block and its headers travel in one UD datagram.
-		p.gso = false;
 	}
+	printf("verbs %s gid %s qpn %u\n", o.verbs_dev.c_str(), gid->str().c_str(), ud.qpn());
+	fflush(stdout);
+	return 0;
+}
 
-	emu::Switch *sw;
-	try {
-		sw = new emu::Switch(p);
-	} catch (const std::bad_alloc &) {
-		fprintf(stderr, "%s: no memory for %u Seg units of %u bytes\n", argv[0], p.units,
-			p.unit_bytes);
-		return 1;
+void dump_stats(emu::Switch &sw, const Options &o)
+{
+	sw.print_stats(stdout, o.json);
+	if (o.stats_file.empty())
+		return;
+	char *buf = nullptr;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	if (m) {
+		sw.print_stats(m, true);
+		fclose(m);
+		write_file(o.stats_file, std::string(buf, len));
+		free(buf);
 	}
-	if (int err = sw->open()) {
-		if (vctx)
-			fprintf(stderr, "%s: cannot serve on %s: %s\n", argv[0], verbs_dev.c_str(),
-				strerror(err));
-		else
-			fprintf(stderr, "%s: cannot serve udp port %u: %s\n", argv[0], port,
-				strerror(err));
-		delete sw;
-		if (vctx)
-			ibv_close_device(vctx);
-		return 1;
-	}
-	if (ud) {
-		// What members put in ibv_coll_switch_addr: the GID and the QP.
-		const emu::IpAddr *gid = &ud->gids()[0].first;
-		if (gid_index != UINT32_MAX) {
-			gid = nullptr;
-			for (const auto &g : ud->gids())
-				if (uint32_t(g.second) == gid_index)
-					gid = &g.first;
-			if (!gid) {
-				fprintf(stderr, "%s: GID %u of %s is not a RoCE v2 address\n", argv[0],
-					gid_index, verbs_dev.c_str());
-				delete sw;
-				ibv_close_device(vctx);
-				return 1;
-			}
-		}
-		printf("verbs %s gid %s qpn %u\n", verbs_dev.c_str(), gid->str().c_str(), ud->qpn());
-		fflush(stdout);
-	}
-	struct sigaction sa {};
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, nullptr);
-	sigaction(SIGTERM, &sa, nullptr);
-	sigaction(SIGUSR1, &sa, nullptr);
-	signal(SIGPIPE, SIG_IGN);
-	if (ud)
-		fprintf(stderr, "%s: %s serving %s (UD QP %u) with %u Seg units of %u bytes\n",
-			argv[0], p.name.c_str(), verbs_dev.c_str(), ud->qpn(), p.units, p.unit_bytes);
-	else
-		fprintf(stderr, "%s: %s serving udp port %u with %u Seg units of %u bytes\n",
-			argv[0], p.name.c_str(), sw->port(), p.units, p.unit_bytes);
-	if (!port_file.empty())
-		write_file(port_file, std::to_string(sw->port()) + "\n");
+}
 
-	auto dump = [&]() {
-		sw->print_stats(stdout, json);
-		if (!stats_file.empty()) {
-			char *buf = nullptr;
-			size_t len = 0;
-			FILE *m = open_memstream(&buf, &len);
-			if (m) {
-				sw->print_stats(m, true);
-				fclose(m);
-				write_file(stats_file, std::string(buf, len));
-				free(buf);
-			}
-		}
-	};
-	// The switch runs on this thread; the counters are printed between
-	// its passes.
+// The switch runs on this thread until a signal stops it; the counters
+// are printed between its passes.
+void serve(const char *argv0, emu::Switch &sw, const Options &o)
+{
 	auto last = std::chrono::steady_clock::now();
 	uint64_t idle_since = 0;
 	while (!g_stop.load()) {
-		if (sw->poll_once()) {
+		if (sw.poll_once()) {
 			idle_since = 0;
 		} else {
 			// Nothing arrived: keep looking for a short while (the next
@@ -317,26 +305,80 @@ int main(int argc, char **argv)
 			uint64_t now = mono_us();
 			if (!idle_since)
 				idle_since = now;
-			if (now - idle_since < poll_us)
+			if (now - idle_since < o.poll_us)
 				sched_yield();
 			else
-				sw->wait(200);
+				sw.wait(200);
 		}
-		if (fail_after && sw->totals().data >= fail_after) {
-			fprintf(stderr, "%s: %s stops dead (--fail-after %llu)\n", argv[0],
-				p.name.c_str(), static_cast<unsigned long long>(fail_after));
+		if (o.fail_after && sw.totals().data >= o.fail_after) {
+			fprintf(stderr, "%s: %s stops dead (--fail-after %llu)\n", argv0,
+				o.p.name.c_str(), static_cast<unsigned long long>(o.fail_after));
 			_exit(3);
 		}
 		auto now = std::chrono::steady_clock::now();
 		if (g_dump.exchange(false) ||
-		    (stats_s && now - last >= std::chrono::seconds(stats_s))) {
+		    (o.stats_s && now - last >= std::chrono::seconds(o.stats_s))) {
 			last = now;
-			dump();
+			dump_stats(sw, o);
 		}
 	}
-	dump();
-	delete sw;
-	if (vctx)
-		ibv_close_device(vctx);
+	dump_stats(sw, o);
+}
+
+void catch_signals()
+{
+	struct sigaction sa {};
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, nullptr);
+	sigaction(SIGTERM, &sa, nullptr);
+	sigaction(SIGUSR1, &sa, nullptr);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	Options o;
+	if (int rc = parse_args(argc, argv, o); rc >= 0)
+		return rc;
+	// On a verbs device: open it, and let the switch open its transport
+	// on it.
+	VerbsDev v;
+	if (!o.verbs_dev.empty())
+		if (int rc = open_verbs(argv[0], o, v))
+			return rc;
+
+	std::unique_ptr<emu::Switch> sw;
+	try {
+		sw = std::make_unique<emu::Switch>(o.p);
+	} catch (const std::bad_alloc &) {
+		fprintf(stderr, "%s: no memory for %u Seg units of %u bytes\n", argv[0], o.p.units,
+			o.p.unit_bytes);
+		return 1;
+	}
+	if (int err = sw->open()) {
+		if (v.ctx)
+			fprintf(stderr, "%s: cannot serve on %s: %s\n", argv[0], o.verbs_dev.c_str(),
+				strerror(err));
+		else
+			fprintf(stderr, "%s: cannot serve udp port %u: %s\n", argv[0], o.port,
+				strerror(err));
+		return 1;
+	}
+	if (v.ud && print_verbs_addr(argv[0], o, *v.ud))
+		return 1;
+	catch_signals();
+	if (v.ud)
+		fprintf(stderr, "%s: %s serving %s (UD QP %u) with %u Seg units of %u bytes\n",
+			argv[0], o.p.name.c_str(), o.verbs_dev.c_str(), v.ud->qpn(), o.p.units,
+			o.p.unit_bytes);
+	else
+		fprintf(stderr, "%s: %s serving udp port %u with %u Seg units of %u bytes\n",
+			argv[0], o.p.name.c_str(), sw->port(), o.p.units, o.p.unit_bytes);
+	if (!o.port_file.empty())
+		write_file(o.port_file, std::to_string(sw->port()) + "\n");
+	serve(argv[0], *sw, o);
 	return 0;
 }

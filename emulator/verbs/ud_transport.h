@@ -7,7 +7,7 @@
 // receive side learns the source address from the GRH.
 #pragma once
 
-#include "nic/transport.h"
+#include "net/transport.h"
 
 #include <infiniband/verbs.h>
 

@@ -8,7 +8,7 @@
 -- no dissector table for opcodes, so this is a postdissector: after it, it
 -- finds each BTH whose opcode is ours and decodes what follows, as
 -- ibv_coll_wire(7) documents and emulator/wire/ceth.h and
--- emulator/coll/swproto.h lay out.
+-- emulator/wire/swproto.h lay out.
 --
 -- Installed into Wireshark's Lua plugin folder by `cmake --install`; or
 -- load it by hand:  tshark -X lua_script:ibv_coll.lua -r trace.pcap -O ibv_coll

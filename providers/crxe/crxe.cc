@@ -1,7 +1,29 @@
-// crxe: the provider's one ops table.
+// crxe: the provider's one ops table, and the operations that need a
+// crxe context: they make the driver layer's objects on the context's NIC.
 #include "crxe.h"
 
 namespace ibv_coll::crxe {
+
+core::Pd *alloc_pd(core::Context *c)
+{
+	return drv::alloc_engine_pd(to_crxe(c)->nic.get());
+}
+
+core::Cq *create_cq(core::Context *c, int cqe, core::CompChannel *)
+{
+	return drv::create_engine_cq(to_crxe(c)->nic.get(), cqe, nullptr);
+}
+
+int query_caps(core::Context *c, ibv_coll_caps *caps)
+{
+	return drv::engine_caps(*to_crxe(c)->nic, caps);
+}
+
+int query_counters(core::Context *c, ibv_coll_counters *o)
+{
+	return drv::engine_counters(*to_crxe(c)->nic, o);
+}
+
 namespace {
 
 const core::ProviderOps kOps = {
@@ -11,19 +33,19 @@ const core::ProviderOps kOps = {
 	.query_port = query_port,
 	.query_gid = query_gid,
 	.alloc_pd = alloc_pd,
-	.dealloc_pd = dealloc_pd,
-	.reg_mr = reg_mr,
-	.dereg_mr = dereg_mr,
+	.dealloc_pd = drv::dealloc_pd,
+	.reg_mr = drv::reg_mr,
+	.dereg_mr = drv::dereg_mr,
 	.create_cq = create_cq,
-	.destroy_cq = destroy_cq,
-	.poll_cq = poll_cq,
-	.req_notify_cq = req_notify_cq,
-	.create_qp = create_qp,
-	.destroy_qp = destroy_qp,
-	.modify_qp = modify_qp,
-	.query_qp = query_qp,
-	.post_send = post_send,
-	.post_recv = post_recv,
+	.destroy_cq = drv::destroy_cq,
+	.poll_cq = drv::poll_cq,
+	.req_notify_cq = drv::req_notify_cq,
+	.create_qp = drv::create_qp,
+	.destroy_qp = drv::destroy_qp,
+	.modify_qp = drv::modify_qp,
+	.query_qp = drv::query_qp,
+	.post_send = drv::post_send,
+	.post_recv = drv::post_recv,
 	.query_caps = query_caps,
 	.query_counters = query_counters,
 };
@@ -34,7 +56,6 @@ const core::Provider provider = {
 	.name = "crxe",
 	.discover = discover,
 	.ops = &kOps,
-	.config_vars = config_vars,
 };
 
 } // namespace ibv_coll::crxe

@@ -25,6 +25,8 @@ const ConfigVar kVars[kCount] = {
 	 ConfigKind::boolean},
 };
 
+const util::ConfigRegistrar kRegistrar({"crxe", kVars}, 20);
+
 } // namespace
 
 std::span<const ConfigVar> config_vars()

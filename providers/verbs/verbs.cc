@@ -34,7 +34,6 @@ const core::Provider provider = {
 	.name = "verbs",
 	.discover = discover,
 	.ops = &kOps,
-	.config_vars = config_vars,
 };
 
 } // namespace ibv_coll::verbs

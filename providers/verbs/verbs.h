@@ -19,10 +19,10 @@
 namespace ibv_coll::emu {
 class Nic;
 }
-namespace ibv_coll::crxe {
+namespace ibv_coll::drv {
 struct Pd;
 struct Cq;
-} // namespace ibv_coll::crxe
+} // namespace ibv_coll::drv
 
 namespace ibv_coll::verbs {
 
@@ -66,7 +66,7 @@ struct Context : core::Context {
 // Each object below has its counterpart in the engine when there is one.
 struct Pd : core::Pd {
 	ibv_pd *vpd = nullptr;
-	crxe::Pd *epd = nullptr;
+	drv::Pd *epd = nullptr;
 };
 
 struct Mr : core::Mr {
@@ -77,7 +77,7 @@ struct Mr : core::Mr {
 
 struct Cq : core::Cq {
 	ibv_cq *vcq = nullptr;
-	crxe::Cq *ecq = nullptr; // collective completions
+	drv::Cq *ecq = nullptr; // collective completions
 };
 
 struct Qp : core::Qp {

@@ -9,28 +9,16 @@
 // the keys the application already holds.
 #include "verbs.h"
 
-#include "crxe.h"
+#include "drv.h"
 #include "nic/emu_config.h"
 #include "util/log.h"
-#include "coll/swproto.h"
 #include "verbs/ud_transport.h"
-#include "wire/ceth.h"
-#include "wire/roce.h"
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
 
 namespace ibv_coll::verbs {
-
-namespace {
-
-// Headers around a block in one UD datagram: BTH, CETH, the switch path's
-// task information, pad (at most 3) and ICRC.
-constexpr uint32_t kCollOverhead = uint32_t(emu::wire::kBthBytes + emu::wire::kCethBytes +
-					    emu::sw::kTaskBytes + 3 + emu::wire::kIcrcBytes);
-
-} // namespace
 
 void start_engine(Context *ctx)
 {
@@ -63,7 +51,7 @@ void start_engine(Context *ctx)
 	// datagram: a collective QP's path MTU is lowered to it.
 	p.active_mtu = 0;
 	for (uint32_t m = 256; m <= 4096; m *= 2)
-		if (m + kCollOverhead <= ud->mtu())
+		if (m + drv::coll_packet_overhead() <= ud->mtu())
 			p.active_mtu = m;
 	if (!p.active_mtu) {
 		IBVC_INFO("verbs", "{}: a {}-byte UD MTU is too small for collective blocks",
@@ -90,7 +78,7 @@ int coll_caps(Context *ctx, ibv_coll_caps *caps)
 {
 	if (!ctx->nic)
 		return EOPNOTSUPP;
-	crxe::engine_caps(*ctx->nic, caps);
+	drv::engine_caps(*ctx->nic, caps);
 	// Hierarchies need the spine's UD QP in the task information, which
 	// has no room for it yet.
 	caps->topologies &= ~(1u << IBV_COLL_TOPO_HIERARCHY);
@@ -102,20 +90,20 @@ int coll_counters(Context *ctx, ibv_coll_counters *c)
 {
 	if (!ctx->nic)
 		return EOPNOTSUPP;
-	return crxe::engine_counters(*ctx->nic, c);
+	return drv::engine_counters(*ctx->nic, c);
 }
 
 int engine_pd(Context *ctx, Pd *pd)
 {
 	if (!ctx->nic)
 		return 0;
-	pd->epd = crxe::alloc_engine_pd(ctx->nic.get());
+	pd->epd = drv::alloc_engine_pd(ctx->nic.get());
 	return pd->epd ? 0 : errno;
 }
 
 void engine_pd_free(Pd *pd)
 {
-	if (pd->epd && crxe::dealloc_pd(pd->epd))
+	if (pd->epd && drv::dealloc_pd(pd->epd))
 		IBVC_WARN("verbs", "pd {}: the engine's pd stays", pd->pub.handle);
 }
 
@@ -140,14 +128,14 @@ int engine_cq(Context *ctx, Cq *cq, int cqe)
 {
 	if (!ctx->nic)
 		return 0;
-	cq->ecq = crxe::create_engine_cq(ctx->nic.get(),
-					 std::clamp<int>(cqe, 1, int(crxe::kMaxCqe)), cq);
+	cq->ecq = drv::create_engine_cq(ctx->nic.get(),
+					 std::clamp<int>(cqe, 1, int(drv::kMaxCqe)), cq);
 	return cq->ecq ? 0 : errno;
 }
 
 void engine_cq_free(Cq *cq)
 {
-	if (cq->ecq && crxe::destroy_cq(cq->ecq))
+	if (cq->ecq && drv::destroy_cq(cq->ecq))
 		IBVC_WARN("verbs", "cq {}: the engine's cq stays", cq->pub.handle);
 }
 
@@ -169,7 +157,7 @@ core::Qp *create_coll_qp(Pd *pd, ibv_coll_qp_init_attr *ia)
 	ibv_coll_qp_init_attr e = *ia;
 	e.send_cq = &scq->ecq->pub;
 	e.recv_cq = &rcq->ecq->pub;
-	core::Qp *qp = crxe::create_qp(pd->epd, &e);
+	core::Qp *qp = drv::create_qp(pd->epd, &e);
 	if (qp)
 		ia->cap = e.cap;
 	return qp;
@@ -191,14 +179,14 @@ int modify_coll_qp(core::Qp *qp, ibv_coll_qp_attr *a, int mask)
 			IBVC_DEBUG("verbs", "{}: collective qp {:#x}: path MTU {} lowered to {}",
 				   ctx->dev->name, qp->pub.qp_num, 128u << m, 128u << fit);
 		}
-		return crxe::modify_qp(qp, &copy, mask);
+		return drv::modify_qp(qp, &copy, mask);
 	}
-	return crxe::modify_qp(qp, a, mask);
+	return drv::modify_qp(qp, a, mask);
 }
 
 int query_coll_qp(core::Qp *qp, ibv_coll_qp_attr *a, int mask, ibv_coll_qp_init_attr *init)
 {
-	int err = crxe::query_qp(qp, a, mask, init);
+	int err = drv::query_qp(qp, a, mask, init);
 	if (!err) {
 		// Our CQs, not the engine's behind them.
 		init->send_cq = qp->pub.send_cq;

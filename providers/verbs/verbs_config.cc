@@ -23,6 +23,8 @@ const ConfigVar kVars[kCount] = {
 	 ConfigKind::boolean},
 };
 
+const util::ConfigRegistrar kRegistrar({"verbs", kVars}, 30);
+
 } // namespace
 
 std::span<const ConfigVar> config_vars()

@@ -5,7 +5,7 @@
 // checked whole, then translated and posted as one chain.
 #include "verbs.h"
 
-#include "crxe.h"
+#include "drv.h"
 
 #include "util/log.h"
 
@@ -111,7 +111,7 @@ static bool is_coll(const core::Qp *q)
 int destroy_qp(core::Qp *q)
 {
 	if (is_coll(q))
-		return crxe::destroy_qp(q);
+		return drv::destroy_qp(q);
 	Qp *qp = to_verbs(q);
 	if (int err = ibv_destroy_qp(qp->vqp))
 		return verr(err);
@@ -280,7 +280,7 @@ constexpr size_t kStackWrs = 16;
 int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 {
 	if (is_coll(q))
-		return crxe::post_send(q, wr, bad);
+		return drv::post_send(q, wr, bad);
 	Qp *qp = to_verbs(q);
 	ibv_qp_state st = qp->pub.state;
 	if (st != IBV_QPS_RTS && st != IBV_QPS_ERR) {
@@ -330,7 +330,7 @@ int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 int post_recv(core::Qp *q, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad)
 {
 	if (is_coll(q))
-		return crxe::post_recv(q, wr, bad);
+		return drv::post_recv(q, wr, bad);
 	Qp *qp = to_verbs(q);
 	if (qp->pub.state == IBV_QPS_RESET) {
 		*bad = wr;

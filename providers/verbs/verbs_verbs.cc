@@ -2,7 +2,7 @@
 // over its libibverbs object; ibv_wc is translated into ibv_coll_wc.
 #include "verbs.h"
 
-#include "crxe.h"
+#include "drv.h"
 
 #include "util/log.h"
 
@@ -153,7 +153,7 @@ int poll_cq(core::Cq *c, int n, ibv_coll_wc *wc)
 	int done = 0;
 	// Collective completions first (the engine's ring), then the device's.
 	if (cq->ecq) {
-		done = crxe::poll_cq(cq->ecq, n, wc);
+		done = drv::poll_cq(cq->ecq, n, wc);
 		if (done < 0)
 			return done;
 	}
@@ -179,7 +179,7 @@ int req_notify_cq(core::Cq *c, int solicited_only)
 	if (int err = ibv_req_notify_cq(cq->vcq, solicited_only))
 		return verr(err);
 	if (cq->ecq)
-		return crxe::req_notify_cq(cq->ecq, solicited_only);
+		return drv::req_notify_cq(cq->ecq, solicited_only);
 	return 0;
 }
 

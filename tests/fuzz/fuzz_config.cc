@@ -1,10 +1,10 @@
 // libFuzzer target: the configuration variables' parsers
-// (emulator/util/config.cc) against a reference written here from the
+// (util/config.cc) against a reference written here from the
 // documented syntax, and every IBV_COLL_EMU_* variable, the impairment
 // spec included, through load_emu_config.  Input: one byte choosing the
 // variable, then its value.
+#include "net/udp_port.h"
 #include "nic/emu_config.h"
-#include "nic/udp_port.h"
 #include "util/config.h"
 #include "util/log.h"
 

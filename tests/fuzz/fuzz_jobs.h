@@ -3,8 +3,8 @@
 // so that seeds name QPs, jobs and keys that exist.
 #pragma once
 
-#include "coll/swproto.h"
 #include "fuzz_transport.h"
+#include "wire/swproto.h"
 
 namespace ibvc_fuzz {
 

@@ -1,4 +1,4 @@
-// libFuzzer target: ibv_coll_perf's command line (tools/perf_opts.c).
+// libFuzzer target: ibv_coll_perf's command line (tools/common/perf_opts.c).
 // Input: the arguments, separated by NUL bytes.
 #include <ibv_coll/ibv_coll.h> // first: C++ mode; perf_opts.h then declares C functions
 extern "C" {

@@ -14,7 +14,7 @@
 // its input alone.
 #pragma once
 
-#include "nic/transport.h"
+#include "net/transport.h"
 #include "ref_icrc.h"
 
 #include <sys/eventfd.h>

@@ -5,7 +5,7 @@
 // under a fake clock.  Results are checked against a scalar loop in the
 // test (int32 sum, wrapping), completions against what the fault means.
 #include "coll/coll_job.h"
-#include "coll/swproto.h"
+#include "wire/swproto.h"
 #include "nic/coll_iface.h"
 #include "nic/nic.h"
 #include "nic/qp.h"

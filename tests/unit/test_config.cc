@@ -1,9 +1,18 @@
 // The configuration variables' number syntax, "decimal or 0x hex"
 // (ibv_coll(7)), against hand-written cases; the fuzz target fuzz_config
-// checks the same against a reference on arbitrary text.
+// checks the same against a reference on arbitrary text.  And the tables'
+// registry: every variable in one self-registered table, with the default
+// ibv_coll(7) documents.
+#include "nic/emu_config.h"
 #include "util/config.h"
 
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
 
 using ibv_coll::util::parse_uint;
 
@@ -41,4 +50,109 @@ TEST(Config, UintRejectsSignsBlanksAndJunk)
 		EXPECT_FALSE(parse_uint(s, &x)) << '"' << s << '"';
 		EXPECT_EQ(x, 7u) << "changed by \"" << s << '"';
 	}
+}
+
+// The registry: every component's table registers itself, and whoever
+// lists them (ibv_coll_print_config, ibv_coll_devinfo -c) walks it.
+namespace {
+
+using ibv_coll::util::ConfigKind;
+using ibv_coll::util::ConfigRegistrar;
+using ibv_coll::util::ConfigTable;
+using ibv_coll::util::ConfigVar;
+using ibv_coll::util::config_tables;
+
+const ConfigVar kLate[] = {{"IBVC_TEST_REG_LATE", "1", "help", ConfigKind::uint}};
+const ConfigVar kEarly[] = {{"IBVC_TEST_REG_EARLY", "2", "help", ConfigKind::uint}};
+// Registered late-ranked first: the listing must still put rank 1000 after 999.
+const ConfigRegistrar kLateReg({"test late", kLate}, 1000);
+const ConfigRegistrar kEarlyReg({"test early", kEarly}, 999);
+
+// Every table whose variables are read by the device model, the logger and
+// the transports, with their defaults, as ibv_coll(7) documents them.
+struct Want {
+	const char *name, *def;
+};
+const Want kWant[] = {
+	{"IBV_COLL_LOG_LEVEL", "warn"},
+	{"IBV_COLL_LOG_FILE", ""},
+	{"IBV_COLL_EMU_POLL_US", "2000"},
+	{"IBV_COLL_EMU_APP_POLL_US", "1000"},
+	{"IBV_COLL_EMU_RC_WINDOW", "256"},
+	{"IBV_COLL_EMU_ACK_REQ_EVERY", "32"},
+	{"IBV_COLL_EMU_RC_TIMEOUT", "14"},
+	{"IBV_COLL_EMU_SOCKBUF", "4194304"},
+	{"IBV_COLL_EMU_READ_BURST", "64"},
+	{"IBV_COLL_EMU_IMPAIR", ""},
+	{"IBV_COLL_EMU_ISA", "auto"},
+	{"IBV_COLL_EMU_SEG_UNITS", "4096"},
+	{"IBV_COLL_EMU_COLL_WINDOW", "64"},
+	{"IBV_COLL_EMU_COLL_RTO_US", "20000"},
+	{"IBV_COLL_EMU_COLL_TIMEOUT_MS", "10000"},
+	{"IBV_COLL_EMU_GSO", "1"},
+	{"IBV_COLL_EMU_SW_CONFIG_MS", "1000"},
+};
+
+} // namespace
+
+TEST(ConfigRegistry, TablesComeOutInRankOrder)
+{
+	std::vector<ConfigTable> t = config_tables();
+	int early = -1, late = -1;
+	for (size_t i = 0; i < t.size(); i++) {
+		if (!strcmp(t[i].component, "test early"))
+			early = int(i);
+		if (!strcmp(t[i].component, "test late"))
+			late = int(i);
+	}
+	ASSERT_GE(early, 0);
+	ASSERT_GE(late, 0);
+	EXPECT_EQ(late, early + 1);
+	EXPECT_EQ(late, int(t.size()) - 1) << "rank 1000 is the highest registered";
+	// The logger's table (rank 0) comes first.
+	EXPECT_STREQ(t[0].vars[0].name, "IBV_COLL_LOG_LEVEL");
+}
+
+TEST(ConfigRegistry, EveryVariableListedOnceWithItsDefault)
+{
+	// Referenced so that the linker keeps the device model's tables.
+	ibv_coll::emu::EmuConfig c;
+	ASSERT_EQ(ibv_coll::emu::load_emu_config(&c), 0);
+	std::map<std::string, std::string> seen;
+	for (const ConfigTable &t : config_tables()) {
+		EXPECT_FALSE(t.vars.empty()) << t.component;
+		for (const ConfigVar &v : t.vars) {
+			EXPECT_TRUE(seen.emplace(v.name, v.def).second) << v.name << " listed twice";
+			EXPECT_TRUE(v.help && *v.help) << v.name;
+		}
+	}
+	for (const Want &w : kWant) {
+		auto it = seen.find(w.name);
+		ASSERT_NE(it, seen.end()) << w.name << " is in no table";
+		EXPECT_EQ(it->second, w.def) << w.name;
+	}
+	// The device model reads the same set emu_config_vars() lists.
+	size_t emu = 0;
+	for (const auto &[name, def] : seen)
+		emu += name.rfind("IBV_COLL_EMU_", 0) == 0;
+	EXPECT_EQ(ibv_coll::emu::emu_config_vars().size(), emu);
+	EXPECT_EQ(emu, std::size(kWant) - 2);
+}
+
+TEST(ConfigRegistry, LoadersKeepTheirDefaults)
+{
+	ibv_coll::emu::EmuConfig c;
+	ASSERT_EQ(ibv_coll::emu::load_emu_config(&c), 0);
+	EXPECT_EQ(c.poll_us, 2000u);
+	EXPECT_EQ(c.rc_window, 256u);
+	EXPECT_EQ(c.rc_timeout, 14u);
+	EXPECT_EQ(c.sockbuf, 4194304u);
+	EXPECT_EQ(c.seg_units, 4096u);
+	EXPECT_EQ(c.coll_timeout_ms, 10000u);
+	EXPECT_TRUE(c.gso);
+	EXPECT_FALSE(c.impair.active());
+	ibv_coll::emu::NetConfig n;
+	ASSERT_EQ(ibv_coll::emu::load_net_config(&n), 0);
+	EXPECT_EQ(n.sockbuf, 4194304u);
+	EXPECT_TRUE(n.gso);
 }

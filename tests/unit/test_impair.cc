@@ -2,7 +2,7 @@
 // one-way delay that holds packets without blocking and releases them when
 // due, CE marks at the configured fraction, and ECT(0) on the wire, read
 // by a plain socket (not the port's own receive path).
-#include "nic/udp_port.h"
+#include "net/udp_port.h"
 #include "util/clock.h"
 
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // reduces later ones, refuses a contribution whose bit is not pending (so
 // nothing is reduced twice), completes when both bitmaps are empty, and
 // ranges are reserved by one owner at a time.
-#include "coll/seg_pool.h"
+#include "seg/seg_pool.h"
 
 #include <gtest/gtest.h>
 

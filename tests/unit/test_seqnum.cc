@@ -1,7 +1,7 @@
 // The order of message IDs, switch-path block numbers and incarnations
-// (coll/seqnum.h) against hand-computed cases: serial-number arithmetic
+// (wire/seqnum.h) against hand-computed cases: serial-number arithmetic
 // modulo 2^32, as the provider's MID check, the ring and the switch use it.
-#include "coll/seqnum.h"
+#include "wire/seqnum.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,6 @@
 // longer than the request, paged when it does not fit, short requests
 // dropped) and the shared-memory segments of devices (listed while their
 // process lives, dropped and removed when it is gone).
-#include "coll/swproto.h"
 #include "nic/stats_shm.h"
 #include "stat/switch_query.h"
 #include "switch/switch.h"
@@ -10,6 +9,7 @@
 #include "wire/ceth.h"
 #include "wire/icrc.h"
 #include "wire/roce.h"
+#include "wire/swproto.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -48,7 +48,7 @@ struct Hdr {
 	uint32_t seq = 0; // the block's number in the job: all tests use block 0
 };
 
-// Task information (coll/swproto.h's layout, written out here).
+// Task information (wire/swproto.h's layout, written out here).
 std::vector<uint8_t> task(uint16_t node, uint16_t nodes, uint64_t members, uint32_t seg_req)
 {
 	std::vector<uint8_t> t;

@@ -1,5 +1,5 @@
 // Data cache & compute: the Seg pool.
-#include "coll/seg_pool.h"
+#include "seg/seg_pool.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,26 +1,24 @@
-// crxe: collective QPs: the job attribute into the NIC's job table, and
+// The driver layer: collective QPs: the job attribute into the NIC's job table, and
 // collective WRs checked in full (every buffer against the MR table) and
 // written as collective WQEs.
-#include "crxe.h"
+#include "drv.h"
 
-#include "coll/seqnum.h"
-#include "coll/swproto.h"
+#include "wire/ceth.h"
+#include "wire/roce.h"
+#include "wire/seqnum.h"
+#include "wire/swproto.h"
 
 #include "util/log.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace ibv_coll::crxe {
+namespace ibv_coll::drv {
 
-int query_caps(core::Context *c, ibv_coll_caps *caps)
+uint32_t coll_packet_overhead()
 {
-	return engine_caps(*to_crxe(c)->nic, caps);
-}
-
-int query_counters(core::Context *c, ibv_coll_counters *o)
-{
-	return engine_counters(*to_crxe(c)->nic, o);
+	return uint32_t(emu::wire::kBthBytes + emu::wire::kCethBytes + emu::sw::kTaskBytes + 3 +
+			emu::wire::kIcrcBytes);
 }
 
 int engine_caps(emu::Nic &nic, ibv_coll_caps *caps)
@@ -343,4 +341,4 @@ int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 	return 0;
 }
 
-} // namespace ibv_coll::crxe
+} // namespace ibv_coll::drv

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace ibv_coll::util {
 
@@ -51,5 +52,17 @@ struct ConfigTable {
 // Prints every variable with its help; a set value that does not parse is
 // marked "# INVALID: ..." on its line.
 void print_config_table(FILE *f, const ConfigTable &t);
+
+// Components register their tables themselves, with a static registrar in
+// the file that reads them, so whoever lists the variables (the library's
+// ibv_coll_print_config, ibv_coll_devinfo -c) need not know the components:
+//	static const util::ConfigRegistrar reg({"emu rc", kVars}, 30);
+// Tables come out in ascending rank, then in the order they registered.
+class ConfigRegistrar {
+public:
+	ConfigRegistrar(const ConfigTable &t, int rank);
+};
+// Every table registered in this program, in rank order.
+std::vector<ConfigTable> config_tables();
 
 } // namespace ibv_coll::util

@@ -50,8 +50,8 @@
 // neither meet the old job's units nor end the new one with their RELEASE.
 #pragma once
 
-#include "coll/seqnum.h"
 #include "wire/bytes.h"
+#include "wire/seqnum.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,6 +1,8 @@
 // Logging over spdlog: one process-wide logger, level and file from the environment.
 #include "util/log.h"
 
+#include "util/config.h"
+
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -16,6 +18,13 @@ namespace {
 
 std::mutex g_mu;
 std::shared_ptr<spdlog::logger> g_logger;
+
+// The logger's variables, read where the logger is made (below).
+const ConfigVar kVars[] = {
+	{"IBV_COLL_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off"},
+	{"IBV_COLL_LOG_FILE", "", "write the log to this file instead of standard error"},
+};
+const ConfigRegistrar kRegistrar({"core (log)", kVars}, 0);
 
 spdlog::level::level_enum parse_level(const char *s)
 {

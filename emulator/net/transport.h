@@ -7,6 +7,8 @@
 // engine runs over kernel Soft-RoCE or a real RDMA NIC).
 #pragma once
 
+#include "net/impairment.h"
+
 #include <netinet/in.h>
 
 #include <cstddef>
@@ -47,6 +49,9 @@ struct PortCounters {
 	uint64_t impair_delayed = 0, impair_delay_overflow = 0, impair_ce = 0;
 	uint64_t rx_ce = 0; // packets received with ECN CE, for congestion control
 };
+
+// ECN codepoints (RFC 3168) in the low two bits of TOS / traffic class.
+constexpr uint8_t kEcnMask = 3, kEcnEct0 = 2, kEcnCe = 3;
 
 struct RxPacket {
 	uint8_t *data; // BTH
@@ -110,5 +115,10 @@ public:
 
 // Opens a transport for the engine or the switch.
 using TransportFactory = std::function<int(std::unique_ptr<Transport> *out)>;
+
+// The transport `factory` opens, or, when it is empty, a UdpPort opened
+// with the other arguments (as UdpPort::open takes them).
+int open_transport(const TransportFactory &factory, std::unique_ptr<Transport> *out,
+		   uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf, bool gso);
 
 } // namespace ibv_coll::emu

@@ -1,17 +1,17 @@
-// crxe: queue pairs.  Posting writes WQEs into the QP's rings and rings
+// The driver layer: queue pairs.  Posting writes WQEs into the QP's rings and rings
 // the doorbell; modify and query go through the NIC's command interface.
-#include "crxe.h"
+#include "drv.h"
 
 #include "util/log.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace ibv_coll::crxe {
+namespace ibv_coll::drv {
 
 core::Qp *create_qp(core::Pd *p, ibv_coll_qp_init_attr *ia)
 {
-	Pd *pd = to_crxe(p);
+	Pd *pd = to_drv(p);
 	ibv_coll_qp_cap &cap = ia->cap;
 	const int type = core::raw_enum(ia->qp_type);
 	const bool coll = type == IBV_COLL_QPT_COLL;
@@ -41,8 +41,8 @@ core::Qp *create_qp(core::Pd *p, ibv_coll_qp_init_attr *ia)
 	c.pdn = pd->pdn;
 	c.sq = qp->sq.get();
 	c.rq = qp->rq.get();
-	c.send_cq = to_crxe(core::to_core(ia->send_cq))->hw;
-	c.recv_cq = to_crxe(core::to_core(ia->recv_cq))->hw;
+	c.send_cq = to_drv(core::to_core(ia->send_cq))->hw;
+	c.recv_cq = to_drv(core::to_core(ia->recv_cq))->hw;
 	c.sig_all = ia->sq_sig_all != 0;
 	c.coll = coll;
 	qp->nic = pd->nic;
@@ -60,7 +60,7 @@ core::Qp *create_qp(core::Pd *p, ibv_coll_qp_init_attr *ia)
 
 int destroy_qp(core::Qp *q)
 {
-	Qp *qp = to_crxe(q);
+	Qp *qp = to_drv(q);
 	int err = qp->nic->destroy_qp(qp->hw);
 	if (!err)
 		delete qp;
@@ -69,7 +69,7 @@ int destroy_qp(core::Qp *q)
 
 int modify_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask)
 {
-	Qp *qp = to_crxe(q);
+	Qp *qp = to_drv(q);
 	emu::QpAttr e;
 	if (mask & IBV_COLL_QP_PORT && a->port_num != 1)
 		return EINVAL;
@@ -158,7 +158,7 @@ static ibv_mtu mtu_enum(uint32_t bytes)
 int query_qp(core::Qp *q, ibv_coll_qp_attr *a, int, ibv_coll_qp_init_attr *init)
 {
 	// The device holds the truth (it may have moved the QP to ERROR).
-	Qp *qp = to_crxe(q);
+	Qp *qp = to_drv(q);
 	emu::QpAttr e;
 	int err = qp->nic->query_qp(qp->hw, &e);
 	if (err)
@@ -216,7 +216,7 @@ static int check_send_wr(const Qp *qp, const ibv_coll_send_wr *wr)
 
 int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 {
-	Qp *qp = to_crxe(q);
+	Qp *qp = to_drv(q);
 	if (qp->pub.qp_type == IBV_COLL_QPT_COLL)
 		return post_coll(qp, wr, bad);
 	std::unique_lock lk(qp->sq_mu);
@@ -263,7 +263,7 @@ int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 
 int post_recv(core::Qp *q, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad)
 {
-	Qp *qp = to_crxe(q);
+	Qp *qp = to_drv(q);
 	std::unique_lock lk(qp->rq_mu);
 	if (qp->pub.state == IBV_QPS_RESET || qp->pub.qp_type == IBV_COLL_QPT_COLL) {
 		*bad = wr;
@@ -302,4 +302,4 @@ int post_recv(core::Qp *q, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad)
 	return 0;
 }
 
-} // namespace ibv_coll::crxe
+} // namespace ibv_coll::drv

@@ -228,6 +228,92 @@ static int check_sizes(const struct perf_opts *o)
 	return 0;
 }
 
+/* The rendezvous: --boot with --node/--nodes, else the launcher's, else
+ * this node alone when --nodes 1 asks for it.  0, or -1 with a message. */
+static int resolve_boot(struct perf_opts *o, int node, int nodes)
+{
+	if (o->boot) {
+		if (node < 0 || nodes < 1 || node >= nodes) {
+			fprintf(stderr, PROG ": --boot needs --node I and --nodes N, I < N\n");
+			return -1;
+		}
+		o->node = node;
+		o->nodes = nodes;
+	} else {
+		int err = ibvc_boot_from_env(&o->boot, &o->node, &o->nodes);
+		if (err == ENOENT && nodes == 1) { /* asked for: this node alone */
+			o->boot = "none";
+			o->node = 0;
+			o->nodes = 1;
+		} else if (err == ENOENT) {
+			/* Several copies started by hand (or by a launcher we do
+			 * not know) would each run a job of their own. */
+			fprintf(stderr, PROG ": no rendezvous: run under ibv_coll_run or a PMIx "
+					"launcher (mpirun, srun), give --boot, or --nodes 1 for "
+					"this node alone\n");
+			return -1;
+		} else if (err || o->nodes > 64) {
+			fprintf(stderr, PROG ": the launcher's node index or count is not valid (%s)\n",
+				strerror(err ? err : ERANGE));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The options checked against each other, and the defaults that depend
+ * on others.  0, or -1 with a message. */
+static int check_opts(struct perf_opts *o)
+{
+	if (strstr(o->dev, "%d")) {
+		const char *pct = strstr(o->dev, "%d");
+		if (strchr(pct + 2, '%') || strchr(o->dev, '%') != pct) {
+			fprintf(stderr, PROG ": --device takes one %%d and no other %%\n");
+			return -1;
+		}
+		snprintf(o->dev_buf, sizeof(o->dev_buf), "%.*s%d%s", (int)(pct - o->dev), o->dev,
+			 o->node, pct + 2);
+		o->dev = o->dev_buf;
+	}
+	if (o->have_spine && o->sw_planes < 2) {
+		fprintf(stderr, PROG ": --spine needs two or more leaf switches (-s)\n");
+		return -1;
+	}
+	if (o->have_spine && o->sw_planes > o->nodes) {
+		fprintf(stderr, PROG ": --spine: %d leaves for %d nodes leaves some leaf empty\n",
+			o->sw_planes, o->nodes);
+		return -1;
+	}
+	if (o->spin_us < 0)
+		o->spin_us = 2000;
+	if (o->minbytes > o->maxbytes) {
+		fprintf(stderr, PROG ": -b %zu is larger than -e %zu\n", o->minbytes, o->maxbytes);
+		return -1;
+	}
+	if (check_sizes(o))
+		return -1;
+	/* ibv_coll_run reads its children's stderr through a pipe; it tells
+	 * them when its own is a terminal. */
+	if (o->progress < 0) {
+		const char *tty = getenv("IBVC_RUN_STDERR_TTY");
+		o->progress = isatty(2) || (tty && !strcmp(tty, "1"));
+	}
+	if (colls[o->coll].reduces && pd_types[o->type].is_float && o->op >= PD_BAND) {
+		fprintf(stderr, PROG ": -o %s needs an integer type, not %s\n", pd_op_names[o->op],
+			pd_types[o->type].name);
+		return -1;
+	}
+	if ((o->window || o->e2e_ack) && !o->sw) {
+		fprintf(stderr, PROG ": --window and --e2e-ack are for a switch (-s)\n");
+		return -1;
+	}
+	if (o->sw && (o->topology == IBV_COLL_TOPO_RING)) {
+		fprintf(stderr, PROG ": -s is for -t switch or auto\n");
+		return -1;
+	}
+	return 0;
+}
+
 int parse_opts(int argc, char **argv, struct perf_opts *o)
 {
 	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES, OPT_WINDOW, OPT_E2E, OPT_GID,
@@ -318,77 +404,7 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		usage(stderr);
 		return 2;
 	}
-	if (o->boot) {
-		if (node < 0 || nodes < 1 || node >= nodes) {
-			fprintf(stderr, PROG ": --boot needs --node I and --nodes N, I < N\n");
-			return 2;
-		}
-		o->node = node;
-		o->nodes = nodes;
-	} else {
-		int err = ibvc_boot_from_env(&o->boot, &o->node, &o->nodes);
-		if (err == ENOENT && nodes == 1) { /* asked for: this node alone */
-			o->boot = "none";
-			o->node = 0;
-			o->nodes = 1;
-		} else if (err == ENOENT) {
-			/* Several copies started by hand (or by a launcher we do
-			 * not know) would each run a job of their own. */
-			fprintf(stderr, PROG ": no rendezvous: run under ibv_coll_run or a PMIx "
-					"launcher (mpirun, srun), give --boot, or --nodes 1 for "
-					"this node alone\n");
-			return 2;
-		} else if (err || o->nodes > 64) {
-			fprintf(stderr, PROG ": the launcher's node index or count is not valid (%s)\n",
-				strerror(err ? err : ERANGE));
-			return 2;
-		}
-	}
-	if (strstr(o->dev, "%d")) {
-		const char *pct = strstr(o->dev, "%d");
-		if (strchr(pct + 2, '%') || strchr(o->dev, '%') != pct) {
-			fprintf(stderr, PROG ": --device takes one %%d and no other %%\n");
-			return 2;
-		}
-		snprintf(o->dev_buf, sizeof(o->dev_buf), "%.*s%d%s", (int)(pct - o->dev), o->dev,
-			 o->node, pct + 2);
-		o->dev = o->dev_buf;
-	}
-	if (o->have_spine && o->sw_planes < 2) {
-		fprintf(stderr, PROG ": --spine needs two or more leaf switches (-s)\n");
+	if (resolve_boot(o, node, nodes) || check_opts(o))
 		return 2;
-	}
-	if (o->have_spine && o->sw_planes > o->nodes) {
-		fprintf(stderr, PROG ": --spine: %d leaves for %d nodes leaves some leaf empty\n",
-			o->sw_planes, o->nodes);
-		return 2;
-	}
-	if (o->spin_us < 0)
-		o->spin_us = 2000;
-	if (o->minbytes > o->maxbytes) {
-		fprintf(stderr, PROG ": -b %zu is larger than -e %zu\n", o->minbytes, o->maxbytes);
-		return 2;
-	}
-	if (check_sizes(o))
-		return 2;
-	/* ibv_coll_run reads its children's stderr through a pipe; it tells
-	 * them when its own is a terminal. */
-	if (o->progress < 0) {
-		const char *tty = getenv("IBVC_RUN_STDERR_TTY");
-		o->progress = isatty(2) || (tty && !strcmp(tty, "1"));
-	}
-	if (colls[o->coll].reduces && pd_types[o->type].is_float && o->op >= PD_BAND) {
-		fprintf(stderr, PROG ": -o %s needs an integer type, not %s\n", pd_op_names[o->op],
-			pd_types[o->type].name);
-		return 2;
-	}
-	if ((o->window || o->e2e_ack) && !o->sw) {
-		fprintf(stderr, PROG ": --window and --e2e-ack are for a switch (-s)\n");
-		return 2;
-	}
-	if (o->sw && (o->topology == IBV_COLL_TOPO_RING)) {
-		fprintf(stderr, PROG ": -s is for -t switch or auto\n");
-		return 2;
-	}
 	return -1;
 }

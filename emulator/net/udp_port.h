@@ -6,7 +6,8 @@
 // a RoCEv2 NIC's do, and received CE marks are counted.
 #pragma once
 
-#include "nic/transport.h"
+#include "net/impairment.h"
+#include "net/transport.h"
 #include "util/fd.h"
 
 #include <netinet/in.h>
@@ -18,28 +19,6 @@
 #include <vector>
 
 namespace ibv_coll::emu {
-
-// Test-only impairment of the transmit path, from IBV_COLL_EMU_IMPAIR
-// ("drop=0.05,dup=0.01,reorder=0.01,delay=5ms,jitter=1ms,ce=0.1,seed=7").
-// The network this machine's kernel can build (tbf/htb queues) has no
-// delay, random loss or ECN marking, so those come from here.
-struct Impairment {
-	double drop = 0, dup = 0, reorder = 0;
-	double ce = 0;		 // fraction of packets sent with CE instead of ECT(0)
-	uint64_t delay_ns = 0;	 // one-way delay added to every packet
-	uint64_t jitter_ns = 0;	 // uniform +-jitter on it, order kept
-	uint64_t seed = 1;
-	bool active() const
-	{
-		return drop > 0 || dup > 0 || reorder > 0 || ce > 0 || delay_ns || jitter_ns;
-	}
-	// 0, or EINVAL with *why (if given) naming the offending item.
-	static int parse(const std::string &spec, Impairment *out, std::string *why = nullptr);
-	std::string str() const;
-};
-
-// ECN codepoints (RFC 3168) in the low two bits of TOS / traffic class.
-constexpr uint8_t kEcnMask = 3, kEcnEct0 = 2, kEcnCe = 3;
 
 class UdpPort final : public Transport {
 public:
@@ -143,10 +122,5 @@ private:
 	uint64_t dl_last_due_ = 0;
 	PortCounters ctr_;
 };
-
-// The transport `factory` opens, or, when it is empty, a UdpPort opened
-// with the other arguments (as UdpPort::open takes them).
-int open_transport(const TransportFactory &factory, std::unique_ptr<Transport> *out,
-		   uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf, bool gso);
 
 } // namespace ibv_coll::emu

@@ -3,6 +3,7 @@
 
 #include "util/log.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -140,6 +141,36 @@ void print_config_table(FILE *f, const ConfigTable &t)
 		else
 			fprintf(f, "%s=%s\n", v.name, v.def);
 	}
+}
+
+namespace {
+struct Registered {
+	ConfigTable table;
+	int rank;
+};
+// A function's static, so that registrars running during static
+// initialisation of other files find it constructed.
+std::vector<Registered> &registry()
+{
+	static std::vector<Registered> r;
+	return r;
+}
+} // namespace
+
+ConfigRegistrar::ConfigRegistrar(const ConfigTable &t, int rank)
+{
+	registry().push_back({t, rank});
+}
+
+std::vector<ConfigTable> config_tables()
+{
+	std::vector<Registered> r = registry();
+	std::stable_sort(r.begin(), r.end(),
+			 [](const Registered &a, const Registered &b) { return a.rank < b.rank; });
+	std::vector<ConfigTable> out;
+	for (const Registered &x : r)
+		out.push_back(x.table);
+	return out;
 }
 
 } // namespace ibv_coll::util

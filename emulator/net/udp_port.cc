@@ -1,5 +1,5 @@
 // The device's Ethernet port: a UDP socket carrying RoCEv2.
-#include "nic/udp_port.h"
+#include "net/udp_port.h"
 
 #include "util/clock.h"
 #include "util/config.h"
@@ -15,128 +15,6 @@
 #include <sstream>
 
 namespace ibv_coll::emu {
-
-bool IpAddr::operator==(const IpAddr &o) const
-{
-	return memcmp(b, o.b, 16) == 0;
-}
-
-bool IpAddr::v4() const
-{
-	static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-	return memcmp(b, prefix, 12) == 0;
-}
-
-std::string IpAddr::str() const
-{
-	char buf[INET6_ADDRSTRLEN];
-	if (v4())
-		inet_ntop(AF_INET, b + 12, buf, sizeof(buf));
-	else
-		inet_ntop(AF_INET6, b, buf, sizeof(buf));
-	return buf;
-}
-
-IpAddr IpAddr::from_v4(uint32_t be_addr)
-{
-	IpAddr a;
-	a.b[10] = a.b[11] = 0xff;
-	memcpy(a.b + 12, &be_addr, 4);
-	return a;
-}
-
-namespace {
-
-// "5ms", "200us", "0.01s", "0": a duration in nanoseconds.  A bare number
-// other than 0 is refused: netem users write units, and a guess would be
-// off by a factor of a thousand.
-bool parse_duration(const std::string &v, uint64_t *ns)
-{
-	char *end = nullptr;
-	double x = strtod(v.c_str(), &end);
-	if (end == v.c_str() || !(x >= 0) || x > 3600)
-		return false;
-	std::string unit(end);
-	double scale;
-	if (unit == "s")
-		scale = 1e9;
-	else if (unit == "ms")
-		scale = 1e6;
-	else if (unit == "us")
-		scale = 1e3;
-	else if (unit == "ns")
-		scale = 1;
-	else if (unit.empty() && x == 0)
-		scale = 0;
-	else
-		return false;
-	*ns = uint64_t(x * scale + 0.5);
-	return true;
-}
-
-} // namespace
-
-int Impairment::parse(const std::string &spec, Impairment *out, std::string *why)
-{
-	Impairment r;
-	std::stringstream ss(spec);
-	std::string item;
-	auto bad = [&](const std::string &what) {
-		if (why)
-			*why = what;
-		return EINVAL;
-	};
-	while (std::getline(ss, item, ',')) {
-		if (item.empty())
-			continue;
-		auto eq = item.find('=');
-		if (eq == std::string::npos)
-			return bad("'" + item + "' is not KEY=VALUE");
-		std::string k = item.substr(0, eq), v = item.substr(eq + 1);
-		char *end = nullptr;
-		if (k == "seed") {
-			uint64_t s;
-			if (!util::parse_uint(v.c_str(), &s))
-				return bad("seed=" + v + ": expected an unsigned integer");
-			r.seed = s;
-			continue;
-		}
-		if (k == "delay" || k == "jitter") {
-			uint64_t ns;
-			if (!parse_duration(v, &ns))
-				return bad(k + "=" + v + ": expected a time with a unit (s, ms, us, ns), "
-						      "at most 3600 s");
-			(k == "delay" ? r.delay_ns : r.jitter_ns) = ns;
-			continue;
-		}
-		double x = strtod(v.c_str(), &end);
-		if (end == v.c_str() || *end || !(x >= 0 && x <= 1))
-			return bad(k + "=" + v + ": expected a probability from 0 to 1");
-		if (k == "drop" || k == "loss")
-			r.drop = x;
-		else if (k == "dup")
-			r.dup = x;
-		else if (k == "reorder")
-			r.reorder = x;
-		else if (k == "ce")
-			r.ce = x;
-		else
-			return bad("unknown impairment '" + k +
-				   "' (drop, loss, dup, reorder, delay, jitter, ce, seed)");
-	}
-	if (r.jitter_ns > r.delay_ns)
-		return bad("jitter is larger than delay");
-	*out = r;
-	return 0;
-}
-
-std::string Impairment::str() const
-{
-	std::ostringstream o;
-	o << "drop=" << drop << ",dup=" << dup << ",reorder=" << reorder << ",delay=" << delay_ns / 1e3
-	  << "us,jitter=" << jitter_ns / 1e3 << "us,ce=" << ce << ",seed=" << seed;
-	return o.str();
-}
 
 struct UdpPort::Slot {
 	sockaddr_in6 addr;
@@ -753,32 +631,6 @@ unsigned UdpPort::rx_fill()
 		}
 	}
 	return unsigned(rx_pending_.size());
-}
-
-void Transport::tx_commit_split(size_t hdr_len, const uint8_t *payload, size_t paylen,
-				size_t trailer_len, const Endpoint &dst, const IpAddr &src)
-{
-	uint8_t *buf = tx_buf();
-	memmove(buf + hdr_len + paylen, buf + hdr_len, trailer_len);
-	if (paylen)
-		memcpy(buf + hdr_len, payload, paylen);
-	tx_commit(hdr_len + paylen + trailer_len, dst, src);
-}
-
-int open_transport(const TransportFactory &factory, std::unique_ptr<Transport> *out,
-		   uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf, bool gso)
-{
-	int err;
-	if (factory) {
-		err = factory(out);
-	} else {
-		auto udp = std::make_unique<UdpPort>();
-		err = udp->open(port, fallback, imp, sockbuf, gso);
-		*out = std::move(udp);
-	}
-	if (!err && !*out)
-		err = EINVAL;
-	return err;
 }
 
 } // namespace ibv_coll::emu

@@ -10,7 +10,8 @@
  * one 2.  Integer types wrap, and the expected value wraps the same way, so
  * the order in which an implementation reduces never matters.
  *
- * Plain C11, header only: bench/mpi_allreduce_perf.c includes it too.
+ * Plain C11, header only: bench/mpi_allreduce_perf.c includes it too
+ * (CMake target ibvc_perf_data).
  */
 #ifndef IBVC_PERF_DATA_H
 #define IBVC_PERF_DATA_H

@@ -1,0 +1,64 @@
+// The transports' configuration table; it registers itself.
+#include "net/net_config.h"
+
+#include "util/log.h"
+
+#include <cerrno>
+
+namespace ibv_coll::emu {
+namespace {
+
+using util::ConfigKind;
+using util::ConfigVar;
+
+enum { kSockbuf, kGso, kImpair, kCount };
+
+const ConfigVar kVars[kCount] = {
+	{"IBV_COLL_EMU_SOCKBUF", "4194304", "UDP socket send and receive buffer bytes",
+	 ConfigKind::uint, 65536, 1u << 30},
+	{"IBV_COLL_EMU_GSO", "1",
+	 "send runs of packets to one peer with UDP segmentation offload and receive with UDP GRO "
+	 "(0: one datagram per system call)",
+	 ConfigKind::uint, 0, 1},
+	{"IBV_COLL_EMU_IMPAIR", "",
+	 "test only: impair transmitted packets: drop=P,dup=P,reorder=P (probabilities), "
+	 "delay=T,jitter=T (one-way, e.g. 5ms, 200us), ce=P (fraction sent CE-marked), seed=N; "
+	 "e.g. drop=0.01,delay=2ms,ce=0.05,seed=7",
+	 ConfigKind::string},
+};
+
+const util::ConfigRegistrar kRegistrar({"emu transport (UDP port, switch port)", kVars}, 150);
+
+} // namespace
+
+std::span<const ConfigVar> net_config_vars()
+{
+	return kVars;
+}
+
+int load_net_config(NetConfig *out)
+{
+	NetConfig c;
+	uint64_t v;
+	int err;
+	if ((err = util::config_uint(kVars[kSockbuf], &v)))
+		return err;
+	c.sockbuf = uint32_t(v);
+	if ((err = util::config_uint(kVars[kGso], &v)))
+		return err;
+	c.gso = v != 0;
+	std::string imp = util::config_text(kVars[kImpair]), why;
+	if (Impairment::parse(imp, &c.impair, &why)) {
+		IBVC_ERR("config",
+			 "IBV_COLL_EMU_IMPAIR={}: {}; expected a comma-separated list of "
+			 "drop=P,dup=P,reorder=P,ce=P,delay=T,jitter=T,seed=N",
+			 imp, why);
+		return EINVAL;
+	}
+	if (c.impair.active())
+		IBVC_WARN("emu", "transmit impairment on: {}", c.impair.str());
+	*out = c;
+	return 0;
+}
+
+} // namespace ibv_coll::emu

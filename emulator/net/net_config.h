@@ -1,0 +1,23 @@
+// The transports' configuration table (IBV_COLL_EMU_SOCKBUF, _GSO and the
+// test-only _IMPAIR): what the NIC's port and the switch's both read.
+#pragma once
+
+#include "net/impairment.h"
+#include "util/config.h"
+
+#include <cstdint>
+#include <span>
+
+namespace ibv_coll::emu {
+
+struct NetConfig {
+	uint32_t sockbuf = 4u << 20; // UDP socket buffer bytes
+	bool gso = true;	     // UDP segmentation offload and GRO
+	Impairment impair;
+};
+
+std::span<const util::ConfigVar> net_config_vars();
+// Read the variables; EINVAL (logged) on a bad value.
+int load_net_config(NetConfig *out);
+
+} // namespace ibv_coll::emu
