@@ -606,6 +606,10 @@ void CollEngine::sw_admit_ask(CollJob &job, Message &m, uint64_t now)
 		m.last_progress = now;
 }
 
+// The switch's reasons are the completion's ran-on bits.
+static_assert(unsigned(kRanBusy) == sw::kAdmitBusy && unsigned(kRanScored) == sw::kAdmitScored &&
+	      unsigned(kRanRefused) == sw::kAdmitRefused);
+
 void CollEngine::sw_on_admit(Qp &qp, CollJob &job, const CollPacket &p)
 {
 	const uint64_t now = e_.now();

@@ -2,7 +2,7 @@
 // dispatch of packets, its table of jobs and their children.  Admission is
 // in switch_admit.cc, the data path in switch_fold.cc, expiry in
 // switch_expire.cc, the packet codec in switch_codec.cc, the counters in
-// switch_stats.cc.  See coll/swproto.h for the protocol and
+// switch_stats.cc.  See wire/swproto.h for the protocol and
 // ibv_coll_switchd(8) for the program around it.
 #include "switch/switch.h"
 #include "switch/switch_impl.h"

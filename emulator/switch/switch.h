@@ -1,5 +1,5 @@
 // The emulated in-network aggregation switch: a UDP port speaking the
-// switch protocol (coll/swproto.h), a pool of Seg units (the NIC's
+// switch protocol (wire/swproto.h), a pool of Seg units (the NIC's
 // SegPool), the reduce kernels, and a table of jobs.  One thread drives it
 // (Switch::run); it blocks in epoll when there is nothing to do.
 #pragma once

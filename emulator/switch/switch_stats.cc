@@ -1,5 +1,5 @@
 // The switch's counters: their sum, their names, the text and JSON output
-// and the answer to STATS (coll/swproto.h) for ibv_coll_stat(8), in a
+// and the answer to STATS (wire/swproto.h) for ibv_coll_stat(8), in a
 // reply no longer than the request.
 #include "switch/switch.h"
 

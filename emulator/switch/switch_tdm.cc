@@ -11,7 +11,6 @@
 #include "switch/switch.h"
 
 #include "wire/seqnum.h"
-#include "nic/wqe.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "wire/roce.h"
@@ -94,7 +93,7 @@ double Switch::score(const Job &j, uint64_t now) const
 uint8_t Switch::decide(Job &j, uint64_t now)
 {
 	if (hold_.on && hold_.jid != j.jid)
-		return kRanBusy;
+		return sw::kAdmitBusy;
 	if (j.starved >= kStarveLimit)
 		return 0;
 	const double mine = j.dur_ns > 0 ? j.dur_ns : 1e6;
@@ -110,11 +109,11 @@ uint8_t Switch::decide(Job &j, uint64_t now)
 			continue;
 		// A starved job has the pool reserved: its next message takes it.
 		if (k.starved >= kStarveLimit)
-			return kRanScored;
+			return sw::kAdmitScored;
 		if (next > double(now) + mine)
 			continue; // after this one would be done
 		if (score(k, now) > s)
-			return kRanScored;
+			return sw::kAdmitScored;
 	}
 	return 0;
 }
@@ -197,7 +196,7 @@ void Switch::on_admit(const In &p)
 	if (!d) {
 		uint8_t why;
 		if (j.any_mid && !seq_after(p.h.mid, j.last_mid)) {
-			why = kRanRefused; // older than what we decided: never taken late
+			why = sw::kAdmitRefused; // older than what we decided: never taken late
 		} else {
 			if (p.h.seq)
 				j.hold_ms = p.h.seq;
@@ -222,9 +221,9 @@ void Switch::on_admit(const In &p)
 			j.starved = 0;
 		} else {
 			j.starved++;
-			if (why == kRanBusy)
+			if (why == sw::kAdmitBusy)
 				j.ctr.adm_busy++;
-			else if (why == kRanScored)
+			else if (why == sw::kAdmitScored)
 				j.ctr.adm_scored++;
 			else
 				j.ctr.adm_refused++;

@@ -61,6 +61,10 @@ namespace ibv_coll::emu::sw {
 
 constexpr size_t kTaskBytes = 48;
 constexpr uint16_t kNodeSwitch = 0xffff; // CETH src_node of a switch
+// Why a tdm admission was refused: CETH phase of a CONFIG_ACK flagged
+// ADMIT with status DENIED (the same bits the completion's wc_flags carry,
+// shifted; see ibv_poll_coll_cq(3)).
+enum AdmitWhy : uint8_t { kAdmitBusy = 0x20, kAdmitScored = 0x40, kAdmitRefused = 0x80 };
 constexpr uint32_t kMaxPlanes = 8;
 constexpr uint32_t kMaxLeaves = 64;
 
