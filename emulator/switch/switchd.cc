@@ -183,7 +183,7 @@ int parse_args(int argc, char **argv, Options &o)
 			usage(stderr, argv[0]);
 			return 2;
 		}
-		if (c <= 0 || !strchr("pubmIijfPnWXVg", c)) {
+		if (c <= 0 || !strchr("pubmOSIijfPnWXVg", c)) {
 			usage(stderr, argv[0]);
 			return 2;
 		}

@@ -91,6 +91,15 @@ const Want kWant[] = {
 	{"IBV_COLL_EMU_COLL_TIMEOUT_MS", "10000"},
 	{"IBV_COLL_EMU_GSO", "1"},
 	{"IBV_COLL_EMU_SW_CONFIG_MS", "1000"},
+	{"IBV_COLL_EMU_CC", "1"},
+	{"IBV_COLL_EMU_CC_TARGET_US", "1000"},
+	{"IBV_COLL_EMU_CC_MAX_MDF", "50"},
+	{"IBV_COLL_EMU_CC_PACE", "0"},
+	{"IBV_COLL_EMU_CNP_INTERVAL_US", "50"},
+	{"IBV_COLL_EMU_DCQCN_ALPHA_US", "55"},
+	{"IBV_COLL_EMU_DCQCN_RECOVER_US", "300"},
+	{"IBV_COLL_EMU_DCQCN_RECOVER_UNITS", "64"},
+	{"IBV_COLL_EMU_DCQCN_G_SHIFT", "4"},
 };
 
 } // namespace
@@ -151,6 +160,15 @@ TEST(ConfigRegistry, LoadersKeepTheirDefaults)
 	EXPECT_EQ(c.coll_timeout_ms, 10000u);
 	EXPECT_TRUE(c.gso);
 	EXPECT_FALSE(c.impair.active());
+	EXPECT_TRUE(c.cc.on);
+	EXPECT_EQ(c.cc.target_us, 1000u);
+	EXPECT_EQ(c.cc.max_mdf_pct, 50u);
+	EXPECT_FALSE(c.cc.pace);
+	EXPECT_EQ(c.cnp_interval_us, 50u);
+	EXPECT_EQ(c.cc.alpha_us, 55u);
+	EXPECT_EQ(c.cc.recover_us, 300u);
+	EXPECT_EQ(c.cc.recover_units, 64u);
+	EXPECT_EQ(c.cc.dcqcn_g_shift, 4u);
 	ibv_coll::emu::NetConfig n;
 	ASSERT_EQ(ibv_coll::emu::load_net_config(&n), 0);
 	EXPECT_EQ(n.sockbuf, 4194304u);
