@@ -70,9 +70,21 @@ static int parse_size(const char *s, size_t *out)
 	char *end;
 	double v = strtod(s, &end), unit = 1;
 	switch (*end) {
-	case 'k': case 'K': unit = 1024.0; end++; break;
-	case 'm': case 'M': unit = 1024.0 * 1024; end++; break;
-	case 'g': case 'G': unit = 1024.0 * 1024 * 1024; end++; break;
+	case 'k':
+	case 'K':
+		unit = 1024.0;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		unit = 1024.0 * 1024;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		unit = 1024.0 * 1024 * 1024;
+		end++;
+		break;
 	}
 	if (end == s || *end || !(v >= 0))
 		return -1;
@@ -92,7 +104,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 'b': bad = parse_size(optarg, &o->minbytes); break;
 		case 'e': bad = parse_size(optarg, &o->maxbytes); break;
 		case 'i': bad = parse_size(optarg, &o->stepbytes); break;
-		case 'f': o->stepfactor = strtoul(optarg, NULL, 0); bad = !o->stepfactor; break;
+		case 'f':
+			o->stepfactor = strtoul(optarg, NULL, 0);
+			bad = !o->stepfactor;
+			break;
 		case 'n': bad = (o->iters = atoi(optarg)) < 1; break;
 		case 'w': bad = (o->warmup = atoi(optarg)) < 0; break;
 		case 'c': o->check = atoi(optarg) != 0; break;
@@ -106,10 +121,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		}
 		if (bad) {
 			if (rank == 0)
-				fprintf(stderr,
-					"usage: mpi_allreduce_perf [-b min] [-e max] "
-					"[-i stepbytes] [-f factor] [-n iters] [-w warmup] "
-					"[-c 0|1] [-d type] [-o op] [-V|--version]\n");
+				fprintf(stderr, "usage: mpi_allreduce_perf [-b min] [-e max] "
+						"[-i stepbytes] [-f factor] [-n iters] [-w warmup] "
+						"[-c 0|1] [-d type] [-o op] [-V|--version]\n");
 			return -1;
 		}
 	}

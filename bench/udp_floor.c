@@ -60,7 +60,8 @@ static int open_sock(uint16_t *port)
 
 static void send_to(int s, uint16_t port, const void *buf)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons(port),
 				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	while (sendto(s, buf, 8, 0, (struct sockaddr *)&a, sizeof(a)) < 0 && errno == EINTR)
 		;
@@ -137,7 +138,7 @@ static double run(enum pattern pat, enum wait_mode w, int n, int iters)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{"nodes", 1, NULL, 'n'}, {"iters", 1, NULL, 'i'}, {"help", 0, NULL, 'h'},
+		{"nodes", 1, NULL, 'n'},   {"iters", 1, NULL, 'i'}, {"help", 0, NULL, 'h'},
 		{"version", 0, NULL, 'V'}, {NULL, 0, NULL, 0},
 	};
 	int n = 4, iters = 20000, c;
@@ -158,13 +159,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	printf("# ibv_coll_udp_floor: %d processes, 8-byte UDP datagrams on 127.0.0.1, %d rounds; "
-	       "baseline: waiting blocked\n", n, iters);
+	       "baseline: waiting blocked\n",
+	       n, iters);
 	printf("# %-38s %14s %14s %8s\n", "pattern", "yield (us)", "blocked (us)", "ratio");
 	const struct {
 		enum pattern p;
 		const char *name;
-	} pats[] = {{STAR, "star: nodes -> switch -> nodes"},
-		    {DOUBLING, "recursive doubling"}};
+	} pats[] = {{STAR, "star: nodes -> switch -> nodes"}, {DOUBLING, "recursive doubling"}};
 	for (size_t k = 0; k < sizeof(pats) / sizeof(pats[0]); k++) {
 		double y = run(pats[k].p, SPIN_YIELD, n, iters);
 		double b = run(pats[k].p, BLOCK, n, iters);

@@ -133,8 +133,9 @@ static int parse_int_opt(const char *name, const char *arg, long long lo, long l
 	errno = 0;
 	long long v = strtoll(arg, &end, 0);
 	if (end == arg || *end || errno || v < lo || v > hi) {
-		fprintf(stderr, PROG ": bad value for %s: '%s' (want an integer from %lld to %lld)\n",
-			name, arg, lo, hi);
+		fprintf(stderr,
+			PROG ": bad value for %s: '%s' (want an integer from %lld to %lld)\n", name,
+			arg, lo, hi);
 		return -1;
 	}
 	*out = v;
@@ -146,11 +147,13 @@ static int parse_int_opt(const char *name, const char *arg, long long lo, long l
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{"boot", 1, NULL, 'b'},	 {"node", 1, NULL, 'i'},  {"nodes", 1, NULL, 'n'},
-		{"ranks", 1, NULL, 'k'}, {"count", 1, NULL, 'c'}, {"iters", 1, NULL, 'I'},
-		{"ib-dev", 1, NULL, 'd'}, {"topology", 1, NULL, 't'}, {"only", 1, NULL, 'o'},
-		{"switch", 1, NULL, 's'}, {"boot-timeout", 1, NULL, 'T'}, {"help", 0, NULL, 'h'},
-		{"version", 0, NULL, 'V'}, {NULL, 0, NULL, 0},
+		{"boot", 1, NULL, 'b'},		{"node", 1, NULL, 'i'},
+		{"nodes", 1, NULL, 'n'},	{"ranks", 1, NULL, 'k'},
+		{"count", 1, NULL, 'c'},	{"iters", 1, NULL, 'I'},
+		{"ib-dev", 1, NULL, 'd'},	{"topology", 1, NULL, 't'},
+		{"only", 1, NULL, 'o'},		{"switch", 1, NULL, 's'},
+		{"boot-timeout", 1, NULL, 'T'}, {"help", 0, NULL, 'h'},
+		{"version", 0, NULL, 'V'},	{NULL, 0, NULL, 0},
 	};
 	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
 	long long v = 0;
@@ -164,27 +167,41 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		int bad = 0;
 		switch (c) {
 		case 'b': o->boot = optarg; break;
-		case 'i': bad = parse_int_opt("-i/--node", optarg, 0, 4095, &v); o->node = (int)v; break;
-		case 'n': bad = parse_int_opt("-n/--nodes", optarg, 1, 4096, &v); o->nodes = (int)v; break;
-		case 'k': bad = parse_int_opt("-k/--ranks", optarg, 1, 64, &v); o->ranks = (int)v; break;
+		case 'i':
+			bad = parse_int_opt("-i/--node", optarg, 0, 4095, &v);
+			o->node = (int)v;
+			break;
+		case 'n':
+			bad = parse_int_opt("-n/--nodes", optarg, 1, 4096, &v);
+			o->nodes = (int)v;
+			break;
+		case 'k':
+			bad = parse_int_opt("-k/--ranks", optarg, 1, 64, &v);
+			o->ranks = (int)v;
+			break;
 		case 'c':
 			bad = parse_int_opt("-c/--count", optarg, 0, (long long)MAX_COUNT, &v);
 			o->count = (uint64_t)v;
 			break;
-		case 'I': bad = parse_int_opt("-I/--iters", optarg, 1, INT_MAX, &v); o->iters = (int)v; break;
+		case 'I':
+			bad = parse_int_opt("-I/--iters", optarg, 1, INT_MAX, &v);
+			o->iters = (int)v;
+			break;
 		case 'T':
 			bad = parse_int_opt("-T/--boot-timeout", optarg, 1, INT_MAX / 1000, &v);
 			o->boot_timeout_s = (int)v;
 			break;
 		case 'd': o->dev = optarg; break;
 		case 't':
-			o->topology = !strcmp(optarg, "auto")	 ? IBV_COLL_TOPO_AUTO
+			o->topology = !strcmp(optarg, "auto")	  ? IBV_COLL_TOPO_AUTO
 				      : !strcmp(optarg, "switch") ? IBV_COLL_TOPO_SWITCH
 				      : !strcmp(optarg, "ring")	  ? IBV_COLL_TOPO_RING
 								  : -2;
 			if (o->topology == -2) {
-				fprintf(stderr, PROG ": bad value for -t/--topology: '%s' "
-						"(want ring, switch or auto)\n", optarg);
+				fprintf(stderr,
+					PROG ": bad value for -t/--topology: '%s' "
+					     "(want ring, switch or auto)\n",
+					optarg);
 				bad = 1;
 			}
 			break;
@@ -204,10 +221,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	if (o->only) {
 		int known = 0;
 		for (int op = IBV_COLL_WR_ALLREDUCE; op <= IBV_COLL_WR_BARRIER; op++)
-			known |= !strcasecmp(o->only, ibv_coll_wr_opcode_str((enum ibv_coll_wr_opcode)op));
+			known |= !strcasecmp(o->only,
+					     ibv_coll_wr_opcode_str((enum ibv_coll_wr_opcode)op));
 		if (!known) {
-			fprintf(stderr, PROG ": bad value for -o/--only: '%s' (want allreduce, reduce, "
-					"bcast, allgather, reduce_scatter or barrier)\n", o->only);
+			fprintf(stderr,
+				PROG ": bad value for -o/--only: '%s' (want allreduce, reduce, "
+				     "bcast, allgather, reduce_scatter or barrier)\n",
+				o->only);
 			return 1 + 2;
 		}
 	}
@@ -216,8 +236,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 
 /* Elements of global rank g's destination that differ from the closed
  * form (a REDUCE leaves every rank but the root's destination as it was). */
-static long count_wrong(enum ibv_coll_wr_opcode op, const int32_t *dst, uint64_t dst_n,
-			uint32_t g, uint32_t root, uint32_t K, uint64_t cnt)
+static long count_wrong(enum ibv_coll_wr_opcode op, const int32_t *dst, uint64_t dst_n, uint32_t g,
+			uint32_t root, uint32_t K, uint64_t cnt)
 {
 	long wrong = 0;
 
@@ -231,18 +251,13 @@ static long count_wrong(enum ibv_coll_wr_opcode op, const int32_t *dst, uint64_t
 			for (uint32_t q = 0; q < K; q++)
 				want += input(q, e);
 			break;
-		case IBV_COLL_WR_BCAST:
-			want = input(root, e);
-			break;
-		case IBV_COLL_WR_ALLGATHER:
-			want = input((uint32_t)(e / cnt), e % cnt);
-			break;
+		case IBV_COLL_WR_BCAST: want = input(root, e); break;
+		case IBV_COLL_WR_ALLGATHER: want = input((uint32_t)(e / cnt), e % cnt); break;
 		case IBV_COLL_WR_REDUCE_SCATTER:
 			for (uint32_t q = 0; q < K; q++)
 				want += input(q, g * cnt + e);
 			break;
-		default:
-			break;
+		default: break;
 		}
 		if (written ? dst[e] != (int32_t)want : dst[e] != (int32_t)0xa5a5a5a5)
 			wrong++;
@@ -293,7 +308,8 @@ static struct ibv_coll_qp *open_qp(const struct opts *o, struct ibv_coll_context
 	ibv_free_coll_device_list(list);
 	if (!*ctx) {
 		fprintf(stderr, PROG ": cannot open %s: %s\n", o->dev,
-			found || !list ? strerror(err) : "not found (ibv_coll_devinfo -l lists the devices)");
+			found || !list ? strerror(err)
+				       : "not found (ibv_coll_devinfo -l lists the devices)");
 		return NULL;
 	}
 	*pd = ibv_alloc_coll_pd(*ctx);
@@ -380,8 +396,8 @@ static int join_job(const struct opts *o, struct ibv_coll_context *ctx, struct i
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = pa.active_mtu;
 	a.job = &job;
-	if ((err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB |
-							  IBV_COLL_QP_PATH_MTU))) {
+	if ((err = ibv_modify_coll_qp(
+		     qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU))) {
 		fprintf(stderr, "ibv_coll_allreduce: RTR: %s\n", strerror(err));
 		return 1;
 	}
@@ -406,8 +422,8 @@ static int settle_opts(struct opts *o)
 	if (o->topology == -1)
 		o->topology = o->sw ? IBV_COLL_TOPO_SWITCH : IBV_COLL_TOPO_RING;
 	if (o->node < 0 || o->node >= o->nodes) {
-		fprintf(stderr, PROG ": node index %d is not below the number of nodes %d\n", o->node,
-			o->nodes);
+		fprintf(stderr, PROG ": node index %d is not below the number of nodes %d\n",
+			o->node, o->nodes);
 		return 2;
 	}
 	if (o->topology == IBV_COLL_TOPO_SWITCH && !o->sw) {
@@ -477,7 +493,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ibv_coll_allreduce: buffers: %s\n", strerror(errno));
 		return 1;
 	}
-	struct ibv_sge *s = calloc((size_t)o.ranks, sizeof(*s)), *d = calloc((size_t)o.ranks, sizeof(*d));
+	struct ibv_sge *s = calloc((size_t)o.ranks, sizeof(*s)),
+		       *d = calloc((size_t)o.ranks, sizeof(*d));
 	static const enum ibv_coll_wr_opcode colls[] = {
 		IBV_COLL_WR_ALLREDUCE, IBV_COLL_WR_REDUCE,	   IBV_COLL_WR_BCAST,
 		IBV_COLL_WR_ALLGATHER, IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_WR_BARRIER,
@@ -504,8 +521,10 @@ int main(int argc, char **argv)
 						src[e] = input(first + (uint32_t)r, e);
 				if (it == o.iters - 1)
 					memset(dst, 0xa5, dst_n * 4);
-				s[r] = (struct ibv_sge){(uintptr_t)src, (uint32_t)(src_n * 4), mr->lkey};
-				d[r] = (struct ibv_sge){(uintptr_t)dst, (uint32_t)(dst_n * 4), mr->lkey};
+				s[r] = (struct ibv_sge){(uintptr_t)src, (uint32_t)(src_n * 4),
+							mr->lkey};
+				d[r] = (struct ibv_sge){(uintptr_t)dst, (uint32_t)(dst_n * 4),
+							mr->lkey};
 			}
 			double t0 = now_us();
 			if (post_coll(qp, op, ci, s, d, o.ranks, cnt, root))
@@ -515,7 +534,8 @@ int main(int argc, char **argv)
 			total += now_us() - t0;
 			if (n < 0 || wc.status != IBV_WC_SUCCESS) {
 				fprintf(stderr, "node %d: %s failed: %s (%s)\n", o.node,
-					ibv_coll_wr_opcode_str(op), ibv_coll_wc_status_str(wc.status),
+					ibv_coll_wr_opcode_str(op),
+					ibv_coll_wc_status_str(wc.status),
 					ibv_coll_status_str(wc.coll_status));
 				return 1;
 			}
@@ -532,12 +552,12 @@ int main(int argc, char **argv)
 		double avg = total / o.iters;
 		double bytes = (double)(op == IBV_COLL_WR_ALLGATHER ? big : cnt) * 4;
 		if (o.node == 0)
-			printf("%-15s %12lu %6u %-16s %10.1f %10.3f %8ld\n", ibv_coll_wr_opcode_str(op),
-			       (unsigned long)cnt, K, ran_str(flags), avg,
-			       op == IBV_COLL_WR_BARRIER ? 0.0 : bytes / avg / 1e3, wrong);
+			printf("%-15s %12lu %6u %-16s %10.1f %10.3f %8ld\n",
+			       ibv_coll_wr_opcode_str(op), (unsigned long)cnt, K, ran_str(flags),
+			       avg, op == IBV_COLL_WR_BARRIER ? 0.0 : bytes / avg / 1e3, wrong);
 		else if (wrong)
-			printf("node %d: %s: %ld wrong elements\n", o.node, ibv_coll_wr_opcode_str(op),
-			       wrong);
+			printf("node %d: %s: %ld wrong elements\n", o.node,
+			       ibv_coll_wr_opcode_str(op), wrong);
 	}
 	ibvc_boot_barrier(boot); /* everyone done before anyone leaves */
 	ibvc_boot_close(boot);

@@ -39,18 +39,12 @@ static void usage(FILE *out)
 static const char *port_state_str(enum ibv_port_state s)
 {
 	switch (s) {
-	case IBV_PORT_NOP:
-		return "PORT_NOP";
-	case IBV_PORT_DOWN:
-		return "PORT_DOWN";
-	case IBV_PORT_INIT:
-		return "PORT_INIT";
-	case IBV_PORT_ARMED:
-		return "PORT_ARMED";
-	case IBV_PORT_ACTIVE:
-		return "PORT_ACTIVE";
-	case IBV_PORT_ACTIVE_DEFER:
-		return "PORT_ACTIVE_DEFER";
+	case IBV_PORT_NOP: return "PORT_NOP";
+	case IBV_PORT_DOWN: return "PORT_DOWN";
+	case IBV_PORT_INIT: return "PORT_INIT";
+	case IBV_PORT_ARMED: return "PORT_ARMED";
+	case IBV_PORT_ACTIVE: return "PORT_ACTIVE";
+	case IBV_PORT_ACTIVE_DEFER: return "PORT_ACTIVE_DEFER";
 	}
 	return "invalid state";
 }
@@ -66,12 +60,9 @@ static unsigned int mtu_bytes(enum ibv_mtu m)
 static const char *link_layer_str(uint8_t ll)
 {
 	switch (ll) {
-	case IBV_LINK_LAYER_UNSPECIFIED:
-		return "Unspecified";
-	case IBV_LINK_LAYER_INFINIBAND:
-		return "InfiniBand";
-	case IBV_LINK_LAYER_ETHERNET:
-		return "Ethernet";
+	case IBV_LINK_LAYER_UNSPECIFIED: return "Unspecified";
+	case IBV_LINK_LAYER_INFINIBAND: return "InfiniBand";
+	case IBV_LINK_LAYER_ETHERNET: return "Ethernet";
 	}
 	return "Unknown";
 }
@@ -238,26 +229,13 @@ int main(int argc, char *argv[])
 		if (c == -1)
 			break;
 		switch (c) {
-		case 'd':
-			ib_devname = optarg;
-			break;
-		case 'l':
-			list_only = 1;
-			break;
-		case 'v':
-			verbose = 1;
-			break;
-		case 'c':
-			config_only = 1;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case 'V':
-			return ibvc_print_version(prog, ibv_coll_version());
-		default:
-			usage(stderr);
-			return 1;
+		case 'd': ib_devname = optarg; break;
+		case 'l': list_only = 1; break;
+		case 'v': verbose = 1; break;
+		case 'c': config_only = 1; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': return ibvc_print_version(prog, ibv_coll_version());
+		default: usage(stderr); return 1;
 		}
 	}
 	if (optind < argc) {

@@ -21,28 +21,30 @@ void put_device(ibv_coll_device *d)
 
 IBV_COLL_EXPORT ibv_coll_device **ibv_get_coll_device_list(int *num_devices)
 {
-	return guard_ptr<ibv_coll_device *>("ibv_get_coll_device_list", [&]() -> ibv_coll_device ** {
-		util::log_init();
-		std::vector<ibv_coll_device *> all;
-		for (const Provider *p : providers()) {
-			size_t before = all.size();
-			p->discover(all);
-			for (size_t i = before; i < all.size(); i++)
-				all[i]->ops = p->ops;
-		}
-		auto **list = static_cast<ibv_coll_device **>(calloc(all.size() + 1, sizeof(void *)));
-		if (!list) {
-			for (auto *d : all)
-				put_device(d);
-			errno = ENOMEM;
-			return nullptr;
-		}
-		for (size_t i = 0; i < all.size(); i++)
-			list[i] = all[i];
-		if (num_devices)
-			*num_devices = int(all.size());
-		return list;
-	});
+	return guard_ptr<ibv_coll_device *>(
+		"ibv_get_coll_device_list", [&]() -> ibv_coll_device ** {
+			util::log_init();
+			std::vector<ibv_coll_device *> all;
+			for (const Provider *p : providers()) {
+				size_t before = all.size();
+				p->discover(all);
+				for (size_t i = before; i < all.size(); i++)
+					all[i]->ops = p->ops;
+			}
+			auto **list = static_cast<ibv_coll_device **>(
+				calloc(all.size() + 1, sizeof(void *)));
+			if (!list) {
+				for (auto *d : all)
+					put_device(d);
+				errno = ENOMEM;
+				return nullptr;
+			}
+			for (size_t i = 0; i < all.size(); i++)
+				list[i] = all[i];
+			if (num_devices)
+				*num_devices = int(all.size());
+			return list;
+		});
 }
 
 IBV_COLL_EXPORT void ibv_free_coll_device_list(ibv_coll_device **list)

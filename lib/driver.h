@@ -50,7 +50,7 @@ struct CompChannel {
 };
 struct Cq {
 	ibv_coll_cq pub{};
-	std::atomic<int> users{0};		    // QPs reporting here
+	std::atomic<int> users{0};		 // QPs reporting here
 	std::atomic<uint64_t> events_written{0}; // events put in the channel
 	std::atomic<uint64_t> events_acked{0};
 };
@@ -72,12 +72,30 @@ template <class E> inline int raw_enum(const E &e)
 	return v;
 }
 
-inline Context *to_core(ibv_coll_context *p) { return reinterpret_cast<Context *>(p); }
-inline Pd *to_core(ibv_coll_pd *p) { return reinterpret_cast<Pd *>(p); }
-inline Mr *to_core(ibv_coll_mr *p) { return reinterpret_cast<Mr *>(p); }
-inline CompChannel *to_core(ibv_coll_comp_channel *p) { return reinterpret_cast<CompChannel *>(p); }
-inline Cq *to_core(ibv_coll_cq *p) { return reinterpret_cast<Cq *>(p); }
-inline Qp *to_core(ibv_coll_qp *p) { return reinterpret_cast<Qp *>(p); }
+inline Context *to_core(ibv_coll_context *p)
+{
+	return reinterpret_cast<Context *>(p);
+}
+inline Pd *to_core(ibv_coll_pd *p)
+{
+	return reinterpret_cast<Pd *>(p);
+}
+inline Mr *to_core(ibv_coll_mr *p)
+{
+	return reinterpret_cast<Mr *>(p);
+}
+inline CompChannel *to_core(ibv_coll_comp_channel *p)
+{
+	return reinterpret_cast<CompChannel *>(p);
+}
+inline Cq *to_core(ibv_coll_cq *p)
+{
+	return reinterpret_cast<Cq *>(p);
+}
+inline Qp *to_core(ibv_coll_qp *p)
+{
+	return reinterpret_cast<Qp *>(p);
+}
 
 // A provider's operations.  Entries left null are filled by the core with
 // functions that fail with EOPNOTSUPP, so a call site never meets a null.

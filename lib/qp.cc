@@ -18,8 +18,8 @@ int check_qp_transition(ibv_coll_qp_type type, ibv_qp_state cur, ibv_qp_state ne
 	};
 	const int S = IBV_COLL_QP_STATE;
 	static const Rule rules[] = {
-		{IBV_QPS_RESET, IBV_QPS_INIT,
-		 S | IBV_COLL_QP_PORT | IBV_COLL_QP_ACCESS_FLAGS, IBV_COLL_QP_PKEY_INDEX},
+		{IBV_QPS_RESET, IBV_QPS_INIT, S | IBV_COLL_QP_PORT | IBV_COLL_QP_ACCESS_FLAGS,
+		 IBV_COLL_QP_PKEY_INDEX},
 		{IBV_QPS_INIT, IBV_QPS_INIT, S,
 		 IBV_COLL_QP_PORT | IBV_COLL_QP_ACCESS_FLAGS | IBV_COLL_QP_PKEY_INDEX},
 		{IBV_QPS_INIT, IBV_QPS_RTR,
@@ -44,11 +44,12 @@ int check_qp_transition(ibv_coll_qp_type type, ibv_qp_state cur, ibv_qp_state ne
 		{IBV_QPS_RTR, IBV_QPS_RTS, S, IBV_COLL_QP_TIMEOUT | IBV_COLL_QP_RETRY_CNT},
 		{IBV_QPS_RTS, IBV_QPS_RTS, S, 0},
 	};
-	if (mask & ~(S | IBV_COLL_QP_CUR_STATE | IBV_COLL_QP_ACCESS_FLAGS | IBV_COLL_QP_PKEY_INDEX |
-		     IBV_COLL_QP_PORT | IBV_COLL_QP_AV | IBV_COLL_QP_PATH_MTU | IBV_COLL_QP_TIMEOUT |
-		     IBV_COLL_QP_RETRY_CNT | IBV_COLL_QP_RNR_RETRY | IBV_COLL_QP_RQ_PSN |
-		     IBV_COLL_QP_MAX_QP_RD_ATOMIC | IBV_COLL_QP_MIN_RNR_TIMER | IBV_COLL_QP_SQ_PSN |
-		     IBV_COLL_QP_MAX_DEST_RD_ATOMIC | IBV_COLL_QP_DEST_QPN | IBV_COLL_QP_JOB))
+	if (mask &
+	    ~(S | IBV_COLL_QP_CUR_STATE | IBV_COLL_QP_ACCESS_FLAGS | IBV_COLL_QP_PKEY_INDEX |
+	      IBV_COLL_QP_PORT | IBV_COLL_QP_AV | IBV_COLL_QP_PATH_MTU | IBV_COLL_QP_TIMEOUT |
+	      IBV_COLL_QP_RETRY_CNT | IBV_COLL_QP_RNR_RETRY | IBV_COLL_QP_RQ_PSN |
+	      IBV_COLL_QP_MAX_QP_RD_ATOMIC | IBV_COLL_QP_MIN_RNR_TIMER | IBV_COLL_QP_SQ_PSN |
+	      IBV_COLL_QP_MAX_DEST_RD_ATOMIC | IBV_COLL_QP_DEST_QPN | IBV_COLL_QP_JOB))
 		return EINVAL;
 	mask &= ~IBV_COLL_QP_CUR_STATE;
 	if (!(mask & S))
@@ -77,8 +78,8 @@ IBV_COLL_EXPORT ibv_coll_qp *ibv_create_coll_qp(ibv_coll_pd *pd, ibv_coll_qp_ini
 {
 	return guard_ptr<ibv_coll_qp>("ibv_create_coll_qp", [&]() -> ibv_coll_qp * {
 		if (!pd || !attr || !attr->send_cq || !attr->recv_cq ||
-		    attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context ||
-		    attr->comp_mask) {
+		    attr->send_cq->context != pd->context ||
+		    attr->recv_cq->context != pd->context || attr->comp_mask) {
 			errno = EINVAL;
 			return nullptr;
 		}
@@ -127,7 +128,7 @@ IBV_COLL_EXPORT int ibv_modify_coll_qp(ibv_coll_qp *qp, ibv_coll_qp_attr *attr, 
 		ibv_coll_qp_attr now{};
 		ibv_coll_qp_init_attr init{};
 		int qerr = qp->context->device->ops->query_qp(to_core(qp), &now, IBV_COLL_QP_STATE,
-							     &init);
+							      &init);
 		if (qerr)
 			return qerr;
 		ibv_qp_state cur = now.qp_state;
@@ -135,7 +136,7 @@ IBV_COLL_EXPORT int ibv_modify_coll_qp(ibv_coll_qp *qp, ibv_coll_qp_attr *attr, 
 		if ((attr_mask & IBV_COLL_QP_CUR_STATE) && attr->cur_qp_state != cur)
 			return EINVAL;
 		if ((attr_mask & IBV_COLL_QP_STATE) && (raw_enum(attr->qp_state) < IBV_QPS_RESET ||
-							 raw_enum(attr->qp_state) > IBV_QPS_ERR))
+							raw_enum(attr->qp_state) > IBV_QPS_ERR))
 			return EINVAL;
 		if ((attr_mask & IBV_COLL_QP_CUR_STATE) &&
 		    (raw_enum(attr->cur_qp_state) < IBV_QPS_RESET ||

@@ -47,7 +47,7 @@ IBV_COLL_EXPORT const char *ibv_coll_wc_status_str(enum ibv_wc_status status)
 
 static const char *coll_opcode_name(int op)
 {
-	static const char *const s[] = {"ALLREDUCE", "REDUCE",	       "BCAST", "ALLGATHER",
+	static const char *const s[] = {"ALLREDUCE",	  "REDUCE",  "BCAST", "ALLGATHER",
 					"REDUCE_SCATTER", "BARRIER", "QUERY"};
 	return op >= 0x40 && op <= 0x46 ? s[op - 0x40] : nullptr;
 }
@@ -57,16 +57,11 @@ IBV_COLL_EXPORT const char *ibv_coll_wr_opcode_str(enum ibv_coll_wr_opcode opcod
 	if (const char *c = coll_opcode_name(core::raw_enum(opcode)))
 		return c;
 	switch (core::raw_enum(opcode)) {
-	case IBV_COLL_WR_RDMA_WRITE:
-		return "RDMA_WRITE";
-	case IBV_COLL_WR_RDMA_WRITE_WITH_IMM:
-		return "RDMA_WRITE_WITH_IMM";
-	case IBV_COLL_WR_SEND:
-		return "SEND";
-	case IBV_COLL_WR_SEND_WITH_IMM:
-		return "SEND_WITH_IMM";
-	case IBV_COLL_WR_RDMA_READ:
-		return "RDMA_READ";
+	case IBV_COLL_WR_RDMA_WRITE: return "RDMA_WRITE";
+	case IBV_COLL_WR_RDMA_WRITE_WITH_IMM: return "RDMA_WRITE_WITH_IMM";
+	case IBV_COLL_WR_SEND: return "SEND";
+	case IBV_COLL_WR_SEND_WITH_IMM: return "SEND_WITH_IMM";
+	case IBV_COLL_WR_RDMA_READ: return "RDMA_READ";
 	}
 	return "unknown";
 }
@@ -74,13 +69,8 @@ IBV_COLL_EXPORT const char *ibv_coll_wr_opcode_str(enum ibv_coll_wr_opcode opcod
 IBV_COLL_EXPORT const char *ibv_coll_status_str(enum ibv_coll_status status)
 {
 	static const char *const s[] = {
-		"success",
-		"buffer error (Seg units unavailable)",
-		"timeout",
-		"aborted by a member",
-		"denied",
-		"local buffer not accessible",
-		"flushed",
+		"success", "buffer error (Seg units unavailable)", "timeout", "aborted by a member",
+		"denied",  "local buffer not accessible",	   "flushed",
 	};
 	unsigned v = unsigned(core::raw_enum(status));
 	return v < std::size(s) ? s[v] : "unknown";
@@ -91,16 +81,11 @@ IBV_COLL_EXPORT const char *ibv_coll_wc_opcode_str(enum ibv_coll_wc_opcode opcod
 	if (const char *c = coll_opcode_name(core::raw_enum(opcode)))
 		return c;
 	switch (core::raw_enum(opcode)) {
-	case IBV_COLL_WC_SEND:
-		return "SEND";
-	case IBV_COLL_WC_RDMA_WRITE:
-		return "RDMA_WRITE";
-	case IBV_COLL_WC_RDMA_READ:
-		return "RDMA_READ";
-	case IBV_COLL_WC_RECV:
-		return "RECV";
-	case IBV_COLL_WC_RECV_RDMA_WITH_IMM:
-		return "RECV_RDMA_WITH_IMM";
+	case IBV_COLL_WC_SEND: return "SEND";
+	case IBV_COLL_WC_RDMA_WRITE: return "RDMA_WRITE";
+	case IBV_COLL_WC_RDMA_READ: return "RDMA_READ";
+	case IBV_COLL_WC_RECV: return "RECV";
+	case IBV_COLL_WC_RECV_RDMA_WITH_IMM: return "RECV_RDMA_WITH_IMM";
 	}
 	return "unknown";
 }
@@ -143,8 +128,10 @@ void warn_config_once()
 	static std::once_flag once;
 	std::call_once(once, [] {
 		for (const std::string &n : unknown_config_vars())
-			IBVC_WARN("config", "{} is set but is not a variable of this library "
-					    "(misspelt? ibv_coll_devinfo -c lists them)", n);
+			IBVC_WARN("config",
+				  "{} is set but is not a variable of this library "
+				  "(misspelt? ibv_coll_devinfo -c lists them)",
+				  n);
 	});
 }
 
@@ -161,7 +148,8 @@ IBV_COLL_EXPORT int ibv_coll_print_config(FILE *stream)
 			util::print_config_table(stream, t);
 		auto unknown = core::unknown_config_vars();
 		if (!unknown.empty()) {
-			fprintf(stream, "# unknown: set, but not read by this library (misspelt?)\n");
+			fprintf(stream,
+				"# unknown: set, but not read by this library (misspelt?)\n");
 			for (const std::string &n : unknown)
 				fprintf(stream, "#   %s=%s\n", n.c_str(), getenv(n.c_str()));
 		}

@@ -39,8 +39,7 @@ IBV_COLL_EXPORT int ibv_dealloc_coll_pd(ibv_coll_pd *pd)
 	});
 }
 
-IBV_COLL_EXPORT ibv_coll_mr *ibv_reg_coll_mr(ibv_coll_pd *pd, void *addr, size_t length,
-					     int access)
+IBV_COLL_EXPORT ibv_coll_mr *ibv_reg_coll_mr(ibv_coll_pd *pd, void *addr, size_t length, int access)
 {
 	return guard_ptr<ibv_coll_mr>("ibv_reg_coll_mr", [&]() -> ibv_coll_mr * {
 		const int known = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
@@ -128,8 +127,8 @@ void cq_event(Cq *cq)
 	cq->events_written++;
 	if (write(ch->wfd, &p, sizeof(p)) != sizeof(p)) {
 		cq->events_written--;
-		IBVC_ERR("core", "completion channel fd {} is full; event for cq {} lost",
-			 chp->fd, cq->pub.handle);
+		IBVC_ERR("core", "completion channel fd {} is full; event for cq {} lost", chp->fd,
+			 cq->pub.handle);
 	}
 }
 
@@ -146,7 +145,7 @@ IBV_COLL_EXPORT ibv_coll_cq *ibv_create_coll_cq(ibv_coll_context *context, int c
 			return nullptr;
 		}
 		Cq *cq = context->device->ops->create_cq(to_core(context), cqe,
-							  channel ? to_core(channel) : nullptr);
+							 channel ? to_core(channel) : nullptr);
 		if (!cq)
 			return nullptr;
 		cq->pub.context = context;

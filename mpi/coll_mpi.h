@@ -14,17 +14,26 @@
 namespace ibv_coll::mpi {
 
 // The collectives this library can take over, in stats order.
-enum Coll { kAllreduce, kReduce, kBcast, kAllgather, kReduceScatter, kBarrier, kIallreduce, kNumColls };
+enum Coll {
+	kAllreduce,
+	kReduce,
+	kBcast,
+	kAllgather,
+	kReduceScatter,
+	kBarrier,
+	kIallreduce,
+	kNumColls
+};
 extern const char *const kCollNames[kNumColls];
 
 // Why a call went to PMPI instead (stats order).
 enum Why {
-	kDisabled,  // IBV_COLL_MPI_ENABLE=0 or the collective not in IBV_COLL_MPI_COLLS
-	kComm,      // intercommunicator, too few or too many ranks
-	kDatatype,  // not a contiguous predefined type the device reduces
-	kOp,        // user op, or a predefined one the device lacks
-	kSize,      // outside IBV_COLL_MPI_MIN_BYTES..MAX_BYTES, or 0 elements
-	kSetup,     // the communicator's job could not be brought up
+	kDisabled, // IBV_COLL_MPI_ENABLE=0 or the collective not in IBV_COLL_MPI_COLLS
+	kComm,	   // intercommunicator, too few or too many ranks
+	kDatatype, // not a contiguous predefined type the device reduces
+	kOp,	   // user op, or a predefined one the device lacks
+	kSize,	   // outside IBV_COLL_MPI_MIN_BYTES..MAX_BYTES, or 0 elements
+	kSetup,	   // the communicator's job could not be brought up
 	kNumWhy
 };
 extern const char *const kWhyNames[kNumWhy];
@@ -32,14 +41,14 @@ extern const char *const kWhyNames[kNumWhy];
 struct Config {
 	bool enable = true;
 	unsigned colls = (1u << kNumColls) - 1; // bit per Coll
-	std::string device;			// empty: the first non-loopback device, else crxe_lo
+	std::string device; // empty: the first non-loopback device, else crxe_lo
 	std::vector<ibv_coll_switch_addr> switches; // one per plane
-	int topology = -1;			// -1: auto with a switch, ring without
-	size_t min_bytes = 0, max_bytes = 0;	// per rank; max 0: what the device takes
+	int topology = -1;			    // -1: auto with a switch, ring without
+	size_t min_bytes = 0, max_bytes = 0;	    // per rank; max 0: what the device takes
 	int min_ranks = 2;
-	uint32_t seg_units = 512;		// each communicator's share of the Seg units
+	uint32_t seg_units = 512; // each communicator's share of the Seg units
 	uint32_t timeout_ms = 0;
-	int spin_us = 2000;			// poll this long before sleeping; -1: never sleep
+	int spin_us = 2000; // poll this long before sleeping; -1: never sleep
 	bool stats = false;
 };
 
@@ -73,8 +82,8 @@ struct Op {
 	void *copy_to = nullptr;
 	const void *copy_from = nullptr;
 	size_t copy_bytes = 0;
-	ibv_coll_mr *mrs[2] = {};	// registered for this op alone
-	void *tmp = nullptr;		// a private copy of the input (in place)
+	ibv_coll_mr *mrs[2] = {}; // registered for this op alone
+	void *tmp = nullptr;	  // a private copy of the input (in place)
 	struct Job *job = nullptr;
 	Coll coll = kAllreduce;
 };
@@ -82,10 +91,10 @@ struct Op {
 // What a collective asks of the device, in MPI terms already checked.
 struct Request {
 	ibv_coll_wr_opcode opcode;
-	const void *src;   // this rank's input
-	void *dst;	   // this rank's output (may equal src)
+	const void *src; // this rank's input
+	void *dst;	 // this rank's output (may equal src)
 	size_t src_bytes, dst_bytes;
-	uint64_t count;	   // elements per rank, as ibv_coll_send_wr counts them
+	uint64_t count; // elements per rank, as ibv_coll_send_wr counts them
 	ibv_coll_op op;
 	ibv_coll_dtype dtype;
 	uint32_t root;

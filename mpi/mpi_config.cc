@@ -13,8 +13,9 @@
 
 namespace ibv_coll::mpi {
 
-const char *const kCollNames[kNumColls] = {"allreduce", "reduce",		"bcast", "allgather",
-					    "reduce_scatter_block", "barrier", "iallreduce"};
+const char *const kCollNames[kNumColls] = {
+	"allreduce", "reduce",	  "bcast", "allgather", "reduce_scatter_block",
+	"barrier",   "iallreduce"};
 const char *const kWhyNames[kNumWhy] = {"disabled", "comm", "datatype", "op", "size", "setup"};
 
 Config g_cfg;
@@ -42,9 +43,21 @@ bool parse_size(const char *s, size_t *out)
 	if (errno || end == s || *s == '-')
 		return false;
 	switch (*end) {
-	case 'K': case 'k': v <<= 10; end++; break;
-	case 'M': case 'm': v <<= 20; end++; break;
-	case 'G': case 'g': v <<= 30; end++; break;
+	case 'K':
+	case 'k':
+		v <<= 10;
+		end++;
+		break;
+	case 'M':
+	case 'm':
+		v <<= 20;
+		end++;
+		break;
+	case 'G':
+	case 'g':
+		v <<= 30;
+		end++;
+		break;
 	default: break;
 	}
 	if (*end)
@@ -142,7 +155,9 @@ int load_config(Config *c, std::string *err)
 			     : !strcmp(v, "auto")   ? IBV_COLL_TOPO_AUTO
 						    : -2;
 		if (n.topology == -2 || (n.topology != IBV_COLL_TOPO_RING && n.switches.empty()))
-			return bad("IBV_COLL_MPI_TOPOLOGY (switch and auto need IBV_COLL_MPI_SWITCH)", v);
+			return bad(
+				"IBV_COLL_MPI_TOPOLOGY (switch and auto need IBV_COLL_MPI_SWITCH)",
+				v);
 	}
 	if (n.topology == -1)
 		n.topology = n.switches.empty() ? IBV_COLL_TOPO_RING : IBV_COLL_TOPO_AUTO;
@@ -189,7 +204,8 @@ void print_stats()
 		fell += s.fell[i];
 		if (s.offloaded[i] || s.fell[i])
 			p += size_t(snprintf(per + p, sizeof(per) - p, " %s %lu/%lu", kCollNames[i],
-					     (unsigned long)s.offloaded[i], (unsigned long)s.fell[i]));
+					     (unsigned long)s.offloaded[i],
+					     (unsigned long)s.fell[i]));
 		if (p >= sizeof(per))
 			p = sizeof(per) - 1;
 	}

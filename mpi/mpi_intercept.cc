@@ -24,16 +24,26 @@ bool reduce_dtype(MPI_Datatype t, ibv_coll_dtype *out, bool *is_float)
 		ibv_coll_dtype d;
 	};
 	const M map[] = {
-		{MPI_INT8_T, IBV_COLL_DTYPE_INT8},	    {MPI_SIGNED_CHAR, IBV_COLL_DTYPE_INT8},
-		{MPI_UINT8_T, IBV_COLL_DTYPE_UINT8},	    {MPI_UNSIGNED_CHAR, IBV_COLL_DTYPE_UINT8},
-		{MPI_INT16_T, IBV_COLL_DTYPE_INT16},	    {MPI_SHORT, IBV_COLL_DTYPE_INT16},
-		{MPI_UINT16_T, IBV_COLL_DTYPE_UINT16},	    {MPI_UNSIGNED_SHORT, IBV_COLL_DTYPE_UINT16},
-		{MPI_INT32_T, IBV_COLL_DTYPE_INT32},	    {MPI_INT, IBV_COLL_DTYPE_INT32},
-		{MPI_UINT32_T, IBV_COLL_DTYPE_UINT32},	    {MPI_UNSIGNED, IBV_COLL_DTYPE_UINT32},
-		{MPI_INT64_T, IBV_COLL_DTYPE_INT64},	    {MPI_LONG, IBV_COLL_DTYPE_INT64},
-		{MPI_LONG_LONG, IBV_COLL_DTYPE_INT64},	    {MPI_UINT64_T, IBV_COLL_DTYPE_UINT64},
-		{MPI_UNSIGNED_LONG, IBV_COLL_DTYPE_UINT64}, {MPI_UNSIGNED_LONG_LONG, IBV_COLL_DTYPE_UINT64},
-		{MPI_FLOAT, IBV_COLL_DTYPE_FLOAT32},	    {MPI_DOUBLE, IBV_COLL_DTYPE_FLOAT64},
+		{MPI_INT8_T, IBV_COLL_DTYPE_INT8},
+		{MPI_SIGNED_CHAR, IBV_COLL_DTYPE_INT8},
+		{MPI_UINT8_T, IBV_COLL_DTYPE_UINT8},
+		{MPI_UNSIGNED_CHAR, IBV_COLL_DTYPE_UINT8},
+		{MPI_INT16_T, IBV_COLL_DTYPE_INT16},
+		{MPI_SHORT, IBV_COLL_DTYPE_INT16},
+		{MPI_UINT16_T, IBV_COLL_DTYPE_UINT16},
+		{MPI_UNSIGNED_SHORT, IBV_COLL_DTYPE_UINT16},
+		{MPI_INT32_T, IBV_COLL_DTYPE_INT32},
+		{MPI_INT, IBV_COLL_DTYPE_INT32},
+		{MPI_UINT32_T, IBV_COLL_DTYPE_UINT32},
+		{MPI_UNSIGNED, IBV_COLL_DTYPE_UINT32},
+		{MPI_INT64_T, IBV_COLL_DTYPE_INT64},
+		{MPI_LONG, IBV_COLL_DTYPE_INT64},
+		{MPI_LONG_LONG, IBV_COLL_DTYPE_INT64},
+		{MPI_UINT64_T, IBV_COLL_DTYPE_UINT64},
+		{MPI_UNSIGNED_LONG, IBV_COLL_DTYPE_UINT64},
+		{MPI_UNSIGNED_LONG_LONG, IBV_COLL_DTYPE_UINT64},
+		{MPI_FLOAT, IBV_COLL_DTYPE_FLOAT32},
+		{MPI_DOUBLE, IBV_COLL_DTYPE_FLOAT64},
 	};
 	for (const M &m : map)
 		if (m.t == t) {
@@ -52,8 +62,8 @@ bool reduce_op(MPI_Op o, bool is_float, ibv_coll_op *out)
 		bool bitwise;
 	};
 	const M map[] = {
-		{MPI_SUM, IBV_COLL_OP_SUM, false}, {MPI_PROD, IBV_COLL_OP_PROD, false},
-		{MPI_MIN, IBV_COLL_OP_MIN, false}, {MPI_MAX, IBV_COLL_OP_MAX, false},
+		{MPI_SUM, IBV_COLL_OP_SUM, false},  {MPI_PROD, IBV_COLL_OP_PROD, false},
+		{MPI_MIN, IBV_COLL_OP_MIN, false},  {MPI_MAX, IBV_COLL_OP_MAX, false},
 		{MPI_BAND, IBV_COLL_OP_BAND, true}, {MPI_BOR, IBV_COLL_OP_BOR, true},
 		{MPI_BXOR, IBV_COLL_OP_BXOR, true},
 	};
@@ -70,7 +80,8 @@ bool plain_type(MPI_Datatype t, size_t *size)
 {
 	int ni, na, nd, comb, sz;
 	MPI_Aint lb, extent;
-	if (t == MPI_DATATYPE_NULL || PMPI_Type_get_envelope(t, &ni, &na, &nd, &comb) != MPI_SUCCESS ||
+	if (t == MPI_DATATYPE_NULL ||
+	    PMPI_Type_get_envelope(t, &ni, &na, &nd, &comb) != MPI_SUCCESS ||
 	    comb != MPI_COMBINER_NAMED || PMPI_Type_size(t, &sz) != MPI_SUCCESS ||
 	    PMPI_Type_get_extent(t, &lb, &extent) != MPI_SUCCESS || lb != 0 || extent != sz)
 		return false;
@@ -99,8 +110,8 @@ Job *admit(Coll c, MPI_Comm comm, size_t bytes, bool has_data)
 	if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
 	    PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size < g_cfg.min_ranks || size > 64)
 		return refuse(c, kComm);
-	if (has_data && (bytes == 0 || bytes < g_cfg.min_bytes ||
-			 (g_cfg.max_bytes && bytes > g_cfg.max_bytes)))
+	if (has_data &&
+	    (bytes == 0 || bytes < g_cfg.min_bytes || (g_cfg.max_bytes && bytes > g_cfg.max_bytes)))
 		return refuse(c, kSize);
 	Job *j = job_of(comm);
 	if (!j)
@@ -261,8 +272,9 @@ EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm c
 	if (!j || root < 0 || root >= size)
 		return PMPI_Bcast(buf, count, dt, root, comm);
 	size_t b = size_t(count) * sz;
-	return run(j, {IBV_COLL_WR_BCAST, buf, buf, b, b, b, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8,
-		       uint32_t(root)},
+	return run(j,
+		   {IBV_COLL_WR_BCAST, buf, buf, b, b, b, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8,
+		    uint32_t(root)},
 		   kBcast, comm);
 }
 
@@ -291,8 +303,9 @@ EXPORT int MPI_Allgather(const void *sendbuf, int scount, MPI_Datatype stype, vo
 			return PMPI_Allgather(sendbuf, scount, stype, recvbuf, rcount, rtype, comm);
 		memcpy(copy, static_cast<char *>(recvbuf) + size_t(rank) * b, b);
 	}
-	int rc = run(j, {IBV_COLL_WR_ALLGATHER, in_place ? copy : sendbuf, recvbuf, b, b * size_t(size), b,
-			 IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, 0},
+	int rc = run(j,
+		     {IBV_COLL_WR_ALLGATHER, in_place ? copy : sendbuf, recvbuf, b,
+		      b * size_t(size), b, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, 0},
 		     kAllgather, comm);
 	free(copy);
 	return rc;
@@ -317,8 +330,9 @@ EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int rcou
 			return PMPI_Reduce_scatter_block(sendbuf, recvbuf, rcount, dt, op, comm);
 		memcpy(copy, recvbuf, all);
 	}
-	int rc = run(j, {IBV_COLL_WR_REDUCE_SCATTER, copy ? copy : sendbuf, recvbuf, all, b,
-			 uint64_t(rcount), o, d, 0},
+	int rc = run(j,
+		     {IBV_COLL_WR_REDUCE_SCATTER, copy ? copy : sendbuf, recvbuf, all, b,
+		      uint64_t(rcount), o, d, 0},
 		     kReduceScatter, comm);
 	free(copy);
 	return rc;
@@ -329,8 +343,9 @@ EXPORT int MPI_Barrier(MPI_Comm comm)
 	Job *j = admit(kBarrier, comm, 0, false);
 	if (!j)
 		return PMPI_Barrier(comm);
-	return run(j, {IBV_COLL_WR_BARRIER, nullptr, nullptr, 0, 0, 0, IBV_COLL_OP_SUM,
-		       IBV_COLL_DTYPE_UINT8, 0},
+	return run(j,
+		   {IBV_COLL_WR_BARRIER, nullptr, nullptr, 0, 0, 0, IBV_COLL_OP_SUM,
+		    IBV_COLL_DTYPE_UINT8, 0},
 		   kBarrier, comm);
 }
 

@@ -18,8 +18,8 @@ namespace ibv_coll::mpi {
 
 namespace {
 
-constexpr int kSlots = 16;		  // operations in flight per communicator
-constexpr size_t kBounce = 32 << 10;	  // per slot and direction: small calls copy
+constexpr int kSlots = 16;	     // operations in flight per communicator
+constexpr size_t kBounce = 32 << 10; // per slot and direction: small calls copy
 
 struct Slot {
 	char *src, *dst;
@@ -31,7 +31,7 @@ struct Slot {
 struct Job {
 	MPI_Comm comm = MPI_COMM_NULL;
 	int rank = 0, size = 0;
-	bool failed = false; // setup failed on some member: PMPI from now on
+	bool failed = false;		     // setup failed on some member: PMPI from now on
 	ibv_coll_comp_channel *ch = nullptr; // to sleep on when polling took too long
 	bool armed = false;
 	ibv_coll_cq *cq = nullptr;
@@ -58,7 +58,7 @@ uint32_t g_comm_counter;
 struct Blob {
 	ibv_coll_member m;
 	uint32_t ok;
-	uint32_t jid;	   // member 0's is the job's
+	uint32_t jid; // member 0's is the job's
 	uint64_t job_key;
 	uint32_t seg_base;
 	uint32_t seg_count;
@@ -81,8 +81,9 @@ void open_device()
 	ibv_coll_device *pick = nullptr, *lo = nullptr;
 	for (int i = 0; list && i < n; i++) {
 		const char *name = ibv_get_coll_device_name(list[i]);
-		if (want ? !strcmp(name, want) : (!pick && strncmp(name, "crxe_", 5) == 0 &&
-						  strcmp(name, "crxe_lo") != 0))
+		if (want ? !strcmp(name, want)
+			 : (!pick && strncmp(name, "crxe_", 5) == 0 &&
+			    strcmp(name, "crxe_lo") != 0))
 			pick = list[i];
 		if (!strcmp(name, "crxe_lo"))
 			lo = list[i];
@@ -153,8 +154,8 @@ bool create_local(Job *j)
 	    !(j->arena_mr = ibv_reg_coll_mr(g_pd, j->arena, bytes, IBV_ACCESS_LOCAL_WRITE)))
 		return false;
 	for (int i = 0; i < kSlots; i++)
-		j->slots[i] = {j->arena + 2 * kBounce * size_t(i), j->arena + 2 * kBounce * size_t(i) + kBounce,
-			       false};
+		j->slots[i] = {j->arena + 2 * kBounce * size_t(i),
+			       j->arena + 2 * kBounce * size_t(i) + kBounce, false};
 	j->max_bytes = g_caps.max_count_bytes ? size_t(g_caps.max_count_bytes) : UINT32_MAX;
 	if (j->max_bytes > UINT32_MAX)
 		j->max_bytes = UINT32_MAX; // an sge's length
@@ -192,7 +193,8 @@ bool connect(Job *j, const std::vector<Blob> &all)
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = pa.active_mtu;
 	a.job = &job;
-	int err = ibv_modify_coll_qp(j->qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
+	int err = ibv_modify_coll_qp(j->qp, &a,
+				     IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
 	if (!err) {
 		a.qp_state = IBV_QPS_RTS;
 		err = ibv_modify_coll_qp(j->qp, &a, IBV_COLL_QP_STATE);
@@ -214,7 +216,8 @@ Job *setup(MPI_Comm comm)
 	me.ok = create_local(j);
 	if (me.ok) {
 		ibv_coll_port_attr pa;
-		me.ok = !ibv_query_coll_port(g_ctx, 1, &pa) && !ibv_query_coll_gid(g_ctx, 1, 0, &me.m.gid);
+		me.ok = !ibv_query_coll_port(g_ctx, 1, &pa) &&
+			!ibv_query_coll_gid(g_ctx, 1, 0, &me.m.gid);
 		me.m.udp_port = pa.udp_port;
 		me.m.num_ranks = 1;
 		me.m.qp_num = j->qp->qp_num;
@@ -281,8 +284,8 @@ void lib_init()
 			log_line("%s; collectives go to MPI", err.c_str());
 			g_cfg.enable = false;
 			g_cfg_bad = true;
-		} else if (PMPI_Query_thread(&level) == MPI_SUCCESS && level == MPI_THREAD_MULTIPLE &&
-			   g_cfg.enable) {
+		} else if (PMPI_Query_thread(&level) == MPI_SUCCESS &&
+			   level == MPI_THREAD_MULTIPLE && g_cfg.enable) {
 			// Our job table and counters are not shared between threads.
 			log_line("MPI_THREAD_MULTIPLE: collectives go to MPI");
 			g_cfg.enable = false;
@@ -295,7 +298,8 @@ Job *job_of(MPI_Comm comm)
 	if (!g_dev_tried)
 		open_device();
 	if (g_keyval == MPI_KEYVAL_INVALID &&
-	    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_fn, &g_keyval, nullptr) != MPI_SUCCESS)
+	    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_fn, &g_keyval, nullptr) !=
+		    MPI_SUCCESS)
 		return nullptr;
 	void *attr = nullptr;
 	int found = 0;
@@ -365,7 +369,8 @@ int job_post(Job *j, const Request &r, Coll coll, Op **out)
 		if (r.src_bytes)
 			memcpy(slot->src, r.src, r.src_bytes);
 		s = {uintptr_t(slot->src), uint32_t(r.src_bytes), j->arena_mr->lkey};
-		d = {uintptr_t(no_dst ? slot->src : slot->dst), uint32_t(dst_bytes), j->arena_mr->lkey};
+		d = {uintptr_t(no_dst ? slot->src : slot->dst), uint32_t(dst_bytes),
+		     j->arena_mr->lkey};
 		op->copy_to = r.dst;
 		op->copy_from = slot->dst;
 		op->copy_bytes = no_dst ? 0 : r.dst_bytes;
@@ -374,7 +379,8 @@ int job_post(Job *j, const Request &r, Coll coll, Op **out)
 		op->mrs[0] = reg(r.src, r.src_bytes);
 		op->mrs[1] = dst == r.src ? nullptr : reg(dst, dst_bytes);
 		if (!op->mrs[0] || (dst != r.src && !op->mrs[1])) {
-			log_line("%s: register %zu bytes: %s", kCollNames[coll], r.src_bytes, strerror(errno));
+			log_line("%s: register %zu bytes: %s", kCollNames[coll], r.src_bytes,
+				 strerror(errno));
 			release(op);
 			return MPI_ERR_NO_MEM;
 		}
@@ -461,12 +467,13 @@ int job_finish(Op *op, MPI_Comm comm)
 	int rc = MPI_SUCCESS;
 	bool ok = op->done && op->status == IBV_WC_SUCCESS && op->job;
 	if (op->done && !ok) {
-		log_line("%s failed: %s (%s)", kCollNames[op->coll], ibv_coll_wc_status_str(op->status),
-			 ibv_coll_status_str(op->coll_status));
+		log_line("%s failed: %s (%s)", kCollNames[op->coll],
+			 ibv_coll_wc_status_str(op->status), ibv_coll_status_str(op->coll_status));
 		g_stats.errors++;
 		rc = MPI_ERR_OTHER;
 	} else if (!op->done) {
-		log_line("%s: its communicator was freed before it completed", kCollNames[op->coll]);
+		log_line("%s: its communicator was freed before it completed",
+			 kCollNames[op->coll]);
 		g_stats.errors++;
 		rc = MPI_ERR_REQUEST;
 	}

@@ -39,20 +39,20 @@ _Static_assert((int)PD_SUM == (int)IBV_COLL_OP_SUM && (int)PD_AVG == (int)IBV_CO
 		       (int)PD_BXOR == (int)IBV_COLL_OP_BXOR,
 	       "perf_data operations follow enum ibv_coll_op");
 
-#define QDEPTH          32   /* collectives in flight during a timed loop */
-#define GUARD           64   /* bytes after each buffer that must stay untouched */
-#define FILL            0xa5 /* what destinations hold before a checked run */
+#define QDEPTH 32 /* collectives in flight during a timed loop */
+#define GUARD 64  /* bytes after each buffer that must stay untouched */
+#define FILL 0xa5 /* what destinations hold before a checked run */
 #define BOOT_TIMEOUT_MS 60000
-#define STALL_MS        60000 /* no completion for this long: give up */
+#define STALL_MS 60000 /* no completion for this long: give up */
 
 /* What each node reports to node 0 after a size. */
 struct size_result {
 	double us[2]; /* out of place, in place: mean time of one run */
 	uint64_t wrong[2];
-	uint64_t oob;   /* guard bytes overwritten */
+	uint64_t oob;	/* guard bytes overwritten */
 	uint32_t flags; /* OR of the completions' wc_flags */
 	uint32_t failed;
-	double wire;	/* bytes this node's port sent per out-of-place run */
+	double wire; /* bytes this node's port sent per out-of-place run */
 };
 
 /* What each node tells the others at the start. */
@@ -76,7 +76,7 @@ struct perf {
 	char *arena;
 	size_t per, src_cap, dst_cap; /* per local rank: source, guard, destination, guard */
 	struct ibv_sge *src, *dst;
-	int armed;      /* the CQ is armed for an event */
+	int armed;	/* the CQ is armed for an event */
 	unsigned flags; /* OR of wc_flags since last cleared */
 	FILE *ran_log;	/* --ran-log */
 };
@@ -177,7 +177,8 @@ static int run_ops(struct perf *p, const struct ibv_coll_send_wr *tmpl, int n, s
 		}
 		if (batch > 0 && p->o.gap_us > 0) {
 			/* The compute between two collectives of a training loop. */
-			struct timespec ts = {p->o.gap_us / 1000000, (p->o.gap_us % 1000000) * 1000L};
+			struct timespec ts = {p->o.gap_us / 1000000,
+					      (p->o.gap_us % 1000000) * 1000L};
 			nanosleep(&ts, NULL);
 		}
 		if (batch > 0 && (err = ibv_post_coll_send(p->qp, wrs, &bad))) {
@@ -344,8 +345,8 @@ static void ran_str(unsigned f, char *out, size_t len)
 		unsigned bit;
 		const char *name;
 	} names[] = {
-		{IBV_COLL_WC_LOCAL, "local"},       {IBV_COLL_WC_RING, "ring"},
-		{IBV_COLL_WC_SWITCH, "switch"},     {IBV_COLL_WC_HIERARCHY, "hierarchy"},
+		{IBV_COLL_WC_LOCAL, "local"},	    {IBV_COLL_WC_RING, "ring"},
+		{IBV_COLL_WC_SWITCH, "switch"},	    {IBV_COLL_WC_HIERARCHY, "hierarchy"},
 		{IBV_COLL_WC_FALLBACK, "fallback"},
 	};
 	out[0] = 0;
@@ -480,8 +481,9 @@ static int open_device(struct perf *p)
 	ibv_free_coll_device_list(list);
 	if (!p->ctx) {
 		fprintf(stderr, PROG ": node %d: cannot open device %s: %s\n", p->o.node, p->o.dev,
-			!list ? strerror(err)
-			: found ? strerror(err) : "not found (ibv_coll_devinfo -l lists the devices)");
+			!list	? strerror(err)
+			: found ? strerror(err)
+				: "not found (ibv_coll_devinfo -l lists the devices)");
 		return -1;
 	}
 	struct ibv_coll_qp_init_attr ia = {0};
@@ -607,7 +609,7 @@ static int join_job(struct perf *p)
 			"%s (%s)%s\n",
 			p->o.node, p->o.dev, topo_name(p->o.topology), p->o.nodes, p->K,
 			strerror(err), errname(err),
-			!listed                ? "; the device does not list this topology"
+			!listed		       ? "; the device does not list this topology"
 			: needs_sw && !p->o.sw ? "; this topology needs a switch (-s HOST:PORT)"
 					       : "");
 		return -1;

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PROG      "ibv_coll_run"
+#define PROG "ibv_coll_run"
 #define MAX_NODES 1024
 /* A line longer than this is forwarded in pieces, each with the prefix. */
 #define LINE_MAX_BYTES 65536
@@ -34,7 +34,7 @@
 #define KILL_AFTER_MS 2000
 
 struct stream {
-	int fd;  /* our end of the pipe, -1 once closed */
+	int fd;	 /* our end of the pipe, -1 once closed */
 	int out; /* where its lines go: 1 or 2 */
 	char *buf;
 	size_t len;
@@ -55,7 +55,7 @@ struct launcher {
 	struct child *ch;
 	int sfd;
 	int alive;
-	int result;       /* the exit status to return; -1 while every child did well */
+	int result;	  /* the exit status to return; -1 while every child did well */
 	int64_t deadline; /* --timeout, in now_ms() time; 0: none */
 	int64_t term_at;  /* when to SIGTERM the rest; 0: not scheduled */
 	int64_t kill_at;  /* when to SIGKILL the rest; 0: not scheduled */
@@ -389,8 +389,9 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{"nodes", 1, NULL, 'n'},   {"ranks-per-node", 1, NULL, 'k'}, {"boot", 1, NULL, 'b'},
-		{"timeout", 1, NULL, 'T'}, {"grace", 1, NULL, 'G'},          {"help", 0, NULL, 'h'},
+		{"nodes", 1, NULL, 'n'},   {"ranks-per-node", 1, NULL, 'k'},
+		{"boot", 1, NULL, 'b'},	   {"timeout", 1, NULL, 'T'},
+		{"grace", 1, NULL, 'G'},   {"help", 0, NULL, 'h'},
 		{"version", 0, NULL, 'V'}, {NULL, 0, NULL, 0},
 	};
 	struct launcher l = {.n = 0, .k = 1, .grace_s = 1.0, .sfd = -1, .result = -1};

@@ -120,8 +120,7 @@ std::string config_problem(const ConfigVar &v)
 			return "expected a number in [0, 1]";
 		return {};
 	}
-	case ConfigKind::string:
-		break;
+	case ConfigKind::string: break;
 	}
 	return {};
 }

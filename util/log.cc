@@ -34,10 +34,10 @@ spdlog::level::level_enum parse_level(const char *s)
 		const char *name;
 		spdlog::level::level_enum lvl;
 	} names[] = {
-		{"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
-		{"info", spdlog::level::info},   {"warn", spdlog::level::warn},
+		{"trace", spdlog::level::trace},  {"debug", spdlog::level::debug},
+		{"info", spdlog::level::info},	  {"warn", spdlog::level::warn},
 		{"warning", spdlog::level::warn}, {"error", spdlog::level::err},
-		{"err", spdlog::level::err},     {"off", spdlog::level::off},
+		{"err", spdlog::level::err},	  {"off", spdlog::level::off},
 		{"none", spdlog::level::off},
 	};
 	for (const auto &n : names)
@@ -128,8 +128,8 @@ void log_vwrite(int lvl, fmt::string_view f, fmt::format_args args)
 		// A message that cannot be formatted (or no memory for it) is
 		// reported as such: logging never throws into the device.
 		try {
-			l.log(level, "{} (message not formatted: {})", std::string_view(f.data(), f.size()),
-			      e.what());
+			l.log(level, "{} (message not formatted: {})",
+			      std::string_view(f.data(), f.size()), e.what());
 		} catch (...) {
 		}
 	}

@@ -48,8 +48,7 @@ inline bool log_enabled(int lvl)
 void log_vwrite(int lvl, fmt::string_view f, fmt::format_args args);
 
 // The format string is checked against the arguments at compile time.
-template <typename... T>
-inline void log_write(int lvl, fmt::format_string<T...> f, T &&...args)
+template <typename... T> inline void log_write(int lvl, fmt::format_string<T...> f, T &&...args)
 {
 	log_vwrite(lvl, f, fmt::make_format_args(args...));
 }
@@ -57,11 +56,11 @@ inline void log_write(int lvl, fmt::format_string<T...> f, T &&...args)
 } // namespace ibv_coll::util
 
 // comp is a string literal.
-#define IBVC_LOG(lvl, comp, fmt_, ...)                                                    \
-	do {                                                                              \
-		if (::ibv_coll::util::log_enabled(lvl))                                   \
-			::ibv_coll::util::log_write(lvl, "[" comp "] " fmt_ __VA_OPT__(, )  \
-							    __VA_ARGS__);                     \
+#define IBVC_LOG(lvl, comp, fmt_, ...)                                                     \
+	do {                                                                               \
+		if (::ibv_coll::util::log_enabled(lvl))                                    \
+			::ibv_coll::util::log_write(lvl, "[" comp "] " fmt_ __VA_OPT__(, ) \
+								 __VA_ARGS__);             \
 	} while (0)
 
 #define IBVC_ERR(comp, ...) IBVC_LOG(::ibv_coll::util::kLogErr, comp, __VA_ARGS__)

@@ -107,10 +107,12 @@ int main(int argc, char **argv)
 				base = g;
 				want = v;
 			} else if (v != want) {
-				fprintf(stderr, "%s disagrees with the table walk at %zu bytes\n", im.name, n);
+				fprintf(stderr, "%s disagrees with the table walk at %zu bytes\n",
+					im.name, n);
 				return 1;
 			}
-			printf("  %10zu  %-12s  %8.2f  %8.2fx  %8.2fx\n", n, im.name, g, g / base, g / mc);
+			printf("  %10zu  %-12s  %8.2f  %8.2fx  %8.2fx\n", n, im.name, g, g / base,
+			       g / mc);
 		}
 		printf("  %10zu  %-12s  %8.2f\n", n, "memcpy", mc);
 	}

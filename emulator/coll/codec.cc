@@ -138,7 +138,7 @@ void CollEngine::classify(const InPacket &ip)
 		if (job.cnp_at.size() != job.cfg.nodes())
 			job.cnp_at.assign(job.cfg.nodes(), 0);
 		e_.send_cnp(p.src, job.src_ip, job.cfg.members[p.h.src_node].qpn,
-				  &job.cnp_at[p.h.src_node], e_.now());
+			    &job.cnp_at[p.h.src_node], e_.now());
 	}
 	ctr.rx_bytes += p.paylen;
 	switch (p.kind) {
@@ -150,9 +150,7 @@ void CollEngine::classify(const InPacket &ip)
 		ctr.rx_result++;
 		ring_.on_packet(qp, job, p, e_.now());
 		break;
-	case kCollAck:
-		sw_.on_packet(qp, job, p, e_.now());
-		break;
+	case kCollAck: sw_.on_packet(qp, job, p, e_.now()); break;
 	case kCollAbort:
 		ctr.aborts_rcvd++;
 		if (p.h.flags & kCethSuperseded) {
@@ -161,15 +159,14 @@ void CollEngine::classify(const InPacket &ip)
 			break;
 		}
 		if (job.active && job.active->mid == p.h.mid) {
-			fail(qp, job, CollStatus::remote_abort, false, "a member aborted the collective");
+			fail(qp, job, CollStatus::remote_abort, false,
+			     "a member aborted the collective");
 		} else if (job.ahead(p.h.mid)) {
 			job.aborted_mid = p.h.mid;
 			job.abort_status = CollStatus::remote_abort;
 		}
 		break;
-	default:
-		ctr.malformed++;
-		break;
+	default: ctr.malformed++; break;
 	}
 }
 

@@ -50,7 +50,10 @@ struct Payload {
 	{
 		return Payload{d, n, true, crc};
 	}
-	static Payload copied(const uint8_t *d, uint32_t n) { return Payload{d, n, false, nullptr}; }
+	static Payload copied(const uint8_t *d, uint32_t n)
+	{
+		return Payload{d, n, false, nullptr};
+	}
 };
 
 class CollEngine final : public CollService {

@@ -21,8 +21,8 @@
 
 namespace ibv_coll::emu {
 
-constexpr uint32_t kMaxCollRanks = 64;	// rank bitmap width
-constexpr uint32_t kMaxCollNodes = 64;	// node bitmap width
+constexpr uint32_t kMaxCollRanks = 64; // rank bitmap width
+constexpr uint32_t kMaxCollNodes = 64; // node bitmap width
 
 enum class Topology : uint8_t { ring = 0, sw = 1, hierarchy = 2, autosel = 3 };
 
@@ -40,12 +40,12 @@ struct JobMember {
 struct SwitchConfig {
 	bool on = false;
 	uint32_t planes = 1, leaves = 1;
-	std::vector<Endpoint> leaf;	 // planes * leaves: plane p's leaf l at p * leaves + l
-	std::vector<Endpoint> spine;	 // planes, when leaves > 1
+	std::vector<Endpoint> leaf;	  // planes * leaves: plane p's leaf l at p * leaves + l
+	std::vector<Endpoint> spine;	  // planes, when leaves > 1
 	std::vector<uint8_t> member_leaf; // per member node
-	uint32_t window = 0;		 // 0: as the grant allows
-	bool inline_task = false;	 // no configuration step
-	bool e2e_ack = false;		 // windows slide on node 0's ACK, not on the result
+	uint32_t window = 0;		  // 0: as the grant allows
+	bool inline_task = false;	  // no configuration step
+	bool e2e_ack = false;		  // windows slide on node 0's ACK, not on the result
 };
 
 struct JobConfig {
@@ -66,11 +66,11 @@ struct JobConfig {
 // marker, block size and source position.  Built once per message and
 // walked by both ring phases.
 struct BlockDesc {
-	uint64_t voff;	 // first element, in the collective's vector
+	uint64_t voff; // first element, in the collective's vector
 	uint32_t elems;
 	uint16_t chunk;
-	uint8_t op;	 // RedOp
-	uint8_t end;	 // last block of the message
+	uint8_t op;  // RedOp
+	uint8_t end; // last block of the message
 };
 
 // Who does what with one chunk of the vector: its reduce-scatter starts at
@@ -190,15 +190,15 @@ struct Message {
 	std::vector<uint8_t> final_; // per block: its result is here
 	uint32_t finals = 0;
 	uint32_t next_inject = 0, inject_end = 0; // this node's own blocks to start
-	PendingSet o_pending; // started here, result not back
-	PendingSet f_pending; // result sent round, not back
+	PendingSet o_pending;			  // started here, result not back
+	PendingSet f_pending;			  // result sent round, not back
 	uint64_t last_progress = 0;
 	// This node's finished chunk when no local destination holds it.
 	std::vector<uint8_t> staging;
 	uint64_t staging_voff = 0;
 	std::vector<uint8_t> zeros; // barrier input
-	uint8_t ran = 0;	   // CollRan
-	bool dma_error = false;	   // a local buffer failed its check
+	uint8_t ran = 0;	    // CollRan
+	bool dma_error = false;	    // a local buffer failed its check
 	// A destination may be its source (in place): block i's result must
 	// not be written while a packet sent from block i of the source is
 	// still queued; src_lent[i] is the port's lend mark of the last one.
@@ -210,13 +210,13 @@ struct Message {
 
 	// Through the switch: blocks numbered across the job's messages.
 	bool sw = false;
-	bool waiting = false;	 // for the switch's grant
-	uint8_t admit = 0;	 // tdm: 1 asked the switch, 2 granted the pool
+	bool waiting = false; // for the switch's grant
+	uint8_t admit = 0;    // tdm: 1 asked the switch, 2 granted the pool
 	uint64_t admit_sent = 0;
-	uint16_t admit_why = 0;	 // tdm refused it: kRanBusy, kRanScored or kRanRefused
-	uint64_t gs0 = 0;	 // the job's number for block 0
-	uint32_t sw_base = 0;	 // oldest block without its result
-	uint32_t sw_next = 0;	 // next block to send
+	uint16_t admit_why = 0;	    // tdm refused it: kRanBusy, kRanScored or kRanRefused
+	uint64_t gs0 = 0;	    // the job's number for block 0
+	uint32_t sw_base = 0;	    // oldest block without its result
+	uint32_t sw_next = 0;	    // next block to send
 	std::vector<uint8_t> acked; // end-to-end mode: node 0 acknowledged the block
 };
 
@@ -257,7 +257,8 @@ struct CollJob {
 	bool superseded = false;  // a later incarnation runs elsewhere: fail what starts
 	CollStatus abort_status = CollStatus::remote_abort;
 	std::deque<MsgRecord> history; // recent messages, for QUERY
-	std::unordered_map<EarlyKey, uint32_t, EarlyKeyHash> early; // blocks kept for later messages
+	std::unordered_map<EarlyKey, uint32_t, EarlyKeyHash>
+		early; // blocks kept for later messages
 	// Round trip of a block round the ring (smoothed, and its variation),
 	// from which the retransmission timeout follows, as TCP's does.
 	uint64_t srtt = 0, rttvar = 0;
@@ -279,8 +280,8 @@ struct CollJob {
 	uint64_t sw_keep_ns = 0;
 	uint64_t sw_next_gs = 0; // the job's number for the next message's block 0
 	CollStatus sw_fail = CollStatus::success;
-	bool sw_tdm = false;	// the switch decides per message (--policy tdm)
-	uint8_t sw_why = 0;	// kRanRefused: the switch refused the job
+	bool sw_tdm = false; // the switch decides per message (--policy tdm)
+	uint8_t sw_why = 0;  // kRanRefused: the switch refused the job
 
 	// A packet of message mid belongs to one this node has not reached
 	// yet.  Members are at most one message apart and a MID follows the

@@ -60,8 +60,8 @@ int CollEngine::configure(Qp &qp, const JobConfig &in)
 		return EINVAL;
 	if (c.sw.on) {
 		const SwitchConfig &s = c.sw;
-		if (!s.planes || s.planes > sw::kMaxPlanes || !s.leaves || s.leaves > sw::kMaxLeaves ||
-		    s.leaf.size() != size_t(s.planes) * s.leaves ||
+		if (!s.planes || s.planes > sw::kMaxPlanes || !s.leaves ||
+		    s.leaves > sw::kMaxLeaves || s.leaf.size() != size_t(s.planes) * s.leaves ||
 		    (s.leaves > 1 && (s.spine.size() != s.planes || s.member_leaf.size() != n)) ||
 		    (c.topology == Topology::sw && s.leaves != 1) ||
 		    (c.topology == Topology::hierarchy && s.leaves < 2) || c.seg_count < 2)
@@ -189,7 +189,8 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 	if (w->num_sge != m.ranks && m.coll != CollOp::barrier)
 		return fail(qp, job, CollStatus::local_err, true, "wrong number of buffers");
 	if (job.aborted_mid == m.mid)
-		return fail(qp, job, job.abort_status, false, "a member aborted it before it started");
+		return fail(qp, job, job.abort_status, false,
+			    "a member aborted it before it started");
 	if (job.superseded)
 		return fail(qp, job, CollStatus::remote_abort, true,
 			    "the job was given again to another member (a later incarnation)");
@@ -228,8 +229,8 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 // refused the job) and cleared Message::sw; it runs round the ring.
 void CollEngine::settle(Qp &qp, CollJob &job, uint64_t now)
 {
-	if (job.active && qp.state == QpState::rts && job.active->path == &sw_ &&
-	    !job.active->sw && !job.active->waiting) {
+	if (job.active && qp.state == QpState::rts && job.active->path == &sw_ && !job.active->sw &&
+	    !job.active->waiting) {
 		job.active->path = &ring_;
 		ring_.start(qp, job, now);
 	}
@@ -272,7 +273,8 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		}
 		did |= e_.tx_packets() != before;
 	}
-	if (const uint64_t keep = sw_keep_due(job); keep && now >= keep && qp.state == QpState::rts) {
+	if (const uint64_t keep = sw_keep_due(job);
+	    keep && now >= keep && qp.state == QpState::rts) {
 		sw_send_config(job, now, true);
 		did = true;
 	}

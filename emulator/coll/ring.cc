@@ -171,7 +171,7 @@ void CollEngine::ring_start(Qp &qp, CollJob &job, uint64_t now)
 		m.ran |= kRanFallback; // no switch, or it refused or did not answer
 	if (job.sw_phase == CollJob::SwPhase::fallback)
 		m.ran |= job.sw_why; // the switch refused the job
-	if (m.admit_why) // tdm: the switch refused this message
+	if (m.admit_why)	     // tdm: the switch refused this message
 		m.ran |= kRanFallback | m.admit_why;
 	if (c.nodes() == 1) {
 		// One node: the NIC reduces its ranks and writes the result back.
@@ -186,7 +186,8 @@ void CollEngine::ring_start(Qp &qp, CollJob &job, uint64_t now)
 				ok = ok && write_result(job, m, sid, buf);
 			} else {
 				const uint8_t *src;
-				ok = result_source(job, m, sid, &src) && write_result(job, m, sid, src);
+				ok = result_source(job, m, sid, &src) &&
+				     write_result(job, m, sid, src);
 			}
 			if (!ok)
 				return fail(qp, job, CollStatus::local_err, false,
@@ -417,18 +418,21 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 	Ceth h = p.h;
 	h.src_node = c.node;
 	h.phase = uint8_t(hop + 1);
-	send(job, next_node(c), kCollResult, h, Payload::lent(p.payload, h.phase == n ? 0 : len, p.crc));
+	send(job, next_node(c), kCollResult, h,
+	     Payload::lent(p.payload, h.phase == n ? 0 : len, p.crc));
 }
 
 void CollEngine::ring_on_data(Qp &qp, CollJob &job, const CollPacket &p)
 {
 	uint64_t now = e_.now();
-	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", e_.params.name, p.h.mid,
-		   p.h.sid, p.h.phase, p.h.src_node, job.active ? int(job.active->mid) : -1);
+	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", e_.params.name,
+		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
+		   job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
 		ring_data(job, *job.active, p, now);
 		if (job.active->dma_error)
-			fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+			fail(qp, job, CollStatus::local_err, true,
+			     "a local buffer is not accessible");
 		return;
 	}
 	if (job.active && p.h.mid == job.active->mid) {
@@ -448,11 +452,13 @@ void CollEngine::ring_on_result(Qp &qp, CollJob &job, const CollPacket &p)
 {
 	uint64_t now = e_.now();
 	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}", e_.params.name,
-		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node, job.active ? int(job.active->mid) : -1);
+		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
+		   job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
 		ring_result(job, *job.active, p, now);
 		if (job.active->dma_error)
-			fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+			fail(qp, job, CollStatus::local_err, true,
+			     "a local buffer is not accessible");
 		return;
 	}
 	if (job.ahead(p.h.mid) || (job.active && p.h.mid == job.active->mid)) {
@@ -481,8 +487,8 @@ void CollEngine::ring_early(CollJob &job, const CollPacket &p)
 	if (p.paylen > segs_.unit_bytes() || p.h.phase < 1 || p.h.phase >= c.nodes() ||
 	    p.h.src_node != prev_node(c)) {
 		ctr.early_dropped++;
-		IBVC_DEBUG("coll", "{}: early mid {} sid {} kind {:#x} hop {} dropped", e_.params.name,
-			   p.h.mid, p.h.sid, p.kind, p.h.phase);
+		IBVC_DEBUG("coll", "{}: early mid {} sid {} kind {:#x} hop {} dropped",
+			   e_.params.name, p.h.mid, p.h.sid, p.kind, p.h.phase);
 		return;
 	}
 	auto forward = [&] {
@@ -597,7 +603,8 @@ void CollEngine::ring_timers(Qp &qp, CollJob &job, uint64_t now)
 	if (lost)
 		job.cc.on_loss(now);
 	if (m.dma_error)
-		return fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+		return fail(qp, job, CollStatus::local_err, true,
+			    "a local buffer is not accessible");
 	if (now > m.last_progress && now - m.last_progress > coll_timeout_ns(job)) {
 		ctr.timeouts++;
 		fail(qp, job, CollStatus::timeout, true, "no progress within the job's timeout");
@@ -617,8 +624,7 @@ void CollEngine::cc_init(CollJob &job, uint32_t w)
 // were lost (the ring keeps order), so they go again now instead of at
 // their timeout, and count as loss for the window (a lighter cut than a
 // timeout's).
-void CollEngine::ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid,
-			    uint64_t now)
+void CollEngine::ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now)
 {
 	constexpr uint32_t kDupThresh = 3;
 	PendingSet::Entry *e = pend.find(sid);
@@ -647,7 +653,8 @@ void CollEngine::ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t
 		return;
 	job.cc.on_loss(now, false);
 	for (uint32_t s : lost) {
-		pend.find(s)->fast = true; // once: a repeat that is lost again waits for its timeout
+		pend.find(s)->fast =
+			true; // once: a repeat that is lost again waits for its timeout
 		e_.cc_counters().fast_retrans++;
 		if (&pend == &m.o_pending || !m.chunks[m.chain[s].chunk].rs)
 			ring_inject(job, m, s, now, true);

@@ -10,20 +10,13 @@ namespace ibv_coll::emu {
 static WcStatus wc_status_of(CollStatus st)
 {
 	switch (st) {
-	case CollStatus::success:
-		return WcStatus::success;
-	case CollStatus::buffer_err:
-		return WcStatus::loc_len_err;
-	case CollStatus::timeout:
-		return WcStatus::resp_timeout_err;
-	case CollStatus::remote_abort:
-		return WcStatus::rem_abort_err;
-	case CollStatus::denied:
-		return WcStatus::rem_access_err;
-	case CollStatus::local_err:
-		return WcStatus::loc_prot_err;
-	case CollStatus::flushed:
-		return WcStatus::wr_flush_err;
+	case CollStatus::success: return WcStatus::success;
+	case CollStatus::buffer_err: return WcStatus::loc_len_err;
+	case CollStatus::timeout: return WcStatus::resp_timeout_err;
+	case CollStatus::remote_abort: return WcStatus::rem_abort_err;
+	case CollStatus::denied: return WcStatus::rem_access_err;
+	case CollStatus::local_err: return WcStatus::loc_prot_err;
+	case CollStatus::flushed: return WcStatus::wr_flush_err;
 	}
 	return WcStatus::general_err;
 }
@@ -58,7 +51,8 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 		c.opcode = uint8_t(m.coll);
 		c.coll_status = uint8_t(st);
 		c.coll_flags = m.ran;
-		c.msg_state = uint8_t(st == CollStatus::success ? MsgState::done : MsgState::failed);
+		c.msg_state = uint8_t(st == CollStatus::success ? MsgState::done
+								: MsgState::failed);
 		c.jid = job.cfg.jid;
 		c.mid = m.mid;
 		c.blocks_done = m.finals;

@@ -80,7 +80,8 @@ void CollEngine::sw_send_config(CollJob &job, uint64_t now, bool all)
 		h.jid = c.jid;
 		h.node_map = 1ull << c.node;
 		h.job_key = c.key;
-		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollConfig, h, tb, sw::kTaskBytes, {});
+		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollConfig, h, tb,
+			sw::kTaskBytes, {});
 	}
 	job.sw_cfg_sent = now;
 }
@@ -166,12 +167,9 @@ int CollEngine::sw_owner(const CollJob &job, const Message &m, uint32_t sid) con
 {
 	(void)job;
 	switch (m.coll) {
-	case CollOp::reduce:
-		return m.root_node;
-	case CollOp::reduce_scatter:
-		return m.chunks[m.chain[sid].chunk].fin;
-	default:
-		return -1;
+	case CollOp::reduce: return m.root_node;
+	case CollOp::reduce_scatter: return m.chunks[m.chain[sid].chunk].fin;
+	default: return -1;
 	}
 }
 
@@ -237,9 +235,11 @@ void CollEngine::sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t 
 		uint8_t tb[sw::kTaskBytes];
 		t.store(tb);
 		h.flags |= kCethInline;
-		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, tb, ext_len, pl);
+		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, tb,
+			ext_len, pl);
 	} else {
-		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, nullptr, 0, pl);
+		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, nullptr, 0,
+			pl);
 	}
 	note_src_lent(m, sid);
 	arm(job, m, m.o_pending, sid, now, again);
@@ -282,7 +282,8 @@ void CollEngine::sw_config_timers(Qp &qp, CollJob &job, uint64_t now)
 		uint64_t limit = uint64_t(e_.params.cfg.sw_config_ms) * util::kNsPerMs;
 		if (now - job.sw_cfg_start > limit) {
 			if (job.cfg.topology == Topology::autosel) {
-				IBVC_WARN("coll", "{}: job {}: no answer from the switch, using the ring",
+				IBVC_WARN("coll",
+					  "{}: job {}: no answer from the switch, using the ring",
 					  e_.params.name, job.cfg.jid);
 				job.sw_phase = CollJob::SwPhase::fallback;
 			} else {
@@ -322,10 +323,12 @@ void CollEngine::sw_timers(Qp &qp, CollJob &job, uint64_t now)
 		}
 	});
 	if (m.dma_error)
-		return fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+		return fail(qp, job, CollStatus::local_err, true,
+			    "a local buffer is not accessible");
 	if (now > m.last_progress && now - m.last_progress > coll_timeout_ns(job)) {
 		ctr.timeouts++;
-		fail(qp, job, CollStatus::timeout, true, "no result from the switch within the timeout");
+		fail(qp, job, CollStatus::timeout, true,
+		     "no result from the switch within the timeout");
 	}
 }
 
@@ -382,7 +385,8 @@ void CollEngine::sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 		}
 		// Acknowledge it if we hold the result (or the message is over).
 		const Message *m = job.active ? job.active.get() : nullptr;
-		if ((m && m->sw && p.h.mid == m->mid && p.h.sid < m->nblocks && m->final_[p.h.sid]) ||
+		if ((m && m->sw && p.h.mid == m->mid && p.h.sid < m->nblocks &&
+		     m->final_[p.h.sid]) ||
 		    (m ? seq_after(m->mid, p.h.mid) : !job.ahead(p.h.mid)))
 			sw_send_ack(job, p.h.mid, p.h.sid, p.h.src_node, false);
 		return;
@@ -421,9 +425,11 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 			return;
 		}
 		if (job.sw_phase != CollJob::SwPhase::configuring) {
-			if (p.h.status == uint8_t(CollStatus::denied) && job.active && job.active->sw) {
+			if (p.h.status == uint8_t(CollStatus::denied) && job.active &&
+			    job.active->sw) {
 				// Inline: the switch could not take the job.
-				fail(qp, job, CollStatus::denied, true, "the switch refused the job");
+				fail(qp, job, CollStatus::denied, true,
+				     "the switch refused the job");
 			}
 			return;
 		}
@@ -435,14 +441,16 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 			return;
 		if (p.h.flags & kCethPending) {
 			if (!job.sw_heard[plane])
-				IBVC_DEBUG("coll", "{}: job {}: plane {}'s switch waits for other members",
+				IBVC_DEBUG("coll",
+					   "{}: job {}: plane {}'s switch waits for other members",
 					   e_.params.name, job.cfg.jid, plane);
 			job.sw_heard[plane] = 1;
 			return;
 		}
 		job.sw_heard[plane] = 1;
 		// A switch sharing its pool by time serves one plane, no spine.
-		const bool tdm_unusable = (p.h.flags & kCethAdmit) && (s.planes != 1 || s.leaves != 1);
+		const bool tdm_unusable = (p.h.flags & kCethAdmit) &&
+					  (s.planes != 1 || s.leaves != 1);
 		if (p.h.status || p.h.seg < 2 || tdm_unusable) {
 			IBVC_WARN("coll", "{}: job {}: the switch refused it{}", e_.params.name,
 				  job.cfg.jid,
@@ -464,7 +472,8 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 			if (std::count(job.sw_granted.begin(), job.sw_granted.end(), 0u) == 0)
 				sw_ready(job);
 		}
-		if (job.sw_phase != CollJob::SwPhase::configuring && job.active && job.active->waiting)
+		if (job.sw_phase != CollJob::SwPhase::configuring && job.active &&
+		    job.active->waiting)
 			sw_start(qp, job, now);
 		return;
 	}
@@ -490,7 +499,8 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 	if (m.coll == CollOp::barrier)
 		need = false;
 	if ((need && p.paylen != len) || (!need && p.paylen != 0 && p.paylen != len) ||
-	    p.h.coll != uint8_t(m.coll) || p.h.seq != uint32_t(m.gs0 + sid) || sw::plane_of(m.gs0 + sid, s.planes) >= s.planes ||
+	    p.h.coll != uint8_t(m.coll) || p.h.seq != uint32_t(m.gs0 + sid) ||
+	    sw::plane_of(m.gs0 + sid, s.planes) >= s.planes ||
 	    !(sw_leaf(job, sw::plane_of(m.gs0 + sid, s.planes)) == p.src)) {
 		ctr.malformed++;
 		return;
@@ -501,14 +511,16 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 	}
 	if (need && len) {
 		const uint8_t *data = p.payload;
-		if (m.op == RedOp::avg && (m.coll == CollOp::allreduce || m.coll == CollOp::reduce ||
-					   m.coll == CollOp::reduce_scatter)) {
+		if (m.op == RedOp::avg &&
+		    (m.coll == CollOp::allreduce || m.coll == CollOp::reduce ||
+		     m.coll == CollOp::reduce_scatter)) {
 			memcpy(scratch_.data(), p.payload, len);
 			avg_finalize(m.dtype, scratch_.data(), b.elems, job.cfg.total_ranks);
 			data = scratch_.data();
 		}
 		if (!write_result(job, m, sid, data)) {
-			fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+			fail(qp, job, CollStatus::local_err, true,
+			     "a local buffer is not accessible");
 			return;
 		}
 	}

@@ -40,8 +40,9 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 	m.result_data = m.coll != CollOp::reduce_scatter;
 	auto add_blocks = [&](uint16_t chunk, uint64_t b, uint64_t e) {
 		for (uint64_t v = b; v < e; v += block_elems)
-			m.chain.push_back(BlockDesc{v, uint32_t(std::min<uint64_t>(block_elems, e - v)),
-						    chunk, uint8_t(m.op), 0});
+			m.chain.push_back(
+				BlockDesc{v, uint32_t(std::min<uint64_t>(block_elems, e - v)),
+					  chunk, uint8_t(m.op), 0});
 	};
 	for (uint16_t ch = 0; ch < N; ch++) {
 		ChunkRole &r = m.chunks[ch];
@@ -83,8 +84,7 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 				add_blocks(ch, 0, m.count);
 			}
 			break;
-		case CollOp::query:
-			break;
+		case CollOp::query: break;
 		}
 		r.nblocks = uint32_t(m.chain.size()) - r.first_sid;
 	}
@@ -222,8 +222,7 @@ bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, cons
 		if (cr.fin == c.node)
 			memcpy(m.staging.data() + (b.voff - m.staging_voff) * m.es, data, len);
 		break;
-	case CollOp::query:
-		break;
+	case CollOp::query: break;
 	}
 	return true;
 }
@@ -236,9 +235,7 @@ bool CollEngine::result_source(const CollJob &job, Message &m, uint32_t sid, con
 	const Sge *s = nullptr;
 	uint64_t off = b.voff * m.es;
 	switch (m.coll) {
-	case CollOp::allreduce:
-		s = &m.dst[0];
-		break;
+	case CollOp::allreduce: s = &m.dst[0]; break;
 	case CollOp::reduce:
 		if (m.root_node == c.node)
 			s = &m.dst[m.root_local];
@@ -249,14 +246,11 @@ bool CollEngine::result_source(const CollJob &job, Message &m, uint32_t sid, con
 		off = (b.voff - g * m.count) * m.es;
 		break;
 	}
-	case CollOp::bcast:
-		s = &m.src[m.root_local];
-		break;
+	case CollOp::bcast: s = &m.src[m.root_local]; break;
 	case CollOp::reduce_scatter: // the result travels as a token
 		*out = nullptr;
 		return true;
-	default:
-		break;
+	default: break;
 	}
 	if (!s) {
 		*out = m.staging.data() + (b.voff - m.staging_voff) * m.es;

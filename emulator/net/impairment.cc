@@ -68,8 +68,9 @@ int Impairment::parse(const std::string &spec, Impairment *out, std::string *why
 		if (k == "delay" || k == "jitter") {
 			uint64_t ns;
 			if (!parse_duration(v, &ns))
-				return bad(k + "=" + v + ": expected a time with a unit (s, ms, us, ns), "
-						      "at most 3600 s");
+				return bad(k + "=" + v +
+					   ": expected a time with a unit (s, ms, us, ns), "
+					   "at most 3600 s");
 			(k == "delay" ? r.delay_ns : r.jitter_ns) = ns;
 			continue;
 		}
@@ -97,8 +98,9 @@ int Impairment::parse(const std::string &spec, Impairment *out, std::string *why
 std::string Impairment::str() const
 {
 	std::ostringstream o;
-	o << "drop=" << drop << ",dup=" << dup << ",reorder=" << reorder << ",delay=" << delay_ns / 1e3
-	  << "us,jitter=" << jitter_ns / 1e3 << "us,ce=" << ce << ",seed=" << seed;
+	o << "drop=" << drop << ",dup=" << dup << ",reorder=" << reorder
+	  << ",delay=" << delay_ns / 1e3 << "us,jitter=" << jitter_ns / 1e3 << "us,ce=" << ce
+	  << ",seed=" << seed;
 	return o.str();
 }
 

@@ -13,9 +13,9 @@ namespace ibv_coll::emu {
 // delay, random loss or ECN marking, so those come from here.
 struct Impairment {
 	double drop = 0, dup = 0, reorder = 0;
-	double ce = 0;		 // fraction of packets sent with CE instead of ECT(0)
-	uint64_t delay_ns = 0;	 // one-way delay added to every packet
-	uint64_t jitter_ns = 0;	 // uniform +-jitter on it, order kept
+	double ce = 0;		// fraction of packets sent with CE instead of ECT(0)
+	uint64_t delay_ns = 0;	// one-way delay added to every packet
+	uint64_t jitter_ns = 0; // uniform +-jitter on it, order kept
 	uint64_t seed = 1;
 	bool active() const
 	{

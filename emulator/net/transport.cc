@@ -50,8 +50,8 @@ void Transport::tx_commit_split(size_t hdr_len, const uint8_t *payload, size_t p
 	tx_commit(hdr_len + paylen + trailer_len, dst, src);
 }
 
-int open_transport(const TransportFactory &factory, std::unique_ptr<Transport> *out,
-		   uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf, bool gso)
+int open_transport(const TransportFactory &factory, std::unique_ptr<Transport> *out, uint16_t port,
+		   bool fallback, const Impairment &imp, unsigned sockbuf, bool gso)
 {
 	int err;
 	if (factory) {

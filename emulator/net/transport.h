@@ -44,7 +44,7 @@ struct PortCounters {
 	uint64_t tx_packets = 0, tx_bytes = 0, rx_packets = 0, rx_bytes = 0;
 	uint64_t tx_errors = 0, rx_errors = 0;
 	uint64_t tx_syscalls = 0, rx_syscalls = 0; // sendmmsg/recvmmsg (or post/poll) calls
-	uint64_t tx_gso = 0, rx_gro = 0;	    // super-packets sent/received
+	uint64_t tx_gso = 0, rx_gro = 0;	   // super-packets sent/received
 	uint64_t impair_dropped = 0, impair_duplicated = 0, impair_reordered = 0;
 	uint64_t impair_delayed = 0, impair_delay_overflow = 0, impair_ce = 0;
 	uint64_t rx_ce = 0; // packets received with ECN CE, for congestion control
@@ -63,8 +63,9 @@ struct RxPacket {
 
 class Transport {
 public:
-	static constexpr unsigned kBatch = 64;		// packets queued or returned at once
-	static constexpr size_t kMaxPacket = 4096 + 512; // room in tx_buf(), whatever the wire takes
+	static constexpr unsigned kBatch = 64; // packets queued or returned at once
+	static constexpr size_t kMaxPacket = 4096 +
+					     512; // room in tx_buf(), whatever the wire takes
 
 	virtual ~Transport() = default;
 	// Readable (poll/epoll) when rx_batch may have packets.  A transport
@@ -118,7 +119,7 @@ using TransportFactory = std::function<int(std::unique_ptr<Transport> *out)>;
 
 // The transport `factory` opens, or, when it is empty, a UdpPort opened
 // with the other arguments (as UdpPort::open takes them).
-int open_transport(const TransportFactory &factory, std::unique_ptr<Transport> *out,
-		   uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf, bool gso);
+int open_transport(const TransportFactory &factory, std::unique_ptr<Transport> *out, uint16_t port,
+		   bool fallback, const Impairment &imp, unsigned sockbuf, bool gso);
 
 } // namespace ibv_coll::emu

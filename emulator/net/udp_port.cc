@@ -20,8 +20,8 @@ struct UdpPort::Slot {
 	sockaddr_in6 addr;
 	iovec iov[3]; // headers, payload, trailer (or the whole packet in iov[0])
 	unsigned niov;
-	size_t len;   // the packet's bytes
-	bool ce;      // sent with ECN CE (the impairment marked it)
+	size_t len; // the packet's bytes
+	bool ce;    // sent with ECN CE (the impairment marked it)
 	alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) +
 				      CMSG_SPACE(sizeof(in_pktinfo)) + 2 * CMSG_SPACE(sizeof(int))];
 };
@@ -32,8 +32,8 @@ namespace {
 // address, for a super-packet the segment size, and for CE-marked packets
 // the TOS or traffic class that replaces the socket's ECT(0).
 struct TxCtl {
-	alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(uint16_t)) +
-				      CMSG_SPACE(sizeof(int))];
+	alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) +
+				      CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))];
 };
 
 size_t pktinfo_space(const uint8_t *cbuf)
@@ -62,7 +62,8 @@ size_t UdpPort::build_ctl(const Slot &s, size_t gso_seg, uint8_t *cbuf)
 	}
 	if (s.ce) {
 		cmsghdr *c = reinterpret_cast<cmsghdr *>(cbuf + len);
-		const bool v4 = s.addr.sin6_family != AF_INET6 || IN6_IS_ADDR_V4MAPPED(&s.addr.sin6_addr);
+		const bool v4 = s.addr.sin6_family != AF_INET6 ||
+				IN6_IS_ADDR_V4MAPPED(&s.addr.sin6_addr);
 		c->cmsg_level = v4 ? IPPROTO_IP : IPPROTO_IPV6;
 		c->cmsg_type = v4 ? IP_TOS : IPV6_TCLASS;
 		c->cmsg_len = CMSG_LEN(sizeof(int));
@@ -96,8 +97,7 @@ static int try_bind(int fd, bool v6, uint16_t port)
 	return bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) ? errno : 0;
 }
 
-int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf,
-		  bool gso)
+int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf, bool gso)
 {
 	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	v6_ = fd >= 0;
@@ -317,8 +317,7 @@ void UdpPort::emit(const uint8_t *data, size_t len, const Endpoint &dst, const I
 	queue(data, len, dst, src, ce);
 }
 
-void UdpPort::delay_push(const uint8_t *data, size_t len, const Endpoint &dst,
-			 const IpAddr &src)
+void UdpPort::delay_push(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src)
 {
 	if (dl_n_ == dl_.size()) {
 		if (!ctr_.impair_delay_overflow)

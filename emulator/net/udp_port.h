@@ -22,8 +22,8 @@ namespace ibv_coll::emu {
 
 class UdpPort final : public Transport {
 public:
-	static constexpr unsigned kRxMsgs = 32;	 // datagrams per recvmmsg
-	static constexpr size_t kRxBuf = 65536;	 // room for one GRO super-packet
+	static constexpr unsigned kRxMsgs = 32; // datagrams per recvmmsg
+	static constexpr size_t kRxBuf = 65536; // room for one GRO super-packet
 	// Bytes in one GSO send: an IP datagram holds 65535 with its headers,
 	// so fifteen 4 KiB packets (4160 bytes with theirs) fit, not sixteen.
 	static constexpr size_t kGsoMax = 65000;
@@ -102,8 +102,8 @@ private:
 	std::vector<uint8_t> tx_arena_, rx_arena_;
 	std::unique_ptr<Slot[]> tx_, tx_tmp_, rx_;
 	unsigned tx_n_ = 0, tx_cur_ = 0;
-	uint64_t flushes_ = 0;	    // flushes that sent something
-	bool rx_lent_ = false;	    // a queued packet's payload is in rx_arena_
+	uint64_t flushes_ = 0; // flushes that sent something
+	bool rx_lent_ = false; // a queued packet's payload is in rx_arena_
 	bool gso_ = false;
 	// Packets of the last recvmmsg not yet handed out.
 	std::vector<RxPacket> rx_pending_;

@@ -93,7 +93,8 @@ void CongestionCtl::on_cnp(uint64_t now)
 	const double g = 1.0 / double(1u << p_->dcqcn_g_shift);
 	// alpha decayed by (1 - g) for each whole period without a CNP.
 	if (last_cnp_ && p_->alpha_us) {
-		const uint64_t periods = (now - last_cnp_) / (uint64_t(p_->alpha_us) * util::kNsPerUs);
+		const uint64_t periods = (now - last_cnp_) /
+					 (uint64_t(p_->alpha_us) * util::kNsPerUs);
 		if (periods)
 			alpha_ *= std::pow(1 - g, double(std::min<uint64_t>(periods, 100000)));
 	}

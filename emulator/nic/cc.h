@@ -39,20 +39,20 @@ constexpr uint8_t kBthBecn = 0x40; // BTH byte 4
 
 struct CcParams {
 	bool on = true;
-	uint32_t target_us = 1000;  // queueing delay allowed per queue crossed
-	uint32_t max_mdf_pct = 50;  // largest cut, percent of the window
-	uint32_t alpha_us = 55;	    // DCQCN: alpha decays each period without a CNP
-	uint32_t recover_us = 300;  // DCQCN: rate-increase timer
+	uint32_t target_us = 1000;   // queueing delay allowed per queue crossed
+	uint32_t max_mdf_pct = 50;   // largest cut, percent of the window
+	uint32_t alpha_us = 55;	     // DCQCN: alpha decays each period without a CNP
+	uint32_t recover_us = 300;   // DCQCN: rate-increase timer
 	uint32_t recover_units = 64; // DCQCN: ... or this many units acknowledged
-	uint32_t dcqcn_g_shift = 4; // alpha gain g = 1/2^shift
-	bool pace = false;	    // spread a window over half the round trip (below one unit: always)
+	uint32_t dcqcn_g_shift = 4;  // alpha gain g = 1/2^shift
+	bool pace = false; // spread a window over half the round trip (below one unit: always)
 };
 
 struct CcCounters {
-	uint64_t rate_cuts = 0;	 // window cuts, whatever the signal
+	uint64_t rate_cuts = 0; // window cuts, whatever the signal
 	uint64_t delay_cuts = 0, loss_cuts = 0, cnp_cuts = 0;
 	uint64_t cnp_rcvd = 0, cnp_sent = 0;
-	uint64_t fast_retrans = 0; // sent again on a gap, before the timeout
+	uint64_t fast_retrans = 0;  // sent again on a gap, before the timeout
 	uint64_t retrans_bytes = 0; // payload bytes sent again (ring, switch path, RC)
 };
 
@@ -60,7 +60,8 @@ class CongestionCtl {
 public:
 	// max_win: the flow's own cap (its credit, its Seg units); init: the
 	// window to start with; hops: queues one round trip crosses.
-	void init(const CcParams *p, CcCounters *ctr, double init_win, double max_win, uint32_t hops);
+	void init(const CcParams *p, CcCounters *ctr, double init_win, double max_win,
+		  uint32_t hops);
 	bool enabled() const { return p_ && p_->on; }
 	bool ready() const { return p_ != nullptr; }
 

@@ -89,7 +89,8 @@ public:
 	virtual void tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
 			   uint32_t paylen) = 0;
 	virtual void tx_split(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
-			      const uint8_t *payload, uint32_t paylen, const uint32_t *tail_crc) = 0;
+			      const uint8_t *payload, uint32_t paylen,
+			      const uint32_t *tail_crc) = 0;
 	// Memory lent to queued packets (Transport::tx_lend_mark, tx_reclaim).
 	virtual uint64_t tx_lend_mark() const = 0;
 	virtual void tx_reclaim(uint64_t mark) = 0;

@@ -41,16 +41,17 @@ const ConfigVar kRcVars[kRcCount] = {
 	{"IBV_COLL_EMU_RC_TIMEOUT", "14",
 	 "local ACK timeout exponent (4.096 us * 2^n) used when a QP sets timeout 0",
 	 ConfigKind::uint, 1, 31},
-	{"IBV_COLL_EMU_READ_BURST", "64",
-	 "RDMA READ response packets a QP sends per engine pass", ConfigKind::uint, 1, 1u << 20},
+	{"IBV_COLL_EMU_READ_BURST", "64", "RDMA READ response packets a QP sends per engine pass",
+	 ConfigKind::uint, 1, 1u << 20},
 };
 const util::ConfigRegistrar kRcReg({"emu rc (RC transport)", kRcVars}, 110);
 
 // The collective engine.
 enum { kSegUnits, kCollWindow, kCollRto, kCollTimeout, kSwConfig, kCollCount };
 const ConfigVar kCollVars[kCollCount] = {
-	{"IBV_COLL_EMU_SEG_UNITS", "4096", "Seg cache units (4 KiB each) in the NIC's collective engine",
-	 ConfigKind::uint, 1, 1u << 20},
+	{"IBV_COLL_EMU_SEG_UNITS", "4096",
+	 "Seg cache units (4 KiB each) in the NIC's collective engine", ConfigKind::uint, 1,
+	 1u << 20},
 	{"IBV_COLL_EMU_COLL_WINDOW", "64",
 	 "data blocks a node keeps in flight per collective (at most the job's Seg units)",
 	 ConfigKind::uint, 1, 1u << 16},
@@ -112,8 +113,8 @@ const ConfigVar kCcVars[kCcCount] = {
 	{"IBV_COLL_EMU_DCQCN_RECOVER_UNITS", "64",
 	 "DCQCN: ... and each this many packets (blocks) acknowledged (the byte counter; 0: off)",
 	 ConfigKind::uint, 0, 1u << 20},
-	{"IBV_COLL_EMU_DCQCN_G_SHIFT", "4",
-	 "DCQCN: alpha's gain g = 1/2^n per CNP", ConfigKind::uint, 1, 16},
+	{"IBV_COLL_EMU_DCQCN_G_SHIFT", "4", "DCQCN: alpha's gain g = 1/2^n per CNP",
+	 ConfigKind::uint, 1, 16},
 };
 const util::ConfigRegistrar kCcReg({"emu cc (congestion control)", kCcVars}, 125);
 
@@ -135,8 +136,7 @@ std::span<const ConfigVar> emu_config_vars()
 		for (std::span<const ConfigVar> t :
 		     {std::span<const ConfigVar>(kNicVars), std::span<const ConfigVar>(kRcVars),
 		      std::span<const ConfigVar>(kCollVars), std::span<const ConfigVar>(kCcVars),
-		      std::span<const ConfigVar>(kReduceVars),
-		      net_config_vars()})
+		      std::span<const ConfigVar>(kReduceVars), net_config_vars()})
 			v.insert(v.end(), t.begin(), t.end());
 		return v;
 	}();

@@ -27,8 +27,8 @@ struct EmuConfig {
 	bool gso = true;		  // UDP segmentation offload and GRO
 	uint32_t sw_config_ms = 1000;	  // wait this long for a switch's grant
 	Impairment impair;
-	CcParams cc;			  // congestion control (nic/cc.h)
-	uint32_t cnp_interval_us = 50;	  // at most one CNP per flow this often
+	CcParams cc;		       // congestion control (nic/cc.h)
+	uint32_t cnp_interval_us = 50; // at most one CNP per flow this often
 };
 
 // Every IBV_COLL_EMU_* variable: this table's and the transports'.

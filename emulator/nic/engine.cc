@@ -30,7 +30,8 @@ public:
 	}
 	bool push_cqe(Cq *cq, const Cqe &c) override { return e_.push_cqe(cq, c); }
 	void qp_to_error(Qp &qp, const char *why) override { e_.qp_to_error(qp, why); }
-	bool dma_ok(uint32_t lkey, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t need) override
+	bool dma_ok(uint32_t lkey, uint32_t pdn, uint64_t addr, uint64_t len,
+		    uint32_t need) override
 	{
 		return e_.mrs.check(lkey, pdn, addr, len, need) == DmaErr::ok;
 	}
@@ -77,28 +78,30 @@ Engine::~Engine()
 		const NicCounters n = snapshot_locked();
 		const CollCounters &c = n.coll;
 		const PortCounters &pc = n.port;
-		IBVC_INFO("emu",
-			  "{}: tx {} pkts {} B {} calls {} gso, rx {} pkts {} B {} calls {} gro {} ce, icrc errors {}, malformed {}, no qp {}, "
-			  "bad source {}, bad state {}, rc: tx {} pkts {} B rx {} pkts {} B retrans {} timeouts {} "
-			  "seq naks {}/{} rnr naks {}/{} dup {}, coll: msgs {} failed {} fallbacks {} blocks {} data {}/{} "
-			  "result {}/{} retrans {}/{} dup {} early {}/{} stale {} bad key {} job {} "
-			  "block {} node {} malformed {} seg busy {} aborts {}/{} timeouts {}",
-			  params.name, pc.tx_packets, pc.tx_bytes, pc.tx_syscalls, pc.tx_gso, pc.rx_packets,
-			  pc.rx_bytes, pc.rx_syscalls, pc.rx_gro, pc.rx_ce,
-			  n.rx_icrc_err, n.rx_malformed, n.rx_no_qp, n.rx_bad_src, n.rx_bad_state,
-			  n.rc_tx_packets, n.rc_tx_bytes, n.rc_rx_packets, n.rc_rx_bytes, n.tx_retransmits,
-			  n.timeouts, n.seq_naks_sent, n.seq_naks_rcvd, n.rnr_naks_sent, n.rnr_naks_rcvd,
-			  n.rx_dup, c.messages, c.failed, c.fallbacks, c.blocks, c.tx_data, c.rx_data,
-			  c.tx_result, c.rx_result,
-			  c.retrans_data, c.retrans_result, c.dup_dropped, c.early_stored,
-			  c.early_dropped, c.stale_dropped, c.bad_key, c.bad_job, c.bad_block,
-			  c.bad_node, c.malformed, c.seg_busy, c.aborts_sent, c.aborts_rcvd,
-			  c.timeouts);
+		IBVC_INFO(
+			"emu",
+			"{}: tx {} pkts {} B {} calls {} gso, rx {} pkts {} B {} calls {} gro {} ce, icrc errors {}, malformed {}, no qp {}, "
+			"bad source {}, bad state {}, rc: tx {} pkts {} B rx {} pkts {} B retrans {} timeouts {} "
+			"seq naks {}/{} rnr naks {}/{} dup {}, coll: msgs {} failed {} fallbacks {} blocks {} data {}/{} "
+			"result {}/{} retrans {}/{} dup {} early {}/{} stale {} bad key {} job {} "
+			"block {} node {} malformed {} seg busy {} aborts {}/{} timeouts {}",
+			params.name, pc.tx_packets, pc.tx_bytes, pc.tx_syscalls, pc.tx_gso,
+			pc.rx_packets, pc.rx_bytes, pc.rx_syscalls, pc.rx_gro, pc.rx_ce,
+			n.rx_icrc_err, n.rx_malformed, n.rx_no_qp, n.rx_bad_src, n.rx_bad_state,
+			n.rc_tx_packets, n.rc_tx_bytes, n.rc_rx_packets, n.rc_rx_bytes,
+			n.tx_retransmits, n.timeouts, n.seq_naks_sent, n.seq_naks_rcvd,
+			n.rnr_naks_sent, n.rnr_naks_rcvd, n.rx_dup, c.messages, c.failed,
+			c.fallbacks, c.blocks, c.tx_data, c.rx_data, c.tx_result, c.rx_result,
+			c.retrans_data, c.retrans_result, c.dup_dropped, c.early_stored,
+			c.early_dropped, c.stale_dropped, c.bad_key, c.bad_job, c.bad_block,
+			c.bad_node, c.malformed, c.seg_busy, c.aborts_sent, c.aborts_rcvd,
+			c.timeouts);
 		IBVC_INFO("emu",
 			  "{}: cc: cnps {}/{} cuts {} (delay {} loss {} cnp {}) fast retrans {} "
 			  "retrans bytes {}",
-			  params.name, n.cc.cnp_sent, n.cc.cnp_rcvd, n.cc.rate_cuts, n.cc.delay_cuts,
-			  n.cc.loss_cuts, n.cc.cnp_cuts, n.cc.fast_retrans, n.cc.retrans_bytes);
+			  params.name, n.cc.cnp_sent, n.cc.cnp_rcvd, n.cc.rate_cuts,
+			  n.cc.delay_cuts, n.cc.loss_cuts, n.cc.cnp_cuts, n.cc.fast_retrans,
+			  n.cc.retrans_bytes);
 	}
 }
 
@@ -135,7 +138,8 @@ int Engine::start()
 		coll_host = std::make_unique<EngineCollHost>(*this);
 		coll = make_coll_service(*coll_host, params.cfg.seg_units, kSegUnitBytes);
 	} catch (const std::bad_alloc &) {
-		IBVC_ERR("emu", "{}: no memory for {} Seg units", params.name, params.cfg.seg_units);
+		IBVC_ERR("emu", "{}: no memory for {} Seg units", params.name,
+			 params.cfg.seg_units);
 		return ENOMEM;
 	}
 	stats_.open(params.name.substr(0, params.name.rfind(':')), port->port(), nic_stat_names());
@@ -323,9 +327,7 @@ bool Engine::progress_locked()
 			continue;
 		}
 		switch (qp.state) {
-		case QpState::err:
-			did |= flush(qp);
-			break;
+		case QpState::err: did |= flush(qp); break;
 		case QpState::rts:
 			req_timers(qp, now);
 			if (qp.state == QpState::rts)
@@ -333,11 +335,8 @@ bool Engine::progress_locked()
 			if (qp.state == QpState::rts)
 				did |= resp_progress(qp);
 			break;
-		case QpState::rtr:
-			did |= resp_progress(qp);
-			break;
-		default:
-			break;
+		case QpState::rtr: did |= resp_progress(qp); break;
+		default: break;
 		}
 	}
 	port->tx_flush();
@@ -404,7 +403,8 @@ void Engine::handle_packet(const RxPacket &rx)
 		return;
 	}
 	InPacket p;
-	p.tail_crc = coll_kind && rx.data[0] == kCollResult ? whole ^ crc32_shift(head, len - split) : 0;
+	p.tail_crc = coll_kind && rx.data[0] == kCollResult ? whole ^ crc32_shift(head, len - split)
+							    : 0;
 	p.data = rx.data;
 	p.len = len;
 	p.src = rx.src;
@@ -414,8 +414,7 @@ void Engine::handle_packet(const RxPacket &rx)
 		on_cnp(p);
 		return;
 	}
-	if (is_coll_opcode(p.bth.opcode) && Bth::tver(rx.data) == 0 &&
-	    p.bth.pkey == kDefaultPkey) {
+	if (is_coll_opcode(p.bth.opcode) && Bth::tver(rx.data) == 0 && p.bth.pkey == kDefaultPkey) {
 		coll->on_packet(p);
 		return;
 	}
@@ -615,12 +614,9 @@ static WcOpcode wc_opcode_of(uint8_t wr_opcode)
 {
 	switch (WrOpcode(wr_opcode)) {
 	case WrOpcode::rdma_write:
-	case WrOpcode::rdma_write_imm:
-		return WcOpcode::rdma_write;
-	case WrOpcode::rdma_read:
-		return WcOpcode::rdma_read;
-	default:
-		return WcOpcode::send;
+	case WrOpcode::rdma_write_imm: return WcOpcode::rdma_write;
+	case WrOpcode::rdma_read: return WcOpcode::rdma_read;
+	default: return WcOpcode::send;
 	}
 }
 

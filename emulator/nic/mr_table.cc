@@ -82,8 +82,7 @@ const MrTable::Entry *MrTable::find(uint32_t key) const
 	return &e;
 }
 
-DmaErr MrTable::check(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
-		      uint32_t need) const
+DmaErr MrTable::check(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t need) const
 {
 	std::shared_lock lk(mu_);
 	const Entry *ep = find(key);

@@ -38,8 +38,7 @@ public:
 	int add_keyed(uint32_t pdn, uint64_t addr, uint64_t len, uint32_t access, uint32_t key);
 	// Whether [addr, addr+len) is inside the region named by key, owned by
 	// pdn, and allowed `need` access.  len 0 still checks key and pd.
-	DmaErr check(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len,
-		     uint32_t need) const;
+	DmaErr check(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, uint32_t need) const;
 	size_t count() const
 	{
 		std::shared_lock lk(mu_);
@@ -68,8 +67,8 @@ private:
 struct SgeCursor {
 	const struct Sge *sge = nullptr;
 	uint32_t num = 0;
-	uint32_t idx = 0;    // current SGE
-	uint64_t off = 0;    // offset in the current SGE
+	uint32_t idx = 0;	 // current SGE
+	uint64_t off = 0;	 // offset in the current SGE
 	void seek(uint64_t pos); // position pos bytes from the start of the list
 	// Copy n bytes out of the SGEs into dst (gather), advancing.
 	void gather(uint8_t *dst, uint64_t n);

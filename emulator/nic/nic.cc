@@ -59,8 +59,7 @@ int Nic::reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access, u
 	return e_->mrs.add(pdn, reinterpret_cast<uint64_t>(addr), len, access, key);
 }
 
-int Nic::reg_mr_keyed(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,
-		      uint32_t key)
+int Nic::reg_mr_keyed(uint32_t pdn, const void *addr, uint64_t len, uint32_t access, uint32_t key)
 {
 	std::lock_guard lk(e_->mu);
 	if (!e_->pds.count(pdn))
@@ -211,9 +210,7 @@ int Nic::modify_qp(Qp *qp, const QpAttr &a, uint32_t mask)
 	if (mask & kQpState) {
 		QpState from = qp->state;
 		switch (a.state) {
-		case QpState::reset:
-			e.qp_reset(*qp);
-			break;
+		case QpState::reset: e.qp_reset(*qp); break;
 		case QpState::rtr:
 			if (from == QpState::init) {
 				qp->epsn = t.rq_psn;
@@ -230,12 +227,8 @@ int Nic::modify_qp(Qp *qp, const QpAttr &a, uint32_t mask)
 			}
 			qp->state = QpState::rts;
 			break;
-		case QpState::err:
-			e.qp_to_error(*qp, "moved by the application");
-			break;
-		default:
-			qp->state = a.state;
-			break;
+		case QpState::err: e.qp_to_error(*qp, "moved by the application"); break;
+		default: qp->state = a.state; break;
 		}
 	}
 	// Timer settings take effect at once, in RTS as at the transition.
@@ -312,8 +305,7 @@ uint32_t Nic::seg_unit_bytes() const
 	return e_->coll->seg_unit_bytes();
 }
 
-int Nic::check_local(uint32_t pdn, const Sge *sges, const uint64_t *len, uint32_t n,
-		     uint32_t need)
+int Nic::check_local(uint32_t pdn, const Sge *sges, const uint64_t *len, uint32_t n, uint32_t need)
 {
 	// The MR table's own lock only: a post does not wait for the engine.
 	for (uint32_t i = 0; i < n; i++) {

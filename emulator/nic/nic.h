@@ -34,11 +34,11 @@ constexpr size_t kMaxPds = 1u << 16, kMaxCqs = 1u << 16, kMaxQps = 1u << 16;
 constexpr uint32_t kMaxMrs = (1u << 24) - 1;
 
 struct NicParams {
-	std::string name;	     // for log lines
-	std::vector<IpAddr> gids;    // the port's addresses
+	std::string name;	  // for log lines
+	std::vector<IpAddr> gids; // the port's addresses
 	uint16_t udp_port = 4791;
-	bool port_fallback = true;   // a busy port falls back to a free one
-	uint32_t active_mtu = 1024;  // bytes: the largest path MTU allowed
+	bool port_fallback = true;  // a busy port falls back to a free one
+	uint32_t active_mtu = 1024; // bytes: the largest path MTU allowed
 	EmuConfig cfg;
 	// Opens the transport packets go through; empty: a UdpPort bound as
 	// udp_port, port_fallback and cfg say.
@@ -98,8 +98,8 @@ struct QpAttr {
 
 struct NicCounters {
 	PortCounters port;
-	uint64_t rx_icrc_err = 0, rx_malformed = 0, rx_no_qp = 0, rx_bad_src = 0,
-		 rx_bad_state = 0, rx_dup = 0;
+	uint64_t rx_icrc_err = 0, rx_malformed = 0, rx_no_qp = 0, rx_bad_src = 0, rx_bad_state = 0,
+		 rx_dup = 0;
 	uint64_t tx_retransmits = 0, timeouts = 0, seq_naks_sent = 0, seq_naks_rcvd = 0,
 		 rnr_naks_sent = 0, rnr_naks_rcvd = 0, acks_sent = 0, cq_overruns = 0;
 	// RC traffic alone (the port counts collective packets too).
@@ -129,8 +129,7 @@ public:
 	// Command interface; each returns 0 or an errno value.
 	int alloc_pd(uint32_t *pdn);
 	int dealloc_pd(uint32_t pdn);
-	int reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,
-		   uint32_t *key);
+	int reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access, uint32_t *key);
 	// Register under a key chosen outside (a real device's lkey).
 	int reg_mr_keyed(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,
 			 uint32_t key);

@@ -14,10 +14,10 @@ struct InPacket {
 	size_t len;	     // BTH to end of padded payload (ICRC removed)
 	Endpoint src;
 	wire::Bth bth;
-	uint16_t flags;	     // wire::opcode_flags
-	const uint8_t *ext;  // first extension header
+	uint16_t flags;	    // wire::opcode_flags
+	const uint8_t *ext; // first extension header
 	const uint8_t *payload;
-	uint32_t paylen;     // without pad
+	uint32_t paylen; // without pad
 	// Collective results: crc32_update(0, ...) of what follows the CETH
 	// (the payload and its pad), which a packet forwarding the payload
 	// reuses for its own ICRC.

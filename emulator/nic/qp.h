@@ -26,10 +26,10 @@ enum { kArmOff = 0, kArmAny = 1, kArmSolicited = 2 };
 // What the device keeps per send WQE, beside the WQE itself.
 struct WqeMeta {
 	uint32_t first_psn = 0;
-	uint32_t npkts = 0;	   // PSNs the WQE uses (read: response packets)
-	uint32_t read_rcvd = 0;	   // read response packets placed
+	uint32_t npkts = 0;	// PSNs the WQE uses (read: response packets)
+	uint32_t read_rcvd = 0; // read response packets placed
 	bool started = false;
-	bool done = false;	   // acknowledged or all read data placed
+	bool done = false; // acknowledged or all read data placed
 };
 
 // An RDMA READ the responder is answering, paced over engine passes.
@@ -53,9 +53,9 @@ struct Qp {
 	bool sig_all = false;
 	QpAttr attr;
 	IpAddr src_ip;
-	bool coll = false;	      // a collective QP
-	CollJobPtr job;	      // its job, from INIT -> RTR (coll/)
-	uint32_t coll_inc = 0;	      // jobs given it so far: the job's incarnation
+	bool coll = false;     // a collective QP
+	CollJobPtr job;	       // its job, from INIT -> RTR (coll/)
+	uint32_t coll_inc = 0; // jobs given it so far: the job's incarnation
 
 	// Requester.  PSNs in [una, req_psn) are in flight; sent_psn is one past
 	// the highest PSN ever sent (a retry moves req_psn back, not sent_psn).
@@ -65,7 +65,7 @@ struct Qp {
 	uint32_t req_psn = 0;
 	uint32_t sent_psn = 0;
 	uint32_t una = 0;
-	uint32_t npsn = 0;	   // PSN the next new WQE starts at
+	uint32_t npsn = 0; // PSN the next new WQE starts at
 	uint32_t retries_left = 7;
 	uint32_t rnr_left = 7;
 	uint64_t rto_ns = 0;
@@ -85,11 +85,11 @@ struct Qp {
 	// Responder.
 	uint32_t epsn = 0;
 	uint32_t msn = 0;
-	bool nak_sent = false;	 // a sequence NAK for epsn is out
-	bool ack_due = false;	 // coalesced ACK of epsn - 1 to send
-	uint8_t in_msg = 0;	 // 0, or the opcode class of a message in progress
-	uint64_t msg_off = 0;	 // bytes of that message placed
-	uint64_t wr_va = 0;	 // RDMA WRITE in progress
+	bool nak_sent = false; // a sequence NAK for epsn is out
+	bool ack_due = false;  // coalesced ACK of epsn - 1 to send
+	uint8_t in_msg = 0;    // 0, or the opcode class of a message in progress
+	uint64_t msg_off = 0;  // bytes of that message placed
+	uint64_t wr_va = 0;    // RDMA WRITE in progress
 	uint32_t wr_rkey = 0;
 	uint32_t wr_len = 0;
 	std::deque<ReadJob> reads;

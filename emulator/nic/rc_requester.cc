@@ -134,7 +134,8 @@ bool Engine::req_progress(Qp &qp, uint64_t now)
 			bth.ack_req = true;
 			cc_time(qp, bth, now);
 			uint8_t *pkt = tx_begin(qp, bth, kRethBytes, &ext);
-			Reth r{w->remote_addr + qp.req_off, w->rkey, uint32_t(w->length - qp.req_off)};
+			Reth r{w->remote_addr + qp.req_off, w->rkey,
+			       uint32_t(w->length - qp.req_off)};
 			r.store(ext);
 			tx_finish(qp, pkt, kBthBytes + kRethBytes, 0);
 			qp.req_psn = psn_add(m.first_psn, m.npkts);
@@ -247,8 +248,8 @@ static void advance_una(Engine &e, Qp &qp, uint32_t una, uint64_t now)
 			e.req_retry_from(qp, qp.una);
 	}
 	complete_acked(e, qp);
-	if (qp.sq->cons() == qp.sq->prod() || (qp.una == qp.sent_psn && !reads_in_flight(qp) &&
-					       qp.sq->cons() == qp.req_idx))
+	if (qp.sq->cons() == qp.sq->prod() ||
+	    (qp.una == qp.sent_psn && !reads_in_flight(qp) && qp.sq->cons() == qp.req_idx))
 		qp.rto_deadline = 0;
 }
 
@@ -305,9 +306,7 @@ void Engine::req_on_ack(Qp &qp, const InPacket &p)
 	if (qp.rto_deadline)
 		qp.rto_deadline = now + qp.rto_ns;
 	switch (aeth_kind(a.syndrome)) {
-	case AethKind::ack:
-		advance_una(*this, qp, psn_add(psn, 1), now);
-		break;
+	case AethKind::ack: advance_una(*this, qp, psn_add(psn, 1), now); break;
 	case AethKind::rnr_nak:
 		ctr.rnr_naks_rcvd++;
 		advance_una(*this, qp, psn, now);
@@ -328,19 +327,20 @@ void Engine::req_on_ack(Qp &qp, const InPacket &p)
 			}
 			break;
 		case kSynNakInvReq:
-			remote_error(*this, qp, psn, WcStatus::rem_inv_req_err, "remote invalid request");
+			remote_error(*this, qp, psn, WcStatus::rem_inv_req_err,
+				     "remote invalid request");
 			break;
 		case kSynNakRemAccess:
-			remote_error(*this, qp, psn, WcStatus::rem_access_err, "remote access error");
+			remote_error(*this, qp, psn, WcStatus::rem_access_err,
+				     "remote access error");
 			break;
 		default:
-			remote_error(*this, qp, psn, WcStatus::rem_op_err, "remote operational error");
+			remote_error(*this, qp, psn, WcStatus::rem_op_err,
+				     "remote operational error");
 			break;
 		}
 		break;
-	default:
-		ctr.rx_malformed++;
-		break;
+	default: ctr.rx_malformed++; break;
 	}
 }
 
@@ -381,7 +381,8 @@ void Engine::req_on_read_resp(Qp &qp, const InPacket &p)
 	const uint64_t off = uint64_t(m.read_rcvd) * qp.mtu();
 	const uint32_t want = uint32_t(std::min<uint64_t>(w->length - off, qp.mtu()));
 	if (p.paylen != want) {
-		remote_error(*this, qp, psn, WcStatus::bad_resp_err, "read response of wrong length");
+		remote_error(*this, qp, psn, WcStatus::bad_resp_err,
+			     "read response of wrong length");
 		return;
 	}
 	if (!local_sges_ok(*this, qp, w, kAccLocalWrite)) {

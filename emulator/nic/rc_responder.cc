@@ -68,11 +68,12 @@ void Engine::resp_on_request(Qp &qp, const InPacket &p)
 		if (f & kRead) {
 			// A repeated read: answer it again from the PSN it names.
 			Reth r = Reth::load(p.ext);
-			if (r.len && (!(qp.attr.access & kAccRemoteRead) ||
-				      mrs.check(r.rkey, qp.pdn, r.va, r.len, kAccRemoteRead) !=
-					      DmaErr::ok))
+			if (r.len &&
+			    (!(qp.attr.access & kAccRemoteRead) ||
+			     mrs.check(r.rkey, qp.pdn, r.va, r.len, kAccRemoteRead) != DmaErr::ok))
 				return;
-			uint32_t n = (uint32_t)std::max<uint64_t>(1, (uint64_t(r.len) + mtu - 1) / mtu);
+			uint32_t n = (uint32_t)std::max<uint64_t>(1, (uint64_t(r.len) + mtu - 1) /
+									     mtu);
 			std::erase_if(qp.reads, [&](const ReadJob &j) {
 				return psn_diff(j.psn, p.bth.psn) >= 0 &&
 				       psn_diff(j.psn, psn_add(p.bth.psn, n)) < 0;
@@ -111,7 +112,8 @@ void Engine::resp_on_request(Qp &qp, const InPacket &p)
 		}
 		if (!recv_sges_ok(*this, qp, r)) {
 			complete_recv(qp, WcStatus::loc_prot_err, WcOpcode::recv, qp.msg_off, 0, 0);
-			return resp_fatal(*this, qp, kSynNakRemOpErr, "receive buffer not accessible");
+			return resp_fatal(*this, qp, kSynNakRemOpErr,
+					  "receive buffer not accessible");
 		}
 		SgeCursor c{r->sges(), r->num_sge};
 		c.seek(qp.msg_off);
@@ -124,7 +126,8 @@ void Engine::resp_on_request(Qp &qp, const InPacket &p)
 				memcpy(&imm, ext, 4);
 				flags |= kCqeWithImm;
 			}
-			complete_recv(qp, WcStatus::success, WcOpcode::recv, qp.msg_off, imm, flags);
+			complete_recv(qp, WcStatus::success, WcOpcode::recv, qp.msg_off, imm,
+				      flags);
 			qp.msn = psn_add(qp.msn, 1);
 			qp.in_msg = kMsgNone;
 		} else {
@@ -137,9 +140,11 @@ void Engine::resp_on_request(Qp &qp, const InPacket &p)
 			if (r.len && (!(qp.attr.access & kAccRemoteWrite) ||
 				      mrs.check(r.rkey, qp.pdn, r.va, r.len, kAccRemoteWrite) !=
 					      DmaErr::ok)) {
-				IBVC_WARN("emu", "{}: qp {:#x}: rdma write to {:#x}+{} rkey {:#x} refused",
+				IBVC_WARN("emu",
+					  "{}: qp {:#x}: rdma write to {:#x}+{} rkey {:#x} refused",
 					  params.name, qp.qpn, r.va, r.len, r.rkey);
-				return resp_fatal(*this, qp, kSynNakRemAccess, "remote access error");
+				return resp_fatal(*this, qp, kSynNakRemAccess,
+						  "remote access error");
 			}
 			qp.wr_va = r.va;
 			qp.wr_len = r.len;
@@ -148,7 +153,8 @@ void Engine::resp_on_request(Qp &qp, const InPacket &p)
 		}
 		if (qp.msg_off + p.paylen > qp.wr_len ||
 		    ((f & kLast) && qp.msg_off + p.paylen != qp.wr_len))
-			return resp_fatal(*this, qp, kSynNakInvReq, "write length differs from its reth");
+			return resp_fatal(*this, qp, kSynNakInvReq,
+					  "write length differs from its reth");
 		if ((f & kHasImm) && qp.rq->cons() == qp.rq->prod()) {
 			send_ack(qp, kSynRnrNak | (qp.attr.min_rnr_timer & 31), qp.epsn);
 			ctr.rnr_naks_sent++;
@@ -158,8 +164,10 @@ void Engine::resp_on_request(Qp &qp, const InPacket &p)
 			// Re-checked per packet: the region may have gone since the first.
 			if (mrs.check(qp.wr_rkey, qp.pdn, qp.wr_va + qp.msg_off, p.paylen,
 				      kAccRemoteWrite) != DmaErr::ok)
-				return resp_fatal(*this, qp, kSynNakRemAccess, "remote access error");
-			memcpy(reinterpret_cast<void *>(qp.wr_va + qp.msg_off), p.payload, p.paylen);
+				return resp_fatal(*this, qp, kSynNakRemAccess,
+						  "remote access error");
+			memcpy(reinterpret_cast<void *>(qp.wr_va + qp.msg_off), p.payload,
+			       p.paylen);
 		}
 		qp.msg_off += p.paylen;
 		if (f & kLast) {
@@ -167,8 +175,8 @@ void Engine::resp_on_request(Qp &qp, const InPacket &p)
 				uint32_t imm;
 				memcpy(&imm, ext, 4);
 				uint8_t flags = kCqeWithImm | (p.bth.se ? kCqeSolicited : 0);
-				complete_recv(qp, WcStatus::success, WcOpcode::recv_rdma_imm, qp.wr_len,
-					      imm, flags);
+				complete_recv(qp, WcStatus::success, WcOpcode::recv_rdma_imm,
+					      qp.wr_len, imm, flags);
 			}
 			qp.msn = psn_add(qp.msn, 1);
 			qp.in_msg = kMsgNone;
@@ -177,8 +185,9 @@ void Engine::resp_on_request(Qp &qp, const InPacket &p)
 		}
 	} else if (f & kRead) {
 		Reth r = Reth::load(ext);
-		if (r.len && (!(qp.attr.access & kAccRemoteRead) ||
-			      mrs.check(r.rkey, qp.pdn, r.va, r.len, kAccRemoteRead) != DmaErr::ok)) {
+		if (r.len &&
+		    (!(qp.attr.access & kAccRemoteRead) ||
+		     mrs.check(r.rkey, qp.pdn, r.va, r.len, kAccRemoteRead) != DmaErr::ok)) {
 			IBVC_WARN("emu", "{}: qp {:#x}: rdma read of {:#x}+{} rkey {:#x} refused",
 				  params.name, qp.qpn, r.va, r.len, r.rkey);
 			return resp_fatal(*this, qp, kSynNakRemAccess, "remote access error");
@@ -205,8 +214,8 @@ bool Engine::resp_progress(Qp &qp)
 		ReadJob &j = qp.reads.front();
 		uint32_t plen = uint32_t(std::min<uint64_t>(j.len - j.off, mtu));
 		bool first = j.off == 0, last = j.off + plen == j.len;
-		if (plen && mrs.check(j.rkey, qp.pdn, j.va + j.off, plen, kAccRemoteRead) !=
-				    DmaErr::ok) {
+		if (plen &&
+		    mrs.check(j.rkey, qp.pdn, j.va + j.off, plen, kAccRemoteRead) != DmaErr::ok) {
 			qp.reads.pop_front();
 			resp_fatal(*this, qp, kSynNakRemAccess, "read region went away");
 			return true;

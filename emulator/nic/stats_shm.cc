@@ -74,7 +74,8 @@ void Segment::open(const std::string &device, uint16_t udp_port,
 			break;
 	}
 	if (!fd) {
-		IBVC_INFO("emu", "{}: no counter segment {}: {}", device, name_, util::errstr(errno));
+		IBVC_INFO("emu", "{}: no counter segment {}: {}", device, name_,
+			  util::errstr(errno));
 		return;
 	}
 	void *m = MAP_FAILED;
@@ -154,8 +155,8 @@ bool read_segment(const std::string &path, Device *d, std::string *why, bool *de
 	auto *base = static_cast<uint8_t *>(m);
 	Header h;
 	memcpy(&h, base, sizeof(h));
-	if (memcmp(&h.magic, kMagic, sizeof(kMagic)) || h.version != kVersion ||
-	    h.count > 4096 || segment_bytes(h.count) > size_t(st.st_size)) {
+	if (memcmp(&h.magic, kMagic, sizeof(kMagic)) || h.version != kVersion || h.count > 4096 ||
+	    segment_bytes(h.count) > size_t(st.st_size)) {
 		*why = "not a counter segment of this version";
 		return false;
 	}
@@ -174,9 +175,11 @@ bool read_segment(const std::string &path, Device *d, std::string *why, bool *de
 				  .load(std::memory_order_relaxed);
 	uint64_t *vals = values_of(base, h.count);
 	for (uint32_t i = 0; i < h.count; i++) {
-		const char *n = reinterpret_cast<const char *>(base + sizeof(Header) + i * kNameBytes);
-		d->counters.emplace_back(std::string(n, strnlen(n, kNameBytes)),
-					 std::atomic_ref<uint64_t>(vals[i]).load(std::memory_order_relaxed));
+		const char *n = reinterpret_cast<const char *>(base + sizeof(Header) +
+							       i * kNameBytes);
+		d->counters.emplace_back(
+			std::string(n, strnlen(n, kNameBytes)),
+			std::atomic_ref<uint64_t>(vals[i]).load(std::memory_order_relaxed));
 	}
 	return true;
 }

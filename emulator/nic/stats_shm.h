@@ -26,12 +26,12 @@ constexpr const char *kPrefix = "ibv_coll."; // of every segment in /dev/shm
 struct Header {
 	uint64_t magic; // kMagic's bytes, stored last (release): the header is complete
 	uint32_t version;
-	uint32_t count;		 // counters
+	uint32_t count; // counters
 	int32_t pid;
 	uint16_t udp_port;
 	uint16_t reserved;
-	uint64_t start_ticks;	 // the process's start time (/proc/<pid>/stat field 22)
-	uint64_t publications;	 // how many times the values were stored
+	uint64_t start_ticks;  // the process's start time (/proc/<pid>/stat field 22)
+	uint64_t publications; // how many times the values were stored
 	char device[kDeviceBytes];
 	// char names[count][kNameBytes]; uint64_t values[count];
 };

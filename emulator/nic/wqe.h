@@ -63,8 +63,8 @@ struct CollWqe {
 	uint8_t opcode; // CollOp
 	uint8_t flags;	// WqeFlags
 	uint16_t num_sge;
-	uint8_t op;	// RedOp
-	uint8_t dtype;	// Dtype
+	uint8_t op;    // RedOp
+	uint8_t dtype; // Dtype
 	uint16_t rsvd0;
 	uint32_t mid;
 	uint32_t root;

@@ -23,30 +23,30 @@ namespace {
 
 template <RedOp Op> void fp16_native(void *dst_v, const void *a_v, const void *b_v, size_t count)
 {
-    uint16_t *dst = static_cast<uint16_t *>(dst_v);
-    const uint16_t *a = static_cast<const uint16_t *>(a_v);
-    const uint16_t *b = static_cast<const uint16_t *>(b_v);
-    constexpr size_t kLanes = 32;
-    size_t i = 0;
-    for (; i + kLanes <= count; i += kLanes) {
-        const __m512h x = _mm512_castsi512_ph(_mm512_loadu_si512(a + i));
-        const __m512h y = _mm512_castsi512_ph(_mm512_loadu_si512(b + i));
-        const __m512h r = Op == RedOp::prod ? _mm512_mul_ph(x, y) : _mm512_add_ph(x, y);
-        _mm512_storeu_si512(dst + i, _mm512_castph_si512(r));
-    }
-    scalar_loop<Dtype::float16, Op>(dst + i, a + i, b + i, count - i);
+	uint16_t *dst = static_cast<uint16_t *>(dst_v);
+	const uint16_t *a = static_cast<const uint16_t *>(a_v);
+	const uint16_t *b = static_cast<const uint16_t *>(b_v);
+	constexpr size_t kLanes = 32;
+	size_t i = 0;
+	for (; i + kLanes <= count; i += kLanes) {
+		const __m512h x = _mm512_castsi512_ph(_mm512_loadu_si512(a + i));
+		const __m512h y = _mm512_castsi512_ph(_mm512_loadu_si512(b + i));
+		const __m512h r = Op == RedOp::prod ? _mm512_mul_ph(x, y) : _mm512_add_ph(x, y);
+		_mm512_storeu_si512(dst + i, _mm512_castph_si512(r));
+	}
+	scalar_loop<Dtype::float16, Op>(dst + i, a + i, b + i, count - i);
 }
 
-}  // namespace
+} // namespace
 
 ReduceFn avx512fp16_kernel(RedOp op)
 {
-    switch (op) {
-    case RedOp::sum: return &fp16_native<RedOp::sum>;
-    case RedOp::avg: return &fp16_native<RedOp::avg>;
-    case RedOp::prod: return &fp16_native<RedOp::prod>;
-    default: return nullptr;
-    }
+	switch (op) {
+	case RedOp::sum: return &fp16_native<RedOp::sum>;
+	case RedOp::avg: return &fp16_native<RedOp::avg>;
+	case RedOp::prod: return &fp16_native<RedOp::prod>;
+	default: return nullptr;
+	}
 }
 
-}  // namespace ibv_coll::emu::detail
+} // namespace ibv_coll::emu::detail

@@ -7,8 +7,8 @@ namespace ibv_coll::emu::detail {
 
 const KernelTable &scalar_kernels()
 {
-    static constexpr KernelTable table = make_table<ScalarKernel>();
-    return table;
+	static constexpr KernelTable table = make_table<ScalarKernel>();
+	return table;
 }
 
-}  // namespace ibv_coll::emu::detail
+} // namespace ibv_coll::emu::detail

@@ -12,39 +12,39 @@ namespace ibv_coll::emu {
 
 // Numeric values are part of the wire/verbs ABI of the emulated device: never renumber.
 enum class Dtype : uint8_t {
-    int8 = 0,
-    int16 = 1,
-    int32 = 2,
-    int64 = 3,
-    uint8 = 4,
-    uint16 = 5,
-    uint32 = 6,
-    uint64 = 7,
-    float16 = 8,
-    bfloat16 = 9,
-    float32 = 10,
-    float64 = 11,
+	int8 = 0,
+	int16 = 1,
+	int32 = 2,
+	int64 = 3,
+	uint8 = 4,
+	uint16 = 5,
+	uint32 = 6,
+	uint64 = 7,
+	float16 = 8,
+	bfloat16 = 9,
+	float32 = 10,
+	float64 = 11,
 };
 
 enum class RedOp : uint8_t {
-    sum = 0,
-    prod = 1,
-    min = 2,
-    max = 3,
-    avg = 4,
-    band = 5,
-    bor = 6,
-    bxor = 7,
+	sum = 0,
+	prod = 1,
+	min = 2,
+	max = 3,
+	avg = 4,
+	band = 5,
+	bor = 6,
+	bxor = 7,
 };
 
 constexpr unsigned kNumDtypes = 12, kNumRedOps = 8;
 
-size_t dtype_size(Dtype);  // bytes per element; 0 for an invalid value
+size_t dtype_size(Dtype); // bytes per element; 0 for an invalid value
 bool dtype_valid(uint8_t);
 bool redop_valid(uint8_t);
 // band/bor/bxor only on integer types; everything else on all 12 types.
 bool op_supported(RedOp, Dtype);
-const char *dtype_name(Dtype);  // "int8", ..., "invalid" for out-of-range values
+const char *dtype_name(Dtype); // "int8", ..., "invalid" for out-of-range values
 const char *redop_name(RedOp);
 
 // dst[i] = op(a[i], b[i]) for i < count. dst may equal a or b (exact aliasing), otherwise the buffers do not
@@ -58,7 +58,7 @@ const char *redop_name(RedOp);
 //  * float16/bfloat16: both operands converted to float exactly, the float32 rule applied, result rounded to
 //    nearest even. NaN results are NaN, but their payload/sign is not part of the contract.
 using ReduceFn = void (*)(void *dst, const void *a, const void *b, size_t count);
-ReduceFn reduce_fn(RedOp, Dtype);  // nullptr if !op_supported (or either value is out of range)
+ReduceFn reduce_fn(RedOp, Dtype); // nullptr if !op_supported (or either value is out of range)
 
 // avg finalisation: buf[i] = buf[i] / divisor. Integers: C truncating division (toward zero) of the wrapped sum;
 // floats: division in the type's arithmetic (divisor converted to the type; fp16/bf16 via float, rounded to
@@ -79,9 +79,10 @@ void reduce_many(RedOp, Dtype, void *dst, const void *const *src, unsigned n, si
 // arithmetic for float16 sum/prod/avg where the CPU has it. scalar is portable C++ (compiler-vectorised at most
 // for the baseline target).
 enum class Isa : uint8_t { scalar, avx2, avx512 };
-Isa reduce_isa();            // the ISA in use
+Isa reduce_isa(); // the ISA in use
 bool isa_available(Isa);
-void set_reduce_isa(Isa);    // for tests/benchmarks; falls back to the best available ISA if unavailable
+void set_reduce_isa(
+	Isa); // for tests/benchmarks; falls back to the best available ISA if unavailable
 const char *isa_name(Isa);
 
 // fp16/bf16 helpers: scalar and exact. float -> half/bf16 rounds to nearest even, handles denormals and
@@ -91,4 +92,4 @@ uint16_t float_to_half(float);
 float bf16_to_float(uint16_t);
 uint16_t float_to_bf16(float);
 
-}  // namespace ibv_coll::emu
+} // namespace ibv_coll::emu

@@ -9,7 +9,7 @@ namespace ibv_coll::emu::detail {
 // One function pointer per (op, dtype); nullptr where !op_supported. Tables are immutable after construction
 // so they can be shared between threads without synchronisation.
 struct KernelTable {
-    ReduceFn fn[kNumRedOps][kNumDtypes];
+	ReduceFn fn[kNumRedOps][kNumDtypes];
 };
 
 const KernelTable &scalar_kernels();
@@ -27,4 +27,4 @@ ReduceFn avx512fp16_kernel(RedOp);
 // Unknown values mean auto; a forced but unavailable ISA falls back to the best available one.
 Isa choose_isa(const char *env_value);
 
-}  // namespace ibv_coll::emu::detail
+} // namespace ibv_coll::emu::detail

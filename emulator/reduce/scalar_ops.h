@@ -21,15 +21,28 @@
 #include "reduce/reduce_detail.h"
 
 // x87 excess precision would change float results relative to the SIMD paths.
-static_assert(FLT_EVAL_METHOD == 0, "reduce kernels need float arithmetic without excess precision (SSE)");
+static_assert(FLT_EVAL_METHOD == 0,
+	      "reduce kernels need float arithmetic without excess precision (SSE)");
 
 namespace ibv_coll::emu::detail {
 namespace {
 
-inline uint32_t bits_of(float f) { return __builtin_bit_cast(uint32_t, f); }
-inline uint64_t bits_of(double d) { return __builtin_bit_cast(uint64_t, d); }
-inline float float_from_bits(uint32_t u) { return __builtin_bit_cast(float, u); }
-inline double double_from_bits(uint64_t u) { return __builtin_bit_cast(double, u); }
+inline uint32_t bits_of(float f)
+{
+	return __builtin_bit_cast(uint32_t, f);
+}
+inline uint64_t bits_of(double d)
+{
+	return __builtin_bit_cast(uint64_t, d);
+}
+inline float float_from_bits(uint32_t u)
+{
+	return __builtin_bit_cast(float, u);
+}
+inline double double_from_bits(uint64_t u)
+{
+	return __builtin_bit_cast(double, u);
+}
 
 // ---- fp16 / bf16 conversions (bit manipulation, exact, round-to-nearest-even) ----
 //
@@ -38,100 +51,130 @@ inline double double_from_bits(uint64_t u) { return __builtin_bit_cast(double, u
 
 inline float half_bits_to_float(uint16_t h)
 {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1Fu;
-    const uint32_t mant = h & 0x3FFu;
-    if (exp == 0x1F)  // Inf / NaN
-        return float_from_bits(sign | 0x7F800000u | (mant ? (0x00400000u | (mant << 13)) : 0u));
-    if (exp == 0) {
-        if (mant == 0)
-            return float_from_bits(sign);
-        // Denormal: value = mant * 2^-24; renormalise so the leading 1 becomes the implicit bit.
-        const int top = 31 - __builtin_clz(mant);  // 0..9
-        const uint32_t fexp = static_cast<uint32_t>(top - 24 + 127);
-        const uint32_t fmant = (mant << (23 - top)) & 0x7FFFFFu;
-        return float_from_bits(sign | (fexp << 23) | fmant);
-    }
-    return float_from_bits(sign | ((exp + (127 - 15)) << 23) | (mant << 13));
+	const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+	const uint32_t exp = (h >> 10) & 0x1Fu;
+	const uint32_t mant = h & 0x3FFu;
+	if (exp == 0x1F) // Inf / NaN
+		return float_from_bits(sign | 0x7F800000u |
+				       (mant ? (0x00400000u | (mant << 13)) : 0u));
+	if (exp == 0) {
+		if (mant == 0)
+			return float_from_bits(sign);
+		// Denormal: value = mant * 2^-24; renormalise so the leading 1 becomes the implicit bit.
+		const int top = 31 - __builtin_clz(mant); // 0..9
+		const uint32_t fexp = static_cast<uint32_t>(top - 24 + 127);
+		const uint32_t fmant = (mant << (23 - top)) & 0x7FFFFFu;
+		return float_from_bits(sign | (fexp << 23) | fmant);
+	}
+	return float_from_bits(sign | ((exp + (127 - 15)) << 23) | (mant << 13));
 }
 
 inline uint16_t float_to_half_bits(float f)
 {
-    const uint32_t x = bits_of(f);
-    const uint32_t sign = (x >> 16) & 0x8000u;
-    const uint32_t ax = x & 0x7FFFFFFFu;
-    if (ax > 0x7F800000u)  // NaN: quiet it, keep the top 9 payload bits
-        return static_cast<uint16_t>(sign | 0x7E00u | ((ax >> 13) & 0x3FFu));
-    // 65520 = halfway between the largest half (65504) and 2^16; the tie rounds to the even side, i.e. overflows.
-    if (ax >= 0x477FF000u)
-        return static_cast<uint16_t>(sign | 0x7C00u);
-    if (ax < 0x38800000u) {  // below 2^-14: half denormal (or zero)
-        if (ax <= 0x33000000u)  // <= 2^-25, at most half of the smallest denormal: rounds (tie: to even) to 0
-            return static_cast<uint16_t>(sign);
-        // value = m * 2^(e-150); in units of 2^-24 that is m >> (126 - e), rounded to nearest even.
-        const uint32_t e = ax >> 23;
-        const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
-        const uint32_t shift = 126 - e;  // 14..24
-        uint32_t q = m >> shift;
-        const uint32_t rem = m & ((1u << shift) - 1);
-        const uint32_t halfway = 1u << (shift - 1);
-        if (rem > halfway || (rem == halfway && (q & 1u)))
-            ++q;  // may carry into the exponent field, which is exactly the smallest normal
-        return static_cast<uint16_t>(sign | q);
-    }
-    // Normal: rebias the exponent and round the 13 dropped mantissa bits; a mantissa carry correctly bumps the
-    // exponent (overflow to Inf was excluded above).
-    const uint32_t rebased = ax - ((127u - 15u) << 23);
-    return static_cast<uint16_t>(sign | ((rebased + 0xFFFu + ((rebased >> 13) & 1u)) >> 13));
+	const uint32_t x = bits_of(f);
+	const uint32_t sign = (x >> 16) & 0x8000u;
+	const uint32_t ax = x & 0x7FFFFFFFu;
+	if (ax > 0x7F800000u) // NaN: quiet it, keep the top 9 payload bits
+		return static_cast<uint16_t>(sign | 0x7E00u | ((ax >> 13) & 0x3FFu));
+	// 65520 = halfway between the largest half (65504) and 2^16; the tie rounds to the even side, i.e. overflows.
+	if (ax >= 0x477FF000u)
+		return static_cast<uint16_t>(sign | 0x7C00u);
+	if (ax < 0x38800000u) { // below 2^-14: half denormal (or zero)
+		if (ax <=
+		    0x33000000u) // <= 2^-25, at most half of the smallest denormal: rounds (tie: to even) to 0
+			return static_cast<uint16_t>(sign);
+		// value = m * 2^(e-150); in units of 2^-24 that is m >> (126 - e), rounded to nearest even.
+		const uint32_t e = ax >> 23;
+		const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
+		const uint32_t shift = 126 - e; // 14..24
+		uint32_t q = m >> shift;
+		const uint32_t rem = m & ((1u << shift) - 1);
+		const uint32_t halfway = 1u << (shift - 1);
+		if (rem > halfway || (rem == halfway && (q & 1u)))
+			++q; // may carry into the exponent field, which is exactly the smallest normal
+		return static_cast<uint16_t>(sign | q);
+	}
+	// Normal: rebias the exponent and round the 13 dropped mantissa bits; a mantissa carry correctly bumps the
+	// exponent (overflow to Inf was excluded above).
+	const uint32_t rebased = ax - ((127u - 15u) << 23);
+	return static_cast<uint16_t>(sign | ((rebased + 0xFFFu + ((rebased >> 13) & 1u)) >> 13));
 }
 
 inline float bf16_bits_to_float(uint16_t h)
 {
-    uint32_t x = static_cast<uint32_t>(h) << 16;
-    if ((x & 0x7FFFFFFFu) > 0x7F800000u)
-        x |= 0x00400000u;  // quiet a signalling NaN, like every arithmetic path would
-    return float_from_bits(x);
+	uint32_t x = static_cast<uint32_t>(h) << 16;
+	if ((x & 0x7FFFFFFFu) > 0x7F800000u)
+		x |= 0x00400000u; // quiet a signalling NaN, like every arithmetic path would
+	return float_from_bits(x);
 }
 
 inline uint16_t float_to_bf16_bits(float f)
 {
-    const uint32_t x = bits_of(f);
-    if ((x & 0x7FFFFFFFu) > 0x7F800000u)
-        return static_cast<uint16_t>((x >> 16) | 0x0040u);
-    // Integer RNE on the low 16 bits. Also exact for denormals (unlike VCVTNEPS2BF16, which flushes them) and
-    // overflows to Inf through the carry. Cannot wrap: the largest non-NaN magnitude is Inf (0x7F800000).
-    return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+	const uint32_t x = bits_of(f);
+	if ((x & 0x7FFFFFFFu) > 0x7F800000u)
+		return static_cast<uint16_t>((x >> 16) | 0x0040u);
+	// Integer RNE on the low 16 bits. Also exact for denormals (unlike VCVTNEPS2BF16, which flushes them) and
+	// overflows to Inf through the carry. Cannot wrap: the largest non-NaN magnitude is Inf (0x7F800000).
+	return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
 }
 
 // ---- dtype traits ----
 
 template <Dtype D> struct DtypeTraits;
-template <> struct DtypeTraits<Dtype::int8> { using S = int8_t; };
-template <> struct DtypeTraits<Dtype::int16> { using S = int16_t; };
-template <> struct DtypeTraits<Dtype::int32> { using S = int32_t; };
-template <> struct DtypeTraits<Dtype::int64> { using S = int64_t; };
-template <> struct DtypeTraits<Dtype::uint8> { using S = uint8_t; };
-template <> struct DtypeTraits<Dtype::uint16> { using S = uint16_t; };
-template <> struct DtypeTraits<Dtype::uint32> { using S = uint32_t; };
-template <> struct DtypeTraits<Dtype::uint64> { using S = uint64_t; };
-template <> struct DtypeTraits<Dtype::float16> { using S = uint16_t; };   // raw IEEE binary16 bits
-template <> struct DtypeTraits<Dtype::bfloat16> { using S = uint16_t; };  // raw bfloat16 bits
-template <> struct DtypeTraits<Dtype::float32> { using S = float; };
-template <> struct DtypeTraits<Dtype::float64> { using S = double; };
+template <> struct DtypeTraits<Dtype::int8> {
+	using S = int8_t;
+};
+template <> struct DtypeTraits<Dtype::int16> {
+	using S = int16_t;
+};
+template <> struct DtypeTraits<Dtype::int32> {
+	using S = int32_t;
+};
+template <> struct DtypeTraits<Dtype::int64> {
+	using S = int64_t;
+};
+template <> struct DtypeTraits<Dtype::uint8> {
+	using S = uint8_t;
+};
+template <> struct DtypeTraits<Dtype::uint16> {
+	using S = uint16_t;
+};
+template <> struct DtypeTraits<Dtype::uint32> {
+	using S = uint32_t;
+};
+template <> struct DtypeTraits<Dtype::uint64> {
+	using S = uint64_t;
+};
+template <> struct DtypeTraits<Dtype::float16> {
+	using S = uint16_t;
+}; // raw IEEE binary16 bits
+template <> struct DtypeTraits<Dtype::bfloat16> {
+	using S = uint16_t;
+}; // raw bfloat16 bits
+template <> struct DtypeTraits<Dtype::float32> {
+	using S = float;
+};
+template <> struct DtypeTraits<Dtype::float64> {
+	using S = double;
+};
 
 // Storage type of one element.
 template <Dtype D> using storage_t = typename DtypeTraits<D>::S;
 
 template <Dtype D> constexpr bool kIsHalfLike = D == Dtype::float16 || D == Dtype::bfloat16;
-template <Dtype D> constexpr bool kIsInteger = static_cast<unsigned>(D) <= static_cast<unsigned>(Dtype::uint64);
+template <Dtype D>
+constexpr bool kIsInteger = static_cast<unsigned>(D) <= static_cast<unsigned>(Dtype::uint64);
 
-constexpr bool is_bitwise(RedOp op) { return op == RedOp::band || op == RedOp::bor || op == RedOp::bxor; }
+constexpr bool is_bitwise(RedOp op)
+{
+	return op == RedOp::band || op == RedOp::bor || op == RedOp::bxor;
+}
 
 constexpr bool supported(RedOp op, Dtype d)
 {
-    if (static_cast<unsigned>(op) >= kNumRedOps || static_cast<unsigned>(d) >= kNumDtypes)
-        return false;
-    return !is_bitwise(op) || static_cast<unsigned>(d) <= static_cast<unsigned>(Dtype::uint64);
+	if (static_cast<unsigned>(op) >= kNumRedOps || static_cast<unsigned>(d) >= kNumDtypes)
+		return false;
+	return !is_bitwise(op) || static_cast<unsigned>(d) <= static_cast<unsigned>(Dtype::uint64);
 }
 
 // ---- scalar operations ----
@@ -140,92 +183,99 @@ constexpr bool supported(RedOp op, Dtype d)
 // OR/AND of the bit patterns then yields -0 for min and +0 for max independent of operand order.
 template <bool kMin, class F> inline F float_minmax(F a, F b)
 {
-    if (a != a)
-        return a;
-    if (b != b)
-        return b;
-    if (a < b)
-        return kMin ? a : b;
-    if (b < a)
-        return kMin ? b : a;
-    if constexpr (sizeof(F) == 4)
-        return float_from_bits(kMin ? (bits_of(a) | bits_of(b)) : (bits_of(a) & bits_of(b)));
-    else
-        return double_from_bits(kMin ? (bits_of(a) | bits_of(b)) : (bits_of(a) & bits_of(b)));
+	if (a != a)
+		return a;
+	if (b != b)
+		return b;
+	if (a < b)
+		return kMin ? a : b;
+	if (b < a)
+		return kMin ? b : a;
+	if constexpr (sizeof(F) == 4)
+		return float_from_bits(kMin ? (bits_of(a) | bits_of(b))
+					    : (bits_of(a) & bits_of(b)));
+	else
+		return double_from_bits(kMin ? (bits_of(a) | bits_of(b))
+					     : (bits_of(a) & bits_of(b)));
 }
 
 template <RedOp Op, class F> inline F float_op(F a, F b)
 {
-    if constexpr (Op == RedOp::sum || Op == RedOp::avg)
-        return a + b;
-    else if constexpr (Op == RedOp::prod)
-        return a * b;
-    else if constexpr (Op == RedOp::min)
-        return float_minmax<true>(a, b);
-    else
-        return float_minmax<false>(a, b);
+	if constexpr (Op == RedOp::sum || Op == RedOp::avg)
+		return a + b;
+	else if constexpr (Op == RedOp::prod)
+		return a * b;
+	else if constexpr (Op == RedOp::min)
+		return float_minmax<true>(a, b);
+	else
+		return float_minmax<false>(a, b);
 }
 
 template <RedOp Op, class T> inline T int_op(T a, T b)
 {
-    // Wrapping arithmetic in an unsigned type at least as wide as unsigned int: narrower types would promote to
-    // (signed) int, where e.g. 65535 * 65535 overflows, which is UB.
-    using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-    if constexpr (Op == RedOp::sum || Op == RedOp::avg)
-        return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-    else if constexpr (Op == RedOp::prod)
-        return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-    else if constexpr (Op == RedOp::min)
-        return b < a ? b : a;
-    else if constexpr (Op == RedOp::max)
-        return a < b ? b : a;
-    else if constexpr (Op == RedOp::band)
-        return static_cast<T>(a & b);
-    else if constexpr (Op == RedOp::bor)
-        return static_cast<T>(a | b);
-    else
-        return static_cast<T>(a ^ b);
+	// Wrapping arithmetic in an unsigned type at least as wide as unsigned int: narrower types would promote to
+	// (signed) int, where e.g. 65535 * 65535 overflows, which is UB.
+	using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned,
+				     std::make_unsigned_t<T>>;
+	if constexpr (Op == RedOp::sum || Op == RedOp::avg)
+		return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+	else if constexpr (Op == RedOp::prod)
+		return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+	else if constexpr (Op == RedOp::min)
+		return b < a ? b : a;
+	else if constexpr (Op == RedOp::max)
+		return a < b ? b : a;
+	else if constexpr (Op == RedOp::band)
+		return static_cast<T>(a & b);
+	else if constexpr (Op == RedOp::bor)
+		return static_cast<T>(a | b);
+	else
+		return static_cast<T>(a ^ b);
 }
 
 template <Dtype D, RedOp Op> inline storage_t<D> scalar_op(storage_t<D> a, storage_t<D> b)
 {
-    if constexpr (D == Dtype::float16)
-        return float_to_half_bits(float_op<Op>(half_bits_to_float(a), half_bits_to_float(b)));
-    else if constexpr (D == Dtype::bfloat16)
-        return float_to_bf16_bits(float_op<Op>(bf16_bits_to_float(a), bf16_bits_to_float(b)));
-    else if constexpr (D == Dtype::float32 || D == Dtype::float64)
-        return float_op<Op>(a, b);
-    else
-        return int_op<Op>(a, b);
+	if constexpr (D == Dtype::float16)
+		return float_to_half_bits(
+			float_op<Op>(half_bits_to_float(a), half_bits_to_float(b)));
+	else if constexpr (D == Dtype::bfloat16)
+		return float_to_bf16_bits(
+			float_op<Op>(bf16_bits_to_float(a), bf16_bits_to_float(b)));
+	else if constexpr (D == Dtype::float32 || D == Dtype::float64)
+		return float_op<Op>(a, b);
+	else
+		return int_op<Op>(a, b);
 }
 
 // Element-wise loop (the scalar ISA, and the tails of the vector kernels).
 template <Dtype D, RedOp Op>
-inline void scalar_loop(storage_t<D> *dst, const storage_t<D> *a, const storage_t<D> *b, size_t count)
+inline void scalar_loop(storage_t<D> *dst, const storage_t<D> *a, const storage_t<D> *b,
+			size_t count)
 {
-    // Loads and stores through memcpy: buffers from the application (an
-    // RDMA buffer may start at any byte) need not be element aligned, and
-    // for aligned ones the compiler emits the same plain moves.  Each
-    // element is read before it is written, so exact aliasing is fine.
-    using S = storage_t<D>;
-    auto *d = reinterpret_cast<unsigned char *>(dst);
-    auto *x = reinterpret_cast<const unsigned char *>(a);
-    auto *y = reinterpret_cast<const unsigned char *>(b);
-    for (size_t i = 0; i < count; ++i) {
-        S u, v;
-        std::memcpy(&u, x + i * sizeof(S), sizeof(S));
-        std::memcpy(&v, y + i * sizeof(S), sizeof(S));
-        const S r = scalar_op<D, Op>(u, v);
-        std::memcpy(d + i * sizeof(S), &r, sizeof(S));
-    }
+	// Loads and stores through memcpy: buffers from the application (an
+	// RDMA buffer may start at any byte) need not be element aligned, and
+	// for aligned ones the compiler emits the same plain moves.  Each
+	// element is read before it is written, so exact aliasing is fine.
+	using S = storage_t<D>;
+	auto *d = reinterpret_cast<unsigned char *>(dst);
+	auto *x = reinterpret_cast<const unsigned char *>(a);
+	auto *y = reinterpret_cast<const unsigned char *>(b);
+	for (size_t i = 0; i < count; ++i) {
+		S u, v;
+		std::memcpy(&u, x + i * sizeof(S), sizeof(S));
+		std::memcpy(&v, y + i * sizeof(S), sizeof(S));
+		const S r = scalar_op<D, Op>(u, v);
+		std::memcpy(d + i * sizeof(S), &r, sizeof(S));
+	}
 }
 
 template <Dtype D, RedOp Op> struct ScalarKernel {
-    static void run(void *dst, const void *a, const void *b, size_t count)
-    {
-        scalar_loop<D, Op>(static_cast<storage_t<D> *>(dst), static_cast<const storage_t<D> *>(a),
-                           static_cast<const storage_t<D> *>(b), count);
-    }
+	static void run(void *dst, const void *a, const void *b, size_t count)
+	{
+		scalar_loop<D, Op>(static_cast<storage_t<D> *>(dst),
+				   static_cast<const storage_t<D> *>(a),
+				   static_cast<const storage_t<D> *>(b), count);
+	}
 };
 
 // ---- table construction ----
@@ -233,25 +283,26 @@ template <Dtype D, RedOp Op> struct ScalarKernel {
 
 template <template <Dtype, RedOp> class K, RedOp Op, Dtype D> constexpr ReduceFn table_entry()
 {
-    if constexpr (supported(Op, D))
-        return &K<D, Op>::run;
-    else
-        return nullptr;
+	if constexpr (supported(Op, D))
+		return &K<D, Op>::run;
+	else
+		return nullptr;
 }
 
-template <template <Dtype, RedOp> class K, size_t... I> constexpr KernelTable make_table_impl(std::index_sequence<I...>)
+template <template <Dtype, RedOp> class K, size_t... I>
+constexpr KernelTable make_table_impl(std::index_sequence<I...>)
 {
-    KernelTable t{};
-    ((t.fn[I / kNumDtypes][I % kNumDtypes] =
-          table_entry<K, static_cast<RedOp>(I / kNumDtypes), static_cast<Dtype>(I % kNumDtypes)>()),
-     ...);
-    return t;
+	KernelTable t{};
+	((t.fn[I / kNumDtypes][I % kNumDtypes] = table_entry<K, static_cast<RedOp>(I / kNumDtypes),
+							     static_cast<Dtype>(I % kNumDtypes)>()),
+	 ...);
+	return t;
 }
 
 template <template <Dtype, RedOp> class K> constexpr KernelTable make_table()
 {
-    return make_table_impl<K>(std::make_index_sequence<kNumRedOps * kNumDtypes>{});
+	return make_table_impl<K>(std::make_index_sequence<kNumRedOps * kNumDtypes>{});
 }
 
-}  // namespace
-}  // namespace ibv_coll::emu::detail
+} // namespace
+} // namespace ibv_coll::emu::detail

@@ -6,8 +6,7 @@
 
 namespace ibv_coll::emu {
 
-SegPool::SegPool(uint32_t units, uint32_t unit_bytes)
-	: units_(units), unit_bytes_(unit_bytes)
+SegPool::SegPool(uint32_t units, uint32_t unit_bytes) : units_(units), unit_bytes_(unit_bytes)
 {
 	mem_.reset(new uint8_t[size_t(units) * unit_bytes]);
 	for (uint32_t i = 0; i < units; i++)
@@ -53,7 +52,8 @@ SegResult SegPool::contribute(uint32_t i, uint64_t node_bit, uint64_t rank_bit, 
 	SegUnit &u = units_[i];
 	if (len != u.len)
 		return SegResult::mismatch;
-	if ((node_bit && !(u.node_pending & node_bit)) || (rank_bit && !(u.rank_pending & rank_bit)))
+	if ((node_bit && !(u.node_pending & node_bit)) ||
+	    (rank_bit && !(u.rank_pending & rank_bit)))
 		return SegResult::duplicate;
 	u.node_pending &= ~node_bit;
 	u.rank_pending &= ~rank_bit;

@@ -23,13 +23,13 @@ struct SegUnit {
 	bool busy = false;
 	bool filled = false;
 	uint32_t jid = 0, mid = 0, sid = 0;
-	uint32_t seq = 0;	 // protocol specific (the switch: the block's number in its job)
+	uint32_t seq = 0; // protocol specific (the switch: the block's number in its job)
 	RedOp op = RedOp::sum;
 	Dtype dtype = Dtype::uint8;
-	uint8_t kind = 0;	 // what the holder stored (protocol specific)
-	uint8_t hop = 0;	 // protocol specific
-	uint16_t src_node = 0;	 // protocol specific
-	uint32_t len = 0;	 // payload bytes
+	uint8_t kind = 0;      // what the holder stored (protocol specific)
+	uint8_t hop = 0;       // protocol specific
+	uint16_t src_node = 0; // protocol specific
+	uint32_t len = 0;      // payload bytes
 	uint64_t node_pending = 0;
 	uint64_t rank_pending = 0;
 	uint64_t node_map = 0;	 // nodes whose data the payload holds

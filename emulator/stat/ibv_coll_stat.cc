@@ -86,8 +86,7 @@ const char *group_of(const std::string &n)
 
 // One object's counters, `rdma statistic` style: name value pairs,
 // wrapped, a line per group; with a previous sample, what changed.
-void print_counters(const Counters &c, const std::map<std::string, uint64_t> *prev,
-		    bool nonzero)
+void print_counters(const Counters &c, const std::map<std::string, uint64_t> *prev, bool nonzero)
 {
 	std::string line;
 	const char *group = nullptr;
@@ -135,7 +134,8 @@ Sample take(const Options &o, std::vector<std::string> *skipped)
 	Sample s;
 	if (o.shm_dir != "-") {
 		for (stats::Device &d : stats::list(o.shm_dir, true, skipped)) {
-			if ((!o.device.empty() && d.device != o.device) || (o.pid && d.pid != o.pid))
+			if ((!o.device.empty() && d.device != o.device) ||
+			    (o.pid && d.pid != o.pid))
 				continue;
 			s.devices.push_back(std::move(d));
 		}
@@ -156,8 +156,8 @@ std::string key_of(const stats::Device &d)
 	return d.path;
 }
 
-void show(const Options &o, const Sample &s, std::map<std::string, std::map<std::string, uint64_t>> &prev,
-	  bool watching)
+void show(const Options &o, const Sample &s,
+	  std::map<std::string, std::map<std::string, uint64_t>> &prev, bool watching)
 {
 	const double now = std::chrono::duration<double>(
 				   std::chrono::system_clock::now().time_since_epoch())
@@ -183,7 +183,8 @@ void show(const Options &o, const Sample &s, std::map<std::string, std::map<std:
 			e["counters"] = to_json(w.counters);
 			j["switches"].push_back(std::move(e));
 		}
-		printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+		printf("%s\n",
+		       j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 		fflush(stdout);
 		return;
 	}
@@ -216,28 +217,21 @@ void show(const Options &o, const Sample &s, std::map<std::string, std::map<std:
 int parse(int argc, char **argv, Options *o)
 {
 	static const option longopts[] = {
-		{"json", 0, nullptr, 'j'},	  {"nonzero", 0, nullptr, 'z'},
-		{"device", 1, nullptr, 'd'},	  {"pid", 1, nullptr, 'p'},
-		{"switch", 1, nullptr, 's'},	  {"switches-only", 0, nullptr, 'S'},
-		{"timeout", 1, nullptr, 't'},	  {"watch", 1, nullptr, 'w'},
-		{"count", 1, nullptr, 'c'},	  {"verbose", 0, nullptr, 'v'},
-		{"shm-dir", 1, nullptr, 'D'},	  {"help", 0, nullptr, 'h'},
-		{"version", 0, nullptr, 'V'},
-		{nullptr, 0, nullptr, 0},
+		{"json", 0, nullptr, 'j'},    {"nonzero", 0, nullptr, 'z'},
+		{"device", 1, nullptr, 'd'},  {"pid", 1, nullptr, 'p'},
+		{"switch", 1, nullptr, 's'},  {"switches-only", 0, nullptr, 'S'},
+		{"timeout", 1, nullptr, 't'}, {"watch", 1, nullptr, 'w'},
+		{"count", 1, nullptr, 'c'},   {"verbose", 0, nullptr, 'v'},
+		{"shm-dir", 1, nullptr, 'D'}, {"help", 0, nullptr, 'h'},
+		{"version", 0, nullptr, 'V'}, {nullptr, 0, nullptr, 0},
 	};
 	int c;
 	double v;
 	while ((c = getopt_long(argc, argv, "jzd:p:s:St:w:c:vVh", longopts, nullptr)) != -1) {
 		switch (c) {
-		case 'j':
-			o->json = true;
-			break;
-		case 'z':
-			o->nonzero = true;
-			break;
-		case 'd':
-			o->device = optarg;
-			break;
+		case 'j': o->json = true; break;
+		case 'z': o->nonzero = true; break;
+		case 'd': o->device = optarg; break;
 		case 'p':
 			if (!parse_num(optarg, 1, 1 << 30, &v) || v != int(v)) {
 				fprintf(stderr, "%s: -p %s: not a process id\n", argv[0], optarg);
@@ -245,48 +239,39 @@ int parse(int argc, char **argv, Options *o)
 			}
 			o->pid = int(v);
 			break;
-		case 's':
-			o->switches.push_back(optarg);
-			break;
-		case 'S':
-			o->shm_dir = "-";
-			break;
-		case 'D':
-			o->shm_dir = optarg;
-			break;
+		case 's': o->switches.push_back(optarg); break;
+		case 'S': o->shm_dir = "-"; break;
+		case 'D': o->shm_dir = optarg; break;
 		case 't':
 			if (!parse_num(optarg, 1, 60000, &v)) {
-				fprintf(stderr, "%s: -t %s: not a time in ms (1-60000)\n", argv[0], optarg);
+				fprintf(stderr, "%s: -t %s: not a time in ms (1-60000)\n", argv[0],
+					optarg);
 				return 2;
 			}
 			o->timeout_ms = int(v);
 			break;
 		case 'w':
 			if (!parse_num(optarg, 0.01, 86400, &v)) {
-				fprintf(stderr, "%s: -w %s: not a number of seconds (0.01-86400)\n", argv[0],
-					optarg);
+				fprintf(stderr, "%s: -w %s: not a number of seconds (0.01-86400)\n",
+					argv[0], optarg);
 				return 2;
 			}
 			o->watch_s = v;
 			break;
 		case 'c':
 			if (!parse_num(optarg, 1, 1e9, &v) || v != long(v)) {
-				fprintf(stderr, "%s: -c %s: not a count (1 or more)\n", argv[0], optarg);
+				fprintf(stderr, "%s: -c %s: not a count (1 or more)\n", argv[0],
+					optarg);
 				return 2;
 			}
 			o->count = long(v);
 			break;
-		case 'v':
-			o->verbose = true;
-			break;
-		case 'h':
-			usage(stdout, argv[0]);
-			return 0;
-		case 'V':
-			printf("ibv_coll_stat (ibv_coll) %s\n", IBVC_VERSION);
-			return 0;
+		case 'v': o->verbose = true; break;
+		case 'h': usage(stdout, argv[0]); return 0;
+		case 'V': printf("ibv_coll_stat (ibv_coll) %s\n", IBVC_VERSION); return 0;
 		default:
-			fprintf(stderr, "%s: unknown option or missing argument (see -h)\n", argv[0]);
+			fprintf(stderr, "%s: unknown option or missing argument (see -h)\n",
+				argv[0]);
 			return 2;
 		}
 	}

@@ -168,7 +168,8 @@ int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, s
 				*err = strerror(e);
 				return e;
 			}
-			auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+			auto until = std::chrono::steady_clock::now() +
+				     std::chrono::milliseconds(timeout_ms);
 			while (!answered) {
 				auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
 					until - std::chrono::steady_clock::now());

@@ -23,8 +23,7 @@ namespace ibv_coll::emu {
 using namespace wire;
 using namespace swimpl;
 
-Switch::Switch(const SwitchParams &p)
-	: p_(p), pool_(p.units, p.unit_bytes), range_used_(p.units, 0)
+Switch::Switch(const SwitchParams &p) : p_(p), pool_(p.units, p.unit_bytes), range_used_(p.units, 0)
 {
 }
 
@@ -104,27 +103,17 @@ void Switch::handle(const RxPacket &rx)
 		else
 			on_config(p);
 		break;
-	case kCollConfigAck:
-		on_config_ack(p);
-		break;
-	case kCollData:
-		on_data(p);
-		break;
-	case kCollResult:
-		on_result(p);
-		break;
+	case kCollConfigAck: on_config_ack(p); break;
+	case kCollData: on_data(p); break;
+	case kCollResult: on_result(p); break;
 	case kCollRelease:
 		if (p.h.flags & kCethAdmit)
 			on_admit_done(p);
 		else
 			on_release(p);
 		break;
-	case kCollStats:
-		on_stats(p);
-		break;
-	case kCollAbort:
-		on_abort(p);
-		break;
+	case kCollStats: on_stats(p); break;
+	case kCollAbort: on_abort(p); break;
 	default:
 		gone_.drop_kind++; // ACK is between NICs
 		break;
@@ -150,10 +139,11 @@ bool Switch::init_job(Job &j, const In &p, const sw::Task &t)
 		memcpy(j.parent.ip.b, t.parent_ip, 16);
 		j.parent.port = t.parent_port;
 	}
-	IBVC_INFO("switch", "{}: job {} incarnation {} ({} nodes, subtree {:#x}{}{})", p_.name, j.jid,
-		  j.inc, j.nodes, j.subtree, j.inline_mode ? ", inline" : "",
-		  j.has_parent ? ", parent " + j.parent.ip.str() + ":" + std::to_string(j.parent.port)
-			       : std::string());
+	IBVC_INFO("switch", "{}: job {} incarnation {} ({} nodes, subtree {:#x}{}{})", p_.name,
+		  j.jid, j.inc, j.nodes, j.subtree, j.inline_mode ? ", inline" : "",
+		  j.has_parent
+			  ? ", parent " + j.parent.ip.str() + ":" + std::to_string(j.parent.port)
+			  : std::string());
 	return true;
 }
 
@@ -196,8 +186,8 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 			j.ctr.drop_malformed++;
 			return nullptr;
 		}
-		IBVC_INFO("switch", "{}: job {}: incarnation {} replaces {}", p_.name, j.jid, p.h.inc,
-			  j.inc);
+		IBVC_INFO("switch", "{}: job {}: incarnation {} replaces {}", p_.name, j.jid,
+			  p.h.inc, j.inc);
 		free_units(j);
 		fresh.ctr = j.ctr;
 		fresh.ctr.incarnations++;

@@ -38,7 +38,7 @@ struct SwitchParams {
 	uint32_t max_job_units = 0;   // most units one job gets (0: no limit)
 	uint32_t job_idle_ms = 60000; // a job silent this long is forgotten
 	Policy policy = Policy::spatial;
-	uint32_t shares = 0;	      // spatial: the pool split in this many (0: as asked)
+	uint32_t shares = 0; // spatial: the pool split in this many (0: as asked)
 	Impairment impair;
 	unsigned sockbuf = 8u << 20;
 	bool gso = true;
@@ -49,12 +49,12 @@ struct SwitchParams {
 
 struct SwitchCounters {
 	uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0;
-	uint64_t data = 0;		// partials taken in
-	uint64_t reductions = 0;	// folds into a unit
-	uint64_t results = 0;		// blocks completed (or relayed from the parent)
-	uint64_t duplicates = 0;	// repeated partials, never reduced again
-	uint64_t retrans_answered = 0;	// repeats answered from the shadow copy
-	uint64_t resent_up = 0;		// partials sent to the parent again
+	uint64_t data = 0;	       // partials taken in
+	uint64_t reductions = 0;       // folds into a unit
+	uint64_t results = 0;	       // blocks completed (or relayed from the parent)
+	uint64_t duplicates = 0;       // repeated partials, never reduced again
+	uint64_t retrans_answered = 0; // repeats answered from the shadow copy
+	uint64_t resent_up = 0;	       // partials sent to the parent again
 	uint64_t configs = 0, grants = 0, denials = 0, releases = 0;
 	uint64_t drop_icrc = 0, drop_malformed = 0, drop_key = 0, drop_job = 0, drop_node = 0;
 	uint64_t drop_block = 0, drop_stale = 0, drop_busy = 0;
@@ -133,7 +133,7 @@ private:
 		// the vectors keep their capacity from block to block).
 		std::vector<std::vector<Stash>> stash;
 		uint64_t last_seen = 0;
-		uint32_t released = 0; // children that said goodbye
+		uint32_t released = 0;	    // children that said goodbye
 		std::vector<Child> retired; // the previous incarnation's children
 		SwitchCounters ctr;
 		// tdm: what the switch decided for each recent message (kept
@@ -141,19 +141,19 @@ private:
 		// observed of the job's messages (switch_admit.cc).
 		struct Decision {
 			uint32_t mid;
-			uint8_t why; // 0 granted, else a kRan* fallback reason
+			uint8_t why;	// 0 granted, else a kRan* fallback reason
 			uint64_t heard; // children (by cover) that were answered
 			uint64_t done;	// children that finished it
 		};
 		std::vector<Decision> decided;
 		uint32_t last_mid = 0;
 		bool any_mid = false;
-		uint64_t last_start = 0;   // first request of the latest message
-		double period_ns = 0;	   // EWMA of the time between messages
-		double dur_ns = 0;	   // EWMA of the time a message held the pool
-		double bytes = 0;	   // EWMA of a message's bytes
-		uint32_t starved = 0;	   // refusals in a row
-		uint32_t hold_ms = 0;	   // the members' collective timeout
+		uint64_t last_start = 0; // first request of the latest message
+		double period_ns = 0;	 // EWMA of the time between messages
+		double dur_ns = 0;	 // EWMA of the time a message held the pool
+		double bytes = 0;	 // EWMA of a message's bytes
+		uint32_t starved = 0;	 // refusals in a row
+		uint32_t hold_ms = 0;	 // the members' collective timeout
 	};
 	// The message holding the pool (tdm).
 	struct Holder {

@@ -108,15 +108,16 @@ void Switch::try_grant(Job &j)
 		j.have_units = true;
 		j.state = State::granted;
 		grant_children(j);
-		IBVC_INFO("switch", "{}: job {} shares the pool by time ({} Seg units)", p_.name, j.jid,
-			  j.granted);
+		IBVC_INFO("switch", "{}: job {} shares the pool by time ({} Seg units)", p_.name,
+			  j.jid, j.granted);
 		return;
 	}
 	if (p_.policy == Policy::tdm) {
 		// The pool is lent whole: no range can be set aside for a job
 		// that cannot ask per message.
 		j.ctr.adm_refused++;
-		deny(j, "tdm serves jobs with one switch and a configuration, not inline, under a spine or on several planes");
+		deny(j,
+		     "tdm serves jobs with one switch and a configuration, not inline, under a spine or on several planes");
 		return;
 	}
 	if (p_.policy == Policy::exclusive) {
@@ -214,8 +215,9 @@ void Switch::on_config(const In &p)
 		Ceth h;
 		h.src_node = sw::kNodeSwitch;
 		h.jid = j->jid;
-		h.seg = j->state == State::granted ? uint16_t(std::min<uint32_t>(j->granted, 0xffff))
-						   : 0;
+		h.seg = j->state == State::granted
+				? uint16_t(std::min<uint32_t>(j->granted, 0xffff))
+				: 0;
 		h.status = j->state == State::granted ? 0 : 4;
 		h.flags = j->tdm && j->state == State::granted ? kCethAdmit : 0;
 		h.seq = p_.job_idle_ms;

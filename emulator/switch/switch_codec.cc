@@ -35,7 +35,8 @@ bool Switch::parse(const RxPacket &rx, In &p)
 	const uint32_t whole = crc32_update(head, rx.data + split, len - split);
 	if (~whole != load_icrc(rx.data + len)) {
 		gone_.drop_icrc++;
-		IBVC_DEBUG("switch", "{}: bad icrc from {}:{}", p_.name, rx.src.ip.str(), rx.src.port);
+		IBVC_DEBUG("switch", "{}: bad icrc from {}:{}", p_.name, rx.src.ip.str(),
+			   rx.src.port);
 		return false;
 	}
 	Bth bth = Bth::load(rx.data);
@@ -102,8 +103,8 @@ void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qp
 		size_t hdr = off + tlen;
 		uint8_t *trailer = buf + hdr;
 		memset(trailer, 0, pad);
-		store_icrc(trailer + pad, icrc_finish(icrc_head(ep, buf, hdr, roce_len), *lend_crc,
-						      len + pad));
+		store_icrc(trailer + pad,
+			   icrc_finish(icrc_head(ep, buf, hdr, roce_len), *lend_crc, len + pad));
 		port_->tx_commit_split(hdr, static_cast<const uint8_t *>(payload), len,
 				       pad + kIcrcBytes, dst, src);
 		return;

@@ -113,7 +113,8 @@ void Switch::send_up(Job &j, uint32_t unit)
 		h.flags |= kCethInline;
 		send_to(j, j.parent, j.parent_local, 0, kCollData, h, tb, u.data, u.len, &u.crc);
 	} else {
-		send_to(j, j.parent, j.parent_local, 0, kCollData, h, nullptr, u.data, u.len, &u.crc);
+		send_to(j, j.parent, j.parent_local, 0, kCollData, h, nullptr, u.data, u.len,
+			&u.crc);
 	}
 	u.lent = port_->tx_lend_mark();
 }
@@ -181,8 +182,8 @@ void Switch::on_data(const In &p0)
 	// node of the job, before send_result shifts by it (found by
 	// fuzz_switch_rx: phase 116).
 	if (p.h.seg >= j.granted || p.h.phase > j.nodes || p.paylen > pool_.unit_bytes() || !es ||
-	    p.paylen % es ||
-	    p.h.op > uint8_t(RedOp::bxor) || !reduce_fn(RedOp(p.h.op), Dtype(p.h.dtype))) {
+	    p.paylen % es || p.h.op > uint8_t(RedOp::bxor) ||
+	    !reduce_fn(RedOp(p.h.op), Dtype(p.h.dtype))) {
 		j.ctr.drop_block++;
 		return;
 	}

@@ -234,8 +234,8 @@ void Switch::print_stats(FILE *f, bool json) const
 		print_ctr(f, t);
 		fprintf(f, "\n");
 		for (const auto &kv : jobs_) {
-			fprintf(f, "  job %u (%u units, %zu children): ", kv.first, kv.second.granted,
-				kv.second.children.size());
+			fprintf(f, "  job %u (%u units, %zu children): ", kv.first,
+				kv.second.granted, kv.second.children.size());
 			print_ctr(f, kv.second.ctr);
 			fprintf(f, "\n");
 		}

@@ -46,12 +46,9 @@ void ewma(double &avg, double x)
 const char *policy_name(Policy p)
 {
 	switch (p) {
-	case Policy::exclusive:
-		return "exclusive";
-	case Policy::tdm:
-		return "tdm";
-	default:
-		return "spatial";
+	case Policy::exclusive: return "exclusive";
+	case Policy::tdm: return "tdm";
+	default: return "spatial";
 	}
 }
 
@@ -158,7 +155,8 @@ void Switch::hold_expire(uint64_t now)
 			 util::kNsPerMs;
 	if (now - hold_.last > limit) {
 		if (it != jobs_.end())
-			IBVC_WARN("switch", "{}: job {} message {}: members silent, the pool is free",
+			IBVC_WARN("switch",
+				  "{}: job {} message {}: members silent, the pool is free",
 				  p_.name, hold_.jid, hold_.mid);
 		hold_end(now, "silent");
 	}

@@ -112,44 +112,24 @@ bool take_option(int c, const char *arg, Options &o)
 {
 	emu::SwitchParams &p = o.p;
 	switch (c) {
-	case 'p':
-		return parse_u32(arg, &o.port) && o.port <= 65535;
-	case 'u':
-		return parse_u32(arg, &p.units) && p.units >= 2 && p.units <= (1u << 22);
+	case 'p': return parse_u32(arg, &o.port) && o.port <= 65535;
+	case 'u': return parse_u32(arg, &p.units) && p.units >= 2 && p.units <= (1u << 22);
 	case 'b':
-		return parse_u32(arg, &p.unit_bytes) && p.unit_bytes >= 256 && p.unit_bytes <= 4096 &&
-		       p.unit_bytes % 8 == 0;
-	case 'm':
-		return parse_u32(arg, &p.max_job_units);
-	case 'O':
-		return emu::parse_policy(arg, &p.policy);
-	case 'S':
-		return parse_u32(arg, &p.shares) && p.shares <= 4096;
-	case 'I':
-		return parse_u32(arg, &p.job_idle_ms) && p.job_idle_ms > 0;
-	case 'i':
-		return parse_u32(arg, &o.stats_s);
-	case 'j':
-		o.json = true;
-		return true;
-	case 'f':
-		o.stats_file = arg;
-		return true;
-	case 'P':
-		o.port_file = arg;
-		return true;
-	case 'n':
-		p.name = arg;
-		return true;
-	case 'W':
-		return parse_u32(arg, &o.poll_us) && o.poll_us <= 1000000;
-	case 'X':
-		return util::parse_uint(arg, &o.fail_after) && o.fail_after > 0;
-	case 'V':
-		o.verbs_dev = arg;
-		return true;
-	case 'g':
-		return parse_u32(arg, &o.gid_index) && o.gid_index < 256;
+		return parse_u32(arg, &p.unit_bytes) && p.unit_bytes >= 256 &&
+		       p.unit_bytes <= 4096 && p.unit_bytes % 8 == 0;
+	case 'm': return parse_u32(arg, &p.max_job_units);
+	case 'O': return emu::parse_policy(arg, &p.policy);
+	case 'S': return parse_u32(arg, &p.shares) && p.shares <= 4096;
+	case 'I': return parse_u32(arg, &p.job_idle_ms) && p.job_idle_ms > 0;
+	case 'i': return parse_u32(arg, &o.stats_s);
+	case 'j': o.json = true; return true;
+	case 'f': o.stats_file = arg; return true;
+	case 'P': o.port_file = arg; return true;
+	case 'n': p.name = arg; return true;
+	case 'W': return parse_u32(arg, &o.poll_us) && o.poll_us <= 1000000;
+	case 'X': return util::parse_uint(arg, &o.fail_after) && o.fail_after > 0;
+	case 'V': o.verbs_dev = arg; return true;
+	case 'g': return parse_u32(arg, &o.gid_index) && o.gid_index < 256;
 	}
 	return false;
 }
@@ -171,17 +151,13 @@ int parse_args(int argc, char **argv, Options &o)
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:W:V:g:O:S:h", opts, nullptr)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:W:V:g:O:S:h", opts, nullptr)) !=
+	       -1) {
 		switch (c) {
-		case 'h':
-			usage(stdout, argv[0]);
-			return 0;
-		case OPT_VERSION:
-			return ibvc_print_version("ibv_coll_switchd", nullptr);
+		case 'h': usage(stdout, argv[0]); return 0;
+		case OPT_VERSION: return ibvc_print_version("ibv_coll_switchd", nullptr);
 		case '?':
-		case ':':
-			usage(stderr, argv[0]);
-			return 2;
+		case ':': usage(stderr, argv[0]); return 2;
 		}
 		if (c <= 0 || !strchr("pubmOSIijfPnWXVg", c)) {
 			usage(stderr, argv[0]);
@@ -360,8 +336,8 @@ int main(int argc, char **argv)
 	}
 	if (int err = sw->open()) {
 		if (v.ctx)
-			fprintf(stderr, "%s: cannot serve on %s: %s\n", argv[0], o.verbs_dev.c_str(),
-				strerror(err));
+			fprintf(stderr, "%s: cannot serve on %s: %s\n", argv[0],
+				o.verbs_dev.c_str(), strerror(err));
 		else
 			fprintf(stderr, "%s: cannot serve udp port %u: %s\n", argv[0], o.port,
 				strerror(err));

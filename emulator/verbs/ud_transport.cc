@@ -90,7 +90,8 @@ int UdTransport::init()
 	// tx_commit() drops what the MTU does not carry.
 	tx_arena_.assign(kMaxPacket * p_.tx_depth, 0);
 	rx_mr_ = ibv_reg_mr_iova2(pd_, rx_arena_.data(), rx_arena_.size(),
-				  reinterpret_cast<uintptr_t>(rx_arena_.data()), IBV_ACCESS_LOCAL_WRITE);
+				  reinterpret_cast<uintptr_t>(rx_arena_.data()),
+				  IBV_ACCESS_LOCAL_WRITE);
 	tx_mr_ = rx_mr_ ? ibv_reg_mr_iova2(pd_, tx_arena_.data(), tx_arena_.size(),
 					   reinterpret_cast<uintptr_t>(tx_arena_.data()), 0)
 			: nullptr;
@@ -313,7 +314,8 @@ void UdTransport::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
 	if (len > mtu_) {
 		ctr_.tx_errors++;
 		if (!warned_big_)
-			IBVC_WARN("ud", "{}: a {}-byte packet does not fit the {}-byte UD MTU; dropped",
+			IBVC_WARN("ud",
+				  "{}: a {}-byte packet does not fit the {}-byte UD MTU; dropped",
 				  p_.name, len, mtu_);
 		warned_big_ = true;
 		return;
@@ -322,8 +324,10 @@ void UdTransport::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
 	if (!qpn) {
 		ctr_.tx_errors++;
 		if (!warned_qpn_)
-			IBVC_WARN("ud", "{}: a packet for {} names no QP (a switch address without "
-				  "qp_num?); dropped", p_.name, dst.ip.str());
+			IBVC_WARN("ud",
+				  "{}: a packet for {} names no QP (a switch address without "
+				  "qp_num?); dropped",
+				  p_.name, dst.ip.str());
 		warned_qpn_ = true;
 		return;
 	}

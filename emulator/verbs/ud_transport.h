@@ -35,9 +35,9 @@ inline int verr(int ret)
 struct UdParams {
 	ibv_context *ctx = nullptr; // not owned; outlives the transport
 	uint8_t port_num = 1;
-	unsigned rx_depth = 512;    // receive buffers on the shared receive queue
-	unsigned tx_depth = 512;    // send slots
-	std::string name = "ud";    // for log lines
+	unsigned rx_depth = 512; // receive buffers on the shared receive queue
+	unsigned tx_depth = 512; // send slots
+	std::string name = "ud"; // for log lines
 };
 
 class UdTransport final : public Transport {

@@ -58,12 +58,13 @@ inline bool is_coll_opcode(uint8_t op)
 }
 
 enum CethFlags : uint8_t {
-	kCethInline = 1 << 0,	// carries the task information (no prior configuration)
-	kCethRetrans = 1 << 1,	// sent again after a timeout
+	kCethInline = 1 << 0,  // carries the task information (no prior configuration)
+	kCethRetrans = 1 << 1, // sent again after a timeout
 	kCethInPlace = 1 << 2,
-	kCethPending = 1 << 3,	// CONFIG_ACK: heard, still waiting for the rest of the subtree
-	kCethSuperseded = 1 << 4, // ABORT: the job was given again; the receiver's incarnation is over
-	kCethAdmit = 1 << 5,	// CONFIG/CONFIG_ACK/RELEASE: one message's admission (tdm)
+	kCethPending = 1 << 3, // CONFIG_ACK: heard, still waiting for the rest of the subtree
+	kCethSuperseded =
+		1 << 4,	     // ABORT: the job was given again; the receiver's incarnation is over
+	kCethAdmit = 1 << 5, // CONFIG/CONFIG_ACK/RELEASE: one message's admission (tdm)
 };
 
 struct Ceth {

@@ -115,7 +115,7 @@ __attribute__((target("pclmul,sse4.1"))) inline __m128i load16(const uint8_t *q)
 // over what is left in whole blocks, then the table walk reduces it and
 // takes the tail.
 __attribute__((target("pclmul,sse4.1"))) uint32_t clmul_finish(__m128i a, const uint8_t *p,
-								  size_t len)
+							       size_t len)
 {
 	const __m128i k128 = _mm_set_epi64x(int64_t(kFold.k128_l), int64_t(kFold.k128_h));
 	while (len >= 16) {
@@ -130,7 +130,7 @@ __attribute__((target("pclmul,sse4.1"))) uint32_t clmul_finish(__m128i a, const 
 
 // Four 16-byte lanes, 64 bytes a step.  len >= 64.
 __attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc, const uint8_t *p,
-							       size_t len)
+							      size_t len)
 {
 	const __m128i k128 = _mm_set_epi64x(int64_t(kFold.k128_l), int64_t(kFold.k128_h));
 	const __m128i k512 = _mm_set_epi64x(int64_t(kFold.k512_l), int64_t(kFold.k512_h));
@@ -182,7 +182,8 @@ IBVC_VCLMUL_TARGET uint32_t crc32_vclmul(uint32_t crc, const uint8_t *p, size_t 
 	const __m256i k512 = both(kFold.k512_h, kFold.k512_l);
 	const __m256i k256 = both(kFold.k256_h, kFold.k256_l);
 	const __m128i k128 = _mm_set_epi64x(int64_t(kFold.k128_l), int64_t(kFold.k128_h));
-	__m256i a = _mm256_xor_si256(load32(p), _mm256_zextsi128_si256(_mm_cvtsi32_si128(int(crc))));
+	__m256i a = _mm256_xor_si256(load32(p),
+				     _mm256_zextsi128_si256(_mm_cvtsi32_si128(int(crc))));
 	__m256i b = load32(p + 32), c = load32(p + 64), d = load32(p + 96);
 	p += 128;
 	len -= 128;
@@ -205,7 +206,7 @@ IBVC_VCLMUL_TARGET uint32_t crc32_vclmul(uint32_t crc, const uint8_t *p, size_t 
 	return clmul_finish(x, p, len);
 }
 
-#define IBVC_VCLMUL512_TARGET                                                                     \
+#define IBVC_VCLMUL512_TARGET \
 	__attribute__((target("vpclmulqdq,avx512f,avx512vl,avx512bw,avx2,pclmul,sse4.1")))
 
 IBVC_VCLMUL512_TARGET inline __m512i zfold(__m512i a, __m512i k)
@@ -235,8 +236,8 @@ IBVC_VCLMUL512_TARGET uint32_t crc32_vclmul512(uint32_t crc, const uint8_t *p, s
 	const __m512i k2048 = zboth(kFold.k2048_h, kFold.k2048_l);
 	const __m512i k1024 = zboth(kFold.k1024_h, kFold.k1024_l);
 	const __m512i k512 = zboth(kFold.k512_h, kFold.k512_l);
-	__m512i a = _mm512_xor_si512(load64(p), _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-								  0, 0, 0, int(crc)));
+	__m512i a = _mm512_xor_si512(
+		load64(p), _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, int(crc)));
 	__m512i b = load64(p + 64), c = load64(p + 128), d = load64(p + 192);
 	p += 256;
 	len -= 256;
@@ -257,7 +258,8 @@ IBVC_VCLMUL512_TARGET uint32_t crc32_vclmul512(uint32_t crc, const uint8_t *p, s
 	__m256i y = _mm256_xor_si256(vfold(_mm512_castsi512_si256(d), k256),
 				     _mm512_extracti64x4_epi64(d, 1));
 	const __m128i k128 = _mm_set_epi64x(int64_t(kFold.k128_l), int64_t(kFold.k128_h));
-	__m128i x = _mm_xor_si128(fold(_mm256_castsi256_si128(y), k128), _mm256_extracti128_si256(y, 1));
+	__m128i x = _mm_xor_si128(fold(_mm256_castsi256_si128(y), k128),
+				  _mm256_extracti128_si256(y, 1));
 	_mm256_zeroupper();
 	return clmul_finish(x, p, len);
 }
@@ -267,13 +269,15 @@ bool have_vclmul512()
 	static const bool yes = __builtin_cpu_supports("vpclmulqdq") &&
 				__builtin_cpu_supports("avx512f") &&
 				__builtin_cpu_supports("avx512vl") &&
-				__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("pclmul");
+				__builtin_cpu_supports("avx512bw") &&
+				__builtin_cpu_supports("pclmul");
 	return yes;
 }
 
 bool have_clmul()
 {
-	static const bool yes = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+	static const bool yes = __builtin_cpu_supports("pclmul") &&
+				__builtin_cpu_supports("sse4.1");
 	return yes;
 }
 
@@ -327,11 +331,12 @@ uint32_t mul_mod_bits(uint32_t a, uint32_t b)
 // layout, and Q x^32 mod P is what four zero bytes through the tables do.
 __attribute__((target("pclmul,sse4.1"))) uint32_t mul_mod_clmul(uint32_t a, uint32_t b)
 {
-	const __m128i p = _mm_clmulepi64_si128(_mm_cvtsi32_si128(int(a)), _mm_cvtsi32_si128(int(b)), 0);
+	const __m128i p = _mm_clmulepi64_si128(_mm_cvtsi32_si128(int(a)), _mm_cvtsi32_si128(int(b)),
+					       0);
 	const uint64_t c = uint64_t(_mm_cvtsi128_si64(p));
 	const uint32_t q = uint32_t(c << 1);
-	return uint32_t(c >> 31) ^ kT[3][q & 0xff] ^ kT[2][(q >> 8) & 0xff] ^ kT[1][(q >> 16) & 0xff] ^
-	       kT[0][q >> 24];
+	return uint32_t(c >> 31) ^ kT[3][q & 0xff] ^ kT[2][(q >> 8) & 0xff] ^
+	       kT[1][(q >> 16) & 0xff] ^ kT[0][q >> 24];
 }
 #endif
 
@@ -386,14 +391,10 @@ bool crc32_impl_available(CrcImpl impl)
 {
 #if defined(__x86_64__)
 	switch (impl) {
-	case CrcImpl::table:
-		return true;
-	case CrcImpl::clmul:
-		return have_clmul();
-	case CrcImpl::vclmul:
-		return have_vclmul();
-	case CrcImpl::vclmul512:
-		return have_vclmul512();
+	case CrcImpl::table: return true;
+	case CrcImpl::clmul: return have_clmul();
+	case CrcImpl::vclmul: return have_vclmul();
+	case CrcImpl::vclmul512: return have_vclmul512();
 	}
 	return false;
 #else
@@ -444,10 +445,10 @@ uint32_t icrc_head(const UdpEndpoints &ep, const uint8_t *roce, size_t hdr_len, 
 		ip[0] = 0x45;
 		ip[1] = 0xff; // TOS
 		store_be16(ip + 2, uint16_t(20 + udp_len));
-		store_be16(ip + 4, 0);	    // identification
-		store_be16(ip + 6, 0x4000); // DF, offset 0
-		ip[8] = 0xff;		    // TTL
-		ip[9] = 17;		    // UDP
+		store_be16(ip + 4, 0);	     // identification
+		store_be16(ip + 6, 0x4000);  // DF, offset 0
+		ip[8] = 0xff;		     // TTL
+		ip[9] = 17;		     // UDP
 		store_be16(ip + 10, 0xffff); // header checksum
 		memcpy(ip + 12, ep.src + 12, 4);
 		memcpy(ip + 16, ep.dst + 12, 4);

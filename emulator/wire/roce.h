@@ -54,7 +54,7 @@ enum OpFlags : uint16_t {
 	kOnly = kFirst | kLast,
 	kSend = 1 << 7,
 	kWrite = 1 << 8,
-	kRead = 1 << 9,	    // read request
+	kRead = 1 << 9,	     // read request
 	kReadResp = 1 << 10, // read response
 	kAckOp = 1 << 11,
 	kRequest = 1 << 12, // requester -> responder
@@ -122,7 +122,10 @@ struct Reth {
 		store_be32(p + 8, rkey);
 		store_be32(p + 12, len);
 	}
-	static Reth load(const uint8_t *p) { return {load_be64(p), load_be32(p + 8), load_be32(p + 12)}; }
+	static Reth load(const uint8_t *p)
+	{
+		return {load_be64(p), load_be32(p + 8), load_be32(p + 12)};
+	}
 };
 
 // ACK Extended Transport Header, 4 bytes: Syndrome(1) MSN(3).
@@ -150,14 +153,10 @@ enum class AethKind : uint8_t { ack, rnr_nak, nak, reserved };
 inline AethKind aeth_kind(uint8_t syn)
 {
 	switch (syn >> 5) {
-	case 0:
-		return AethKind::ack;
-	case 1:
-		return AethKind::rnr_nak;
-	case 3:
-		return AethKind::nak;
-	default:
-		return AethKind::reserved;
+	case 0: return AethKind::ack;
+	case 1: return AethKind::rnr_nak;
+	case 3: return AethKind::nak;
+	default: return AethKind::reserved;
 	}
 }
 

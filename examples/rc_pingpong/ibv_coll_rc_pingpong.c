@@ -191,12 +191,11 @@ static int parse_args(int argc, char *argv[], struct options *o)
 			}
 			o->tcp_port = (unsigned int)v;
 			break;
-		case 'd':
-			o->ib_devname = optarg;
-			break;
+		case 'd': o->ib_devname = optarg; break;
 		case 'i':
 			if (parse_uint(optarg, INT_MAX, &v) || v != 1) {
-				fail("invalid device port '%s': crxe devices have port 1 only", optarg);
+				fail("invalid device port '%s': crxe devices have port 1 only",
+				     optarg);
 				return -2;
 			}
 			o->ib_port = (int)v;
@@ -236,18 +235,11 @@ static int parse_args(int argc, char *argv[], struct options *o)
 			}
 			o->gid_idx = (int)v;
 			break;
-		case 'e':
-			o->use_event = 1;
-			break;
-		case 'c':
-			o->chk = 1;
-			break;
-		case 'h':
-			return 1;
-		case 'V':
-			return 2;
-		default:
-			return -1;
+		case 'e': o->use_event = 1; break;
+		case 'c': o->chk = 1; break;
+		case 'h': return 1;
+		case 'V': return 2;
+		default: return -1;
 		}
 	}
 	if (optind == argc - 1) {
@@ -262,8 +254,8 @@ static int parse_args(int argc, char *argv[], struct options *o)
 /* Tell the peer about this side and learn about it (the client speaks
  * first; the server answers once its QP is ready, in main), and refuse a
  * peer whose size or count differ.  0, or -1 with a message printed. */
-static int exchange(struct pingpong *pp, const struct options *o, int *lfd,
-		    struct dest *local, struct dest *remote)
+static int exchange(struct pingpong *pp, const struct options *o, int *lfd, struct dest *local,
+		    struct dest *remote)
 {
 	char lgid[INET6_ADDRSTRLEN], rgid[INET6_ADDRSTRLEN];
 
@@ -297,13 +289,17 @@ static int exchange(struct pingpong *pp, const struct options *o, int *lfd,
 	fflush(stdout);
 
 	if (remote->size != o->size) {
-		refuse(pp->sock, "the client uses --size=%u, the server --size=%u: use the same size",
-		       o->servername ? o->size : remote->size, o->servername ? remote->size : o->size);
+		refuse(pp->sock,
+		       "the client uses --size=%u, the server --size=%u: use the same size",
+		       o->servername ? o->size : remote->size,
+		       o->servername ? remote->size : o->size);
 		return -1;
 	}
 	if (remote->iters != o->iters) {
-		refuse(pp->sock, "the client uses --iters=%d, the server --iters=%d: use the same count",
-		       o->servername ? o->iters : remote->iters, o->servername ? remote->iters : o->iters);
+		refuse(pp->sock,
+		       "the client uses --iters=%d, the server --iters=%d: use the same count",
+		       o->servername ? o->iters : remote->iters,
+		       o->servername ? remote->iters : o->iters);
 		return -1;
 	}
 	return 0;
@@ -317,10 +313,8 @@ static void report(const struct options *o, int64_t start, int64_t end)
 	double mbit = usec > 0 ? (double)bytes * 8.0 / usec : 0.0;
 	double per_iter = usec / o->iters;
 
-	printf("%ld bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec / 1000000.0,
-	       mbit);
-	printf("%d iters in %.2f seconds = %.2f usec/iter\n", o->iters, usec / 1000000.0,
-	       per_iter);
+	printf("%ld bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec / 1000000.0, mbit);
+	printf("%d iters in %.2f seconds = %.2f usec/iter\n", o->iters, usec / 1000000.0, per_iter);
 	printf("pingpong: size=%u iters=%d usec_per_iter=%.2f mbit_per_sec=%.2f\n", o->size,
 	       o->iters, per_iter, mbit);
 	fflush(stdout);

@@ -94,9 +94,9 @@ struct pingpong {
 	struct ibv_coll_device_attr dev_attr;
 	union ibv_gid gid;
 	uint32_t psn;
-	int sock;      /* the TCP connection to the peer, or -1 */
+	int sock;	/* the TCP connection to the peer, or -1 */
 	int watch_sock; /* look for the peer going away while the test runs */
-	int routs;     /* receives posted and not yet completed */
+	int routs;	/* receives posted and not yet completed */
 };
 
 /* pp_util.c: helpers and the check pattern (-c). */
@@ -125,15 +125,14 @@ void refuse(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int check_peer(struct pingpong *pp);
 
 /* pp_verbs.c: the verbs objects, posting and waiting for completions. */
-struct ibv_coll_device *pick_device(struct ibv_coll_device **list, int num,
-					   const char *name);
+struct ibv_coll_device *pick_device(struct ibv_coll_device **list, int num, const char *name);
 void drain_events(struct pingpong *pp);
 int pp_close(struct pingpong *pp);
 int post_recvs(struct pingpong *pp, unsigned int size, int n);
 int post_send(struct pingpong *pp, unsigned int size);
 int pp_init(struct pingpong *pp, struct ibv_coll_device *dev, struct options *o);
 int pp_connect(struct pingpong *pp, const struct options *o, const struct dest *rem,
-		      unsigned int mtu);
+	       unsigned int mtu);
 void timeout_message(void);
 int wait_poll(struct pingpong *pp, struct ibv_coll_wc *wc, int64_t deadline);
 int wait_event(struct pingpong *pp, struct ibv_coll_wc *wc, int64_t deadline);

@@ -88,7 +88,8 @@ int tcp_connect(const char *host, unsigned int port)
 		int refused = 0;
 
 		for (ai = res; ai; ai = ai->ai_next) {
-			int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+			int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+					ai->ai_protocol);
 
 			if (fd < 0) {
 				last_err = errno;
@@ -152,7 +153,8 @@ int tcp_listen(unsigned int port)
 			continue;
 		for (ai = res; ai; ai = ai->ai_next) {
 			int one = 1, zero = 0;
-			int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+			int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+					ai->ai_protocol);
 
 			if (fd < 0) {
 				last_err = errno;
@@ -196,8 +198,8 @@ int send_dest(int fd, const struct dest *d)
 	int n;
 
 	gid_to_str(&d->gid, gid, sizeof(gid));
-	n = snprintf(line, sizeof(line), "%06x:%06x:%u:%s size=%u iters=%d mtu=%u chk=%d\n",
-		     d->qpn, d->psn, d->udp_port, gid, d->size, d->iters, d->mtu, d->chk);
+	n = snprintf(line, sizeof(line), "%06x:%06x:%u:%s size=%u iters=%d mtu=%u chk=%d\n", d->qpn,
+		     d->psn, d->udp_port, gid, d->size, d->iters, d->mtu, d->chk);
 	if (n < 0 || (size_t)n >= sizeof(line) || write_all(fd, line, (size_t)n)) {
 		fail("sending the connection details to the peer: %s",
 		     n < 0 || (size_t)n >= sizeof(line) ? "line too long" : strerror(errno));
@@ -218,8 +220,8 @@ int recv_dest(int fd, struct dest *d)
 		return -1;
 	}
 	memset(d, 0, sizeof(*d));
-	if (sscanf(line, "%x:%x:%u:%255s size=%u iters=%d mtu=%u chk=%d", &qpn, &psn,
-		   &d->udp_port, gid, &d->size, &d->iters, &d->mtu, &d->chk) != 8 ||
+	if (sscanf(line, "%x:%x:%u:%255s size=%u iters=%d mtu=%u chk=%d", &qpn, &psn, &d->udp_port,
+		   gid, &d->size, &d->iters, &d->mtu, &d->chk) != 8 ||
 	    qpn > 0xffffff || psn > 0xffffff || d->udp_port == 0 || d->udp_port > 65535 ||
 	    inet_pton(AF_INET6, gid, d->gid.raw) != 1) {
 		fail("cannot parse the peer's connection details \"%s\"", line);

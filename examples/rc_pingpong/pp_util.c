@@ -55,18 +55,12 @@ int parse_uint(const char *s, unsigned long max, unsigned long *out)
 enum ibv_mtu mtu_to_enum(unsigned int bytes)
 {
 	switch (bytes) {
-	case 256:
-		return IBV_MTU_256;
-	case 512:
-		return IBV_MTU_512;
-	case 1024:
-		return IBV_MTU_1024;
-	case 2048:
-		return IBV_MTU_2048;
-	case 4096:
-		return IBV_MTU_4096;
-	default:
-		return (enum ibv_mtu)0;
+	case 256: return IBV_MTU_256;
+	case 512: return IBV_MTU_512;
+	case 1024: return IBV_MTU_1024;
+	case 2048: return IBV_MTU_2048;
+	case 4096: return IBV_MTU_4096;
+	default: return (enum ibv_mtu)0;
 	}
 }
 

@@ -6,8 +6,7 @@
 /* Verbs resources                                                     */
 /* ------------------------------------------------------------------ */
 
-struct ibv_coll_device *pick_device(struct ibv_coll_device **list, int num,
-					   const char *name)
+struct ibv_coll_device *pick_device(struct ibv_coll_device **list, int num, const char *name)
 {
 	if (name) {
 		for (int i = 0; i < num; i++) {
@@ -255,12 +254,13 @@ int pp_init(struct pingpong *pp, struct ibv_coll_device *dev, struct options *o)
 	struct ibv_coll_qp_init_attr ia = {
 		.send_cq = pp->cq,
 		.recv_cq = pp->cq,
-		.cap = {
-			.max_send_wr = 1,
-			.max_recv_wr = (uint32_t)o->rx_depth,
-			.max_send_sge = 1,
-			.max_recv_sge = 1,
-		},
+		.cap =
+			{
+				.max_send_wr = 1,
+				.max_recv_wr = (uint32_t)o->rx_depth,
+				.max_send_sge = 1,
+				.max_recv_sge = 1,
+			},
 		.qp_type = IBV_COLL_QPT_RC,
 	};
 	pp->qp = ibv_create_coll_qp(pp->pd, &ia);
@@ -294,7 +294,7 @@ int pp_init(struct pingpong *pp, struct ibv_coll_device *dev, struct options *o)
 
 /* INIT -> RTR -> RTS towards the peer.  0, or -1 with a message printed. */
 int pp_connect(struct pingpong *pp, const struct options *o, const struct dest *rem,
-		      unsigned int mtu)
+	       unsigned int mtu)
 {
 	struct ibv_coll_qp_attr attr = {
 		.qp_state = IBV_QPS_RTR,
@@ -303,11 +303,12 @@ int pp_connect(struct pingpong *pp, const struct options *o, const struct dest *
 		.rq_psn = rem->psn,
 		.max_dest_rd_atomic = 1,
 		.min_rnr_timer = QP_MIN_RNR_TIMER,
-		.ah_attr = {
-			.dgid = rem->gid,
-			.udp_port = (uint16_t)rem->udp_port,
-			.sgid_index = (uint8_t)o->gid_idx,
-		},
+		.ah_attr =
+			{
+				.dgid = rem->gid,
+				.udp_port = (uint16_t)rem->udp_port,
+				.sgid_index = (uint8_t)o->gid_idx,
+			},
 	};
 	int err;
 
@@ -315,7 +316,8 @@ int pp_connect(struct pingpong *pp, const struct options *o, const struct dest *
 		const char *mine = gid_is_v4(&pp->gid) ? "IPv4" : "IPv6";
 		const char *theirs = gid_is_v4(&rem->gid) ? "IPv4" : "IPv6";
 
-		refuse(pp->sock, "the client's GID is %s, the server's %s: choose GIDs of one "
+		refuse(pp->sock,
+		       "the client's GID is %s, the server's %s: choose GIDs of one "
 		       "address family with --gid-idx",
 		       o->servername ? mine : theirs, o->servername ? theirs : mine);
 		return -1;

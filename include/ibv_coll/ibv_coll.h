@@ -73,10 +73,10 @@ struct ibv_coll_port_attr {
 	enum ibv_mtu active_mtu;
 	int gid_tbl_len;
 	uint32_t max_msg_sz;
-	uint8_t link_layer;	/* IBV_LINK_LAYER_ETHERNET */
-	uint16_t udp_port;	/* UDP port this context receives on (host order) */
-	uint32_t netdev_mtu;	/* the bound netdev's MTU in bytes */
-	char netdev[16];	/* the bound netdev's name */
+	uint8_t link_layer;  /* IBV_LINK_LAYER_ETHERNET */
+	uint16_t udp_port;   /* UDP port this context receives on (host order) */
+	uint32_t netdev_mtu; /* the bound netdev's MTU in bytes */
+	char netdev[16];     /* the bound netdev's name */
 };
 
 struct ibv_coll_device **ibv_get_coll_device_list(int *num_devices);
@@ -90,8 +90,8 @@ int ibv_query_coll_port(struct ibv_coll_context *context, uint8_t port_num,
 			struct ibv_coll_port_attr *port_attr);
 /* GID table: the port's netdev addresses, IPv4 ones first and mapped
  * (::ffff:a.b.c.d), then IPv6 ones except link-local. */
-int ibv_query_coll_gid(struct ibv_coll_context *context, uint8_t port_num,
-		       int index, union ibv_gid *gid);
+int ibv_query_coll_gid(struct ibv_coll_context *context, uint8_t port_num, int index,
+		       union ibv_gid *gid);
 
 /* ------------------------------------------------------------------ */
 /* Protection domains and memory regions                               */
@@ -115,8 +115,7 @@ struct ibv_coll_mr {
 struct ibv_coll_pd *ibv_alloc_coll_pd(struct ibv_coll_context *context);
 int ibv_dealloc_coll_pd(struct ibv_coll_pd *pd);
 /* access: enum ibv_access_flags (LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ). */
-struct ibv_coll_mr *ibv_reg_coll_mr(struct ibv_coll_pd *pd, void *addr,
-				    size_t length, int access);
+struct ibv_coll_mr *ibv_reg_coll_mr(struct ibv_coll_pd *pd, void *addr, size_t length, int access);
 int ibv_dereg_coll_mr(struct ibv_coll_mr *mr);
 
 /* ------------------------------------------------------------------ */
@@ -125,7 +124,7 @@ int ibv_dereg_coll_mr(struct ibv_coll_mr *mr);
 
 struct ibv_coll_comp_channel {
 	struct ibv_coll_context *context;
-	int fd;		/* readable when an event waits; works with poll/epoll */
+	int fd; /* readable when an event waits; works with poll/epoll */
 };
 
 struct ibv_coll_cq {
@@ -156,26 +155,28 @@ enum ibv_coll_wc_opcode {
 enum ibv_coll_wc_flags {
 	IBV_COLL_WC_WITH_IMM = 1 << 1,
 	/* How a collective ran (one of these is set on its completion). */
-	IBV_COLL_WC_LOCAL = 1 << 8,	/* one node: reduced inside the NIC only */
-	IBV_COLL_WC_RING = 1 << 9,	/* NIC ring between the member NICs */
-	IBV_COLL_WC_SWITCH = 1 << 10,	/* aggregated in a switch */
+	IBV_COLL_WC_LOCAL = 1 << 8,	 /* one node: reduced inside the NIC only */
+	IBV_COLL_WC_RING = 1 << 9,	 /* NIC ring between the member NICs */
+	IBV_COLL_WC_SWITCH = 1 << 10,	 /* aggregated in a switch */
 	IBV_COLL_WC_HIERARCHY = 1 << 11, /* leaf switches under a spine */
-	IBV_COLL_WC_FALLBACK = 1 << 12,	/* the switch could not serve: ran the ring */
+	IBV_COLL_WC_FALLBACK = 1 << 12,	 /* the switch could not serve: ran the ring */
 	/* Why (with IBV_COLL_WC_FALLBACK; none set: no switch answered). */
-	IBV_COLL_WC_FALLBACK_BUSY = 1 << 13,	/* another job's message held the pool */
-	IBV_COLL_WC_FALLBACK_SCORED = 1 << 14,	/* another job's message scored higher */
-	IBV_COLL_WC_FALLBACK_REFUSED = 1 << 15	/* the switch refused the job */
+	IBV_COLL_WC_FALLBACK_BUSY = 1 << 13,   /* another job's message held the pool */
+	IBV_COLL_WC_FALLBACK_SCORED = 1 << 14, /* another job's message scored higher */
+	IBV_COLL_WC_FALLBACK_REFUSED = 1 << 15 /* the switch refused the job */
 };
 
 /* Collective outcome, beside the libibverbs status it maps to. */
 enum ibv_coll_status {
 	IBV_COLL_STATUS_SUCCESS = 0,
-	IBV_COLL_STATUS_BUFFER_ERR = 1,	  /* Seg units held by another job (IBV_WC_LOC_LEN_ERR) */
-	IBV_COLL_STATUS_TIMEOUT = 2,	  /* no progress within the job's timeout (IBV_WC_RESP_TIMEOUT_ERR) */
+	IBV_COLL_STATUS_BUFFER_ERR = 1, /* Seg units held by another job (IBV_WC_LOC_LEN_ERR) */
+	IBV_COLL_STATUS_TIMEOUT =
+		2, /* no progress within the job's timeout (IBV_WC_RESP_TIMEOUT_ERR) */
 	IBV_COLL_STATUS_REMOTE_ABORT = 3, /* another member failed it (IBV_WC_REM_ABORT_ERR) */
 	IBV_COLL_STATUS_DENIED = 4,	  /* the switch refused the job (IBV_WC_REM_ACCESS_ERR) */
-	IBV_COLL_STATUS_LOCAL_ERR = 5,	  /* a local buffer became inaccessible (IBV_WC_LOC_PROT_ERR) */
-	IBV_COLL_STATUS_FLUSHED = 6	  /* not run: the QP was in error (IBV_WC_WR_FLUSH_ERR) */
+	IBV_COLL_STATUS_LOCAL_ERR =
+		5,		    /* a local buffer became inaccessible (IBV_WC_LOC_PROT_ERR) */
+	IBV_COLL_STATUS_FLUSHED = 6 /* not run: the QP was in error (IBV_WC_WR_FLUSH_ERR) */
 };
 
 /* What IBV_COLL_WR_QUERY found out about a message. */
@@ -192,8 +193,8 @@ struct ibv_coll_wc {
 	enum ibv_wc_status status;
 	enum ibv_coll_wc_opcode opcode;
 	uint32_t vendor_err;
-	uint32_t byte_len;	/* collectives: count times the element size */
-	uint32_t imm_data;	/* network byte order, as sent */
+	uint32_t byte_len; /* collectives: count times the element size */
+	uint32_t imm_data; /* network byte order, as sent */
 	uint32_t qp_num;
 	uint32_t src_qp;
 	unsigned int wc_flags;
@@ -206,19 +207,15 @@ struct ibv_coll_wc {
 	uint32_t blocks_total;
 };
 
-struct ibv_coll_comp_channel *
-ibv_create_coll_comp_channel(struct ibv_coll_context *context);
+struct ibv_coll_comp_channel *ibv_create_coll_comp_channel(struct ibv_coll_context *context);
 int ibv_destroy_coll_comp_channel(struct ibv_coll_comp_channel *channel);
-struct ibv_coll_cq *ibv_create_coll_cq(struct ibv_coll_context *context,
-				       int cqe, void *cq_context,
-				       struct ibv_coll_comp_channel *channel,
-				       int comp_vector);
+struct ibv_coll_cq *ibv_create_coll_cq(struct ibv_coll_context *context, int cqe, void *cq_context,
+				       struct ibv_coll_comp_channel *channel, int comp_vector);
 int ibv_destroy_coll_cq(struct ibv_coll_cq *cq);
-int ibv_poll_coll_cq(struct ibv_coll_cq *cq, int num_entries,
-		     struct ibv_coll_wc *wc);
+int ibv_poll_coll_cq(struct ibv_coll_cq *cq, int num_entries, struct ibv_coll_wc *wc);
 int ibv_req_notify_coll_cq(struct ibv_coll_cq *cq, int solicited_only);
-int ibv_get_coll_cq_event(struct ibv_coll_comp_channel *channel,
-			  struct ibv_coll_cq **cq, void **cq_context);
+int ibv_get_coll_cq_event(struct ibv_coll_comp_channel *channel, struct ibv_coll_cq **cq,
+			  void **cq_context);
 void ibv_ack_coll_cq_events(struct ibv_coll_cq *cq, unsigned int nevents);
 
 /* ------------------------------------------------------------------ */
@@ -226,7 +223,7 @@ void ibv_ack_coll_cq_events(struct ibv_coll_cq *cq, unsigned int nevents);
 /* ------------------------------------------------------------------ */
 
 enum ibv_coll_qp_type {
-	IBV_COLL_QPT_RC = 2,	/* same value as IBV_QPT_RC */
+	IBV_COLL_QPT_RC = 2,	 /* same value as IBV_QPT_RC */
 	IBV_COLL_QPT_COLL = 0x20 /* a collective QP: it holds one job */
 };
 
@@ -235,20 +232,20 @@ enum ibv_coll_qp_type {
 /* ------------------------------------------------------------------ */
 
 enum ibv_coll_topology {
-	IBV_COLL_TOPO_RING = 0,	/* reduce-scatter then allgather over the member NICs */
-	IBV_COLL_TOPO_SWITCH = 1,	/* through one aggregation switch per plane */
-	IBV_COLL_TOPO_HIERARCHY = 2,	/* through leaf switches under a spine */
-	IBV_COLL_TOPO_AUTO = 3	/* the switch when it grants the job, else the ring */
+	IBV_COLL_TOPO_RING = 0,	     /* reduce-scatter then allgather over the member NICs */
+	IBV_COLL_TOPO_SWITCH = 1,    /* through one aggregation switch per plane */
+	IBV_COLL_TOPO_HIERARCHY = 2, /* through leaf switches under a spine */
+	IBV_COLL_TOPO_AUTO = 3	     /* the switch when it grants the job, else the ring */
 };
 
 /* One member device of a job.  Global ranks are numbered node by node in
  * member order: node i's local rank r is global rank
  * (members[0].num_ranks + ... + members[i-1].num_ranks) + r. */
 struct ibv_coll_member {
-	union ibv_gid gid;	/* the member's address (a GID of its device) */
-	uint16_t udp_port;	/* its UDP port, host order; 0 means 4791 */
-	uint16_t num_ranks;	/* local ranks its QP serves, 1..64 */
-	uint32_t qp_num;	/* its collective QP */
+	union ibv_gid gid;  /* the member's address (a GID of its device) */
+	uint16_t udp_port;  /* its UDP port, host order; 0 means 4791 */
+	uint16_t num_ranks; /* local ranks its QP serves, 1..64 */
+	uint32_t qp_num;    /* its collective QP */
 };
 
 /* A job's aggregation switches (topologies SWITCH, HIERARCHY and AUTO).
@@ -257,10 +254,10 @@ struct ibv_coll_member {
  * its own leaf on that plane, and every member computes the same plane
  * without talking. */
 struct ibv_coll_switch_addr {
-	union ibv_gid gid;	/* the switch's address (IPv4-mapped or IPv6) */
-	uint16_t udp_port;	/* host order; 0 means 4791 */
-	uint16_t reserved;	/* 0 */
-	uint32_t qp_num;	/* verbs devices: the switch's UD QP, as ibv_coll_switchd
+	union ibv_gid gid; /* the switch's address (IPv4-mapped or IPv6) */
+	uint16_t udp_port; /* host order; 0 means 4791 */
+	uint16_t reserved; /* 0 */
+	uint32_t qp_num;   /* verbs devices: the switch's UD QP, as ibv_coll_switchd
 				 * --verbs prints it; crxe: 0 (ignored) */
 };
 
@@ -275,13 +272,13 @@ enum ibv_coll_switch_flags {
 };
 
 struct ibv_coll_switch_attr {
-	uint32_t num_planes;	/* P: 1..8 */
-	uint32_t num_leaves;	/* L leaf switches per plane: 1 (SWITCH) or 2..64 (HIERARCHY) */
+	uint32_t num_planes; /* P: 1..8 */
+	uint32_t num_leaves; /* L leaf switches per plane: 1 (SWITCH) or 2..64 (HIERARCHY) */
 	const struct ibv_coll_switch_addr *leaves; /* P * L: plane p's leaf l at [p * L + l] */
 	const struct ibv_coll_switch_addr *spines; /* P when L > 1, else NULL */
 	const uint8_t *member_leaf; /* num_nodes entries when L > 1: each member's leaf */
-	uint32_t window;	/* data blocks a node keeps in flight; 0: what the grant allows */
-	uint32_t flags;		/* enum ibv_coll_switch_flags */
+	uint32_t window; /* data blocks a node keeps in flight; 0: what the grant allows */
+	uint32_t flags;	 /* enum ibv_coll_switch_flags */
 };
 
 enum ibv_coll_job_attr_mask {
@@ -289,19 +286,19 @@ enum ibv_coll_job_attr_mask {
 };
 
 struct ibv_coll_job_attr {
-	uint64_t comp_mask;	/* enum ibv_coll_job_attr_mask */
-	uint32_t jid;		/* job id, equal on every member */
-	uint32_t node_index;	/* this node's index in members */
-	uint32_t num_nodes;	/* 1..64 */
+	uint64_t comp_mask;		       /* enum ibv_coll_job_attr_mask */
+	uint32_t jid;			       /* job id, equal on every member */
+	uint32_t node_index;		       /* this node's index in members */
+	uint32_t num_nodes;		       /* 1..64 */
 	const struct ibv_coll_member *members; /* copied by the call */
 	enum ibv_coll_topology topology;
-	uint32_t seg_base;	/* the job's Seg units: [seg_base, seg_base + seg_count) */
+	uint32_t seg_base; /* the job's Seg units: [seg_base, seg_base + seg_count) */
 	uint32_t seg_count;
-	uint32_t block_len;	/* default data-block bytes; 0: the path MTU */
-	uint64_t job_key;	/* carried by every packet; others are dropped */
-	uint32_t timeout_ms;	/* a collective that makes no progress this long
+	uint32_t block_len;		       /* default data-block bytes; 0: the path MTU */
+	uint64_t job_key;		       /* carried by every packet; others are dropped */
+	uint32_t timeout_ms;		       /* a collective that makes no progress this long
 				 * fails (IBV_COLL_STATUS_TIMEOUT); 0: the device default */
-	uint32_t flags;		/* 0 */
+	uint32_t flags;			       /* 0 */
 	const struct ibv_coll_switch_attr *sw; /* IBV_COLL_JOB_ATTR_SWITCH; copied by the call */
 };
 
@@ -310,8 +307,8 @@ enum ibv_coll_op {
 	IBV_COLL_OP_PROD = 1,
 	IBV_COLL_OP_MIN = 2,
 	IBV_COLL_OP_MAX = 3,
-	IBV_COLL_OP_AVG = 4,	/* sum, then divided by the number of ranks */
-	IBV_COLL_OP_BAND = 5,	/* bitwise ops: integer types only */
+	IBV_COLL_OP_AVG = 4,  /* sum, then divided by the number of ranks */
+	IBV_COLL_OP_BAND = 5, /* bitwise ops: integer types only */
 	IBV_COLL_OP_BOR = 6,
 	IBV_COLL_OP_BXOR = 7
 };
@@ -338,7 +335,7 @@ struct ibv_coll_caps {
 	uint32_t ops;		/* bit per enum ibv_coll_op */
 	uint32_t dtypes;	/* bit per enum ibv_coll_dtype */
 	uint32_t topologies;	/* bit per enum ibv_coll_topology */
-	uint32_t max_seg_units;	/* Seg units in the device */
+	uint32_t max_seg_units; /* Seg units in the device */
 	uint32_t seg_unit_bytes;
 	uint32_t max_local_ranks;
 	uint32_t max_nodes;
@@ -359,12 +356,12 @@ struct ibv_coll_counters {
 	uint64_t comp_mask;
 	/* the port */
 	uint64_t tx_packets, tx_bytes, rx_packets, rx_bytes;
-	uint64_t rx_icrc_errors;	/* dropped: bad invariant CRC */
-	uint64_t rx_malformed;		/* dropped: bad header, length or opcode */
-	uint64_t rx_no_qp;		/* dropped: no such QP */
-	uint64_t rx_bad_source;		/* dropped: not from the QP's peer */
-	uint64_t rx_bad_state;		/* dropped: the QP cannot take it now */
-	uint64_t rx_duplicates;		/* RC: repeated or stale packets */
+	uint64_t rx_icrc_errors; /* dropped: bad invariant CRC */
+	uint64_t rx_malformed;	 /* dropped: bad header, length or opcode */
+	uint64_t rx_no_qp;	 /* dropped: no such QP */
+	uint64_t rx_bad_source;	 /* dropped: not from the QP's peer */
+	uint64_t rx_bad_state;	 /* dropped: the QP cannot take it now */
+	uint64_t rx_duplicates;	 /* RC: repeated or stale packets */
 	/* RC transport */
 	uint64_t rc_retransmits, rc_timeouts;
 	uint64_t rc_seq_naks_sent, rc_seq_naks_rcvd, rc_rnr_naks_sent, rc_rnr_naks_rcvd;
@@ -377,20 +374,19 @@ struct ibv_coll_counters {
 	uint64_t coll_early, coll_early_dropped; /* blocks of messages not started here */
 	uint64_t coll_stale;			 /* blocks of finished messages */
 	uint64_t coll_bad_key, coll_bad_job, coll_bad_block, coll_bad_node, coll_malformed;
-	uint64_t coll_seg_busy;			 /* a block's Seg unit was taken */
+	uint64_t coll_seg_busy; /* a block's Seg unit was taken */
 	uint64_t coll_aborts_sent, coll_aborts_rcvd, coll_timeouts;
-	uint64_t coll_reductions;		 /* reduce operations on blocks */
+	uint64_t coll_reductions; /* reduce operations on blocks */
 	uint32_t seg_units, seg_in_use, seg_high_water;
 	/* With IBV_COLL_COUNTERS_EXT in comp_mask: */
 	uint64_t rc_tx_packets, rc_tx_bytes, rc_rx_packets, rc_rx_bytes; /* RC traffic alone */
 	uint64_t rc_acks_sent;
-	uint64_t coll_messages, coll_failed;	 /* collective WRs finished, not successfully */
-	uint64_t coll_blocks;			 /* their data blocks */
-	uint64_t coll_fallbacks;		 /* run round the ring: no switch served them */
+	uint64_t coll_messages, coll_failed; /* collective WRs finished, not successfully */
+	uint64_t coll_blocks;		     /* their data blocks */
+	uint64_t coll_fallbacks;	     /* run round the ring: no switch served them */
 };
 
-int ibv_query_coll_counters(struct ibv_coll_context *context,
-			    struct ibv_coll_counters *counters);
+int ibv_query_coll_counters(struct ibv_coll_context *context, struct ibv_coll_counters *counters);
 
 struct ibv_coll_qp_cap {
 	uint32_t max_send_wr;
@@ -414,8 +410,8 @@ struct ibv_coll_qp_init_attr {
  * port.  IPv4 addresses are given IPv4-mapped (::ffff:a.b.c.d). */
 struct ibv_coll_ah_attr {
 	union ibv_gid dgid;
-	uint16_t udp_port;	/* peer's UDP port, host order; 0 means 4791 */
-	uint8_t sgid_index;	/* local address, an index of the GID table */
+	uint16_t udp_port;  /* peer's UDP port, host order; 0 means 4791 */
+	uint8_t sgid_index; /* local address, an index of the GID table */
 };
 
 /* The bits have libibverbs' enum ibv_qp_attr_mask values. */
@@ -436,7 +432,7 @@ enum ibv_coll_qp_attr_mask {
 	IBV_COLL_QP_SQ_PSN = 1 << 16,
 	IBV_COLL_QP_MAX_DEST_RD_ATOMIC = 1 << 17,
 	IBV_COLL_QP_DEST_QPN = 1 << 20,
-	IBV_COLL_QP_JOB = 1 << 28	/* collective QPs: the job (INIT -> RTR) */
+	IBV_COLL_QP_JOB = 1 << 28 /* collective QPs: the job (INIT -> RTR) */
 };
 
 struct ibv_coll_qp_attr {
@@ -452,11 +448,11 @@ struct ibv_coll_qp_attr {
 	uint16_t pkey_index;
 	uint8_t max_rd_atomic;
 	uint8_t max_dest_rd_atomic;
-	uint8_t min_rnr_timer;	/* IBTA encoding: 0 = 655.36 ms, 1 = 0.01 ms ... */
+	uint8_t min_rnr_timer; /* IBTA encoding: 0 = 655.36 ms, 1 = 0.01 ms ... */
 	uint8_t port_num;
-	uint8_t timeout;	/* 4.096 us * 2^timeout; 0 = the device default */
-	uint8_t retry_cnt;	/* 0..7 */
-	uint8_t rnr_retry;	/* 0..6, 7 = retry forever */
+	uint8_t timeout;		     /* 4.096 us * 2^timeout; 0 = the device default */
+	uint8_t retry_cnt;		     /* 0..7 */
+	uint8_t rnr_retry;		     /* 0..6, 7 = retry forever */
 	const struct ibv_coll_job_attr *job; /* IBV_COLL_QP_JOB */
 };
 
@@ -475,10 +471,9 @@ struct ibv_coll_qp {
 struct ibv_coll_qp *ibv_create_coll_qp(struct ibv_coll_pd *pd,
 				       struct ibv_coll_qp_init_attr *qp_init_attr);
 int ibv_destroy_coll_qp(struct ibv_coll_qp *qp);
-int ibv_modify_coll_qp(struct ibv_coll_qp *qp, struct ibv_coll_qp_attr *attr,
-		       int attr_mask);
-int ibv_query_coll_qp(struct ibv_coll_qp *qp, struct ibv_coll_qp_attr *attr,
-		      int attr_mask, struct ibv_coll_qp_init_attr *init_attr);
+int ibv_modify_coll_qp(struct ibv_coll_qp *qp, struct ibv_coll_qp_attr *attr, int attr_mask);
+int ibv_query_coll_qp(struct ibv_coll_qp *qp, struct ibv_coll_qp_attr *attr, int attr_mask,
+		      struct ibv_coll_qp_init_attr *init_attr);
 
 /* ------------------------------------------------------------------ */
 /* Work requests                                                       */
@@ -520,7 +515,7 @@ struct ibv_coll_send_wr {
 	int num_sge;
 	enum ibv_coll_wr_opcode opcode;
 	unsigned int send_flags;
-	uint32_t imm_data;	/* network byte order */
+	uint32_t imm_data; /* network byte order */
 	union {
 		struct {
 			uint64_t remote_addr;
@@ -533,9 +528,9 @@ struct ibv_coll_send_wr {
 			uint64_t count;
 			enum ibv_coll_op op;
 			enum ibv_coll_dtype dtype;
-			uint32_t root;		/* REDUCE, BCAST: global rank */
-			uint32_t mid;		/* 0: the next message id; QUERY: the one asked about */
-			uint32_t block_len;	/* 0: the job's default */
+			uint32_t root;	    /* REDUCE, BCAST: global rank */
+			uint32_t mid;	    /* 0: the next message id; QUERY: the one asked about */
+			uint32_t block_len; /* 0: the job's default */
 		} coll;
 	} wr;
 };

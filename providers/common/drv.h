@@ -51,10 +51,22 @@ struct Qp : core::Qp {
 	bool have_job = false;
 };
 
-inline Pd *to_drv(core::Pd *p) { return static_cast<Pd *>(p); }
-inline Mr *to_drv(core::Mr *p) { return static_cast<Mr *>(p); }
-inline Cq *to_drv(core::Cq *p) { return static_cast<Cq *>(p); }
-inline Qp *to_drv(core::Qp *p) { return static_cast<Qp *>(p); }
+inline Pd *to_drv(core::Pd *p)
+{
+	return static_cast<Pd *>(p);
+}
+inline Mr *to_drv(core::Mr *p)
+{
+	return static_cast<Mr *>(p);
+}
+inline Cq *to_drv(core::Cq *p)
+{
+	return static_cast<Cq *>(p);
+}
+inline Qp *to_drv(core::Qp *p)
+{
+	return static_cast<Qp *>(p);
+}
 
 // Limits the device reports and enforces.
 constexpr uint32_t kMaxQpWr = 16384;

@@ -46,8 +46,9 @@ int engine_counters(emu::Nic &nic, ibv_coll_counters *o)
 	if (mask & ~uint64_t(IBV_COLL_COUNTERS_EXT))
 		return EINVAL;
 	emu::NicCounters n = nic.counters();
-	memset(o, 0, mask & IBV_COLL_COUNTERS_EXT ? sizeof(*o)
-						   : offsetof(ibv_coll_counters, rc_tx_packets));
+	memset(o, 0,
+	       mask & IBV_COLL_COUNTERS_EXT ? sizeof(*o)
+					    : offsetof(ibv_coll_counters, rc_tx_packets));
 	o->comp_mask = mask;
 	o->tx_packets = n.port.tx_packets;
 	o->tx_bytes = n.port.tx_bytes;
@@ -108,8 +109,8 @@ int engine_counters(emu::Nic &nic, ibv_coll_counters *o)
 int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 {
 	if (!in || (in->comp_mask & ~uint64_t(IBV_COLL_JOB_ATTR_SWITCH)) || in->flags ||
-	    !in->members || !in->num_nodes ||
-	    in->num_nodes > emu::kMaxCollNodes || in->node_index >= in->num_nodes)
+	    !in->members || !in->num_nodes || in->num_nodes > emu::kMaxCollNodes ||
+	    in->node_index >= in->num_nodes)
 		return EINVAL;
 	int topo = core::raw_enum(in->topology);
 	if (topo < IBV_COLL_TOPO_RING || topo > IBV_COLL_TOPO_AUTO)
@@ -197,8 +198,8 @@ int check_coll_wr(const Qp *qp, const ibv_coll_send_wr *wr, Need *need)
 	const int op = core::raw_enum(wr->opcode);
 	if (op < IBV_COLL_WR_ALLREDUCE || op > IBV_COLL_WR_QUERY)
 		return EINVAL;
-	if (wr->send_flags & ~unsigned(IBV_COLL_SEND_SIGNALED | IBV_COLL_SEND_SOLICITED |
-				       IBV_COLL_SEND_FENCE))
+	if (wr->send_flags &
+	    ~unsigned(IBV_COLL_SEND_SIGNALED | IBV_COLL_SEND_SOLICITED | IBV_COLL_SEND_FENCE))
 		return EINVAL;
 	const uint16_t k = qp->local_ranks;
 	memset(need, 0, sizeof(*need));
@@ -228,9 +229,7 @@ int check_coll_wr(const Qp *qp, const ibv_coll_send_wr *wr, Need *need)
 	for (uint16_t r = 0; r < k; r++) {
 		uint32_t g = qp->first_rank + r;
 		switch (op) {
-		case IBV_COLL_WR_ALLREDUCE:
-			need->src[r] = need->dst[r] = bytes;
-			break;
+		case IBV_COLL_WR_ALLREDUCE: need->src[r] = need->dst[r] = bytes; break;
 		case IBV_COLL_WR_REDUCE:
 			need->src[r] = bytes;
 			need->dst[r] = g == root ? bytes : 0;
@@ -276,9 +275,11 @@ int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 			// would not follow the last (2^31 or more ahead) is refused
 			// rather than taken for an old message's.
 			if (mid && !emu::seq_after(w->wr.coll.mid, mid)) {
-				IBVC_WARN("crxe", "qp {:#x}: message id {:#x} does not follow {:#x} (at most "
-						  "2^31 - 1 ahead): refused",
-					  qp->pub.qp_num, w->wr.coll.mid, mid);
+				IBVC_WARN(
+					"crxe",
+					"qp {:#x}: message id {:#x} does not follow {:#x} (at most "
+					"2^31 - 1 ahead): refused",
+					qp->pub.qp_num, w->wr.coll.mid, mid);
 				err = EINVAL;
 			} else {
 				mid = w->wr.coll.mid;
@@ -286,7 +287,8 @@ int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 		} else if (!err && !query) {
 			mid = emu::next_mid(mid);
 		}
-		if (!err && w->num_sge && core::raw_enum(w->opcode) != IBV_COLL_WR_BARRIER && !query) {
+		if (!err && w->num_sge && core::raw_enum(w->opcode) != IBV_COLL_WR_BARRIER &&
+		    !query) {
 			std::vector<emu::Sge> s(w->num_sge), d(w->num_sge);
 			for (int i = 0; i < w->num_sge; i++) {
 				s[i] = emu::Sge{w->sg_list[i].addr, w->sg_list[i].length,
@@ -298,7 +300,7 @@ int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 			err = nic->check_local(pdn, s.data(), need.src, w->num_sge, 0);
 			if (!err)
 				err = nic->check_local(pdn, d.data(), need.dst, w->num_sge,
-							    IBV_ACCESS_LOCAL_WRITE);
+						       IBV_ACCESS_LOCAL_WRITE);
 		}
 		if (!err && n >= free)
 			err = ENOMEM;

@@ -18,7 +18,8 @@ core::Qp *create_qp(core::Pd *p, ibv_coll_qp_init_attr *ia)
 	// A collective QP's SGEs are its local ranks' buffers (one source and
 	// one destination each); it has no receive queue.
 	if ((type != IBV_COLL_QPT_RC && !coll) || !cap.max_send_wr || cap.max_send_wr > kMaxQpWr ||
-	    cap.max_recv_wr > kMaxQpWr || cap.max_send_sge > (coll ? emu::kMaxCollRanks : kMaxSge) ||
+	    cap.max_recv_wr > kMaxQpWr ||
+	    cap.max_send_sge > (coll ? emu::kMaxCollRanks : kMaxSge) ||
 	    cap.max_recv_sge > kMaxSge || cap.max_inline_data ||
 	    (coll && (cap.max_recv_wr || cap.max_recv_sge || !cap.max_send_sge))) {
 		errno = EINVAL;
@@ -77,7 +78,8 @@ int modify_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask)
 		return EINVAL;
 	if (mask & IBV_COLL_QP_ACCESS_FLAGS) {
 		if (a->qp_access_flags &
-		    ~unsigned(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ))
+		    ~unsigned(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			      IBV_ACCESS_REMOTE_READ))
 			return EINVAL;
 		e.access = a->qp_access_flags;
 	}
@@ -195,10 +197,8 @@ static int check_send_wr(const Qp *qp, const ibv_coll_send_wr *wr)
 	case IBV_COLL_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_COLL_WR_SEND:
 	case IBV_COLL_WR_SEND_WITH_IMM:
-	case IBV_COLL_WR_RDMA_READ:
-		break;
-	default:
-		return EINVAL;
+	case IBV_COLL_WR_RDMA_READ: break;
+	default: return EINVAL;
 	}
 	if (wr->num_sge < 0 || uint32_t(wr->num_sge) > qp->cap.max_send_sge ||
 	    (wr->num_sge && !wr->sg_list))

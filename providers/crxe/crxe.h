@@ -28,7 +28,7 @@ struct Netdev {
 	std::string name;
 	int ifindex = 0;
 	uint32_t mtu = 0;
-	bool up = false;      // administratively up and carrier on
+	bool up = false; // administratively up and carrier on
 	bool loopback = false;
 	std::vector<emu::IpAddr> addrs; // IPv4 (mapped) first, then IPv6, no link-local
 };
@@ -58,8 +58,14 @@ struct Context : core::Context {
 	std::unique_ptr<emu::Nic> nic;
 };
 
-inline Context *to_crxe(core::Context *c) { return static_cast<Context *>(c); }
-inline Context *ctx_of(ibv_coll_context *c) { return to_crxe(core::to_core(c)); }
+inline Context *to_crxe(core::Context *c)
+{
+	return static_cast<Context *>(c);
+}
+inline Context *ctx_of(ibv_coll_context *c)
+{
+	return to_crxe(core::to_core(c));
+}
 
 // The device's own operations (crxe_device.cc, crxe.cc); the objects'
 // operations are the driver layer's (drv.h).

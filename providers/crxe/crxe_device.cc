@@ -99,16 +99,11 @@ int query_device(core::Context *c, ibv_coll_device_attr *a)
 static ibv_mtu mtu_enum(uint32_t bytes)
 {
 	switch (bytes) {
-	case 4096:
-		return IBV_MTU_4096;
-	case 2048:
-		return IBV_MTU_2048;
-	case 1024:
-		return IBV_MTU_1024;
-	case 512:
-		return IBV_MTU_512;
-	default:
-		return IBV_MTU_256;
+	case 4096: return IBV_MTU_4096;
+	case 2048: return IBV_MTU_2048;
+	case 1024: return IBV_MTU_1024;
+	case 512: return IBV_MTU_512;
+	default: return IBV_MTU_256;
 	}
 }
 

@@ -30,14 +30,10 @@ using CachePtr = std::unique_ptr<nl_cache, CacheDel>;
 int nl_errno(int nlerr)
 {
 	switch (-nlerr) {
-	case NLE_NOMEM:
-		return ENOMEM;
-	case NLE_PERM:
-		return EPERM;
-	case NLE_NODEV:
-		return ENODEV;
-	default:
-		return EIO;
+	case NLE_NOMEM: return ENOMEM;
+	case NLE_PERM: return EPERM;
+	case NLE_NODEV: return ENODEV;
+	default: return EIO;
 	}
 }
 
@@ -97,7 +93,8 @@ int list_netdevs(std::vector<Netdev> *out)
 			nl_addr *local = rtnl_addr_get_local(a);
 			if (!local)
 				continue;
-			const uint8_t *bin = static_cast<const uint8_t *>(nl_addr_get_binary_addr(local));
+			const uint8_t *bin = static_cast<const uint8_t *>(
+				nl_addr_get_binary_addr(local));
 			if (nl_addr_get_family(local) == AF_INET && nl_addr_get_len(local) == 4) {
 				uint32_t be;
 				memcpy(&be, bin, 4);

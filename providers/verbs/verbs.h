@@ -86,12 +86,30 @@ struct Qp : core::Qp {
 	uint8_t port = 1;	      // the port given at RESET -> INIT
 };
 
-inline Context *to_verbs(core::Context *c) { return static_cast<Context *>(c); }
-inline Pd *to_verbs(core::Pd *p) { return static_cast<Pd *>(p); }
-inline Mr *to_verbs(core::Mr *p) { return static_cast<Mr *>(p); }
-inline Cq *to_verbs(core::Cq *p) { return static_cast<Cq *>(p); }
-inline Qp *to_verbs(core::Qp *p) { return static_cast<Qp *>(p); }
-inline Context *ctx_of(ibv_coll_context *c) { return to_verbs(core::to_core(c)); }
+inline Context *to_verbs(core::Context *c)
+{
+	return static_cast<Context *>(c);
+}
+inline Pd *to_verbs(core::Pd *p)
+{
+	return static_cast<Pd *>(p);
+}
+inline Mr *to_verbs(core::Mr *p)
+{
+	return static_cast<Mr *>(p);
+}
+inline Cq *to_verbs(core::Cq *p)
+{
+	return static_cast<Cq *>(p);
+}
+inline Qp *to_verbs(core::Qp *p)
+{
+	return static_cast<Qp *>(p);
+}
+inline Context *ctx_of(ibv_coll_context *c)
+{
+	return to_verbs(core::to_core(c));
+}
 
 // The UDP port RoCEv2 devices use; reported for Ethernet ports, where the
 // kernel or the NIC owns it and the QP's udp_port has no meaning.

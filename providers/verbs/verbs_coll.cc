@@ -128,8 +128,8 @@ int engine_cq(Context *ctx, Cq *cq, int cqe)
 {
 	if (!ctx->nic)
 		return 0;
-	cq->ecq = drv::create_engine_cq(ctx->nic.get(),
-					 std::clamp<int>(cqe, 1, int(drv::kMaxCqe)), cq);
+	cq->ecq = drv::create_engine_cq(ctx->nic.get(), std::clamp<int>(cqe, 1, int(drv::kMaxCqe)),
+					cq);
 	return cq->ecq ? 0 : errno;
 }
 
@@ -143,8 +143,10 @@ core::Qp *create_coll_qp(Pd *pd, ibv_coll_qp_init_attr *ia)
 {
 	Context *ctx = ctx_of(pd->pub.context);
 	if (!ctx->nic || !pd->epd) {
-		IBVC_WARN("verbs", "{}: no collective engine on this device (see the log at info "
-			  "level): collective QPs are not supported", ctx->dev->name);
+		IBVC_WARN("verbs",
+			  "{}: no collective engine on this device (see the log at info "
+			  "level): collective QPs are not supported",
+			  ctx->dev->name);
 		errno = EOPNOTSUPP;
 		return nullptr;
 	}

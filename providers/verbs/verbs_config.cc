@@ -19,8 +19,8 @@ const ConfigVar kVars[kCount] = {
 	 "comma-separated libibverbs devices (rxe0, mlx5_0, ...) to expose as verbs_<name> devices "
 	 "(empty: every device libibverbs lists)",
 	 ConfigKind::string},
-	{"IBV_COLL_VERBS_DISABLE", "n", "list no verbs devices: do not ask libibverbs for its devices",
-	 ConfigKind::boolean},
+	{"IBV_COLL_VERBS_DISABLE", "n",
+	 "list no verbs devices: do not ask libibverbs for its devices", ConfigKind::boolean},
 };
 
 const util::ConfigRegistrar kRegistrar({"verbs", kVars}, 30);

@@ -50,15 +50,11 @@ void log_async(Context *ctx, const ibv_async_event &e)
 	case IBV_EVENT_QP_ACCESS_ERR:
 		IBVC_WARN("verbs", "{}: qp {:#x}: {}", ctx->dev->name, e.element.qp->qp_num, what);
 		break;
-	case IBV_EVENT_CQ_ERR:
-		IBVC_WARN("verbs", "{}: cq: {}", ctx->dev->name, what);
-		break;
+	case IBV_EVENT_CQ_ERR: IBVC_WARN("verbs", "{}: cq: {}", ctx->dev->name, what); break;
 	case IBV_EVENT_PORT_ERR:
 		IBVC_WARN("verbs", "{}: port {}: {}", ctx->dev->name, e.element.port_num, what);
 		break;
-	case IBV_EVENT_DEVICE_FATAL:
-		IBVC_ERR("verbs", "{}: {}", ctx->dev->name, what);
-		break;
+	case IBV_EVENT_DEVICE_FATAL: IBVC_ERR("verbs", "{}: {}", ctx->dev->name, what); break;
 	case IBV_EVENT_COMM_EST:
 	case IBV_EVENT_SQ_DRAINED:
 	case IBV_EVENT_PATH_MIG:
@@ -66,8 +62,7 @@ void log_async(Context *ctx, const ibv_async_event &e)
 	case IBV_EVENT_QP_LAST_WQE_REACHED:
 		IBVC_DEBUG("verbs", "{}: qp {:#x}: {}", ctx->dev->name, e.element.qp->qp_num, what);
 		break;
-	default:
-		IBVC_INFO("verbs", "{}: {}", ctx->dev->name, what);
+	default: IBVC_INFO("verbs", "{}: {}", ctx->dev->name, what);
 	}
 }
 

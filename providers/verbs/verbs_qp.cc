@@ -17,11 +17,16 @@ namespace ibv_coll::verbs {
 namespace {
 
 // Our mask bits, opcodes and flags are libibverbs' values.
-constexpr bool same(int ours, int theirs) { return ours == theirs; }
-static_assert(same(IBV_COLL_QP_STATE, IBV_QP_STATE) && same(IBV_COLL_QP_CUR_STATE, IBV_QP_CUR_STATE) &&
+constexpr bool same(int ours, int theirs)
+{
+	return ours == theirs;
+}
+static_assert(same(IBV_COLL_QP_STATE, IBV_QP_STATE) &&
+	      same(IBV_COLL_QP_CUR_STATE, IBV_QP_CUR_STATE) &&
 	      same(IBV_COLL_QP_ACCESS_FLAGS, IBV_QP_ACCESS_FLAGS) &&
-	      same(IBV_COLL_QP_PKEY_INDEX, IBV_QP_PKEY_INDEX) && same(IBV_COLL_QP_PORT, IBV_QP_PORT) &&
-	      same(IBV_COLL_QP_AV, IBV_QP_AV) && same(IBV_COLL_QP_PATH_MTU, IBV_QP_PATH_MTU) &&
+	      same(IBV_COLL_QP_PKEY_INDEX, IBV_QP_PKEY_INDEX) &&
+	      same(IBV_COLL_QP_PORT, IBV_QP_PORT) && same(IBV_COLL_QP_AV, IBV_QP_AV) &&
+	      same(IBV_COLL_QP_PATH_MTU, IBV_QP_PATH_MTU) &&
 	      same(IBV_COLL_QP_TIMEOUT, IBV_QP_TIMEOUT) &&
 	      same(IBV_COLL_QP_RETRY_CNT, IBV_QP_RETRY_CNT) &&
 	      same(IBV_COLL_QP_RNR_RETRY, IBV_QP_RNR_RETRY) &&
@@ -42,9 +47,9 @@ static_assert(same(IBV_COLL_SEND_FENCE, IBV_SEND_FENCE) &&
 static_assert(same(IBV_COLL_QPT_RC, IBV_QPT_RC));
 
 // Every RC attribute bit: all but IBV_COLL_QP_JOB.
-constexpr int kRcMask = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS |
-			IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_AV | IBV_QP_PATH_MTU |
-			IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN |
+constexpr int kRcMask = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
+			IBV_QP_PORT | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT |
+			IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN |
 			IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
 			IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_DEST_QPN;
 
@@ -165,8 +170,9 @@ int modify_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask)
 	if (mask & IBV_QP_AV) {
 		// RoCE addresses by GID; InfiniBand needs a LID we cannot carry.
 		if (ctx->ports[port - 1].link_layer != IBV_LINK_LAYER_ETHERNET) {
-			IBVC_WARN("verbs", "{}: qp {:#x}: port {} is not Ethernet (RoCE); "
-					   "InfiniBand addressing is not supported",
+			IBVC_WARN("verbs",
+				  "{}: qp {:#x}: port {} is not Ethernet (RoCE); "
+				  "InfiniBand addressing is not supported",
 				  ctx->dev->name, qp->pub.qp_num, int(port));
 			return EOPNOTSUPP;
 		}
@@ -232,8 +238,9 @@ int query_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask, ibv_coll_qp_init_attr *
 	a->cap = from_vcap(vi.cap);
 	memcpy(a->ah_attr.dgid.raw, v.ah_attr.grh.dgid.raw, 16);
 	a->ah_attr.sgid_index = v.ah_attr.grh.sgid_index;
-	a->ah_attr.udp_port =
-		ctx->ports[qp->port - 1].link_layer == IBV_LINK_LAYER_ETHERNET ? kRoceUdpPort : 0;
+	a->ah_attr.udp_port = ctx->ports[qp->port - 1].link_layer == IBV_LINK_LAYER_ETHERNET
+				      ? kRoceUdpPort
+				      : 0;
 	a->pkey_index = v.pkey_index;
 	a->max_rd_atomic = v.max_rd_atomic;
 	a->max_dest_rd_atomic = v.max_dest_rd_atomic;
@@ -258,10 +265,8 @@ int check_send_wr(const Qp *qp, const ibv_coll_send_wr *wr)
 	case IBV_COLL_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_COLL_WR_SEND:
 	case IBV_COLL_WR_SEND_WITH_IMM:
-	case IBV_COLL_WR_RDMA_READ:
-		break;
-	default:
-		return EINVAL;
+	case IBV_COLL_WR_RDMA_READ: break;
+	default: return EINVAL;
 	}
 	if (wr->num_sge < 0 || uint32_t(wr->num_sge) > qp->init.cap.max_send_sge ||
 	    (wr->num_sge && !wr->sg_list))

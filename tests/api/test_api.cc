@@ -80,8 +80,8 @@ int to_init(ibv_coll_qp *qp)
 	a.qp_state = IBV_QPS_INIT;
 	a.port_num = 1;
 	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	return ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT |
-						  IBV_COLL_QP_ACCESS_FLAGS);
+	return ibv_modify_coll_qp(qp, &a,
+				  IBV_COLL_QP_STATE | IBV_COLL_QP_PORT | IBV_COLL_QP_ACCESS_FLAGS);
 }
 
 const int kRtrMask = IBV_COLL_QP_STATE | IBV_COLL_QP_AV | IBV_COLL_QP_PATH_MTU |
@@ -205,7 +205,8 @@ TEST(BadArgs, NullsAndRanges)
 	EXPECT_EQ(errno, EINVAL);
 	EXPECT_EQ(ibv_reg_coll_mr(c.pd, nullptr, 10, 0), nullptr);
 	EXPECT_EQ(errno, EINVAL);
-	EXPECT_EQ(ibv_reg_coll_mr(c.pd, reinterpret_cast<void *>(~uintptr_t(0) - 4), 100, 0), nullptr)
+	EXPECT_EQ(ibv_reg_coll_mr(c.pd, reinterpret_cast<void *>(~uintptr_t(0) - 4), 100, 0),
+		  nullptr)
 		<< "address wraps";
 	EXPECT_EQ(errno, EINVAL);
 	EXPECT_EQ(ibv_dereg_coll_mr(nullptr), EINVAL);
@@ -322,8 +323,8 @@ TEST(QpStateMachine, LegalPathAndIllegalTransitions)
 		  EINVAL)
 		<< "SQ_PSN is not allowed at RESET -> INIT";
 	a.port_num = 2;
-	EXPECT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT |
-						     IBV_COLL_QP_ACCESS_FLAGS),
+	EXPECT_EQ(ibv_modify_coll_qp(
+			  qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT | IBV_COLL_QP_ACCESS_FLAGS),
 		  EINVAL)
 		<< "port 2";
 	EXPECT_EQ(state_of(qp), IBV_QPS_RESET);
@@ -582,7 +583,8 @@ TEST(Strings, StatusAndOpcodes)
 {
 	EXPECT_STREQ(ibv_coll_wc_status_str(IBV_WC_SUCCESS), "success");
 	EXPECT_STREQ(ibv_coll_wc_status_str(IBV_WC_REM_ACCESS_ERR), "remote access error");
-	EXPECT_STREQ(ibv_coll_wc_status_str(IBV_WC_RETRY_EXC_ERR), "transport retry counter exceeded");
+	EXPECT_STREQ(ibv_coll_wc_status_str(IBV_WC_RETRY_EXC_ERR),
+		     "transport retry counter exceeded");
 	EXPECT_STREQ(ibv_coll_wr_opcode_str(IBV_COLL_WR_RDMA_READ), "RDMA_READ");
 	EXPECT_STREQ(ibv_coll_wc_opcode_str(IBV_COLL_WC_RECV_RDMA_WITH_IMM), "RECV_RDMA_WITH_IMM");
 }
@@ -596,10 +598,10 @@ TEST(Config, PrintsEveryVariableWithDefault)
 	fclose(f);
 	std::string s(text, len);
 	free(text);
-	for (const char *v : {"IBV_COLL_LOG_LEVEL=warn", "IBV_COLL_LOG_FILE=",
-			      "IBV_COLL_CRXE_UDP_PORT=4791", "IBV_COLL_CRXE_DEVICES=",
-			      "IBV_COLL_CRXE_PORT_FALLBACK=y", "IBV_COLL_EMU_POLL_US=2000",
-			      "IBV_COLL_EMU_IMPAIR=", "IBV_COLL_EMU_RC_TIMEOUT=14"})
+	for (const char *v :
+	     {"IBV_COLL_LOG_LEVEL=warn", "IBV_COLL_LOG_FILE=", "IBV_COLL_CRXE_UDP_PORT=4791",
+	      "IBV_COLL_CRXE_DEVICES=", "IBV_COLL_CRXE_PORT_FALLBACK=y",
+	      "IBV_COLL_EMU_POLL_US=2000", "IBV_COLL_EMU_IMPAIR=", "IBV_COLL_EMU_RC_TIMEOUT=14"})
 		EXPECT_NE(s.find(v), std::string::npos) << v;
 	EXPECT_EQ(ibv_coll_print_config(nullptr), EINVAL);
 }

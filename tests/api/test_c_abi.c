@@ -10,13 +10,12 @@
 
 static int failures;
 
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			failures++;                                            \
-		}                                                              \
+#define CHECK(cond)                                                                              \
+	do {                                                                                     \
+		if (!(cond)) {                                                                   \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+			failures++;                                                              \
+		}                                                                                \
 	} while (0)
 
 int main(void)
@@ -32,7 +31,7 @@ int main(void)
 	int n = 0, i;
 
 	CHECK(strcmp(ibv_coll_wc_status_str((enum ibv_wc_status)999), "unknown") == 0);
-	CHECK(strcmp(ibv_coll_wc_status_str((enum ibv_wc_status)-1), "unknown") == 0);
+	CHECK(strcmp(ibv_coll_wc_status_str((enum ibv_wc_status) - 1), "unknown") == 0);
 	CHECK(strcmp(ibv_coll_wr_opcode_str((enum ibv_coll_wr_opcode)99), "unknown") == 0);
 	CHECK(strcmp(ibv_coll_wc_opcode_str((enum ibv_coll_wc_opcode)3), "unknown") == 0);
 
@@ -69,8 +68,9 @@ int main(void)
 	CHECK(ibv_modify_coll_qp(qp, &attr, IBV_COLL_QP_STATE) == EINVAL);
 	attr.qp_state = IBV_QPS_INIT;
 	attr.port_num = 1;
-	CHECK(ibv_modify_coll_qp(qp, &attr, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT |
-						    IBV_COLL_QP_ACCESS_FLAGS) == 0);
+	CHECK(ibv_modify_coll_qp(qp, &attr,
+				 IBV_COLL_QP_STATE | IBV_COLL_QP_PORT | IBV_COLL_QP_ACCESS_FLAGS) ==
+	      0);
 	CHECK(qp->state == IBV_QPS_INIT);
 
 	CHECK(ibv_destroy_coll_qp(qp) == 0);

@@ -89,8 +89,8 @@ struct OneNode {
 		a.qp_state = IBV_QPS_RTR;
 		a.path_mtu = IBV_MTU_1024;
 		a.job = &j;
-		return ibv_modify_coll_qp(qp, &a,
-					  IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
+		return ibv_modify_coll_qp(
+			qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
 	}
 	int rts()
 	{
@@ -299,55 +299,51 @@ TEST(CollApi, BadWrsFailAtPostAndPostNothing)
 		void (*mutate)(ibv_coll_send_wr &, ibv_sge *, ibv_sge *, uint32_t);
 	};
 	const Bad bads[] = {
-		{"unknown opcode", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) {
-			 set_raw(w.opcode, 0x47);
-		 }},
+		{"unknown opcode", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *,
+				      uint32_t) { set_raw(w.opcode, 0x47); }},
 		{"RC opcode on a collective QP", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *,
 						    uint32_t) { w.opcode = IBV_COLL_WR_SEND; }},
-		{"bitwise op on floats", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) {
+		{"bitwise op on floats",
+		 [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) {
 			 w.wr.coll.op = IBV_COLL_OP_BXOR;
 			 w.wr.coll.dtype = IBV_COLL_DTYPE_FLOAT32;
 		 }},
-		{"unknown op", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) {
-			 set_raw(w.wr.coll.op, 8);
-		 }},
-		{"unknown dtype", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) {
-			 set_raw(w.wr.coll.dtype, 12);
-		 }},
-		{"count overflow", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) {
-			 w.wr.coll.count = UINT64_MAX / 2;
-		 }},
-		{"source shorter than count", [](ibv_coll_send_wr &w, ibv_sge *s, ibv_sge *, uint32_t) {
+		{"unknown op", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *,
+				  uint32_t) { set_raw(w.wr.coll.op, 8); }},
+		{"unknown dtype", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *,
+				     uint32_t) { set_raw(w.wr.coll.dtype, 12); }},
+		{"count overflow", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *,
+				      uint32_t) { w.wr.coll.count = UINT64_MAX / 2; }},
+		{"source shorter than count",
+		 [](ibv_coll_send_wr &w, ibv_sge *s, ibv_sge *, uint32_t) {
 			 w.wr.coll.count = 1025;
 			 (void)s;
 		 }},
-		{"lkey not covering the source", [](ibv_coll_send_wr &, ibv_sge *s, ibv_sge *, uint32_t) {
+		{"lkey not covering the source",
+		 [](ibv_coll_send_wr &, ibv_sge *s, ibv_sge *, uint32_t) {
 			 s[1].addr += 12000; // ends past the region
 		 }},
-		{"wrong lkey", [](ibv_coll_send_wr &, ibv_sge *s, ibv_sge *, uint32_t) {
-			 s[0].lkey ^= 0x100;
-		 }},
-		{"destination not writable", [](ibv_coll_send_wr &, ibv_sge *, ibv_sge *d, uint32_t ro) {
-			 d[1].lkey = ro;
-		 }},
-		{"SGE count is not the local ranks", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *,
-							uint32_t) { w.num_sge = 1; }},
-		{"no destinations", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) {
-			 w.wr.coll.dst_list = nullptr;
-		 }},
-		{"root out of range", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) {
+		{"wrong lkey",
+		 [](ibv_coll_send_wr &, ibv_sge *s, ibv_sge *, uint32_t) { s[0].lkey ^= 0x100; }},
+		{"destination not writable",
+		 [](ibv_coll_send_wr &, ibv_sge *, ibv_sge *d, uint32_t ro) { d[1].lkey = ro; }},
+		{"SGE count is not the local ranks",
+		 [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) { w.num_sge = 1; }},
+		{"no destinations", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *,
+				       uint32_t) { w.wr.coll.dst_list = nullptr; }},
+		{"root out of range",
+		 [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) {
 			 w.opcode = IBV_COLL_WR_REDUCE;
 			 w.wr.coll.root = 2;
 		 }},
-		{"block length not a multiple of the element", [](ibv_coll_send_wr &w, ibv_sge *,
-								   ibv_sge *, uint32_t) {
+		{"block length not a multiple of the element",
+		 [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) {
 			 w.wr.coll.block_len = 6;
 		 }},
 		{"block length above the path MTU", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *,
 						       uint32_t) { w.wr.coll.block_len = 2048; }},
-		{"unknown send flag", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *, uint32_t) {
-			 w.send_flags |= 1u << 7;
-		 }},
+		{"unknown send flag", [](ibv_coll_send_wr &w, ibv_sge *, ibv_sge *,
+					 uint32_t) { w.send_flags |= 1u << 7; }},
 	};
 	for (const Bad &b : bads) {
 		ibv_sge s[k], d[k];
@@ -392,7 +388,8 @@ TEST(CollApi, BadWrsFailAtPostAndPostNothing)
 	EXPECT_EQ(wc.byte_len, 4096u);
 	for (int r = 0; r < k; r++)
 		for (int e = 0; e < 1024; e++)
-			ASSERT_EQ(buf[size_t(2 + r) * 1024 + size_t(e)], e + 2 * e) << r << " " << e;
+			ASSERT_EQ(buf[size_t(2 + r) * 1024 + size_t(e)], e + 2 * e)
+				<< r << " " << e;
 	ibv_dereg_coll_mr(mr);
 	ibv_dereg_coll_mr(mr_ro);
 }

@@ -23,7 +23,8 @@ int main(void)
 	snprintf(parts, sizeof(parts), "%d.%d.%d", IBV_COLL_VERSION_MAJOR, IBV_COLL_VERSION_MINOR,
 		 IBV_COLL_VERSION_PATCH);
 	if (strcmp(IBV_COLL_VERSION_STRING, WANT_VERSION)) {
-		printf("IBV_COLL_VERSION_STRING %s, want %s\n", IBV_COLL_VERSION_STRING, WANT_VERSION);
+		printf("IBV_COLL_VERSION_STRING %s, want %s\n", IBV_COLL_VERSION_STRING,
+		       WANT_VERSION);
 		bad = 1;
 	}
 	if (strcmp(parts, WANT_VERSION)) {

@@ -77,16 +77,16 @@ void mids_scenario(std::vector<Case> &v, uint32_t K)
 		v.push_back({coll, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, n, K - 1, 0, mid});
 	};
 	add(IBV_COLL_WR_ALLREDUCE, big, 0x10);
-	add(IBV_COLL_WR_ALLREDUCE, 1, 0x8000000f);	 // + 2^31 - 1
-	add(IBV_COLL_WR_ALLREDUCE, 1, 0xfffffffe);	 // + 2^31 - 17
-	add(IBV_COLL_WR_ALLREDUCE, big, 0xffffffff);	 // + 1
-	add(IBV_COLL_WR_ALLREDUCE, big, 0);		 // automatic: 1 (0 is no message's)
-	add(IBV_COLL_WR_BCAST, 5000, 0);		 // 2
-	add(IBV_COLL_WR_ALLREDUCE, big, 0x80000001);	 // + 2^31 - 1
-	add(IBV_COLL_WR_ALLREDUCE, 1, 0xfffffff0);	 // + 2^31 - 17
-	add(IBV_COLL_WR_ALLREDUCE, 1, 0x00000005);	 // across 2^32 - 1 -> 0, explicit
-	add(IBV_COLL_WR_BARRIER, 0, 0);			 // 6
-	add(IBV_COLL_WR_REDUCE_SCATTER, big / K, 0);	 // 7
+	add(IBV_COLL_WR_ALLREDUCE, 1, 0x8000000f);   // + 2^31 - 1
+	add(IBV_COLL_WR_ALLREDUCE, 1, 0xfffffffe);   // + 2^31 - 17
+	add(IBV_COLL_WR_ALLREDUCE, big, 0xffffffff); // + 1
+	add(IBV_COLL_WR_ALLREDUCE, big, 0);	     // automatic: 1 (0 is no message's)
+	add(IBV_COLL_WR_BCAST, 5000, 0);	     // 2
+	add(IBV_COLL_WR_ALLREDUCE, big, 0x80000001); // + 2^31 - 1
+	add(IBV_COLL_WR_ALLREDUCE, 1, 0xfffffff0);   // + 2^31 - 17
+	add(IBV_COLL_WR_ALLREDUCE, 1, 0x00000005);   // across 2^32 - 1 -> 0, explicit
+	add(IBV_COLL_WR_BARRIER, 0, 0);		     // 6
+	add(IBV_COLL_WR_REDUCE_SCATTER, big / K, 0); // 7
 }
 
 // A job given again after a failure: node 0 deregisters its buffers under
@@ -104,10 +104,11 @@ void recover_scenario(std::vector<Case> &v, uint32_t K)
 	v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 300000, 0, 0});
 	v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_MAX, IBV_COLL_DTYPE_FLOAT32, 7, 0, 0});
 	v.push_back({IBV_COLL_WR_BARRIER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 0, 0, 0});
-	v.push_back({IBV_COLL_WR_ALLGATHER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 100000 / K, 0, 0});
+	v.push_back(
+		{IBV_COLL_WR_ALLGATHER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 100000 / K, 0, 0});
 }
 
-const int kColls[] = {IBV_COLL_WR_ALLREDUCE, IBV_COLL_WR_REDUCE,	   IBV_COLL_WR_BCAST,
+const int kColls[] = {IBV_COLL_WR_ALLREDUCE, IBV_COLL_WR_REDUCE,	 IBV_COLL_WR_BCAST,
 		      IBV_COLL_WR_ALLGATHER, IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_WR_BARRIER};
 
 bool valid(int op, int dtype)
@@ -124,7 +125,8 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 			// Counts: none, one, odd, exactly one block, many blocks.
 			for (uint64_t n : {uint64_t(0), uint64_t(1), uint64_t(7), mtu / 4,
 					   3 * mtu / 4 + 5, uint64_t(1000)})
-				v.push_back({c, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, n, K - 1, 0});
+				v.push_back(
+					{c, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, n, K - 1, 0});
 			if (c == IBV_COLL_WR_BARRIER)
 				continue;
 			v.push_back({c, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 1001, K / 2, 0});
@@ -137,61 +139,76 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 			for (int op = IBV_COLL_OP_SUM; op <= IBV_COLL_OP_BXOR; op++)
 				if (valid(op, d))
 					v.push_back({IBV_COLL_WR_ALLREDUCE, op, d, 515, 0,
-						     d >= IBV_COLL_DTYPE_FLOAT16 && op != IBV_COLL_OP_PROD
+						     d >= IBV_COLL_DTYPE_FLOAT16 &&
+								     op != IBV_COLL_OP_PROD
 							     ? 1
 							     : 0});
 	} else if (o.scenario == "big") {
 		// 64 MiB per rank (allgather and reduce-scatter: 64 MiB vectors).
 		const uint64_t f = 16u << 20;
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f, 0, 0});
-		v.push_back({IBV_COLL_WR_REDUCE, IBV_COLL_OP_MAX, IBV_COLL_DTYPE_INT32, f, K - 1, 0});
-		v.push_back({IBV_COLL_WR_BCAST, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, 4 * f, 1 % K, 0});
-		v.push_back({IBV_COLL_WR_ALLGATHER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f / K, 0, 0});
-		v.push_back({IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f / K,
+		v.push_back(
+			{IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f, 0, 0});
+		v.push_back(
+			{IBV_COLL_WR_REDUCE, IBV_COLL_OP_MAX, IBV_COLL_DTYPE_INT32, f, K - 1, 0});
+		v.push_back({IBV_COLL_WR_BCAST, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, 4 * f, 1 % K,
+			     0});
+		v.push_back({IBV_COLL_WR_ALLGATHER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f / K,
 			     0, 0});
+		v.push_back({IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
+			     f / K, 0, 0});
 	} else if (o.scenario == "lossy") {
 		for (int c : kColls)
-			for (uint64_t n : {uint64_t(1), uint64_t(7), uint64_t(4099), uint64_t(40000)})
-				v.push_back({c, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, n, K - 1, 0});
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 4u << 20, 0,
-			     0});
+			for (uint64_t n :
+			     {uint64_t(1), uint64_t(7), uint64_t(4099), uint64_t(40000)})
+				v.push_back(
+					{c, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, n, K - 1, 0});
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
+			     4u << 20, 0, 0});
 	} else if (o.scenario == "switch") {
 		// Every collective through the switch: counts 0 to many blocks.
 		for (int c : kColls) {
 			for (uint64_t n : {uint64_t(0), uint64_t(1), uint64_t(7), mtu / 4,
 					   3 * mtu / 4 + 5, uint64_t(5000)})
-				v.push_back({c, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, n, K - 1, 0});
+				v.push_back(
+					{c, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, n, K - 1, 0});
 			if (c == IBV_COLL_WR_BARRIER)
 				continue;
 			v.push_back({c, IBV_COLL_OP_AVG, IBV_COLL_DTYPE_BFLOAT16, 257, 1 % K, 0});
 			v.push_back({c, IBV_COLL_OP_BXOR, IBV_COLL_DTYPE_UINT16, 4099, 0, 0});
 			v.push_back({c, IBV_COLL_OP_MIN, IBV_COLL_DTYPE_FLOAT64, 1001, K / 2, 1});
 		}
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 1u << 20, 0,
-			     0});
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
+			     1u << 20, 0, 0});
 	} else if (o.scenario == "stat") {
 		// What tests/tools/test_stat.sh and the capture test expect, by
 		// their own count: these four allreduces, in this order.
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 600, 0, 0});
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_MAX, IBV_COLL_DTYPE_FLOAT64, 100, 0, 0});
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 600, 0, 0});
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_BXOR, IBV_COLL_DTYPE_UINT8, 7, 0, 0});
+		v.push_back(
+			{IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 600, 0, 0});
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_MAX, IBV_COLL_DTYPE_FLOAT64, 100, 0,
+			     0});
+		v.push_back(
+			{IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 600, 0, 0});
+		v.push_back(
+			{IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_BXOR, IBV_COLL_DTYPE_UINT8, 7, 0, 0});
 	} else if (o.scenario == "switchbig") {
 		const uint64_t f = 16u << 20;
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f, 0, 0});
-		v.push_back({IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f / K,
-			     0, 0});
-		v.push_back({IBV_COLL_WR_BCAST, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, 4 * f, 1 % K, 0});
+		v.push_back(
+			{IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, f, 0, 0});
+		v.push_back({IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
+			     f / K, 0, 0});
+		v.push_back({IBV_COLL_WR_BCAST, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, 4 * f, 1 % K,
+			     0});
 	} else if (o.scenario == "traffic") {
 		// One 4 MiB allreduce: what each NIC puts on the wire for it.
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 1u << 20, 0,
-			     2});
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
+			     1u << 20, 0, 2});
 	} else if (o.scenario == "swdie") {
 		// The switch dies under a large allreduce: an error, in bound.
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 8u << 20, 0,
-			     0});
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
+			     8u << 20, 0, 0});
 	} else if (o.scenario == "swlate") {
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 1000, 0, 0});
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 1000,
+			     0, 0});
 	} else if (o.scenario == "mids") {
 		mids_scenario(v, K);
 	} else if (o.scenario == "recover" || o.scenario == "recover_quiet" ||
@@ -208,12 +225,13 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 				op = IBV_COLL_OP_SUM;
 			// Mostly small, sometimes many blocks.
 			uint64_t count = g() % 4 ? g() % 3000 : g() % 200000;
-			int mode = d >= IBV_COLL_DTYPE_FLOAT16 && op != IBV_COLL_OP_PROD && g() % 4 == 0;
+			int mode = d >= IBV_COLL_DTYPE_FLOAT16 && op != IBV_COLL_OP_PROD &&
+				   g() % 4 == 0;
 			v.push_back({c, op, d, count, uint32_t(g() % K), mode});
 		}
 	} else if (o.scenario == "die") {
-		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 8u << 20, 0,
-			     0});
+		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
+			     8u << 20, 0, 0});
 	}
 	return v;
 }
@@ -260,8 +278,8 @@ int reinstall(ibv_coll_qp *qp, ibv_coll_job_attr *job, int mtu)
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = ibv_mtu(mtu);
 	a.job = job;
-	if (int err = ibv_modify_coll_qp(qp, &a,
-					 IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU))
+	if (int err = ibv_modify_coll_qp(
+		    qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU))
 		return err;
 	a.qp_state = IBV_QPS_RTS;
 	return ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE);
@@ -277,8 +295,8 @@ int check_far_mids(ibv_coll_qp *qp, const ibv_coll_send_wr &good, uint32_t last)
 		w.wr.coll.mid = bad_mid;
 		int err = ibv_post_coll_send(qp, &w, &bad);
 		if (err != EINVAL || bad != &w) {
-			fprintf(stderr, "mid %#x after %#x: post gave %d, not EINVAL\n", bad_mid, last,
-				err);
+			fprintf(stderr, "mid %#x after %#x: post gave %d, not EINVAL\n", bad_mid,
+				last, err);
 			failures++;
 		}
 	}
@@ -291,24 +309,24 @@ int main(int argc, char **argv)
 {
 	Opts o;
 	static const option lo[] = {
-		{"boot", 1, nullptr, 'b'},    {"node", 1, nullptr, 'i'},  {"nodes", 1, nullptr, 'n'},
-		{"ranks", 1, nullptr, 'k'},   {"scenario", 1, nullptr, 's'}, {"seed", 1, nullptr, 'S'},
-		{"dev", 1, nullptr, 'd'},     {"mtu", 1, nullptr, 'm'},   {"timeout-ms", 1, nullptr, 't'},
-		{"seg-count", 1, nullptr, 'g'}, {"topology", 1, nullptr, 'T'},
-		{"verbose", 0, nullptr, 'v'}, {"switch-addr", 1, nullptr, 'A'},
-		{"leaves", 1, nullptr, 'L'},  {"spines", 1, nullptr, 'P'},
-		{"member-leaf", 1, nullptr, 'M'}, {"planes", 1, nullptr, 'p'},
-		{"window", 1, nullptr, 'w'},  {"inline", 0, nullptr, 'I'},
-		{"expect-flags", 1, nullptr, 'F'}, {"e2e-ack", 0, nullptr, 'E'},
-		{"gid-index", 1, nullptr, 'G'}, {"late", 1, nullptr, 'l'},
-		{"hold", 0, nullptr, 'H'},
-		{"jid", 1, nullptr, 'J'},
-		{"pause-ms", 1, nullptr, 'Z'},
+		{"boot", 1, nullptr, 'b'},	  {"node", 1, nullptr, 'i'},
+		{"nodes", 1, nullptr, 'n'},	  {"ranks", 1, nullptr, 'k'},
+		{"scenario", 1, nullptr, 's'},	  {"seed", 1, nullptr, 'S'},
+		{"dev", 1, nullptr, 'd'},	  {"mtu", 1, nullptr, 'm'},
+		{"timeout-ms", 1, nullptr, 't'},  {"seg-count", 1, nullptr, 'g'},
+		{"topology", 1, nullptr, 'T'},	  {"verbose", 0, nullptr, 'v'},
+		{"switch-addr", 1, nullptr, 'A'}, {"leaves", 1, nullptr, 'L'},
+		{"spines", 1, nullptr, 'P'},	  {"member-leaf", 1, nullptr, 'M'},
+		{"planes", 1, nullptr, 'p'},	  {"window", 1, nullptr, 'w'},
+		{"inline", 0, nullptr, 'I'},	  {"expect-flags", 1, nullptr, 'F'},
+		{"e2e-ack", 0, nullptr, 'E'},	  {"gid-index", 1, nullptr, 'G'},
+		{"late", 1, nullptr, 'l'},	  {"hold", 0, nullptr, 'H'},
+		{"jid", 1, nullptr, 'J'},	  {"pause-ms", 1, nullptr, 'Z'},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:l:J:Z:", lo, nullptr)) !=
-	       -1) {
+	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:l:J:Z:", lo,
+				nullptr)) != -1) {
 		switch (c) {
 		case 'b': o.boot = optarg; break;
 		case 'i': o.node = atoi(optarg); break;
@@ -352,7 +370,8 @@ int main(int argc, char **argv)
 	if (o.boot.empty()) { // ibv_coll_run's rendezvous, or a PMIx launcher's
 		const char *addr;
 		if (int err = ibvc_boot_from_env(&addr, &o.node, &o.nodes)) {
-			fprintf(stderr, "coll_node: no --boot and no launcher: %s\n", strerror(err));
+			fprintf(stderr, "coll_node: no --boot and no launcher: %s\n",
+				strerror(err));
 			return 2;
 		}
 		o.boot = addr;
@@ -449,7 +468,8 @@ int main(int argc, char **argv)
 				sa.gid.raw[10] = sa.gid.raw[11] = 0xff;
 				memcpy(sa.gid.raw + 12, &a4, 4);
 			}
-			sa.udp_port = uint16_t(atoi(w.c_str() + (colon == std::string::npos ? 0 : colon + 1)));
+			sa.udp_port = uint16_t(
+				atoi(w.c_str() + (colon == std::string::npos ? 0 : colon + 1)));
 			return sa;
 		};
 		for (const std::string &w : o.leaves)
@@ -471,8 +491,8 @@ int main(int argc, char **argv)
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = ibv_mtu(o.mtu);
 	a.job = &job;
-	if (int err = ibv_modify_coll_qp(qp, &a,
-					 IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU))
+	if (int err = ibv_modify_coll_qp(
+		    qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU))
 		die("RTR", err);
 	a.qp_state = IBV_QPS_RTS;
 	if (int err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE))
@@ -503,8 +523,8 @@ int main(int argc, char **argv)
 	src_max = std::max<uint64_t>(src_max, 64);
 	dst_max = std::max<uint64_t>(dst_max, 64);
 	size_t arena_len = size_t(k) * (src_max + dst_max);
-	auto *arena = static_cast<uint8_t *>(
-		mmap(nullptr, arena_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+	auto *arena = static_cast<uint8_t *>(mmap(nullptr, arena_len, PROT_READ | PROT_WRITE,
+						  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
 	if (arena == MAP_FAILED)
 		die("mmap", errno);
 	ibv_coll_mr *mr = ibv_reg_coll_mr(pd, arena, arena_len, IBV_ACCESS_LOCAL_WRITE);
@@ -597,7 +617,8 @@ int main(int argc, char **argv)
 		if (o.scenario == "die" || o.scenario == "swdie") {
 			// Survivors: an error completion, within the job's timeout.
 			printf("node %d: %s / %s after %.0f ms\n", o.node,
-			       ibv_coll_wc_status_str(wc.status), ibv_coll_status_str(wc.coll_status), ms);
+			       ibv_coll_wc_status_str(wc.status),
+			       ibv_coll_status_str(wc.coll_status), ms);
 			bool ok = wc.status != IBV_WC_SUCCESS &&
 				  (wc.coll_status == IBV_COLL_STATUS_TIMEOUT ||
 				   wc.coll_status == IBV_COLL_STATUS_REMOTE_ABORT) &&
@@ -622,7 +643,8 @@ int main(int argc, char **argv)
 			// late (the collective was over).
 			const bool restarts = o.node == 0 && ci == 0;
 			if (wc.status == IBV_WC_SUCCESS && old_incarnation) {
-				fprintf(stderr, "node %d case %zu: succeeded in the old incarnation\n",
+				fprintf(stderr,
+					"node %d case %zu: succeeded in the old incarnation\n",
 					o.node, ci);
 				failures++;
 				break;
@@ -635,7 +657,8 @@ int main(int argc, char **argv)
 				usleep(o.late_ms * 1000);
 			if (int err = reinstall(qp, &job, o.mtu))
 				die("reinstall", err);
-			if (!mr && !(mr = ibv_reg_coll_mr(pd, arena, arena_len, IBV_ACCESS_LOCAL_WRITE)))
+			if (!mr &&
+			    !(mr = ibv_reg_coll_mr(pd, arena, arena_len, IBV_ACCESS_LOCAL_WRITE)))
 				die("reg mr again", errno);
 			mid = 0; // a job given again numbers its messages afresh
 			if (old_incarnation) {
@@ -650,10 +673,12 @@ int main(int argc, char **argv)
 			// the timeout and no sooner (TIMEOUT, or the ABORT of the
 			// first to time out); the latecomer's at once, with that ABORT.
 			printf("node %d: %s / %s after %.0f ms\n", o.node,
-			       ibv_coll_wc_status_str(wc.status), ibv_coll_status_str(wc.coll_status), ms);
+			       ibv_coll_wc_status_str(wc.status),
+			       ibv_coll_status_str(wc.coll_status), ms);
 			bool ok = wc.status != IBV_WC_SUCCESS;
 			if (o.node == o.late_node)
-				ok = ok && wc.coll_status == IBV_COLL_STATUS_REMOTE_ABORT && ms < 2000.0;
+				ok = ok && wc.coll_status == IBV_COLL_STATUS_REMOTE_ABORT &&
+				     ms < 2000.0;
 			else
 				ok = ok &&
 				     (wc.coll_status == IBV_COLL_STATUS_TIMEOUT ||
@@ -669,29 +694,32 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"node %d case %zu (coll %#x op %d dtype %d count %lu root %u mode %d): "
 				"completion %s / %s, wr_id %lu mid %u\n",
-				o.node, ci, s.coll, s.op, s.dtype, (unsigned long)s.count, s.root, cases[ci].mode,
-				ibv_coll_wc_status_str(wc.status), ibv_coll_status_str(wc.coll_status),
-				(unsigned long)wc.wr_id, wc.mid);
+				o.node, ci, s.coll, s.op, s.dtype, (unsigned long)s.count, s.root,
+				cases[ci].mode, ibv_coll_wc_status_str(wc.status),
+				ibv_coll_status_str(wc.coll_status), (unsigned long)wc.wr_id,
+				wc.mid);
 			failures++;
 			break;
 		}
 		unsigned want_flags = o.nodes == 1 ? IBV_COLL_WC_LOCAL
-					 : via_switch ? IBV_COLL_WC_SWITCH
-						      : IBV_COLL_WC_RING;
+				      : via_switch ? IBV_COLL_WC_SWITCH
+						   : IBV_COLL_WC_RING;
 		if (o.expect_flags >= 0 && o.nodes > 1)
 			want_flags = unsigned(o.expect_flags);
 		if ((wc.wc_flags & want_flags) != want_flags) {
-			fprintf(stderr, "node %d case %zu: flags %#x lack %#x\n", o.node, ci, wc.wc_flags,
-				want_flags);
+			fprintf(stderr, "node %d case %zu: flags %#x lack %#x\n", o.node, ci,
+				wc.wc_flags, want_flags);
 			failures++;
 		}
 		for (uint16_t r = 0; r < k; r++) {
-			std::vector<uint8_t> want = expected_output(s, o.seed + ci, first + r, cs.mode);
+			std::vector<uint8_t> want = expected_output(s, o.seed + ci, first + r,
+								    cs.mode);
 			if (want.empty()) {
 				// Not written: must still hold the fill.
 				for (uint64_t b = 0; b < de * es; b++) {
 					if (dst(r)[b] != 0xa5) {
-						fprintf(stderr, "node %d case %zu rank %u: byte %lu written\n",
+						fprintf(stderr,
+							"node %d case %zu rank %u: byte %lu written\n",
 							o.node, ci, first + r, (unsigned long)b);
 						failures++;
 						break;
@@ -704,8 +732,8 @@ int main(int argc, char **argv)
 				fprintf(stderr,
 					"node %d case %zu (coll %#x op %d dtype %d count %lu root %u): "
 					"rank %u element %ld differs\n",
-					o.node, ci, s.coll, s.op, s.dtype, (unsigned long)s.count, s.root,
-					first + r, (long)bad_at);
+					o.node, ci, s.coll, s.op, s.dtype, (unsigned long)s.count,
+					s.root, first + r, (long)bad_at);
 				failures++;
 			}
 		}
@@ -723,11 +751,11 @@ int main(int argc, char **argv)
 			ibv_query_coll_counters(ctx, &after);
 			uint64_t again = after.coll_retrans_data + after.coll_retrans_result -
 					 before.coll_retrans_data - before.coll_retrans_result;
-			printf("node %d case %zu: %lu blocks sent again while node %d was late\n", o.node,
-			       ci, (unsigned long)again, o.late_node);
+			printf("node %d case %zu: %lu blocks sent again while node %d was late\n",
+			       o.node, ci, (unsigned long)again, o.late_node);
 			if (again > 16) {
-				fprintf(stderr, "node %d case %zu: %lu repeats of one block\n", o.node, ci,
-					(unsigned long)again);
+				fprintf(stderr, "node %d case %zu: %lu repeats of one block\n",
+					o.node, ci, (unsigned long)again);
 				failures++;
 			}
 		}
@@ -744,16 +772,20 @@ int main(int argc, char **argv)
 			       o.node, S, sent, sent / S, via_switch ? "switch" : "ring", ring, ms);
 			// Blocks sent again (a busy 2-core machine runs 8 nodes late)
 			// are not the protocol's traffic: allow for them.
-			const double again =
-				double(after.coll_retrans_data + after.coll_retrans_result -
-				       before.coll_retrans_data - before.coll_retrans_result) *
-				double((128u << o.mtu) + 64);
+			const double again = double(after.coll_retrans_data +
+						    after.coll_retrans_result -
+						    before.coll_retrans_data -
+						    before.coll_retrans_result) *
+					     double((128u << o.mtu) + 64);
 			if (again > 0)
-				printf("node %d: %.0f bytes of that were blocks sent again\n", o.node, again);
+				printf("node %d: %.0f bytes of that were blocks sent again\n",
+				       o.node, again);
 			bool ok = via_switch ? sent - again <= 1.03 * S
-					     : sent >= 0.97 * ring * S && sent - again <= 1.06 * ring * S;
+					     : sent >= 0.97 * ring * S &&
+						       sent - again <= 1.06 * ring * S;
 			if (!ok) {
-				fprintf(stderr, "node %d: traffic %.3f S out of bounds\n", o.node, sent / S);
+				fprintf(stderr, "node %d: traffic %.3f S out of bounds\n", o.node,
+					sent / S);
 				failures++;
 			}
 		}
@@ -782,12 +814,11 @@ int main(int argc, char **argv)
 		printf("node %d: %zu cases, %d failures; tx %lu pkts %lu coll bytes, coll data %lu/%lu "
 		       "result %lu/%lu, retrans %lu/%lu, dup %lu, early %lu, seg high water %u\n",
 		       o.node, cases.size(), failures, (unsigned long)cn.tx_packets,
-		       (unsigned long)cn.coll_tx_bytes,
-		       (unsigned long)cn.coll_tx_data, (unsigned long)cn.coll_rx_data,
-		       (unsigned long)cn.coll_tx_result, (unsigned long)cn.coll_rx_result,
-		       (unsigned long)cn.coll_retrans_data, (unsigned long)cn.coll_retrans_result,
-		       (unsigned long)cn.coll_duplicates, (unsigned long)cn.coll_early,
-		       cn.seg_high_water);
+		       (unsigned long)cn.coll_tx_bytes, (unsigned long)cn.coll_tx_data,
+		       (unsigned long)cn.coll_rx_data, (unsigned long)cn.coll_tx_result,
+		       (unsigned long)cn.coll_rx_result, (unsigned long)cn.coll_retrans_data,
+		       (unsigned long)cn.coll_retrans_result, (unsigned long)cn.coll_duplicates,
+		       (unsigned long)cn.coll_early, cn.seg_high_water);
 	// Everyone finishes before anyone tears down: a node that leaves early
 	// would look dead to the others' last retransmissions.
 	// (A member or the switch died in a failure scenario: no barrier.)

@@ -69,8 +69,8 @@ std::vector<int> launch(const NodeSet &r, std::string *logs, std::string *sw_sta
 		std::string pf = "/tmp/ibvc_sw_" + tag + "_" + std::to_string(i) + ".port";
 		std::string out = "/tmp/ibvc_sw_" + tag + "_" + std::to_string(i) + ".log";
 		unlink(pf.c_str());
-		std::vector<std::string> a = {SWITCHD_PATH, "-p", "0", "-P", pf, "-n",
-					      "sw" + std::to_string(i)};
+		std::vector<std::string> a = {
+			SWITCHD_PATH, "-p", "0", "-P", pf, "-n", "sw" + std::to_string(i)};
 		std::stringstream ss(r.switches[i]);
 		for (std::string w; ss >> w;)
 			a.push_back(w);
@@ -81,7 +81,8 @@ std::vector<int> launch(const NodeSet &r, std::string *logs, std::string *sw_sta
 		auto argv = cstrs(a), envp = cstrs(env_s);
 		posix_spawn_file_actions_t fa;
 		posix_spawn_file_actions_init(&fa);
-		posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+						 0644);
 		posix_spawn_file_actions_adddup2(&fa, 1, 2);
 		pid_t pid;
 		int err = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
@@ -101,9 +102,17 @@ std::vector<int> launch(const NodeSet &r, std::string *logs, std::string *sw_sta
 		unlink(pf.c_str());
 	}
 	for (int i = 0; i < r.nodes; i++) {
-		std::vector<std::string> a = {COLL_NODE_PATH, "--boot", boot, "--node", std::to_string(i),
-					      "--nodes", std::to_string(r.nodes), "--ranks", r.ranks,
-					      "--scenario", r.scenario};
+		std::vector<std::string> a = {COLL_NODE_PATH,
+					      "--boot",
+					      boot,
+					      "--node",
+					      std::to_string(i),
+					      "--nodes",
+					      std::to_string(r.nodes),
+					      "--ranks",
+					      r.ranks,
+					      "--scenario",
+					      r.scenario};
 		for (std::string x : r.args) {
 			for (size_t k = sw_ports.size(); k-- > 0;) {
 				std::string ph = "@" + std::to_string(k);
@@ -120,7 +129,8 @@ std::vector<int> launch(const NodeSet &r, std::string *logs, std::string *sw_sta
 		std::string out = "/tmp/ibvc_coll_" + tag + "_" + std::to_string(i) + ".log";
 		posix_spawn_file_actions_t fa;
 		posix_spawn_file_actions_init(&fa);
-		posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+						 0644);
 		posix_spawn_file_actions_adddup2(&fa, 1, 2);
 		pid_t pid;
 		int err = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
@@ -205,7 +215,8 @@ std::vector<NodeSet> runs()
 	const std::string loss = "IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=3";
 	v.push_back({4, "2", "lossy", {loss, "IBV_COLL_EMU_COLL_RTO_US=5000"}, {}, 240, ""});
 	v.push_back({3, "1", "lossy", {loss, "IBV_COLL_EMU_COLL_RTO_US=5000"}, {}, 240, ""});
-	v.push_back({3, "2,1,3", "full", {loss, "IBV_COLL_EMU_COLL_RTO_US=5000"}, {}, 240, "lossy"});
+	v.push_back(
+		{3, "2,1,3", "full", {loss, "IBV_COLL_EMU_COLL_RTO_US=5000"}, {}, 240, "lossy"});
 	return v;
 }
 
@@ -231,44 +242,134 @@ std::vector<NodeSet> switch_runs()
 	const std::string loss = "IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=9";
 	const std::string loss1 = "IBV_COLL_EMU_IMPAIR=drop=0.01,dup=0.01,reorder=0.01,seed=4";
 	const std::string rto = "IBV_COLL_EMU_COLL_RTO_US=5000";
-	v.push_back({4, "2", "switch", {}, {"--topology", "1", "--leaves", "@0"}, 240, "one", {""}});
-	v.push_back({8, "2", "switch", {}, {"--topology", "1", "--leaves", "@0"}, 240, "one", {""}});
-	v.push_back({3, "2,1,3", "switch", {}, {"--topology", "1", "--leaves", "@0"}, 240, "uneven",
+	v.push_back(
+		{4, "2", "switch", {}, {"--topology", "1", "--leaves", "@0"}, 240, "one", {""}});
+	v.push_back(
+		{8, "2", "switch", {}, {"--topology", "1", "--leaves", "@0"}, 240, "one", {""}});
+	v.push_back({3,
+		     "2,1,3",
+		     "switch",
+		     {},
+		     {"--topology", "1", "--leaves", "@0"},
+		     240,
+		     "uneven",
 		     {""}});
-	v.push_back({4, "2", "switch", {}, {"--topology", "2", "--leaves", "@0,@1", "--spines", "@2",
-		     "--member-leaf", "0,1,0,1", "--expect-flags", "0xc00"}, 240, "hier", {"", "", ""}});
-	v.push_back({8, "2", "switch", {}, {"--topology", "2", "--leaves", "@0,@1", "--spines", "@2",
-		     "--member-leaf", "0,0,0,1,1,1,1,0", "--expect-flags", "0xc00"}, 240, "hier",
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {},
+		     {"--topology", "2", "--leaves", "@0,@1", "--spines", "@2", "--member-leaf",
+		      "0,1,0,1", "--expect-flags", "0xc00"},
+		     240,
+		     "hier",
 		     {"", "", ""}});
-	v.push_back({4, "2", "switch", {}, {"--topology", "1", "--planes", "2", "--leaves", "@0,@1"},
-		     240, "planes", {"", ""}});
-	v.push_back({8, "2", "switch", {}, {"--topology", "2", "--planes", "2", "--leaves",
-		     "@0,@1,@2,@3", "--spines", "@4,@5", "--member-leaf", "0,1,0,1,0,1,0,1",
-		     "--expect-flags", "0xc00"}, 240, "hier_planes", {"", "", "", "", "", ""}});
-	v.push_back({4, "2", "switch", {}, {"--topology", "1", "--leaves", "@0", "--inline"}, 240,
-		     "inline", {""}});
-	v.push_back({4, "2", "switch", {}, {"--topology", "1", "--leaves", "@0", "--e2e-ack"}, 240,
-		     "e2e", {""}});
-	v.push_back({4, "2", "switch", {"IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=2",
-		     "IBV_COLL_EMU_COLL_RTO_US=5000"}, {"--topology", "1", "--leaves", "@0",
-		     "--e2e-ack"}, 240, "e2e_loss5", {""},
+	v.push_back({8,
+		     "2",
+		     "switch",
+		     {},
+		     {"--topology", "2", "--leaves", "@0,@1", "--spines", "@2", "--member-leaf",
+		      "0,0,0,1,1,1,1,0", "--expect-flags", "0xc00"},
+		     240,
+		     "hier",
+		     {"", "", ""}});
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {},
+		     {"--topology", "1", "--planes", "2", "--leaves", "@0,@1"},
+		     240,
+		     "planes",
+		     {"", ""}});
+	v.push_back({8,
+		     "2",
+		     "switch",
+		     {},
+		     {"--topology", "2", "--planes", "2", "--leaves", "@0,@1,@2,@3", "--spines",
+		      "@4,@5", "--member-leaf", "0,1,0,1,0,1,0,1", "--expect-flags", "0xc00"},
+		     240,
+		     "hier_planes",
+		     {"", "", "", "", "", ""}});
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {},
+		     {"--topology", "1", "--leaves", "@0", "--inline"},
+		     240,
+		     "inline",
+		     {""}});
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {},
+		     {"--topology", "1", "--leaves", "@0", "--e2e-ack"},
+		     240,
+		     "e2e",
+		     {""}});
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {"IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=2",
+		      "IBV_COLL_EMU_COLL_RTO_US=5000"},
+		     {"--topology", "1", "--leaves", "@0", "--e2e-ack"},
+		     240,
+		     "e2e_loss5",
+		     {""},
 		     {"IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=2"}});
-	v.push_back({4, "2", "switchbig", {}, {"--topology", "1", "--leaves", "@0", "--mtu", "5",
-		     "--timeout-ms", "60000"}, 300, "", {""}});
-	v.push_back({4, "2", "switch", {loss, rto}, {"--topology", "1", "--leaves", "@0"}, 240,
-		     "loss5", {""}, {loss}});
-	v.push_back({8, "2", "switch", {loss1, rto}, {"--topology", "2", "--leaves", "@0,@1",
-		     "--spines", "@2", "--member-leaf", "0,0,0,0,1,1,1,1", "--expect-flags", "0xc00"},
-		     240, "hier_loss1", {"", "", ""}, {loss1}});
-	v.push_back({4, "2", "switch", {loss, rto}, {"--topology", "2", "--leaves", "@0,@1",
-		     "--spines", "@2", "--member-leaf", "0,1,0,1", "--expect-flags", "0xc00"}, 240,
-		     "hier_loss5", {"", "", ""}, {loss}});
+	v.push_back({4,
+		     "2",
+		     "switchbig",
+		     {},
+		     {"--topology", "1", "--leaves", "@0", "--mtu", "5", "--timeout-ms", "60000"},
+		     300,
+		     "",
+		     {""}});
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {loss, rto},
+		     {"--topology", "1", "--leaves", "@0"},
+		     240,
+		     "loss5",
+		     {""},
+		     {loss}});
+	v.push_back({8,
+		     "2",
+		     "switch",
+		     {loss1, rto},
+		     {"--topology", "2", "--leaves", "@0,@1", "--spines", "@2", "--member-leaf",
+		      "0,0,0,0,1,1,1,1", "--expect-flags", "0xc00"},
+		     240,
+		     "hier_loss1",
+		     {"", "", ""},
+		     {loss1}});
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {loss, rto},
+		     {"--topology", "2", "--leaves", "@0,@1", "--spines", "@2", "--member-leaf",
+		      "0,1,0,1", "--expect-flags", "0xc00"},
+		     240,
+		     "hier_loss5",
+		     {"", "", ""},
+		     {loss}});
 	// What each NIC sends for a 4 MiB allreduce (checked by each node):
 	// via the switch at most S x 1.03, via the ring about 2S(N-1)/N.
-	v.push_back({4, "2", "traffic", {}, {"--topology", "1", "--leaves", "@0", "--mtu", "5"}, 240,
-		     "switch", {""}});
-	v.push_back({8, "1", "traffic", {}, {"--topology", "1", "--leaves", "@0", "--mtu", "5"}, 240,
-		     "switch", {""}});
+	v.push_back({4,
+		     "2",
+		     "traffic",
+		     {},
+		     {"--topology", "1", "--leaves", "@0", "--mtu", "5"},
+		     240,
+		     "switch",
+		     {""}});
+	v.push_back({8,
+		     "1",
+		     "traffic",
+		     {},
+		     {"--topology", "1", "--leaves", "@0", "--mtu", "5"},
+		     240,
+		     "switch",
+		     {""}});
 	// (A long retransmission timeout: on 2 cores 8 nodes run late, and a
 	// block sent again early is load, not the protocol's traffic.)
 	const std::string slow_rto = "IBV_COLL_EMU_COLL_RTO_US=300000";
@@ -278,22 +379,58 @@ std::vector<NodeSet> switch_runs()
 	// after IBV_COLL_EMU_SW_CONFIG_MS): the switch tells the early ones to
 	// wait, so they neither fail nor (AUTO) go round the ring alone.
 	const std::string cfg200 = "IBV_COLL_EMU_SW_CONFIG_MS=200";
-	v.push_back({4, "2", "switch", {cfg200}, {"--topology", "1", "--leaves", "@0", "--late",
-		     "3:1500"}, 240, "late_member", {""}});
-	v.push_back({4, "2", "switch", {cfg200}, {"--topology", "3", "--leaves", "@0", "--late",
-		     "0:1500", "--expect-flags", "0x400"}, 240, "auto_late_member", {""}});
-	v.push_back({4, "2", "switch", {cfg200}, {"--topology", "2", "--leaves", "@0,@1",
-		     "--spines", "@2", "--member-leaf", "0,1,0,1", "--expect-flags", "0xc00",
-		     "--late", "2:1500"}, 240, "hier_late_member", {"", "", ""}});
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {cfg200},
+		     {"--topology", "1", "--leaves", "@0", "--late", "3:1500"},
+		     240,
+		     "late_member",
+		     {""}});
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {cfg200},
+		     {"--topology", "3", "--leaves", "@0", "--late", "0:1500", "--expect-flags",
+		      "0x400"},
+		     240,
+		     "auto_late_member",
+		     {""}});
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {cfg200},
+		     {"--topology", "2", "--leaves", "@0,@1", "--spines", "@2", "--member-leaf",
+		      "0,1,0,1", "--expect-flags", "0xc00", "--late", "2:1500"},
+		     240,
+		     "hier_late_member",
+		     {"", "", ""}});
 	// A member 1.5 s late for a later, one-block collective: the others'
 	// repeats back off (checked by each node).
-	v.push_back({4, "2", "switch", {}, {"--topology", "1", "--leaves", "@0", "--late",
-		     "1:1500:1"}, 240, "late_block", {""}});
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {},
+		     {"--topology", "1", "--leaves", "@0", "--late", "1:1500:1"},
+		     240,
+		     "late_block",
+		     {""}});
 	// AUTO: a switch that refuses (one Seg unit per job), and none at all.
-	v.push_back({4, "2", "full", {}, {"--topology", "3", "--leaves", "@0", "--expect-flags",
-		     "0x1200"}, 240, "auto_denied", {"-m 1"}});
-	v.push_back({4, "1", "full", {"IBV_COLL_EMU_SW_CONFIG_MS=300"}, {"--topology", "3",
-		     "--leaves", "9", "--expect-flags", "0x1200"}, 240, "auto_absent"});
+	v.push_back({4,
+		     "2",
+		     "full",
+		     {},
+		     {"--topology", "3", "--leaves", "@0", "--expect-flags", "0x1200"},
+		     240,
+		     "auto_denied",
+		     {"-m 1"}});
+	v.push_back({4,
+		     "1",
+		     "full",
+		     {"IBV_COLL_EMU_SW_CONFIG_MS=300"},
+		     {"--topology", "3", "--leaves", "9", "--expect-flags", "0x1200"},
+		     240,
+		     "auto_absent"});
 	return v;
 }
 
@@ -340,8 +477,14 @@ TEST(CollSwitchFailure, DeadSwitchGivesEveryoneAnErrorWithinTheBound)
 {
 	// The switch stops dead after 3000 partials of a 32 MiB allreduce; with
 	// a 1 s job timeout every member completes with an error within 3 s.
-	NodeSet r{4, "1", "swdie", {}, {"--topology", "1", "--leaves", "@0", "--timeout-ms", "1000"},
-		  60, "", {"-X 3000"}};
+	NodeSet r{4,
+		  "1",
+		  "swdie",
+		  {},
+		  {"--topology", "1", "--leaves", "@0", "--timeout-ms", "1000"},
+		  60,
+		  "",
+		  {"-X 3000"}};
 	std::string logs;
 	auto t0 = std::chrono::steady_clock::now();
 	std::vector<int> st = launch(r, &logs);
@@ -358,9 +501,14 @@ TEST(CollSwitchFailure, MemberLaterThanTheTimeoutFailsTheFirstCollectiveInBound)
 	// job timeout: the switch keeps the others waiting (not failing after
 	// IBV_COLL_EMU_SW_CONFIG_MS), they fail by timeout after 1 s and tell
 	// node 3, whose collective then fails at once.
-	NodeSet r{4, "1", "swlate", {"IBV_COLL_EMU_SW_CONFIG_MS=200"},
+	NodeSet r{4,
+		  "1",
+		  "swlate",
+		  {"IBV_COLL_EMU_SW_CONFIG_MS=200"},
 		  {"--topology", "1", "--leaves", "@0", "--timeout-ms", "1000", "--late", "3:3000"},
-		  60, "", {""}};
+		  60,
+		  "",
+		  {""}};
 	std::string logs, stats;
 	std::vector<int> st = launch(r, &logs, &stats);
 	for (int i = 0; i < 4; i++)
@@ -402,13 +550,31 @@ std::vector<NodeSet> mid_runs()
 	std::vector<NodeSet> v;
 	v.push_back({2, "1", "mids", {}, with({}), 60, "ring"});
 	v.push_back({3, "2", "mids", {}, with({}), 60, "ring"});
-	v.push_back({2, "1", "mids", {}, with({"--topology", "1", "--leaves", "@0"}), 60, "switch",
+	v.push_back({2,
+		     "1",
+		     "mids",
+		     {},
+		     with({"--topology", "1", "--leaves", "@0"}),
+		     60,
+		     "switch",
 		     {""}});
-	v.push_back({2, "1", "mids", {}, with({"--topology", "2", "--leaves", "@0,@1", "--spines",
-		     "@2", "--member-leaf", "0,1", "--expect-flags", "0xc00"}), 60, "hier",
+	v.push_back({2,
+		     "1",
+		     "mids",
+		     {},
+		     with({"--topology", "2", "--leaves", "@0,@1", "--spines", "@2",
+			   "--member-leaf", "0,1", "--expect-flags", "0xc00"}),
+		     60,
+		     "hier",
 		     {"", "", ""}});
-	v.push_back({2, "1", "mids", {}, with({"--topology", "1", "--planes", "2", "--leaves",
-		     "@0,@1"}), 60, "planes", {"", ""}});
+	v.push_back({2,
+		     "1",
+		     "mids",
+		     {},
+		     with({"--topology", "1", "--planes", "2", "--leaves", "@0,@1"}),
+		     60,
+		     "planes",
+		     {"", ""}});
 	return v;
 }
 
@@ -438,8 +604,8 @@ std::vector<NodeSet> recover_runs()
 {
 	const std::string loss = "IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=5";
 	const std::string rto = "IBV_COLL_EMU_COLL_RTO_US=5000";
-	const std::vector<std::string> base = {"--timeout-ms", "4000", "--seg-count", "16",
-					       "--mtu", "5"};
+	const std::vector<std::string> base = {"--timeout-ms", "4000",	"--seg-count",
+					       "16",	       "--mtu", "5"};
 	auto with = [&](std::vector<std::string> a, const char *late) {
 		a.insert(a.end(), base.begin(), base.end());
 		a.push_back("--late");
@@ -447,34 +613,68 @@ std::vector<NodeSet> recover_runs()
 		return a;
 	};
 	const std::vector<std::string> one = {"--topology", "1", "--leaves", "@0"};
-	const std::vector<std::string> hier = {"--topology", "2", "--leaves", "@0,@1", "--spines",
-					       "@2", "--member-leaf", "0,1,0", "--expect-flags",
-					       "0xc00"};
+	const std::vector<std::string> hier = {"--topology",	 "2",	 "--leaves",	  "@0,@1",
+					       "--spines",	 "@2",	 "--member-leaf", "0,1,0",
+					       "--expect-flags", "0xc00"};
 	std::vector<NodeSet> v;
 	v.push_back({2, "1", "recover", {}, with({}, "1:300:99"), 60, "ring"});
 	v.push_back({2, "1", "recover", {loss, rto}, with({}, "0:300:99"), 60, "ring_loss"});
 	v.push_back({2, "1", "recover", {}, with(one, "1:300:99"), 60, "switch_late1", {""}});
 	v.push_back({2, "1", "recover", {}, with(one, "0:300:99"), 60, "switch_late0", {""}});
-	v.push_back({3, "1", "recover", {loss, rto}, with(one, "1:300:99"), 60, "switch_loss",
-		     {""}, {loss}});
-	v.push_back({3, "1", "recover", {loss, rto}, with(hier, "2:300:99"), 60, "hier_loss",
-		     {"", "", ""}, {loss}});
+	v.push_back({3,
+		     "1",
+		     "recover",
+		     {loss, rto},
+		     with(one, "1:300:99"),
+		     60,
+		     "switch_loss",
+		     {""},
+		     {loss}});
+	v.push_back({3,
+		     "1",
+		     "recover",
+		     {loss, rto},
+		     with(hier, "2:300:99"),
+		     60,
+		     "hier_loss",
+		     {"", "", ""},
+		     {loss}});
 	// Node 0 moves its QP to ERR, which tells no one: the others learn it
 	// from the new incarnation's packets (ring) or from the switch that
 	// holds it, at once rather than at their timeout.
 	v.push_back({2, "1", "recover_quiet", {}, with({}, "1:300:99"), 60, "ring"});
 	v.push_back({3, "1", "recover_quiet", {}, with(one, "1:300:99"), 60, "switch", {""}});
-	v.push_back({3, "1", "recover_quiet", {loss, rto}, with(hier, "2:300:99"), 60, "hier_loss",
-		     {"", "", ""}, {loss}});
-	v.push_back({2, "1", "recover", {}, with({"--topology", "1", "--leaves", "@0", "--inline"},
-		     "1:300:99"), 60, "switch_inline", {""}});
+	v.push_back({3,
+		     "1",
+		     "recover_quiet",
+		     {loss, rto},
+		     with(hier, "2:300:99"),
+		     60,
+		     "hier_loss",
+		     {"", "", ""},
+		     {loss}});
+	v.push_back({2,
+		     "1",
+		     "recover",
+		     {},
+		     with({"--topology", "1", "--leaves", "@0", "--inline"}, "1:300:99"),
+		     60,
+		     "switch_inline",
+		     {""}});
 	// Node 0 alone moves to a new incarnation after a collective that
 	// succeeded: the others' next collective fails at once, then they
 	// follow.
 	v.push_back({2, "1", "recover_one", {}, with({}, "1:300:99"), 60, "ring"});
 	v.push_back({3, "1", "recover_one", {}, with(one, "2:300:99"), 60, "switch", {""}});
-	v.push_back({3, "1", "recover_one", {loss, rto}, with(hier, "1:300:99"), 60, "hier_loss",
-		     {"", "", ""}, {loss}});
+	v.push_back({3,
+		     "1",
+		     "recover_one",
+		     {loss, rto},
+		     with(hier, "1:300:99"),
+		     60,
+		     "hier_loss",
+		     {"", "", ""},
+		     {loss}});
 	return v;
 }
 

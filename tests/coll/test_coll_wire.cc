@@ -166,8 +166,8 @@ public:
 		uint32_t pad = (b[1] >> 4) & 3;
 		p->payload.assign(b + 68, b + n - 4 - pad);
 		std::vector<uint8_t> roce(b, b + n - 4);
-		uint32_t crc = uint32_t(b[n - 4]) | uint32_t(b[n - 3]) << 8 | uint32_t(b[n - 2]) << 16 |
-			       uint32_t(b[n - 1]) << 24;
+		uint32_t crc = uint32_t(b[n - 4]) | uint32_t(b[n - 3]) << 8 |
+			       uint32_t(b[n - 2]) << 16 | uint32_t(b[n - 1]) << 24;
 		p->icrc_ok = crc == ref_icrc(false, kLo, kLo, from_port, port_, roce) &&
 			     ntohs(a.sin_port) == from_port;
 		return true;
@@ -248,8 +248,8 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = IBV_MTU_1024;
 	a.job = &job;
-	ASSERT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB |
-						     IBV_COLL_QP_PATH_MTU),
+	ASSERT_EQ(ibv_modify_coll_qp(qp, &a,
+				     IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU),
 		  0);
 	a.qp_state = IBV_QPS_RTS;
 	ASSERT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE), 0);
@@ -319,9 +319,9 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // impossible hop
 	x = h;
 	x.src_node = 0;
-	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // poses as node 0
+	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000}));		 // poses as node 0
 	fake.send(dev_port, 0xe0, qp->qp_num, h, i32({1000}), false, 4); // longer than its len
-	stranger.send(dev_port, 0xe0, qp->qp_num, h, i32({1000})); // not a member's address
+	stranger.send(dev_port, 0xe0, qp->qp_num, h, i32({1000}));	 // not a member's address
 	usleep(100000);
 	ibv_poll_coll_cq(cq, 1, &wc);
 	ASSERT_EQ(ibv_query_coll_counters(ctx, &c1), 0);
@@ -455,9 +455,8 @@ namespace {
 
 // A collective QP of a two-node ring job on ctx: this device node 0, the
 // fake node 1.
-ibv_coll_qp *ring_job_qp(ibv_coll_pd *pd, ibv_coll_cq *cq,
-			 uint16_t dev_port, const Fake &peer, uint32_t jid, uint64_t key,
-			 uint32_t seg_base)
+ibv_coll_qp *ring_job_qp(ibv_coll_pd *pd, ibv_coll_cq *cq, uint16_t dev_port, const Fake &peer,
+			 uint32_t jid, uint64_t key, uint32_t seg_base)
 {
 	ibv_coll_qp_init_attr ia{};
 	ia.send_cq = ia.recv_cq = cq;
@@ -491,8 +490,8 @@ ibv_coll_qp *ring_job_qp(ibv_coll_pd *pd, ibv_coll_cq *cq,
 	a.path_mtu = IBV_MTU_1024;
 	a.job = &job;
 	if (!err)
-		err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB |
-							 IBV_COLL_QP_PATH_MTU);
+		err = ibv_modify_coll_qp(
+			qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
 	a.qp_state = IBV_QPS_RTS;
 	if (!err)
 		err = ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE);
@@ -587,10 +586,10 @@ TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 	sendto(raw, junk, 0, 0, reinterpret_cast<sockaddr *>(&to), sizeof(to)); // empty
 	sendto(raw, junk, 5, 0, reinterpret_cast<sockaddr *>(&to), sizeof(to)); // too short
 	close(raw);
-	fa.send(dev_port, 0xe0, qa->qp_num, h, i32({1000}), true);	  // bad ICRC: rx_icrc_errors
-	fa.send(dev_port, 0x04, qa->qp_num, h, i32({1000}));		  // RC SEND to a coll QP
-	fa.send(dev_port, 0x04, 0xabcdef, h, i32({1000}));		  // RC: no such QP
-	fa.send(dev_port, 0xe0, 0xabcdef, h, i32({1000}));		  // collective: no such QP
+	fa.send(dev_port, 0xe0, qa->qp_num, h, i32({1000}), true);     // bad ICRC: rx_icrc_errors
+	fa.send(dev_port, 0x04, qa->qp_num, h, i32({1000}));	       // RC SEND to a coll QP
+	fa.send(dev_port, 0x04, 0xabcdef, h, i32({1000}));	       // RC: no such QP
+	fa.send(dev_port, 0xe0, 0xabcdef, h, i32({1000}));	       // collective: no such QP
 	fa.send(dev_port, 0xe0, qa->qp_num, h, i32({1000}), false, 4); // longer than its len
 	Ceth x = h;
 	x.key = kKey2;

@@ -48,7 +48,8 @@ bool is_signed_int(int dtype)
 
 bool is_reduction(int coll)
 {
-	return coll == IBV_COLL_WR_ALLREDUCE || coll == IBV_COLL_WR_REDUCE || coll == IBV_COLL_WR_REDUCE_SCATTER;
+	return coll == IBV_COLL_WR_ALLREDUCE || coll == IBV_COLL_WR_REDUCE ||
+	       coll == IBV_COLL_WR_REDUCE_SCATTER;
 }
 
 // ---------------------------------------------------------------------------
@@ -74,7 +75,8 @@ float narrow_to_float(uint16_t h, int mbits, int ebits)
 	if (E == 0)
 		mag = std::ldexp(static_cast<float>(F), 1 - bias - mbits);
 	else
-		mag = std::ldexp(static_cast<float>(F | (1u << mbits)), static_cast<int>(E) - bias - mbits);
+		mag = std::ldexp(static_cast<float>(F | (1u << mbits)),
+				 static_cast<int>(E) - bias - mbits);
 	return sign ? -mag : mag;
 }
 
@@ -138,9 +140,21 @@ uint64_t load_elem(const void *buf, uint64_t i, size_t size)
 	const auto *p = static_cast<const uint8_t *>(buf) + i * size;
 	switch (size) {
 	case 1: return *p;
-	case 2: { uint16_t v; std::memcpy(&v, p, 2); return v; }
-	case 4: { uint32_t v; std::memcpy(&v, p, 4); return v; }
-	default: { uint64_t v; std::memcpy(&v, p, 8); return v; }
+	case 2: {
+		uint16_t v;
+		std::memcpy(&v, p, 2);
+		return v;
+	}
+	case 4: {
+		uint32_t v;
+		std::memcpy(&v, p, 4);
+		return v;
+	}
+	default: {
+		uint64_t v;
+		std::memcpy(&v, p, 8);
+		return v;
+	}
 	}
 }
 
@@ -149,8 +163,16 @@ void store_elem(void *buf, uint64_t i, size_t size, uint64_t bits)
 	auto *p = static_cast<uint8_t *>(buf) + i * size;
 	switch (size) {
 	case 1: *p = static_cast<uint8_t>(bits); break;
-	case 2: { uint16_t v = static_cast<uint16_t>(bits); std::memcpy(p, &v, 2); break; }
-	case 4: { uint32_t v = static_cast<uint32_t>(bits); std::memcpy(p, &v, 4); break; }
+	case 2: {
+		uint16_t v = static_cast<uint16_t>(bits);
+		std::memcpy(p, &v, 2);
+		break;
+	}
+	case 4: {
+		uint32_t v = static_cast<uint32_t>(bits);
+		std::memcpy(p, &v, 4);
+		break;
+	}
 	default: std::memcpy(p, &bits, 8); break;
 	}
 }
@@ -300,12 +322,17 @@ private:
 uint64_t avg_finish(int dtype, uint64_t sum, uint32_t K)
 {
 	switch (dtype) {
-	case IBV_COLL_DTYPE_INT8: return static_cast<uint8_t>(static_cast<int64_t>(static_cast<int8_t>(sum)) / int64_t(K));
+	case IBV_COLL_DTYPE_INT8:
+		return static_cast<uint8_t>(static_cast<int64_t>(static_cast<int8_t>(sum)) /
+					    int64_t(K));
 	case IBV_COLL_DTYPE_INT16:
-		return static_cast<uint16_t>(static_cast<int64_t>(static_cast<int16_t>(sum)) / int64_t(K));
+		return static_cast<uint16_t>(static_cast<int64_t>(static_cast<int16_t>(sum)) /
+					     int64_t(K));
 	case IBV_COLL_DTYPE_INT32:
-		return static_cast<uint32_t>(static_cast<int64_t>(static_cast<int32_t>(sum)) / int64_t(K));
-	case IBV_COLL_DTYPE_INT64: return static_cast<uint64_t>(static_cast<int64_t>(sum) / int64_t(K));
+		return static_cast<uint32_t>(static_cast<int64_t>(static_cast<int32_t>(sum)) /
+					     int64_t(K));
+	case IBV_COLL_DTYPE_INT64:
+		return static_cast<uint64_t>(static_cast<int64_t>(sum) / int64_t(K));
 	case IBV_COLL_DTYPE_UINT8:
 	case IBV_COLL_DTYPE_UINT16:
 	case IBV_COLL_DTYPE_UINT32:
@@ -338,7 +365,8 @@ void check_spec(const CollSpec &s)
 	case IBV_COLL_WR_BARRIER: break;
 	default: invalid("unknown collective");
 	}
-	if ((s.coll == IBV_COLL_WR_REDUCE || s.coll == IBV_COLL_WR_BCAST) && s.root >= s.total_ranks())
+	if ((s.coll == IBV_COLL_WR_REDUCE || s.coll == IBV_COLL_WR_BCAST) &&
+	    s.root >= s.total_ranks())
 		invalid("root out of range");
 	if (is_reduction(s.coll))
 		(void)Arith(s.op, s.dtype); // validates op against dtype
@@ -543,7 +571,7 @@ uint64_t float_special(int dtype, uint64_t h1, uint64_t h2)
 		return sign | (m ? m : 1);
 	}
 	case 7:
-	case 8: return sign | (inf - 1);		     // largest finite
+	case 8: return sign | (inf - 1);		// largest finite
 	case 9: return sign | (uint64_t(1) << l.mbits); // smallest normal
 	default: return float_normal(dtype, h1, h2);
 	}
@@ -603,10 +631,22 @@ size_t dtype_size(int dtype)
 	}
 }
 
-float f16_to_float(uint16_t h) { return narrow_to_float(h, 10, 5); }
-uint16_t float_to_f16(float f) { return float_to_narrow(f, 10, 5); }
-float bf16_to_float(uint16_t b) { return narrow_to_float(b, 7, 8); }
-uint16_t float_to_bf16(float f) { return float_to_narrow(f, 7, 8); }
+float f16_to_float(uint16_t h)
+{
+	return narrow_to_float(h, 10, 5);
+}
+uint16_t float_to_f16(float f)
+{
+	return float_to_narrow(f, 10, 5);
+}
+float bf16_to_float(uint16_t b)
+{
+	return narrow_to_float(b, 7, 8);
+}
+uint16_t float_to_bf16(float f)
+{
+	return float_to_narrow(f, 7, 8);
+}
 
 void fill_input(const CollSpec &s, uint64_t seed, uint32_t g, void *buf, uint64_t elems, int mode)
 {
@@ -623,9 +663,11 @@ void fill_input(const CollSpec &s, uint64_t seed, uint32_t g, void *buf, uint64_
 		uint64_t v;
 		if (mode == kInputSmallInt) {
 			const int64_t small = static_cast<int64_t>(h1 % 17) - 8;
-			v = fp ? float_elem(s.dtype, static_cast<double>(small)) : static_cast<uint64_t>(small) & mask;
+			v = fp ? float_elem(s.dtype, static_cast<double>(small))
+			       : static_cast<uint64_t>(small) & mask;
 		} else if (mode == kInputSpecial) {
-			v = fp ? float_special(s.dtype, h1, h2) : int_special(s.dtype, h1, h2, mask);
+			v = fp ? float_special(s.dtype, h1, h2)
+			       : int_special(s.dtype, h1, h2, mask);
 		} else {
 			v = fp ? float_normal(s.dtype, h1, h2) : h1 & mask;
 		}
@@ -666,8 +708,8 @@ uint64_t dst_elems(const CollSpec &s)
 	}
 }
 
-std::vector<uint8_t> expected_output_from(const CollSpec &s, const std::vector<std::vector<uint8_t>> &srcs,
-					  uint32_t g)
+std::vector<uint8_t> expected_output_from(const CollSpec &s,
+					  const std::vector<std::vector<uint8_t>> &srcs, uint32_t g)
 {
 	check_spec(s);
 	if (g >= s.total_ranks())
@@ -742,16 +784,19 @@ std::string format_elem(int dtype, const void *buf, uint64_t index)
 	const uint64_t mask = size == 8 ? ~uint64_t(0) : (uint64_t(1) << (size * 8)) - 1;
 	char out[96];
 	if (dtype == IBV_COLL_DTYPE_FLOAT64)
-		std::snprintf(out, sizeof out, "%.17g (0x%016" PRIx64 ")", std::bit_cast<double>(bits), bits);
+		std::snprintf(out, sizeof out, "%.17g (0x%016" PRIx64 ")",
+			      std::bit_cast<double>(bits), bits);
 	else if (is_float_dtype(dtype))
-		std::snprintf(out, sizeof out, "%.9g (0x%0*" PRIx64 ")", static_cast<double>(as_f32(dtype, bits)),
-			      static_cast<int>(size * 2), bits);
+		std::snprintf(out, sizeof out, "%.9g (0x%0*" PRIx64 ")",
+			      static_cast<double>(as_f32(dtype, bits)), static_cast<int>(size * 2),
+			      bits);
 	else if (is_signed_int(dtype))
 		std::snprintf(out, sizeof out, "%" PRId64 " (0x%0*" PRIx64 ")",
 			      static_cast<int64_t>(bits << (64 - size * 8)) >> (64 - size * 8),
 			      static_cast<int>(size * 2), bits & mask);
 	else
-		std::snprintf(out, sizeof out, "%" PRIu64 " (0x%0*" PRIx64 ")", bits, static_cast<int>(size * 2), bits);
+		std::snprintf(out, sizeof out, "%" PRIu64 " (0x%0*" PRIx64 ")", bits,
+			      static_cast<int>(size * 2), bits);
 	return out;
 }
 

@@ -82,7 +82,8 @@ std::vector<std::vector<uint8_t>> expected_outputs(const CollSpec &s, uint64_t s
 // The same from explicit sources: srcs[h] is global rank h's source buffer,
 // at least src_elems(s) elements, for every h = 0..K-1 (BCAST reads only the
 // root's; BARRIER none).
-std::vector<uint8_t> expected_output_from(const CollSpec &s, const std::vector<std::vector<uint8_t>> &srcs,
+std::vector<uint8_t> expected_output_from(const CollSpec &s,
+					  const std::vector<std::vector<uint8_t>> &srcs,
 					  uint32_t g);
 
 // Index of the first element that differs, or -1.  Bytes must be equal,

@@ -10,7 +10,8 @@ namespace ibvc_test {
 
 inline uint8_t pattern_byte(uint64_t seed, uint64_t i)
 {
-	uint64_t x = (seed + 1) * 0x9e3779b97f4a7c15ull ^ (i + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
+	uint64_t x = (seed + 1) * 0x9e3779b97f4a7c15ull ^
+		     (i + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
 	x ^= x >> 31;
 	x *= 0x94d049bb133111ebull;
 	return uint8_t(x >> 56);

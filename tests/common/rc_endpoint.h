@@ -13,7 +13,7 @@ namespace ibvc_test {
 int test_gid_index(); // $IBV_COLL_TEST_GID, else 0
 
 struct RcOptions {
-	std::string dev;     // empty: $IBV_COLL_TEST_DEV, else crxe_lo
+	std::string dev; // empty: $IBV_COLL_TEST_DEV, else crxe_lo
 	int gid_index = test_gid_index();
 	ibv_mtu mtu = IBV_MTU_1024;
 	size_t buf_size = 1 << 20;

@@ -229,9 +229,8 @@ void rc_qp(FuzzedDataProvider &f, Dev &d)
 	a.rnr_retry = 1;
 	a.max_rd_atomic = 1;
 	drive(qp, a,
-	      IBV_COLL_QP_STATE | IBV_COLL_QP_SQ_PSN | IBV_COLL_QP_TIMEOUT |
-		      IBV_COLL_QP_RETRY_CNT | IBV_COLL_QP_RNR_RETRY |
-		      IBV_COLL_QP_MAX_QP_RD_ATOMIC);
+	      IBV_COLL_QP_STATE | IBV_COLL_QP_SQ_PSN | IBV_COLL_QP_TIMEOUT | IBV_COLL_QP_RETRY_CNT |
+		      IBV_COLL_QP_RNR_RETRY | IBV_COLL_QP_MAX_QP_RD_ATOMIC);
 
 	ibv_sge rs[4][2];
 	ibv_coll_recv_wr rw[4];

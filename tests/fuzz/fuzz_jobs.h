@@ -8,8 +8,8 @@
 
 namespace ibvc_fuzz {
 
-constexpr uint16_t kPort = 4791;	 // the device's or switch's own port
-constexpr uint8_t kSelf = 1;		 // 127.0.0.1
+constexpr uint16_t kPort = 4791; // the device's or switch's own port
+constexpr uint8_t kSelf = 1;	 // 127.0.0.1
 constexpr uint64_t kKey = 0x6b65796b65796b65ull;
 constexpr uint32_t kJidFlat = 1, kJidTree = 2; // the switch's jobs (tree: has a parent)
 constexpr uint32_t kJidRing = 7, kJidSw = 8;   // the NIC's collective jobs

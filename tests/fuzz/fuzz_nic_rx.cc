@@ -111,7 +111,7 @@ struct Device {
 		p.name = "fuzz";
 		p.gids.push_back(v4_endpoint(kSelf, 0).ip);
 		p.udp_port = kPort;
-		p.cfg.poll_us = 0; // the engine thread sleeps: the fuzzer's thread drives
+		p.cfg.poll_us = 0;    // the engine thread sleeps: the fuzzer's thread drives
 		p.cfg.seg_units = 64; // the jobs take 16; 4096 would cost 16 MiB per input
 		p.transport = [this](std::unique_ptr<Transport> *out) {
 			auto t = std::make_unique<FuzzTransport>(kPort);
@@ -159,9 +159,17 @@ struct Device {
 	// What a packet taken in by a job or an RC QP moves.
 	static std::vector<uint64_t> taken(const NicCounters &c)
 	{
-		return {c.coll.rx_data,	    c.coll.rx_result,	  c.coll.reductions, c.coll.early_stored,
-			c.coll.aborts_rcvd, c.coll.dup_dropped, c.coll.seg_busy,   c.acks_sent,
-			c.seq_naks_sent,    c.rnr_naks_sent,	  c.rx_dup};
+		return {c.coll.rx_data,
+			c.coll.rx_result,
+			c.coll.reductions,
+			c.coll.early_stored,
+			c.coll.aborts_rcvd,
+			c.coll.dup_dropped,
+			c.coll.seg_busy,
+			c.acks_sent,
+			c.seq_naks_sent,
+			c.rnr_naks_sent,
+			c.rx_dup};
 	}
 
 	void feed(const uint8_t *d, size_t n)
@@ -180,7 +188,8 @@ struct Device {
 			while (tr->pending())
 				nic->progress(cq);
 			if (stranger && taken(nic->counters()) != before) {
-				fprintf(stderr, "fuzz_nic_rx: a packet from a non-member was taken in\n");
+				fprintf(stderr,
+					"fuzz_nic_rx: a packet from a non-member was taken in\n");
 				abort();
 			}
 		});

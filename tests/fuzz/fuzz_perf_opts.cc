@@ -39,7 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (r == -1) {
 		// What the benchmark then relies on.
 		if (o.coll < 0 || o.coll >= NCOLLS || o.minbytes > o.maxbytes || o.iters < 0 ||
-		    o.nodes < 1 || o.node < 0 || o.node >= o.nodes || o.sw_planes < 0 || o.sw_planes > 8)
+		    o.nodes < 1 || o.node < 0 || o.node >= o.nodes || o.sw_planes < 0 ||
+		    o.sw_planes > 8)
 			abort();
 	}
 	return 0;

@@ -20,8 +20,8 @@ std::vector<uint64_t> taken(const Switch &sw)
 		SwitchCounters c;
 		if (!sw.job_counters(jid, &c))
 			c = SwitchCounters{};
-		for (uint64_t x : {c.delivered, c.data, c.reductions, c.results, c.configs, c.releases,
-				   c.retrans_answered, c.resent_up})
+		for (uint64_t x : {c.delivered, c.data, c.reductions, c.results, c.configs,
+				   c.releases, c.retrans_answered, c.resent_up})
 			r.push_back(x);
 	}
 	return r;

@@ -121,8 +121,9 @@ inline void for_each_record(const uint8_t *d, size_t n,
 
 // Appends one record: framing byte, length, packet (BTH, CETH when given,
 // payload), for seeds and for the targets' own set-up.
-inline void add_record(std::vector<uint8_t> &out, uint8_t framing, const ibv_coll::emu::wire::Bth &b,
-		       const ibv_coll::emu::wire::Ceth *h, const void *payload, size_t len)
+inline void add_record(std::vector<uint8_t> &out, uint8_t framing,
+		       const ibv_coll::emu::wire::Bth &b, const ibv_coll::emu::wire::Ceth *h,
+		       const void *payload, size_t len)
 {
 	using namespace ibv_coll::emu::wire;
 	std::vector<uint8_t> p(kBthBytes + (h ? kCethBytes : 0));
@@ -142,8 +143,8 @@ inline void add_record(std::vector<uint8_t> &out, uint8_t framing, const ibv_col
 
 // The packet (after the framing byte) as it goes on the wire from
 // src to dst:dport, with its ICRC unless the framing byte says keep.
-inline std::vector<uint8_t> frame(uint8_t framing, const uint8_t *in, size_t n,
-				  const Endpoint &src, const IpAddr &dst, uint16_t dport)
+inline std::vector<uint8_t> frame(uint8_t framing, const uint8_t *in, size_t n, const Endpoint &src,
+				  const IpAddr &dst, uint16_t dport)
 {
 	const bool keep = framing & 0x80;
 	std::vector<uint8_t> p(in, in + n);

@@ -122,8 +122,8 @@ void nic_seeds()
 			wire::Ceth h = ceth(kJidRing, n, 1, sid, 1u << n, 800);
 			h.phase = 1;
 			auto p = i32s(200, int32_t(n));
-			add_record(r, uint8_t(n - 1), coll_bth(wire::kCollData, kQpRing), &h, p.data(),
-				   p.size());
+			add_record(r, uint8_t(n - 1), coll_bth(wire::kCollData, kQpRing), &h,
+				   p.data(), p.size());
 		}
 	}
 	put(t, "ring_data", r);
@@ -176,7 +176,8 @@ void switch_seeds()
 			wire::Ceth h = ceth(kJidFlat, n, 1, sid, 1u << n, 16);
 			h.seg = uint16_t(sid);
 			auto p = i32s(4, n + 1);
-			add_record(r, uint8_t(n), coll_bth(wire::kCollData), &h, p.data(), p.size());
+			add_record(r, uint8_t(n), coll_bth(wire::kCollData), &h, p.data(),
+				   p.size());
 		}
 	put(t, "flat_data", r);
 	// ... then both RELEASE.
@@ -225,9 +226,22 @@ void switch_seeds()
 void text_seeds()
 {
 	// fuzz_config: variable index, then value.
-	const char *cfg[] = {"\x00" "2000", "\x01" "0x10", "\x02" "yes", "\x03" "0.5",
-			     "\x04" "drop=0.05,dup=0.01,reorder=0.01,seed=7", "\x05" "off",
-			     "\x06" "18446744073709551615", "\x07" "loss=1"};
+	const char *cfg[] = {"\x00"
+			     "2000",
+			     "\x01"
+			     "0x10",
+			     "\x02"
+			     "yes",
+			     "\x03"
+			     "0.5",
+			     "\x04"
+			     "drop=0.05,dup=0.01,reorder=0.01,seed=7",
+			     "\x05"
+			     "off",
+			     "\x06"
+			     "18446744073709551615",
+			     "\x07"
+			     "loss=1"};
 	int i = 0;
 	for (const char *c : cfg)
 		put_text("fuzz_config", "v" + std::to_string(i++), std::string(c, 1) + (c + 1));

@@ -41,25 +41,26 @@ struct Type {
 	bool is_float, is_signed;
 };
 const Type kTypes[] = {
-	{MPI_INT8_T, "int8", 1, false, true},	    {MPI_UINT8_T, "uint8", 1, false, false},
-	{MPI_INT16_T, "int16", 2, false, true},	    {MPI_UNSIGNED_SHORT, "ushort", 2, false, false},
-	{MPI_INT, "int", 4, false, true},	    {MPI_UINT32_T, "uint32", 4, false, false},
-	{MPI_LONG, "long", 8, false, true},	    {MPI_UINT64_T, "uint64", 8, false, false},
-	{MPI_FLOAT, "float", 4, true, true},	    {MPI_DOUBLE, "double", 8, true, true},
+	{MPI_INT8_T, "int8", 1, false, true},	{MPI_UINT8_T, "uint8", 1, false, false},
+	{MPI_INT16_T, "int16", 2, false, true}, {MPI_UNSIGNED_SHORT, "ushort", 2, false, false},
+	{MPI_INT, "int", 4, false, true},	{MPI_UINT32_T, "uint32", 4, false, false},
+	{MPI_LONG, "long", 8, false, true},	{MPI_UINT64_T, "uint64", 8, false, false},
+	{MPI_FLOAT, "float", 4, true, true},	{MPI_DOUBLE, "double", 8, true, true},
 };
 struct OpT {
 	MPI_Op op;
 	const char *name;
 	bool bitwise;
 };
-const OpT kOps[] = {{MPI_SUM, "sum", false},  {MPI_PROD, "prod", false}, {MPI_MIN, "min", false},
-		    {MPI_MAX, "max", false},  {MPI_BAND, "band", true},	 {MPI_BOR, "bor", true},
+const OpT kOps[] = {{MPI_SUM, "sum", false}, {MPI_PROD, "prod", false}, {MPI_MIN, "min", false},
+		    {MPI_MAX, "max", false}, {MPI_BAND, "band", true},	{MPI_BOR, "bor", true},
 		    {MPI_BXOR, "bxor", true}};
 
 void fail(const char *what, const std::string &ctx, size_t at)
 {
 	if (g_wrong++ < 5)
-		fprintf(stderr, "rank %d: %s: %s wrong at byte %zu\n", g_rank, ctx.c_str(), what, at);
+		fprintf(stderr, "rank %d: %s: %s wrong at byte %zu\n", g_rank, ctx.c_str(), what,
+			at);
 }
 
 // Element e of this rank's input: exact under op in any order for floats
@@ -70,8 +71,11 @@ void fill(void *buf, size_t n, const Type &t, const OpT &o, std::mt19937_64 &rng
 		uint64_t r = rng();
 		char *p = static_cast<char *>(buf) + e * t.size;
 		if (t.is_float) {
-			double v = o.op == MPI_PROD ? ((r & 3) == 0 ? 0.5 : (r & 3) == 1 ? 2.0 : (r & 3) == 2 ? -1.0 : 1.0)
-					     : double(int64_t(r % 2001) - 1000);
+			double v = o.op == MPI_PROD ? ((r & 3) == 0   ? 0.5
+						       : (r & 3) == 1 ? 2.0
+						       : (r & 3) == 2 ? -1.0
+								      : 1.0)
+						    : double(int64_t(r % 2001) - 1000);
 			if (!exact)
 				v = double(r % 1000000) / 997.0 - 500.0;
 			if (t.size == 4) {
@@ -88,7 +92,8 @@ void fill(void *buf, size_t n, const Type &t, const OpT &o, std::mt19937_64 &rng
 }
 
 // Compare got with want: bytes, or within a relative bound for inexact floats.
-void compare(const void *got, const void *want, size_t n, const Type &t, bool exact, const std::string &ctx)
+void compare(const void *got, const void *want, size_t n, const Type &t, bool exact,
+	     const std::string &ctx)
 {
 	const char *g = static_cast<const char *>(got), *w = static_cast<const char *>(want);
 	if (exact || !t.is_float) {
@@ -139,8 +144,8 @@ void one(MPI_Comm comm, std::mt19937_64 &seq, std::mt19937_64 &mine, size_t max_
 	const bool exact = !(t.is_float && o->op == MPI_SUM && seq() % 4 == 0);
 	const int n = int(count);
 	char ctxbuf[160];
-	snprintf(ctxbuf, sizeof(ctxbuf), "iter %d coll %d %s %s count %zu root %d%s (comm of %d)", iter,
-		 coll, t.name, o->name, count, root, in_place ? " in place" : "", size);
+	snprintf(ctxbuf, sizeof(ctxbuf), "iter %d coll %d %s %s count %zu root %d%s (comm of %d)",
+		 iter, coll, t.name, o->name, count, root, in_place ? " in place" : "", size);
 	const std::string ctx = ctxbuf;
 	const size_t sbytes = count * t.size, abytes = sbytes * size_t(size);
 	std::vector<char> in(abytes), a(abytes + kGuard, 0x5a), b(abytes + kGuard, 0x5a);
@@ -202,10 +207,12 @@ void one(MPI_Comm comm, std::mt19937_64 &seq, std::mt19937_64 &mine, size_t max_
 		compare(a.data(), b.data(), count, t, exact, ctx);
 		break;
 	case 5: { // iallreduce, waited for together with point-to-point requests
-		std::vector<char> a2(sbytes + kGuard, 0x5a), b2(sbytes + kGuard, 0x5a), pr(8), ps(8, char(rank));
+		std::vector<char> a2(sbytes + kGuard, 0x5a), b2(sbytes + kGuard, 0x5a), pr(8),
+			ps(8, char(rank));
 		MPI_Request r[4];
 		MPI_Iallreduce(in.data(), a.data(), n, t.t, o->op, comm, &r[0]);
-		MPI_Iallreduce(in.data() + sbytes * size_t(size > 1), a2.data(), n, t.t, o->op, comm, &r[1]);
+		MPI_Iallreduce(in.data() + sbytes * size_t(size > 1), a2.data(), n, t.t, o->op,
+			       comm, &r[1]);
 		MPI_Irecv(pr.data(), 8, MPI_BYTE, (rank + size - 1) % size, 7, comm, &r[2]);
 		MPI_Isend(ps.data(), 8, MPI_BYTE, (rank + 1) % size, 7, comm, &r[3]);
 		switch (seq() % 4) {
@@ -225,7 +232,8 @@ void one(MPI_Comm comm, std::mt19937_64 &seq, std::mt19937_64 &mine, size_t max_
 				MPI_Waitany(4, r, &idx, MPI_STATUS_IGNORE);
 		}
 		PMPI_Allreduce(in.data(), b.data(), n, t.t, o->op, comm);
-		PMPI_Allreduce(in.data() + sbytes * size_t(size > 1), b2.data(), n, t.t, o->op, comm);
+		PMPI_Allreduce(in.data() + sbytes * size_t(size > 1), b2.data(), n, t.t, o->op,
+			       comm);
 		compare(a.data(), b.data(), count, t, exact, ctx);
 		compare(a2.data(), b2.data(), count + kGuard / t.size, t, exact, ctx + " (second)");
 		if (pr[0] != char((rank + size - 1) % size))
@@ -301,7 +309,8 @@ void unsupported(MPI_Comm comm)
 	MPI_Op_create(
 		[](void *i, void *io, int *len, MPI_Datatype *) {
 			for (int k = 0; k < *len; k++) {
-				int x = std::abs(static_cast<int *>(i)[k]), &y = static_cast<int *>(io)[k];
+				int x = std::abs(static_cast<int *>(i)[k]),
+				    &y = static_cast<int *>(io)[k];
 				y = std::max(x, std::abs(y));
 			}
 		},
@@ -368,8 +377,9 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--one-rank"))
 			one_rank = true;
 		else {
-			fprintf(stderr, "usage: mpi_coll_check [--iters N] [--seed S] [--max-count C] "
-					"[--unsupported | --one-rank]\n");
+			fprintf(stderr,
+				"usage: mpi_coll_check [--iters N] [--seed S] [--max-count C] "
+				"[--unsupported | --one-rank]\n");
 			return 2;
 		}
 	}
@@ -417,8 +427,8 @@ int main(int argc, char **argv)
 	long all = 0;
 	PMPI_Allreduce(&g_wrong, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
 	if (g_rank == 0)
-		printf("mpi_coll_check: %s, %d ranks: %ld wrong\n", unsup ? "unsupported cases" : "random collectives",
-		       g_size, all);
+		printf("mpi_coll_check: %s, %d ranks: %ld wrong\n",
+		       unsup ? "unsupported cases" : "random collectives", g_size, all);
 	MPI_Finalize();
 	return all ? 1 : 0;
 }

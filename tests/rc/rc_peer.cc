@@ -20,34 +20,24 @@ int main(int argc, char **argv)
 	std::string oob_path;
 	RcOptions o;
 	static const option opts[] = {
-		{"oob", required_argument, nullptr, 'o'},  {"dev", required_argument, nullptr, 'd'},
-		{"mtu", required_argument, nullptr, 'm'},  {"size", required_argument, nullptr, 's'},
-		{"gid", required_argument, nullptr, 'g'},  {"rnr-timer", required_argument, nullptr, 'r'},
+		{"oob", required_argument, nullptr, 'o'},
+		{"dev", required_argument, nullptr, 'd'},
+		{"mtu", required_argument, nullptr, 'm'},
+		{"size", required_argument, nullptr, 's'},
+		{"gid", required_argument, nullptr, 'g'},
+		{"rnr-timer", required_argument, nullptr, 'r'},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "o:d:m:s:g:r:", opts, nullptr)) != -1) {
 		switch (c) {
-		case 'o':
-			oob_path = optarg;
-			break;
-		case 'd':
-			o.dev = optarg;
-			break;
-		case 'm':
-			o.mtu = ibv_mtu(atoi(optarg));
-			break;
-		case 's':
-			o.buf_size = strtoull(optarg, nullptr, 0);
-			break;
-		case 'g':
-			o.gid_index = atoi(optarg);
-			break;
-		case 'r':
-			o.min_rnr_timer = uint8_t(atoi(optarg));
-			break;
-		default:
-			return 2;
+		case 'o': oob_path = optarg; break;
+		case 'd': o.dev = optarg; break;
+		case 'm': o.mtu = ibv_mtu(atoi(optarg)); break;
+		case 's': o.buf_size = strtoull(optarg, nullptr, 0); break;
+		case 'g': o.gid_index = atoi(optarg); break;
+		case 'r': o.min_rnr_timer = uint8_t(atoi(optarg)); break;
+		default: return 2;
 		}
 	}
 	Oob oob;
@@ -86,7 +76,8 @@ int main(int argc, char **argv)
 				if (e) {
 					w.status = e;
 				} else {
-					w.status = wc.status == IBV_WC_SUCCESS ? 0 : 1000 + wc.status;
+					w.status = wc.status == IBV_WC_SUCCESS ? 0
+									       : 1000 + wc.status;
 					w.opcode = wc.opcode;
 					w.a = wc.byte_len;
 					w.b = wc.wr_id;
@@ -97,21 +88,14 @@ int main(int argc, char **argv)
 					return 1;
 			}
 			continue;
-		case kFill:
-			fill_pattern(ep.buf + m.b, m.c, m.a);
-			break;
+		case kFill: fill_pattern(ep.buf + m.b, m.c, m.a); break;
 		case kCheck:
 			r.a = check_pattern(ep.buf + m.b, m.c, m.a);
 			r.status = r.a == SIZE_MAX ? 0 : EIO;
 			break;
-		case kZero:
-			memset(ep.buf + m.b, 0, m.c);
-			break;
-		case kQuit:
-			oob.send(&r, sizeof(r));
-			return 0;
-		default:
-			r.status = EINVAL;
+		case kZero: memset(ep.buf + m.b, 0, m.c); break;
+		case kQuit: oob.send(&r, sizeof(r)); return 0;
+		default: r.status = EINVAL;
 		}
 		if (oob.send(&r, sizeof(r)))
 			return 1;

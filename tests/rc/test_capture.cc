@@ -48,11 +48,11 @@ uint32_t icrc_of_capture(const uint8_t *ip, size_t len)
 		return 0; // no RoCE packet: matches no ICRC read from it
 	memset(ff, 0xff, sizeof(ff));
 	memcpy(h, ip, sizeof(h));
-	h[1] = 0xff;		   // TOS
-	h[8] = 0xff;		   // TTL
-	h[10] = h[11] = 0xff;	   // header checksum
+	h[1] = 0xff;		      // TOS
+	h[8] = 0xff;		      // TTL
+	h[10] = h[11] = 0xff;	      // header checksum
 	h[20 + 6] = h[20 + 7] = 0xff; // UDP checksum
-	h[28 + 4] = 0xff;	   // BTH resv8a
+	h[28 + 4] = 0xff;	      // BTH resv8a
 	uint32_t c = ref_crc(0xffffffffu, ff, sizeof(ff));
 	c = ref_crc(c, h, sizeof(h));
 	return ~ref_crc(c, ip + sizeof(h), len - 4 - sizeof(h));
@@ -124,15 +124,16 @@ TEST(Capture, DecodesAsRoceWithValidIcrc)
 	std::string filter = "udp port " + std::to_string(ai.udp_port) + " or udp port " +
 			     std::to_string(bi.udp_port);
 	std::string errlog = pcap + ".log";
-	std::vector<std::string> args = {"tshark", "-i", "lo", "-F", "pcap", "-f", filter,
-					 "-w", pcap, "-q"};
+	std::vector<std::string> args = {"tshark", "-i",   "lo", "-F", "pcap",
+					 "-f",	   filter, "-w", pcap, "-q"};
 	std::vector<char *> argv;
 	for (auto &s : args)
 		argv.push_back(s.data());
 	argv.push_back(nullptr);
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 2, errlog.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_addopen(&fa, 2, errlog.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+					 0644);
 	pid_t pid;
 	ASSERT_EQ(posix_spawnp(&pid, "tshark", &fa, nullptr, argv.data(), environ), 0);
 	posix_spawn_file_actions_destroy(&fa);
@@ -174,8 +175,8 @@ TEST(Capture, DecodesAsRoceWithValidIcrc)
 	waitpid(pid, &st, 0);
 
 	// 1. tshark decodes the capture as InfiniBand (RoCEv2).
-	std::string d = "-d udp.port==" + std::to_string(ai.udp_port) + ",infiniband -d udp.port==" +
-			std::to_string(bi.udp_port) + ",infiniband";
+	std::string d = "-d udp.port==" + std::to_string(ai.udp_port) +
+			",infiniband -d udp.port==" + std::to_string(bi.udp_port) + ",infiniband";
 	std::string fields = run("tshark -r " + pcap + " " + d +
 				 " -T fields -E separator=, -e udp.dstport -e infiniband.bth.opcode"
 				 " -e infiniband.bth.destqp -e infiniband.bth.psn 2>/dev/null");
@@ -196,14 +197,15 @@ TEST(Capture, DecodesAsRoceWithValidIcrc)
 		return std::to_string(op) + "/" + std::to_string(qpn) + "/" + std::to_string(psn);
 	};
 	const std::vector<std::string> want_to_b = {
-		rec(0, bi.qpn, 100),  rec(1, bi.qpn, 101), rec(2, bi.qpn, 102),
+		rec(0, bi.qpn, 100),  rec(1, bi.qpn, 101),  rec(2, bi.qpn, 102),
 		rec(10, bi.qpn, 103), rec(12, bi.qpn, 104),
 	};
 	EXPECT_EQ(to_b, want_to_b) << fields;
 	// b answers: ACKs (17) of 102 and 103, then read responses 13,14,14,14,15.
 	const std::vector<std::string> want_to_a = {
-		rec(17, ai.qpn, 102), rec(17, ai.qpn, 103), rec(13, ai.qpn, 104), rec(14, ai.qpn, 105),
-		rec(14, ai.qpn, 106), rec(14, ai.qpn, 107), rec(15, ai.qpn, 108),
+		rec(17, ai.qpn, 102), rec(17, ai.qpn, 103), rec(13, ai.qpn, 104),
+		rec(14, ai.qpn, 105), rec(14, ai.qpn, 106), rec(14, ai.qpn, 107),
+		rec(15, ai.qpn, 108),
 	};
 	EXPECT_EQ(to_a, want_to_a) << fields;
 
@@ -249,15 +251,16 @@ TEST(Capture, CeMarkedRequestsReturnCnps)
 	std::string filter = "udp port " + std::to_string(ai.udp_port) + " or udp port " +
 			     std::to_string(bi.udp_port);
 	std::string errlog = pcap + ".log";
-	std::vector<std::string> args = {"tshark", "-i", "lo", "-F", "pcap", "-f", filter,
-					 "-w", pcap, "-q"};
+	std::vector<std::string> args = {"tshark", "-i",   "lo", "-F", "pcap",
+					 "-f",	   filter, "-w", pcap, "-q"};
 	std::vector<char *> argv;
 	for (auto &s : args)
 		argv.push_back(s.data());
 	argv.push_back(nullptr);
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 2, errlog.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_addopen(&fa, 2, errlog.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+					 0644);
 	pid_t pid;
 	ASSERT_EQ(posix_spawnp(&pid, "tshark", &fa, nullptr, argv.data(), environ), 0);
 	posix_spawn_file_actions_destroy(&fa);
@@ -292,11 +295,12 @@ TEST(Capture, CeMarkedRequestsReturnCnps)
 	int st;
 	waitpid(pid, &st, 0);
 
-	std::string d = "-d udp.port==" + std::to_string(ai.udp_port) + ",infiniband -d udp.port==" +
-			std::to_string(bi.udp_port) + ",infiniband";
-	std::string fields = run("tshark -r " + pcap + " -X lua_script:" IBVC_LUA_DISSECTOR " " + d +
-				 " -Y infiniband.bth.opcode==129 -T fields -E separator=, -e udp.dstport"
-				 " -e infiniband.bth.destqp -e _ws.col.Info 2>/dev/null");
+	std::string d = "-d udp.port==" + std::to_string(ai.udp_port) +
+			",infiniband -d udp.port==" + std::to_string(bi.udp_port) + ",infiniband";
+	std::string fields = run(
+		"tshark -r " + pcap + " -X lua_script:" IBVC_LUA_DISSECTOR " " + d +
+		" -Y infiniband.bth.opcode==129 -T fields -E separator=, -e udp.dstport"
+		" -e infiniband.bth.destqp -e _ws.col.Info 2>/dev/null");
 	std::stringstream ss(fields);
 	std::string line;
 	int cnps = 0;

@@ -54,9 +54,10 @@ protected:
 		ibv_coll_port_attr pa;
 		ASSERT_EQ(ibv_query_coll_port(probe.ctx, 1, &pa), 0);
 		if (GetParam() > pa.active_mtu)
-			GTEST_SKIP() << "path MTU " << (128 << GetParam()) << " is beyond "
-				     << test_device_name() << "'s active MTU " << (128 << pa.active_mtu)
-				     << " (netdev MTU " << pa.netdev_mtu << ")";
+			GTEST_SKIP()
+				<< "path MTU " << (128 << GetParam()) << " is beyond "
+				<< test_device_name() << "'s active MTU " << (128 << pa.active_mtu)
+				<< " (netdev MTU " << pa.netdev_mtu << ")";
 	}
 };
 
@@ -105,7 +106,8 @@ TEST_P(RcMtu, WriteEverySize)
 	for (uint32_t len : sizes) {
 		SCOPED_TRACE("size " + std::to_string(len));
 		fill_pattern(ep.buf, len, seed);
-		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE, 0, len, peer.addr, peer.rkey, seed), 0);
+		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE, 0, len, peer.addr, peer.rkey, seed),
+			  0);
 		expect_success(next_wc(), IBV_COLL_WC_RDMA_WRITE, seed);
 		EXPECT_EQ(cmd(kCheck, seed, 0, len).status, 0) << "data differs";
 		seed++;
@@ -122,7 +124,8 @@ TEST_P(RcMtu, ReadEverySize)
 		SCOPED_TRACE("size " + std::to_string(len));
 		ASSERT_EQ(cmd(kFill, seed, 0, len).status, 0);
 		memset(ep.buf, 0, len);
-		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_READ, 0, len, peer.addr, peer.rkey, seed), 0);
+		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_READ, 0, len, peer.addr, peer.rkey, seed),
+			  0);
 		expect_success(next_wc(), IBV_COLL_WC_RDMA_READ, seed);
 		EXPECT_EQ(check_pattern(ep.buf, len, seed), SIZE_MAX) << "data differs";
 		seed++;
@@ -137,8 +140,8 @@ TEST_P(RcMtu, WriteAndSendWithImmediate)
 		ASSERT_EQ(cmd(kPostRecv, 1, 0, 0).status, 0);
 		fill_pattern(ep.buf, len, len + 7);
 		uint32_t imm = htonl(0xa5000000u | len);
-		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE_WITH_IMM, 0, len, peer.addr, peer.rkey, 1,
-				       imm),
+		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE_WITH_IMM, 0, len, peer.addr,
+				       peer.rkey, 1, imm),
 			  0);
 		expect_success(next_wc(), IBV_COLL_WC_RDMA_WRITE, 1);
 		auto r = wait_recv(1);
@@ -308,7 +311,8 @@ TEST_F(Rc, KilledPeerGivesErrorWithinRetryBudget)
 	kill_peer();
 	auto t0 = std::chrono::steady_clock::now();
 	for (int i = 1; i <= 8; i++)
-		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE, 0, 1 << 20, peer.addr, peer.rkey, i), 0);
+		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE, 0, 1 << 20, peer.addr, peer.rkey, i),
+			  0);
 	ibv_coll_wc wc = next_wc(10000);
 	auto dt = std::chrono::steady_clock::now() - t0;
 	EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << ibv_coll_wc_status_str(wc.status);
@@ -377,8 +381,8 @@ protected:
 
 TEST_F(RcImpaired, EveryOpcodeBitExactAtFivePercentLoss)
 {
-	start(lossy_opts(IBV_MTU_4096, kBig), {std::string("IBV_COLL_EMU_IMPAIR=") + kSpec +
-					 ",seed=12"});
+	start(lossy_opts(IBV_MTU_4096, kBig),
+	      {std::string("IBV_COLL_EMU_IMPAIR=") + kSpec + ",seed=12"});
 	uint64_t seed = 300;
 	for (uint32_t len : {0u, 1u, 4097u, 65537u, 1u << 20, uint32_t(kBig)}) {
 		SCOPED_TRACE("size " + std::to_string(len));
@@ -393,14 +397,16 @@ TEST_F(RcImpaired, EveryOpcodeBitExactAtFivePercentLoss)
 		seed++;
 
 		fill_pattern(ep.buf, len, seed);
-		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE, 0, len, peer.addr, peer.rkey, seed), 0);
+		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE, 0, len, peer.addr, peer.rkey, seed),
+			  0);
 		expect_success(next_wc(60000), IBV_COLL_WC_RDMA_WRITE, seed);
 		EXPECT_EQ(cmd(kCheck, seed, 0, len).status, 0);
 		seed++;
 
 		ASSERT_EQ(cmd(kFill, seed, 0, len).status, 0);
 		memset(ep.buf, 0, len);
-		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_READ, 0, len, peer.addr, peer.rkey, seed), 0);
+		ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_READ, 0, len, peer.addr, peer.rkey, seed),
+			  0);
 		expect_success(next_wc(60000), IBV_COLL_WC_RDMA_READ, seed);
 		EXPECT_EQ(check_pattern(ep.buf, len, seed), SIZE_MAX);
 		seed++;
@@ -409,8 +415,8 @@ TEST_F(RcImpaired, EveryOpcodeBitExactAtFivePercentLoss)
 
 TEST_F(RcImpaired, ManyWrsInFlight)
 {
-	start(lossy_opts(IBV_MTU_1024, 1 << 20), {std::string("IBV_COLL_EMU_IMPAIR=") + kSpec +
-					    ",seed=13"});
+	start(lossy_opts(IBV_MTU_1024, 1 << 20),
+	      {std::string("IBV_COLL_EMU_IMPAIR=") + kSpec + ",seed=13"});
 	// 64 messages of mixed kinds posted back to back, completed in order.
 	ASSERT_EQ(cmd(kPostRecv, 32, 8192, 0).status, 0);
 	for (int i = 0; i < 64; i++) {
@@ -429,7 +435,8 @@ TEST_F(RcImpaired, ManyWrsInFlight)
 		ASSERT_EQ(r[i].status, 0);
 		EXPECT_EQ(r[i].b, uint64_t(i));
 		EXPECT_EQ(cmd(kCheck, 1000 + 2 * i, i * 8192, 8192).status, 0) << "send " << i;
-		EXPECT_EQ(cmd(kCheck, 1000 + 2 * i + 1, (512 << 10) + (2 * i + 1) * 8192, 8192).status,
+		EXPECT_EQ(cmd(kCheck, 1000 + 2 * i + 1, (512 << 10) + (2 * i + 1) * 8192, 8192)
+				  .status,
 			  0)
 			<< "write " << i;
 	}

@@ -241,7 +241,8 @@ private:
 		h.rank_map = 0;
 		h.len = uint16_t(b.sum.size() * 4);
 		h.store(pkt.data() + wire::kBthBytes);
-		memcpy(pkt.data() + wire::kBthBytes + wire::kCethBytes, b.sum.data(), b.sum.size() * 4);
+		memcpy(pkt.data() + wire::kBthBytes + wire::kCethBytes, b.sum.data(),
+		       b.sum.size() * 4);
 		net_.send(Pkt{self_, members_[to], std::move(pkt)});
 	}
 	Net &net_;
@@ -258,7 +259,7 @@ struct Node {
 	Cq cq;
 	Qp qp;
 	uint16_t ranks = 1;
-	uint64_t rx = 0; // packets the network handed it
+	uint64_t rx = 0;			    // packets the network handed it
 	std::vector<std::vector<int32_t>> src, dst; // per local rank
 	Endpoint host_ep() const { return Endpoint{params.gids[0], kPort, 0}; }
 };
@@ -286,7 +287,8 @@ public:
 		if (topo != Topology::ring) {
 			cfg.sw.on = true;
 			cfg.sw.leaf = {sw_ep};
-			cfg.sw.inline_task = with_switch; // the fake switch has no configuration step
+			cfg.sw.inline_task =
+				with_switch; // the fake switch has no configuration step
 		}
 		std::vector<Endpoint> eps;
 		for (auto &m : cfg.members)

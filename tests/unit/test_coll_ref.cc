@@ -21,7 +21,8 @@ using namespace ibvc_test;
 
 namespace {
 
-CollSpec make_spec(int coll, int op, int dtype, uint64_t count, std::vector<uint16_t> ranks, uint32_t root = 0)
+CollSpec make_spec(int coll, int op, int dtype, uint64_t count, std::vector<uint16_t> ranks,
+		   uint32_t root = 0)
 {
 	CollSpec s;
 	s.coll = coll;
@@ -50,7 +51,8 @@ template <typename T> std::vector<T> from_bytes(const std::vector<uint8_t> &b)
 }
 
 // Rank g's source: `elems` copies of per_rank[g].
-template <typename T> std::vector<std::vector<uint8_t>> uniform_srcs(const std::vector<T> &per_rank, uint64_t elems)
+template <typename T>
+std::vector<std::vector<uint8_t>> uniform_srcs(const std::vector<T> &per_rank, uint64_t elems)
 {
 	std::vector<std::vector<uint8_t>> srcs;
 	for (const T &v : per_rank)
@@ -58,7 +60,8 @@ template <typename T> std::vector<std::vector<uint8_t>> uniform_srcs(const std::
 	return srcs;
 }
 
-template <typename T> std::vector<std::vector<uint8_t>> srcs_of(const std::vector<std::vector<T>> &per_rank)
+template <typename T>
+std::vector<std::vector<uint8_t>> srcs_of(const std::vector<std::vector<T>> &per_rank)
 {
 	std::vector<std::vector<uint8_t>> srcs;
 	for (const auto &v : per_rank)
@@ -66,9 +69,18 @@ template <typename T> std::vector<std::vector<uint8_t>> srcs_of(const std::vecto
 	return srcs;
 }
 
-uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
-uint64_t bits(double d) { return std::bit_cast<uint64_t>(d); }
-float fbits(uint32_t u) { return std::bit_cast<float>(u); }
+uint32_t bits(float f)
+{
+	return std::bit_cast<uint32_t>(f);
+}
+uint64_t bits(double d)
+{
+	return std::bit_cast<uint64_t>(d);
+}
+float fbits(uint32_t u)
+{
+	return std::bit_cast<float>(u);
+}
 
 // One reduction of a single element: rank values in order, result bits.
 template <typename T>
@@ -81,19 +93,29 @@ T reduce1(int op, int dtype, std::vector<uint16_t> ranks, const std::vector<T> &
 	return out.empty() ? T() : out[0];
 }
 
-bool f16_is_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
-bool bf16_is_nan(uint16_t h) { return (h & 0x7f80) == 0x7f80 && (h & 0x7f) != 0; }
+bool f16_is_nan(uint16_t h)
+{
+	return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0;
+}
+bool bf16_is_nan(uint16_t h)
+{
+	return (h & 0x7f80) == 0x7f80 && (h & 0x7f) != 0;
+}
 
 const int kAllDtypes[] = {
-	IBV_COLL_DTYPE_INT8,   IBV_COLL_DTYPE_INT16,   IBV_COLL_DTYPE_INT32,	IBV_COLL_DTYPE_INT64,
-	IBV_COLL_DTYPE_UINT8,  IBV_COLL_DTYPE_UINT16,  IBV_COLL_DTYPE_UINT32,	IBV_COLL_DTYPE_UINT64,
-	IBV_COLL_DTYPE_FLOAT16, IBV_COLL_DTYPE_BFLOAT16, IBV_COLL_DTYPE_FLOAT32, IBV_COLL_DTYPE_FLOAT64,
+	IBV_COLL_DTYPE_INT8,	 IBV_COLL_DTYPE_INT16,	 IBV_COLL_DTYPE_INT32,
+	IBV_COLL_DTYPE_INT64,	 IBV_COLL_DTYPE_UINT8,	 IBV_COLL_DTYPE_UINT16,
+	IBV_COLL_DTYPE_UINT32,	 IBV_COLL_DTYPE_UINT64,	 IBV_COLL_DTYPE_FLOAT16,
+	IBV_COLL_DTYPE_BFLOAT16, IBV_COLL_DTYPE_FLOAT32, IBV_COLL_DTYPE_FLOAT64,
 };
 const int kAllColls[] = {
 	IBV_COLL_WR_ALLREDUCE, IBV_COLL_WR_REDUCE,	   IBV_COLL_WR_BCAST,
 	IBV_COLL_WR_ALLGATHER, IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_WR_BARRIER,
 };
-bool is_float(int dtype) { return dtype >= IBV_COLL_DTYPE_FLOAT16; }
+bool is_float(int dtype)
+{
+	return dtype >= IBV_COLL_DTYPE_FLOAT16;
+}
 
 // f32 values whose sums depend on the order (spacing 8 around 1e8):
 //   1e8 + 4          = tie -> 1e8        (1e8 / 8 = 12500000 is even)
@@ -108,7 +130,8 @@ const float kA = 1e8f, kB = 4.0f, kC = -100000008.0f;
 
 TEST(CollRef, RankNumberingAndSizes)
 {
-	CollSpec s = make_spec(IBV_COLL_WR_ALLGATHER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT16, 5, {2, 1, 3});
+	CollSpec s = make_spec(IBV_COLL_WR_ALLGATHER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT16, 5,
+			       {2, 1, 3});
 	EXPECT_EQ(s.total_ranks(), 6u);
 	EXPECT_EQ(s.first_rank(0), 0u);
 	EXPECT_EQ(s.first_rank(1), 2u);
@@ -129,7 +152,8 @@ TEST(CollRef, RankNumberingAndSizes)
 TEST(CollRef, InvalidSpecsThrow)
 {
 	const std::vector<std::vector<uint8_t>> none;
-	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_BAND, IBV_COLL_DTYPE_FLOAT32, 4, {1, 1});
+	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_BAND, IBV_COLL_DTYPE_FLOAT32, 4,
+			       {1, 1});
 	EXPECT_THROW(expected_output(s, 1, 0, kInputNormal), std::invalid_argument);
 	s.dtype = IBV_COLL_DTYPE_INT32;
 	EXPECT_NO_THROW(expected_output(s, 1, 0, kInputNormal));
@@ -167,7 +191,8 @@ TEST(CollRef, InvalidSpecsThrow)
 // count 5: chunks [0,1), [1,3), [3,5).
 TEST(CollRef, AllreduceF32ChunkStartsAtItsNode)
 {
-	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 5, {1, 1, 1});
+	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 5,
+			       {1, 1, 1});
 	auto srcs = uniform_srcs(std::vector<float>{kA, kB, kC}, 5);
 	for (uint32_t g = 0; g < 3; g++)
 		EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, g)),
@@ -177,12 +202,14 @@ TEST(CollRef, AllreduceF32ChunkStartsAtItsNode)
 	// count 2 over 3 nodes: chunk 0 is empty, element 0 is chunk 1's,
 	// element 1 chunk 2's.
 	s.count = 2;
-	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 1)), (std::vector<float>{0.0f, -4.0f}));
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 1)),
+		  (std::vector<float>{0.0f, -4.0f}));
 
 	// One node of three ranks: the local order only, (1e8 + 4) - 100000008.
 	s.ranks = {3};
 	s.count = 3;
-	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 2)), (std::vector<float>{-8.0f, -8.0f, -8.0f}));
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 2)),
+		  (std::vector<float>{-8.0f, -8.0f, -8.0f}));
 }
 
 // Through switches every element folds the node partials in a tree.
@@ -191,12 +218,15 @@ TEST(CollRef, AllreduceF32ChunkStartsAtItsNode)
 //   leaves {0, 2} and {1, 3}: (1e8 + -100000008) + (4 + 4) = -8 + 8 = 0
 TEST(CollRef, SwitchTreeFoldOrder)
 {
-	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 3, {1, 1, 1, 1});
+	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 3,
+			       {1, 1, 1, 1});
 	s.tree = true;
 	auto srcs = uniform_srcs(std::vector<float>{kA, kB, kC, kB}, 3);
-	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 2)), (std::vector<float>{-4.0f, -4.0f, -4.0f}));
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 2)),
+		  (std::vector<float>{-4.0f, -4.0f, -4.0f}));
 	s.leaf_of = {0, 1, 0, 1};
-	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 0)), (std::vector<float>{0.0f, 0.0f, 0.0f}));
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 0)),
+		  (std::vector<float>{0.0f, 0.0f, 0.0f}));
 	// Reduce-scatter through the switch: the same fold, each node its slice.
 	s.coll = IBV_COLL_WR_REDUCE_SCATTER;
 	s.count = 1;
@@ -210,9 +240,11 @@ TEST(CollRef, SwitchTreeFoldOrder)
 // chunks give 0 (a flat fold over the ranks would give -8 + 4 = -4).
 TEST(CollRef, AllreducePartialPerNodeFirst)
 {
-	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 2, {1, 2});
+	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 2,
+			       {1, 2});
 	auto srcs = uniform_srcs(std::vector<float>{kA, kC, kB}, 2);
-	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 0)), (std::vector<float>{0.0f, 0.0f}));
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 0)),
+		  (std::vector<float>{0.0f, 0.0f}));
 }
 
 // float64: 2^53 + 1 = tie -> 2^53; 1 - 2^53 is exact.
@@ -220,14 +252,17 @@ TEST(CollRef, AllreducePartialPerNodeFirst)
 TEST(CollRef, AllreduceF64ChunkOrder)
 {
 	const double p53 = 9007199254740992.0;
-	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT64, 3, {1, 1, 1});
+	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT64, 3,
+			       {1, 1, 1});
 	auto srcs = uniform_srcs(std::vector<double>{p53, 1.0, -p53}, 3);
-	EXPECT_EQ(from_bytes<double>(expected_output_from(s, srcs, 0)), (std::vector<double>{0.0, 1.0, 1.0}));
+	EXPECT_EQ(from_bytes<double>(expected_output_from(s, srcs, 0)),
+		  (std::vector<double>{0.0, 1.0, 1.0}));
 }
 
 TEST(CollRef, ReduceOnlyAtRoot)
 {
-	CollSpec s = make_spec(IBV_COLL_WR_REDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 5, {1, 1, 1}, 2);
+	CollSpec s = make_spec(IBV_COLL_WR_REDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 5,
+			       {1, 1, 1}, 2);
 	auto srcs = uniform_srcs(std::vector<float>{kA, kB, kC}, 5);
 	EXPECT_TRUE(expected_output_from(s, srcs, 0).empty());
 	EXPECT_TRUE(expected_output_from(s, srcs, 1).empty());
@@ -247,11 +282,15 @@ TEST(CollRef, ReduceOnlyAtRoot)
 //   j=2: (1e8 + 4) + -100000008 = -8
 TEST(CollRef, ReduceScatterStartsAtNextNode)
 {
-	CollSpec s = make_spec(IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 2, {1, 1, 1});
+	CollSpec s = make_spec(IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
+			       2, {1, 1, 1});
 	auto srcs = uniform_srcs(std::vector<float>{kA, kB, kC}, 6);
-	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 0)), (std::vector<float>{0.0f, 0.0f}));
-	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 1)), (std::vector<float>{-4.0f, -4.0f}));
-	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 2)), (std::vector<float>{-8.0f, -8.0f}));
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 0)),
+		  (std::vector<float>{0.0f, 0.0f}));
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 1)),
+		  (std::vector<float>{-4.0f, -4.0f}));
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 2)),
+		  (std::vector<float>{-8.0f, -8.0f}));
 
 	// Nodes {2, 1, 1}: x = {1e8, 0 | 4 | -100000008}, P = {1e8, 4, -100000008}.
 	// Node 0's chunk (ranks 0 and 1) folds P1, P2, P0 = 0; node 1's (rank 2)
@@ -261,7 +300,8 @@ TEST(CollRef, ReduceScatterStartsAtNextNode)
 	srcs = uniform_srcs(std::vector<float>{kA, 0.0f, kB, kC}, 4);
 	const float want[] = {0.0f, 0.0f, -4.0f, -8.0f};
 	for (uint32_t g = 0; g < 4; g++)
-		EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, g)), std::vector<float>{want[g]})
+		EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, g)),
+			  std::vector<float>{want[g]})
 			<< "rank " << g;
 }
 
@@ -269,15 +309,19 @@ TEST(CollRef, ReduceScatterStartsAtNextNode)
 // count 2: sum_h x_h[e] = 30 + 3e; rank g gets e = 2g, 2g+1.
 TEST(CollRef, ReduceScatterSlices)
 {
-	CollSpec s = make_spec(IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 2, {2, 1});
+	CollSpec s = make_spec(IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 2,
+			       {2, 1});
 	std::vector<std::vector<int32_t>> x(3);
 	for (int h = 0; h < 3; h++)
 		for (int e = 0; e < 6; e++)
 			x[h].push_back(10 * h + e);
 	auto srcs = srcs_of(x);
-	EXPECT_EQ(from_bytes<int32_t>(expected_output_from(s, srcs, 0)), (std::vector<int32_t>{30, 33}));
-	EXPECT_EQ(from_bytes<int32_t>(expected_output_from(s, srcs, 1)), (std::vector<int32_t>{36, 39}));
-	EXPECT_EQ(from_bytes<int32_t>(expected_output_from(s, srcs, 2)), (std::vector<int32_t>{42, 45}));
+	EXPECT_EQ(from_bytes<int32_t>(expected_output_from(s, srcs, 0)),
+		  (std::vector<int32_t>{30, 33}));
+	EXPECT_EQ(from_bytes<int32_t>(expected_output_from(s, srcs, 1)),
+		  (std::vector<int32_t>{36, 39}));
+	EXPECT_EQ(from_bytes<int32_t>(expected_output_from(s, srcs, 2)),
+		  (std::vector<int32_t>{42, 45}));
 }
 
 // ---------------------------------------------------------------------------
@@ -287,7 +331,8 @@ TEST(CollRef, ReduceScatterSlices)
 // {0, 1, 100, 101, ..., 500, 501}.
 TEST(CollRef, AllgatherLayout)
 {
-	CollSpec s = make_spec(IBV_COLL_WR_ALLGATHER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT16, 2, {2, 1, 3});
+	CollSpec s = make_spec(IBV_COLL_WR_ALLGATHER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT16, 2,
+			       {2, 1, 3});
 	std::vector<std::vector<int16_t>> x;
 	std::vector<int16_t> want;
 	for (int h = 0; h < 6; h++) {
@@ -296,7 +341,8 @@ TEST(CollRef, AllgatherLayout)
 		want.push_back(int16_t(100 * h + 1));
 	}
 	for (uint32_t g = 0; g < 6; g++)
-		EXPECT_EQ(from_bytes<int16_t>(expected_output_from(s, srcs_of(x), g)), want) << "rank " << g;
+		EXPECT_EQ(from_bytes<int16_t>(expected_output_from(s, srcs_of(x), g)), want)
+			<< "rank " << g;
 
 	// From generated inputs: slice h is rank h's input.
 	auto all = expected_outputs(s, 42, kInputSpecial);
@@ -304,14 +350,16 @@ TEST(CollRef, AllgatherLayout)
 		ASSERT_EQ(all[g].size(), 12 * sizeof(int16_t));
 		for (uint32_t h = 0; h < 6; h++) {
 			auto in = make_input(s, 42, h, kInputSpecial);
-			EXPECT_EQ(std::memcmp(all[g].data() + h * 4, in.data(), 4), 0) << g << " " << h;
+			EXPECT_EQ(std::memcmp(all[g].data() + h * 4, in.data(), 4), 0)
+				<< g << " " << h;
 		}
 	}
 }
 
 TEST(CollRef, BcastIsRootSource)
 {
-	CollSpec s = make_spec(IBV_COLL_WR_BCAST, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT64, 9, {2, 1, 3}, 3);
+	CollSpec s = make_spec(IBV_COLL_WR_BCAST, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT64, 9,
+			       {2, 1, 3}, 3);
 	auto root_in = make_input(s, 5, 3, kInputSpecial);
 	for (uint32_t g = 0; g < 6; g++)
 		EXPECT_EQ(expected_output(s, 5, g, kInputSpecial), root_in) << "rank " << g;
@@ -322,7 +370,8 @@ TEST(CollRef, BcastIsRootSource)
 
 TEST(CollRef, BarrierHasNoData)
 {
-	CollSpec s = make_spec(IBV_COLL_WR_BARRIER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 0, {2, 3});
+	CollSpec s = make_spec(IBV_COLL_WR_BARRIER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 0,
+			       {2, 3});
 	EXPECT_EQ(src_elems(s), 0u);
 	EXPECT_EQ(dst_elems(s), 0u);
 	EXPECT_TRUE(expected_output(s, 1, 4, kInputNormal).empty());
@@ -336,17 +385,21 @@ TEST(CollRef, BarrierHasNoData)
 TEST(CollRef, IntegerAvgTruncatesTowardZero)
 {
 	// -7 + 2 + 1 = -4; -4 / 3 = -1 (floor would be -2).
-	EXPECT_EQ(reduce1<int32_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_INT32, {1, 1, 1}, {-7, 2, 1}), -1);
+	EXPECT_EQ(reduce1<int32_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_INT32, {1, 1, 1}, {-7, 2, 1}),
+		  -1);
 	// int8: -300 wraps to 212 = -44; -44 / 3 = -14 (0xf2).
-	EXPECT_EQ(reduce1<int8_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_INT8, {3}, {-100, -100, -100}), -14);
+	EXPECT_EQ(reduce1<int8_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_INT8, {3}, {-100, -100, -100}),
+		  -14);
 	// uint8: 600 wraps to 88; 88 / 3 = 29.
-	EXPECT_EQ(reduce1<uint8_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_UINT8, {2, 1}, {200, 200, 200}), 29);
+	EXPECT_EQ(reduce1<uint8_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_UINT8, {2, 1}, {200, 200, 200}),
+		  29);
 	// int64: INT64_MAX + 1 + 0 wraps to INT64_MIN; / 3 = -3074457345618258602.
 	EXPECT_EQ(reduce1<int64_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_INT64, {1, 2},
 				   {std::numeric_limits<int64_t>::max(), 1, 0}),
 		  -3074457345618258602LL);
 	// uint32 over 4 ranks: 10 / 4 = 2.
-	EXPECT_EQ(reduce1<uint32_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_UINT32, {2, 2}, {1, 2, 3, 4}), 2u);
+	EXPECT_EQ(reduce1<uint32_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_UINT32, {2, 2}, {1, 2, 3, 4}),
+		  2u);
 	// REDUCE_SCATTER divides by K as well: (5 - 9 + 1) / 3 = -1.
 	EXPECT_EQ(reduce1<int16_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_INT16, {1, 2}, {5, -9, 1},
 				   IBV_COLL_WR_REDUCE_SCATTER),
@@ -365,18 +418,22 @@ TEST(CollRef, FloatAvg)
 				    {bits(1.0f), bits(2.0f), bits(2.0f)}),
 		  0x3fd55555u);
 	// float64 5 / 3: 52 bits 0xaaaaaaaaaaaaa, then 1 and more: rounds up.
-	EXPECT_EQ(reduce1<uint64_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_FLOAT64, {3}, {bits(1.0), bits(2.0), bits(2.0)}),
+	EXPECT_EQ(reduce1<uint64_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_FLOAT64, {3},
+				    {bits(1.0), bits(2.0), bits(2.0)}),
 		  0x3ffaaaaaaaaaaaabull);
 	// float64: 3 / 2 = 1.5.
-	EXPECT_EQ(reduce1<uint64_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_FLOAT64, {2}, {bits(1.0), bits(2.0)}),
+	EXPECT_EQ(reduce1<uint64_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_FLOAT64, {2},
+				    {bits(1.0), bits(2.0)}),
 		  bits(1.5));
 	// fp16 {2048, 1, 1}: 2048 + 1 ties to 2048 (even), + 1 again 2048; the
 	// rounded sum / 3 = 682.67 -> 682.5 = 0x6155 (the exact 2050 / 3 would
 	// give 683.5).
-	EXPECT_EQ(reduce1<uint16_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_FLOAT16, {3}, {0x6800, 0x3c00, 0x3c00}),
+	EXPECT_EQ(reduce1<uint16_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_FLOAT16, {3},
+				    {0x6800, 0x3c00, 0x3c00}),
 		  0x6155);
 	// bf16 {1, 0, 0}: 1 / 3 = 1.0101010|1...b * 2^-2 rounds up to 0x3eab.
-	EXPECT_EQ(reduce1<uint16_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_BFLOAT16, {1, 1, 1}, {0x3f80, 0, 0}),
+	EXPECT_EQ(reduce1<uint16_t>(IBV_COLL_OP_AVG, IBV_COLL_DTYPE_BFLOAT16, {1, 1, 1},
+				    {0x3f80, 0, 0}),
 		  0x3eab);
 }
 
@@ -392,22 +449,35 @@ TEST(CollRef, IntegerOps)
 	EXPECT_EQ(reduce1<int8_t>(IBV_COLL_OP_MAX, IBV_COLL_DTYPE_INT8, {2}, {-1, 1}), 1);
 	EXPECT_EQ(reduce1<uint8_t>(IBV_COLL_OP_MIN, IBV_COLL_DTYPE_UINT8, {2}, {0xff, 1}), 1);
 	EXPECT_EQ(reduce1<uint8_t>(IBV_COLL_OP_MAX, IBV_COLL_DTYPE_UINT8, {2}, {1, 0xff}), 0xff);
-	EXPECT_EQ(reduce1<int16_t>(IBV_COLL_OP_MIN, IBV_COLL_DTYPE_INT16, {1, 1, 1}, {5, -32768, 32767}), -32768);
-	EXPECT_EQ(reduce1<uint16_t>(IBV_COLL_OP_MAX, IBV_COLL_DTYPE_UINT16, {1, 1, 1}, {5, 0x8000, 0x7fff}), 0x8000);
-	EXPECT_EQ(reduce1<int32_t>(IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, {1, 1}, {INT32_MAX, 1}), INT32_MIN);
-	EXPECT_EQ(reduce1<int64_t>(IBV_COLL_OP_MIN, IBV_COLL_DTYPE_INT64, {2}, {INT64_MAX, INT64_MIN}), INT64_MIN);
-	EXPECT_EQ(reduce1<uint64_t>(IBV_COLL_OP_MAX, IBV_COLL_DTYPE_UINT64, {2}, {1, ~0ull}), ~0ull);
-	EXPECT_EQ(reduce1<uint64_t>(IBV_COLL_OP_PROD, IBV_COLL_DTYPE_UINT64, {2}, {1ull << 63, 2}), 0u);
+	EXPECT_EQ(reduce1<int16_t>(IBV_COLL_OP_MIN, IBV_COLL_DTYPE_INT16, {1, 1, 1},
+				   {5, -32768, 32767}),
+		  -32768);
+	EXPECT_EQ(reduce1<uint16_t>(IBV_COLL_OP_MAX, IBV_COLL_DTYPE_UINT16, {1, 1, 1},
+				    {5, 0x8000, 0x7fff}),
+		  0x8000);
+	EXPECT_EQ(reduce1<int32_t>(IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, {1, 1}, {INT32_MAX, 1}),
+		  INT32_MIN);
+	EXPECT_EQ(reduce1<int64_t>(IBV_COLL_OP_MIN, IBV_COLL_DTYPE_INT64, {2},
+				   {INT64_MAX, INT64_MIN}),
+		  INT64_MIN);
+	EXPECT_EQ(reduce1<uint64_t>(IBV_COLL_OP_MAX, IBV_COLL_DTYPE_UINT64, {2}, {1, ~0ull}),
+		  ~0ull);
+	EXPECT_EQ(reduce1<uint64_t>(IBV_COLL_OP_PROD, IBV_COLL_DTYPE_UINT64, {2}, {1ull << 63, 2}),
+		  0u);
 	// (2^32 + 1)^2 = 2^64 + 2^33 + 1 -> 2^33 + 1.
-	EXPECT_EQ(reduce1<uint64_t>(IBV_COLL_OP_PROD, IBV_COLL_DTYPE_UINT64, {2}, {0x100000001ull, 0x100000001ull}),
+	EXPECT_EQ(reduce1<uint64_t>(IBV_COLL_OP_PROD, IBV_COLL_DTYPE_UINT64, {2},
+				    {0x100000001ull, 0x100000001ull}),
 		  0x200000001ull);
-	EXPECT_EQ(reduce1<uint32_t>(IBV_COLL_OP_PROD, IBV_COLL_DTYPE_UINT32, {3}, {0x10000, 0x10000, 3}), 0u);
+	EXPECT_EQ(reduce1<uint32_t>(IBV_COLL_OP_PROD, IBV_COLL_DTYPE_UINT32, {3},
+				    {0x10000, 0x10000, 3}),
+		  0u);
 	// Bitwise over three ranks.
 	const std::vector<uint16_t> v = {0xf0f0, 0xff00, 0x3c3c};
 	EXPECT_EQ(reduce1<uint16_t>(IBV_COLL_OP_BAND, IBV_COLL_DTYPE_UINT16, {1, 2}, v), 0x3000);
 	EXPECT_EQ(reduce1<uint16_t>(IBV_COLL_OP_BOR, IBV_COLL_DTYPE_UINT16, {1, 2}, v), 0xfffc);
 	EXPECT_EQ(reduce1<uint16_t>(IBV_COLL_OP_BXOR, IBV_COLL_DTYPE_UINT16, {1, 2}, v), 0x33cc);
-	EXPECT_EQ(reduce1<int64_t>(IBV_COLL_OP_BXOR, IBV_COLL_DTYPE_INT64, {1, 1}, {-1, 0x0f}), ~int64_t(0x0f));
+	EXPECT_EQ(reduce1<int64_t>(IBV_COLL_OP_BXOR, IBV_COLL_DTYPE_INT64, {1, 1}, {-1, 0x0f}),
+		  ~int64_t(0x0f));
 }
 
 // For integers every order gives the same value, so REDUCE_SCATTER's
@@ -420,8 +490,10 @@ TEST(CollRef, IntegerCrossChecks)
 	for (int dtype = IBV_COLL_DTYPE_INT8; dtype <= IBV_COLL_DTYPE_UINT64; dtype++)
 		for (int op = IBV_COLL_OP_SUM; op <= IBV_COLL_OP_BXOR; op++)
 			for (int mode = 0; mode < 3; mode++) {
-				CollSpec rs = make_spec(IBV_COLL_WR_REDUCE_SCATTER, op, dtype, 7, ranks);
-				CollSpec ar = make_spec(IBV_COLL_WR_ALLREDUCE, op, dtype, 42, ranks);
+				CollSpec rs = make_spec(IBV_COLL_WR_REDUCE_SCATTER, op, dtype, 7,
+							ranks);
+				CollSpec ar = make_spec(IBV_COLL_WR_ALLREDUCE, op, dtype, 42,
+							ranks);
 				auto parts = expected_outputs(rs, 99, mode);
 				std::vector<uint8_t> cat;
 				for (auto &p : parts)
@@ -430,7 +502,8 @@ TEST(CollRef, IntegerCrossChecks)
 					<< "dtype " << dtype << " op " << op << " mode " << mode;
 			}
 
-	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 100, ranks);
+	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 100,
+			       ranks);
 	std::vector<uint32_t> sum(100, 0);
 	for (uint32_t h = 0; h < 6; h++) {
 		auto in = from_bytes<uint32_t>(make_input(s, 3, h, kInputNormal));
@@ -465,14 +538,15 @@ TEST(CollRef, MinMaxSignedZeroAndNaN)
 	// 1), nan_b) = nan_a; chunk 1 min(min(1, nan_b), nan_a) = nan_b; chunk 2
 	// min(min(nan_b, nan_a), 1) = nan_b.
 	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, mn, f32, 3, {1, 1, 1});
-	auto got = from_bytes<uint32_t>(
-		expected_output_from(s, uniform_srcs(std::vector<uint32_t>{nan_a, one, nan_b}, 3), 0));
+	auto got = from_bytes<uint32_t>(expected_output_from(
+		s, uniform_srcs(std::vector<uint32_t>{nan_a, one, nan_b}, 3), 0));
 	EXPECT_EQ(got, (std::vector<uint32_t>{nan_a, nan_b, nan_b}));
 
 	const int f64 = IBV_COLL_DTYPE_FLOAT64;
 	EXPECT_EQ(reduce1<uint64_t>(mn, f64, {1, 1}, {bits(0.0), bits(-0.0)}), bits(-0.0));
 	EXPECT_EQ(reduce1<uint64_t>(mx, f64, {1, 1}, {bits(-0.0), bits(0.0)}), bits(0.0));
-	EXPECT_EQ(reduce1<uint64_t>(mx, f64, {1, 1}, {bits(-3.0), 0x7ff8000000000123ull}), 0x7ff8000000000123ull);
+	EXPECT_EQ(reduce1<uint64_t>(mx, f64, {1, 1}, {bits(-3.0), 0x7ff8000000000123ull}),
+		  0x7ff8000000000123ull);
 	EXPECT_EQ(reduce1<uint64_t>(mn, f64, {1, 1}, {bits(-3.0), bits(-2.0)}), bits(-3.0));
 
 	// fp16 / bf16: the float rule; a NaN result may be any NaN.
@@ -541,15 +615,17 @@ TEST(CollRef, F16Conversions)
 	EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -25)), 0x0000);
 	EXPECT_EQ(float_to_f16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
 	EXPECT_EQ(float_to_f16(std::ldexp(3.0f, -25)), 0x0002);
-	EXPECT_EQ(float_to_f16(std::ldexp(2047.0f, -25)), 0x0400); // 1023.5 units: tie to the even 0x0400
-	EXPECT_EQ(float_to_f16(fbits(0x00000001)), 0x0000);	   // float denormal
+	EXPECT_EQ(float_to_f16(std::ldexp(2047.0f, -25)),
+		  0x0400);				    // 1023.5 units: tie to the even 0x0400
+	EXPECT_EQ(float_to_f16(fbits(0x00000001)), 0x0000); // float denormal
 	EXPECT_EQ(float_to_f16(-fbits(0x00000001)), 0x8000);
 	EXPECT_EQ(float_to_f16(-0.0f), 0x8000);
 	EXPECT_EQ(float_to_f16(1.0f / 3.0f), 0x3555);
 	const uint16_t qn = float_to_f16(-NAN);
 	EXPECT_TRUE(f16_is_nan(qn));
 	EXPECT_EQ(qn & 0x8000, 0x8000);
-	EXPECT_TRUE(f16_is_nan(float_to_f16(fbits(0x7f800001)))); // signalling NaN, payload in low bits only
+	EXPECT_TRUE(f16_is_nan(
+		float_to_f16(fbits(0x7f800001)))); // signalling NaN, payload in low bits only
 }
 
 TEST(CollRef, Bf16Denormals)
@@ -591,7 +667,8 @@ TEST(CollRef, Bf16Denormals)
 // exactly halfway goes to the even one, anything off the midpoint to the
 // nearer one.  Midpoints are computed in double from the two neighbours.
 template <typename ToF, typename FromF>
-void exhaustive_narrow(ToF to_float, FromF from_float, uint16_t max_finite, uint16_t nan_mask, const char *name)
+void exhaustive_narrow(ToF to_float, FromF from_float, uint16_t max_finite, uint16_t nan_mask,
+		       const char *name)
 {
 	int failures = 0;
 	for (uint32_t h = 0; h < 0x10000 && failures < 10; h++) {
@@ -611,19 +688,24 @@ void exhaustive_narrow(ToF to_float, FromF from_float, uint16_t max_finite, uint
 	}
 	for (uint32_t sign = 0; sign < 2; sign++)
 		for (uint32_t h = 0; h <= max_finite && failures < 10; h++) {
-			const uint16_t lo = uint16_t(h | sign << 15), hi = uint16_t((h + 1) | sign << 15);
+			const uint16_t lo = uint16_t(h | sign << 15),
+				       hi = uint16_t((h + 1) | sign << 15);
 			// Past max_finite the neighbour is where the next binade would start.
 			const double dlo = to_float(lo);
-			const double dhi = h < max_finite ? double(to_float(hi))
-							  : 2 * dlo - double(to_float(uint16_t(lo - 1)));
+			const double dhi = h < max_finite
+						   ? double(to_float(hi))
+						   : 2 * dlo - double(to_float(uint16_t(lo - 1)));
 			const float mid = float((dlo + dhi) / 2);
 			ASSERT_EQ(double(mid), (dlo + dhi) / 2) << "midpoint not exact";
 			const uint16_t even = (h & 1) ? hi : lo;
-			const float below = std::nextafter(mid, float(dlo)), above = std::nextafter(mid, float(dhi));
-			if (from_float(mid) != even || from_float(below) != lo || from_float(above) != hi) {
-				ADD_FAILURE() << name << " rounding between " << std::hex << lo << " and " << hi
-					      << ": mid " << from_float(mid) << " below " << from_float(below)
-					      << " above " << from_float(above);
+			const float below = std::nextafter(mid, float(dlo)),
+				    above = std::nextafter(mid, float(dhi));
+			if (from_float(mid) != even || from_float(below) != lo ||
+			    from_float(above) != hi) {
+				ADD_FAILURE()
+					<< name << " rounding between " << std::hex << lo << " and "
+					<< hi << ": mid " << from_float(mid) << " below "
+					<< from_float(below) << " above " << from_float(above);
 				failures++;
 			}
 		}
@@ -678,7 +760,8 @@ TEST(CollRef, FirstMismatchNaN)
 	const std::vector<uint16_t> b1 = {0x7fc0, 0xff81}, b2 = {0x7f81, 0x7fff};
 	EXPECT_EQ(first_mismatch(s, b1.data(), b2.data(), 2), -1);
 	s.dtype = IBV_COLL_DTYPE_FLOAT64;
-	const std::vector<uint64_t> d1 = {0x7ff8000000000000ull, bits(1.0)}, d2 = {0xfff0000000000001ull, bits(1.0)};
+	const std::vector<uint64_t> d1 = {0x7ff8000000000000ull, bits(1.0)},
+				    d2 = {0xfff0000000000001ull, bits(1.0)};
 	EXPECT_EQ(first_mismatch(s, d1.data(), d2.data(), 2), -1);
 	s.dtype = IBV_COLL_DTYPE_INT64;
 	EXPECT_EQ(first_mismatch(s, d1.data(), d2.data(), 2), 0);
@@ -701,14 +784,16 @@ TEST(CollRef, FillInputDeterministicPrefix)
 {
 	for (int dtype : kAllDtypes)
 		for (int mode = 0; mode < 3; mode++) {
-			CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, dtype, 0, {1});
+			CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, dtype, 0,
+					       {1});
 			const size_t sz = dtype_size(dtype);
 			std::vector<uint8_t> a(1000 * sz), b(1000 * sz), c(37 * sz), d(1000 * sz);
 			fill_input(s, 11, 3, a.data(), 1000, mode);
 			fill_input(s, 11, 3, b.data(), 1000, mode);
 			fill_input(s, 11, 3, c.data(), 37, mode);
 			EXPECT_EQ(a, b) << "dtype " << dtype << " mode " << mode;
-			EXPECT_EQ(std::memcmp(a.data(), c.data(), c.size()), 0) << "dtype " << dtype << " mode " << mode;
+			EXPECT_EQ(std::memcmp(a.data(), c.data(), c.size()), 0)
+				<< "dtype " << dtype << " mode " << mode;
 			fill_input(s, 11, 4, d.data(), 1000, mode);
 			EXPECT_NE(a, d) << "other rank, dtype " << dtype << " mode " << mode;
 			fill_input(s, 12, 3, d.data(), 1000, mode);
@@ -772,7 +857,8 @@ TEST(CollRef, FillInputModes)
 			int pz = 0, nzero = 0, distinct_hint = 0;
 			for (uint64_t i = 0; i < n; i++) {
 				const double v = value_of(normal, i);
-				ASSERT_TRUE(v >= -4 && v < 4) << "dtype " << dtype << " value " << v;
+				ASSERT_TRUE(v >= -4 && v < 4)
+					<< "dtype " << dtype << " value " << v;
 				if (v == 0)
 					(std::signbit(v) ? nzero : pz)++;
 				if (i > 0 && v != value_of(normal, i - 1))
@@ -783,13 +869,16 @@ TEST(CollRef, FillInputModes)
 			EXPECT_GT(distinct_hint, int(n / 2)) << "dtype " << dtype;
 
 			int nan = 0, pinf = 0, ninf = 0, den = 0, big = 0, npz = 0, nnz = 0;
-			const double maxf = dtype == IBV_COLL_DTYPE_FLOAT16	? 65504.0
-					    : dtype == IBV_COLL_DTYPE_BFLOAT16 ? double(fbits(0x7f7f0000))
-					    : dtype == IBV_COLL_DTYPE_FLOAT32  ? double(std::numeric_limits<float>::max())
-									       : std::numeric_limits<double>::max();
-			const double minn = dtype == IBV_COLL_DTYPE_FLOAT16	? std::ldexp(1.0, -14)
-					    : dtype == IBV_COLL_DTYPE_FLOAT64 ? std::ldexp(1.0, -1022)
-									      : std::ldexp(1.0, -126);
+			const double maxf = dtype == IBV_COLL_DTYPE_FLOAT16 ? 65504.0
+					    : dtype == IBV_COLL_DTYPE_BFLOAT16
+						    ? double(fbits(0x7f7f0000))
+					    : dtype == IBV_COLL_DTYPE_FLOAT32
+						    ? double(std::numeric_limits<float>::max())
+						    : std::numeric_limits<double>::max();
+			const double minn = dtype == IBV_COLL_DTYPE_FLOAT16 ? std::ldexp(1.0, -14)
+					    : dtype == IBV_COLL_DTYPE_FLOAT64
+						    ? std::ldexp(1.0, -1022)
+						    : std::ldexp(1.0, -126);
 			for (uint64_t i = 0; i < n; i++) {
 				const double v = value_of(special, i);
 				if (std::isnan(v))
@@ -814,7 +903,8 @@ TEST(CollRef, FillInputModes)
 			EXPECT_GT(nnz, 0) << "dtype " << dtype;
 		} else {
 			const double lo = sgn ? -std::ldexp(1.0, int(bits_n) - 1) : 0;
-			const double hi = sgn ? std::ldexp(1.0, int(bits_n) - 1) - 1 : std::ldexp(1.0, int(bits_n)) - 1;
+			const double hi = sgn ? std::ldexp(1.0, int(bits_n) - 1) - 1
+					      : std::ldexp(1.0, int(bits_n)) - 1;
 			int mins = 0, maxs = 0, zeros = 0, ones = 0, neg1 = 0;
 			for (uint64_t i = 0; i < n; i++) {
 				const double v = value_of(special, i);
@@ -850,7 +940,8 @@ TEST(CollRef, EntryPointsAgree)
 			for (int op = IBV_COLL_OP_SUM; op <= IBV_COLL_OP_BXOR; op++) {
 				if (is_float(dtype) && op >= IBV_COLL_OP_BAND)
 					continue;
-				if (coll != IBV_COLL_WR_ALLREDUCE && coll != IBV_COLL_WR_REDUCE_SCATTER && op > 0)
+				if (coll != IBV_COLL_WR_ALLREDUCE &&
+				    coll != IBV_COLL_WR_REDUCE_SCATTER && op > 0)
 					continue;
 				for (int mode = 0; mode < 3; mode++) {
 					CollSpec s = make_spec(coll, op, dtype, 17, {2, 1, 3}, 4);
@@ -861,9 +952,13 @@ TEST(CollRef, EntryPointsAgree)
 					for (uint32_t g = 0; g < 6; g++) {
 						auto one = expected_output(s, 1234, g, mode);
 						const bool written = coll != IBV_COLL_WR_BARRIER &&
-								     (coll != IBV_COLL_WR_REDUCE || g == s.root);
-						EXPECT_EQ(one.size(), written ? dst_elems(s) * dtype_size(dtype) : 0);
-						EXPECT_EQ(one, all[g]) << coll << " " << dtype << " " << op << " " << g;
+								     (coll != IBV_COLL_WR_REDUCE ||
+								      g == s.root);
+						EXPECT_EQ(one.size(),
+							  written ? dst_elems(s) * dtype_size(dtype)
+								  : 0);
+						EXPECT_EQ(one, all[g]) << coll << " " << dtype
+								       << " " << op << " " << g;
 						EXPECT_EQ(one, expected_output_from(s, srcs, g));
 					}
 				}

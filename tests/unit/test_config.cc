@@ -56,11 +56,11 @@ TEST(Config, UintRejectsSignsBlanksAndJunk)
 // lists them (ibv_coll_print_config, ibv_coll_devinfo -c) walks it.
 namespace {
 
+using ibv_coll::util::config_tables;
 using ibv_coll::util::ConfigKind;
 using ibv_coll::util::ConfigRegistrar;
 using ibv_coll::util::ConfigTable;
 using ibv_coll::util::ConfigVar;
-using ibv_coll::util::config_tables;
 
 const ConfigVar kLate[] = {{"IBVC_TEST_REG_LATE", "1", "help", ConfigKind::uint}};
 const ConfigVar kEarly[] = {{"IBVC_TEST_REG_EARLY", "2", "help", ConfigKind::uint}};
@@ -131,7 +131,8 @@ TEST(ConfigRegistry, EveryVariableListedOnceWithItsDefault)
 	for (const ConfigTable &t : config_tables()) {
 		EXPECT_FALSE(t.vars.empty()) << t.component;
 		for (const ConfigVar &v : t.vars) {
-			EXPECT_TRUE(seen.emplace(v.name, v.def).second) << v.name << " listed twice";
+			EXPECT_TRUE(seen.emplace(v.name, v.def).second)
+				<< v.name << " listed twice";
 			EXPECT_TRUE(v.help && *v.help) << v.name;
 		}
 	}

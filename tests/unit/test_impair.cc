@@ -122,9 +122,9 @@ TEST(Impair, ParserTakesEveryKeyAndRefusesNonsense)
 	EXPECT_FALSE(imp("delay=0").active());
 	EXPECT_TRUE(imp("ce=0.1").active());
 
-	for (const char *bad : {"delay=5", "delay=5xs", "delay=-1ms", "delay=4000s", "ce=1.5",
-				"ce=x", "jitter=2ms", "delay=1ms,jitter=2ms", "latency=1ms", "delay",
-				"seed=-3"}) {
+	for (const char *bad :
+	     {"delay=5", "delay=5xs", "delay=-1ms", "delay=4000s", "ce=1.5", "ce=x", "jitter=2ms",
+	      "delay=1ms,jitter=2ms", "latency=1ms", "delay", "seed=-3"}) {
 		Impairment out;
 		std::string why;
 		EXPECT_EQ(Impairment::parse(bad, &out, &why), EINVAL) << bad;

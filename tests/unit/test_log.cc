@@ -44,7 +44,11 @@ std::string enabled_after(const char *v)
 	const struct {
 		int lvl;
 		char c;
-	} all[] = {{kLogTrace, 't'}, {kLogDebug, 'd'}, {kLogInfo, 'i'}, {kLogWarn, 'w'}, {kLogErr, 'e'}};
+	} all[] = {{kLogTrace, 't'},
+		   {kLogDebug, 'd'},
+		   {kLogInfo, 'i'},
+		   {kLogWarn, 'w'},
+		   {kLogErr, 'e'}};
 	for (const auto &a : all)
 		if (log_enabled(a.lvl))
 			r += a.c;
@@ -108,9 +112,9 @@ TEST(Config, ProblemsWithSetValues)
 		const char *value;
 		bool ok;
 	} cases[] = {
-		{&u, "abc", false}, {&u, "0", false},  {&u, "11", false}, {&u, "-1", false},
-		{&u, "7", true},    {&u, "0xa", true}, {&b, "maybe", false}, {&b, "off", true},
-		{&r, "1.5", false}, {&r, "0.25", true}, {&r, "", false},     {&s, "abc", true},
+		{&u, "abc", false}, {&u, "0", false},	{&u, "11", false},    {&u, "-1", false},
+		{&u, "7", true},    {&u, "0xa", true},	{&b, "maybe", false}, {&b, "off", true},
+		{&r, "1.5", false}, {&r, "0.25", true}, {&r, "", false},      {&s, "abc", true},
 	};
 	for (const auto &c : cases) {
 		setenv(c.v->name, c.value, 1);

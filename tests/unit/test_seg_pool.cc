@@ -88,8 +88,8 @@ TEST(SegPool, NodeAndRanksMadeWhereTheResultGoes)
 	// untouched.
 	ASSERT_TRUE(p.acquire(0, 1, 1, 0, RedOp::sum, Dtype::int32, 16, 0b10, 0b1));
 	memset(p.unit(0).data, 0x5a, 16);
-	EXPECT_EQ(p.contribute_node_and_ranks(0, 0b10, a, 0b1, r,
-					      16, reinterpret_cast<uint8_t *>(out)),
+	EXPECT_EQ(p.contribute_node_and_ranks(0, 0b10, a, 0b1, r, 16,
+					      reinterpret_cast<uint8_t *>(out)),
 		  SegResult::filled);
 	EXPECT_TRUE(p.complete(0));
 	EXPECT_EQ(out[0], 11);

@@ -103,7 +103,8 @@ TEST(SwitchStats, ReplyIsNeverLongerThanTheRequestAndShortOnesAreDropped)
 	ep.dport = s.sw->port();
 	// Request payloads from too short to larger than every record needs.
 	for (uint32_t pad : {0u, 16u, 31u, 32u, 100u, 200u, 1024u, 2000u}) {
-		std::vector<uint8_t> req(wire::kBthBytes + wire::kCethBytes + pad + wire::kIcrcBytes);
+		std::vector<uint8_t> req(wire::kBthBytes + wire::kCethBytes + pad +
+					 wire::kIcrcBytes);
 		wire::Bth bth;
 		bth.opcode = wire::kCollStats;
 		bth.store(req.data());
@@ -129,8 +130,10 @@ TEST(SwitchStats, ReplyIsNeverLongerThanTheRequestAndShortOnesAreDropped)
 		wire::Ceth r = wire::Ceth::load(rsp + wire::kBthBytes);
 		EXPECT_EQ(r.mid, 77 + pad);
 		const size_t records = (size_t(n) - wire::kBthBytes - wire::kCethBytes -
-					wire::kIcrcBytes - sw::kStatsNameBytes) / sw::kStatsRecordBytes;
-		EXPECT_EQ(records, std::min<size_t>(r.seg, (pad - sw::kStatsNameBytes) / 32)) << pad;
+					wire::kIcrcBytes - sw::kStatsNameBytes) /
+				       sw::kStatsRecordBytes;
+		EXPECT_EQ(records, std::min<size_t>(r.seg, (pad - sw::kStatsNameBytes) / 32))
+			<< pad;
 	}
 	s.stop = true;
 	s.t.join();
@@ -185,9 +188,10 @@ TEST(StatsShm, SegmentOfADeadProcessIsSkippedAndRemoved)
 	std::vector<uint8_t> file(stats::segment_bytes(1));
 	memcpy(file.data(), &h, sizeof(h));
 	memcpy(file.data() + sizeof(h), "x", 2);
-	const std::string path = std::string(dir) + "/ibv_coll." + std::to_string(child) + ".crxe_dead.1";
-	std::ofstream(path, std::ios::binary).write(reinterpret_cast<char *>(file.data()),
-						     std::streamsize(file.size()));
+	const std::string path = std::string(dir) + "/ibv_coll." + std::to_string(child) +
+				 ".crxe_dead.1";
+	std::ofstream(path, std::ios::binary)
+		.write(reinterpret_cast<char *>(file.data()), std::streamsize(file.size()));
 	// Not stats: a file of another kind in the same folder is left alone.
 	const std::string other = std::string(dir) + "/ibv_coll.junk";
 	std::ofstream(other) << "junk";

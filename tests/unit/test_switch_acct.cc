@@ -234,9 +234,9 @@ TEST_F(SwitchAcct, EveryDatagramCountedOnce)
 	const uint16_t to = sw_->port();
 	Hdr d;
 	d.key = kKeyA;
-	stranger.raw(to, {});			// empty
-	stranger.raw(to, {1, 2, 3, 4, 5, 6});	// too short
-	a.send(to, d, i32(1), true);		// bad ICRC
+	stranger.raw(to, {});		      // empty
+	stranger.raw(to, {1, 2, 3, 4, 5, 6}); // too short
+	a.send(to, d, i32(1), true);	      // bad ICRC
 	Hdr x = d;
 	x.opcode = 0x04; // an RC SEND: not a kind the switch takes
 	a.send(to, x, i32(1));
@@ -254,7 +254,7 @@ TEST_F(SwitchAcct, EveryDatagramCountedOnce)
 	a.send(to, x, i32(1)); // wrong key
 	x = d;
 	x.jid = 99;
-	a.send(to, x, i32(1)); // unknown job
+	a.send(to, x, i32(1));	      // unknown job
 	stranger.send(to, d, i32(1)); // not a member
 	x = d;
 	x.seg = 60;
@@ -345,20 +345,20 @@ TEST_F(SwitchAcct, ForgedAcrossTenantsChangeNothing)
 	Hdr f = da;
 	f.src_node = 1;
 	f.node_map = 2;
-	b1.send(to, f, i32(-50));  // job 2's member, job 1's ID and key
+	b1.send(to, f, i32(-50)); // job 2's member, job 1's ID and key
 	Hdr g = f;
 	g.key = kKeyB;
-	b1.send(to, g, i32(-51));  // job 2's key on job 1's ID
+	b1.send(to, g, i32(-51)); // job 2's key on job 1's ID
 	g = f;
 	g.jid = 2;
 	g.key = kKeyA;
-	a1.send(to, g, i32(-52));  // job 1's key on job 2's ID
+	a1.send(to, g, i32(-52));	// job 1's key on job 2's ID
 	stranger.send(to, f, i32(-53)); // right ID and key, not a member
 	g = f;
 	g.opcode = 0xe6;
-	b1.send(to, g, {});	   // job 2's member releases job 1
+	b1.send(to, g, {}); // job 2's member releases job 1
 	g.key = kKeyB;
-	a1.send(to, g, {});	   // job 1's member, wrong key
+	a1.send(to, g, {}); // job 1's member, wrong key
 	g = f;
 	g.opcode = 0xe4; // a second CONFIG for node 1 from elsewhere
 	stranger.send(to, g, task(1, 2, 3, 8));

@@ -43,8 +43,8 @@ TEST(Wire, BthRoundTripAndByteLayout)
 	uint8_t raw[12];
 	b.store(raw);
 	// Hand-computed bytes, IBTA vol. 1 fig. 9.
-	const uint8_t want[12] = {0x06, 0xf0, 0xff, 0xff, 0x00, 0xab, 0xcd, 0xef,
-				  0x80, 0x12, 0x34, 0x56};
+	const uint8_t want[12] = {0x06, 0xf0, 0xff, 0xff, 0x00, 0xab,
+				  0xcd, 0xef, 0x80, 0x12, 0x34, 0x56};
 	EXPECT_EQ(memcmp(raw, want, 12), 0);
 	Bth c = Bth::load(raw);
 	EXPECT_EQ(c.opcode, b.opcode);
@@ -61,7 +61,8 @@ TEST(Wire, RethAethRoundTrip)
 	uint8_t raw[16];
 	Reth r{0x0102030405060708ull, 0x11223344, 0x55667788};
 	r.store(raw);
-	const uint8_t want[16] = {1, 2, 3, 4, 5, 6, 7, 8, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
+	const uint8_t want[16] = {1,	2,    3,    4,	  5,	6,    7,    8,
+				  0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
 	EXPECT_EQ(memcmp(raw, want, 16), 0);
 	Reth s = Reth::load(raw);
 	EXPECT_EQ(s.va, r.va);
@@ -123,7 +124,8 @@ TEST(Icrc, Crc32CheckValues)
 	for (auto &b : buf)
 		b = uint8_t(rng());
 	for (size_t n : {0u, 1u, 7u, 8u, 9u, 63u, 4099u})
-		EXPECT_EQ(crc32_update(0x12345678u, buf.data(), n), ref_crc(0x12345678u, buf.data(), n));
+		EXPECT_EQ(crc32_update(0x12345678u, buf.data(), n),
+			  ref_crc(0x12345678u, buf.data(), n));
 }
 
 TEST(Icrc, EveryImplementationMatchesTheBitwiseReference)
@@ -176,7 +178,8 @@ TEST(Icrc, ShiftIsFeedingZeros)
 	for (int pass = 0; pass < 2; pass++) { // the second from the cache of lengths
 		for (size_t n : lens) {
 			uint32_t init = uint32_t(rng());
-			ASSERT_EQ(crc32_shift(init, n), ref_crc(init, zeros.data(), n)) << "length " << n;
+			ASSERT_EQ(crc32_shift(init, n), ref_crc(init, zeros.data(), n))
+				<< "length " << n;
 		}
 	}
 	for (size_t x : {0u, 1u, 12u, 60u, 200u}) {
@@ -243,11 +246,13 @@ TEST(Icrc, MatchesReferenceForIpv4AndIpv6)
 			// Variant fields do not count: FECN/BECN/resv8a.
 			std::vector<uint8_t> other = roce;
 			other[4] ^= 0xc0;
-			EXPECT_EQ(icrc(ep, other.data(), other.size()), icrc(ep, roce.data(), roce.size()));
+			EXPECT_EQ(icrc(ep, other.data(), other.size()),
+				  icrc(ep, roce.data(), roce.size()));
 			// Invariant ones do: a PSN bit.
 			other = roce;
 			other[11] ^= 1;
-			EXPECT_NE(icrc(ep, other.data(), other.size()), icrc(ep, roce.data(), roce.size()));
+			EXPECT_NE(icrc(ep, other.data(), other.size()),
+				  icrc(ep, roce.data(), roce.size()));
 		}
 	}
 }

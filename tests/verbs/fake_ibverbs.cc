@@ -174,9 +174,18 @@ std::vector<ibv_device *> &devices()
 	return *devs;
 }
 
-FakeCtx *ctx_of(ibv_context *c) { return reinterpret_cast<FakeCtx *>(c); }
-FakeCq *cq_of(ibv_cq *c) { return reinterpret_cast<FakeCq *>(c); }
-FakeQp *qp_of(ibv_qp *q) { return reinterpret_cast<FakeQp *>(q); }
+FakeCtx *ctx_of(ibv_context *c)
+{
+	return reinterpret_cast<FakeCtx *>(c);
+}
+FakeCq *cq_of(ibv_cq *c)
+{
+	return reinterpret_cast<FakeCq *>(c);
+}
+FakeQp *qp_of(ibv_qp *q)
+{
+	return reinterpret_cast<FakeQp *>(q);
+}
 
 // The port's GID table: fe80::1, then ::ffff:127.0.0.1, then two empty slots.
 constexpr int kGids = 4;
@@ -220,8 +229,10 @@ void complete(FakeCq *cq, const ibv_wc &wc)
 		return;
 	}
 	cq->wcs.push_back(wc);
-	if (cq->armed && (!cq->solicited_only || wc.status != IBV_WC_SUCCESS ||
-			  (wc.wc_flags & IBV_WC_WITH_IMM)) && cq->pub.channel) {
+	if (cq->armed &&
+	    (!cq->solicited_only || wc.status != IBV_WC_SUCCESS ||
+	     (wc.wc_flags & IBV_WC_WITH_IMM)) &&
+	    cq->pub.channel) {
 		cq->armed = false;
 		cq->events_reported++;
 		reinterpret_cast<FakeChannel *>(cq->pub.channel)->ev.push({&cq->pub});
@@ -280,8 +291,8 @@ uint64_t sge_len(const std::vector<ibv_sge> &s)
 bool sges_ok(FakeQp *qp, const std::vector<ibv_sge> &s, int access)
 {
 	for (auto &e : s)
-		if (e.length && !find_mr(ctx_of(qp->pub.context), qp->pub.pd, e.lkey, e.addr,
-					 e.length, access))
+		if (e.length &&
+		    !find_mr(ctx_of(qp->pub.context), qp->pub.pd, e.lkey, e.addr, e.length, access))
 			return false;
 	return true;
 }
@@ -315,7 +326,8 @@ void progress(FakeQp *qp)
 		uint64_t len = sge_len(p.sges);
 		auto it = qps.find(qp->attr.dest_qp_num);
 		FakeQp *peer = it == qps.end() ? nullptr : it->second;
-		if (!peer || (peer->attr.qp_state != IBV_QPS_RTR && peer->attr.qp_state != IBV_QPS_RTS)) {
+		if (!peer ||
+		    (peer->attr.qp_state != IBV_QPS_RTR && peer->attr.qp_state != IBV_QPS_RTS)) {
 			complete(scq, wc_for(qp, wr.wr_id, IBV_WC_RETRY_EXC_ERR, IBV_WC_SEND, 0));
 			qp->sq.pop_front();
 			to_error(qp);
@@ -341,8 +353,8 @@ void progress(FakeQp *qp)
 		if (wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM) {
 			int ra = wr.opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_REMOTE_READ
 							       : IBV_ACCESS_REMOTE_WRITE;
-			if (!find_mr(pctx, peer->pub.pd, wr.wr.rdma.rkey, wr.wr.rdma.remote_addr, len,
-				     ra)) {
+			if (!find_mr(pctx, peer->pub.pd, wr.wr.rdma.rkey, wr.wr.rdma.remote_addr,
+				     len, ra)) {
 				complete(scq, wc_for(qp, wr.wr_id, IBV_WC_REM_ACCESS_ERR, op, 0));
 				qp->sq.pop_front();
 				to_error(qp);
@@ -362,7 +374,8 @@ void progress(FakeQp *qp)
 		} else {
 			gather(p.sges, data);
 			if (wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM && len)
-				memcpy(reinterpret_cast<void *>(wr.wr.rdma.remote_addr), data.data(), len);
+				memcpy(reinterpret_cast<void *>(wr.wr.rdma.remote_addr),
+				       data.data(), len);
 		}
 		if (needs_recv) {
 			ibv_recv_wr r = peer->rq.front();
@@ -371,9 +384,11 @@ void progress(FakeQp *qp)
 			peer->rq_sges.pop_front();
 			bool write = wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
 			ibv_wc rwc = wc_for(peer, r.wr_id, IBV_WC_SUCCESS,
-					    write ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV, uint32_t(len));
+					    write ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV,
+					    uint32_t(len));
 			rwc.src_qp = qp->pub.qp_num;
-			if (!write && (sge_len(rs) < len || !sges_ok(peer, rs, IBV_ACCESS_LOCAL_WRITE))) {
+			if (!write &&
+			    (sge_len(rs) < len || !sges_ok(peer, rs, IBV_ACCESS_LOCAL_WRITE))) {
 				rwc.status = IBV_WC_LOC_LEN_ERR;
 				complete(cq_of(peer->pub.recv_cq), rwc);
 				complete(scq, wc_for(qp, wr.wr_id, IBV_WC_REM_INV_REQ_ERR, op, 0));
@@ -452,7 +467,8 @@ int fake_post_recv(ibv_qp *q, ibv_recv_wr *wr, ibv_recv_wr **bad)
 	FakeQp *qp = qp_of(q);
 	for (ibv_recv_wr *w = wr; w; w = w->next) {
 		if (w->num_sge < 0 || uint32_t(w->num_sge) > qp->init.cap.max_recv_sge ||
-		    qp->rq.size() >= qp->init.cap.max_recv_wr || qp->attr.qp_state == IBV_QPS_RESET) {
+		    qp->rq.size() >= qp->init.cap.max_recv_wr ||
+		    qp->attr.qp_state == IBV_QPS_RESET) {
 			*bad = w;
 			return qp->attr.qp_state == IBV_QPS_RESET || w->num_sge < 0 ||
 					       uint32_t(w->num_sge) > qp->init.cap.max_recv_sge
@@ -664,8 +680,8 @@ FAKE_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel *c)
 	return 0;
 }
 
-FAKE_EXPORT ibv_cq *ibv_create_cq(ibv_context *c, int cqe, void *cq_context,
-				  ibv_comp_channel *ch, int comp_vector)
+FAKE_EXPORT ibv_cq *ibv_create_cq(ibv_context *c, int cqe, void *cq_context, ibv_comp_channel *ch,
+				  int comp_vector)
 {
 	std::lock_guard lk(mu);
 	if (cqe < 1 || cqe > 65536 || comp_vector < 0 || comp_vector >= c->num_comp_vectors) {
@@ -733,23 +749,17 @@ FAKE_EXPORT void ibv_ack_async_event(ibv_async_event *e)
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:
 	case IBV_EVENT_QP_ACCESS_ERR:
-	case IBV_EVENT_COMM_EST:
-		qp_of(e->element.qp)->async_acked++;
-		break;
-	default:
-		break;
+	case IBV_EVENT_COMM_EST: qp_of(e->element.qp)->async_acked++; break;
+	default: break;
 	}
 }
 
 FAKE_EXPORT const char *ibv_event_type_str(ibv_event_type t)
 {
 	switch (t) {
-	case IBV_EVENT_QP_ACCESS_ERR:
-		return "local access violation work queue error";
-	case IBV_EVENT_CQ_ERR:
-		return "CQ error";
-	default:
-		return "unknown";
+	case IBV_EVENT_QP_ACCESS_ERR: return "local access violation work queue error";
+	case IBV_EVENT_CQ_ERR: return "CQ error";
+	default: return "unknown";
 	}
 }
 

@@ -100,10 +100,10 @@ std::string verbs_device()
 	return v.empty() ? "" : v.front();
 }
 
-#define REQUIRE_VERBS_DEVICE(dev)                                                           \
-	std::string dev = verbs_device();                                                   \
-	if (dev.empty())                                                                    \
-	GTEST_SKIP() << "libibverbs lists no device here; in a VM, create one with "        \
+#define REQUIRE_VERBS_DEVICE(dev)                                                    \
+	std::string dev = verbs_device();                                            \
+	if (dev.empty())                                                             \
+	GTEST_SKIP() << "libibverbs lists no device here; in a VM, create one with " \
 			"`rdma link add rxe0 type rxe netdev eth0`"
 
 // The libibverbs context of the same device, for reference values.
@@ -236,8 +236,8 @@ TEST(VerbsConfig, PrintConfigListsVerbsVariables)
 	fclose(f);
 	std::string s(text, len);
 	free(text);
-	for (const char *v : {"IBV_COLL_VERBS_DEVICES=", "IBV_COLL_VERBS_DISABLE=n",
-			      "IBV_COLL_CRXE_DEVICES="})
+	for (const char *v :
+	     {"IBV_COLL_VERBS_DEVICES=", "IBV_COLL_VERBS_DISABLE=n", "IBV_COLL_CRXE_DEVICES="})
 		EXPECT_NE(s.find(v), std::string::npos) << v;
 }
 
@@ -358,8 +358,9 @@ TEST(VerbsDevice, CollectiveQps)
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = IBV_MTU_4096; // lowered to what a UD datagram carries
 	a.job = &job;
-	ASSERT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB |
-					     IBV_COLL_QP_PATH_MTU), 0);
+	ASSERT_EQ(ibv_modify_coll_qp(qp, &a,
+				     IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU),
+		  0);
 	a.qp_state = IBV_QPS_RTS;
 	ASSERT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE), 0);
 	ibv_coll_qp_attr qa;
@@ -452,8 +453,8 @@ TEST(VerbsDevice, QpAttributesPassThrough)
 	r.ah_attr.sgid_index = uint8_t(a.opt.gid_index);
 	r.ah_attr.udp_port = 12345; // no meaning on a real device
 	const int rtr = IBV_COLL_QP_STATE | IBV_COLL_QP_AV | IBV_COLL_QP_PATH_MTU |
-			IBV_COLL_QP_DEST_QPN | IBV_COLL_QP_RQ_PSN |
-			IBV_COLL_QP_MAX_DEST_RD_ATOMIC | IBV_COLL_QP_MIN_RNR_TIMER;
+			IBV_COLL_QP_DEST_QPN | IBV_COLL_QP_RQ_PSN | IBV_COLL_QP_MAX_DEST_RD_ATOMIC |
+			IBV_COLL_QP_MIN_RNR_TIMER;
 	ASSERT_EQ(ibv_modify_coll_qp(a.qp, &r, rtr), 0);
 	ibv_coll_qp_attr s{};
 	s.qp_state = IBV_QPS_RTS;
@@ -490,7 +491,8 @@ TEST(VerbsDevice, QpAttributesPassThrough)
 	EXPECT_EQ(ibv_modify_coll_qp(a.qp, &s, IBV_COLL_QP_TIMEOUT), EINVAL);
 	s.timeout = 10;
 	s.retry_cnt = 8;
-	EXPECT_EQ(ibv_modify_coll_qp(a.qp, &s, IBV_COLL_QP_TIMEOUT | IBV_COLL_QP_RETRY_CNT), EINVAL);
+	EXPECT_EQ(ibv_modify_coll_qp(a.qp, &s, IBV_COLL_QP_TIMEOUT | IBV_COLL_QP_RETRY_CNT),
+		  EINVAL);
 	EXPECT_EQ(ibv_modify_coll_qp(a.qp, &s, IBV_COLL_QP_JOB), EINVAL);
 	ibv_coll_port_attr pa;
 	ASSERT_EQ(ibv_query_coll_port(b.ctx, 1, &pa), 0);
@@ -537,7 +539,8 @@ TEST(VerbsDevice, EveryOpcodeLoopback)
 		// SEND_WITH_IMM
 		ASSERT_EQ(b.post_recv(0, len, 11), 0);
 		fill_pattern(a.buf, len, len + 2);
-		ASSERT_EQ(a.post_send(IBV_COLL_WR_SEND_WITH_IMM, 0, len, 0, 0, 2, htobe32(0xfeed0000 | len)),
+		ASSERT_EQ(a.post_send(IBV_COLL_WR_SEND_WITH_IMM, 0, len, 0, 0, 2,
+				      htobe32(0xfeed0000 | len)),
 			  0);
 		ASSERT_EQ(a.wait(&wc, 10000), 0);
 		EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
@@ -550,7 +553,9 @@ TEST(VerbsDevice, EveryOpcodeLoopback)
 
 		// RDMA_WRITE, unsignaled then signaled
 		fill_pattern(a.buf, len, len + 3);
-		ASSERT_EQ(a.post_send(IBV_COLL_WR_RDMA_WRITE, 0, len, base_b, b.mr->rkey, 3, 0, false), 0);
+		ASSERT_EQ(a.post_send(IBV_COLL_WR_RDMA_WRITE, 0, len, base_b, b.mr->rkey, 3, 0,
+				      false),
+			  0);
 		ASSERT_EQ(a.post_send(IBV_COLL_WR_RDMA_WRITE, 0, 0, base_b, b.mr->rkey, 4), 0);
 		ASSERT_EQ(a.wait(&wc, 10000), 0);
 		EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
@@ -561,8 +566,8 @@ TEST(VerbsDevice, EveryOpcodeLoopback)
 		// RDMA_WRITE_WITH_IMM: the data goes by rkey, a receive is consumed
 		ASSERT_EQ(b.post_recv(0, 0, 12), 0);
 		fill_pattern(a.buf, len, len + 4);
-		ASSERT_EQ(a.post_send(IBV_COLL_WR_RDMA_WRITE_WITH_IMM, 0, len, base_b + 8, b.mr->rkey, 5,
-				      htobe32(77)),
+		ASSERT_EQ(a.post_send(IBV_COLL_WR_RDMA_WRITE_WITH_IMM, 0, len, base_b + 8,
+				      b.mr->rkey, 5, htobe32(77)),
 			  0);
 		ASSERT_EQ(a.wait(&wc, 10000), 0);
 		EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
@@ -589,9 +594,11 @@ TEST(VerbsDevice, EveryOpcodeLoopback)
 	// worth of SGEs on the other side.
 	fill_pattern(a.buf, 9000, 99);
 	const uint64_t abuf = reinterpret_cast<uint64_t>(a.buf);
-	ibv_sge gat[3] = {{abuf, 1000, a.mr->lkey}, {abuf + 1000, 3000, a.mr->lkey},
+	ibv_sge gat[3] = {{abuf, 1000, a.mr->lkey},
+			  {abuf + 1000, 3000, a.mr->lkey},
 			  {abuf + 4000, 5000, a.mr->lkey}};
-	ibv_sge sca[3] = {{base_b + 50000, 7000, b.mr->lkey}, {base_b, 1000, b.mr->lkey},
+	ibv_sge sca[3] = {{base_b + 50000, 7000, b.mr->lkey},
+			  {base_b, 1000, b.mr->lkey},
 			  {base_b + 20000, 1000, b.mr->lkey}};
 	ibv_coll_recv_wr rwr{}, *rbad;
 	rwr.wr_id = 20;
@@ -679,7 +686,8 @@ TEST(VerbsDevice, RemoteAccessErrorThenFlush)
 	fill_pattern(p.b.buf, 1 << 16, 5);
 	// Ends 100 bytes past b's region.
 	ASSERT_EQ(p.a.post_send(IBV_COLL_WR_RDMA_WRITE, 0, 8192,
-				reinterpret_cast<uint64_t>(p.b.buf) + (1 << 16) - 8092, p.b.mr->rkey, 7),
+				reinterpret_cast<uint64_t>(p.b.buf) + (1 << 16) - 8092,
+				p.b.mr->rkey, 7),
 		  0);
 	ibv_coll_wc wc;
 	ASSERT_EQ(p.a.wait(&wc, 10000), 0);

@@ -18,11 +18,11 @@
 
 struct ibvc_boot {
 	int node, nodes, timeout_ms;
-	int lfd;       /* node 0: listening socket */
-	int *fds;      /* node 0: one per other node, by node index */
-	int fd;        /* others: the connection to node 0 */
+	int lfd;  /* node 0: listening socket */
+	int *fds; /* node 0: one per other node, by node index */
+	int fd;	  /* others: the connection to node 0 */
 	char *unix_path;
-	int pmix;      /* the launcher's PMIx carries the exchange */
+	int pmix; /* the launcher's PMIx carries the exchange */
 };
 
 static int64_t now_ms(void)
@@ -95,20 +95,22 @@ static int recv_all(int fd, void *p, size_t n, int64_t deadline)
  * lone member is otherwise silent until its timeout. */
 enum { NOTE_FIRST_MS = 3000, NOTE_EVERY_MS = 15000 };
 
-static void note_missing(const struct ibvc_boot *b, const char *addr, int64_t deadline,
-			 int final)
+static void note_missing(const struct ibvc_boot *b, const char *addr, int64_t deadline, int final)
 {
 	char who[256] = "";
 	size_t len = 0;
 	int missing = 0;
 	if (b->node != 0) {
 		if (final)
-			fprintf(stderr, "ibvc_boot: node %d of %d: gave up after %d s: node 0 never "
-					"listened at %s\n", b->node, b->nodes, b->timeout_ms / 1000, addr);
+			fprintf(stderr,
+				"ibvc_boot: node %d of %d: gave up after %d s: node 0 never "
+				"listened at %s\n",
+				b->node, b->nodes, b->timeout_ms / 1000, addr);
 		else
-			fprintf(stderr, "ibvc_boot: node %d of %d: waiting for node 0 to listen at %s "
-					"(%d s left)\n", b->node, b->nodes, addr,
-				(int)((deadline - now_ms() + 999) / 1000));
+			fprintf(stderr,
+				"ibvc_boot: node %d of %d: waiting for node 0 to listen at %s "
+				"(%d s left)\n",
+				b->node, b->nodes, addr, (int)((deadline - now_ms() + 999) / 1000));
 		return;
 	}
 	for (int i = 1; i < b->nodes; i++)
@@ -121,12 +123,15 @@ static void note_missing(const struct ibvc_boot *b, const char *addr, int64_t de
 	if (len >= sizeof(who) - 16)
 		snprintf(who + len, sizeof(who) - len, ", ...");
 	if (final)
-		fprintf(stderr, "ibvc_boot: node 0 of %d: gave up after %d s: %s %s never connected "
-				"to %s\n", b->nodes, b->timeout_ms / 1000, missing > 1 ? "nodes" : "node",
-			who, addr);
+		fprintf(stderr,
+			"ibvc_boot: node 0 of %d: gave up after %d s: %s %s never connected "
+			"to %s\n",
+			b->nodes, b->timeout_ms / 1000, missing > 1 ? "nodes" : "node", who, addr);
 	else
-		fprintf(stderr, "ibvc_boot: node 0 of %d: waiting for %s %s to connect to %s "
-				"(%d s left)\n", b->nodes, missing > 1 ? "nodes" : "node", who, addr,
+		fprintf(stderr,
+			"ibvc_boot: node 0 of %d: waiting for %s %s to connect to %s "
+			"(%d s left)\n",
+			b->nodes, missing > 1 ? "nodes" : "node", who, addr,
 			(int)((deadline - now_ms() + 999) / 1000));
 }
 
@@ -139,8 +144,10 @@ static int resolve(const char *addr, struct sockaddr_storage *ss, socklen_t *len
 	struct sockaddr_un *u = (struct sockaddr_un *)ss;
 	memset(ss, 0, sizeof(*ss));
 	if (strncmp(addr, "unix:", 5)) {
-		fprintf(stderr, "ibvc_boot: '%s' is not unix:/path; across hosts, start the "
-				"job with a PMIx launcher (mpirun, srun)\n", addr);
+		fprintf(stderr,
+			"ibvc_boot: '%s' is not unix:/path; across hosts, start the "
+			"job with a PMIx launcher (mpirun, srun)\n",
+			addr);
 		return EINVAL;
 	}
 	if (strlen(addr + 5) >= sizeof(u->sun_path))
@@ -259,8 +266,9 @@ int ibvc_boot_open(const char *addr, int node, int nodes, int timeout_ms, struct
 		if (!err && (rank != node || size != nodes))
 			err = EINVAL; /* not what the launcher says we are */
 	} else
-		err = nodes == 1 ? 0 : node == 0 ? open_server(b, addr, deadline)
-					 : open_client(b, addr, deadline);
+		err = nodes == 1  ? 0
+		      : node == 0 ? open_server(b, addr, deadline)
+				  : open_client(b, addr, deadline);
 	if (err) {
 		ibvc_boot_close(b);
 		return err;

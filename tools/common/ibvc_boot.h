@@ -29,8 +29,7 @@ extern "C" {
 struct ibvc_boot;
 
 /* Join the rendezvous at addr as node `node` of `nodes`. */
-int ibvc_boot_open(const char *addr, int node, int nodes, int timeout_ms,
-		   struct ibvc_boot **out);
+int ibvc_boot_open(const char *addr, int node, int nodes, int timeout_ms, struct ibvc_boot **out);
 /* Contribute len bytes; all receives nodes * len bytes, node 0's first. */
 int ibvc_boot_allgather(struct ibvc_boot *b, const void *mine, size_t len, void *all);
 /* Return when every node has called it. */

@@ -12,7 +12,7 @@
 #include <pmix.h>
 
 static pmix_proc_t me;
-static int inited;   /* PMIx_Init succeeded and PMIx_Finalize is owed */
+static int inited;	  /* PMIx_Init succeeded and PMIx_Finalize is owed */
 static unsigned round_no; /* each exchange puts a key of its own */
 
 static int pmix_errno(pmix_status_t rc)
@@ -92,7 +92,8 @@ int ibvc_pmix_allgather(const void *mine, size_t len, void *all, int nodes, int 
 		pmix_value_t *got = NULL;
 		PMIX_LOAD_PROCID(&peer, me.nspace, (pmix_rank_t)i);
 		rc = PMIx_Get(&peer, key, NULL, 0, &got);
-		if (rc != PMIX_SUCCESS || got->type != PMIX_BYTE_OBJECT || got->data.bo.size != len) {
+		if (rc != PMIX_SUCCESS || got->type != PMIX_BYTE_OBJECT ||
+		    got->data.bo.size != len) {
 			fprintf(stderr, "ibvc_boot: PMIx_Get(%s) of rank %d: %s\n", key, i,
 				rc == PMIX_SUCCESS ? "wrong size" : PMIx_Error_string(rc));
 			if (got)

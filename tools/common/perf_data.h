@@ -23,9 +23,18 @@
 /* The values of enum ibv_coll_dtype and enum ibv_coll_op (ibv_coll_perf
  * checks that they match). */
 enum pd_type {
-	PD_INT8, PD_INT16, PD_INT32, PD_INT64,
-	PD_UINT8, PD_UINT16, PD_UINT32, PD_UINT64,
-	PD_HALF, PD_BF16, PD_FLOAT, PD_DOUBLE,
+	PD_INT8,
+	PD_INT16,
+	PD_INT32,
+	PD_INT64,
+	PD_UINT8,
+	PD_UINT16,
+	PD_UINT32,
+	PD_UINT64,
+	PD_HALF,
+	PD_BF16,
+	PD_FLOAT,
+	PD_DOUBLE,
 	PD_NTYPES
 };
 
@@ -36,20 +45,26 @@ struct pd_type_info {
 	const char *alias; /* another name accepted */
 	unsigned size;
 	unsigned is_float, is_signed;
-	int64_t exact;	   /* floats: integers up to this are exact */
+	int64_t exact; /* floats: integers up to this are exact */
 };
 
 static const struct pd_type_info pd_types[PD_NTYPES] = {
-	{"int8", "char", 1, 0, 1, 0},	      {"int16", "short", 2, 0, 1, 0},
-	{"int32", "int", 4, 0, 1, 0},	      {"int64", "long", 8, 0, 1, 0},
-	{"uint8", "uchar", 1, 0, 0, 0},	      {"uint16", "ushort", 2, 0, 0, 0},
-	{"uint32", "uint", 4, 0, 0, 0},	      {"uint64", "ulong", 8, 0, 0, 0},
-	{"half", "float16", 2, 1, 1, 2048},   {"bfloat16", "bf16", 2, 1, 1, 256},
-	{"float", "float32", 4, 1, 1, 1L << 24}, {"double", "float64", 8, 1, 1, 1LL << 53},
+	{"int8", "char", 1, 0, 1, 0},
+	{"int16", "short", 2, 0, 1, 0},
+	{"int32", "int", 4, 0, 1, 0},
+	{"int64", "long", 8, 0, 1, 0},
+	{"uint8", "uchar", 1, 0, 0, 0},
+	{"uint16", "ushort", 2, 0, 0, 0},
+	{"uint32", "uint", 4, 0, 0, 0},
+	{"uint64", "ulong", 8, 0, 0, 0},
+	{"half", "float16", 2, 1, 1, 2048},
+	{"bfloat16", "bf16", 2, 1, 1, 256},
+	{"float", "float32", 4, 1, 1, 1L << 24},
+	{"double", "float64", 8, 1, 1, 1LL << 53},
 };
 
 static const char *const pd_op_names[PD_NOPS] = {"sum", "prod", "min", "max",
-						  "avg", "band", "bor", "bxor"};
+						 "avg", "band", "bor", "bxor"};
 
 static inline int pd_type_by_name(const char *s)
 {
@@ -111,18 +126,12 @@ static inline struct pd_val pd_input(int t, int op, uint32_t K, uint64_t g, uint
 	uint64_t h = pd_mix(g, i);
 	int64_t v;
 	switch (op) {
-	case PD_PROD:
-		v = g == i % K ? 2 : h % 5 == 0 ? -1 : 1;
-		break;
+	case PD_PROD: v = g == i % K ? 2 : h % 5 == 0 ? -1 : 1; break;
 	case PD_BAND: /* each rank clears one bit, or two */
 		v = (int64_t) ~((1ull << (h & 63)) | (1ull << ((h >> 8) % 61)));
 		break;
-	case PD_BOR:
-		v = (int64_t)((1ull << (h & 63)) | (1ull << ((h >> 8) % 61)));
-		break;
-	case PD_BXOR:
-		v = (int64_t)(h >> 1);
-		break;
+	case PD_BOR: v = (int64_t)((1ull << (h & 63)) | (1ull << ((h >> 8) % 61))); break;
+	case PD_BXOR: v = (int64_t)(h >> 1); break;
 	default: { /* SUM, AVG, MIN, MAX, and the copies */
 		int64_t r = pd_range(t, K);
 		v = (int64_t)(h % (uint64_t)(2 * r + 1)) - r;
@@ -289,15 +298,33 @@ static inline struct pd_val pd_load(int t, const void *buf, size_t idx)
 	uint32_t b4;
 	float f;
 	switch (t) {
-	case PD_HALF: memcpy(&b2, p, 2); v.f = pd_half_to_float(b2); break;
-	case PD_BF16: memcpy(&b2, p, 2); v.f = pd_bf16_to_float(b2); break;
-	case PD_FLOAT: memcpy(&f, p, 4); v.f = f; break;
+	case PD_HALF:
+		memcpy(&b2, p, 2);
+		v.f = pd_half_to_float(b2);
+		break;
+	case PD_BF16:
+		memcpy(&b2, p, 2);
+		v.f = pd_bf16_to_float(b2);
+		break;
+	case PD_FLOAT:
+		memcpy(&f, p, 4);
+		v.f = f;
+		break;
 	case PD_DOUBLE: memcpy(&v.f, p, 8); break;
 	default:
 		switch (pd_types[t].size) {
-		case 1: memcpy(&b1, p, 1); v.i = b1; break;
-		case 2: memcpy(&b2, p, 2); v.i = b2; break;
-		case 4: memcpy(&b4, p, 4); v.i = b4; break;
+		case 1:
+			memcpy(&b1, p, 1);
+			v.i = b1;
+			break;
+		case 2:
+			memcpy(&b2, p, 2);
+			v.i = b2;
+			break;
+		case 4:
+			memcpy(&b4, p, 4);
+			v.i = b4;
+			break;
 		default: memcpy(&v.i, p, 8); break;
 		}
 		v.i = pd_wrap(t, v.i);

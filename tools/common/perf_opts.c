@@ -111,9 +111,21 @@ static int parse_size(const char *s, size_t *out)
 	char *end;
 	double v = strtod(s, &end), unit = 1;
 	switch (*end) {
-	case 'k': case 'K': unit = 1024.0; end++; break;
-	case 'm': case 'M': unit = 1024.0 * 1024; end++; break;
-	case 'g': case 'G': unit = 1024.0 * 1024 * 1024; end++; break;
+	case 'k':
+	case 'K':
+		unit = 1024.0;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		unit = 1024.0 * 1024;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		unit = 1024.0 * 1024 * 1024;
+		end++;
+		break;
 	}
 	if (*end == 'B' || *end == 'b')
 		end++;
@@ -218,8 +230,9 @@ static int check_sizes(const struct perf_opts *o)
 	if (colls[o->coll].op == IBV_COLL_WR_BARRIER)
 		return 0;
 	if ((o->minbytes && o->minbytes < ts) || (o->maxbytes && o->maxbytes < ts)) {
-		fprintf(stderr, PROG ": -%c %zu is less than one %s element (%zu bytes); give 0 "
-				"for an empty collective or at least %zu\n",
+		fprintf(stderr,
+			PROG ": -%c %zu is less than one %s element (%zu bytes); give 0 "
+			     "for an empty collective or at least %zu\n",
 			o->minbytes && o->minbytes < ts ? 'b' : 'e',
 			o->minbytes && o->minbytes < ts ? o->minbytes : o->maxbytes,
 			pd_types[o->type].name, ts, ts);
@@ -248,12 +261,14 @@ static int resolve_boot(struct perf_opts *o, int node, int nodes)
 		} else if (err == ENOENT) {
 			/* Several copies started by hand (or by a launcher we do
 			 * not know) would each run a job of their own. */
-			fprintf(stderr, PROG ": no rendezvous: run under ibv_coll_run or a PMIx "
-					"launcher (mpirun, srun), give --boot, or --nodes 1 for "
-					"this node alone\n");
+			fprintf(stderr,
+				PROG ": no rendezvous: run under ibv_coll_run or a PMIx "
+				     "launcher (mpirun, srun), give --boot, or --nodes 1 for "
+				     "this node alone\n");
 			return -1;
 		} else if (err || o->nodes > 64) {
-			fprintf(stderr, PROG ": the launcher's node index or count is not valid (%s)\n",
+			fprintf(stderr,
+				PROG ": the launcher's node index or count is not valid (%s)\n",
 				strerror(err ? err : ERANGE));
 			return -1;
 		}
@@ -316,40 +331,82 @@ static int check_opts(struct perf_opts *o)
 
 int parse_opts(int argc, char **argv, struct perf_opts *o)
 {
-	enum { OPT_SPIN = 256, OPT_BOOT, OPT_NODE, OPT_NODES, OPT_WINDOW, OPT_E2E, OPT_GID,
-	       OPT_PROGRESS, OPT_NO_PROGRESS, OPT_SPINE, OPT_GAP, OPT_RANLOG };
+	enum {
+		OPT_SPIN = 256,
+		OPT_BOOT,
+		OPT_NODE,
+		OPT_NODES,
+		OPT_WINDOW,
+		OPT_E2E,
+		OPT_GID,
+		OPT_PROGRESS,
+		OPT_NO_PROGRESS,
+		OPT_SPINE,
+		OPT_GAP,
+		OPT_RANLOG
+	};
 	static const struct option lo[] = {
-		{"minbytes", 1, NULL, 'b'},	{"maxbytes", 1, NULL, 'e'},
-		{"stepbytes", 1, NULL, 'i'},	{"stepfactor", 1, NULL, 'f'},
-		{"iters", 1, NULL, 'n'},	{"warmup_iters", 1, NULL, 'w'},
-		{"check", 1, NULL, 'c'},	{"datatype", 1, NULL, 'd'},
-		{"op", 1, NULL, 'o'},		{"collective", 1, NULL, 'C'},
-		{"root", 1, NULL, 'r'},		{"ranks", 1, NULL, 'k'},
-		{"topology", 1, NULL, 't'},	{"switch", 1, NULL, 's'},
-		{"device", 1, NULL, 'D'},	{"spin-us", 1, NULL, OPT_SPIN},
-		{"boot", 1, NULL, OPT_BOOT},	{"node", 1, NULL, OPT_NODE},
-		{"nodes", 1, NULL, OPT_NODES},	{"help", 0, NULL, 'h'},
-		{"window", 1, NULL, OPT_WINDOW}, {"e2e-ack", 0, NULL, OPT_E2E},
-		{"gid-index", 1, NULL, OPT_GID}, {"blocking", 1, NULL, 'z'},
-		{"progress", 0, NULL, OPT_PROGRESS}, {"no-progress", 0, NULL, OPT_NO_PROGRESS},
-		{"version", 0, NULL, 'V'},	{"spine", 1, NULL, OPT_SPINE},
-		{"gap-us", 1, NULL, OPT_GAP},	{"ran-log", 1, NULL, OPT_RANLOG},
+		{"minbytes", 1, NULL, 'b'},
+		{"maxbytes", 1, NULL, 'e'},
+		{"stepbytes", 1, NULL, 'i'},
+		{"stepfactor", 1, NULL, 'f'},
+		{"iters", 1, NULL, 'n'},
+		{"warmup_iters", 1, NULL, 'w'},
+		{"check", 1, NULL, 'c'},
+		{"datatype", 1, NULL, 'd'},
+		{"op", 1, NULL, 'o'},
+		{"collective", 1, NULL, 'C'},
+		{"root", 1, NULL, 'r'},
+		{"ranks", 1, NULL, 'k'},
+		{"topology", 1, NULL, 't'},
+		{"switch", 1, NULL, 's'},
+		{"device", 1, NULL, 'D'},
+		{"spin-us", 1, NULL, OPT_SPIN},
+		{"boot", 1, NULL, OPT_BOOT},
+		{"node", 1, NULL, OPT_NODE},
+		{"nodes", 1, NULL, OPT_NODES},
+		{"help", 0, NULL, 'h'},
+		{"window", 1, NULL, OPT_WINDOW},
+		{"e2e-ack", 0, NULL, OPT_E2E},
+		{"gid-index", 1, NULL, OPT_GID},
+		{"blocking", 1, NULL, 'z'},
+		{"progress", 0, NULL, OPT_PROGRESS},
+		{"no-progress", 0, NULL, OPT_NO_PROGRESS},
+		{"version", 0, NULL, 'V'},
+		{"spine", 1, NULL, OPT_SPINE},
+		{"gap-us", 1, NULL, OPT_GAP},
+		{"ran-log", 1, NULL, OPT_RANLOG},
 		{NULL, 0, NULL, 0},
 	};
 	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
 	int c, node = -1, nodes = -1;
 	*o = (struct perf_opts){
-		.minbytes = 32 << 20, .maxbytes = 32 << 20, .stepbytes = 1 << 20, .stepfactor = 1,
-		.iters = 20, .warmup = 5, .check = 1, .root = 0, .ranks = 1,
-		.topology = IBV_COLL_TOPO_RING, .type = PD_FLOAT, .op = PD_SUM, .coll = 0,
-		.spin_us = -1, .dev = "crxe_lo", .node = 0, .nodes = 1, .progress = -1,
+		.minbytes = 32 << 20,
+		.maxbytes = 32 << 20,
+		.stepbytes = 1 << 20,
+		.stepfactor = 1,
+		.iters = 20,
+		.warmup = 5,
+		.check = 1,
+		.root = 0,
+		.ranks = 1,
+		.topology = IBV_COLL_TOPO_RING,
+		.type = PD_FLOAT,
+		.op = PD_SUM,
+		.coll = 0,
+		.spin_us = -1,
+		.dev = "crxe_lo",
+		.node = 0,
+		.nodes = 1,
+		.progress = -1,
 	};
 	if (env_k && parse_int(env_k, 1, 64, &o->ranks)) {
 		fprintf(stderr, PROG ": IBVC_RANKS_PER_NODE=%s: not a number from 1 to 64\n",
 			env_k);
 		return 2;
 	}
-	while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:C:r:k:t:s:D:z:hV", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:C:r:k:t:s:D:z:hV", lo, NULL)) !=
+	       -1) {
 		int bad = 0, f = 1;
 		switch (c) {
 		case 'b': bad = parse_size(optarg, &o->minbytes); break;

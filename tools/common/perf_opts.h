@@ -30,13 +30,13 @@ struct perf_opts {
 	int type, op, coll; /* enum pd_type, enum pd_op, index in colls */
 	int spin_us;
 	int blocking; /* -z: one collective in flight at a time */
-	int window;  /* --window: switch window (0: the grant's) */
-	int e2e_ack; /* --e2e-ack */
+	int window;   /* --window: switch window (0: the grant's) */
+	int e2e_ack;  /* --e2e-ack */
 	const char *dev;
 	const char *boot; /* the rendezvous; nodes == 1 needs none */
 	int node, nodes;
-	const char *sw;	  /* -s: the (first) aggregation switch, as given */
-	int sw_planes;	  /* how many -s: one switch per plane */
+	const char *sw; /* -s: the (first) aggregation switch, as given */
+	int sw_planes;	/* how many -s: one switch per plane */
 	struct {
 		uint8_t gid[16];
 		uint16_t port;
@@ -50,11 +50,11 @@ struct perf_opts {
 		uint16_t port;
 		uint32_t qpn;
 	} spine;
-	int gid_index;	  /* --gid-index: this node's address in the GID table */
-	int progress;	  /* --progress: a line per size on stderr (node 0) */
-	int gap_us;	  /* --gap-us: a compute gap before each collective */
+	int gid_index;	     /* --gid-index: this node's address in the GID table */
+	int progress;	     /* --progress: a line per size on stderr (node 0) */
+	int gap_us;	     /* --gap-us: a compute gap before each collective */
 	const char *ran_log; /* --ran-log: per completion "mid flags" (%d: node) */
-	char dev_buf[64]; /* -D with %d: the device of this node */
+	char dev_buf[64];    /* -D with %d: the device of this node */
 };
 
 /* Fill *o from the command line and the environment: -1 to go on, or the

@@ -34,7 +34,8 @@ struct result {
 
 static void print_header(const struct opts *o, const struct bw *b)
 {
-	const char *bar = "---------------------------------------------------------------------------------------";
+	const char *bar =
+		"---------------------------------------------------------------------------------------";
 	printf("%s\n                    %s BW Test\n", bar,
 	       o->test == TEST_WRITE ? "RDMA_Write" : "Send");
 	printf(" Number of qps   : %-8u\tTransport type : crxe (RoCEv2 over UDP)\n", o->qps);
@@ -87,14 +88,15 @@ static int reap(struct bw *b, uint64_t *done, uint64_t *ndone, size_t size, stru
 	if (!n) {
 		if (now_ns() - *last <= STALL_NS)
 			return 0;
-		fail("no completion for %lld s: the peer stopped answering", STALL_NS / 1000000000ll);
+		fail("no completion for %lld s: the peer stopped answering",
+		     STALL_NS / 1000000000ll);
 		return -1;
 	}
 	for (int i = 0; i < n; i++) {
 		if (wc[i].status != IBV_WC_SUCCESS) {
 			fail("completion of %s on QP 0x%06x: %s (vendor error 0x%x)",
-			     wc[i].opcode == IBV_COLL_WC_RECV ? "a receive" : "a send", wc[i].qp_num,
-			     ibv_coll_wc_status_str(wc[i].status), wc[i].vendor_err);
+			     wc[i].opcode == IBV_COLL_WC_RECV ? "a receive" : "a send",
+			     wc[i].qp_num, ibv_coll_wc_status_str(wc[i].status), wc[i].vendor_err);
 			return -1;
 		}
 		if (wc[i].opcode == IBV_COLL_WC_RECV && wc[i].byte_len != size) {
@@ -123,17 +125,21 @@ static int reap(struct bw *b, uint64_t *done, uint64_t *ndone, size_t size, stru
 static int post_one(struct bw *b, const struct opts *o, unsigned q, size_t size, int recv)
 {
 	size_t s = b->sent[q] % b->nslots;
-	struct ibv_sge sge = {(uintptr_t)slot_at(b, q, s), recv ? (uint32_t)b->slot_len : (uint32_t)size,
-			      b->mr->lkey};
+	struct ibv_sge sge = {(uintptr_t)slot_at(b, q, s),
+			      recv ? (uint32_t)b->slot_len : (uint32_t)size, b->mr->lkey};
 	int err;
 	if (recv) {
 		struct ibv_coll_recv_wr wr = {.wr_id = q, .sg_list = &sge, .num_sge = 1}, *bad;
 		err = ibv_post_coll_recv(b->qp[q], &wr, &bad);
 	} else {
-		struct ibv_coll_send_wr wr = {
-			.wr_id = q, .sg_list = &sge, .num_sge = 1,
-			.opcode = o->test == TEST_WRITE ? IBV_COLL_WR_RDMA_WRITE : IBV_COLL_WR_SEND,
-			.send_flags = IBV_COLL_SEND_SIGNALED}, *bad;
+		struct ibv_coll_send_wr wr = {.wr_id = q,
+					      .sg_list = &sge,
+					      .num_sge = 1,
+					      .opcode = o->test == TEST_WRITE
+								? IBV_COLL_WR_RDMA_WRITE
+								: IBV_COLL_WR_SEND,
+					      .send_flags = IBV_COLL_SEND_SIGNALED},
+					*bad;
 		wr.wr.rdma.remote_addr = b->rem[q].addr + (uint64_t)(slot_at(b, q, s) - b->buf);
 		wr.wr.rdma.rkey = b->rem[q].rkey;
 		err = ibv_post_coll_send(b->qp[q], &wr, &bad);
@@ -240,7 +246,8 @@ static int server_size(struct bw *b, const struct opts *o, size_t size)
 				return -1;
 			if (r) {
 				size_t sz;
-				if (sscanf(line, "end %zu %" SCNu64, &sz, &count) != 2 || sz != size) {
+				if (sscanf(line, "end %zu %" SCNu64, &sz, &count) != 2 ||
+				    sz != size) {
 					fail("unexpected from the client: %s", line);
 					return -1;
 				}
@@ -260,8 +267,7 @@ static int server_size(struct bw *b, const struct opts *o, size_t size)
 			return -1;
 	}
 	for (unsigned q = 0; q < o->qps; q++)
-		b->got[q] += o->test == TEST_SEND ? done[q]
-						  : count / o->qps + (q < count % o->qps);
+		b->got[q] += o->test == TEST_SEND ? done[q] : count / o->qps + (q < count % o->qps);
 	if (o->test == TEST_SEND) {
 		res.count = ndone;
 		res.secs = (double)(last - t0) / 1e9;
@@ -311,32 +317,74 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { OPT_GBITS = 256, OPT_TEST };
 	static const struct option lo[] = {
-		{"size", 1, NULL, 's'},	    {"all", 0, NULL, 'a'},	 {"iters", 1, NULL, 'n'},
-		{"duration", 1, NULL, 'D'}, {"tx-depth", 1, NULL, 't'},	 {"qp", 1, NULL, 'q'},
-		{"ib-dev", 1, NULL, 'd'},   {"ib-port", 1, NULL, 'i'},	 {"gid-index", 1, NULL, 'x'},
-		{"mtu", 1, NULL, 'm'},	    {"port", 1, NULL, 'p'},	 {"connection", 1, NULL, 'c'},
-		{"report_gbits", 0, NULL, OPT_GBITS}, {"test", 1, NULL, OPT_TEST},
-		{"help", 0, NULL, 'h'},	    {"version", 0, NULL, 'V'},
+		{"size", 1, NULL, 's'},
+		{"all", 0, NULL, 'a'},
+		{"iters", 1, NULL, 'n'},
+		{"duration", 1, NULL, 'D'},
+		{"tx-depth", 1, NULL, 't'},
+		{"qp", 1, NULL, 'q'},
+		{"ib-dev", 1, NULL, 'd'},
+		{"ib-port", 1, NULL, 'i'},
+		{"gid-index", 1, NULL, 'x'},
+		{"mtu", 1, NULL, 'm'},
+		{"port", 1, NULL, 'p'},
+		{"connection", 1, NULL, 'c'},
+		{"report_gbits", 0, NULL, OPT_GBITS},
+		{"test", 1, NULL, OPT_TEST},
+		{"help", 0, NULL, 'h'},
+		{"version", 0, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
-	*o = (struct opts){.tcp_port = 18515, .ib_port = 1, .depth = 128, .qps = 1, .iters = 5000,
-			   .size = 65536, .test = TEST_WRITE};
+	*o = (struct opts){.tcp_port = 18515,
+			   .ib_port = 1,
+			   .depth = 128,
+			   .qps = 1,
+			   .iters = 5000,
+			   .size = 65536,
+			   .test = TEST_WRITE};
 	int c;
 	unsigned long v;
 	while ((c = getopt_long(argc, argv, "s:an:D:t:q:d:i:x:m:p:c:hV", lo, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
-		case 's': bad = num(optarg, 1, 1ul << 31, &v); o->size = v; break;
+		case 's':
+			bad = num(optarg, 1, 1ul << 31, &v);
+			o->size = v;
+			break;
 		case 'a': o->all = 1; break;
-		case 'n': bad = num(optarg, 1, 1ul << 31, &v); o->iters = (unsigned)v; break;
-		case 'D': bad = num(optarg, 1, 3600, &v); o->duration = (unsigned)v; break;
-		case 't': bad = num(optarg, 1, 16384, &v); o->depth = (unsigned)v; break;
-		case 'q': bad = num(optarg, 1, MAX_QPS, &v); o->qps = (unsigned)v; break;
+		case 'n':
+			bad = num(optarg, 1, 1ul << 31, &v);
+			o->iters = (unsigned)v;
+			break;
+		case 'D':
+			bad = num(optarg, 1, 3600, &v);
+			o->duration = (unsigned)v;
+			break;
+		case 't':
+			bad = num(optarg, 1, 16384, &v);
+			o->depth = (unsigned)v;
+			break;
+		case 'q':
+			bad = num(optarg, 1, MAX_QPS, &v);
+			o->qps = (unsigned)v;
+			break;
 		case 'd': o->dev = optarg; break;
-		case 'i': bad = num(optarg, 1, 255, &v); o->ib_port = (unsigned)v; break;
-		case 'x': bad = num(optarg, 0, 255, &v); o->gid_idx = (unsigned)v; break;
-		case 'm': bad = num(optarg, 256, 4096, &v) || !mtu_enum((unsigned)v); o->mtu = (unsigned)v; break;
-		case 'p': bad = num(optarg, 1, 65535, &v); o->tcp_port = (unsigned)v; break;
+		case 'i':
+			bad = num(optarg, 1, 255, &v);
+			o->ib_port = (unsigned)v;
+			break;
+		case 'x':
+			bad = num(optarg, 0, 255, &v);
+			o->gid_idx = (unsigned)v;
+			break;
+		case 'm':
+			bad = num(optarg, 256, 4096, &v) || !mtu_enum((unsigned)v);
+			o->mtu = (unsigned)v;
+			break;
+		case 'p':
+			bad = num(optarg, 1, 65535, &v);
+			o->tcp_port = (unsigned)v;
+			break;
 		case 'c': bad = strcmp(optarg, "RC") != 0; break;
 		case OPT_GBITS: o->gbits = 1; break;
 		case OPT_TEST:
@@ -353,8 +401,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				if (l->val == c)
 					name = l->name;
 			fprintf(stderr, PROG ": bad value for --%s: %s%s\n", name, optarg,
-				c == 'm' ? " (256, 512, 1024, 2048 or 4096)"
-				: c == 'c' ? " (only RC is supported)" : "");
+				c == 'm'   ? " (256, 512, 1024, 2048 or 4096)"
+				: c == 'c' ? " (only RC is supported)"
+					   : "");
 			return 2;
 		}
 	}
@@ -382,9 +431,11 @@ static int agree(struct bw *b, struct opts *o)
 		return say(b->sock, "rcbw %s %zu %d %u %u %u %u %u\n",
 			   o->test == TEST_SEND ? "send" : "write", o->size, o->all, o->iters,
 			   o->duration, o->depth, o->qps, o->mtu) ||
-			       hear(b->sock, line, 30000) != 1 ||
-			       (strcmp(line, "ok") && (fail("the server refuses: %s", line), 1))
-			       ? -1 : 0;
+				       hear(b->sock, line, 30000) != 1 ||
+				       (strcmp(line, "ok") &&
+					(fail("the server refuses: %s", line), 1))
+			       ? -1
+			       : 0;
 	char test[8];
 	unsigned long size;
 	unsigned mtu;

@@ -104,7 +104,8 @@ int hear(int fd, char *line, int timeout_ms)
 
 int tcp_open(const char *host, unsigned port)
 {
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
 				 .ai_flags = host ? 0 : AI_PASSIVE};
 	struct addrinfo *res, *ai;
 	char svc[16];
@@ -121,8 +122,9 @@ int tcp_open(const char *host, unsigned port)
 			fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 			int one = 1;
 			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-			if (fd >= 0 && (host ? connect(fd, ai->ai_addr, ai->ai_addrlen)
-					     : bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 1))) {
+			if (fd >= 0 &&
+			    (host ? connect(fd, ai->ai_addr, ai->ai_addrlen)
+				  : bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 1))) {
 				err = errno;
 				close(fd);
 				fd = -1;
@@ -204,8 +206,8 @@ int bw_setup(struct bw *b, const struct opts *o, size_t max_size)
 	if (err || max_size > da.max_msg_sz || o->depth > da.max_qp_wr ||
 	    (uint64_t)o->qps * o->depth * 2 + 16 > da.max_cqe) {
 		fail("size %zu, tx depth %u x %u QPs: beyond the device (max_msg_sz %u, max_qp_wr %u, "
-		     "max_cqe %u)", max_size, o->depth, o->qps, da.max_msg_sz, da.max_qp_wr,
-		     da.max_cqe);
+		     "max_cqe %u)",
+		     max_size, o->depth, o->qps, da.max_msg_sz, da.max_qp_wr, da.max_cqe);
 		return -1;
 	}
 	b->slot_len = max_size ? (max_size + 63) / 64 * 64 : 64;
@@ -229,11 +231,16 @@ int bw_setup(struct bw *b, const struct opts *o, size_t max_size)
 	}
 	for (unsigned q = 0; q < o->qps; q++) {
 		struct ibv_coll_qp_init_attr ia = {
-			.send_cq = b->cq, .recv_cq = b->cq, .qp_type = IBV_COLL_QPT_RC,
-			.cap = {.max_send_wr = o->depth, .max_recv_wr = o->depth,
-				.max_send_sge = 1, .max_recv_sge = 1},
+			.send_cq = b->cq,
+			.recv_cq = b->cq,
+			.qp_type = IBV_COLL_QPT_RC,
+			.cap = {.max_send_wr = o->depth,
+				.max_recv_wr = o->depth,
+				.max_send_sge = 1,
+				.max_recv_sge = 1},
 		};
-		struct ibv_coll_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = (uint8_t)o->ib_port,
+		struct ibv_coll_qp_attr a = {.qp_state = IBV_QPS_INIT,
+					     .port_num = (uint8_t)o->ib_port,
 					     .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
 		b->qp[q] = ibv_create_coll_qp(b->pd, &ia);
 		if (!b->qp[q]) {
@@ -242,7 +249,8 @@ int bw_setup(struct bw *b, const struct opts *o, size_t max_size)
 		}
 		if ((err = ibv_modify_coll_qp(b->qp[q], &a,
 					      IBV_COLL_QP_STATE | IBV_COLL_QP_PKEY_INDEX |
-						      IBV_COLL_QP_PORT | IBV_COLL_QP_ACCESS_FLAGS))) {
+						      IBV_COLL_QP_PORT |
+						      IBV_COLL_QP_ACCESS_FLAGS))) {
 			fail("QP to INIT: %s", strerror(err));
 			return -1;
 		}
@@ -255,14 +263,21 @@ int bw_connect(struct bw *b, const struct opts *o, unsigned q)
 {
 	const struct remote *r = &b->rem[q];
 	struct ibv_coll_qp_attr a = {
-		.qp_state = IBV_QPS_RTR, .path_mtu = mtu_enum(o->mtu), .dest_qp_num = r->qpn,
-		.rq_psn = r->psn, .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
-		.ah_attr = {.dgid = r->gid, .udp_port = r->udp_port, .sgid_index = (uint8_t)o->gid_idx},
+		.qp_state = IBV_QPS_RTR,
+		.path_mtu = mtu_enum(o->mtu),
+		.dest_qp_num = r->qpn,
+		.rq_psn = r->psn,
+		.max_dest_rd_atomic = 1,
+		.min_rnr_timer = 12,
+		.ah_attr = {.dgid = r->gid,
+			    .udp_port = r->udp_port,
+			    .sgid_index = (uint8_t)o->gid_idx},
 	};
 	int err = ibv_modify_coll_qp(b->qp[q], &a,
 				     IBV_COLL_QP_STATE | IBV_COLL_QP_AV | IBV_COLL_QP_PATH_MTU |
 					     IBV_COLL_QP_DEST_QPN | IBV_COLL_QP_RQ_PSN |
-					     IBV_COLL_QP_MAX_DEST_RD_ATOMIC | IBV_COLL_QP_MIN_RNR_TIMER);
+					     IBV_COLL_QP_MAX_DEST_RD_ATOMIC |
+					     IBV_COLL_QP_MIN_RNR_TIMER);
 	if (!err) {
 		memset(&a, 0, sizeof(a));
 		a.qp_state = IBV_QPS_RTS;
@@ -272,9 +287,9 @@ int bw_connect(struct bw *b, const struct opts *o, unsigned q)
 		a.sq_psn = b->psn[q];
 		a.max_rd_atomic = 1;
 		err = ibv_modify_coll_qp(b->qp[q], &a,
-					 IBV_COLL_QP_STATE | IBV_COLL_QP_TIMEOUT | IBV_COLL_QP_RETRY_CNT |
-						 IBV_COLL_QP_RNR_RETRY | IBV_COLL_QP_SQ_PSN |
-						 IBV_COLL_QP_MAX_QP_RD_ATOMIC);
+					 IBV_COLL_QP_STATE | IBV_COLL_QP_TIMEOUT |
+						 IBV_COLL_QP_RETRY_CNT | IBV_COLL_QP_RNR_RETRY |
+						 IBV_COLL_QP_SQ_PSN | IBV_COLL_QP_MAX_QP_RD_ATOMIC);
 	}
 	if (err)
 		fail("connecting QP %u: %s", q, strerror(err));
