@@ -346,9 +346,11 @@ struct ibv_coll_caps {
 int ibv_query_coll_caps(struct ibv_coll_context *context, struct ibv_coll_caps *caps);
 
 /* Set in ibv_coll_counters.comp_mask by a caller whose struct has room
- * for the fields after seg_high_water (since 0.2). */
+ * for the fields after seg_high_water (since 0.2), and after
+ * coll_fallbacks (EXT2, since 1.1; it includes EXT's). */
 enum ibv_coll_counters_mask {
 	IBV_COLL_COUNTERS_EXT = 1 << 0,
+	IBV_COLL_COUNTERS_EXT2 = 1 << 1,
 };
 
 /* The device's counters since the context was opened. */
@@ -384,6 +386,13 @@ struct ibv_coll_counters {
 	uint64_t coll_messages, coll_failed; /* collective WRs finished, not successfully */
 	uint64_t coll_blocks;		     /* their data blocks */
 	uint64_t coll_fallbacks;	     /* run round the ring: no switch served them */
+	/* With IBV_COLL_COUNTERS_EXT2 in comp_mask: */
+	uint64_t coll_rx_packets;	   /* collective packets handed to a collective QP */
+	uint64_t coll_delivered;	   /* ... of them acted on (the rest: a drop counter) */
+	uint64_t coll_host_dropped;	   /* ... of them dropped by the NIC (no QP, QP state) */
+	uint64_t cc_cnp_sent, cc_cnp_rcvd; /* congestion notification packets */
+	uint64_t cc_rate_cuts;		   /* congestion window cuts, any signal */
+	uint64_t cc_retrans_bytes;	   /* payload bytes sent again (ring, switch path, RC) */
 };
 
 int ibv_query_coll_counters(struct ibv_coll_context *context, struct ibv_coll_counters *counters);

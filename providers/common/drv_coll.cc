@@ -43,12 +43,13 @@ int engine_counters(emu::Nic &nic, ibv_coll_counters *o)
 	// Callers built against the first layout have room up to
 	// seg_high_water only, and say nothing in comp_mask.
 	const uint64_t mask = o->comp_mask;
-	if (mask & ~uint64_t(IBV_COLL_COUNTERS_EXT))
+	if (mask & ~uint64_t(IBV_COLL_COUNTERS_EXT | IBV_COLL_COUNTERS_EXT2))
 		return EINVAL;
 	emu::NicCounters n = nic.counters();
 	memset(o, 0,
-	       mask & IBV_COLL_COUNTERS_EXT ? sizeof(*o)
-					    : offsetof(ibv_coll_counters, rc_tx_packets));
+	       mask & IBV_COLL_COUNTERS_EXT2  ? sizeof(*o)
+	       : mask & IBV_COLL_COUNTERS_EXT ? offsetof(ibv_coll_counters, coll_rx_packets)
+					      : offsetof(ibv_coll_counters, rc_tx_packets));
 	o->comp_mask = mask;
 	o->tx_packets = n.port.tx_packets;
 	o->tx_bytes = n.port.tx_bytes;
@@ -92,7 +93,16 @@ int engine_counters(emu::Nic &nic, ibv_coll_counters *o)
 	o->seg_units = n.seg_units;
 	o->seg_in_use = n.seg_in_use;
 	o->seg_high_water = n.seg_high_water;
-	if (mask & IBV_COLL_COUNTERS_EXT) {
+	if (mask & IBV_COLL_COUNTERS_EXT2) {
+		o->coll_rx_packets = k.rx_packets;
+		o->coll_delivered = k.delivered;
+		o->coll_host_dropped = k.host_dropped;
+		o->cc_cnp_sent = n.cc.cnp_sent;
+		o->cc_cnp_rcvd = n.cc.cnp_rcvd;
+		o->cc_rate_cuts = n.cc.rate_cuts;
+		o->cc_retrans_bytes = n.cc.retrans_bytes;
+	}
+	if (mask & (IBV_COLL_COUNTERS_EXT | IBV_COLL_COUNTERS_EXT2)) {
 		o->rc_tx_packets = n.rc_tx_packets;
 		o->rc_tx_bytes = n.rc_tx_bytes;
 		o->rc_rx_packets = n.rc_rx_packets;

@@ -477,6 +477,23 @@ TEST(CollApi, OneNodeInPlaceAvgAndQuery)
 	ext.comp_mask = 0;
 	ASSERT_EQ(ibv_query_coll_counters(n.ctx, &ext), 0);
 	EXPECT_EQ(ext.coll_messages, 0xa5a5a5a5a5a5a5a5u);
+	// EXT alone: nothing written past coll_fallbacks.
+	memset(&ext, 0xa5, sizeof(ext));
+	ext.comp_mask = IBV_COLL_COUNTERS_EXT;
+	ASSERT_EQ(ibv_query_coll_counters(n.ctx, &ext), 0);
+	EXPECT_EQ(ext.coll_messages, 2u);
+	EXPECT_EQ(ext.coll_rx_packets, 0xa5a5a5a5a5a5a5a5u);
+	// EXT2: every member.  One node: no collective packet, no congestion.
+	memset(&ext, 0xa5, sizeof(ext));
+	ext.comp_mask = IBV_COLL_COUNTERS_EXT2;
+	ASSERT_EQ(ibv_query_coll_counters(n.ctx, &ext), 0);
+	EXPECT_EQ(ext.comp_mask, uint64_t(IBV_COLL_COUNTERS_EXT2));
+	EXPECT_EQ(ext.coll_messages, 2u);
+	EXPECT_EQ(ext.coll_rx_packets, 0u);
+	EXPECT_EQ(ext.coll_delivered, 0u);
+	EXPECT_EQ(ext.coll_host_dropped, 0u);
+	EXPECT_EQ(ext.cc_cnp_sent, 0u);
+	EXPECT_EQ(ext.cc_retrans_bytes, 0u);
 	ext.comp_mask = 1u << 7;
 	EXPECT_EQ(ibv_query_coll_counters(n.ctx, &ext), EINVAL);
 	EXPECT_STREQ(ibv_coll_status_str(IBV_COLL_STATUS_REMOTE_ABORT), "aborted by a member");

@@ -574,7 +574,8 @@ TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 	h.len = 4;
 	h.node_map = 2;
 	h.key = kKey;
-	ibv_coll_counters c0 = {}, c1 = {}; // comp_mask 0: the base counters
+	ibv_coll_counters c0 = {}, c1 = {};
+	c0.comp_mask = IBV_COLL_COUNTERS_EXT2; // with the collective accounting
 	ASSERT_EQ(ibv_query_coll_counters(ctx, &c0), 0);
 	c1 = c0;
 	sockaddr_in to{};
@@ -627,6 +628,11 @@ TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 	EXPECT_EQ(c1.coll_reductions, c0.coll_reductions) << "a forged block was reduced";
 	EXPECT_EQ(c1.coll_aborts_rcvd, c0.coll_aborts_rcvd);
 	EXPECT_EQ(c1.coll_early, c0.coll_early);
+	EXPECT_EQ(c1.coll_delivered, c0.coll_delivered) << "a forged packet was acted on";
+	// Handed to a collective QP: the over-long one, the three wrong keys,
+	// the wrong job and the three wrong nodes, and the one to no QP.
+	EXPECT_EQ(c1.coll_rx_packets - c0.coll_rx_packets, 9u);
+	EXPECT_EQ(c1.coll_host_dropped - c0.coll_host_dropped, 1u);
 	EXPECT_EQ(ibv_poll_coll_cq(cq, 1, &wc), 0) << "a forged packet completed or aborted a job";
 
 	// Job 9 completes with only its real member's data (as in the test
@@ -672,6 +678,17 @@ TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 	EXPECT_EQ(wc.msg_state, IBV_COLL_MSG_ACTIVE);
 	EXPECT_EQ(wc.blocks_done, 0u);
 	EXPECT_EQ(bb[2], -1);
+	// Every collective packet handed to a QP, real or forged, is counted
+	// once: acted on, or dropped for one reason.
+	ibv_coll_counters e = {};
+	e.comp_mask = IBV_COLL_COUNTERS_EXT2;
+	ASSERT_EQ(ibv_query_coll_counters(ctx, &e), 0);
+	EXPECT_EQ(e.coll_delivered, 3u); // node 1's partial and the two results
+	EXPECT_EQ(e.coll_rx_packets, e.coll_delivered + e.coll_duplicates + e.coll_stale +
+					     e.coll_early + e.coll_early_dropped + e.coll_bad_key +
+					     e.coll_bad_job + e.coll_bad_block + e.coll_bad_node +
+					     e.coll_malformed + e.coll_host_dropped)
+		<< "a collective packet counted nowhere or twice";
 
 	ibv_destroy_coll_qp(qa);
 	ibv_destroy_coll_qp(qb);
