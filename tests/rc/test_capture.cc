@@ -100,6 +100,51 @@ std::string run(const std::string &cmd)
 	return out;
 }
 
+// Start tshark capturing the two endpoints' UDP ports on lo into pcap and
+// wait until it is capturing: "" then, else why it cannot capture here
+// (the test skips); *pid is tshark's.
+std::string start_tshark(const PeerInfo &ai, const PeerInfo &bi, const std::string &pcap,
+			 pid_t *pid)
+{
+	std::string filter = "udp port " + std::to_string(ai.udp_port) + " or udp port " +
+			     std::to_string(bi.udp_port);
+	std::string errlog = pcap + ".log";
+	std::vector<std::string> args = {"tshark", "-i",   "lo", "-F", "pcap",
+					 "-f",	   filter, "-w", pcap, "-q"};
+	std::vector<char *> argv;
+	for (auto &s : args)
+		argv.push_back(s.data());
+	argv.push_back(nullptr);
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 2, errlog.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+					 0644);
+	int err = posix_spawnp(pid, "tshark", &fa, nullptr, argv.data(), environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (err)
+		return std::string("tshark does not start: ") + strerror(err);
+	// Wait until tshark says it is capturing.
+	for (int i = 0; i < 200; i++) {
+		std::ifstream f(errlog);
+		std::stringstream ss;
+		ss << f.rdbuf();
+		if (ss.str().find("Capturing on") != std::string::npos) {
+			std::this_thread::sleep_for(std::chrono::milliseconds(200));
+			return "";
+		}
+		int st;
+		if (waitpid(*pid, &st, WNOHANG) == *pid) {
+			unlink(errlog.c_str());
+			return "tshark cannot capture here: " + ss.str();
+		}
+		std::this_thread::sleep_for(std::chrono::milliseconds(50));
+	}
+	kill(*pid, SIGTERM);
+	waitpid(*pid, nullptr, 0);
+	ADD_FAILURE() << "tshark did not start capturing within 10 s";
+	return "tshark did not start capturing";
+}
+
 } // namespace
 
 TEST(Capture, DecodesAsRoceWithValidIcrc)
@@ -121,38 +166,9 @@ TEST(Capture, DecodesAsRoceWithValidIcrc)
 	ASSERT_EQ(b.open(o), 0);
 	PeerInfo ai = a.info(), bi = b.info();
 	std::string pcap = "/tmp/ibvc_capture_" + std::to_string(getpid()) + ".pcap";
-	std::string filter = "udp port " + std::to_string(ai.udp_port) + " or udp port " +
-			     std::to_string(bi.udp_port);
-	std::string errlog = pcap + ".log";
-	std::vector<std::string> args = {"tshark", "-i",   "lo", "-F", "pcap",
-					 "-f",	   filter, "-w", pcap, "-q"};
-	std::vector<char *> argv;
-	for (auto &s : args)
-		argv.push_back(s.data());
-	argv.push_back(nullptr);
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 2, errlog.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-					 0644);
 	pid_t pid;
-	ASSERT_EQ(posix_spawnp(&pid, "tshark", &fa, nullptr, argv.data(), environ), 0);
-	posix_spawn_file_actions_destroy(&fa);
-	// Wait until tshark says it is capturing.
-	bool capturing = false;
-	for (int i = 0; i < 200 && !capturing; i++) {
-		std::ifstream f(errlog);
-		std::stringstream ss;
-		ss << f.rdbuf();
-		capturing = ss.str().find("Capturing on") != std::string::npos;
-		int st;
-		if (waitpid(pid, &st, WNOHANG) == pid) {
-			unlink(errlog.c_str());
-			GTEST_SKIP() << "tshark cannot capture here: " << ss.str();
-		}
-		std::this_thread::sleep_for(std::chrono::milliseconds(50));
-	}
-	ASSERT_TRUE(capturing);
-	std::this_thread::sleep_for(std::chrono::milliseconds(200));
+	if (std::string why = start_tshark(ai, bi, pcap, &pid); !why.empty())
+		GTEST_SKIP() << why;
 
 	ASSERT_EQ(a.connect(bi), 0);
 	ASSERT_EQ(b.connect(ai), 0);
@@ -221,7 +237,7 @@ TEST(Capture, DecodesAsRoceWithValidIcrc)
 			<< "opcode " << int(p.ip[28]) << " psn " << int(p.ip[39]);
 	}
 	unlink(pcap.c_str());
-	unlink(errlog.c_str());
+	unlink((pcap + ".log").c_str());
 }
 
 // RoCEv2 congestion notification: with every packet CE-marked by the
@@ -248,37 +264,9 @@ TEST(Capture, CeMarkedRequestsReturnCnps)
 	ASSERT_EQ(b.open(o), 0);
 	PeerInfo ai = a.info(), bi = b.info();
 	std::string pcap = "/tmp/ibvc_cnp_" + std::to_string(getpid()) + ".pcap";
-	std::string filter = "udp port " + std::to_string(ai.udp_port) + " or udp port " +
-			     std::to_string(bi.udp_port);
-	std::string errlog = pcap + ".log";
-	std::vector<std::string> args = {"tshark", "-i",   "lo", "-F", "pcap",
-					 "-f",	   filter, "-w", pcap, "-q"};
-	std::vector<char *> argv;
-	for (auto &s : args)
-		argv.push_back(s.data());
-	argv.push_back(nullptr);
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 2, errlog.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-					 0644);
 	pid_t pid;
-	ASSERT_EQ(posix_spawnp(&pid, "tshark", &fa, nullptr, argv.data(), environ), 0);
-	posix_spawn_file_actions_destroy(&fa);
-	bool capturing = false;
-	for (int i = 0; i < 200 && !capturing; i++) {
-		std::ifstream f(errlog);
-		std::stringstream ss;
-		ss << f.rdbuf();
-		capturing = ss.str().find("Capturing on") != std::string::npos;
-		int st;
-		if (waitpid(pid, &st, WNOHANG) == pid) {
-			unlink(errlog.c_str());
-			GTEST_SKIP() << "tshark cannot capture here: " << ss.str();
-		}
-		std::this_thread::sleep_for(std::chrono::milliseconds(50));
-	}
-	ASSERT_TRUE(capturing);
-	std::this_thread::sleep_for(std::chrono::milliseconds(200));
+	if (std::string why = start_tshark(ai, bi, pcap, &pid); !why.empty())
+		GTEST_SKIP() << why;
 
 	ASSERT_EQ(a.connect(bi), 0);
 	ASSERT_EQ(b.connect(ai), 0);
@@ -333,7 +321,7 @@ TEST(Capture, CeMarkedRequestsReturnCnps)
 	}
 	EXPECT_EQ(cnp_len_ok, 1);
 	unlink(pcap.c_str());
-	unlink(errlog.c_str());
+	unlink((pcap + ".log").c_str());
 	unsetenv("IBV_COLL_EMU_IMPAIR");
 	unsetenv("IBV_COLL_EMU_CNP_INTERVAL_US");
 }
