@@ -189,8 +189,14 @@ void Switch::on_admit(const In &p)
 	}
 	const uint64_t now = util::now_ns();
 	j.last_seen = now;
-	j.ctr.delivered++;
+	// A member's first request is delivered, its repeat a duplicate
+	// (answered again from the decision, taken once): each datagram is
+	// counted once.
 	Job::Decision *d = decision(j, p.h.mid);
+	if (d && (d->heard & c->cover))
+		j.ctr.duplicates++;
+	else
+		j.ctr.delivered++;
 	if (!d) {
 		uint8_t why;
 		if (j.any_mid && !seq_after(p.h.mid, j.last_mid)) {
@@ -230,8 +236,6 @@ void Switch::on_admit(const In &p)
 		if (j.decided.size() > kKeepDecisions)
 			j.decided.erase(j.decided.begin());
 		d = &j.decided.back();
-	} else {
-		j.ctr.duplicates++;
 	}
 	d->heard |= c->cover;
 	Ceth h;

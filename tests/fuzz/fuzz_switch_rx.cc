@@ -50,7 +50,8 @@ void feed(Switch &sw, FuzzTransport &tr, const uint8_t *d, size_t n)
 
 } // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+// One input against a fresh switch under one sharing policy.
+static void run_one(Policy policy, const uint8_t *data, size_t size)
 {
 	static const std::vector<uint8_t> setup = switch_setup();
 	FuzzTransport *tr = nullptr;
@@ -58,6 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	p.name = "fuzz";
 	p.port = kPort;
 	p.units = 16;
+	p.policy = policy;
 	p.transport = [&](std::unique_ptr<Transport> *out) {
 		auto t = std::make_unique<FuzzTransport>(kPort);
 		tr = t.get();
@@ -75,10 +77,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			 c.drop_block + c.drop_stale + c.drop_busy + c.drop_empty + c.drop_short +
 			 c.drop_kind + c.drop_incarnation + c.duplicates;
 	if (c.rx_packets != c.delivered + drops) {
-		fprintf(stderr, "switch: rx_packets %llu != delivered %llu + drops %llu\n",
-			(unsigned long long)c.rx_packets, (unsigned long long)c.delivered,
-			(unsigned long long)drops);
+		fprintf(stderr, "switch (%s): rx_packets %llu != delivered %llu + drops %llu\n",
+			policy_name(policy), (unsigned long long)c.rx_packets,
+			(unsigned long long)c.delivered, (unsigned long long)drops);
 		abort();
 	}
+}
+
+// Each input twice: under spatial sharing (the default) and under time
+// division, whose per-message admission (CONFIG and RELEASE flagged ADMIT)
+// only a tdm switch parses.
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	run_one(Policy::spatial, data, size);
+	run_one(Policy::tdm, data, size);
 	return 0;
 }

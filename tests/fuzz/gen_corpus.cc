@@ -4,6 +4,7 @@
 // configuration variables and ibv_coll_perf's options.  Run by
 // scripts/fuzz.sh --seed; the output is committed.
 #include "fuzz_jobs.h"
+#include "nic/cc.h"
 #include "nic/wqe.h"
 #include "reduce/reduce.h"
 
@@ -114,6 +115,15 @@ void nic_seeds()
 	add_record(r, 0, b, nullptr, rr.data(), rr.size());
 	put(t, "rc_read_resp", r);
 	r.clear();
+	// Congestion notifications (nic/cc.h): to the RC QP from its peer, and
+	// to the ring job's QP from a member.
+	uint8_t cnp_rsvd[kCnpRsvdBytes] = {};
+	b.opcode = kOpCnp;
+	add_record(r, 0, b, nullptr, cnp_rsvd, sizeof(cnp_rsvd));
+	b.dqpn = kQpRing;
+	add_record(r, 1, b, nullptr, cnp_rsvd, sizeof(cnp_rsvd));
+	put(t, "cnp", r);
+	r.clear();
 
 	// Ring job (3 nodes, 600 int32 = 2400 bytes: chunks of 800 bytes):
 	// node 1's and node 2's partials and results of the first blocks.
@@ -186,6 +196,22 @@ void switch_seeds()
 		add_record(r, uint8_t(n), coll_bth(wire::kCollRelease), &h, nullptr, 0);
 	}
 	put(t, "flat_data_release", r);
+	r.clear();
+	// Time division (a tdm switch): both nodes ask for the pool for
+	// message 2 (4 KiB, a 1 s timeout), then say they have its results.
+	for (uint16_t n = 0; n < 2; n++) {
+		wire::Ceth h = ceth(kJidFlat, n, 2, 0, 1u << n, 0);
+		h.flags = wire::kCethAdmit;
+		h.seq = 1000;
+		h.rank_map = 4096;
+		add_record(r, uint8_t(n), coll_bth(wire::kCollConfig), &h, nullptr, 0);
+	}
+	for (uint16_t n = 0; n < 2; n++) {
+		wire::Ceth h = ceth(kJidFlat, n, 2, 0, 1u << n, 0);
+		h.flags = wire::kCethAdmit;
+		add_record(r, uint8_t(n), coll_bth(wire::kCollRelease), &h, nullptr, 0);
+	}
+	put(t, "tdm_admit", r);
 	r.clear();
 	// Job 2 below its parent: partials go up, the parent's result comes down.
 	for (uint16_t n = 0; n < 2; n++) {

@@ -457,3 +457,48 @@ TEST_F(SwitchAcct, PhaseNamingANodeBeyondTheJobIsRefused)
 	EXPECT_EQ(c1.delivered - c0.delivered, 1u);
 	EXPECT_EQ(c1.rx_packets, c1.delivered + drops(c1));
 }
+
+// Found by fuzz_switch_rx under --policy tdm: a repeated admission request
+// was counted both delivered and duplicate.  Each member's first request is
+// delivered, its repeat a duplicate, and every datagram counted once.
+TEST_F(SwitchAcct, TdmAdmissionRequestsCountedOnce)
+{
+	SwitchParams p;
+	p.port = 0;
+	p.units = 64;
+	p.gso = false;
+	p.policy = ibv_coll::emu::Policy::tdm;
+	sw_ = std::make_unique<Switch>(p);
+	ASSERT_EQ(sw_->open(), 0);
+	Peer a, b;
+	configure(a, b, 1, kKeyA);
+	const SwitchCounters c0 = sw_->totals();
+	Hdr h;
+	h.opcode = 0xe4; // CONFIG
+	h.flags = 0x20;	 // ADMIT
+	h.jid = 1;
+	h.key = kKeyA;
+	h.mid = 1;
+	h.seq = 1000;	 // the job's timeout, ms
+	h.rank_map = 64; // the message's bytes
+	a.send(sw_->port(), h, {});
+	a.send(sw_->port(), h, {}); // a repeat (our answer lost)
+	h.src_node = 1;
+	h.node_map = 2;
+	b.send(sw_->port(), h, {});
+	sent_ += 3;
+	pump(sent_);
+	const SwitchCounters c = sw_->totals();
+	EXPECT_EQ(c.delivered - c0.delivered, 2u);
+	EXPECT_EQ(c.duplicates - c0.duplicates, 1u);
+	EXPECT_EQ(c.rx_packets, c.delivered + drops(c));
+	// Both members hear the same decision, twice for a.
+	for (const Peer *m : {&a, &b}) {
+		uint8_t op = 0, st = 9;
+		std::vector<uint8_t> pl;
+		int answers = 0;
+		while (m->recv(&op, &pl, nullptr, &st, 200))
+			answers += op == 0xe5 && st == 0;
+		EXPECT_EQ(answers, m == &a ? 2 : 1);
+	}
+}
