@@ -5,9 +5,8 @@
 #include "coll/coll_engine.h"
 
 #include "nic/nic.h"
-#include "wire/swproto.h"
 #include "util/log.h"
-#include "wire/roce.h"
+#include "wire/coll_codec.h"
 #include "wire/swproto.h"
 
 #include <cstring>
@@ -16,18 +15,19 @@ namespace ibv_coll::emu {
 
 using namespace wire;
 
+// The structure of a packet the NIC checked the ICRC of (wire/coll_codec.h).
 bool CollEngine::parse(const InPacket &p, CollPacket *out)
 {
-	if (p.bth.opcode < kCollData || p.bth.opcode > kCollKindLast ||
-	    p.len < kBthBytes + kCethBytes + p.bth.pad)
+	CollRx c;
+	if (coll_parse(p.data, p.len, &c) != CollError::ok)
 		return false;
-	out->kind = p.bth.opcode;
-	out->h = Ceth::load(p.data + kBthBytes);
-	out->payload = p.data + kBthBytes + kCethBytes;
-	out->paylen = uint32_t(p.len - kBthBytes - kCethBytes - p.bth.pad);
+	out->kind = c.bth.opcode;
+	out->h = c.h;
+	out->payload = c.payload;
+	out->paylen = c.paylen;
 	out->src = p.src;
 	out->crc = out->kind == kCollResult ? &p.tail_crc : nullptr;
-	return out->paylen == out->h.len;
+	return true;
 }
 
 Ceth CollEngine::header(const CollJob &job, const Message &m, uint32_t sid) const

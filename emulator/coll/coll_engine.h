@@ -2,8 +2,9 @@
 // seed design's name; the NIC's own engine is nic/Engine, and the two meet
 // only through nic/coll_iface.h), in the five modules of the seed design:
 // execution control (exec_ctrl.cc: WQEs, validation, the job table, the
-// choice of strategy per message), parse & encapsulate (codec.cc: CETH
-// packets, their classification, and sending them), data cache & compute
+// choice of strategy per message), parse & encapsulate (codec.cc: the
+// classification of CETH packets decoded by wire/coll_codec.h; xmit.cc
+// sends them through the same codec), data cache & compute
 // (seg_pool.cc), data transmission (xmit.cc: the block chain and the DMA
 // from and to the local ranks) and status update (status.cc: CQEs).  The
 // strategies (coll/coll_path.h: the ring in ring.cc, the switch path in

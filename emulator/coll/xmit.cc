@@ -7,7 +7,7 @@
 #include "nic/mr_table.h"
 #include "wire/swproto.h"
 #include "nic/nic.h"
-#include "wire/roce.h"
+#include "wire/coll_codec.h"
 #include "util/log.h"
 
 #include <algorithm>
@@ -290,19 +290,10 @@ void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, u
 			 bool other_inc)
 {
 	uint8_t *buf = e_.tx_buf();
-	Bth bth;
-	bth.opcode = kind;
-	bth.dqpn = qpn;
-	bth.psn = h0.sid & kPsnMask;
-	bth.store(buf);
 	Ceth h = h0;
-	h.len = uint16_t(ext_len + pl.len);
 	if (!other_inc)
 		h.inc = job.inc;
-	h.store(buf + kBthBytes);
-	const size_t hdr = kBthBytes + kCethBytes + ext_len;
-	if (ext_len)
-		memcpy(buf + kBthBytes + kCethBytes, ext, ext_len);
+	const size_t hdr = coll_encode(buf, kind, qpn, h.sid, h, ext, ext_len, pl.len);
 	if (pl.len && pl.lend && pl.data != buf + hdr) {
 		e_.tx_split(to, job.src_ip, buf, hdr, pl.data, pl.len, pl.crc);
 		lent_ = e_.tx_lend_mark();

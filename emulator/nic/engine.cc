@@ -5,7 +5,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "wire/ceth.h"
-#include "wire/icrc.h"
+#include "wire/coll_codec.h"
 
 #include <sched.h>
 #include <sys/epoll.h>
@@ -389,22 +389,20 @@ void Engine::handle_packet(const RxPacket &rx)
 	memcpy(ep.dst, rx.dst.b, 16);
 	ep.sport = rx.src.port;
 	ep.dport = port->port();
-	// A collective packet's headers first, then its payload: a result's
-	// payload is passed on, and the packet that carries it on reuses the
-	// payload's part of this CRC (crc(head || tail) = shift(head) ^ crc(tail)).
-	const bool coll_kind = is_coll_opcode(rx.data[0]) && len >= kBthBytes + kCethBytes;
-	const size_t split = coll_kind ? kBthBytes + kCethBytes : len;
-	const uint32_t head = icrc_head(ep, rx.data, split, len);
-	const uint32_t whole = crc32_update(head, rx.data + split, len - split);
-	if (~whole != load_icrc(rx.data + len)) {
+	// A collective packet's ICRC in two parts (wire/coll_codec.h), whose
+	// payload part a result passed on reuses; an RC packet's in one.
+	InPacket p;
+	p.tail_crc = 0;
+	const bool coll_kind = is_coll_opcode(rx.data[0]);
+	const bool good = coll_kind ? coll_check_icrc(ep, rx.data, rx.len, &len, &p.tail_crc) ==
+					      CollError::ok
+				    : icrc(ep, rx.data, len) == load_icrc(rx.data + len);
+	if (!good) {
 		ctr.rx_icrc_err++;
 		IBVC_DEBUG("emu", "{}: bad icrc from {}:{}", params.name, rx.src.ip.str(),
 			   rx.src.port);
 		return;
 	}
-	InPacket p;
-	p.tail_crc = coll_kind && rx.data[0] == kCollResult ? whole ^ crc32_shift(head, len - split)
-							    : 0;
 	p.data = rx.data;
 	p.len = len;
 	p.src = rx.src;
@@ -539,45 +537,29 @@ void Engine::on_cnp(const InPacket &p)
 	qp.cc.on_cnp(now);
 }
 
-void Engine::tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
-		   uint32_t paylen)
+static wire::UdpEndpoints udp_endpoints(const IpAddr &src, uint16_t sport, const Endpoint &dst)
 {
-	uint32_t pad = (4 - (paylen & 3)) & 3;
-	memset(pkt + hdr_len + paylen, 0, pad);
-	pkt[1] = uint8_t((pkt[1] & ~0x30) | pad << 4);
-	size_t roce_len = hdr_len + paylen + pad;
 	wire::UdpEndpoints ep;
 	memcpy(ep.src, src.b, 16);
 	memcpy(ep.dst, dst.ip.b, 16);
-	ep.sport = port->port();
+	ep.sport = sport;
 	ep.dport = dst.port;
-	wire::store_icrc(pkt + roce_len, wire::icrc(ep, pkt, roce_len));
-	port->tx_commit(roce_len + wire::kIcrcBytes, dst, src);
+	return ep;
+}
+
+void Engine::tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
+		   uint32_t paylen)
+{
+	const wire::UdpEndpoints ep = udp_endpoints(src, port->port(), dst);
+	port->tx_commit(wire::roce_seal(ep, pkt, hdr_len, paylen), dst, src);
 }
 
 void Engine::tx_split(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
 		      const uint8_t *payload, uint32_t paylen, const uint32_t *tail_crc)
 {
-	const uint32_t pad = (4 - (paylen & 3)) & 3;
-	pkt[1] = uint8_t((pkt[1] & ~0x30) | pad << 4);
-	const size_t roce_len = hdr_len + paylen + pad;
-	wire::UdpEndpoints ep;
-	memcpy(ep.src, src.b, 16);
-	memcpy(ep.dst, dst.ip.b, 16);
-	ep.sport = port->port();
-	ep.dport = dst.port;
-	const uint32_t head = wire::icrc_head(ep, pkt, hdr_len, roce_len);
-	uint32_t crc;
-	if (tail_crc) {
-		crc = wire::icrc_finish(head, *tail_crc, paylen + pad);
-	} else {
-		crc = wire::crc32_update(head, payload, paylen);
-		crc = ~(pad ? wire::crc32_shift(crc, pad) : crc);
-	}
-	uint8_t *trailer = pkt + hdr_len;
-	memset(trailer, 0, pad);
-	wire::store_icrc(trailer + pad, crc);
-	port->tx_commit_split(hdr_len, payload, paylen, pad + wire::kIcrcBytes, dst, src);
+	const wire::UdpEndpoints ep = udp_endpoints(src, port->port(), dst);
+	const uint32_t trailer = wire::roce_seal_split(ep, pkt, hdr_len, payload, paylen, tail_crc);
+	port->tx_commit_split(hdr_len, payload, paylen, trailer, dst, src);
 }
 
 // The collective unit releases a job's Seg units and switches.

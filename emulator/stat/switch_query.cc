@@ -2,9 +2,7 @@
 #include "stat/switch_query.h"
 
 #include "util/fd.h"
-#include "wire/ceth.h"
-#include "wire/icrc.h"
-#include "wire/roce.h"
+#include "wire/coll_codec.h"
 #include "wire/swproto.h"
 
 #include <arpa/inet.h>
@@ -75,21 +73,20 @@ void to16(const sockaddr_storage &ss, uint8_t out[16], uint16_t *port)
 bool take_reply(const uint8_t *rsp, size_t len, const UdpEndpoints &ep, uint32_t tag,
 		uint32_t first, SwitchStats *out, uint32_t *have, size_t *recs)
 {
-	if (len < kBthBytes + kCethBytes + kIcrcBytes)
-		return false;
 	UdpEndpoints back{};
 	memcpy(back.src, ep.dst, 16);
 	memcpy(back.dst, ep.src, 16);
 	back.sport = ep.dport;
 	back.dport = ep.sport;
-	if (icrc(back, rsp, len - kIcrcBytes) != load_icrc(rsp + len - kIcrcBytes))
+	CollRx c;
+	if (coll_decode(back, rsp, len, &c) != CollError::ok)
 		return false;
-	Ceth r = Ceth::load(rsp + kBthBytes);
-	const size_t paylen = len - kBthBytes - kCethBytes - kIcrcBytes;
-	if (rsp[0] != kCollStatsReply || r.mid != tag || r.sid != first || r.len != paylen ||
+	const Ceth &r = c.h;
+	const size_t paylen = c.paylen;
+	if (c.bth.opcode != kCollStatsReply || r.mid != tag || r.sid != first ||
 	    paylen < sw::kStatsNameBytes)
 		return false;
-	const uint8_t *pl = rsp + kBthBytes + kCethBytes;
+	const uint8_t *pl = c.payload;
 	out->name.assign(reinterpret_cast<const char *>(pl),
 			 strnlen(reinterpret_cast<const char *>(pl), sw::kStatsNameBytes));
 	*recs = (paylen - sw::kStatsNameBytes) / sw::kStatsRecordBytes;
@@ -144,26 +141,21 @@ int query_switch(const std::string &address, int timeout_ms, SwitchStats *out, s
 	const uint32_t total_pad = uint32_t(pad);
 	uint32_t first = 0, have = UINT32_MAX;
 	out->counters.clear();
-	std::vector<uint8_t> reqv(kBthBytes + kCethBytes + total_pad + kIcrcBytes);
+	std::vector<uint8_t> reqv(kBthBytes + kCethBytes + total_pad + 3 + kIcrcBytes);
 	std::vector<uint8_t> rspv(reqv.size() + 64);
 	uint8_t *req = reqv.data(), *rsp = rspv.data();
 	while (first < have) {
 		const uint32_t tag = rng();
 		std::fill(reqv.begin(), reqv.end(), 0);
-		Bth bth;
-		bth.opcode = kCollStats;
-		bth.psn = tag & kPsnMask;
-		bth.store(req);
 		Ceth h;
 		h.mid = tag;
 		h.sid = first;
-		h.len = uint16_t(total_pad);
-		h.store(req + kBthBytes);
-		const size_t roce_len = kBthBytes + kCethBytes + total_pad;
-		store_icrc(req + roce_len, icrc(ep, req, roce_len));
+		// dqpn 0: the switch answers the socket; the PSN is the tag.
+		const size_t hdr = coll_encode(req, kCollStats, 0, tag, h, nullptr, 0, total_pad);
+		const size_t req_len = roce_seal(ep, req, hdr, total_pad);
 		bool answered = false;
 		for (int attempt = 0; attempt < 3 && !answered; attempt++) {
-			if (send(fd.get(), req, roce_len + kIcrcBytes, 0) < 0) {
+			if (send(fd.get(), req, req_len, 0) < 0) {
 				const int e = errno;
 				*err = strerror(e);
 				return e;

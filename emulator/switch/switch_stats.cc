@@ -4,8 +4,7 @@
 #include "switch/switch.h"
 
 #include "util/log.h"
-#include "wire/icrc.h"
-#include "wire/roce.h"
+#include "wire/coll_codec.h"
 
 #include <nlohmann/json.hpp>
 
@@ -31,19 +30,14 @@ void Switch::on_stats(const In &p)
 	const uint32_t paylen = uint32_t(sw::kStatsNameBytes + n * sw::kStatsRecordBytes);
 
 	uint8_t *buf = port_->tx_buf();
-	Bth bth;
-	bth.opcode = kCollStatsReply;
-	bth.dqpn = 0; // an asker is a UDP socket, not a QP
-	bth.psn = p.h.mid & kPsnMask;
-	bth.store(buf);
 	Ceth h;
 	h.src_node = sw::kNodeSwitch;
 	h.mid = p.h.mid;
 	h.sid = p.h.sid;
 	h.seg = uint16_t(std::min<size_t>(recs.size(), UINT16_MAX));
-	h.len = uint16_t(paylen);
-	h.store(buf + kBthBytes);
-	uint8_t *out = buf + kBthBytes + kCethBytes;
+	// dqpn 0: an asker is a UDP socket, not a QP; the PSN is its tag.
+	const size_t hdr = coll_encode(buf, kCollStatsReply, 0, p.h.mid, h, nullptr, 0, paylen);
+	uint8_t *out = buf + hdr;
 	memset(out, 0, paylen);
 	memcpy(out, p_.name.data(), std::min(p_.name.size(), sw::kStatsNameBytes - 1));
 	for (size_t i = 0; i < n; i++) {
@@ -53,14 +47,12 @@ void Switch::on_stats(const In &p)
 		store_be64(r + sw::kStatsKeyBytes, recs[first + i].second);
 	}
 	// Whole records only, so the length is a multiple of 4: no pad.
-	const size_t roce_len = kBthBytes + kCethBytes + paylen;
 	UdpEndpoints ep;
 	memcpy(ep.src, p.dst.b, 16);
 	memcpy(ep.dst, p.src.ip.b, 16);
 	ep.sport = port_->port();
 	ep.dport = p.src.port;
-	store_icrc(buf + roce_len, icrc(ep, buf, roce_len));
-	port_->tx_commit(roce_len + kIcrcBytes, p.src, p.dst);
+	port_->tx_commit(roce_seal(ep, buf, hdr, paylen), p.src, p.dst);
 	IBVC_DEBUG("switch", "{}: stats to {}:{}, records {}..{} of {}", p_.name, p.src.ip.str(),
 		   p.src.port, first, first + n, recs.size());
 }
