@@ -65,33 +65,6 @@ static MPI_Op mpi_op(int op)
 	}
 }
 
-static int parse_size(const char *s, size_t *out)
-{
-	char *end;
-	double v = strtod(s, &end), unit = 1;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		unit = 1024.0;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		unit = 1024.0 * 1024;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		unit = 1024.0 * 1024 * 1024;
-		end++;
-		break;
-	}
-	if (end == s || *end || !(v >= 0))
-		return -1;
-	*out = (size_t)(v * unit);
-	return 0;
-}
-
 /* 0 to run, 1 after --version, -1 on a bad option. */
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
@@ -101,9 +74,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:hV", lo, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
-		case 'b': bad = parse_size(optarg, &o->minbytes); break;
-		case 'e': bad = parse_size(optarg, &o->maxbytes); break;
-		case 'i': bad = parse_size(optarg, &o->stepbytes); break;
+		case 'b': bad = pd_parse_size(optarg, &o->minbytes); break;
+		case 'e': bad = pd_parse_size(optarg, &o->maxbytes); break;
+		case 'i': bad = pd_parse_size(optarg, &o->stepbytes); break;
 		case 'f':
 			o->stepfactor = strtoul(optarg, NULL, 0);
 			bad = !o->stepfactor;

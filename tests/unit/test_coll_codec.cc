@@ -46,30 +46,25 @@ std::vector<uint8_t> ref_icrc_bytes(const std::vector<uint8_t> &roce)
 {
 	const size_t udp_len = 8 + roce.size() + 4, ip_len = 20 + udp_len;
 	std::vector<uint8_t> m(8, 0xff); // the LRH's place
-	const uint8_t ip[20] = {0x45,
-				0xff, // TOS
-				uint8_t(ip_len >> 8),
-				uint8_t(ip_len),
-				0,
-				0, // identification
-				0x40,
-				0, // DF
-				0xff, // TTL
-				17,
-				0xff,
-				0xff, // checksum
-				kSrc[0],
-				kSrc[1],
-				kSrc[2],
-				kSrc[3],
-				kDst[0],
-				kDst[1],
-				kDst[2],
-				kDst[3]};
+	// clang-format off
+	const uint8_t ip[20] = {
+		0x45, 0xff,				// version, IHL; TOS
+		uint8_t(ip_len >> 8), uint8_t(ip_len),	// total length
+		0x00, 0x00,				// identification
+		0x40, 0x00,				// DF
+		0xff, 17,				// TTL; UDP
+		0xff, 0xff,				// checksum
+		kSrc[0], kSrc[1], kSrc[2], kSrc[3],
+		kDst[0], kDst[1], kDst[2], kDst[3],
+	};
 	m.insert(m.end(), ip, ip + 20);
-	const uint8_t udp[8] = {uint8_t(kSport >> 8), uint8_t(kSport), uint8_t(kDport >> 8),
-				uint8_t(kDport),      uint8_t(udp_len >> 8), uint8_t(udp_len),
-				0xff,		      0xff};
+	const uint8_t udp[8] = {
+		uint8_t(kSport >> 8), uint8_t(kSport),
+		uint8_t(kDport >> 8), uint8_t(kDport),
+		uint8_t(udp_len >> 8), uint8_t(udp_len),
+		0xff, 0xff,				// checksum
+	};
+	// clang-format on
 	m.insert(m.end(), udp, udp + 8);
 	m.insert(m.end(), roce.begin(), roce.end());
 	m[8 + 20 + 8 + 4] = 0xff; // BTH resv8a
@@ -81,6 +76,7 @@ std::vector<uint8_t> ref_icrc_bytes(const std::vector<uint8_t> &roce)
 // written out field by field.
 std::vector<uint8_t> hand_packet(uint8_t opcode = 0xe0, uint16_t ceth_len = 13)
 {
+	// clang-format off
 	std::vector<uint8_t> v = {
 		// BTH
 		opcode, 0x70,			 // SE 0, M 1, PadCnt 3, TVer 0
@@ -109,6 +105,7 @@ std::vector<uint8_t> hand_packet(uint8_t opcode = 0xe0, uint16_t ceth_len = 13)
 		// payload, pad
 		0x11, 0x22, 0x33, 0x44, 0x55, 0x00, 0x00, 0x00,
 	};
+	// clang-format on
 	const std::vector<uint8_t> crc = ref_icrc_bytes(v);
 	v.insert(v.end(), crc.begin(), crc.end());
 	return v;
@@ -157,8 +154,8 @@ TEST(CollCodec, EncodeMatchesHandAssembledPacket)
 	// The payload sent from where it lies: headers, payload, trailer.
 	std::vector<uint8_t> hb(256, 0xcc);
 	const size_t hdr2 = coll_encode(hb.data(), kCollData, 0x123456, h.sid, h, kExt, 8, 5);
-	const uint32_t trailer =
-		roce_seal_split(endpoints(), hb.data(), hdr2, kPayload, 5, nullptr);
+	const uint32_t trailer = roce_seal_split(endpoints(), hb.data(), hdr2, kPayload, 5,
+						 nullptr);
 	ASSERT_EQ(trailer, 3u + 4u);
 	std::vector<uint8_t> wire(hb.begin(), hb.begin() + long(hdr2));
 	wire.insert(wire.end(), kPayload, kPayload + 5);
@@ -183,7 +180,8 @@ TEST(CollCodec, IcrcMatchesBitwiseReference)
 	for (uint32_t paylen : {0u, 1u, 4u, 61u, 200u, 1021u, 4096u}) {
 		std::vector<uint8_t> buf(12 + 56 + paylen + 8);
 		Ceth h = hand_ceth();
-		const size_t hdr = coll_encode(buf.data(), kCollResult, 7, h.sid, h, nullptr, 0, paylen);
+		const size_t hdr = coll_encode(buf.data(), kCollResult, 7, h.sid, h, nullptr, 0,
+					       paylen);
 		for (uint32_t i = 0; i < paylen; i++)
 			buf[hdr + i] = uint8_t(i * 7 + 3);
 		const size_t n = roce_seal(endpoints(), buf.data(), hdr, paylen);

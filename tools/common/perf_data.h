@@ -11,14 +11,47 @@
  * the order in which an implementation reduces never matters.
  *
  * Plain C11, header only: bench/mpi_allreduce_perf.c includes it too
- * (CMake target ibvc_perf_data).
+ * (CMake target ibvc_perf_data), and both parse sizes with pd_parse_size.
  */
 #ifndef IBVC_PERF_DATA_H
 #define IBVC_PERF_DATA_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* A size in bytes with an optional K, M or G (powers of 1024) and an
+ * optional B, as nccl-tests takes it ("32M", "1.5K", "8B"): 0, or -1 for
+ * anything else, a negative value or more than 10^15. */
+static inline int pd_parse_size(const char *s, size_t *out)
+{
+	char *end;
+	double v = strtod(s, &end), unit = 1;
+	switch (*end) {
+	case 'k':
+	case 'K':
+		unit = 1024.0;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		unit = 1024.0 * 1024;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		unit = 1024.0 * 1024 * 1024;
+		end++;
+		break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (end == s || *end || !(v >= 0) || v * unit > 1e15)
+		return -1;
+	*out = (size_t)(v * unit);
+	return 0;
+}
 
 /* The values of enum ibv_coll_dtype and enum ibv_coll_op (ibv_coll_perf
  * checks that they match). */

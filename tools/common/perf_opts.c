@@ -105,36 +105,6 @@ static void usage(FILE *f)
 		"  -V, --version           print the version and exit\n");
 }
 
-/* A size with an optional K, M or G (powers of 1024), as nccl-tests takes. */
-static int parse_size(const char *s, size_t *out)
-{
-	char *end;
-	double v = strtod(s, &end), unit = 1;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		unit = 1024.0;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		unit = 1024.0 * 1024;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		unit = 1024.0 * 1024 * 1024;
-		end++;
-		break;
-	}
-	if (*end == 'B' || *end == 'b')
-		end++;
-	if (end == s || *end || !(v >= 0) || v * unit > 1e15)
-		return -1;
-	*out = (size_t)(v * unit);
-	return 0;
-}
-
 static int parse_int(const char *s, long lo, long hi, int *out)
 {
 	char *end;
@@ -329,57 +299,58 @@ static int check_opts(struct perf_opts *o)
 	return 0;
 }
 
-int parse_opts(int argc, char **argv, struct perf_opts *o)
+enum {
+	OPT_SPIN = 256,
+	OPT_BOOT,
+	OPT_NODE,
+	OPT_NODES,
+	OPT_WINDOW,
+	OPT_E2E,
+	OPT_GID,
+	OPT_PROGRESS,
+	OPT_NO_PROGRESS,
+	OPT_SPINE,
+	OPT_GAP,
+	OPT_RANLOG
+};
+
+static const struct option long_opts[] = {
+	{"minbytes", 1, NULL, 'b'},
+	{"maxbytes", 1, NULL, 'e'},
+	{"stepbytes", 1, NULL, 'i'},
+	{"stepfactor", 1, NULL, 'f'},
+	{"iters", 1, NULL, 'n'},
+	{"warmup_iters", 1, NULL, 'w'},
+	{"check", 1, NULL, 'c'},
+	{"datatype", 1, NULL, 'd'},
+	{"op", 1, NULL, 'o'},
+	{"collective", 1, NULL, 'C'},
+	{"root", 1, NULL, 'r'},
+	{"ranks", 1, NULL, 'k'},
+	{"topology", 1, NULL, 't'},
+	{"switch", 1, NULL, 's'},
+	{"device", 1, NULL, 'D'},
+	{"spin-us", 1, NULL, OPT_SPIN},
+	{"boot", 1, NULL, OPT_BOOT},
+	{"node", 1, NULL, OPT_NODE},
+	{"nodes", 1, NULL, OPT_NODES},
+	{"help", 0, NULL, 'h'},
+	{"window", 1, NULL, OPT_WINDOW},
+	{"e2e-ack", 0, NULL, OPT_E2E},
+	{"gid-index", 1, NULL, OPT_GID},
+	{"blocking", 1, NULL, 'z'},
+	{"progress", 0, NULL, OPT_PROGRESS},
+	{"no-progress", 0, NULL, OPT_NO_PROGRESS},
+	{"version", 0, NULL, 'V'},
+	{"spine", 1, NULL, OPT_SPINE},
+	{"gap-us", 1, NULL, OPT_GAP},
+	{"ran-log", 1, NULL, OPT_RANLOG},
+	{NULL, 0, NULL, 0},
+};
+
+/* What a run does without options. */
+static void set_defaults(struct perf_opts *o)
 {
-	enum {
-		OPT_SPIN = 256,
-		OPT_BOOT,
-		OPT_NODE,
-		OPT_NODES,
-		OPT_WINDOW,
-		OPT_E2E,
-		OPT_GID,
-		OPT_PROGRESS,
-		OPT_NO_PROGRESS,
-		OPT_SPINE,
-		OPT_GAP,
-		OPT_RANLOG
-	};
-	static const struct option lo[] = {
-		{"minbytes", 1, NULL, 'b'},
-		{"maxbytes", 1, NULL, 'e'},
-		{"stepbytes", 1, NULL, 'i'},
-		{"stepfactor", 1, NULL, 'f'},
-		{"iters", 1, NULL, 'n'},
-		{"warmup_iters", 1, NULL, 'w'},
-		{"check", 1, NULL, 'c'},
-		{"datatype", 1, NULL, 'd'},
-		{"op", 1, NULL, 'o'},
-		{"collective", 1, NULL, 'C'},
-		{"root", 1, NULL, 'r'},
-		{"ranks", 1, NULL, 'k'},
-		{"topology", 1, NULL, 't'},
-		{"switch", 1, NULL, 's'},
-		{"device", 1, NULL, 'D'},
-		{"spin-us", 1, NULL, OPT_SPIN},
-		{"boot", 1, NULL, OPT_BOOT},
-		{"node", 1, NULL, OPT_NODE},
-		{"nodes", 1, NULL, OPT_NODES},
-		{"help", 0, NULL, 'h'},
-		{"window", 1, NULL, OPT_WINDOW},
-		{"e2e-ack", 0, NULL, OPT_E2E},
-		{"gid-index", 1, NULL, OPT_GID},
-		{"blocking", 1, NULL, 'z'},
-		{"progress", 0, NULL, OPT_PROGRESS},
-		{"no-progress", 0, NULL, OPT_NO_PROGRESS},
-		{"version", 0, NULL, 'V'},
-		{"spine", 1, NULL, OPT_SPINE},
-		{"gap-us", 1, NULL, OPT_GAP},
-		{"ran-log", 1, NULL, OPT_RANLOG},
-		{NULL, 0, NULL, 0},
-	};
-	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
-	int c, node = -1, nodes = -1;
 	*o = (struct perf_opts){
 		.minbytes = 32 << 20,
 		.maxbytes = 32 << 20,
@@ -400,56 +371,79 @@ int parse_opts(int argc, char **argv, struct perf_opts *o)
 		.nodes = 1,
 		.progress = -1,
 	};
+}
+
+/* One option and its value into *o: 0, 1 for a bad value, 2 for an
+ * option this program does not have. */
+static int take_opt(int c, const char *arg, struct perf_opts *o, int *node, int *nodes)
+{
+	int bad = 0, f = 1;
+	switch (c) {
+	case 'b': bad = pd_parse_size(arg, &o->minbytes); break;
+	case 'e': bad = pd_parse_size(arg, &o->maxbytes); break;
+	case 'i': bad = pd_parse_size(arg, &o->stepbytes); break;
+	case 'f':
+		bad = parse_int(arg, 1, 1 << 20, &f);
+		o->stepfactor = (size_t)f;
+		break;
+	case 'n': bad = parse_int(arg, 1, 1 << 24, &o->iters); break;
+	case 'w': bad = parse_int(arg, 0, 1 << 24, &o->warmup); break;
+	case 'c': bad = parse_int(arg, 0, 1, &o->check); break;
+	case 'd': bad = (o->type = pd_type_by_name(arg)) < 0; break;
+	case 'o': bad = (o->op = pd_op_by_name(arg)) < 0; break;
+	case 'C': bad = parse_coll(arg, &o->coll); break;
+	case 'r': bad = parse_int(arg, 0, 1 << 30, &o->root); break;
+	case 'k': bad = parse_int(arg, 1, 64, &o->ranks); break;
+	case 't': bad = parse_topology(arg, &o->topology); break;
+	case 's': bad = parse_switch(arg, o); break;
+	case 'D': o->dev = arg; break;
+	case 'z': bad = parse_int(arg, 0, 1, &o->blocking); break;
+	case OPT_SPIN: bad = parse_int(arg, 0, 1000000, &o->spin_us); break;
+	case OPT_GAP: bad = parse_int(arg, 0, 10000000, &o->gap_us); break;
+	case OPT_RANLOG: o->ran_log = arg; break;
+	case OPT_WINDOW: bad = parse_int(arg, 1, 1 << 20, &o->window); break;
+	case OPT_E2E: o->e2e_ack = 1; break;
+	case OPT_GID: bad = parse_int(arg, 0, 255, &o->gid_index); break;
+	case OPT_SPINE:
+		bad = parse_sw_addr(arg, o->spine.gid, &o->spine.port, &o->spine.qpn);
+		o->have_spine = !bad;
+		break;
+	case OPT_BOOT: o->boot = arg; break;
+	case OPT_NODE: bad = parse_int(arg, 0, 63, node); break;
+	case OPT_NODES: bad = parse_int(arg, 1, 64, nodes); break;
+	case OPT_PROGRESS: o->progress = 1; break;
+	case OPT_NO_PROGRESS: o->progress = 0; break;
+	default: return 2;
+	}
+	return bad ? 1 : 0;
+}
+
+int parse_opts(int argc, char **argv, struct perf_opts *o)
+{
+	const char *env_k = getenv("IBVC_RANKS_PER_NODE");
+	int c, node = -1, nodes = -1;
+	set_defaults(o);
 	if (env_k && parse_int(env_k, 1, 64, &o->ranks)) {
 		fprintf(stderr, PROG ": IBVC_RANKS_PER_NODE=%s: not a number from 1 to 64\n",
 			env_k);
 		return 2;
 	}
-	while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:C:r:k:t:s:D:z:hV", lo, NULL)) !=
-	       -1) {
-		int bad = 0, f = 1;
-		switch (c) {
-		case 'b': bad = parse_size(optarg, &o->minbytes); break;
-		case 'e': bad = parse_size(optarg, &o->maxbytes); break;
-		case 'i': bad = parse_size(optarg, &o->stepbytes); break;
-		case 'f':
-			bad = parse_int(optarg, 1, 1 << 20, &f);
-			o->stepfactor = (size_t)f;
-			break;
-		case 'n': bad = parse_int(optarg, 1, 1 << 24, &o->iters); break;
-		case 'w': bad = parse_int(optarg, 0, 1 << 24, &o->warmup); break;
-		case 'c': bad = parse_int(optarg, 0, 1, &o->check); break;
-		case 'd': bad = (o->type = pd_type_by_name(optarg)) < 0; break;
-		case 'o': bad = (o->op = pd_op_by_name(optarg)) < 0; break;
-		case 'C': bad = parse_coll(optarg, &o->coll); break;
-		case 'r': bad = parse_int(optarg, 0, 1 << 30, &o->root); break;
-		case 'k': bad = parse_int(optarg, 1, 64, &o->ranks); break;
-		case 't': bad = parse_topology(optarg, &o->topology); break;
-		case 's': bad = parse_switch(optarg, o); break;
-		case 'D': o->dev = optarg; break;
-		case 'z': bad = parse_int(optarg, 0, 1, &o->blocking); break;
-		case OPT_SPIN: bad = parse_int(optarg, 0, 1000000, &o->spin_us); break;
-		case OPT_GAP: bad = parse_int(optarg, 0, 10000000, &o->gap_us); break;
-		case OPT_RANLOG: o->ran_log = optarg; break;
-		case OPT_WINDOW: bad = parse_int(optarg, 1, 1 << 20, &o->window); break;
-		case OPT_E2E: o->e2e_ack = 1; break;
-		case OPT_GID: bad = parse_int(optarg, 0, 255, &o->gid_index); break;
-		case OPT_SPINE:
-			bad = parse_sw_addr(optarg, o->spine.gid, &o->spine.port, &o->spine.qpn);
-			o->have_spine = !bad;
-			break;
-		case OPT_BOOT: o->boot = optarg; break;
-		case OPT_NODE: bad = parse_int(optarg, 0, 63, &node); break;
-		case OPT_NODES: bad = parse_int(optarg, 1, 64, &nodes); break;
-		case OPT_PROGRESS: o->progress = 1; break;
-		case OPT_NO_PROGRESS: o->progress = 0; break;
-		case 'h': usage(stdout); return 0;
-		case 'V': return ibvc_print_version(PROG, ibv_coll_version());
-		default: usage(stderr); return 2;
+	while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:C:r:k:t:s:D:z:hV", long_opts,
+				NULL)) != -1) {
+		if (c == 'h') {
+			usage(stdout);
+			return 0;
+		}
+		if (c == 'V')
+			return ibvc_print_version(PROG, ibv_coll_version());
+		const int bad = take_opt(c, optarg, o, &node, &nodes);
+		if (bad == 2) {
+			usage(stderr);
+			return 2;
 		}
 		if (bad) {
 			const char *name = "?";
-			for (const struct option *l = lo; l->name; l++)
+			for (const struct option *l = long_opts; l->name; l++)
 				if (l->val == c)
 					name = l->name;
 			fprintf(stderr, PROG ": bad value for --%s: %s\n", name, optarg);
