@@ -130,22 +130,6 @@ private:
 	void retire(Qp &qp); // consume the finished WQEs at the head of the SQ
 	void fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, const char *why);
 	void send_abort(const CollJob &job, uint32_t mid, CollStatus st);
-	// ring.cc
-	void ring_start(Qp &qp, CollJob &job, uint64_t now);
-	void ring_pump(Qp &qp, CollJob &job, uint64_t now);
-	void cc_init(CollJob &job, uint32_t w);
-	void ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now);
-	void ring_on_data(Qp &qp, CollJob &job, const CollPacket &p);
-	void ring_on_result(Qp &qp, CollJob &job, const CollPacket &p);
-	void ring_timers(Qp &qp, CollJob &job, uint64_t now);
-	bool ring_done(const CollJob &job) const;
-	void ring_early(CollJob &job, const CollPacket &p);
-	void ring_adopt_early(Qp &qp, CollJob &job);
-	void ring_data(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
-	void ring_result(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
-	void ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again);
-	void ring_finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now);
-	void ring_resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now);
 	// swpath.cc
 	bool sw_wanted(const CollJob &job) const;
 	uint32_t sw_request(const CollJob &job) const;
@@ -188,7 +172,6 @@ private:
 	SwitchPath sw_{*this};
 	SegPool segs_;
 	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
-	std::vector<uint32_t> gap_;    // ring_acked's lost blocks
 	uint64_t next_owner_ = 1;
 	uint64_t lent_ = 0; // the port's lend mark of the last packet sent from lent memory
 };

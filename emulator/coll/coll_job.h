@@ -96,7 +96,7 @@ public:
 		uint64_t progress_mark = 0; // the message's last_progress at the last repeat
 		uint8_t repeats = 0;	    // sent again since the message's last progress
 		bool again = false;	    // sent more than once: no RTT sample (Karn)
-		bool fast = false;	    // sent again on a gap (ring_acked): once only
+		bool fast = false;	    // sent again on a gap (RingPath::acked): once only
 		bool on = false;
 	};
 	void init(uint32_t nblocks)

@@ -16,12 +16,15 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace ibv_coll::emu {
 
 class CollEngine;
+class PendingSet;
 struct CollJob;
 struct CollPacket;
+struct Message;
 struct Qp;
 
 class CollPath {
@@ -53,7 +56,25 @@ public:
 	uint64_t next_deadline(const CollJob &job) const override;
 
 private:
+	// The services shared with the switch path (send, arm, fail, the DMA
+	// helpers, the counters) are the unit's.
 	CollEngine &u_;
+	std::vector<uint32_t> gap_; // acked's lost blocks
+
+	void pump(Qp &qp, CollJob &job, uint64_t now);
+	void cc_init(CollJob &job, uint32_t w);
+	void acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now);
+	void on_data(Qp &qp, CollJob &job, const CollPacket &p);
+	void on_result(Qp &qp, CollJob &job, const CollPacket &p);
+	void timers(Qp &qp, CollJob &job, uint64_t now);
+	// A block of a message not started here, kept for when it starts.
+	void early(CollJob &job, const CollPacket &p);
+	void adopt_early(Qp &qp, CollJob &job);
+	void data(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
+	void result(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
+	void inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again);
+	void finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now);
+	void resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now);
 };
 
 // Through the job's switches, one or two levels (swpath.cc).

@@ -304,4 +304,82 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 	return keep && keep < d ? keep : d;
 }
 
+// The retransmission timeout: srtt + 4 rttvar, at least the configured
+// floor (IBV_COLL_EMU_COLL_RTO_US: on a loaded machine a node may not run
+// for several milliseconds, and a premature repeat only adds load) and at
+// most a second.
+uint64_t CollEngine::rto_ns(const CollJob &job) const
+{
+	const uint64_t lo = uint64_t(e_.params.cfg.coll_rto_us) * util::kNsPerUs;
+	const uint64_t hi = std::max<uint64_t>(lo, 1000 * util::kNsPerMs);
+	return std::clamp(job.srtt + 4 * job.rttvar, lo, hi);
+}
+
+// A collective fails after this long without progress: the job's
+// timeout_ms, or IBV_COLL_EMU_COLL_TIMEOUT_MS.
+uint64_t CollEngine::coll_timeout_ns(const CollJob &job) const
+{
+	const uint32_t ms = job.cfg.timeout_ms ? job.cfg.timeout_ms : e_.params.cfg.coll_timeout_ms;
+	return uint64_t(ms) * util::kNsPerMs;
+}
+
+void CollEngine::rtt_sample(CollJob &job, uint64_t rtt)
+{
+	if (!job.srtt) {
+		job.srtt = rtt;
+		job.rttvar = rtt / 2;
+		return;
+	}
+	uint64_t dev = rtt > job.srtt ? rtt - job.srtt : job.srtt - rtt;
+	job.rttvar = (3 * job.rttvar + dev) / 4;
+	job.srtt = (7 * job.srtt + rtt) / 8;
+}
+
+// (Re)start a block's retransmission timer.  A repeat waits twice the
+// timeout, and while the message makes no progress at all each further
+// repeat of the block waits twice as long again, up to a second (or the
+// timeout, if longer), as TCP backs off: a member that is late rather
+// than losing packets (it has not started the message, or its CPU is
+// busy) gets a few repeats, not a stream of them.  Any progress brings the
+// wait back to twice the timeout, so loss elsewhere does not slow
+// recovery.
+void CollEngine::arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
+		     bool again)
+{
+	const uint64_t rto = rto_ns(job);
+	if (!pend.find(sid)) {
+		PendingSet::Entry &p = pend.add(sid);
+		p.deadline = now + rto;
+		p.sent = now;
+		p.again = again;
+		pend.timer_set(p.deadline);
+		return;
+	}
+	PendingSet::Entry &p = *pend.find(sid);
+	uint64_t wait = rto;
+	if (again) {
+		if (p.progress_mark != m.last_progress) {
+			p.progress_mark = m.last_progress;
+			p.repeats = 0;
+		}
+		if (p.repeats < 16)
+			p.repeats++;
+		const uint64_t cap = std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs);
+		wait = std::min(rto << p.repeats, cap);
+	}
+	p.deadline = now + wait;
+	p.sent = now;
+	p.again |= again;
+	pend.timer_set(p.deadline);
+}
+
+// Blocks one node keeps in flight.  A node that has not started a message
+// yet keeps what every other node sent it of that message in Seg units, so
+// the job's range must hold a window from each of them.
+uint32_t CollEngine::window(const CollJob &job) const
+{
+	uint32_t others = std::max<uint32_t>(1, job.cfg.nodes() - 1u);
+	return std::min(job.cfg.seg_count / others, e_.params.cfg.coll_window);
+}
+
 } // namespace ibv_coll::emu

@@ -61,108 +61,30 @@ uint64_t rank_mask(uint16_t k)
 
 } // namespace
 
-// The retransmission timeout: srtt + 4 rttvar, at least the configured
-// floor (IBV_COLL_EMU_COLL_RTO_US: on a loaded machine a node may not run
-// for several milliseconds, and a premature repeat only adds load) and at
-// most a second.
-uint64_t CollEngine::rto_ns(const CollJob &job) const
-{
-	const uint64_t lo = uint64_t(e_.params.cfg.coll_rto_us) * util::kNsPerUs;
-	const uint64_t hi = std::max<uint64_t>(lo, 1000 * util::kNsPerMs);
-	return std::clamp(job.srtt + 4 * job.rttvar, lo, hi);
-}
-
-// A collective fails after this long without progress: the job's
-// timeout_ms, or IBV_COLL_EMU_COLL_TIMEOUT_MS.
-uint64_t CollEngine::coll_timeout_ns(const CollJob &job) const
-{
-	const uint32_t ms = job.cfg.timeout_ms ? job.cfg.timeout_ms : e_.params.cfg.coll_timeout_ms;
-	return uint64_t(ms) * util::kNsPerMs;
-}
-
-void CollEngine::rtt_sample(CollJob &job, uint64_t rtt)
-{
-	if (!job.srtt) {
-		job.srtt = rtt;
-		job.rttvar = rtt / 2;
-		return;
-	}
-	uint64_t dev = rtt > job.srtt ? rtt - job.srtt : job.srtt - rtt;
-	job.rttvar = (3 * job.rttvar + dev) / 4;
-	job.srtt = (7 * job.srtt + rtt) / 8;
-}
-
-// (Re)start a block's retransmission timer.  A repeat waits twice the
-// timeout, and while the message makes no progress at all each further
-// repeat of the block waits twice as long again, up to a second (or the
-// timeout, if longer), as TCP backs off: a member that is late rather
-// than losing packets (it has not started the message, or its CPU is
-// busy) gets a few repeats, not a stream of them.  Any progress brings the
-// wait back to twice the timeout, so loss elsewhere does not slow
-// recovery.
-void CollEngine::arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
-		     bool again)
-{
-	const uint64_t rto = rto_ns(job);
-	if (!pend.find(sid)) {
-		PendingSet::Entry &p = pend.add(sid);
-		p.deadline = now + rto;
-		p.sent = now;
-		p.again = again;
-		pend.timer_set(p.deadline);
-		return;
-	}
-	PendingSet::Entry &p = *pend.find(sid);
-	uint64_t wait = rto;
-	if (again) {
-		if (p.progress_mark != m.last_progress) {
-			p.progress_mark = m.last_progress;
-			p.repeats = 0;
-		}
-		if (p.repeats < 16)
-			p.repeats++;
-		const uint64_t cap = std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs);
-		wait = std::min(rto << p.repeats, cap);
-	}
-	p.deadline = now + wait;
-	p.sent = now;
-	p.again |= again;
-	pend.timer_set(p.deadline);
-}
-
-// Blocks one node keeps in flight.  A node that has not started a message
-// yet keeps what every other node sent it of that message in Seg units, so
-// the job's range must hold a window from each of them.
-uint32_t CollEngine::window(const CollJob &job) const
-{
-	uint32_t others = std::max<uint32_t>(1, job.cfg.nodes() - 1u);
-	return std::min(job.cfg.seg_count / others, e_.params.cfg.coll_window);
-}
-
 // Complete block sid here: finish AVG, write the local destinations, and
 // send the result on its way round.
-void CollEngine::ring_finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data,
-				   uint64_t now)
+void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now)
 {
 	const BlockDesc &b = m.chain[sid];
 	if (m.op == RedOp::avg)
 		avg_finalize(m.dtype, data, b.elems, job.cfg.total_ranks);
-	if (!write_result(job, m, sid, data)) {
+	if (!u_.write_result(job, m, sid, data)) {
 		m.dma_error = true;
 		return;
 	}
 	m.final_[sid] = 1;
 	m.finals++;
 	m.last_progress = now;
-	Ceth h = header(job, m, sid);
+	Ceth h = u_.header(job, m, sid);
 	h.phase = 1;
 	h.node_map = all_nodes(job.cfg.nodes());
-	send(job, next_node(job.cfg), kCollResult, h,
-	     Payload::copied(m.result_data ? data : nullptr, m.result_data ? b.elems * m.es : 0));
-	arm(job, m, m.f_pending, sid, now, false);
+	u_.send(job, next_node(job.cfg), kCollResult, h,
+		Payload::copied(m.result_data ? data : nullptr,
+				m.result_data ? b.elems * m.es : 0));
+	u_.arm(job, m, m.f_pending, sid, now, false);
 }
 
-void CollEngine::ring_start(Qp &qp, CollJob &job, uint64_t now)
+void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
 	const JobConfig &c = job.cfg;
@@ -175,23 +97,23 @@ void CollEngine::ring_start(Qp &qp, CollJob &job, uint64_t now)
 		m.ran |= kRanFallback | m.admit_why;
 	if (c.nodes() == 1) {
 		// One node: the NIC reduces its ranks and writes the result back.
-		uint8_t *buf = scratch_.data();
+		uint8_t *buf = u_.scratch_.data();
 		for (uint32_t sid = 0; sid < m.nblocks; sid++) {
 			const BlockDesc &b = m.chain[sid];
 			bool ok;
 			if (m.chunks[b.chunk].rs) {
-				ok = local_partial(job, m, sid, buf);
+				ok = u_.local_partial(job, m, sid, buf);
 				if (ok && m.op == RedOp::avg)
 					avg_finalize(m.dtype, buf, b.elems, c.total_ranks);
-				ok = ok && write_result(job, m, sid, buf);
+				ok = ok && u_.write_result(job, m, sid, buf);
 			} else {
 				const uint8_t *src;
-				ok = result_source(job, m, sid, &src) &&
-				     write_result(job, m, sid, src);
+				ok = u_.result_source(job, m, sid, &src) &&
+				     u_.write_result(job, m, sid, src);
 			}
 			if (!ok)
-				return fail(qp, job, CollStatus::local_err, false,
-					    "a local buffer is not accessible");
+				return u_.fail(qp, job, CollStatus::local_err, false,
+					       "a local buffer is not accessible");
 			m.final_[sid] = 1;
 			m.finals++;
 		}
@@ -205,12 +127,12 @@ void CollEngine::ring_start(Qp &qp, CollJob &job, uint64_t now)
 			m.inject_end = r.first_sid + r.nblocks;
 		}
 	}
-	ring_adopt_early(qp, job);
+	adopt_early(qp, job);
 	if (job.active)
-		ring_pump(qp, job, now);
+		pump(qp, job, now);
 }
 
-void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again)
+void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again)
 {
 	const BlockDesc &b = m.chain[sid];
 	const ChunkRole &r = m.chunks[b.chunk];
@@ -219,33 +141,33 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 		// Straight into the packet (send() sees its own payload), or
 		// from the application's buffer when there is nothing to reduce.
 		const uint8_t *buf;
-		if (!local_data(job, m, sid, tx_payload(), &buf)) {
+		if (!u_.local_data(job, m, sid, u_.tx_payload(), &buf)) {
 			m.dma_error = true;
 			return;
 		}
-		Ceth h = header(job, m, sid);
+		Ceth h = u_.header(job, m, sid);
 		h.phase = 1;
 		h.node_map = 1ull << job.cfg.node;
 		h.rank_map = rank_mask(m.ranks);
 		if (again)
 			h.flags |= kCethRetrans;
-		send(job, next_node(job.cfg), kCollData, h, Payload::lent(buf, len));
-		note_src_lent(m, sid);
-		arm(job, m, m.o_pending, sid, now, again);
+		u_.send(job, next_node(job.cfg), kCollData, h, Payload::lent(buf, len));
+		u_.note_src_lent(m, sid);
+		u_.arm(job, m, m.o_pending, sid, now, again);
 		if (again) {
-			ctr.retrans_data++;
-			e_.cc_counters().retrans_bytes += len;
+			u_.ctr.retrans_data++;
+			u_.e_.cc_counters().retrans_bytes += len;
 		}
 		return;
 	}
 	// A chunk that starts as a result here (allgather, broadcast).
 	const uint8_t *src;
-	if (!result_source(job, m, sid, &src)) {
+	if (!u_.result_source(job, m, sid, &src)) {
 		m.dma_error = true;
 		return;
 	}
 	if (!m.final_[sid]) {
-		if (!write_result(job, m, sid, src)) {
+		if (!u_.write_result(job, m, sid, src)) {
 			m.dma_error = true;
 			return;
 		}
@@ -253,24 +175,24 @@ void CollEngine::ring_inject(CollJob &job, Message &m, uint32_t sid, uint64_t no
 		m.finals++;
 		m.last_progress = now;
 	}
-	Ceth h = header(job, m, sid);
+	Ceth h = u_.header(job, m, sid);
 	h.phase = 1;
 	h.node_map = all_nodes(job.cfg.nodes());
 	if (again)
 		h.flags |= kCethRetrans;
-	send(job, next_node(job.cfg), kCollResult, h, Payload::lent(src, len));
-	note_src_lent(m, sid);
-	arm(job, m, m.f_pending, sid, now, again);
+	u_.send(job, next_node(job.cfg), kCollResult, h, Payload::lent(src, len));
+	u_.note_src_lent(m, sid);
+	u_.arm(job, m, m.f_pending, sid, now, again);
 	if (again) {
-		ctr.retrans_result++;
-		e_.cc_counters().retrans_bytes += len;
+		u_.ctr.retrans_result++;
+		u_.e_.cc_counters().retrans_bytes += len;
 	}
 }
 
-void CollEngine::ring_pump(Qp &qp, CollJob &job, uint64_t now)
+void RingPath::pump(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
-	const uint32_t w = window(job);
+	const uint32_t w = u_.window(job);
 	if (!job.cc.ready())
 		cc_init(job, w);
 	while (m.next_inject < m.inject_end && !m.dma_error) {
@@ -278,41 +200,41 @@ void CollEngine::ring_pump(Qp &qp, CollJob &job, uint64_t now)
 		const size_t inflight = r.rs ? m.o_pending.size() : m.f_pending.size();
 		if (inflight >= w || !job.cc.may_send(uint32_t(inflight), now))
 			break;
-		ring_inject(job, m, m.next_inject++, now, false);
+		inject(job, m, m.next_inject++, now, false);
 		job.cc.on_send(now);
 	}
 	if (m.dma_error)
-		fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+		u_.fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 }
 
-void CollEngine::ring_resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now)
+void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 {
 	const BlockDesc &b = m.chain[sid];
 	const uint8_t *src = nullptr;
-	if (m.result_data && !result_source(job, m, sid, &src)) {
+	if (m.result_data && !u_.result_source(job, m, sid, &src)) {
 		m.dma_error = true;
 		return;
 	}
-	Ceth h = header(job, m, sid);
+	Ceth h = u_.header(job, m, sid);
 	h.phase = 1;
 	h.node_map = all_nodes(job.cfg.nodes());
 	h.flags |= kCethRetrans;
-	send(job, next_node(job.cfg), kCollResult, h,
-	     Payload::lent(src, m.result_data ? b.elems * m.es : 0));
-	arm(job, m, m.f_pending, sid, now, true);
-	ctr.retrans_result++;
-	e_.cc_counters().retrans_bytes += m.result_data ? b.elems * m.es : 0;
+	u_.send(job, next_node(job.cfg), kCollResult, h,
+		Payload::lent(src, m.result_data ? b.elems * m.es : 0));
+	u_.arm(job, m, m.f_pending, sid, now, true);
+	u_.ctr.retrans_result++;
+	u_.e_.cc_counters().retrans_bytes += m.result_data ? b.elems * m.es : 0;
 }
 
 // A partial of the running message: reduce this node's data in and pass
 // it on, or finish the block.
-void CollEngine::ring_data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
+void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 {
 	const JobConfig &c = job.cfg;
 	const uint16_t n = c.nodes();
 	const uint32_t sid = p.h.sid;
 	if (sid >= m.nblocks) {
-		ctr.bad_block++;
+		u_.ctr.bad_block++;
 		return;
 	}
 	const BlockDesc &b = m.chain[sid];
@@ -325,62 +247,62 @@ void CollEngine::ring_data(CollJob &job, Message &m, const CollPacket &p, uint64
 	    p.h.src_node != prev_node(c) || p.h.node_map != ring_bits(r.origin, hop, n) ||
 	    p.paylen != len || p.h.coll != uint8_t(m.coll) || p.h.op != uint8_t(m.op) ||
 	    p.h.dtype != uint8_t(m.dtype)) {
-		ctr.malformed++;
+		u_.ctr.malformed++;
 		return;
 	}
 	if (m.final_[sid]) {
 		if (r.fin == c.node)
-			ring_resend_result(job, m, sid, now); // the origin asks again
+			resend_result(job, m, sid, now); // the origin asks again
 		else
-			ctr.dup_dropped++;
+			u_.ctr.dup_dropped++;
 		return;
 	}
 	// Data cache & compute: the block's Seg unit gets the partial, then
 	// this node's ranks (already reduced among themselves, in rank order).
 	// Both arrive in one pass: unit = op(partial, ranks).
-	uint32_t seg = seg_of(job, sid);
+	uint32_t seg = u_.seg_of(job, sid);
 	const uint8_t *local;
-	if (!local_data(job, m, sid, scratch_.data() + segs_.unit_bytes(), &local)) {
+	if (!u_.local_data(job, m, sid, u_.scratch_.data() + u_.segs_.unit_bytes(), &local)) {
 		m.dma_error = true;
 		return;
 	}
-	bool own = segs_.acquire(seg, c.jid, m.mid, sid, m.op, m.dtype, len, 1ull << p.h.src_node,
-				 rank_mask(m.ranks));
+	bool own = u_.segs_.acquire(seg, c.jid, m.mid, sid, m.op, m.dtype, len,
+				    1ull << p.h.src_node, rank_mask(m.ranks));
 	uint8_t *acc;
 	if (own) {
 		// The unit's result goes on at once, so it is made where it
 		// goes: in the packet that carries it on.
-		acc = tx_payload();
-		segs_.contribute_node_and_ranks(seg, 1ull << p.h.src_node, p.payload,
-						rank_mask(m.ranks), local, len, acc);
+		acc = u_.tx_payload();
+		u_.segs_.contribute_node_and_ranks(seg, 1ull << p.h.src_node, p.payload,
+						   rank_mask(m.ranks), local, len, acc);
 	} else {
 		// Held by an early block of a later message: work beside it.
-		ctr.seg_busy++;
-		acc = scratch_.data();
+		u_.ctr.seg_busy++;
+		acc = u_.scratch_.data();
 		reduce_fn(m.op, m.dtype)(acc, p.payload, local, b.elems);
 	}
-	ctr.reductions++;
+	u_.ctr.reductions++;
 	if (hop == uint32_t(n - 1)) {
-		ring_finish_block(job, m, sid, acc, now);
+		finish_block(job, m, sid, acc, now);
 	} else {
-		Ceth h = header(job, m, sid);
+		Ceth h = u_.header(job, m, sid);
 		h.phase = uint8_t(hop + 1);
 		h.node_map = p.h.node_map | 1ull << c.node;
 		h.rank_map = rank_mask(m.ranks);
-		send(job, next_node(c), kCollData, h, Payload::copied(acc, len));
+		u_.send(job, next_node(c), kCollData, h, Payload::copied(acc, len));
 	}
 	if (own)
-		segs_.release(seg); // both bitmaps are empty: the block has moved on
+		u_.segs_.release(seg); // both bitmaps are empty: the block has moved on
 }
 
 // A result of the running message: write it here and pass it on.
-void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
+void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 {
 	const JobConfig &c = job.cfg;
 	const uint16_t n = c.nodes();
 	const uint32_t sid = p.h.sid;
 	if (sid >= m.nblocks) {
-		ctr.bad_block++;
+		u_.ctr.bad_block++;
 		return;
 	}
 	const BlockDesc &b = m.chain[sid];
@@ -391,19 +313,19 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 	if (hop < 1 || hop > n || (r.fin + hop) % n != c.node || p.h.src_node != prev_node(c) ||
 	    p.h.node_map != all_nodes(n) || p.paylen != (hop == n ? 0 : len) ||
 	    p.h.coll != uint8_t(m.coll)) {
-		ctr.malformed++;
+		u_.ctr.malformed++;
 		return;
 	}
 	if (hop == n) {
 		// Back where it started: everyone has it.
 		if (m.f_pending.find(sid)) {
-			ring_acked(job, m, m.f_pending, sid, now);
+			acked(job, m, m.f_pending, sid, now);
 			m.last_progress = now;
 		}
 		return;
 	}
 	if (!m.final_[sid]) {
-		if (len && !write_result(job, m, sid, p.payload)) {
+		if (len && !u_.write_result(job, m, sid, p.payload)) {
 			m.dma_error = true;
 			return;
 		}
@@ -411,58 +333,58 @@ void CollEngine::ring_result(CollJob &job, Message &m, const CollPacket &p, uint
 		m.finals++;
 		m.last_progress = now;
 	} else {
-		ctr.dup_dropped++;
+		u_.ctr.dup_dropped++;
 	}
 	if (r.rs && r.origin == c.node)
-		ring_acked(job, m, m.o_pending, sid, now);
+		acked(job, m, m.o_pending, sid, now);
 	Ceth h = p.h;
 	h.src_node = c.node;
 	h.phase = uint8_t(hop + 1);
-	send(job, next_node(c), kCollResult, h,
-	     Payload::lent(p.payload, h.phase == n ? 0 : len, p.crc));
+	u_.send(job, next_node(c), kCollResult, h,
+		Payload::lent(p.payload, h.phase == n ? 0 : len, p.crc));
 }
 
-void CollEngine::ring_on_data(Qp &qp, CollJob &job, const CollPacket &p)
+void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
 {
-	uint64_t now = e_.now();
-	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", e_.params.name,
+	uint64_t now = u_.e_.now();
+	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", u_.e_.params.name,
 		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
-		ring_data(job, *job.active, p, now);
+		data(job, *job.active, p, now);
 		if (job.active->dma_error)
-			fail(qp, job, CollStatus::local_err, true,
-			     "a local buffer is not accessible");
+			u_.fail(qp, job, CollStatus::local_err, true,
+				"a local buffer is not accessible");
 		return;
 	}
 	if (job.active && p.h.mid == job.active->mid) {
-		ring_early(job, p); // it waits for the switch, which another node gave up on
+		early(job, p); // it waits for the switch, which another node gave up on
 		return;
 	}
 	if (job.ahead(p.h.mid)) {
-		ring_early(job, p);
+		early(job, p);
 		return;
 	}
 	// A message that is over here: its result has passed this node, so
 	// the origin holds it too.
-	ctr.stale_dropped++;
+	u_.ctr.stale_dropped++;
 }
 
-void CollEngine::ring_on_result(Qp &qp, CollJob &job, const CollPacket &p)
+void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 {
-	uint64_t now = e_.now();
-	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}", e_.params.name,
+	uint64_t now = u_.e_.now();
+	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}", u_.e_.params.name,
 		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
-		ring_result(job, *job.active, p, now);
+		result(job, *job.active, p, now);
 		if (job.active->dma_error)
-			fail(qp, job, CollStatus::local_err, true,
-			     "a local buffer is not accessible");
+			u_.fail(qp, job, CollStatus::local_err, true,
+				"a local buffer is not accessible");
 		return;
 	}
 	if (job.ahead(p.h.mid) || (job.active && p.h.mid == job.active->mid)) {
-		ring_early(job, p);
+		early(job, p);
 		return;
 	}
 	// Over here, perhaps not downstream: pass it on until it is home.
@@ -471,24 +393,24 @@ void CollEngine::ring_on_result(Qp &qp, CollJob &job, const CollPacket &p)
 		Ceth h = p.h;
 		h.src_node = job.cfg.node;
 		h.phase = uint8_t(p.h.phase + 1);
-		send(job, next_node(job.cfg), kCollResult, h,
-		     Payload::lent(p.payload, h.phase == n ? 0 : p.paylen, p.crc));
+		u_.send(job, next_node(job.cfg), kCollResult, h,
+			Payload::lent(p.payload, h.phase == n ? 0 : p.paylen, p.crc));
 	} else {
-		ctr.stale_dropped++;
+		u_.ctr.stale_dropped++;
 	}
 }
 
 // A block of a message this node has not started: keep it in its Seg unit
 // until the message starts here.  A result is passed on at once (it needs
 // nothing from this node), but only if it could be kept.
-void CollEngine::ring_early(CollJob &job, const CollPacket &p)
+void RingPath::early(CollJob &job, const CollPacket &p)
 {
 	const JobConfig &c = job.cfg;
-	if (p.paylen > segs_.unit_bytes() || p.h.phase < 1 || p.h.phase >= c.nodes() ||
+	if (p.paylen > u_.segs_.unit_bytes() || p.h.phase < 1 || p.h.phase >= c.nodes() ||
 	    p.h.src_node != prev_node(c)) {
-		ctr.early_dropped++;
+		u_.ctr.early_dropped++;
 		IBVC_DEBUG("coll", "{}: early mid {} sid {} kind {:#x} hop {} dropped",
-			   e_.params.name, p.h.mid, p.h.sid, p.kind, p.h.phase);
+			   u_.e_.params.name, p.h.mid, p.h.sid, p.kind, p.h.phase);
 		return;
 	}
 	auto forward = [&] {
@@ -497,48 +419,48 @@ void CollEngine::ring_early(CollJob &job, const CollPacket &p)
 		Ceth h = p.h;
 		h.src_node = c.node;
 		h.phase = uint8_t(p.h.phase + 1);
-		send(job, next_node(c), kCollResult, h,
-		     Payload::lent(p.payload, h.phase == c.nodes() ? 0 : p.paylen, p.crc));
+		u_.send(job, next_node(c), kCollResult, h,
+			Payload::lent(p.payload, h.phase == c.nodes() ? 0 : p.paylen, p.crc));
 	};
 	// Held already (a repeat): a result is still passed on, in case the
 	// first copy was lost downstream.
 	const EarlyKey key{p.h.mid, p.h.sid, p.kind};
 	if (job.early.count(key)) {
-		ctr.dup_dropped++;
+		u_.ctr.dup_dropped++;
 		forward();
 		return;
 	}
 	// The block's own unit, or the next free one of the job's range (the
 	// message finds its blocks again through job.early when it starts).
-	uint32_t seg = seg_of(job, p.h.sid), tries = 0;
-	while (!segs_.acquire(seg, c.jid, p.h.mid, p.h.sid, RedOp(p.h.op & 7), Dtype::uint8,
-			      p.paylen, 1ull << p.h.src_node, 0)) {
+	uint32_t seg = u_.seg_of(job, p.h.sid), tries = 0;
+	while (!u_.segs_.acquire(seg, c.jid, p.h.mid, p.h.sid, RedOp(p.h.op & 7), Dtype::uint8,
+				 p.paylen, 1ull << p.h.src_node, 0)) {
 		if (++tries == c.seg_count) {
-			ctr.early_dropped++;
+			u_.ctr.early_dropped++;
 			IBVC_DEBUG("coll", "{}: no unit for early mid {} sid {} (in use {})",
-				   e_.params.name, p.h.mid, p.h.sid, segs_.in_use());
+				   u_.e_.params.name, p.h.mid, p.h.sid, u_.segs_.in_use());
 			return;
 		}
 		seg = c.seg_base + (seg - c.seg_base + 1) % c.seg_count;
 	}
-	SegUnit &u = segs_.unit(seg);
-	segs_.contribute(seg, 1ull << p.h.src_node, 0, p.payload, p.paylen);
+	SegUnit &u = u_.segs_.unit(seg);
+	u_.segs_.contribute(seg, 1ull << p.h.src_node, 0, p.payload, p.paylen);
 	u.kind = p.kind;
 	u.hop = p.h.phase;
 	u.src_node = p.h.src_node;
 	u.node_map = p.h.node_map;
 	u.rank_pending = 1; // waits for this node's message to start
 	job.early.emplace(key, seg);
-	ctr.early_stored++;
+	u_.ctr.early_stored++;
 	forward();
 }
 
 // The message has started: take in what arrived before it.
-void CollEngine::ring_adopt_early(Qp &qp, CollJob &job)
+void RingPath::adopt_early(Qp &qp, CollJob &job)
 {
 	Message &m = *job.active;
 	const JobConfig &c = job.cfg;
-	uint64_t now = e_.now();
+	uint64_t now = u_.e_.now();
 	std::vector<uint32_t> mine;
 	for (auto it = job.early.begin(); it != job.early.end();) {
 		if (it->first.mid == m.mid) {
@@ -551,10 +473,10 @@ void CollEngine::ring_adopt_early(Qp &qp, CollJob &job)
 	for (uint32_t i : mine) {
 		if (!job.active)
 			return;
-		SegUnit &u = segs_.unit(i);
+		SegUnit &u = u_.segs_.unit(i);
 		CollPacket p;
 		p.kind = u.kind;
-		p.h = header(job, m, u.sid);
+		p.h = u_.header(job, m, u.sid);
 		p.h.src_node = u.src_node;
 		p.h.phase = u.hop;
 		p.h.node_map = u.node_map;
@@ -565,57 +487,59 @@ void CollEngine::ring_adopt_early(Qp &qp, CollJob &job)
 		// Free before use: what follows may take this very unit for the
 		// block, but then only to make its result in the packet (the
 		// unit's own memory is not written while we read it).
-		segs_.release(i);
+		u_.segs_.release(i);
 		if (p.kind == kCollData) {
-			ring_data(job, m, p, now);
+			data(job, m, p, now);
 		} else if (u.sid < m.nblocks && !m.final_[u.sid]) {
 			// Already passed on when it arrived: only write it here.
 			const uint32_t len = m.result_data ? m.chain[u.sid].elems * m.es : 0;
-			if (p.paylen == len && (!len || write_result(job, m, u.sid, p.payload))) {
+			if (p.paylen == len &&
+			    (!len || u_.write_result(job, m, u.sid, p.payload))) {
 				m.final_[u.sid] = 1;
 				m.finals++;
 				m.last_progress = now;
 			} else {
-				ctr.malformed++;
+				u_.ctr.malformed++;
 			}
 		}
 		if (m.dma_error)
-			return fail(qp, job, CollStatus::local_err, true,
-				    "a local buffer is not accessible");
+			return u_.fail(qp, job, CollStatus::local_err, true,
+				       "a local buffer is not accessible");
 	}
 }
 
-void CollEngine::ring_timers(Qp &qp, CollJob &job, uint64_t now)
+void RingPath::timers(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
 	bool lost = false;
 	m.o_pending.for_due(now, [&](uint32_t sid) {
-		ring_inject(job, m, sid, now, true);
+		inject(job, m, sid, now, true);
 		lost = true;
 	});
 	m.f_pending.for_due(now, [&](uint32_t sid) {
 		lost = true;
 		if (m.chunks[m.chain[sid].chunk].rs)
-			ring_resend_result(job, m, sid, now);
+			resend_result(job, m, sid, now);
 		else
-			ring_inject(job, m, sid, now, true);
+			inject(job, m, sid, now, true);
 	});
 	if (lost)
 		job.cc.on_loss(now);
 	if (m.dma_error)
-		return fail(qp, job, CollStatus::local_err, true,
-			    "a local buffer is not accessible");
-	if (now > m.last_progress && now - m.last_progress > coll_timeout_ns(job)) {
-		ctr.timeouts++;
-		fail(qp, job, CollStatus::timeout, true, "no progress within the job's timeout");
+		return u_.fail(qp, job, CollStatus::local_err, true,
+			       "a local buffer is not accessible");
+	if (now > m.last_progress && now - m.last_progress > u_.coll_timeout_ns(job)) {
+		u_.ctr.timeouts++;
+		u_.fail(qp, job, CollStatus::timeout, true, "no progress within the job's timeout");
 	}
 }
 
 // The ring's congestion window: at most the fixed window, starting from
 // a quarter of it; a round trip crosses each of the ring's N links once.
-void CollEngine::cc_init(CollJob &job, uint32_t w)
+void RingPath::cc_init(CollJob &job, uint32_t w)
 {
-	job.cc.init(&e_.params.cfg.cc, &e_.cc_counters(), std::max(1u, w / 4), w, job.cfg.nodes());
+	job.cc.init(&u_.e_.params.cfg.cc, &u_.e_.cc_counters(), std::max(1u, w / 4), w,
+		    job.cfg.nodes());
 	job.cnp_at.assign(job.cfg.nodes(), 0);
 }
 
@@ -624,7 +548,7 @@ void CollEngine::cc_init(CollJob &job, uint32_t w)
 // were lost (the ring keeps order), so they go again now instead of at
 // their timeout, and count as loss for the window (a lighter cut than a
 // timeout's).
-void CollEngine::ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now)
+void RingPath::acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now)
 {
 	constexpr uint32_t kDupThresh = 3;
 	PendingSet::Entry *e = pend.find(sid);
@@ -632,7 +556,7 @@ void CollEngine::ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t
 		return;
 	const uint64_t sent = e->sent;
 	if (!e->again) {
-		rtt_sample(job, now - sent);
+		u_.rtt_sample(job, now - sent);
 		job.cc.on_rtt_sample(now - sent, now);
 	}
 	pend.erase(sid);
@@ -655,15 +579,15 @@ void CollEngine::ring_acked(CollJob &job, Message &m, PendingSet &pend, uint32_t
 	for (uint32_t s : lost) {
 		pend.find(s)->fast =
 			true; // once: a repeat that is lost again waits for its timeout
-		e_.cc_counters().fast_retrans++;
+		u_.e_.cc_counters().fast_retrans++;
 		if (&pend == &m.o_pending || !m.chunks[m.chain[s].chunk].rs)
-			ring_inject(job, m, s, now, true);
+			inject(job, m, s, now, true);
 		else
-			ring_resend_result(job, m, s, now);
+			resend_result(job, m, s, now);
 	}
 }
 
-bool CollEngine::ring_done(const CollJob &job) const
+bool RingPath::done(const CollJob &job) const
 {
 	const Message &m = *job.active;
 	return m.finals == m.nblocks && m.o_pending.empty() && m.f_pending.empty() &&
@@ -671,29 +595,19 @@ bool CollEngine::ring_done(const CollJob &job) const
 }
 
 // The ring as a strategy (coll/coll_path.h).
-void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
-{
-	u_.ring_start(qp, job, now);
-}
-
 void RingPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t)
 {
 	if (p.kind == kCollData)
-		u_.ring_on_data(qp, job, p);
+		on_data(qp, job, p);
 	else
-		u_.ring_on_result(qp, job, p);
+		on_result(qp, job, p);
 }
 
 void RingPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 {
-	u_.ring_timers(qp, job, now);
+	timers(qp, job, now);
 	if (job.active && qp.state == QpState::rts)
-		u_.ring_pump(qp, job, now);
-}
-
-bool RingPath::done(const CollJob &job) const
-{
-	return u_.ring_done(job);
+		pump(qp, job, now);
 }
 
 uint64_t RingPath::next_deadline(const CollJob &job) const
