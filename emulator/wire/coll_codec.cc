@@ -19,23 +19,6 @@ const char *coll_error_str(CollError e)
 	return "?";
 }
 
-size_t coll_encode(uint8_t *buf, uint8_t kind, uint32_t dqpn, uint32_t psn, const Ceth &h0,
-		   const void *ext, uint32_t ext_len, uint32_t paylen)
-{
-	Bth bth;
-	bth.opcode = kind;
-	bth.dqpn = dqpn;
-	bth.psn = psn & kPsnMask;
-	bth.pad = uint8_t(pad_of(ext_len + paylen));
-	bth.store(buf);
-	Ceth h = h0;
-	h.len = uint16_t(ext_len + paylen);
-	h.store(buf + kBthBytes);
-	if (ext_len)
-		memcpy(buf + kBthBytes + kCethBytes, ext, ext_len);
-	return kBthBytes + kCethBytes + ext_len;
-}
-
 uint32_t payload_crc(const uint8_t *data, uint32_t len)
 {
 	const uint32_t pad = pad_of(len);
@@ -96,25 +79,6 @@ CollError coll_check_icrc(const UdpEndpoints &ep, const uint8_t *pkt, size_t n, 
 	*len = l;
 	*tail_crc = pkt[0] == kCollResult ? whole ^ crc32_shift(head, l - split) : 0;
 	return CollError::ok;
-}
-
-CollError coll_parse(const uint8_t *pkt, size_t len, CollRx *out)
-{
-	if (len < kBthBytes + kCethBytes)
-		return len ? CollError::truncated : CollError::empty;
-	out->bth = Bth::load(pkt);
-	const Bth &bth = out->bth;
-	if (!is_coll_opcode(bth.opcode) || bth.opcode > kCollKindLast)
-		return CollError::bad_kind;
-	if (Bth::tver(pkt) != 0 || bth.pkey != kDefaultPkey)
-		return CollError::bad_header;
-	if (len < kBthBytes + kCethBytes + bth.pad)
-		return CollError::bad_length;
-	out->h = Ceth::load(pkt + kBthBytes);
-	out->payload = pkt + kBthBytes + kCethBytes;
-	out->paylen = uint32_t(len - kBthBytes - kCethBytes - bth.pad);
-	out->len = len;
-	return out->paylen == out->h.len ? CollError::ok : CollError::bad_length;
 }
 
 CollError coll_decode(const UdpEndpoints &ep, const uint8_t *pkt, size_t n, CollRx *out)

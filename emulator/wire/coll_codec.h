@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace ibv_coll::emu::wire {
 
@@ -57,8 +58,23 @@ inline uint32_t pad_of(uint32_t n)
 // (with len = ext_len + paylen) and ext at buf.
 // Returns the header length, where the payload goes.  ext_len is a
 // multiple of 4, so the pad is the payload's.
-size_t coll_encode(uint8_t *buf, uint8_t kind, uint32_t dqpn, uint32_t psn, const Ceth &h,
-		   const void *ext, uint32_t ext_len, uint32_t paylen);
+// Inline: every collective packet sent goes through it.
+inline size_t coll_encode(uint8_t *buf, uint8_t kind, uint32_t dqpn, uint32_t psn, const Ceth &h,
+			  const void *ext, uint32_t ext_len, uint32_t paylen)
+{
+	Bth bth;
+	bth.opcode = kind;
+	bth.dqpn = dqpn;
+	bth.psn = psn & kPsnMask;
+	bth.pad = uint8_t(pad_of(ext_len + paylen));
+	bth.store(buf);
+	// The CETH as given but its len.
+	h.store(buf + kBthBytes);
+	store_be16(buf + kBthBytes + 22, uint16_t(ext_len + paylen));
+	if (ext_len)
+		memcpy(buf + kBthBytes + kCethBytes, ext, ext_len);
+	return kBthBytes + kCethBytes + ext_len;
+}
 
 // crc32_update(0, data || pad): the tail_crc of a payload that several
 // packets carry.
@@ -84,8 +100,26 @@ CollError coll_check_icrc(const UdpEndpoints &ep, const uint8_t *pkt, size_t n, 
 			  uint32_t *tail_crc);
 // The structure of a packet whose ICRC was checked (len without the ICRC):
 // a known collective kind, our transport version and P_Key, a pad and a
-// CETH len that add up.  Fills out but its tail_crc.
-CollError coll_parse(const uint8_t *pkt, size_t len, CollRx *out);
+// CETH len that add up.  Fills out but its tail_crc.  Inline: it is on
+// every collective packet's receive path.
+inline CollError coll_parse(const uint8_t *pkt, size_t len, CollRx *out)
+{
+	if (len < kBthBytes + kCethBytes)
+		return len ? CollError::truncated : CollError::empty;
+	out->bth = Bth::load(pkt);
+	const Bth &bth = out->bth;
+	if (!is_coll_opcode(bth.opcode) || bth.opcode > kCollKindLast)
+		return CollError::bad_kind;
+	if (Bth::tver(pkt) != 0 || bth.pkey != kDefaultPkey)
+		return CollError::bad_header;
+	if (len < kBthBytes + kCethBytes + bth.pad)
+		return CollError::bad_length;
+	out->h = Ceth::load(pkt + kBthBytes);
+	out->payload = pkt + kBthBytes + kCethBytes;
+	out->paylen = uint32_t(len - kBthBytes - kCethBytes - bth.pad);
+	out->len = len;
+	return out->paylen == out->h.len ? CollError::ok : CollError::bad_length;
+}
 // Both, on a datagram of n bytes: a datagram shorter than the headers is
 // refused before its ICRC is read.
 CollError coll_decode(const UdpEndpoints &ep, const uint8_t *pkt, size_t n, CollRx *out);
