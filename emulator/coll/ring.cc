@@ -15,6 +15,10 @@
 // this node already holds is dropped, and at fin answered with the result.
 // Allgather and broadcast have no reduce-scatter: their chunks start as
 // results at their owner.  Reduce-scatter sends a result token (no data).
+//
+// RingPath (coll/coll_path.h) holds this code and its state; what it
+// shares with the switch path (send, arm, fail, the DMA helpers, the
+// counters, the Seg pool) it reaches through its CollEngine.
 #include "coll/coll_engine.h"
 
 #include "nic/nic.h"
