@@ -1,4 +1,5 @@
-// DMA into another process's address space (issue 14, step 1): a
+// DMA into another process's address space (issue 14, step 1), and work
+// queues shared with another process through a memfd (step 2's rings): a
 // protection domain whose memory is a forked child's.  The device's copies
 // go through process_vm_readv/writev with the same key, PD and bounds
 // checks; RC (write, read, send both ways) and collectives (ring allreduce
@@ -510,6 +511,66 @@ TEST(DmaSpace, RingAllreduceTwoRanksInAnotherProcess)
 TEST(DmaSpace, RingAllgatherWithAnotherProcess)
 {
 	ring_job(CollOp::allgather, 1);
+}
+
+// A work queue in a memfd, produced into by a child that maps it at an
+// address of its own and consumed here: 8 slots for 20000 entries, so the
+// indices wrap and the producer waits for room.
+TEST(SharedQueue, ProducerInAnotherProcess)
+{
+	constexpr uint32_t kSlots = 8, kStride = 100, kN = 20000;
+	const size_t bytes = Queue::region_bytes(kSlots, kStride);
+	EXPECT_EQ(bytes, 128u + 8 * 128);
+	int fd = memfd_create("test-queue", MFD_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(ftruncate(fd, off_t(bytes)), 0);
+	void *mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ASSERT_NE(mem, MAP_FAILED);
+	Queue q(kSlots, kStride, mem, true);
+	EXPECT_EQ(q.slots(), kSlots);
+	EXPECT_EQ(q.stride(), 128u);
+	EXPECT_EQ(q.free_slots(), kSlots);
+	pid_t pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		void *m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED || m == mem)
+			_exit(2);
+		munmap(mem, bytes); // nothing of the parent's mapping is used
+		Queue p(kSlots, kStride, m, false);
+		for (uint32_t i = 0; i < kN; i++) {
+			while (!p.free_slots())
+				std::this_thread::yield();
+			uint32_t idx = p.prod_relaxed();
+			uint64_t v[2] = {i, uint64_t(i) * 3 + 1};
+			memcpy(p.slot(idx), v, sizeof(v));
+			p.publish(idx + 1);
+		}
+		_exit(0);
+	}
+	uint32_t got = 0;
+	bool in_order = true;
+	auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+	while (got < kN && std::chrono::steady_clock::now() < until) {
+		uint32_t c = q.cons();
+		if (q.prod() == c) {
+			std::this_thread::yield();
+			continue;
+		}
+		uint64_t v[2];
+		memcpy(v, q.slot(c), sizeof(v));
+		in_order = in_order && v[0] == got && v[1] == uint64_t(got) * 3 + 1;
+		q.consume(c + 1);
+		got++;
+	}
+	int st = 0;
+	waitpid(pid, &st, 0);
+	EXPECT_EQ(got, kN);
+	EXPECT_TRUE(in_order);
+	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+	EXPECT_EQ(q.prod(), kN);
+	munmap(mem, bytes);
+	close(fd);
 }
 
 } // namespace
