@@ -197,8 +197,12 @@ struct Message {
 	std::vector<uint8_t> staging;
 	uint64_t staging_voff = 0;
 	std::vector<uint8_t> zeros; // barrier input
-	uint8_t ran = 0;	    // CollRan
-	bool dma_error = false;	    // a local buffer failed its check
+	// Buffers in another process (DmaSpace): results sent from where they
+	// are read into here first, by vector offset, and stay until the
+	// message completes (they are lent to queued packets).
+	std::vector<uint8_t> bounce;
+	uint8_t ran = 0;	// CollRan
+	bool dma_error = false; // a local buffer failed its check
 	// A destination may be its source (in place): block i's result must
 	// not be written while a packet sent from block i of the source is
 	// still queued; src_lent[i] is the port's lend mark of the last one.

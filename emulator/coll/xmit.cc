@@ -104,10 +104,24 @@ static bool dma_ok(CollHost &e, uint32_t pdn, const Sge &s, uint64_t off, uint64
 	return e.dma_ok(s.lkey, pdn, s.addr + off, len, need);
 }
 
+// The ranks' blocks of a job whose buffers are in another process,
+// read for one reduction (a block per rank, used at once).
+static uint8_t *rank_bounce(size_t bytes)
+{
+	static thread_local std::vector<uint8_t> buf;
+	if (buf.size() < bytes)
+		buf.resize(bytes);
+	return buf.data();
+}
+
 bool CollEngine::local_partial(const CollJob &job, Message &m, uint32_t sid, uint8_t *out)
 {
 	const BlockDesc &b = m.chain[sid];
 	const uint64_t len = uint64_t(b.elems) * m.es;
+	const DmaSpace space = e_.pd_space(job.pdn);
+	uint8_t *bounce = space == kLocalSpace || m.coll == CollOp::barrier
+				  ? nullptr
+				  : rank_bounce(size_t(len) * m.ranks);
 	const void *srcs[kMaxCollRanks];
 	for (uint16_t r = 0; r < m.ranks; r++) {
 		if (m.coll == CollOp::barrier) {
@@ -116,6 +130,13 @@ bool CollEngine::local_partial(const CollJob &job, Message &m, uint32_t sid, uin
 		}
 		if (!dma_ok(e_, job.pdn, m.src[r], b.voff * m.es, len, 0))
 			return false;
+		if (bounce) {
+			uint8_t *d = bounce + size_t(len) * r;
+			if (!dma_read(space, d, m.src[r].addr + b.voff * m.es, len))
+				return false;
+			srcs[r] = d;
+			continue;
+		}
 		srcs[r] = reinterpret_cast<const void *>(m.src[r].addr + b.voff * m.es);
 	}
 	reduce_many(m.op, m.dtype, out, srcs, m.ranks, b.elems);
@@ -138,6 +159,11 @@ bool CollEngine::local_data(const CollJob &job, Message &m, uint32_t sid, uint8_
 	}
 	if (!dma_ok(e_, job.pdn, m.src[0], b.voff * m.es, len, 0))
 		return false;
+	const DmaSpace space = e_.pd_space(job.pdn);
+	if (space != kLocalSpace) {
+		*out = scratch;
+		return dma_read(space, scratch, m.src[0].addr + b.voff * m.es, len);
+	}
 	*out = reinterpret_cast<const uint8_t *>(m.src[0].addr + b.voff * m.es);
 	return true;
 }
@@ -178,10 +204,22 @@ static void copy_out(const Message &m, uint64_t dst, const uint8_t *src, uint64_
 		memcpy(d, src, len);
 }
 
+// A result into a destination of another process.
+static bool put_result(DmaSpace space, const Message &m, uint64_t dst, const uint8_t *src,
+		       uint64_t len)
+{
+	if (space == kLocalSpace) {
+		copy_out(m, dst, src, len);
+		return true;
+	}
+	return dma_write(space, dst, src, len);
+}
+
 bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data)
 {
 	if (m.inplace)
 		e_.tx_reclaim(m.src_lent[sid]);
+	const DmaSpace space = e_.pd_space(job.pdn);
 	const JobConfig &c = job.cfg;
 	const BlockDesc &b = m.chain[sid];
 	const uint64_t len = uint64_t(b.elems) * m.es;
@@ -193,7 +231,8 @@ bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, cons
 		for (uint16_t r = 0; r < m.ranks; r++) {
 			if (!dma_ok(e_, job.pdn, m.dst[r], b.voff * m.es, len, kAccLocalWrite))
 				return false;
-			copy_out(m, m.dst[r].addr + b.voff * m.es, data, len);
+			if (!put_result(space, m, m.dst[r].addr + b.voff * m.es, data, len))
+				return false;
 		}
 		break;
 	case CollOp::reduce:
@@ -201,7 +240,8 @@ bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, cons
 			const Sge &d = m.dst[m.root_local];
 			if (!dma_ok(e_, job.pdn, d, b.voff * m.es, len, kAccLocalWrite))
 				return false;
-			copy_out(m, d.addr + b.voff * m.es, data, len);
+			if (!put_result(space, m, d.addr + b.voff * m.es, data, len))
+				return false;
 		} else if (cr.fin == c.node) {
 			// Keep what we finished: we answer retransmissions from it.
 			memcpy(m.staging.data() + (b.voff - m.staging_voff) * m.es, data, len);
@@ -215,7 +255,8 @@ bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, cons
 		uint64_t off = (b.voff - g * m.count) * m.es;
 		if (!dma_ok(e_, job.pdn, m.dst[r], off, len, kAccLocalWrite))
 			return false;
-		copy_out(m, m.dst[r].addr + off, data, len);
+		if (!put_result(space, m, m.dst[r].addr + off, data, len))
+			return false;
 		break;
 	}
 	case CollOp::barrier:
@@ -258,6 +299,20 @@ bool CollEngine::result_source(const CollJob &job, Message &m, uint32_t sid, con
 	}
 	if (!dma_ok(e_, job.pdn, *s, off, len, 0))
 		return false;
+	const DmaSpace space = e_.pd_space(job.pdn);
+	if (space != kLocalSpace) {
+		// Kept by vector offset until the message completes: what is
+		// returned may be lent to a queued packet.
+		if (m.bounce.empty()) {
+			uint64_t end = 0;
+			for (const BlockDesc &d : m.chain)
+				end = std::max<uint64_t>(end, d.voff + d.elems);
+			m.bounce.assign(end * m.es, 0);
+		}
+		uint8_t *d = m.bounce.data() + b.voff * m.es;
+		*out = d;
+		return dma_read(space, d, s->addr + off, len);
+	}
 	*out = reinterpret_cast<const uint8_t *>(s->addr + off);
 	return true;
 }

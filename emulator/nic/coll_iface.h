@@ -10,6 +10,7 @@
 #pragma once
 
 #include "nic/cc.h"
+#include "nic/mr_table.h"
 #include "nic/packet.h"
 #include "net/transport.h"
 #include "nic/wqe.h"
@@ -77,6 +78,14 @@ public:
 	// with `need` access (the DMA engine's check).
 	virtual bool dma_ok(uint32_t lkey, uint32_t pdn, uint64_t addr, uint64_t len,
 			    uint32_t need) = 0;
+	// The address space of protection domain pdn's memory: the copies
+	// after dma_ok() go through dma_read()/dma_write() when it is not
+	// kLocalSpace (the default, for hosts that have no other).
+	virtual DmaSpace pd_space(uint32_t pdn) const
+	{
+		(void)pdn;
+		return kLocalSpace;
+	}
 
 	// The port.
 	virtual uint16_t udp_port() const = 0;

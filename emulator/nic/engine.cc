@@ -35,6 +35,7 @@ public:
 	{
 		return e_.mrs.check(lkey, pdn, addr, len, need) == DmaErr::ok;
 	}
+	DmaSpace pd_space(uint32_t pdn) const override { return e_.pd_space(pdn); }
 	uint16_t udp_port() const override { return e_.port->port(); }
 	bool ipv6() const override { return e_.port->ipv6(); }
 	uint8_t *tx_buf() override { return e_.port->tx_buf(); }

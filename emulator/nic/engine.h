@@ -37,6 +37,16 @@ public:
 
 	// Objects.
 	std::set<uint32_t> pds;
+	// The protection domains whose memory is another process's (absent:
+	// this process's, kLocalSpace).
+	std::unordered_map<uint32_t, DmaSpace> pd_spaces;
+	DmaSpace pd_space(uint32_t pdn) const
+	{
+		if (pd_spaces.empty())
+			return kLocalSpace;
+		auto it = pd_spaces.find(pdn);
+		return it == pd_spaces.end() ? kLocalSpace : it->second;
+	}
 	uint32_t next_pdn = 1;
 	std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps;
 	uint32_t next_qpn = 0x11;

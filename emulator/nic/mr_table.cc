@@ -3,6 +3,8 @@
 
 #include "nic/wqe.h"
 
+#include <sys/uio.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -98,6 +100,42 @@ DmaErr MrTable::check(uint32_t key, uint32_t pdn, uint64_t addr, uint64_t len, u
 	return DmaErr::ok;
 }
 
+// process_vm_readv/writev may stop short (a page not mapped there part way
+// through); go on from where it stopped so that a short copy is an error
+// only when nothing more can be moved.
+static bool vm_copy(DmaSpace space, void *local, uint64_t addr, uint64_t len, bool write)
+{
+	uint8_t *p = static_cast<uint8_t *>(local);
+	while (len) {
+		iovec l{p, size_t(len)}, r{reinterpret_cast<void *>(addr), size_t(len)};
+		ssize_t n = write ? process_vm_writev(space, &l, 1, &r, 1, 0)
+				  : process_vm_readv(space, &l, 1, &r, 1, 0);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return false;
+		}
+		if (n == 0) {
+			errno = EFAULT;
+			return false;
+		}
+		p += n;
+		addr += uint64_t(n);
+		len -= uint64_t(n);
+	}
+	return true;
+}
+
+bool dma_read_remote(DmaSpace space, void *dst, uint64_t addr, uint64_t len)
+{
+	return vm_copy(space, dst, addr, len, false);
+}
+
+bool dma_write_remote(DmaSpace space, uint64_t addr, const void *src, uint64_t len)
+{
+	return vm_copy(space, const_cast<void *>(src), addr, len, true);
+}
+
 void SgeCursor::seek(uint64_t pos)
 {
 	idx = 0;
@@ -109,15 +147,18 @@ void SgeCursor::seek(uint64_t pos)
 	off = pos;
 }
 
-void SgeCursor::gather(uint8_t *dst, uint64_t n)
+bool SgeCursor::gather(uint8_t *dst, uint64_t n)
 {
+	bool ok = true;
 	while (n) {
 		const Sge &s = sge[idx];
 		uint64_t k = s.length - off;
 		if (k > n)
 			k = n;
-		if (k)
-			memcpy(dst, reinterpret_cast<const void *>(s.addr + off), k);
+		if (k && !dma_read(space, dst, s.addr + off, k)) {
+			memset(dst, 0, k); // never what was in the buffer before
+			ok = false;
+		}
 		dst += k;
 		n -= k;
 		off += k;
@@ -126,17 +167,19 @@ void SgeCursor::gather(uint8_t *dst, uint64_t n)
 			off = 0;
 		}
 	}
+	return ok;
 }
 
-void SgeCursor::scatter(const uint8_t *src, uint64_t n)
+bool SgeCursor::scatter(const uint8_t *src, uint64_t n)
 {
+	bool ok = true;
 	while (n) {
 		const Sge &s = sge[idx];
 		uint64_t k = s.length - off;
 		if (k > n)
 			k = n;
-		if (k)
-			memcpy(reinterpret_cast<void *>(s.addr + off), src, k);
+		if (k && !dma_write(space, s.addr + off, src, k))
+			ok = false;
 		src += k;
 		n -= k;
 		off += k;
@@ -145,6 +188,7 @@ void SgeCursor::scatter(const uint8_t *src, uint64_t n)
 			off = 0;
 		}
 	}
+	return ok;
 }
 
 } // namespace ibv_coll::emu

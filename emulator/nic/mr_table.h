@@ -1,6 +1,8 @@
 // The device's memory translation table and its DMA interface: every byte
 // the device reads or writes in application memory goes through check()
-// (key, protection domain, access rights, bounds) and then a copy.
+// (key, protection domain, access rights, bounds) and then a copy, by
+// dma_read()/dma_write() or an SgeCursor, in the address space the
+// protection domain belongs to.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +22,39 @@ enum Access : uint32_t {
 };
 
 enum class DmaErr : uint8_t { ok, bad_key, bad_pd, bad_access, bounds };
+
+// The address space application memory lives in: a protection domain, and
+// so every MR and QP in it, belongs to one.  kLocalSpace is the device's
+// own process (a plain memcpy); any other value is the pid of another
+// process, reached with process_vm_readv/process_vm_writev (the device
+// must be allowed to ptrace it: same uid, or CAP_SYS_PTRACE).
+using DmaSpace = int32_t;
+constexpr DmaSpace kLocalSpace = 0;
+
+// Copy len bytes between application memory at addr in space and the
+// device's own buffer.  Only after check() said yes.  False when the other
+// process is gone or the range is not mapped there any more (errno says
+// which); the local space never fails.
+bool dma_read_remote(DmaSpace space, void *dst, uint64_t addr, uint64_t len);
+bool dma_write_remote(DmaSpace space, uint64_t addr, const void *src, uint64_t len);
+inline bool dma_read(DmaSpace space, void *dst, uint64_t addr, uint64_t len)
+{
+	if (space == kLocalSpace) {
+		if (len)
+			__builtin_memcpy(dst, reinterpret_cast<const void *>(addr), len);
+		return true;
+	}
+	return dma_read_remote(space, dst, addr, len);
+}
+inline bool dma_write(DmaSpace space, uint64_t addr, const void *src, uint64_t len)
+{
+	if (space == kLocalSpace) {
+		if (len)
+			__builtin_memcpy(reinterpret_cast<void *>(addr), src, len);
+		return true;
+	}
+	return dma_write_remote(space, addr, src, len);
+}
 
 // Thread safety: the table has its own reader/writer lock, so that a
 // posting thread can check its SGEs while the engine thread is busy (the
@@ -62,18 +97,25 @@ private:
 	size_t live_ = 0;
 };
 
-// A scatter/gather walk over a list of local SGEs, already checked, that
-// copies to or from a flat buffer at a running offset.
+// A scatter/gather walk over a list of local SGEs, already checked, in
+// address space `space`, that copies to or from a flat buffer at a
+// running offset.
 struct SgeCursor {
+	SgeCursor(const struct Sge *s, uint32_t n, DmaSpace sp = kLocalSpace)
+		: sge(s), num(n), space(sp)
+	{
+	}
 	const struct Sge *sge = nullptr;
 	uint32_t num = 0;
+	DmaSpace space = kLocalSpace;
 	uint32_t idx = 0;	 // current SGE
 	uint64_t off = 0;	 // offset in the current SGE
 	void seek(uint64_t pos); // position pos bytes from the start of the list
-	// Copy n bytes out of the SGEs into dst (gather), advancing.
-	void gather(uint8_t *dst, uint64_t n);
+	// Copy n bytes out of the SGEs into dst (gather), advancing.  False:
+	// another space's memory could not be read (see dma_read).
+	bool gather(uint8_t *dst, uint64_t n);
 	// Copy n bytes from src into the SGEs (scatter), advancing.
-	void scatter(const uint8_t *src, uint64_t n);
+	bool scatter(const uint8_t *src, uint64_t n);
 };
 
 } // namespace ibv_coll::emu

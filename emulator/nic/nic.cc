@@ -36,11 +36,20 @@ const NicParams &Nic::params() const
 
 int Nic::alloc_pd(uint32_t *pdn)
 {
+	return alloc_pd_in(kLocalSpace, pdn);
+}
+
+int Nic::alloc_pd_in(DmaSpace space, uint32_t *pdn)
+{
+	if (space < 0)
+		return EINVAL;
 	std::lock_guard lk(e_->mu);
 	if (e_->pds.size() >= kMaxPds)
 		return ENOMEM;
 	uint32_t n = e_->next_pdn++;
 	e_->pds.insert(n);
+	if (space != kLocalSpace)
+		e_->pd_spaces[n] = space;
 	*pdn = n;
 	return 0;
 }
@@ -48,7 +57,14 @@ int Nic::alloc_pd(uint32_t *pdn)
 int Nic::dealloc_pd(uint32_t pdn)
 {
 	std::lock_guard lk(e_->mu);
+	e_->pd_spaces.erase(pdn);
 	return e_->pds.erase(pdn) ? 0 : EINVAL;
+}
+
+DmaSpace Nic::pd_space(uint32_t pdn) const
+{
+	std::lock_guard lk(e_->mu);
+	return e_->pd_space(pdn);
 }
 
 int Nic::reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access, uint32_t *key)
@@ -132,6 +148,7 @@ int Nic::create_qp(const QpCreate &c, Qp **out, uint32_t *qpn)
 	}
 	qp->qpn = n;
 	qp->pdn = c.pdn;
+	qp->space = e_->pd_space(c.pdn);
 	qp->sq = c.sq;
 	qp->rq = c.rq;
 	qp->scq = c.send_cq;

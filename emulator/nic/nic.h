@@ -10,6 +10,7 @@
 #include "net/transport.h"
 #include "nic/coll_iface.h"
 #include "nic/emu_config.h"
+#include "nic/mr_table.h"
 #include "nic/queue.h"
 #include "nic/wqe.h"
 
@@ -128,7 +129,13 @@ public:
 
 	// Command interface; each returns 0 or an errno value.
 	int alloc_pd(uint32_t *pdn);
+	// A protection domain whose memory (its MRs' addresses, its QPs' SGEs)
+	// is in address space `space`: kLocalSpace (this process) or the pid of
+	// another process this one may ptrace.  The key, PD, access and bounds
+	// checks are the same; the copies go through process_vm_readv/writev.
+	int alloc_pd_in(DmaSpace space, uint32_t *pdn);
 	int dealloc_pd(uint32_t pdn);
+	DmaSpace pd_space(uint32_t pdn) const;
 	int reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access, uint32_t *key);
 	// Register under a key chosen outside (a real device's lkey).
 	int reg_mr_keyed(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,

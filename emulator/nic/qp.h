@@ -45,6 +45,7 @@ struct ReadJob {
 struct Qp {
 	uint32_t qpn = 0;
 	uint32_t pdn = 0;
+	DmaSpace space = kLocalSpace; // its PD's address space
 	QpState state = QpState::reset;
 	Queue *sq = nullptr;
 	Queue *rq = nullptr;

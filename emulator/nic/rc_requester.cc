@@ -177,9 +177,14 @@ bool Engine::req_progress(Qp &qp, uint64_t now)
 				memcpy(ext, &w->imm, 4); // already network order
 				ext += kImmBytes;
 			}
-			SgeCursor c{w->sges(), w->num_sge};
+			SgeCursor c{w->sges(), w->num_sge, qp.space};
 			c.seek(qp.req_off);
-			c.gather(ext, plen);
+			if (!c.gather(ext, plen)) { // another process's memory went away
+				if (qp.sq->cons() == qp.req_idx)
+					complete_send(qp, qp.req_idx, WcStatus::loc_prot_err, true);
+				qp_to_error(qp, "local memory not readable");
+				return true;
+			}
 			tx_finish(qp, pkt, kBthBytes + ext_len, plen);
 			qp.req_psn = psn_add(qp.req_psn, 1);
 			qp.req_off += plen;
@@ -392,9 +397,14 @@ void Engine::req_on_read_resp(Qp &qp, const InPacket &p)
 		qp_to_error(qp, "local protection error on read response");
 		return;
 	}
-	SgeCursor c{w->sges(), w->num_sge};
+	SgeCursor c{w->sges(), w->num_sge, qp.space};
 	c.seek(off);
-	c.scatter(p.payload, want);
+	if (!c.scatter(p.payload, want)) {
+		if (qp.sq->cons() == idx)
+			complete_send(qp, idx, WcStatus::loc_prot_err, true);
+		qp_to_error(qp, "local memory not writable on read response");
+		return;
+	}
 	m.read_rcvd++;
 	if (m.read_rcvd == m.npkts)
 		m.done = true;

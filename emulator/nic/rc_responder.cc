@@ -115,9 +115,13 @@ void Engine::resp_on_request(Qp &qp, const InPacket &p)
 			return resp_fatal(*this, qp, kSynNakRemOpErr,
 					  "receive buffer not accessible");
 		}
-		SgeCursor c{r->sges(), r->num_sge};
+		SgeCursor c{r->sges(), r->num_sge, qp.space};
 		c.seek(qp.msg_off);
-		c.scatter(p.payload, p.paylen);
+		if (!c.scatter(p.payload, p.paylen)) {
+			complete_recv(qp, WcStatus::loc_prot_err, WcOpcode::recv, qp.msg_off, 0, 0);
+			return resp_fatal(*this, qp, kSynNakRemOpErr,
+					  "receive buffer not writable");
+		}
 		qp.msg_off += p.paylen;
 		if (f & kLast) {
 			uint32_t imm = 0;
@@ -166,8 +170,9 @@ void Engine::resp_on_request(Qp &qp, const InPacket &p)
 				      kAccRemoteWrite) != DmaErr::ok)
 				return resp_fatal(*this, qp, kSynNakRemAccess,
 						  "remote access error");
-			memcpy(reinterpret_cast<void *>(qp.wr_va + qp.msg_off), p.payload,
-			       p.paylen);
+			if (!dma_write(qp.space, qp.wr_va + qp.msg_off, p.payload, p.paylen))
+				return resp_fatal(*this, qp, kSynNakRemAccess,
+						  "remote access error (memory went away)");
 		}
 		qp.msg_off += p.paylen;
 		if (f & kLast) {
@@ -233,8 +238,12 @@ bool Engine::resp_progress(Qp &qp)
 			Aeth{kSynAckNoCredit, qp.msn}.store(ext);
 			ext += kAethBytes;
 		}
-		if (plen) // a zero-length READ may name any address, NULL included
-			memcpy(ext, reinterpret_cast<const void *>(j.va + j.off), plen);
+		// A zero-length READ may name any address, NULL included.
+		if (plen && !dma_read(qp.space, ext, j.va + j.off, plen)) {
+			qp.reads.pop_front(); // the packet begun is not sent
+			resp_fatal(*this, qp, kSynNakRemAccess, "read region not readable");
+			return true;
+		}
 		tx_finish(qp, pkt, kBthBytes + (aeth ? kAethBytes : 0), plen);
 		j.off += plen;
 		j.psn = psn_add(j.psn, 1);
