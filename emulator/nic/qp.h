@@ -90,12 +90,14 @@ struct Qp {
 	// outstanding, says the responder kept nothing after it (a standard
 	// go-back-N peer): go back from there.  gbn_psn: where the last go-back
 	// started, so that a NAK of it, already answered, starts no second one.
-	// A resend lost in turn is sent again after sr_deadline (a few round
-	// trips, doubling each time), not the transport timeout.
+	// The probe timer (rc_requester.cc arm_probe): the oldest packet goes
+	// again alone at sr_deadline if nothing was acknowledged meanwhile;
+	// sr_probes: probes since the last progress.
 	bool sr_active = false;
 	uint32_t sr_psn = 0;
 	uint32_t sr_probes = 0;
 	uint64_t sr_deadline = 0;
+	uint64_t srtt = 0; // smoothed round trip, congestion control on or off
 	uint32_t gbn_psn = 0xffffffff;
 	uint32_t pkts_since_ackreq = 0;
 	// Congestion control (nic/cc.h): the window in packets, one timed

@@ -87,6 +87,19 @@ static void cc_time(Qp &qp, const Bth &bth, uint64_t now)
 	}
 }
 
+// The probe timer: while packets are outstanding and the oldest makes no
+// progress for 8 round trips (2 ms at least: a loaded host may not run the
+// peer for that long), doubling with each probe, the oldest goes again
+// alone (a tail loss, a lost NAK or ACK, a resend lost in turn), long
+// before the transport timeout.  No round trip measured yet, or a wait
+// beyond the timeout: no probe.
+static void arm_probe(Qp &qp, uint64_t now)
+{
+	const uint64_t wait = std::max<uint64_t>(8 * qp.srtt, 2 * util::kNsPerMs)
+			      << std::min<uint32_t>(qp.sr_probes, 8);
+	qp.sr_deadline = qp.srtt && wait < qp.rto_ns ? now + wait : 0;
+}
+
 // Send the packet at the cursor (req_idx, req_off, req_psn) and move the
 // cursor past it; false if the WQE's local buffers fail their check (the
 // WQE completes in error once it is the oldest).  force_ack: ask for the
@@ -219,6 +232,8 @@ bool Engine::req_progress(Qp &qp, uint64_t now)
 			qp.sent_psn = qp.req_psn;
 		if (!qp.rto_deadline)
 			qp.rto_deadline = now + qp.rto_ns;
+		if (!qp.sr_deadline)
+			arm_probe(qp, now);
 		did = true;
 	}
 	return did;
@@ -262,7 +277,9 @@ static void advance_una(Engine &e, Qp &qp, uint32_t una, uint64_t now)
 {
 	if (psn_diff(una, qp.una) > 0) {
 		if (qp.cc_sent && psn_diff(una, qp.cc_psn) > 0) {
-			qp.cc.on_rtt_sample(now - qp.cc_sent, now);
+			const uint64_t rtt = now - qp.cc_sent;
+			qp.cc.on_rtt_sample(rtt, now);
+			qp.srtt = qp.srtt ? (7 * qp.srtt + rtt) / 8 : rtt;
 			qp.cc_sent = 0;
 		}
 		qp.cc.on_ack(uint32_t(psn_diff(una, qp.una)), now);
@@ -270,6 +287,11 @@ static void advance_una(Engine &e, Qp &qp, uint32_t una, uint64_t now)
 		qp.retries_left = qp.attr.retry_cnt;
 		qp.rnr_left = qp.attr.rnr_retry;
 		qp.rto_deadline = now + qp.rto_ns;
+		qp.sr_probes = 0;
+		if (una == qp.sent_psn)
+			qp.sr_deadline = 0;
+		else
+			arm_probe(qp, now);
 		// An acknowledgement beyond the resend point: skip what it covers.
 		if (psn_diff(qp.una, qp.req_psn) > 0 && psn_diff(qp.una, qp.npsn) <= 0)
 			e.req_retry_from(qp, qp.una);
@@ -349,17 +371,12 @@ void Engine::req_resend(Qp &qp, uint32_t psn, uint64_t now)
 	qp.pkts_since_ackreq = save_ack;
 	if (!sent)
 		return;
-	if (!qp.sr_active || qp.sr_psn != psn)
-		qp.sr_probes = 0;
 	qp.sr_active = true;
 	qp.sr_psn = psn;
 	ctr.cc.fast_retrans++;
-	// Its answer is due within the round trip; allow 8 (2 ms at least, a
-	// loaded host may not run the peer for that long) before sending it
-	// once more, doubling, while below the transport timeout.
-	const uint64_t wait = std::max<uint64_t>(8 * qp.cc.srtt(), 2 * util::kNsPerMs)
-			      << std::min<uint32_t>(qp.sr_probes, 8);
-	qp.sr_deadline = qp.cc.srtt() && wait < qp.rto_ns ? now + wait : 0;
+	// Its answer is due within the round trip: if none comes, the probe
+	// timer sends it again, waiting twice as long.
+	arm_probe(qp, now);
 	qp.sr_probes++;
 }
 
@@ -373,7 +390,6 @@ static void sr_answer(Engine &e, Qp &qp, bool ack)
 	if (!qp.sr_active || psn_diff(qp.una, qp.sr_psn) <= 0)
 		return;
 	qp.sr_active = false;
-	qp.sr_deadline = 0;
 	if (ack && qp.una == psn_add(qp.sr_psn, 1) && psn_diff(qp.sent_psn, qp.una) > 0 &&
 	    !going_back(qp))
 		e.req_retry_from(qp, qp.una);
@@ -522,10 +538,13 @@ void Engine::req_timers(Qp &qp, uint64_t now)
 		qp.rto_deadline = now + qp.rto_ns;
 	}
 	if (qp.sr_deadline && now >= qp.sr_deadline) {
-		// The packet sent again alone has no answer yet: lost in turn.
+		// No progress for several round trips: probe with the oldest
+		// packet (not during a go-back or an RNR wait, nor for a read,
+		// whose responses the responder paces).
 		qp.sr_deadline = 0;
-		if (qp.sr_active && psn_diff(qp.una, qp.sr_psn) <= 0 && qp.state == QpState::rts)
-			req_resend(qp, qp.sr_psn, now);
+		if (qp.una != qp.sent_psn && !going_back(qp) && !qp.rnr_deadline &&
+		    !reads_in_flight(qp) && qp.state == QpState::rts)
+			req_resend(qp, qp.una, now);
 	}
 	if (qp.rto_deadline && now >= qp.rto_deadline) {
 		if (qp.sq->cons() == qp.req_idx && qp.una == qp.sent_psn) {
