@@ -31,7 +31,7 @@ const ConfigVar kNicVars[kNicCount] = {
 const util::ConfigRegistrar kNicReg({"emu nic (engine thread)", kNicVars}, 100);
 
 // The RC transport.
-enum { kRcWindow, kAckReq, kRcTimeout, kReadBurst, kRcCount };
+enum { kRcWindow, kAckReq, kRcTimeout, kReadBurst, kRcOoo, kRcCount };
 const ConfigVar kRcVars[kRcCount] = {
 	{"IBV_COLL_EMU_RC_WINDOW", "256", "unacknowledged packets an RC QP may have in flight",
 	 ConfigKind::uint, 1, 1u << 20},
@@ -43,6 +43,11 @@ const ConfigVar kRcVars[kRcCount] = {
 	 ConfigKind::uint, 1, 31},
 	{"IBV_COLL_EMU_READ_BURST", "64", "RDMA READ response packets a QP sends per engine pass",
 	 ConfigKind::uint, 1, 1u << 20},
+	{"IBV_COLL_EMU_RC_OOO", "256",
+	 "requests an RC responder keeps when they arrive past a missing one (within this many "
+	 "PSNs of it), so that the requester sends again only what was lost (0: drop them and "
+	 "let the requester go back, as a standard RoCE responder does)",
+	 ConfigKind::uint, 0, 1u << 16},
 };
 const util::ConfigRegistrar kRcReg({"emu rc (RC transport)", kRcVars}, 110);
 
@@ -166,6 +171,9 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kRcVars[kReadBurst], &v)))
 		return err;
 	c.read_burst = uint32_t(v);
+	if ((err = util::config_uint(kRcVars[kRcOoo], &v)))
+		return err;
+	c.rc_ooo = uint32_t(v);
 	if ((err = util::config_uint(kCollVars[kSegUnits], &v)))
 		return err;
 	c.seg_units = uint32_t(v);

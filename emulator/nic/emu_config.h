@@ -20,6 +20,7 @@ struct EmuConfig {
 	uint8_t rc_timeout = 14;      // exponent used when a QP asks for timeout 0
 	uint32_t sockbuf = 4u << 20;  // UDP socket buffer bytes
 	uint32_t read_burst = 64;     // read-response packets per QP per engine pass
+	uint32_t rc_ooo = 256;	      // requests past a gap an RC responder keeps (0: none)
 	uint32_t seg_units = 4096;    // Seg cache units in the NIC
 	uint32_t coll_window = 64;    // blocks a node keeps in flight per collective
 	uint32_t coll_rto_us = 20000; // a block without its result is sent again after this

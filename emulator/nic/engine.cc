@@ -99,10 +99,11 @@ Engine::~Engine()
 			c.timeouts);
 		IBVC_INFO("emu",
 			  "{}: cc: cnps {}/{} cuts {} (delay {} loss {} cnp {}) fast retrans {} "
-			  "retrans bytes {}",
+			  "retrans bytes {}, impairment: dropped {} duplicated {} reordered {}",
 			  params.name, n.cc.cnp_sent, n.cc.cnp_rcvd, n.cc.rate_cuts,
 			  n.cc.delay_cuts, n.cc.loss_cuts, n.cc.cnp_cuts, n.cc.fast_retrans,
-			  n.cc.retrans_bytes);
+			  n.cc.retrans_bytes, pc.impair_dropped, pc.impair_duplicated,
+			  pc.impair_reordered);
 	}
 }
 
@@ -370,7 +371,7 @@ uint64_t Engine::next_deadline_locked() const
 		uint64_t pace = qp.req_idx != qp.sq->prod() ? qp.cc.next_send_time() : 0;
 		if (pace && pace <= util::now_ns())
 			pace = 0;
-		for (uint64_t t : {qp.rto_deadline, qp.rnr_deadline, pace})
+		for (uint64_t t : {qp.rto_deadline, qp.rnr_deadline, qp.sr_deadline, pace})
 			if (t && (!d || t < d))
 				d = t;
 	}
@@ -645,7 +646,7 @@ void Engine::qp_to_error(Qp &qp, const char *why)
 		return;
 	IBVC_WARN("emu", "{}: qp {:#x} moves to error: {}", params.name, qp.qpn, why);
 	qp.state = QpState::err;
-	qp.rto_deadline = qp.rnr_deadline = 0;
+	qp.rto_deadline = qp.rnr_deadline = qp.sr_deadline = 0;
 	qp.reads.clear();
 	qp.ack_due = false;
 }

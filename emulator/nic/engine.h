@@ -86,6 +86,7 @@ public:
 	void req_on_read_resp(Qp &qp, const InPacket &p);
 	void req_timers(Qp &qp, uint64_t now);
 	void req_retry_from(Qp &qp, uint32_t psn);
+	void req_resend(Qp &qp, uint32_t psn, uint64_t now);
 	void resp_on_request(Qp &qp, const InPacket &p);
 	bool resp_progress(Qp &qp);
 	void send_ack(Qp &qp, uint8_t syndrome, uint32_t psn);

@@ -2,10 +2,12 @@
 #pragma once
 
 #include "nic/nic.h"
+#include "nic/packet.h"
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <unordered_map>
 #include <vector>
 
 namespace ibv_coll::emu {
@@ -42,6 +44,16 @@ struct ReadJob {
 	uint32_t rkey;
 };
 
+// A request that arrived ahead of a missing one, kept by the responder
+// until the gap fills (the reorder buffer): its bytes from the BTH on, and
+// where its headers lie in them.
+struct OooPacket {
+	std::vector<uint8_t> bytes;
+	wire::Bth bth;
+	uint16_t flags = 0;
+	uint32_t ext_off = 0, pay_off = 0, paylen = 0;
+};
+
 struct Qp {
 	uint32_t qpn = 0;
 	uint32_t pdn = 0;
@@ -74,6 +86,20 @@ struct Qp {
 	uint64_t rnr_deadline = 0; // 0: not waiting
 	uint32_t rnr_psn = 0;
 	uint32_t last_nak_psn = 0xffffffff;
+	// Selective repeat: the one PSN sent again alone (on a sequence NAK or
+	// a timeout) whose answer is awaited.  An ACK of exactly it, with more
+	// outstanding, says the responder kept nothing after it (a standard
+	// go-back-N peer): go back from there.  gbn_psn: where the last go-back
+	// started, so that a NAK of it, already answered, starts no second one.
+	// The probe timer (rc_requester.cc arm_probe): the oldest packet goes
+	// again alone at sr_deadline if nothing was acknowledged meanwhile;
+	// sr_probes: probes since the last progress.
+	bool sr_active = false;
+	uint32_t sr_psn = 0;
+	uint32_t sr_probes = 0;
+	uint64_t sr_deadline = 0;
+	uint64_t srtt = 0; // smoothed round trip, congestion control on or off
+	uint32_t gbn_psn = 0xffffffff;
 	uint32_t pkts_since_ackreq = 0;
 	// Congestion control (nic/cc.h): the window in packets, one timed
 	// PSN at a time for round-trip samples (0 sent: none), and when the
@@ -94,6 +120,8 @@ struct Qp {
 	uint32_t wr_rkey = 0;
 	uint32_t wr_len = 0;
 	std::deque<ReadJob> reads;
+	// Requests ahead of epsn, by PSN (at most IBV_COLL_EMU_RC_OOO of them).
+	std::unordered_map<uint32_t, OooPacket> ooo;
 
 	uint32_t mtu() const { return attr.path_mtu; }
 };

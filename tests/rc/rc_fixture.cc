@@ -36,9 +36,18 @@ void RcFixture::start(const RcOptions &o, const std::vector<std::string> &peer_e
 	for (auto &a : args)
 		argv.push_back(a.data());
 	argv.push_back(nullptr);
+	// peer_env replaces what this process has of the same names (getenv
+	// finds the first of two).
 	std::vector<std::string> env_s;
-	for (char **e = environ; *e; e++)
-		env_s.emplace_back(*e);
+	for (char **e = environ; *e; e++) {
+		std::string v = *e;
+		std::string name = v.substr(0, v.find('='));
+		bool mine = false;
+		for (const std::string &pe : peer_env)
+			mine |= pe.substr(0, pe.find('=')) == name;
+		if (!mine)
+			env_s.push_back(std::move(v));
+	}
 	env_s.insert(env_s.end(), peer_env.begin(), peer_env.end());
 	std::vector<char *> envp;
 	for (auto &e : env_s)

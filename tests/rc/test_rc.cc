@@ -7,12 +7,20 @@
 // the verbs provider) the same tests run on the real device, except those
 // that need the emulator: injected impairments, and path MTUs beyond the
 // port's active MTU, which a real wire does not carry.
+#include "nic/stats_shm.h"
 #include "rc_fixture.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <thread>
 
 using namespace ibvc_test;
@@ -493,4 +501,184 @@ TEST_F(RcDelayed, PingTakesTheRoundTripAndWritesPipeline)
 	EXPECT_LT(all, 6 * kRtt) << "the writes waited for each other's round trips";
 	for (int i = 0; i < kWrites; i++)
 		EXPECT_EQ(cmd(kCheck, 100 + i, i * 16384, 16384).status, 0) << "write " << i;
+}
+
+// Selective repeat (IRN-like).  Packets are dropped on this side only
+// (the requester's data; the peer's ACKs and NAKs all arrive), so every
+// packet sent again answers a loss counted by this process's impairment
+// layer: with a responder that keeps what follows a gap, the requester
+// sends again only what was lost (at most 2x the drops, the margin for a
+// resend lost in turn); with a standard responder (IBV_COLL_EMU_RC_OOO=0)
+// it learns from the ACK of its resend that nothing was kept and goes
+// back N, and every byte still arrives.
+class RcSelective : public RcFixture {
+protected:
+	void SetUp() override
+	{
+		if (!test_device_is_emulated())
+			GTEST_SKIP() << "IBV_COLL_EMU_IMPAIR acts on crxe's emulated NIC only; "
+				     << test_device_name() << " is a real device";
+		setenv("IBV_COLL_EMU_IMPAIR", "drop=0.05,seed=21", 1);
+	}
+	void TearDown() override
+	{
+		RcFixture::TearDown();
+		unsetenv("IBV_COLL_EMU_IMPAIR");
+	}
+
+	// This process's NIC counters by name, from the segment ibv_coll_stat(1)
+	// reads (nic/stats_shm.h), once two reads 50 ms apart agree (the engine
+	// publishes before it sleeps).
+	std::map<std::string, uint64_t> counters()
+	{
+		std::map<std::string, uint64_t> prev, cur;
+		for (int i = 0; i < 100; i++) {
+			cur = read_segment();
+			if (!cur.empty() && cur == prev)
+				break;
+			prev = cur;
+			std::this_thread::sleep_for(std::chrono::milliseconds(50));
+		}
+		return cur;
+	}
+
+	// A stream of kMsgs messages of kLen bytes, each its own pattern: WRITE,
+	// SEND and WRITE WITH IMMEDIATE in turn, kDepth in flight.
+	void stream()
+	{
+		ASSERT_EQ(cmd(kPostRecv, 2 * kMsgs / 3 + 1, kLen, kRecvBase).status, 0);
+		int posted = 0, done = 0, recvs = 0;
+		while (done < kMsgs) {
+			while (posted < kMsgs && posted - done < kDepth) {
+				const uint64_t off = uint64_t(posted % kDepth) * kLen;
+				fill_pattern(ep.buf + off, kLen, 5000 + posted);
+				ibv_coll_wr_opcode op = posted % 3 == 1 ? IBV_COLL_WR_SEND
+							: posted % 3 == 2
+								? IBV_COLL_WR_RDMA_WRITE_WITH_IMM
+								: IBV_COLL_WR_RDMA_WRITE;
+				ASSERT_EQ(ep.post_send(op, off, kLen,
+						       peer.addr + uint64_t(posted) * kLen,
+						       peer.rkey, posted, posted),
+					  0);
+				posted++;
+			}
+			ibv_coll_wc wc = next_wc(60000);
+			ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_coll_wc_status_str(wc.status);
+			ASSERT_EQ(wc.wr_id, uint64_t(done)) << "completions out of order";
+			done++;
+		}
+		for (int i = 0; i < kMsgs; i++)
+			recvs += i % 3 != 0;
+		auto r = wait_recv(uint64_t(recvs), 60000);
+		int send_i = 0;
+		for (int i = 0; i < kMsgs; i++) {
+			if (i % 3 == 0) {
+				EXPECT_EQ(cmd(kCheck, 5000 + i, uint64_t(i) * kLen, kLen).status, 0)
+					<< "write " << i;
+				continue;
+			}
+			const Reply &w = r[size_t(send_i)];
+			ASSERT_EQ(w.status, 0) << "message " << i;
+			EXPECT_EQ(w.a, kLen) << "message " << i;
+			EXPECT_EQ(w.opcode, unsigned(i % 3 == 1 ? IBV_COLL_WC_RECV
+								: IBV_COLL_WC_RECV_RDMA_WITH_IMM))
+				<< "message " << i;
+			if (i % 3 == 2) {
+				EXPECT_EQ(w.imm, uint32_t(i)) << "message " << i;
+			}
+			if (i % 3 == 1) {
+				// The receives are consumed in order: the kth SEND
+				// lands in the kth posted receive.
+				EXPECT_EQ(
+					cmd(kCheck, 5000 + i, kRecvBase + w.b * kLen, kLen).status,
+					0)
+					<< "send " << i;
+				send_i++;
+				continue;
+			}
+			EXPECT_EQ(cmd(kCheck, 5000 + i, uint64_t(i) * kLen, kLen).status, 0)
+				<< "write with immediate " << i;
+			send_i++;
+		}
+	}
+
+	static constexpr int kMsgs = 96, kDepth = 32;
+	static constexpr uint32_t kLen = 64 << 10; // 64 packets at mtu 1024
+	static constexpr uint64_t kRecvBase = uint64_t(kMsgs) * kLen;
+	static constexpr size_t kBuf = kRecvBase + size_t(kMsgs) * kLen;
+
+private:
+	std::map<std::string, uint64_t> read_segment()
+	{
+		namespace st = ibv_coll::emu::stats;
+		std::map<std::string, uint64_t> out;
+		glob_t g{};
+		std::string pat = "/dev/shm/" + std::string(st::kPrefix) +
+				  std::to_string(getpid()) + ".*";
+		if (glob(pat.c_str(), 0, nullptr, &g) || g.gl_pathc != 1) {
+			globfree(&g);
+			return out;
+		}
+		int fd = ::open(g.gl_pathv[0], O_RDONLY);
+		globfree(&g);
+		if (fd < 0)
+			return out;
+		struct stat sb;
+		void *m = fstat(fd, &sb)
+				  ? MAP_FAILED
+				  : mmap(nullptr, size_t(sb.st_size), PROT_READ, MAP_SHARED, fd, 0);
+		::close(fd);
+		if (m == MAP_FAILED)
+			return out;
+		const auto *h = static_cast<const st::Header *>(m);
+		if (size_t(sb.st_size) >= st::segment_bytes(h->count)) {
+			const char *names = reinterpret_cast<const char *>(h + 1);
+			const uint64_t *vals = reinterpret_cast<const uint64_t *>(
+				names + size_t(h->count) * st::kNameBytes);
+			for (uint32_t i = 0; i < h->count; i++)
+				out[std::string(names + size_t(i) * st::kNameBytes,
+						strnlen(names + size_t(i) * st::kNameBytes,
+							st::kNameBytes))] =
+					__atomic_load_n(&vals[i], __ATOMIC_RELAXED);
+		}
+		munmap(m, size_t(sb.st_size));
+		return out;
+	}
+};
+
+TEST_F(RcSelective, ResendsOnlyWhatWasLost)
+{
+	// The stream's 6144 PSNs cross the 24-bit wrap (wire/seqnum.h).
+	RcOptions o = lossy_opts(IBV_MTU_1024, kBuf);
+	o.psn = 0xfff000;
+	start(o, {"IBV_COLL_EMU_IMPAIR=drop=0"});
+	stream();
+	auto c = counters();
+	const uint64_t lost = c["impair_dropped"], again = c["rc_retransmits"];
+	RecordProperty("dropped", std::to_string(lost));
+	RecordProperty("retransmits", std::to_string(again));
+	// 96 x 64 packets at 5 %: about 300 dropped.
+	ASSERT_GT(lost, 100u) << "the impairment dropped too little to tell anything";
+	EXPECT_GE(again, lost) << "fewer packets sent again than were lost";
+	EXPECT_LE(again, 2 * lost) << "packets sent again beyond the lost ones (go-back-N?)";
+	EXPECT_LE(c["cc_retrans_bytes"], 2 * lost * 1024);
+	EXPECT_GT(c["rc_seq_naks_rcvd"], 0u);
+}
+
+TEST_F(RcSelective, FallsBackToGoBackNAgainstAStandardResponder)
+{
+	start(lossy_opts(IBV_MTU_1024, kBuf),
+	      {"IBV_COLL_EMU_IMPAIR=drop=0", "IBV_COLL_EMU_RC_OOO=0"});
+	stream();
+	auto c = counters();
+	const uint64_t lost = c["impair_dropped"], again = c["rc_retransmits"];
+	RecordProperty("dropped", std::to_string(lost));
+	RecordProperty("retransmits", std::to_string(again));
+	ASSERT_GT(lost, 100u) << "the impairment dropped too little to tell anything";
+	// The responder kept nothing after a gap: what followed each loss went
+	// again too, so far more than the losses...
+	EXPECT_GT(again, 2 * lost) << "a standard responder cannot have kept the rest";
+	// ... and recovery came from NAKs and the go-back they start, not from
+	// timers firing once per lost packet.
+	EXPECT_LT(c["rc_timeouts"], lost / 4);
 }

@@ -83,6 +83,7 @@ const Want kWant[] = {
 	{"IBV_COLL_EMU_RC_TIMEOUT", "14"},
 	{"IBV_COLL_EMU_SOCKBUF", "4194304"},
 	{"IBV_COLL_EMU_READ_BURST", "64"},
+	{"IBV_COLL_EMU_RC_OOO", "256"},
 	{"IBV_COLL_EMU_IMPAIR", ""},
 	{"IBV_COLL_EMU_ISA", "auto"},
 	{"IBV_COLL_EMU_SEG_UNITS", "4096"},
@@ -156,6 +157,7 @@ TEST(ConfigRegistry, LoadersKeepTheirDefaults)
 	EXPECT_EQ(c.poll_us, 2000u);
 	EXPECT_EQ(c.rc_window, 256u);
 	EXPECT_EQ(c.rc_timeout, 14u);
+	EXPECT_EQ(c.rc_ooo, 256u);
 	EXPECT_EQ(c.sockbuf, 4194304u);
 	EXPECT_EQ(c.seg_units, 4096u);
 	EXPECT_EQ(c.coll_timeout_ms, 10000u);
