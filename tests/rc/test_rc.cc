@@ -498,7 +498,10 @@ TEST_F(RcDelayed, PingTakesTheRoundTripAndWritesPipeline)
 		expect_success(next_wc(), IBV_COLL_WC_RDMA_WRITE, 10 + i);
 	auto all = clk::now() - t0;
 	EXPECT_GE(all, kRtt);
-	EXPECT_LT(all, 6 * kRtt) << "the writes waited for each other's round trips";
+	// One round trip each would take kWrites of them; pipelined they take
+	// one or two.  The bound sits halfway, so that a loaded machine (this
+	// took 6.5 round trips at a load of 16 on 2 cores) does not fail it.
+	EXPECT_LT(all, kWrites / 2 * kRtt) << "the writes waited for each other's round trips";
 	for (int i = 0; i < kWrites; i++)
 		EXPECT_EQ(cmd(kCheck, 100 + i, i * 16384, 16384).status, 0) << "write " << i;
 }
