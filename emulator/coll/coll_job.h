@@ -97,6 +97,10 @@ public:
 		uint8_t repeats = 0;	    // sent again since the message's last progress
 		bool again = false;	    // sent more than once: no RTT sample (Karn)
 		bool fast = false;	    // sent again on a gap (ring_acked): once only
+		// Switch path: ASKs (no payload) since the partial last went,
+		// and whether the switch said it holds the partial.
+		uint8_t asks = 0;
+		bool held = false;
 		bool on = false;
 	};
 	void init(uint32_t nblocks)

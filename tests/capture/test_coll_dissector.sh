@@ -226,7 +226,7 @@ req = [p for p in stats if num(p["kind"]) == 0xe7]
 rep = [p for p in stats if num(p["kind"]) == 0xe8]
 check(len(req) >= 1 and len(rep) == len(req), "a reply per STATS", {"n": str(len(stats))})
 for q, r in zip(req, rep):
-    check(num(q["len"]) == 1280 and num(q["sid"]) == 0, "STATS asks from 0 with 1280 bytes", q)
+    check(num(q["len"]) == 1344 and num(q["sid"]) == 0, "STATS asks from 0 with 1344 bytes", q)
     check(num(r["mid"]) == num(q["mid"]) and num(r["src"]) == 0xffff, "reply echoes the tag", r)
     check(int(r["frame_len"]) <= int(q["frame_len"]), "reply no longer than the request", r)
     names = r["s_counter"].split(";")
