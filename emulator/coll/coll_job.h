@@ -285,7 +285,10 @@ struct CollJob {
 	uint64_t sw_next_gs = 0; // the job's number for the next message's block 0
 	CollStatus sw_fail = CollStatus::success;
 	bool sw_tdm = false; // the switch decides per message (--policy tdm)
-	uint8_t sw_why = 0;  // kRanRefused: the switch refused the job
+	// Blocks in flight through the switches (nic/cc.h): delay, NAKs and
+	// timeouts move it; the grant's window caps it.
+	CongestionCtl sw_cc;
+	uint8_t sw_why = 0; // kRanRefused: the switch refused the job
 
 	// A packet of message mid belongs to one this node has not reached
 	// yet.  Members are at most one message apart and a MID follows the

@@ -246,8 +246,20 @@ void SwitchPath::send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now
 void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
-	while (m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_window && !m.dma_error)
+	CongestionCtl &cc = job.sw_cc;
+	if (!cc.ready()) {
+		// Blocks in flight (sent, no result) are the flow's units; the
+		// round trip crosses the way up and the way down at each level.
+		const uint32_t w = job.sw_window;
+		cc.init(&u_.e_.params.cfg.cc, &u_.e_.cc_counters(), std::max(1u, w / 4), w,
+			job.cfg.sw.leaves > 1 ? 4 : 2);
+	}
+	while (m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_window && !m.dma_error) {
+		if (cc.enabled() && !cc.may_send(uint32_t(m.o_pending.size()), now))
+			break;
 		send_block(job, m, m.sw_next++, now, false);
+		cc.on_send(now);
+	}
 	if (m.dma_error)
 		u_.fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 }
@@ -309,12 +321,18 @@ void SwitchPath::timers(Qp &qp, CollJob &job, uint64_t now)
 	if (!job.active || job.active->waiting)
 		return;
 	Message &m = *job.active;
+	bool lost = false;
 	m.o_pending.for_due(now, [&](uint32_t sid) {
-		if (!m.final_[sid]) {
+		const PendingSet::Entry &e = *m.o_pending.find(sid);
+		if (!m.final_[sid] && e.held && sid >= m.sw_base + 2 * job.cfg.sw.planes) {
+			// The switch has our partial and waits for others': the
+			// oldest blocks' ASKs find a lost result, these need none.
+			u_.arm(job, m, m.o_pending, sid, now, true);
+		} else if (!m.final_[sid]) {
 			// Ask (a lost result, or another member's lost partial,
 			// costs no payload); the partial itself after two ASKs
 			// unanswered, unless the switch said it holds it.
-			const PendingSet::Entry &e = *m.o_pending.find(sid);
+			lost |= !e.held;
 			send_block(job, m, sid, now, true, e.held || e.asks < 2);
 		} else {
 			// End-to-end mode: the result is here, node 0's ACK is not.
@@ -322,6 +340,8 @@ void SwitchPath::timers(Qp &qp, CollJob &job, uint64_t now)
 			u_.arm(job, m, m.o_pending, sid, now, true);
 		}
 	});
+	if (lost)
+		job.sw_cc.on_loss(now);
 	if (m.dma_error)
 		return u_.fail(qp, job, CollStatus::local_err, true,
 			       "a local buffer is not accessible");
@@ -339,8 +359,11 @@ void SwitchPath::release_block(CollJob &job, Message &m, uint32_t sid, uint64_t 
 	if (!m.final_[sid] || (!m.acked.empty() && !m.acked[sid]))
 		return;
 	if (PendingSet::Entry *e = m.o_pending.find(sid)) {
-		if (!e->again)
+		if (!e->again) {
 			u_.rtt_sample(job, now - e->sent);
+			job.sw_cc.on_rtt_sample(now - e->sent, now);
+		}
+		job.sw_cc.on_ack(1, now);
 		m.o_pending.erase(sid);
 	}
 	while (m.sw_base < m.nblocks && m.final_[m.sw_base] &&
@@ -573,6 +596,8 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 		return;
 	}
 	send_block(job, m, sid, now, true);
+	// No cut: a partial lost alone is no sign of a full queue (the
+	// round trip is; a timeout cuts).
 	u_.e_.cc_counters().fast_retrans++;
 }
 
@@ -599,14 +624,19 @@ void SwitchPath::release(const CollJob &job)
 {
 	if (job.sw_phase == CollJob::SwPhase::none)
 		return;
+	// Three times, as an ABORT goes: a lost RELEASE would hold the units
+	// until the switch's idle timeout, and refuse the job's next run.
 	const SwitchConfig &s = job.cfg.sw;
-	for (uint32_t p = 0; p < s.planes; p++) {
-		Ceth h;
-		h.src_node = job.cfg.node;
-		h.jid = job.cfg.jid;
-		h.node_map = 1ull << job.cfg.node;
-		h.job_key = job.cfg.key;
-		u_.send_ep(job, leaf(job, p), leaf(job, p).qpn, kCollRelease, h, nullptr, 0, {});
+	for (int i = 0; i < 3; i++) {
+		for (uint32_t p = 0; p < s.planes; p++) {
+			Ceth h;
+			h.src_node = job.cfg.node;
+			h.jid = job.cfg.jid;
+			h.node_map = 1ull << job.cfg.node;
+			h.job_key = job.cfg.key;
+			u_.send_ep(job, leaf(job, p), leaf(job, p).qpn, kCollRelease, h, nullptr, 0,
+				   {});
+		}
 	}
 }
 
@@ -646,7 +676,14 @@ uint64_t SwitchPath::next_deadline(const CollJob &job) const
 		return std::min(d, m.admit_sent + u_.rto_ns(job));
 	if (m.waiting)
 		return std::min(d, job.sw_cfg_sent + config_interval(job));
-	return std::min({d, m.o_pending.next(), m.f_pending.next()});
+	d = std::min({d, m.o_pending.next(), m.f_pending.next()});
+	// Pacing: the next block when the window has room and waits for time.
+	if (job.sw_cc.enabled() && m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_window &&
+	    m.o_pending.size() < job.sw_cc.window()) {
+		if (const uint64_t t = job.sw_cc.next_send_time())
+			d = std::min(d, t);
+	}
+	return d;
 }
 
 // Time division (ibv_coll_switchd(8) --policy tdm): before each message

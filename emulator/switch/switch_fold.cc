@@ -212,17 +212,16 @@ void Switch::on_ask(Job &j, Child &c, const In &p)
 		j.ctr.resent_up++;
 		send_up(j, unit); // the parent may have lost ours, or we its result
 	} else {
-		// NAK whoever is missing; the asker, if it is not, learns that
-		// its partial is here (a NAK not naming it).
-		send_naks(j, unit, ~0ull);
+		// Still collecting: a NAK to the asker alone (the others are
+		// NAKed as later blocks complete, or when they ask), naming it
+		// if its partial is missing, else the nodes the unit waits for.
 		uint64_t missing = u.node_pending;
 		for (const Stash &s : j.stash[unit])
 			missing &= ~s.cover;
-		if (!(missing & c.cover)) {
-			Ceth h = nak_header(unit_header(u, j.jid, j.key, unit), missing);
-			j.ctr.naks++;
-			send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, nullptr, 0);
-		}
+		const uint64_t mine = missing & c.cover;
+		Ceth h = nak_header(unit_header(u, j.jid, j.key, unit), mine ? mine : missing);
+		j.ctr.naks++;
+		send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, nullptr, 0);
 	}
 }
 

@@ -37,9 +37,10 @@
 // only those.  A node whose results show a gap (the result of block g + 2P
 // is here and g's is not), or whose block timed out, sends an ASK: DATA
 // flagged kCethAsk, no payload: a switch holding the result answers with
-// it; one still collecting NAKs every child whose partial it lacks (the
-// asker too, if its partial is missing); one that never saw the block
-// NAKs the asker; a leaf whose partial is on its way up sends it up again.
+// it; one still collecting NAKs the asker alone: naming it if its partial
+// is missing, else naming the nodes it waits for (the asker then never
+// sends that partial again); one that never saw the block NAKs the asker;
+// a leaf whose partial is on its way up sends it up again.
 // A spine NAKs a leaf like a member, and the leaf sends its partial up
 // again.  A node's timed-out block alternates ASK and the full partial,
 // so that the timeout stays the last resort when the switch is not heard.

@@ -212,11 +212,8 @@ public:
 		if (h.flags & wire::kCethAsk) {
 			ASSERT_EQ(len, 0u);
 			asks++;
-			for (uint16_t n = 0; n < members_.size(); n++)
-				if (!(b.have & (1ull << n)))
-					send_nak(h, n, 1ull << n);
-			if (b.have & (1ull << h.src_node)) // "yours is here"
-				send_nak(h, h.src_node, full() & ~b.have);
+			const uint64_t me = 1ull << h.src_node;
+			send_nak(h, h.src_node, b.have & me ? full() & ~b.have : me);
 			return;
 		}
 		if (b.have & (1ull << h.src_node)) {
