@@ -217,10 +217,14 @@ struct Message {
 	bool waiting = false; // for the switch's grant
 	uint8_t admit = 0;    // tdm: 1 asked the switch, 2 granted the pool
 	uint64_t admit_sent = 0;
-	uint16_t admit_why = 0;	    // tdm refused it: kRanBusy, kRanScored or kRanRefused
-	uint64_t gs0 = 0;	    // the job's number for block 0
-	uint32_t sw_base = 0;	    // oldest block without its result
-	uint32_t sw_next = 0;	    // next block to send
+	uint16_t admit_why = 0; // tdm refused it: kRanBusy, kRanScored or kRanRefused
+	uint64_t gs0 = 0;	// the job's number for block 0
+	uint32_t sw_base = 0;	// oldest block without its result
+	uint32_t sw_next = 0;	// next block to send
+	// No result for a while: when the oldest blocks were last probed
+	// (ASKed), and how many probes since the last result.
+	uint64_t sw_probe_at = 0;
+	uint32_t sw_probes = 0;
 	std::vector<uint8_t> acked; // end-to-end mode: node 0 acknowledged the block
 };
 

@@ -104,6 +104,8 @@ private:
 	bool result_ok(const CollJob &job, const Message &m, const CollPacket &p) const;
 	void on_nak(CollJob &job, const CollPacket &p, uint64_t now);
 	void find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now);
+	uint64_t probe_due(const CollJob &job, const Message &m) const;
+	void probe(CollJob &job, Message &m, uint64_t now);
 	bool recently_sent(const CollJob &job, Message &m, uint32_t sid, uint64_t now,
 			   bool partial);
 	void admit_ask(CollJob &job, Message &m, uint64_t now);

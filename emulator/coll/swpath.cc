@@ -342,6 +342,8 @@ void SwitchPath::timers(Qp &qp, CollJob &job, uint64_t now)
 	});
 	if (lost)
 		job.sw_cc.on_loss(now);
+	if (!m.o_pending.empty() && now >= probe_due(job, m))
+		probe(job, m, now);
 	if (m.dma_error)
 		return u_.fail(qp, job, CollStatus::local_err, true,
 			       "a local buffer is not accessible");
@@ -579,6 +581,35 @@ bool SwitchPath::recently_sent(const CollJob &job, Message &m, uint32_t sid, uin
 	return e && e->again && !(partial && e->asks) && now - e->sent < rtt;
 }
 
+// No result for two round trips (a lost block at the end of the message,
+// where no later result shows the gap, or a window stalled behind one):
+// probe, as TCP's tail loss probe does, before the timeout.  Without
+// progress each probe waits twice as long as the last.
+uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
+{
+	const uint64_t base = std::max<uint64_t>(2 * job.srtt, 500 * util::kNsPerUs);
+	if (m.last_progress >= m.sw_probe_at)
+		return m.last_progress + base;
+	return m.sw_probe_at + (base << std::min<uint32_t>(m.sw_probes, 10));
+}
+
+// ASK for the oldest blocks without a result (one round trip's worth of
+// them per plane at most): the switch answers with the result, or NAKs
+// the missing partial.
+void SwitchPath::probe(CollJob &job, Message &m, uint64_t now)
+{
+	m.sw_probes = m.last_progress >= m.sw_probe_at ? 0 : m.sw_probes + 1;
+	m.sw_probe_at = now;
+	uint32_t n = 0;
+	for (uint32_t sid = m.sw_base; sid < m.sw_next && n < 2 * job.cfg.sw.planes; sid++) {
+		if (m.final_[sid] || !m.o_pending.find(sid))
+			continue;
+		n++;
+		if (!recently_sent(job, m, sid, now, false))
+			send_block(job, m, sid, now, true, true);
+	}
+}
+
 // The switch lacks our partial of the block (wire/swproto.h, Loss): it
 // goes again now, the only copy that does.  A NAK that does not name us
 // answers our ASK: the switch holds our partial and waits for others'.
@@ -677,6 +708,8 @@ uint64_t SwitchPath::next_deadline(const CollJob &job) const
 	if (m.waiting)
 		return std::min(d, job.sw_cfg_sent + config_interval(job));
 	d = std::min({d, m.o_pending.next(), m.f_pending.next()});
+	if (!m.o_pending.empty())
+		d = std::min(d, probe_due(job, m));
 	// Pacing: the next block when the window has room and waits for time.
 	if (job.sw_cc.enabled() && m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_window &&
 	    m.o_pending.size() < job.sw_cc.window()) {
