@@ -185,6 +185,7 @@ private:
 	void on_config_ack(const In &p);
 	void answer_pending(Job &j, const Endpoint &src);
 	void on_data(const In &p);
+	void take_partial(Job &j, const Child &c, const In &p);
 	void on_result(const In &p);
 	void on_release(const In &p);
 	void on_stats(const In &p); // switch_stats.cc

@@ -281,6 +281,13 @@ void Switch::on_data(const In &p0)
 	}
 	if (p.h.flags & kCethAsk)
 		return on_ask(j, *c, p);
+	take_partial(j, *c, p);
+}
+
+// A child's partial for a unit of a granted job, checked: fold it, answer
+// a repeat, or claim the unit for a newer block.
+void Switch::take_partial(Job &j, const Child &c, const In &p)
+{
 	j.ctr.data++;
 	j.ctr.rx_packets++;
 	j.ctr.rx_bytes += p.paylen;
@@ -312,7 +319,7 @@ void Switch::on_data(const In &p0)
 		j.ctr.duplicates++;
 		if (u.kind == kUnitDone) {
 			j.ctr.retrans_answered++;
-			send_result(j, unit, *c);
+			send_result(j, unit, c);
 		} else if (u.kind == kUnitUp) {
 			j.ctr.resent_up++;
 			send_up(j, unit); // the parent may have lost ours
