@@ -581,13 +581,17 @@ bool SwitchPath::recently_sent(const CollJob &job, Message &m, uint32_t sid, uin
 	return e && e->again && !(partial && e->asks) && now - e->sent < rtt;
 }
 
-// No result for two round trips (a lost block at the end of the message,
+// No result for two round trips, and a quarter of the timeout floor (a
+// lost block at the end of the message,
 // where no later result shows the gap, or a window stalled behind one):
 // probe, as TCP's tail loss probe does, before the timeout.  Without
 // progress each probe waits twice as long as the last.
 uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 {
-	const uint64_t base = std::max<uint64_t>(2 * job.srtt, 500 * util::kNsPerUs);
+	// At least a quarter of the timeout floor: a node descheduled for a
+	// moment on a busy machine is not a loss.
+	const uint64_t floor = uint64_t(u_.e_.params.cfg.coll_rto_us) * util::kNsPerUs / 4;
+	const uint64_t base = std::max<uint64_t>(2 * job.srtt, floor);
 	if (m.last_progress >= m.sw_probe_at)
 		return m.last_progress + base;
 	return m.sw_probe_at + (base << std::min<uint32_t>(m.sw_probes, 10));

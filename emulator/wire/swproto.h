@@ -35,7 +35,8 @@
 // payload, CETH node_map = the child's missing nodes, mid, sid, seq and
 // seg of the block.  The child sends those partials again at once, and
 // only those.  A node whose results show a gap (the result of block g + 2P
-// is here and g's is not), or whose block timed out, sends an ASK: DATA
+// is here and g's is not), or that has had no result for two round trips
+// (its oldest blocks), or whose block timed out, sends an ASK: DATA
 // flagged kCethAsk, no payload: a switch holding the result answers with
 // it; one still collecting NAKs the asker alone: naming it if its partial
 // is missing, else naming the nodes it waits for (the asker then never
