@@ -79,8 +79,6 @@ public:
 	uint32_t seg_high_water() const override { return uint32_t(segs_.high_water()); }
 
 	SegPool &segs() { return segs_; }
-	// The job leaves its switches (its QP is reset or destroyed).
-	void sw_release(const CollJob &job);
 	CollCounters ctr;
 
 private:
@@ -131,31 +129,6 @@ private:
 	void fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, const char *why);
 	void send_abort(const CollJob &job, uint32_t mid, CollStatus st);
 	// swpath.cc
-	bool sw_wanted(const CollJob &job) const;
-	uint32_t sw_request(const CollJob &job) const;
-	const Endpoint &sw_leaf(const CollJob &job, uint32_t plane) const;
-	// To the planes not granted yet; all: to every plane (a keepalive).
-	void sw_send_config(CollJob &job, uint64_t now, bool all = false);
-	uint64_t sw_keep_due(const CollJob &job) const;
-	void sw_begin(Qp &qp, CollJob &job, uint64_t now);
-	void sw_ready(CollJob &job);
-	void sw_start(Qp &qp, CollJob &job, uint64_t now);
-	int sw_owner(const CollJob &job, const Message &m, uint32_t sid) const;
-	void sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again);
-	void sw_pump(Qp &qp, CollJob &job, uint64_t now);
-	void sw_timers(Qp &qp, CollJob &job, uint64_t now);
-	void sw_config_timers(Qp &qp, CollJob &job, uint64_t now);
-	bool sw_all_heard(const CollJob &job) const;
-	uint64_t sw_config_interval(const CollJob &job) const;
-	bool sw_done(const CollJob &job) const;
-	void sw_release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now);
-	void sw_send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uint16_t to, bool ask);
-	void sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p);
-	void sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p);
-	void sw_admit_ask(CollJob &job, Message &m, uint64_t now);
-	void sw_on_admit(Qp &qp, CollJob &job, const CollPacket &p);
-	void sw_admit_timers(Qp &qp, CollJob &job, uint64_t now);
-	void sw_admit_done(const CollJob &job, const Message &m);
 	uint64_t rto_ns(const CollJob &job) const;
 	uint64_t coll_timeout_ns(const CollJob &job) const;
 	void rtt_sample(CollJob &job, uint64_t rtt);

@@ -97,6 +97,10 @@ public:
 		uint8_t repeats = 0;	    // sent again since the message's last progress
 		bool again = false;	    // sent more than once: no RTT sample (Karn)
 		bool fast = false;	    // sent again on a gap (RingPath::acked): once only
+		// Switch path: ASKs (no payload) since the partial last went,
+		// and whether the switch said it holds the partial.
+		uint8_t asks = 0;
+		bool held = false;
 		bool on = false;
 	};
 	void init(uint32_t nblocks)
@@ -217,10 +221,14 @@ struct Message {
 	bool waiting = false; // for the switch's grant
 	uint8_t admit = 0;    // tdm: 1 asked the switch, 2 granted the pool
 	uint64_t admit_sent = 0;
-	uint16_t admit_why = 0;	    // tdm refused it: kRanBusy, kRanScored or kRanRefused
-	uint64_t gs0 = 0;	    // the job's number for block 0
-	uint32_t sw_base = 0;	    // oldest block without its result
-	uint32_t sw_next = 0;	    // next block to send
+	uint16_t admit_why = 0; // tdm refused it: kRanBusy, kRanScored or kRanRefused
+	uint64_t gs0 = 0;	// the job's number for block 0
+	uint32_t sw_base = 0;	// oldest block without its result
+	uint32_t sw_next = 0;	// next block to send
+	// No result for a while: when the oldest blocks were last probed
+	// (ASKed), and how many probes since the last result.
+	uint64_t sw_probe_at = 0;
+	uint32_t sw_probes = 0;
 	std::vector<uint8_t> acked; // end-to-end mode: node 0 acknowledged the block
 };
 
@@ -285,7 +293,10 @@ struct CollJob {
 	uint64_t sw_next_gs = 0; // the job's number for the next message's block 0
 	CollStatus sw_fail = CollStatus::success;
 	bool sw_tdm = false; // the switch decides per message (--policy tdm)
-	uint8_t sw_why = 0;  // kRanRefused: the switch refused the job
+	// Blocks in flight through the switches (nic/cc.h): delay, NAKs and
+	// timeouts move it; the grant's window caps it.
+	CongestionCtl sw_cc;
+	uint8_t sw_why = 0; // kRanRefused: the switch refused the job
 
 	// A packet of message mid belongs to one this node has not reached
 	// yet.  Members are at most one message apart and a MID follows the

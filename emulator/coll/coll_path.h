@@ -15,6 +15,8 @@
 // packets from a switch and ACKs between members are the switch path's.
 #pragma once
 
+#include "wire/swproto.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -23,6 +25,8 @@ namespace ibv_coll::emu {
 class CollEngine;
 class PendingSet;
 struct CollJob;
+struct Endpoint;
+struct Message;
 struct CollPacket;
 struct Message;
 struct Qp;
@@ -88,7 +92,48 @@ public:
 	bool done(const CollJob &job) const override;
 	uint64_t next_deadline(const CollJob &job) const override;
 
+	// What execution control asks of the job's switches, whatever runs
+	// its message: is the job for them, its keepalive (when due, 0:
+	// never; send_config with all: to every plane), and leaving them.
+	bool wanted(const CollJob &job) const;
+	uint64_t keep_due(const CollJob &job) const;
+	void send_config(CollJob &job, uint64_t now, bool all = false);
+	void release(const CollJob &job);
+
 private:
+	uint32_t request(const CollJob &job) const;
+	const Endpoint &leaf(const CollJob &job, uint32_t plane) const;
+	sw::Task task(const CollJob &job, uint32_t plane) const;
+	void ready(CollJob &job);
+	void launch(Qp &qp, CollJob &job, uint64_t now);
+	int owner(const Message &m, uint32_t sid) const;
+	// Block sid's partial to its plane's switch; with ask, no payload:
+	// a request for its result (wire/swproto.h, loss recovery).
+	void send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again,
+			bool ask = false);
+	void pump(Qp &qp, CollJob &job, uint64_t now);
+	void timers(Qp &qp, CollJob &job, uint64_t now);
+	void config_timers(Qp &qp, CollJob &job, uint64_t now);
+	bool all_heard(const CollJob &job) const;
+	uint64_t config_interval(const CollJob &job) const;
+	void release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now);
+	void send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uint16_t to, bool ask);
+	void on_ack(Qp &qp, CollJob &job, const CollPacket &p);
+	void on_config_ack(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
+	void on_grant(Qp &qp, CollJob &job, const CollPacket &p, uint32_t plane, uint64_t now);
+	void on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
+	bool result_ok(const CollJob &job, const Message &m, const CollPacket &p) const;
+	void on_nak(CollJob &job, const CollPacket &p, uint64_t now);
+	void find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now);
+	uint64_t probe_due(const CollJob &job, const Message &m) const;
+	void probe(CollJob &job, Message &m, uint64_t now);
+	bool recently_sent(const CollJob &job, Message &m, uint32_t sid, uint64_t now,
+			   bool partial);
+	void admit_ask(CollJob &job, Message &m, uint64_t now);
+	void on_admit(Qp &qp, CollJob &job, const CollPacket &p);
+	void admit_timers(Qp &qp, CollJob &job, uint64_t now);
+	void admit_done(const CollJob &job, const Message &m);
+
 	CollEngine &u_;
 };
 

@@ -36,7 +36,7 @@ void CollEngine::release(Qp &qp)
 	if (!qp.job)
 		return;
 	const JobConfig &c = qp.job->cfg;
-	sw_release(*qp.job);
+	sw_.release(*qp.job);
 	// Now: the QP's context may be closed next, and its engine thread
 	// with it, before another progress pass would send the batch.
 	e_.tx_flush();
@@ -220,7 +220,7 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 			m.staging_voff = r.vbegin;
 		}
 	}
-	m.path = sw_wanted(job) ? static_cast<CollPath *>(&sw_) : &ring_;
+	m.path = sw_.wanted(job) ? static_cast<CollPath *>(&sw_) : &ring_;
 	m.path->start(qp, job, now);
 	settle(qp, job, now);
 }
@@ -273,9 +273,9 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		}
 		did |= e_.tx_packets() != before;
 	}
-	if (const uint64_t keep = sw_keep_due(job);
+	if (const uint64_t keep = sw_.keep_due(job);
 	    keep && now >= keep && qp.state == QpState::rts) {
-		sw_send_config(job, now, true);
+		sw_.send_config(job, now, true);
 		did = true;
 	}
 	retire(qp);
@@ -297,7 +297,7 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 	if (!qp.job)
 		return 0;
 	// The switch keepalive belongs to the job, the rest to its message's path.
-	const uint64_t keep = sw_keep_due(*qp.job);
+	const uint64_t keep = sw_.keep_due(*qp.job);
 	if (!qp.job->active)
 		return keep;
 	const uint64_t d = qp.job->active->path->next_deadline(*qp.job);

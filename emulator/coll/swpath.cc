@@ -1,14 +1,16 @@
 // The switch path: a member NIC's side of in-network aggregation
-// (coll/swproto.h).  The NIC reduces its local ranks, sends each block's
+// (wire/swproto.h).  The NIC reduces its local ranks, sends each block's
 // node partial once to the switch of the block's plane, and gets the
 // result back; the result is the acknowledgement.  At most W blocks are
-// outstanding past the oldest without its result; a block whose result
-// does not come back in time is sent again (the switch answers a repeat
-// from its shadow copy, never reducing it twice).
+// outstanding past the oldest without its result.  A lost partial is sent
+// again when the switch NAKs it (it saw later blocks complete without it);
+// a lost result is asked for (ASK, no payload) when later results show the
+// gap; a block whose result does not come back in time is asked for, then
+// sent again (the switch answers a repeat from its shadow copy, never
+// reducing it twice).
 #include "coll/coll_engine.h"
 
 #include "nic/nic.h"
-#include "wire/swproto.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "wire/swproto.h"
@@ -31,64 +33,69 @@ uint64_t bits(uint16_t n)
 
 // Seg units asked of each switch: the job's range, at most what the
 // CETH's 16-bit unit field can name.
-uint32_t CollEngine::sw_request(const CollJob &job) const
+uint32_t SwitchPath::request(const CollJob &job) const
 {
 	return std::min<uint32_t>(job.cfg.seg_count, 0xffff);
 }
 
-bool CollEngine::sw_wanted(const CollJob &job) const
+bool SwitchPath::wanted(const CollJob &job) const
 {
 	const JobConfig &c = job.cfg;
 	return c.nodes() > 1 && c.sw.on && c.topology != Topology::ring &&
 	       job.sw_phase != CollJob::SwPhase::fallback;
 }
 
-const Endpoint &CollEngine::sw_leaf(const CollJob &job, uint32_t plane) const
+const Endpoint &SwitchPath::leaf(const CollJob &job, uint32_t plane) const
 {
 	const SwitchConfig &s = job.cfg.sw;
 	uint32_t leaf = s.leaves > 1 ? s.member_leaf[job.cfg.node] : 0;
 	return s.leaf[plane * s.leaves + leaf];
 }
 
-void CollEngine::sw_send_config(CollJob &job, uint64_t now, bool all)
+// The task information for plane's leaf (wire/swproto.h).
+sw::Task SwitchPath::task(const CollJob &job, uint32_t plane) const
 {
 	const JobConfig &c = job.cfg;
 	const SwitchConfig &s = c.sw;
-	uint64_t subtree = 0;
+	sw::Task t;
+	t.node = c.node;
+	t.nodes = c.nodes();
+	t.qpn = job.qpn;
+	t.members = bits(c.nodes());
 	for (uint16_t n = 0; n < c.nodes(); n++)
 		if (s.leaves == 1 || s.member_leaf[n] == s.member_leaf[c.node])
-			subtree |= 1ull << n;
-	for (uint32_t p = 0; p < s.planes; p++) {
+			t.subtree |= 1ull << n;
+	t.seg_req = request(job);
+	t.plane = uint16_t(plane);
+	if (s.leaves > 1) {
+		memcpy(t.parent_ip, s.spine[plane].ip.b, 16);
+		t.parent_port = s.spine[plane].port;
+	}
+	return t;
+}
+
+void SwitchPath::send_config(CollJob &job, uint64_t now, bool all)
+{
+	const JobConfig &c = job.cfg;
+	for (uint32_t p = 0; p < c.sw.planes; p++) {
 		if (job.sw_granted[p] && !all)
 			continue;
-		sw::Task t;
-		t.node = c.node;
-		t.nodes = c.nodes();
-		t.qpn = job.qpn;
-		t.members = bits(c.nodes());
-		t.subtree = subtree;
-		t.seg_req = sw_request(job);
-		t.plane = uint16_t(p);
-		if (s.leaves > 1) {
-			memcpy(t.parent_ip, s.spine[p].ip.b, 16);
-			t.parent_port = s.spine[p].port;
-		}
 		uint8_t tb[sw::kTaskBytes];
-		t.store(tb);
+		task(job, p).store(tb);
 		Ceth h;
 		h.src_node = c.node;
 		h.jid = c.jid;
 		h.node_map = 1ull << c.node;
 		h.job_key = c.key;
-		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollConfig, h, tb,
-			sw::kTaskBytes, {});
+		u_.send_ep(job, leaf(job, p), leaf(job, p).qpn, kCollConfig, h, tb, sw::kTaskBytes,
+			   {});
 	}
 	job.sw_cfg_sent = now;
 }
 
 // Keepalive: a granted job CONFIGs its switches again when this is due
 // (0: never).
-uint64_t CollEngine::sw_keep_due(const CollJob &job) const
+uint64_t SwitchPath::keep_due(const CollJob &job) const
 {
 	return job.sw_keep_ns && job.sw_phase == CollJob::SwPhase::ready
 		       ? job.sw_cfg_sent + job.sw_keep_ns
@@ -97,19 +104,19 @@ uint64_t CollEngine::sw_keep_due(const CollJob &job) const
 
 // The switch path's first message: ask for Seg units (or, inline, assume
 // them), then start.
-void CollEngine::sw_begin(Qp &qp, CollJob &job, uint64_t now)
+void SwitchPath::start(Qp &qp, CollJob &job, uint64_t now)
 {
 	const SwitchConfig &s = job.cfg.sw;
 	if (job.sw_phase == CollJob::SwPhase::none) {
 		job.sw_granted.assign(s.planes, 0);
 		job.sw_heard.assign(s.planes, 0);
 		if (s.inline_task) {
-			job.sw_granted.assign(s.planes, sw_request(job));
-			sw_ready(job);
+			job.sw_granted.assign(s.planes, request(job));
+			ready(job);
 		} else {
 			job.sw_phase = CollJob::SwPhase::configuring;
 			job.sw_cfg_start = now;
-			sw_send_config(job, now);
+			send_config(job, now);
 		}
 	}
 	Message &m = *job.active;
@@ -118,22 +125,22 @@ void CollEngine::sw_begin(Qp &qp, CollJob &job, uint64_t now)
 		m.waiting = true;
 		return;
 	}
-	sw_start(qp, job, now);
+	launch(qp, job, now);
 }
 
-void CollEngine::sw_ready(CollJob &job)
+void SwitchPath::ready(CollJob &job)
 {
 	const SwitchConfig &s = job.cfg.sw;
 	uint32_t g = *std::min_element(job.sw_granted.begin(), job.sw_granted.end());
 	uint32_t w = std::min<uint64_t>(uint64_t(s.planes) * g / 2, UINT32_MAX);
-	uint32_t want = s.window ? s.window : e_.params.cfg.coll_window;
+	uint32_t want = s.window ? s.window : u_.e_.params.cfg.coll_window;
 	job.sw_window = std::min(w, want);
 	job.sw_phase = CollJob::SwPhase::ready;
 	IBVC_INFO("coll", "{}: job {} through the switch: {} plane(s), {} Seg units, window {}",
-		  e_.params.name, job.cfg.jid, s.planes, g, job.sw_window);
+		  u_.e_.params.name, job.cfg.jid, s.planes, g, job.sw_window);
 }
 
-void CollEngine::sw_start(Qp &qp, CollJob &job, uint64_t now)
+void SwitchPath::launch(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
 	m.waiting = false;
@@ -143,15 +150,15 @@ void CollEngine::sw_start(Qp &qp, CollJob &job, uint64_t now)
 		return;
 	}
 	if (job.sw_phase == CollJob::SwPhase::failed)
-		return fail(qp, job, job.sw_fail, false,
-			    job.sw_fail == CollStatus::denied ? "the switch refused the job"
-							      : "no answer from the switch");
+		return u_.fail(qp, job, job.sw_fail, false,
+			       job.sw_fail == CollStatus::denied ? "the switch refused the job"
+								 : "no answer from the switch");
 	if (!job.sw_window)
-		return fail(qp, job, CollStatus::buffer_err, true,
-			    "the switch granted too few Seg units for a window");
+		return u_.fail(qp, job, CollStatus::buffer_err, true,
+			       "the switch granted too few Seg units for a window");
 	if (job.sw_tdm && m.admit != 2) {
 		m.waiting = true; // for the switch's decision on this message
-		return sw_admit_ask(job, m, now);
+		return admit_ask(job, m, now);
 	}
 	m.ran = kRanSwitch | (job.cfg.sw.leaves > 1 ? kRanHierarchy : 0);
 	m.gs0 = job.sw_next_gs;
@@ -159,13 +166,12 @@ void CollEngine::sw_start(Qp &qp, CollJob &job, uint64_t now)
 	if (job.cfg.sw.e2e_ack)
 		m.acked.assign(m.nblocks, job.cfg.node == 0 ? 1 : 0);
 	m.last_progress = now;
-	sw_pump(qp, job, now);
+	pump(qp, job, now);
 }
 
 // Which node needs block sid's data (the others get a token): -1 for all.
-int CollEngine::sw_owner(const CollJob &job, const Message &m, uint32_t sid) const
+int SwitchPath::owner(const Message &m, uint32_t sid) const
 {
-	(void)job;
 	switch (m.coll) {
 	case CollOp::reduce: return m.root_node;
 	case CollOp::reduce_scatter: return m.chunks[m.chain[sid].chunk].fin;
@@ -173,7 +179,8 @@ int CollEngine::sw_owner(const CollJob &job, const Message &m, uint32_t sid) con
 	}
 }
 
-void CollEngine::sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again)
+void SwitchPath::send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again,
+			    bool ask)
 {
 	const JobConfig &c = job.cfg;
 	const BlockDesc &b = m.chain[sid];
@@ -184,80 +191,81 @@ void CollEngine::sw_send_block(CollJob &job, Message &m, uint32_t sid, uint64_t 
 	// application's buffer when there is nothing to reduce.
 	const uint32_t ext_len = c.sw.inline_task ? uint32_t(sw::kTaskBytes) : 0;
 	Payload pl;
-	switch (m.coll) {
-	case CollOp::bcast:
-	case CollOp::allgather:
+	if (ask) {
+		// No payload: the switch has it, or says it has not.
+	} else if (m.coll == CollOp::bcast || m.coll == CollOp::allgather) {
 		// Only the block's owner has data; the others send a token.
 		if ((m.coll == CollOp::bcast && m.root_node == c.node) ||
 		    (m.coll == CollOp::allgather && m.chunks[b.chunk].fin == c.node)) {
-			if (!result_source(job, m, sid, &pl.data)) {
+			if (!u_.result_source(job, m, sid, &pl.data)) {
 				m.dma_error = true;
 				return;
 			}
 			pl.len = len;
 			pl.lend = true;
 		}
-		break;
-	default:
-		if (!local_data(job, m, sid, tx_payload(ext_len), &pl.data)) {
+	} else {
+		if (!u_.local_data(job, m, sid, u_.tx_payload(ext_len), &pl.data)) {
 			m.dma_error = true;
 			return;
 		}
 		pl.len = len;
 		pl.lend = true; // unless it is in place
-		break;
 	}
-	Ceth h = header(job, m, sid);
+	Ceth h = u_.header(job, m, sid);
 	h.seg = uint16_t(sw::unit_of(gs, c.sw.planes, job.sw_granted[plane]));
-	h.seq = uint32_t(gs); // what orders the uses of a unit (coll/swproto.h)
+	h.seq = uint32_t(gs); // what orders the uses of a unit (wire/swproto.h)
 	h.node_map = 1ull << c.node;
 	h.rank_map = bits(m.ranks);
-	int owner = sw_owner(job, m, sid);
-	h.phase = uint8_t(owner < 0 ? 0 : owner + 1);
+	int o = owner(m, sid);
+	h.phase = uint8_t(o < 0 ? 0 : o + 1);
 	if (again)
 		h.flags |= kCethRetrans;
+	if (ask)
+		h.flags |= kCethAsk;
+	const Endpoint &to = leaf(job, plane);
 	if (c.sw.inline_task) {
-		sw::Task t;
-		t.node = c.node;
-		t.nodes = c.nodes();
-		t.qpn = job.qpn;
-		t.members = bits(c.nodes());
-		t.subtree = 0;
-		for (uint16_t n = 0; n < c.nodes(); n++)
-			if (c.sw.leaves == 1 || c.sw.member_leaf[n] == c.sw.member_leaf[c.node])
-				t.subtree |= 1ull << n;
-		t.seg_req = sw_request(job);
-		t.plane = uint16_t(plane);
-		if (c.sw.leaves > 1) {
-			memcpy(t.parent_ip, c.sw.spine[plane].ip.b, 16);
-			t.parent_port = c.sw.spine[plane].port;
-		}
 		uint8_t tb[sw::kTaskBytes];
-		t.store(tb);
+		task(job, plane).store(tb);
 		h.flags |= kCethInline;
-		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, tb,
-			ext_len, pl);
+		u_.send_ep(job, to, to.qpn, kCollData, h, tb, ext_len, pl);
 	} else {
-		send_ep(job, sw_leaf(job, plane), sw_leaf(job, plane).qpn, kCollData, h, nullptr, 0,
-			pl);
+		u_.send_ep(job, to, to.qpn, kCollData, h, nullptr, 0, pl);
 	}
-	note_src_lent(m, sid);
-	arm(job, m, m.o_pending, sid, now, again);
-	if (again)
-		ctr.retrans_data++;
+	if (pl.len)
+		u_.note_src_lent(m, sid);
+	u_.arm(job, m, m.o_pending, sid, now, again);
+	PendingSet::Entry &e = *m.o_pending.find(sid);
+	e.asks = ask ? uint8_t(std::min(e.asks + 1, 255)) : 0;
+	if (again && !ask) {
+		u_.ctr.retrans_data++;
+		u_.e_.cc_counters().retrans_bytes += pl.len;
+	}
 }
 
-void CollEngine::sw_pump(Qp &qp, CollJob &job, uint64_t now)
+void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
-	while (m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_window && !m.dma_error)
-		sw_send_block(job, m, m.sw_next++, now, false);
+	CongestionCtl &cc = job.sw_cc;
+	if (!cc.ready()) {
+		// Blocks in flight (sent, no result) are the flow's units; the
+		// round trip crosses the way up and the way down at each level.
+		const uint32_t w = job.sw_window;
+		cc.init(&u_.e_.params.cfg.cc, &u_.e_.cc_counters(), std::max(1u, w / 4), w,
+			job.cfg.sw.leaves > 1 ? 4 : 2);
+	}
+	while (m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_window && !m.dma_error) {
+		if (cc.enabled() && !cc.may_send(uint32_t(m.o_pending.size()), now))
+			break;
+		send_block(job, m, m.sw_next++, now, false);
+		cc.on_send(now);
+	}
 	if (m.dma_error)
-		fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+		u_.fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 }
 
 // Every plane's leaf has answered (perhaps only "heard, wait").
-bool CollEngine::sw_all_heard(const CollJob &job) const
+bool SwitchPath::all_heard(const CollJob &job) const
 {
 	return std::count(job.sw_heard.begin(), job.sw_heard.end(), uint8_t(0)) == 0;
 }
@@ -265,10 +273,10 @@ bool CollEngine::sw_all_heard(const CollJob &job) const
 // CONFIG goes again every retransmission timeout until every leaf has
 // answered, then (while they wait for late members) every 100 ms at most:
 // a repeat is what recovers a lost grant.
-uint64_t CollEngine::sw_config_interval(const CollJob &job) const
+uint64_t SwitchPath::config_interval(const CollJob &job) const
 {
-	uint64_t rto = rto_ns(job);
-	return sw_all_heard(job) ? std::max<uint64_t>(rto, 100 * util::kNsPerMs) : rto;
+	uint64_t rto = u_.rto_ns(job);
+	return all_heard(job) ? std::max<uint64_t>(rto, 100 * util::kNsPerMs) : rto;
 }
 
 // Configuring: a switch that never answers fails the job (or, with AUTO,
@@ -276,77 +284,88 @@ uint64_t CollEngine::sw_config_interval(const CollJob &job) const
 // answers "heard, wait" is waited for as long as the collective's own
 // timeout allows, since members may start their first collective far
 // apart.
-void CollEngine::sw_config_timers(Qp &qp, CollJob &job, uint64_t now)
+void SwitchPath::config_timers(Qp &qp, CollJob &job, uint64_t now)
 {
-	if (!sw_all_heard(job)) {
-		uint64_t limit = uint64_t(e_.params.cfg.sw_config_ms) * util::kNsPerMs;
+	if (!all_heard(job)) {
+		uint64_t limit = uint64_t(u_.e_.params.cfg.sw_config_ms) * util::kNsPerMs;
 		if (now - job.sw_cfg_start > limit) {
 			if (job.cfg.topology == Topology::autosel) {
 				IBVC_WARN("coll",
 					  "{}: job {}: no answer from the switch, using the ring",
-					  e_.params.name, job.cfg.jid);
+					  u_.e_.params.name, job.cfg.jid);
 				job.sw_phase = CollJob::SwPhase::fallback;
 			} else {
 				job.sw_phase = CollJob::SwPhase::failed;
 				job.sw_fail = CollStatus::timeout;
 			}
 			if (job.active && job.active->waiting)
-				sw_start(qp, job, now);
+				launch(qp, job, now);
 			return;
 		}
 	} else if (job.active && job.active->waiting && now > job.active->last_progress &&
-		   now - job.active->last_progress > coll_timeout_ns(job)) {
-		ctr.timeouts++;
-		return fail(qp, job, CollStatus::timeout, true,
-			    "the switch still waits for other members of the job");
+		   now - job.active->last_progress > u_.coll_timeout_ns(job)) {
+		u_.ctr.timeouts++;
+		return u_.fail(qp, job, CollStatus::timeout, true,
+			       "the switch still waits for other members of the job");
 	}
-	if (now - job.sw_cfg_sent > sw_config_interval(job))
-		sw_send_config(job, now);
+	if (now - job.sw_cfg_sent > config_interval(job))
+		send_config(job, now);
 }
 
-void CollEngine::sw_timers(Qp &qp, CollJob &job, uint64_t now)
+void SwitchPath::timers(Qp &qp, CollJob &job, uint64_t now)
 {
 	if (job.sw_phase == CollJob::SwPhase::configuring)
-		return sw_config_timers(qp, job, now);
+		return config_timers(qp, job, now);
 	if (job.active && job.active->waiting && job.active->admit == 1)
-		return sw_admit_timers(qp, job, now);
+		return admit_timers(qp, job, now);
 	if (!job.active || job.active->waiting)
 		return;
 	Message &m = *job.active;
+	bool lost = false;
 	m.o_pending.for_due(now, [&](uint32_t sid) {
-		if (!m.final_[sid]) {
-			sw_send_block(job, m, sid, now, true);
+		const PendingSet::Entry &e = *m.o_pending.find(sid);
+		if (!m.final_[sid] && e.held && sid >= m.sw_base + 2 * job.cfg.sw.planes) {
+			// The switch has our partial and waits for others': the
+			// oldest blocks' ASKs find a lost result, these need none.
+			u_.arm(job, m, m.o_pending, sid, now, true);
+		} else if (!m.final_[sid]) {
+			// Ask (a lost result, or another member's lost partial,
+			// costs no payload); the partial itself after two ASKs
+			// unanswered, unless the switch said it holds it.
+			lost |= !e.held;
+			send_block(job, m, sid, now, true, e.held || e.asks < 2);
 		} else {
 			// End-to-end mode: the result is here, node 0's ACK is not.
-			sw_send_ack(job, m.mid, sid, 0, true);
-			arm(job, m, m.o_pending, sid, now, true);
+			send_ack(job, m.mid, sid, 0, true);
+			u_.arm(job, m, m.o_pending, sid, now, true);
 		}
 	});
+	if (lost)
+		job.sw_cc.on_loss(now);
+	if (!m.o_pending.empty() && now >= probe_due(job, m))
+		probe(job, m, now);
 	if (m.dma_error)
-		return fail(qp, job, CollStatus::local_err, true,
-			    "a local buffer is not accessible");
-	if (now > m.last_progress && now - m.last_progress > coll_timeout_ns(job)) {
-		ctr.timeouts++;
-		fail(qp, job, CollStatus::timeout, true,
-		     "no result from the switch within the timeout");
+		return u_.fail(qp, job, CollStatus::local_err, true,
+			       "a local buffer is not accessible");
+	if (now > m.last_progress && now - m.last_progress > u_.coll_timeout_ns(job)) {
+		u_.ctr.timeouts++;
+		u_.fail(qp, job, CollStatus::timeout, true,
+			"no result from the switch within the timeout");
 	}
-}
-
-bool CollEngine::sw_done(const CollJob &job) const
-{
-	const Message &m = *job.active;
-	return !m.waiting && m.finals == m.nblocks && m.o_pending.empty();
 }
 
 // A block leaves the window when its result is here and, in end-to-end
 // mode, node 0 has acknowledged it.
-void CollEngine::sw_release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now)
+void SwitchPath::release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 {
 	if (!m.final_[sid] || (!m.acked.empty() && !m.acked[sid]))
 		return;
 	if (PendingSet::Entry *e = m.o_pending.find(sid)) {
-		if (!e->again)
-			rtt_sample(job, now - e->sent);
+		if (!e->again) {
+			u_.rtt_sample(job, now - e->sent);
+			job.sw_cc.on_rtt_sample(now - e->sent, now);
+		}
+		job.sw_cc.on_ack(1, now);
 		m.o_pending.erase(sid);
 	}
 	while (m.sw_base < m.nblocks && m.final_[m.sw_base] &&
@@ -356,7 +375,7 @@ void CollEngine::sw_release_block(CollJob &job, Message &m, uint32_t sid, uint64
 
 // End-to-end mode: node 0 acknowledges block sid to node `to` (or, with
 // ask, another node asks node 0 for it).
-void CollEngine::sw_send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uint16_t to, bool ask)
+void SwitchPath::send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uint16_t to, bool ask)
 {
 	Ceth h;
 	h.src_node = job.cfg.node;
@@ -367,20 +386,20 @@ void CollEngine::sw_send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uin
 	h.job_key = job.cfg.key;
 	if (ask)
 		h.flags |= kCethRetrans;
-	send(job, to, kCollAck, h);
+	u_.send(job, to, kCollAck, h);
 }
 
 // End-to-end mode: an ACK from node 0, or (at node 0) a request for one.
-void CollEngine::sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p)
+void SwitchPath::on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 {
 	if (!job.cfg.sw.e2e_ack) {
-		ctr.malformed++;
+		u_.ctr.malformed++;
 		return;
 	}
-	const uint64_t now = e_.now();
+	const uint64_t now = u_.e_.now();
 	if (job.cfg.node == 0) {
 		if (!(p.h.flags & kCethRetrans)) {
-			ctr.malformed++;
+			u_.ctr.malformed++;
 			return;
 		}
 		// Acknowledge it if we hold the result (or the message is over).
@@ -388,139 +407,153 @@ void CollEngine::sw_on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 		if ((m && m->sw && p.h.mid == m->mid && p.h.sid < m->nblocks &&
 		     m->final_[p.h.sid]) ||
 		    (m ? seq_after(m->mid, p.h.mid) : !job.ahead(p.h.mid)))
-			sw_send_ack(job, p.h.mid, p.h.sid, p.h.src_node, false);
+			send_ack(job, p.h.mid, p.h.sid, p.h.src_node, false);
 		return;
 	}
 	if (p.h.src_node != 0 || (p.h.flags & kCethRetrans)) {
-		ctr.malformed++;
+		u_.ctr.malformed++;
 		return;
 	}
 	if (!job.active || !job.active->sw || job.active->waiting || p.h.mid != job.active->mid ||
 	    p.h.sid >= job.active->nblocks) {
-		ctr.stale_dropped++;
+		u_.ctr.stale_dropped++;
 		return;
 	}
 	Message &m = *job.active;
 	if (m.acked[p.h.sid]) {
-		ctr.dup_dropped++;
+		u_.ctr.dup_dropped++;
 		return;
 	}
 	m.acked[p.h.sid] = 1;
 	m.last_progress = now;
-	sw_release_block(job, m, p.h.sid, now);
-	sw_pump(qp, job, now);
+	release_block(job, m, p.h.sid, now);
+	pump(qp, job, now);
 }
 
-// A packet from one of the job's switches.
-void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
+// CONFIG_ACK: a grant, a refusal, "heard, wait", or a tdm decision.
+void SwitchPath::on_config_ack(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
-	const uint64_t now = e_.now();
 	const SwitchConfig &s = job.cfg.sw;
-	if (p.kind == kCollConfigAck) {
-		if ((p.h.flags & kCethAdmit) && job.sw_phase != CollJob::SwPhase::configuring) {
-			// A decision names its message; MID 0 is a grant repeated
-			// (the answer to a keepalive), nothing new.
-			if (p.h.mid)
-				sw_on_admit(qp, job, p);
-			return;
+	if ((p.h.flags & kCethAdmit) && job.sw_phase != CollJob::SwPhase::configuring) {
+		// A decision names its message; MID 0 is a grant repeated (the
+		// answer to a keepalive), nothing new.
+		if (p.h.mid)
+			on_admit(qp, job, p);
+		return;
+	}
+	if (job.sw_phase != CollJob::SwPhase::configuring) {
+		if (p.h.status == uint8_t(CollStatus::denied) && job.active && job.active->sw) {
+			// Inline: the switch could not take the job.
+			u_.fail(qp, job, CollStatus::denied, true, "the switch refused the job");
 		}
-		if (job.sw_phase != CollJob::SwPhase::configuring) {
-			if (p.h.status == uint8_t(CollStatus::denied) && job.active &&
-			    job.active->sw) {
-				// Inline: the switch could not take the job.
-				fail(qp, job, CollStatus::denied, true,
-				     "the switch refused the job");
-			}
-			return;
-		}
-		uint32_t plane = s.planes;
-		for (uint32_t q = 0; q < s.planes; q++)
-			if (sw_leaf(job, q) == p.src)
-				plane = q;
-		if (plane == s.planes)
-			return;
-		if (p.h.flags & kCethPending) {
-			if (!job.sw_heard[plane])
-				IBVC_DEBUG("coll",
-					   "{}: job {}: plane {}'s switch waits for other members",
-					   e_.params.name, job.cfg.jid, plane);
-			job.sw_heard[plane] = 1;
-			return;
-		}
+		return;
+	}
+	uint32_t plane = s.planes;
+	for (uint32_t q = 0; q < s.planes; q++)
+		if (leaf(job, q) == p.src)
+			plane = q;
+	if (plane == s.planes)
+		return;
+	if (p.h.flags & kCethPending) {
+		if (!job.sw_heard[plane])
+			IBVC_DEBUG("coll", "{}: job {}: plane {}'s switch waits for other members",
+				   u_.e_.params.name, job.cfg.jid, plane);
 		job.sw_heard[plane] = 1;
-		// A switch sharing its pool by time serves one plane, no spine.
-		const bool tdm_unusable = (p.h.flags & kCethAdmit) &&
-					  (s.planes != 1 || s.leaves != 1);
-		if (p.h.status || p.h.seg < 2 || tdm_unusable) {
-			IBVC_WARN("coll", "{}: job {}: the switch refused it{}", e_.params.name,
-				  job.cfg.jid,
-				  job.cfg.topology == Topology::autosel ? ", using the ring" : "");
-			job.sw_why = kRanRefused;
-			if (job.cfg.topology == Topology::autosel) {
-				job.sw_phase = CollJob::SwPhase::fallback;
-			} else {
-				job.sw_phase = CollJob::SwPhase::failed;
-				job.sw_fail = CollStatus::denied;
-			}
+		return;
+	}
+	job.sw_heard[plane] = 1;
+	on_grant(qp, job, p, plane, now);
+}
+
+// A plane's leaf granted the job Seg units, or refused it.
+void SwitchPath::on_grant(Qp &qp, CollJob &job, const CollPacket &p, uint32_t plane, uint64_t now)
+{
+	const SwitchConfig &s = job.cfg.sw;
+	// A switch sharing its pool by time serves one plane, no spine.
+	const bool tdm_unusable = (p.h.flags & kCethAdmit) && (s.planes != 1 || s.leaves != 1);
+	if (p.h.status || p.h.seg < 2 || tdm_unusable) {
+		IBVC_WARN("coll", "{}: job {}: the switch refused it{}", u_.e_.params.name,
+			  job.cfg.jid,
+			  job.cfg.topology == Topology::autosel ? ", using the ring" : "");
+		job.sw_why = kRanRefused;
+		if (job.cfg.topology == Topology::autosel) {
+			job.sw_phase = CollJob::SwPhase::fallback;
 		} else {
-			job.sw_tdm = p.h.flags & kCethAdmit;
-			job.sw_granted[plane] = p.h.seg;
-			// CETH seq: the switch's idle timeout in ms (0: it does not say).
-			const uint64_t keep = uint64_t(p.h.seq) * util::kNsPerMs / 3;
-			if (keep && (!job.sw_keep_ns || keep < job.sw_keep_ns))
-				job.sw_keep_ns = keep;
-			if (std::count(job.sw_granted.begin(), job.sw_granted.end(), 0u) == 0)
-				sw_ready(job);
+			job.sw_phase = CollJob::SwPhase::failed;
+			job.sw_fail = CollStatus::denied;
 		}
-		if (job.sw_phase != CollJob::SwPhase::configuring && job.active &&
-		    job.active->waiting)
-			sw_start(qp, job, now);
-		return;
+	} else {
+		job.sw_tdm = p.h.flags & kCethAdmit;
+		job.sw_granted[plane] = p.h.seg;
+		// CETH seq: the switch's idle timeout in ms (0: it does not say).
+		const uint64_t keep = uint64_t(p.h.seq) * util::kNsPerMs / 3;
+		if (keep && (!job.sw_keep_ns || keep < job.sw_keep_ns))
+			job.sw_keep_ns = keep;
+		if (std::count(job.sw_granted.begin(), job.sw_granted.end(), 0u) == 0)
+			ready(job);
 	}
-	if (p.kind != kCollResult) {
-		ctr.malformed++;
-		return;
-	}
-	ctr.rx_result++;
+	if (job.sw_phase != CollJob::SwPhase::configuring && job.active && job.active->waiting)
+		launch(qp, job, now);
+}
+
+// A RESULT (or NAK) names a block of the active message, from the leaf of
+// the block's plane, with what it should carry.
+bool SwitchPath::result_ok(const CollJob &job, const Message &m, const CollPacket &p) const
+{
+	const uint32_t sid = p.h.sid;
+	const uint32_t planes = job.cfg.sw.planes;
+	if (p.h.coll != uint8_t(m.coll) || p.h.seq != uint32_t(m.gs0 + sid) ||
+	    !(leaf(job, sw::plane_of(m.gs0 + sid, planes)) == p.src))
+		return false;
+	if (p.h.flags & kCethNak)
+		return p.paylen == 0;
+	const uint32_t len = m.chain[sid].elems * m.es;
+	const int o = owner(m, sid);
+	const bool need = m.coll != CollOp::barrier && (o < 0 || o == job.cfg.node);
+	return need ? p.paylen == len : p.paylen == 0 || p.paylen == len;
+}
+
+// A result from the switch: the block is done here.
+void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
+{
+	const bool nak = p.h.flags & kCethNak;
+	if (!nak)
+		u_.ctr.rx_result++;
 	if (!job.active || !job.active->sw || job.active->waiting || p.h.mid != job.active->mid) {
-		ctr.stale_dropped++;
+		u_.ctr.stale_dropped++;
 		return;
 	}
 	Message &m = *job.active;
 	const uint32_t sid = p.h.sid;
 	if (sid >= m.nblocks) {
-		ctr.bad_block++;
+		u_.ctr.bad_block++;
 		return;
 	}
-	const BlockDesc &b = m.chain[sid];
-	const uint32_t len = b.elems * m.es;
-	int owner = sw_owner(job, m, sid);
-	bool need = owner < 0 || owner == job.cfg.node;
-	if (m.coll == CollOp::barrier)
-		need = false;
-	if ((need && p.paylen != len) || (!need && p.paylen != 0 && p.paylen != len) ||
-	    p.h.coll != uint8_t(m.coll) || p.h.seq != uint32_t(m.gs0 + sid) ||
-	    sw::plane_of(m.gs0 + sid, s.planes) >= s.planes ||
-	    !(sw_leaf(job, sw::plane_of(m.gs0 + sid, s.planes)) == p.src)) {
-		ctr.malformed++;
+	if (!result_ok(job, m, p)) {
+		u_.ctr.malformed++;
 		return;
 	}
 	if (m.final_[sid]) {
-		ctr.dup_dropped++;
+		u_.ctr.dup_dropped++;
 		return;
 	}
-	if (need && len) {
+	if (nak)
+		return on_nak(job, p, now);
+	const BlockDesc &b = m.chain[sid];
+	const uint32_t len = b.elems * m.es;
+	const int o = owner(m, sid);
+	if (m.coll != CollOp::barrier && (o < 0 || o == job.cfg.node) && len) {
 		const uint8_t *data = p.payload;
 		if (m.op == RedOp::avg &&
 		    (m.coll == CollOp::allreduce || m.coll == CollOp::reduce ||
 		     m.coll == CollOp::reduce_scatter)) {
-			memcpy(scratch_.data(), p.payload, len);
-			avg_finalize(m.dtype, scratch_.data(), b.elems, job.cfg.total_ranks);
-			data = scratch_.data();
+			memcpy(u_.scratch_.data(), p.payload, len);
+			avg_finalize(m.dtype, u_.scratch_.data(), b.elems, job.cfg.total_ranks);
+			data = u_.scratch_.data();
 		}
-		if (!write_result(job, m, sid, data)) {
-			fail(qp, job, CollStatus::local_err, true,
-			     "a local buffer is not accessible");
+		if (!u_.write_result(job, m, sid, data)) {
+			u_.fail(qp, job, CollStatus::local_err, true,
+				"a local buffer is not accessible");
 			return;
 		}
 	}
@@ -528,57 +561,146 @@ void CollEngine::sw_on_packet(Qp &qp, CollJob &job, const CollPacket &p)
 	m.finals++;
 	m.last_progress = now;
 	if (job.sw_tdm && m.finals == m.nblocks)
-		sw_admit_done(job, m);
-	if (s.e2e_ack && job.cfg.node == 0)
+		admit_done(job, m);
+	if (job.cfg.sw.e2e_ack && job.cfg.node == 0)
 		for (uint16_t n = 1; n < job.cfg.nodes(); n++)
-			sw_send_ack(job, m.mid, sid, n, false);
-	sw_release_block(job, m, sid, now);
-	sw_pump(qp, job, now);
+			send_ack(job, m.mid, sid, n, false);
+	find_gaps(job, m, sid, now);
+	release_block(job, m, sid, now);
+	pump(qp, job, now);
+}
+
+// Block sid was sent again (with its partial, or as an ASK unless
+// partial) less than a round trip ago: a NAK or a gap seen now may
+// predate that repeat, which then answers it already.
+bool SwitchPath::recently_sent(const CollJob &job, Message &m, uint32_t sid, uint64_t now,
+			       bool partial)
+{
+	const PendingSet::Entry *e = m.o_pending.find(sid);
+	const uint64_t rtt = job.srtt ? job.srtt : u_.rto_ns(job) / 2;
+	return e && e->again && !(partial && e->asks) && now - e->sent < rtt;
+}
+
+// No result for two round trips, and a quarter of the timeout floor (a
+// lost block at the end of the message,
+// where no later result shows the gap, or a window stalled behind one):
+// probe, as TCP's tail loss probe does, before the timeout.  Without
+// progress each probe waits twice as long as the last.
+uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
+{
+	// At least a quarter of the timeout floor: a node descheduled for a
+	// moment on a busy machine is not a loss.
+	const uint64_t floor = uint64_t(u_.e_.params.cfg.coll_rto_us) * util::kNsPerUs / 4;
+	const uint64_t base = std::max<uint64_t>(2 * job.srtt, floor);
+	if (m.last_progress >= m.sw_probe_at)
+		return m.last_progress + base;
+	return m.sw_probe_at + (base << std::min<uint32_t>(m.sw_probes, 10));
+}
+
+// ASK for the oldest blocks without a result (one round trip's worth of
+// them per plane at most): the switch answers with the result, or NAKs
+// the missing partial.
+void SwitchPath::probe(CollJob &job, Message &m, uint64_t now)
+{
+	m.sw_probes = m.last_progress >= m.sw_probe_at ? 0 : m.sw_probes + 1;
+	m.sw_probe_at = now;
+	uint32_t n = 0;
+	for (uint32_t sid = m.sw_base; sid < m.sw_next && n < 2 * job.cfg.sw.planes; sid++) {
+		if (m.final_[sid] || !m.o_pending.find(sid))
+			continue;
+		n++;
+		if (!recently_sent(job, m, sid, now, false))
+			send_block(job, m, sid, now, true, true);
+	}
+}
+
+// The switch lacks our partial of the block (wire/swproto.h, Loss): it
+// goes again now, the only copy that does.  A NAK that does not name us
+// answers our ASK: the switch holds our partial and waits for others'.
+void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
+{
+	Message &m = *job.active;
+	const uint32_t sid = p.h.sid;
+	PendingSet::Entry *e = m.o_pending.find(sid);
+	if (e && !(p.h.node_map & (1ull << job.cfg.node))) {
+		e->held = true;
+		return;
+	}
+	if (!e || recently_sent(job, m, sid, now, true)) {
+		u_.ctr.dup_dropped++;
+		return;
+	}
+	send_block(job, m, sid, now, true);
+	// No cut: a partial lost alone is no sign of a full queue (the
+	// round trip is; a timeout cuts).
+	u_.e_.cc_counters().fast_retrans++;
+}
+
+// The result of block sid is here: an older block of its plane two blocks
+// back whose result is not is a lost result, or a partial the switch
+// will NAK; ask for it (no payload).
+void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
+{
+	const uint32_t lag = 2 * job.cfg.sw.planes;
+	if (sid < lag)
+		return;
+	const uint32_t g = sid - lag;
+	if (g < m.sw_base || m.final_[g] || !m.o_pending.find(g) ||
+	    recently_sent(job, m, g, now, false))
+		return;
+	send_block(job, m, g, now, true, true);
 }
 
 // The job leaves its switches (its QP is reset or destroyed).
 // The job leaves its switches: whatever they hold for it (units, or a
 // configuration still collecting, or a refusal) goes at once rather than
 // at their idle timeout, so the job ID is free for the next run.
-void CollEngine::sw_release(const CollJob &job)
+void SwitchPath::release(const CollJob &job)
 {
 	if (job.sw_phase == CollJob::SwPhase::none)
 		return;
+	// Three times, as an ABORT goes: a lost RELEASE would hold the units
+	// until the switch's idle timeout, and refuse the job's next run.
 	const SwitchConfig &s = job.cfg.sw;
-	for (uint32_t p = 0; p < s.planes; p++) {
-		Ceth h;
-		h.src_node = job.cfg.node;
-		h.jid = job.cfg.jid;
-		h.node_map = 1ull << job.cfg.node;
-		h.job_key = job.cfg.key;
-		send_ep(job, sw_leaf(job, p), sw_leaf(job, p).qpn, kCollRelease, h, nullptr, 0, {});
+	for (int i = 0; i < 3; i++) {
+		for (uint32_t p = 0; p < s.planes; p++) {
+			Ceth h;
+			h.src_node = job.cfg.node;
+			h.jid = job.cfg.jid;
+			h.node_map = 1ull << job.cfg.node;
+			h.job_key = job.cfg.key;
+			u_.send_ep(job, leaf(job, p), leaf(job, p).qpn, kCollRelease, h, nullptr, 0,
+				   {});
+		}
 	}
 }
 
 // The switch path as a strategy (coll/coll_path.h).
-void SwitchPath::start(Qp &qp, CollJob &job, uint64_t now)
+// A packet from one of the job's switches, or an ACK between members.
+void SwitchPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
-	u_.sw_begin(qp, job, now);
-}
-
-void SwitchPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t)
-{
-	if (p.h.src_node == sw::kNodeSwitch)
-		u_.sw_on_packet(qp, job, p);
-	else
-		u_.sw_on_ack(qp, job, p);
+	if (p.h.src_node != sw::kNodeSwitch)
+		return on_ack(qp, job, p);
+	if (p.kind == kCollConfigAck)
+		return on_config_ack(qp, job, p, now);
+	if (p.kind != kCollResult) {
+		u_.ctr.malformed++;
+		return;
+	}
+	on_result(qp, job, p, now);
 }
 
 void SwitchPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 {
-	u_.sw_timers(qp, job, now);
+	timers(qp, job, now);
 	if (job.active && qp.state == QpState::rts && !job.active->waiting && job.active->sw)
-		u_.sw_pump(qp, job, now);
+		pump(qp, job, now);
 }
 
 bool SwitchPath::done(const CollJob &job) const
 {
-	return job.active->sw && u_.sw_done(job);
+	const Message &m = *job.active;
+	return m.sw && !m.waiting && m.finals == m.nblocks && m.o_pending.empty();
 }
 
 uint64_t SwitchPath::next_deadline(const CollJob &job) const
@@ -588,86 +710,17 @@ uint64_t SwitchPath::next_deadline(const CollJob &job) const
 	if (m.waiting && m.admit == 1) // tdm: the switch's decision
 		return std::min(d, m.admit_sent + u_.rto_ns(job));
 	if (m.waiting)
-		return std::min(d, job.sw_cfg_sent + u_.sw_config_interval(job));
-	return std::min({d, m.o_pending.next(), m.f_pending.next()});
-}
-
-// Time division (ibv_coll_switchd(8) --policy tdm): before each message
-// the member asks the switch for the pool (CONFIG flagged ADMIT, with the
-// message's bytes and the job's timeout) and waits for the decision, which
-// the switch takes once per (JID, MID) and repeats to every member that
-// asks: all members run the message the same way.  Refused, it runs the
-// ring at once, flagged FALLBACK and why.
-void CollEngine::sw_admit_ask(CollJob &job, Message &m, uint64_t now)
-{
-	Ceth h;
-	h.src_node = job.cfg.node;
-	h.jid = job.cfg.jid;
-	h.mid = m.mid;
-	h.flags = kCethAdmit;
-	h.seq = uint32_t(std::min<uint64_t>(coll_timeout_ns(job) / util::kNsPerMs, UINT32_MAX));
-	h.rank_map = m.count * m.es;
-	h.node_map = 1ull << job.cfg.node;
-	h.job_key = job.cfg.key;
-	if (m.admit)
-		h.flags |= kCethRetrans;
-	send_ep(job, sw_leaf(job, 0), sw_leaf(job, 0).qpn, kCollConfig, h, nullptr, 0, {});
-	m.admit = 1;
-	m.admit_sent = now;
-	if (!m.last_progress)
-		m.last_progress = now;
-}
-
-// The switch's reasons are the completion's ran-on bits.
-static_assert(unsigned(kRanBusy) == sw::kAdmitBusy && unsigned(kRanScored) == sw::kAdmitScored &&
-	      unsigned(kRanRefused) == sw::kAdmitRefused);
-
-void CollEngine::sw_on_admit(Qp &qp, CollJob &job, const CollPacket &p)
-{
-	const uint64_t now = e_.now();
-	if (!job.active || !job.active->sw || !job.active->waiting || job.active->admit != 1 ||
-	    p.h.mid != job.active->mid || !(sw_leaf(job, 0) == p.src)) {
-		ctr.stale_dropped++;
-		return;
+		return std::min(d, job.sw_cfg_sent + config_interval(job));
+	d = std::min({d, m.o_pending.next(), m.f_pending.next()});
+	if (!m.o_pending.empty())
+		d = std::min(d, probe_due(job, m));
+	// Pacing: the next block when the window has room and waits for time.
+	if (job.sw_cc.enabled() && m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_window &&
+	    m.o_pending.size() < job.sw_cc.window()) {
+		if (const uint64_t t = job.sw_cc.next_send_time())
+			d = std::min(d, t);
 	}
-	Message &m = *job.active;
-	m.last_progress = now;
-	if (!p.h.status) {
-		m.admit = 2;
-		return sw_start(qp, job, now);
-	}
-	// Refused: execution control moves it to the ring (CollEngine::settle),
-	// which flags it FALLBACK, and why.
-	m.waiting = false;
-	m.sw = false;
-	m.admit_why = p.h.phase & (kRanBusy | kRanScored | kRanRefused);
-}
-
-void CollEngine::sw_admit_timers(Qp &qp, CollJob &job, uint64_t now)
-{
-	Message &m = *job.active;
-	if (now > m.last_progress && now - m.last_progress > coll_timeout_ns(job)) {
-		ctr.timeouts++;
-		return fail(qp, job, CollStatus::timeout, true,
-			    "no admission decision from the switch within the timeout");
-	}
-	if (now - m.admit_sent > rto_ns(job))
-		sw_admit_ask(job, m, now);
-}
-
-// Every result of the message is here: tell the switch (twice, against a
-// loss; the switch also frees the pool when the job falls silent).
-void CollEngine::sw_admit_done(const CollJob &job, const Message &m)
-{
-	Ceth h;
-	h.src_node = job.cfg.node;
-	h.jid = job.cfg.jid;
-	h.mid = m.mid;
-	h.flags = kCethAdmit;
-	h.node_map = 1ull << job.cfg.node;
-	h.job_key = job.cfg.key;
-	for (int i = 0; i < 2; i++)
-		send_ep(job, sw_leaf(job, 0), sw_leaf(job, 0).qpn, kCollRelease, h, nullptr, 0, {});
+	return d;
 }
 
 } // namespace ibv_coll::emu

@@ -55,6 +55,8 @@ struct SwitchCounters {
 	uint64_t duplicates = 0;       // repeated partials, never reduced again
 	uint64_t retrans_answered = 0; // repeats answered from the shadow copy
 	uint64_t resent_up = 0;	       // partials sent to the parent again
+	uint64_t asks = 0;	       // ASKs taken in (a child lacks a result)
+	uint64_t naks = 0;	       // NAKs sent (a child's partial is missing)
 	uint64_t configs = 0, grants = 0, denials = 0, releases = 0;
 	uint64_t drop_icrc = 0, drop_malformed = 0, drop_key = 0, drop_job = 0, drop_node = 0;
 	uint64_t drop_block = 0, drop_stale = 0, drop_busy = 0;
@@ -183,6 +185,7 @@ private:
 	void on_config_ack(const In &p);
 	void answer_pending(Job &j, const Endpoint &src);
 	void on_data(const In &p);
+	void take_partial(Job &j, const Child &c, const In &p);
 	void on_result(const In &p);
 	void on_release(const In &p);
 	void on_stats(const In &p); // switch_stats.cc
@@ -196,6 +199,12 @@ private:
 	void complete_unit(Job &j, uint32_t unit);
 	void send_up(Job &j, uint32_t unit);
 	void send_result(Job &j, uint32_t unit, const Child &c);
+	// Loss recovery (wire/swproto.h): NAK the children whose partials
+	// the unit lacks, look for such units behind one just completed, and
+	// answer a child's ASK.
+	void send_naks(Job &j, uint32_t unit, uint64_t only);
+	void find_missing(Job &j, uint32_t unit);
+	void on_ask(Job &j, Child &c, const In &p);
 	// A packet to dst; the payload is copied, or with lend_crc (its
 	// crc32_update(0, payload || pad)) sent from where it is (a Seg unit,
 	// which may change only after the port's tx_reclaim(unit.lent)).

@@ -1,6 +1,6 @@
 // The switch's data path: partials in, folded in child order, results out
-// to the children (or the partial up to the parent), repeats answered from
-// the shadow copy.
+// to the children (or the partial up to the parent), repeats and ASKs
+// answered from the shadow copy, missing partials NAKed (wire/swproto.h).
 #include "switch/switch.h"
 #include "switch/switch_impl.h"
 
@@ -69,12 +69,29 @@ void Switch::complete_unit(Job &j, uint32_t unit)
 	if (j.has_parent) {
 		u.kind = kUnitUp;
 		send_up(j, unit);
-		return;
+	} else {
+		u.kind = kUnitDone;
+		j.ctr.results++;
+		for (const Child &c : j.children)
+			send_result(j, unit, c);
 	}
-	u.kind = kUnitDone;
-	j.ctr.results++;
-	for (const Child &c : j.children)
-		send_result(j, unit, c);
+	find_missing(j, unit);
+}
+
+// Unit `unit` just completed: its children sent this block's partials, so
+// a unit a few blocks back on this plane still collecting lacks partials
+// they sent before (lost, or very late): NAK them (wire/swproto.h, Loss).
+void Switch::find_missing(Job &j, uint32_t unit)
+{
+	const SegUnit &u = pool_.unit(j.seg_base + unit);
+	for (uint32_t d : sw::kNakLag) {
+		if (2 * d >= j.granted)
+			break; // members never keep that many blocks of a plane in flight
+		const uint32_t v = (unit + j.granted - d) % j.granted;
+		const SegUnit &w = pool_.unit(j.seg_base + v);
+		if (w.busy && w.kind == kUnitCollecting && seq_after(u.seq, w.seq))
+			send_naks(j, v, ~0ull);
+	}
 }
 
 static Ceth unit_header(const SegUnit &u, uint32_t jid, uint64_t key, uint32_t unit)
@@ -130,6 +147,84 @@ void Switch::send_result(Job &j, uint32_t unit, const Child &c)
 	u.lent = port_->tx_lend_mark();
 }
 
+// A NAK to child c: the partials of the nodes in `missing` (of its cover)
+// for the block h names are not here.
+static Ceth nak_header(const Ceth &block, uint64_t missing)
+{
+	Ceth h = block;
+	h.src_node = sw::kNodeSwitch;
+	h.flags = kCethNak;
+	h.status = 0;
+	h.node_map = missing;
+	h.rank_map = 0;
+	return h;
+}
+
+// NAK every child (of those in `only`, by cover) whose partial the unit
+// lacks: pending, and not waiting its turn in the fold.
+void Switch::send_naks(Job &j, uint32_t unit, uint64_t only)
+{
+	const SegUnit &u = pool_.unit(j.seg_base + unit);
+	uint64_t missing = u.node_pending;
+	for (const Stash &s : j.stash[unit])
+		missing &= ~s.cover;
+	const Ceth h = nak_header(unit_header(u, j.jid, j.key, unit), 0);
+	for (const Child &c : j.children) {
+		if (!(c.cover & missing & only))
+			continue;
+		Ceth n = h;
+		n.node_map = c.cover & missing;
+		j.ctr.naks++;
+		send_to(j, c.ep, c.local, c.qpn, kCollResult, n, nullptr, nullptr, 0);
+	}
+}
+
+// A child's ASK: its partial of the block went before, its result did not
+// come back.  The result if we hold it, our partial up again if it is on
+// its way there, NAKs to whoever the unit still lacks, or (a block never
+// seen here) a NAK to the asker.
+void Switch::on_ask(Job &j, Child &c, const In &p)
+{
+	const uint32_t unit = p.h.seg;
+	SegUnit &u = pool_.unit(j.seg_base + unit);
+	const bool holds = u.busy && u.seq == p.h.seq;
+	if (p.paylen || (holds && (u.mid != p.h.mid || u.sid != p.h.sid))) {
+		j.ctr.drop_block++;
+		return;
+	}
+	if (u.busy && !holds && !seq_after(p.h.seq, u.seq)) {
+		j.ctr.drop_stale++; // an older block: every node has its result
+		return;
+	}
+	j.ctr.asks++;
+	j.ctr.rx_packets++;
+	j.ctr.delivered++;
+	if (!holds) {
+		Ceth h = nak_header(p.h, c.cover);
+		h.jid = j.jid;
+		h.job_key = j.key;
+		j.ctr.naks++;
+		send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, nullptr, 0);
+	} else if (u.kind == kUnitDone) {
+		j.ctr.retrans_answered++;
+		send_result(j, unit, c);
+	} else if (u.kind == kUnitUp) {
+		j.ctr.resent_up++;
+		send_up(j, unit); // the parent may have lost ours, or we its result
+	} else {
+		// Still collecting: a NAK to the asker alone (the others are
+		// NAKed as later blocks complete, or when they ask), naming it
+		// if its partial is missing, else the nodes the unit waits for.
+		uint64_t missing = u.node_pending;
+		for (const Stash &s : j.stash[unit])
+			missing &= ~s.cover;
+		const uint64_t mine = missing & c.cover;
+		Ceth h = nak_header(unit_header(u, j.jid, j.key, unit), mine ? mine : missing);
+		j.ctr.naks++;
+		send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, nullptr, 0);
+	}
+}
+
 void Switch::on_data(const In &p0)
 {
 	In p = p0;
@@ -174,9 +269,6 @@ void Switch::on_data(const In &p0)
 	}
 	if (j.tdm && !tdm_holds(j))
 		return;
-	j.ctr.data++;
-	j.ctr.rx_packets++;
-	j.ctr.rx_bytes += p.paylen;
 	const size_t es = dtype_size(Dtype(p.h.dtype));
 	// phase o + 1 names node o (the one that needs the result's data): a
 	// node of the job, before send_result shifts by it (found by
@@ -187,6 +279,18 @@ void Switch::on_data(const In &p0)
 		j.ctr.drop_block++;
 		return;
 	}
+	if (p.h.flags & kCethAsk)
+		return on_ask(j, *c, p);
+	take_partial(j, *c, p);
+}
+
+// A child's partial for a unit of a granted job, checked: fold it, answer
+// a repeat, or claim the unit for a newer block.
+void Switch::take_partial(Job &j, const Child &c, const In &p)
+{
+	j.ctr.data++;
+	j.ctr.rx_packets++;
+	j.ctr.rx_bytes += p.paylen;
 	const uint32_t unit = p.h.seg;
 	SegUnit &u = pool_.unit(j.seg_base + unit);
 	if (u.busy && u.seq == p.h.seq) {
@@ -215,7 +319,7 @@ void Switch::on_data(const In &p0)
 		j.ctr.duplicates++;
 		if (u.kind == kUnitDone) {
 			j.ctr.retrans_answered++;
-			send_result(j, unit, *c);
+			send_result(j, unit, c);
 		} else if (u.kind == kUnitUp) {
 			j.ctr.resent_up++;
 			send_up(j, unit); // the parent may have lost ours
@@ -261,6 +365,17 @@ void Switch::on_result(const In &p)
 	SegUnit &u = pool_.unit(j.seg_base + p.h.seg);
 	if (!u.busy || u.seq != p.h.seq || u.mid != p.h.mid || u.sid != p.h.sid) {
 		j.ctr.drop_stale++;
+		return;
+	}
+	if (p.h.flags & kCethNak) {
+		// The parent lacks our partial: up again, if it is ours to send.
+		if (u.kind != kUnitUp || p.paylen) {
+			j.ctr.drop_stale++;
+			return;
+		}
+		j.ctr.delivered++;
+		j.ctr.resent_up++;
+		send_up(j, p.h.seg);
 		return;
 	}
 	if (u.kind == kUnitDone) {

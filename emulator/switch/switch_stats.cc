@@ -69,6 +69,8 @@ void SwitchCounters::add(const SwitchCounters &o)
 	duplicates += o.duplicates;
 	retrans_answered += o.retrans_answered;
 	resent_up += o.resent_up;
+	asks += o.asks;
+	naks += o.naks;
 	configs += o.configs;
 	grants += o.grants;
 	denials += o.denials;
@@ -139,6 +141,8 @@ std::vector<NamedCounter> named_counters(const SwitchCounters &c)
 		{"duplicates", c.duplicates},
 		{"retrans_answered", c.retrans_answered},
 		{"resent_up", c.resent_up},
+		{"asks", c.asks},
+		{"naks", c.naks},
 		{"configs", c.configs},
 		{"grants", c.grants},
 		{"denials", c.denials},

@@ -65,6 +65,13 @@ enum CethFlags : uint8_t {
 	kCethSuperseded =
 		1 << 4,	     // ABORT: the job was given again; the receiver's incarnation is over
 	kCethAdmit = 1 << 5, // CONFIG/CONFIG_ACK/RELEASE: one message's admission (tdm)
+	// Switch path loss recovery (wire/swproto.h): RESULT from a switch, no
+	// payload: the partials of the nodes in node_map are missing for this
+	// block (send them again);
+	kCethNak = 1 << 6,
+	// DATA from a child, no payload: its partial went before, the result
+	// did not come back (answer with it, or NAK the missing).
+	kCethAsk = 1 << 7,
 };
 
 struct Ceth {

@@ -27,6 +27,25 @@
 // CETH phase on DATA: 0, the result goes to every node; o + 1, only node o
 // needs the result's data and the others get a token (no payload).
 //
+// Loss.  A switch that completes the block in unit u looks at the units
+// kNakLag[] blocks back on its plane ((u - d) mod G): one still collecting
+// for an older block lacks partials its children sent before the ones
+// just folded, so it sends each child whose nodes are pending (and not
+// waiting their turn in the fold) a NAK: RESULT flagged kCethNak, no
+// payload, CETH node_map = the child's missing nodes, mid, sid, seq and
+// seg of the block.  The child sends those partials again at once, and
+// only those.  A node whose results show a gap (the result of block g + 2P
+// is here and g's is not), or that has had no result for two round trips
+// (its oldest blocks), or whose block timed out, sends an ASK: DATA
+// flagged kCethAsk, no payload: a switch holding the result answers with
+// it; one still collecting NAKs the asker alone: naming it if its partial
+// is missing, else naming the nodes it waits for (the asker then never
+// sends that partial again); one that never saw the block NAKs the asker;
+// a leaf whose partial is on its way up sends it up again.
+// A spine NAKs a leaf like a member, and the leaf sends its partial up
+// again.  A node's timed-out block alternates ASK and the full partial,
+// so that the timeout stays the last resort when the switch is not heard.
+//
 // Counters.  STATS asks a switch for its counters: CETH mid is the asker's
 // tag, sid the first record it wants, and its payload is zeros, as many as
 // the answer may take.  STATS_REPLY echoes mid and sid, holds in CETH seg
@@ -66,6 +85,9 @@ constexpr uint16_t kNodeSwitch = 0xffff; // CETH src_node of a switch
 // shifted; see ibv_poll_coll_cq(3)).
 enum AdmitWhy : uint8_t { kAdmitBusy = 0x20, kAdmitScored = 0x40, kAdmitRefused = 0x80 };
 constexpr uint32_t kMaxPlanes = 8;
+// Loss: how many blocks back on its plane a completed block makes a switch
+// look for one still collecting (see "Loss" above).
+constexpr uint32_t kNakLag[] = {2, 6};
 constexpr uint32_t kMaxLeaves = 64;
 
 // The task information: in a CONFIG payload, or after the CETH of an
@@ -127,7 +149,7 @@ constexpr size_t kStatsKeyBytes = 24;
 constexpr size_t kStatsRecordBytes = kStatsKeyBytes + 8;
 // What an asker pads a STATS request to by default: every record of
 // today's switch fits, and the packet stays under a 1500-byte MTU.
-constexpr size_t kStatsRequestPad = 1280;
+constexpr size_t kStatsRequestPad = 1344;
 
 // Where block g of a job goes.
 inline uint32_t plane_of(uint64_t g, uint32_t planes)

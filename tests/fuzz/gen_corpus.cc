@@ -197,6 +197,35 @@ void switch_seeds()
 	}
 	put(t, "flat_data_release", r);
 	r.clear();
+	// Loss recovery: node 1's partial of block 0 is lost; blocks 1 and 2
+	// complete, so the switch NAKs node 1 for block 0; both nodes ASK for
+	// it (no payload), then node 1 sends it again and asks once more.
+	for (uint32_t sid = 0; sid < 3; sid++)
+		for (uint16_t n = 0; n < 2; n++) {
+			if (sid == 0 && n == 1)
+				continue;
+			wire::Ceth h = ceth(kJidFlat, n, 1, sid, 1u << n, 16);
+			h.seg = uint16_t(sid);
+			auto p = i32s(4, n + 1);
+			add_record(r, uint8_t(n), coll_bth(wire::kCollData), &h, p.data(),
+				   p.size());
+		}
+	for (uint16_t n = 0; n < 2; n++) {
+		wire::Ceth h = ceth(kJidFlat, n, 1, 0, 1u << n, 0);
+		h.flags = wire::kCethAsk | wire::kCethRetrans;
+		add_record(r, uint8_t(n), coll_bth(wire::kCollData), &h, nullptr, 0);
+	}
+	{
+		wire::Ceth h = ceth(kJidFlat, 1, 1, 0, 2, 16);
+		h.flags = wire::kCethRetrans;
+		auto p = i32s(4, 2);
+		add_record(r, 1, coll_bth(wire::kCollData), &h, p.data(), p.size());
+		h = ceth(kJidFlat, 1, 1, 0, 2, 0);
+		h.flags = wire::kCethAsk | wire::kCethRetrans;
+		add_record(r, 1, coll_bth(wire::kCollData), &h, nullptr, 0);
+	}
+	put(t, "flat_loss_nak_ask", r);
+	r.clear();
 	// Time division (a tdm switch): both nodes ask for the pool for
 	// message 2 (4 KiB, a 1 s timeout), then say they have its results.
 	for (uint16_t n = 0; n < 2; n++) {
@@ -223,6 +252,18 @@ void switch_seeds()
 	auto p = i32s(4, 14);
 	add_record(r, 2, coll_bth(wire::kCollResult), &res, p.data(), p.size());
 	put(t, "tree_data_result", r);
+	r.clear();
+	// Job 2: the partials go up, the parent NAKs the leaf (its partial is
+	// lost), the leaf sends it up again.
+	for (uint16_t n = 0; n < 2; n++) {
+		wire::Ceth h = ceth(kJidTree, n, 1, 0, 1u << n, 16);
+		auto d = i32s(4, 7);
+		add_record(r, uint8_t(n), coll_bth(wire::kCollData), &h, d.data(), d.size());
+	}
+	wire::Ceth nak = ceth(kJidTree, sw::kNodeSwitch, 1, 0, 3, 0);
+	nak.flags = wire::kCethNak;
+	add_record(r, 2, coll_bth(wire::kCollResult), &nak, nullptr, 0);
+	put(t, "tree_parent_nak", r);
 	r.clear();
 	// An inline job: DATA carrying its task.
 	sw::Task task;
