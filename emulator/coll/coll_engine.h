@@ -128,7 +128,7 @@ private:
 	void retire(Qp &qp); // consume the finished WQEs at the head of the SQ
 	void fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, const char *why);
 	void send_abort(const CollJob &job, uint32_t mid, CollStatus st);
-	// swpath.cc
+	// exec_ctrl.cc: timing and windows, shared by both strategies
 	uint64_t rto_ns(const CollJob &job) const;
 	uint64_t coll_timeout_ns(const CollJob &job) const;
 	void rtt_sample(CollJob &job, uint64_t rtt);
