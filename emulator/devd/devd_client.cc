@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -225,16 +226,19 @@ public:
 	}
 	int modify_qp(emu::Qp *qp, const emu::QpAttr &a, uint32_t mask) override
 	{
-		if (mask & emu::kQpJob) {
-			IBVC_ERR("devd", "collective QPs through ibv_coll_devd are not served yet");
-			return EOPNOTSUPP;
-		}
 		ModifyReq req;
 		req.id = rqp(qp)->id;
 		req.mask = mask;
 		req.attr = a;
 		req.attr.job = nullptr;
-		return call(Op::modify_qp, &req, sizeof(req), nullptr, 0, nullptr, 0);
+		std::vector<uint8_t> buf(reinterpret_cast<uint8_t *>(&req),
+					 reinterpret_cast<uint8_t *>(&req) + sizeof(req));
+		if ((mask & emu::kQpJob) && a.job) {
+			std::vector<uint8_t> job;
+			pack_job(*a.job, &job);
+			buf.insert(buf.end(), job.begin(), job.end());
+		}
+		return call(Op::modify_qp, buf.data(), buf.size(), nullptr, 0, nullptr, 0);
 	}
 	int query_qp(emu::Qp *qp, emu::QpAttr *a) override
 	{
@@ -263,8 +267,10 @@ public:
 		if (int err = call(Op::arm_cq, &req, sizeof(req), nullptr, 0, nullptr, 0))
 			IBVC_WARN("devd", "arm cq: {}", strerror(err));
 	}
-	// The daemon's engine thread makes all progress.
-	void progress(const emu::Cq *) override {}
+	// The daemon's engine thread makes all progress: a poller that found
+	// the CQ empty gives the processor up, so that on a machine with
+	// fewer cores than busy threads the engine runs sooner.
+	void progress(const emu::Cq *) override { sched_yield(); }
 	emu::NicCounters counters() override
 	{
 		emu::NicCounters c;

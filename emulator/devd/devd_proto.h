@@ -8,9 +8,11 @@
 // go as they are in memory.
 #pragma once
 
+#include "coll/coll_job.h"
 #include "nic/nic.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace ibv_coll::devd {
 
@@ -92,10 +94,16 @@ struct ObjReq {
 	uint32_t arg = 0;
 };
 
+// With kQpJob in mask, the job follows (pack_job); attr.job is not sent.
 struct ModifyReq {
 	uint32_t id = 0, mask = 0;
-	emu::QpAttr attr; // job: none (collective QPs are not served yet)
+	emu::QpAttr attr;
 };
+
+// A job's configuration as bytes, and back: 0, EPROTO when the bytes are
+// not one, EINVAL when its fields are out of range.
+void pack_job(const emu::JobConfig &j, std::vector<uint8_t> *out);
+int unpack_job(const uint8_t *p, size_t len, emu::JobConfig *j);
 
 struct CheckReq {
 	uint32_t pdn = 0, n = 0, need = 0, pad = 0;

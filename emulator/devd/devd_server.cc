@@ -344,14 +344,23 @@ int Server::serve(Conn &c)
 	}
 	case Op::modify_qp: {
 		ModifyReq q;
-		if (!need(sizeof(q)))
+		if (h.len < sizeof(q))
 			return EPROTO;
 		memcpy(&q, body, sizeof(q));
 		q.attr.job = nullptr;
+		emu::JobConfig job;
+		if (q.mask & emu::kQpJob) {
+			res = unpack_job(body + sizeof(q), h.len - sizeof(q), &job);
+			if (res == EPROTO)
+				return EPROTO;
+			q.attr.job = &job;
+		} else if (h.len != sizeof(q)) {
+			return EPROTO;
+		}
 		SQp *qp = qp_of(q.id);
-		if (!qp || (q.mask & emu::kQpJob))
-			res = qp ? EOPNOTSUPP : EINVAL;
-		else
+		if (!res && !qp)
+			res = EINVAL;
+		if (!res)
 			res = nic_->modify_qp(qp->hw, q.attr, q.mask);
 		break;
 	}

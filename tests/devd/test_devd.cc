@@ -156,8 +156,8 @@ TEST_F(Devd, TwoContextsShareOneNicAndMoveData)
 	EXPECT_TRUE(has_pattern(a.buf + kLen, 5000, 2));
 
 	pattern(b.buf + 2 * kLen, 70000, 3);
-	ASSERT_EQ(a.post_send(IBV_COLL_WR_RDMA_READ, 2 * kLen, 70000,
-			      uintptr_t(b.buf + 2 * kLen), b.mr->rkey, 9),
+	ASSERT_EQ(a.post_send(IBV_COLL_WR_RDMA_READ, 2 * kLen, 70000, uintptr_t(b.buf + 2 * kLen),
+			      b.mr->rkey, 9),
 		  0);
 	ASSERT_EQ(a.wait(&wc, 5000), 0);
 	EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
@@ -200,9 +200,9 @@ TEST_F(Devd, KilledClientIsCleanedUpAndOthersGoOn)
 	if (child == 0) {
 		RcEndpoint ep;
 		char c = ep.open(RcOptions{}) == 0 && ep.connect(ep.info()) == 0 &&
-				 ep.post_recv(0, 64, 1) == 0
-			 ? 'y'
-			 : 'n';
+					 ep.post_recv(0, 64, 1) == 0
+				 ? 'y'
+				 : 'n';
 		if (write(p[1], &c, 1) != 1)
 			_exit(1);
 		pause();
@@ -218,7 +218,8 @@ TEST_F(Devd, KilledClientIsCleanedUpAndOthersGoOn)
 	waitpid(child, &st, 0);
 	bool cleaned = false;
 	for (int i = 0; i < 200 && !cleaned; i++) {
-		cleaned = slurp(log_).find("gone (1 qps, 1 cqs, 1 mrs released)") != std::string::npos;
+		cleaned = slurp(log_).find("gone (1 qps, 1 cqs, 1 mrs released)") !=
+			  std::string::npos;
 		if (!cleaned)
 			std::this_thread::sleep_for(std::chrono::milliseconds(10));
 	}
