@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -27,6 +28,7 @@ namespace {
 // the opaque emu::Cq * / emu::Qp *.
 struct RCq {
 	uint32_t id = 0;
+	emu::Queue *ring = nullptr;
 	util::UniqueFd ev;
 	emu::CqEventFn fn = nullptr;
 	void *arg = nullptr;
@@ -85,6 +87,12 @@ public:
 		e.data.ptr = nullptr;
 		if (epoll_ctl(ep_.get(), EPOLL_CTL_ADD, stop_.get(), &e))
 			return errno;
+		// The daemon's end closing (it exited or was killed) wakes the
+		// event thread, which fails the device (fatal()).
+		e.events = EPOLLRDHUP;
+		e.data.ptr = &sock_;
+		if (epoll_ctl(ep_.get(), EPOLL_CTL_ADD, sock_.get(), &e))
+			return errno;
 		events_ = std::thread([this] { event_loop(); });
 		return 0;
 	}
@@ -118,7 +126,8 @@ public:
 	int dealloc_pd(uint32_t pdn) override
 	{
 		PdMsg req{pdn};
-		return call(Op::dealloc_pd, &req, sizeof(req), nullptr, 0, nullptr, 0);
+		int err = call(Op::dealloc_pd, &req, sizeof(req), nullptr, 0, nullptr, 0);
+		return err && fatal() ? 0 : err;
 	}
 	int reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,
 		   uint32_t *key) override
@@ -149,7 +158,8 @@ public:
 	{
 		MrReq req;
 		req.key = key;
-		return call(Op::dereg_mr, &req, sizeof(req), nullptr, 0, nullptr, 0);
+		int err = call(Op::dereg_mr, &req, sizeof(req), nullptr, 0, nullptr, 0);
+		return err && fatal() ? 0 : err;
 	}
 
 	int create_cq(emu::Queue *ring, emu::CqEventFn fn, void *arg, emu::Cq **cq,
@@ -159,6 +169,7 @@ public:
 		auto c = std::make_unique<RCq>();
 		c->fn = fn;
 		c->arg = arg;
+		c->ring = ring;
 		c->ev.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 		if (!c->ev)
 			return errno;
@@ -178,6 +189,7 @@ public:
 			std::lock_guard lk(ev_mu_);
 			if (epoll_ctl(ep_.get(), EPOLL_CTL_ADD, c->ev.get(), &e))
 				IBVC_WARN("devd", "cq {}: no events: {}", rep.num, strerror(errno));
+			cqs_.insert(c.get());
 		}
 		*cqn = rep.num;
 		*cq = reinterpret_cast<emu::Cq *>(c.release());
@@ -188,12 +200,13 @@ public:
 		RCq *c = rcq(cq);
 		ObjReq req{c->id, 0};
 		int err = call(Op::destroy_cq, &req, sizeof(req), nullptr, 0, nullptr, 0);
-		if (err)
+		if (err && !fatal())
 			return err;
 		{
 			// The event thread dispatches under ev_mu_.
 			std::lock_guard lk(ev_mu_);
 			epoll_ctl(ep_.get(), EPOLL_CTL_DEL, c->ev.get(), nullptr);
+			cqs_.erase(c);
 		}
 		delete c;
 		return 0;
@@ -252,6 +265,8 @@ public:
 	{
 		ObjReq req{rqp(qp)->id, 0};
 		int err = call(Op::destroy_qp, &req, sizeof(req), nullptr, 0, nullptr, 0);
+		if (err && fatal())
+			err = 0; // it died with the device
 		if (!err)
 			delete rqp(qp);
 		return err;
@@ -271,6 +286,7 @@ public:
 	// the CQ empty gives the processor up, so that on a machine with
 	// fewer cores than busy threads the engine runs sooner.
 	void progress(const emu::Cq *) override { sched_yield(); }
+	bool fatal() const override { return dead_.load(std::memory_order_relaxed); }
 	emu::NicCounters counters() override
 	{
 		emu::NicCounters c;
@@ -353,10 +369,32 @@ private:
 	}
 	int lost(int err)
 	{
-		if (!dead_)
+		if (!dead_.exchange(true))
 			IBVC_ERR("devd", "lost the device daemon: {}", strerror(err));
-		dead_ = true;
 		return EIO;
+	}
+
+	// The daemon is gone, and the NIC with it: every CQ gets one
+	// IBV_WC_FATAL_ERR completion (wr_id 0, qp_num 0) and an event, so
+	// that no poller and no thread asleep on a channel waits forever; the
+	// commands fail with EIO from now on.  The daemon produced into the
+	// CQ rings; it is dead, so this thread may.  Under ev_mu_.
+	void fail_device()
+	{
+		lost(ECONNRESET);
+		epoll_ctl(ep_.get(), EPOLL_CTL_DEL, sock_.get(), nullptr);
+		for (RCq *c : cqs_) {
+			emu::Queue &q = *c->ring;
+			if (q.free_slots()) {
+				uint32_t prod = q.prod_relaxed();
+				auto *e = q.at<emu::Cqe>(prod);
+				memset(e, 0, sizeof(*e));
+				e->status = uint8_t(emu::WcStatus::fatal_err);
+				q.publish(prod + 1);
+			}
+			if (c->fn)
+				c->fn(c->arg);
+		}
 	}
 
 	void event_loop()
@@ -370,9 +408,13 @@ private:
 				return;
 			std::lock_guard lk(ev_mu_);
 			for (int i = 0; i < n; i++) {
-				auto *c = static_cast<RCq *>(evs[i].data.ptr);
-				if (!c)
+				if (!evs[i].data.ptr)
 					return; // stop
+				if (evs[i].data.ptr == &sock_) {
+					fail_device();
+					continue;
+				}
+				auto *c = static_cast<RCq *>(evs[i].data.ptr);
 				uint64_t v;
 				if (read(c->ev.get(), &v, sizeof(v)) == sizeof(v) && c->fn)
 					c->fn(c->arg);
@@ -383,7 +425,8 @@ private:
 	util::UniqueFd sock_, ep_, stop_;
 	std::mutex mu_; // the channel: one request at a time
 	uint32_t seq_ = 0;
-	bool dead_ = false;
+	std::atomic<bool> dead_{false};
+	std::set<RCq *> cqs_; // under ev_mu_
 	HelloRep hello_;
 	std::mutex ev_mu_;
 	std::thread events_;

@@ -89,6 +89,9 @@ public:
 	virtual uint32_t seg_unit_bytes() const = 0;
 	virtual int check_local(uint32_t pdn, const Sge *sges, const uint64_t *len, uint32_t n,
 				uint32_t need) = 0;
+	// The device is gone for good (a shared device's daemon died): posts
+	// fail with EIO, and the objects only wait to be destroyed.
+	virtual bool fatal() const { return false; }
 };
 
 } // namespace ibv_coll::emu

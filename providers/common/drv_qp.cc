@@ -226,6 +226,10 @@ int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 	Qp *qp = to_drv(q);
 	if (qp->pub.qp_type == IBV_COLL_QPT_COLL)
 		return post_coll(qp, wr, bad);
+	if (qp->nic->fatal()) {
+		*bad = wr;
+		return EIO;
+	}
 	std::unique_lock lk(qp->sq_mu);
 	ibv_qp_state st = qp->pub.state;
 	if (st != IBV_QPS_RTS && st != IBV_QPS_ERR) {
@@ -271,6 +275,10 @@ int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 int post_recv(core::Qp *q, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad)
 {
 	Qp *qp = to_drv(q);
+	if (qp->nic->fatal()) {
+		*bad = wr;
+		return EIO;
+	}
 	std::unique_lock lk(qp->rq_mu);
 	if (qp->pub.state == IBV_QPS_RESET || qp->pub.qp_type == IBV_COLL_QPT_COLL) {
 		*bad = wr;

@@ -256,3 +256,37 @@ TEST_F(Devd, FirstOpenStartsTheDaemonWhichLeavesWhenIdle)
 	}
 	EXPECT_TRUE(wait_for(false, 5000)) << "the daemon stayed after its last client";
 }
+
+// The daemon killed under a client: a poller gets IBV_WC_FATAL_ERR instead
+// of waiting forever, posts and commands fail with EIO, and the objects
+// can still be destroyed.
+TEST_F(Devd, DaemonDeathIsFatalNotAHang)
+{
+	start_daemon();
+	RcEndpoint ep;
+	ASSERT_EQ(ep.open(RcOptions{}), 0);
+	ASSERT_EQ(ep.connect(ep.info()), 0);
+	ASSERT_EQ(ep.post_recv(0, 64, 1), 0);
+	kill(pid_, SIGKILL);
+	int st;
+	waitpid(pid_, &st, 0);
+	pid_ = -1;
+	ibv_coll_wc wc{};
+	ASSERT_EQ(ep.wait(&wc, 5000), 0) << "no completion after the daemon died";
+	EXPECT_EQ(wc.status, IBV_WC_FATAL_ERR) << ibv_coll_wc_status_str(wc.status);
+	EXPECT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE, 0, 64, uintptr_t(ep.buf), ep.mr->rkey, 2),
+		  EIO);
+	EXPECT_EQ(ep.post_recv(0, 64, 3), EIO);
+	ibv_coll_qp_attr a{};
+	ibv_coll_qp_init_attr ia{};
+	EXPECT_EQ(ibv_query_coll_qp(ep.qp, &a, IBV_COLL_QP_STATE, &ia), EIO);
+	// ~RcEndpoint destroys QP, MR, CQ, PD and closes: each must succeed.
+	EXPECT_EQ(ibv_destroy_coll_qp(ep.qp), 0);
+	ep.qp = nullptr;
+	EXPECT_EQ(ibv_dereg_coll_mr(ep.mr), 0);
+	ep.mr = nullptr;
+	EXPECT_EQ(ibv_destroy_coll_cq(ep.cq), 0);
+	ep.cq = nullptr;
+	EXPECT_EQ(ibv_dealloc_coll_pd(ep.pd), 0);
+	ep.pd = nullptr;
+}
