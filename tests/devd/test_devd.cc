@@ -2,6 +2,7 @@
 // IBV_COLL_CRXE_SHARED=1 reach one emulated NIC in ibv_coll_devd.  The data
 // every test moves is checked against a pattern made here, not read back
 // through the code under test.
+#include "devd/devd_proto.h"
 #include "devd/devd_sock.h"
 #include "rc_endpoint.h"
 
@@ -289,4 +290,80 @@ TEST_F(Devd, DaemonDeathIsFatalNotAHang)
 	ep.cq = nullptr;
 	EXPECT_EQ(ibv_dealloc_coll_pd(ep.pd), 0);
 	ep.pd = nullptr;
+}
+
+// A job's configuration crosses the channel whole, and the daemon refuses
+// bytes that are not one: cut, padded, or naming a node it does not have.
+TEST(DevdJob, PackedJobComesBackWholeAndBadBytesAreRefused)
+{
+	emu::JobConfig j;
+	j.jid = 77;
+	j.node = 2;
+	j.topology = emu::Topology::hierarchy;
+	j.seg_base = 5;
+	j.seg_count = 9;
+	j.block_len = 1024;
+	j.key = 0x1122334455667788ull;
+	j.timeout_ms = 300;
+	j.total_ranks = 6;
+	for (uint16_t i = 0; i < 3; i++) {
+		emu::JobMember m;
+		m.ep.ip.b[15] = uint8_t(i + 1);
+		m.ep.port = uint16_t(4791 + i);
+		m.qpn = 0x100u + i;
+		m.ranks = 2;
+		m.first_rank = 2u * i;
+		j.members.push_back(m);
+	}
+	j.sw.on = true;
+	j.sw.planes = 1;
+	j.sw.leaves = 2;
+	j.sw.leaf.resize(2);
+	j.sw.leaf[1].port = 9999;
+	j.sw.spine.resize(1);
+	j.sw.spine[0].port = 8888;
+	j.sw.member_leaf = {0, 1, 1};
+	j.sw.window = 17;
+	j.sw.e2e_ack = true;
+
+	std::vector<uint8_t> b;
+	devd::pack_job(j, &b);
+	emu::JobConfig o;
+	ASSERT_EQ(devd::unpack_job(b.data(), b.size(), &o), 0);
+	EXPECT_EQ(o.jid, 77u);
+	EXPECT_EQ(o.node, 2);
+	EXPECT_EQ(o.topology, emu::Topology::hierarchy);
+	EXPECT_EQ(o.seg_base, 5u);
+	EXPECT_EQ(o.seg_count, 9u);
+	EXPECT_EQ(o.block_len, 1024u);
+	EXPECT_EQ(o.key, 0x1122334455667788ull);
+	EXPECT_EQ(o.timeout_ms, 300u);
+	EXPECT_EQ(o.total_ranks, 6u);
+	ASSERT_EQ(o.members.size(), 3u);
+	for (uint16_t i = 0; i < 3; i++) {
+		EXPECT_EQ(o.members[i].ep.ip.b[15], i + 1);
+		EXPECT_EQ(o.members[i].ep.port, 4791 + i);
+		EXPECT_EQ(o.members[i].qpn, 0x100u + i);
+		EXPECT_EQ(o.members[i].ranks, 2);
+		EXPECT_EQ(o.members[i].first_rank, 2u * i);
+	}
+	EXPECT_TRUE(o.sw.on);
+	EXPECT_EQ(o.sw.leaves, 2u);
+	ASSERT_EQ(o.sw.leaf.size(), 2u);
+	EXPECT_EQ(o.sw.leaf[1].port, 9999);
+	ASSERT_EQ(o.sw.spine.size(), 1u);
+	EXPECT_EQ(o.sw.spine[0].port, 8888);
+	EXPECT_EQ(o.sw.member_leaf, (std::vector<uint8_t>{0, 1, 1}));
+	EXPECT_EQ(o.sw.window, 17u);
+	EXPECT_TRUE(o.sw.e2e_ack);
+	EXPECT_FALSE(o.sw.inline_task);
+
+	EXPECT_EQ(devd::unpack_job(b.data(), b.size() - 1, &o), EPROTO);
+	EXPECT_EQ(devd::unpack_job(b.data(), 10, &o), EPROTO);
+	std::vector<uint8_t> longer = b;
+	longer.push_back(0);
+	EXPECT_EQ(devd::unpack_job(longer.data(), longer.size(), &o), EPROTO);
+	j.node = 3; // of 3 members
+	devd::pack_job(j, &b);
+	EXPECT_EQ(devd::unpack_job(b.data(), b.size(), &o), EINVAL);
 }
