@@ -34,6 +34,18 @@ const NicParams &Nic::params() const
 	return e_->params;
 }
 
+uint32_t Nic::active_mtu() const
+{
+	return e_->params.active_mtu;
+}
+
+int Nic::make_ring(uint32_t slots, uint32_t stride, std::unique_ptr<Ring> *out)
+{
+	// The engine runs in this process: the driver's own memory will do.
+	*out = std::make_unique<Ring>(slots, stride);
+	return 0;
+}
+
 int Nic::alloc_pd(uint32_t *pdn)
 {
 	return alloc_pd_in(kLocalSpace, pdn);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "net/transport.h"
+#include "nic/device.h"
 #include "nic/coll_iface.h"
 #include "nic/emu_config.h"
 #include "nic/mr_table.h"
@@ -46,9 +47,8 @@ struct NicParams {
 	TransportFactory transport;
 };
 
-// Called (from the engine or a driver thread, never under a driver lock)
-// when an armed CQ receives a completion.
-using CqEventFn = void (*)(void *arg);
+// CqEventFn (device.h) is called (from the engine or a driver thread,
+// never under a driver lock) when an armed CQ receives a completion.
 
 struct QpCreate {
 	uint32_t pdn = 0;
@@ -116,61 +116,64 @@ constexpr size_t kNicStatCount = 70;
 std::vector<const char *> nic_stat_names();
 void nic_stat_values(const NicCounters &c, uint64_t out[kNicStatCount]);
 
-class Nic {
+class Nic final : public Device {
 public:
 	// Bind the port and start the engine thread.
 	static int create(const NicParams &p, std::unique_ptr<Nic> *out);
-	~Nic();
+	~Nic() override;
 	Nic(const Nic &) = delete;
 	Nic &operator=(const Nic &) = delete;
 
-	uint16_t udp_port() const;
+	uint16_t udp_port() const override;
 	const NicParams &params() const;
 
 	// Command interface; each returns 0 or an errno value.
-	int alloc_pd(uint32_t *pdn);
+	int alloc_pd(uint32_t *pdn) override;
 	// A protection domain whose memory (its MRs' addresses, its QPs' SGEs)
 	// is in address space `space`: kLocalSpace (this process) or the pid of
 	// another process this one may ptrace.  The key, PD, access and bounds
 	// checks are the same; the copies go through process_vm_readv/writev.
 	int alloc_pd_in(DmaSpace space, uint32_t *pdn);
-	int dealloc_pd(uint32_t pdn);
+	int dealloc_pd(uint32_t pdn) override;
 	DmaSpace pd_space(uint32_t pdn) const;
-	int reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access, uint32_t *key);
+	int reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,
+		   uint32_t *key) override;
 	// Register under a key chosen outside (a real device's lkey).
 	int reg_mr_keyed(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,
-			 uint32_t key);
-	int dereg_mr(uint32_t key);
-	int create_cq(Queue *ring, CqEventFn fn, void *arg, Cq **cq, uint32_t *cqn);
-	int destroy_cq(Cq *cq);
-	int create_qp(const QpCreate &c, Qp **qp, uint32_t *qpn);
+			 uint32_t key) override;
+	int dereg_mr(uint32_t key) override;
+	int create_cq(Queue *ring, CqEventFn fn, void *arg, Cq **cq, uint32_t *cqn) override;
+	int destroy_cq(Cq *cq) override;
+	int create_qp(const QpCreate &c, Qp **qp, uint32_t *qpn) override;
 	// Apply attributes; the caller has checked the transition and mask.
-	int modify_qp(Qp *qp, const QpAttr &a, uint32_t mask);
-	int query_qp(Qp *qp, QpAttr *a);
-	int destroy_qp(Qp *qp);
+	int modify_qp(Qp *qp, const QpAttr &a, uint32_t mask) override;
+	int query_qp(Qp *qp, QpAttr *a) override;
+	int destroy_qp(Qp *qp) override;
 
 	// Doorbells, from any thread.
-	void sq_doorbell(Qp *qp);
-	void rq_doorbell(Qp *qp);
+	void sq_doorbell(Qp *qp) override;
+	void rq_doorbell(Qp *qp) override;
 	// Request an event for the next completion (solicited_only: the next
 	// solicited or error completion).
-	void cq_arm(Cq *cq, bool solicited_only);
+	void cq_arm(Cq *cq, bool solicited_only) override;
 
 	// Do whatever work is ready, without blocking, on the caller's thread,
 	// which polls CQ.  A thread polling a CQ that is not armed keeps the
 	// engine thread off the port for a while (IBV_COLL_EMU_APP_POLL_US);
 	// one polling an armed CQ is about to sleep, and does not.
-	void progress(const Cq *cq);
+	void progress(const Cq *cq) override;
 
-	NicCounters counters();
+	NicCounters counters() override;
 
 	// Collective engine.
-	uint32_t seg_units() const;
-	uint32_t seg_unit_bytes() const;
+	uint32_t seg_units() const override;
+	uint32_t seg_unit_bytes() const override;
+	uint32_t active_mtu() const override;
+	int make_ring(uint32_t slots, uint32_t stride, std::unique_ptr<Ring> *out) override;
 	// Check, as the DMA engine will, that sges[0..n) are registered in pdn
 	// with `need` access and hold at least len[i] bytes: 0 or EINVAL.
 	int check_local(uint32_t pdn, const Sge *sges, const uint64_t *len, uint32_t n,
-			uint32_t need);
+			uint32_t need) override;
 
 private:
 	Nic();

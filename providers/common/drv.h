@@ -20,25 +20,25 @@ namespace ibv_coll::drv {
 // Every object knows its device, so that the collective half also serves
 // a provider that runs the engine in front of another device (verbs).
 struct Pd : core::Pd {
-	emu::Nic *nic = nullptr;
+	emu::Device *nic = nullptr;
 	uint32_t pdn = 0;
 };
 
 struct Mr : core::Mr {
-	emu::Nic *nic = nullptr;
+	emu::Device *nic = nullptr;
 };
 
 struct Cq : core::Cq {
-	emu::Nic *nic = nullptr;
-	std::unique_ptr<emu::Queue> ring;
+	emu::Device *nic = nullptr;
+	std::unique_ptr<emu::Ring> ring;
 	emu::Cq *hw = nullptr;
 	std::mutex mu; // pollers
 };
 
 struct Qp : core::Qp {
-	emu::Nic *nic = nullptr;
+	emu::Device *nic = nullptr;
 	uint32_t pdn = 0;
-	std::unique_ptr<emu::Queue> sq, rq;
+	std::unique_ptr<emu::Ring> sq, rq;
 	emu::Qp *hw = nullptr;
 	ibv_coll_qp_init_attr init{};
 	ibv_coll_qp_cap cap{}; // as allocated
@@ -91,11 +91,11 @@ int post_recv(core::Qp *qp, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad);
 
 // The NIC's objects made from the NIC alone.  Completions of a CQ made
 // with event_to are announced as events of that (the caller's) CQ.
-Pd *alloc_engine_pd(emu::Nic *nic);
-Cq *create_engine_cq(emu::Nic *nic, int cqe, core::Cq *event_to);
+Pd *alloc_engine_pd(emu::Device *nic);
+Cq *create_engine_cq(emu::Device *nic, int cqe, core::Cq *event_to);
 // What the NIC supports, and its counters, as the public structs.
-int engine_caps(emu::Nic &nic, ibv_coll_caps *caps);
-int engine_counters(emu::Nic &nic, ibv_coll_counters *c);
+int engine_caps(emu::Device &nic, ibv_coll_caps *caps);
+int engine_counters(emu::Device &nic, ibv_coll_counters *c);
 
 // Collective QPs (drv_coll.cc).
 int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out);

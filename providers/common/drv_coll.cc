@@ -21,7 +21,7 @@ uint32_t coll_packet_overhead()
 			emu::wire::kIcrcBytes);
 }
 
-int engine_caps(emu::Nic &nic, ibv_coll_caps *caps)
+int engine_caps(emu::Device &nic, ibv_coll_caps *caps)
 {
 	memset(caps, 0, sizeof(*caps));
 	caps->opcodes = (1u << (IBV_COLL_WR_QUERY - IBV_COLL_WR_ALLREDUCE + 1)) - 1;
@@ -38,7 +38,7 @@ int engine_caps(emu::Nic &nic, ibv_coll_caps *caps)
 	return 0;
 }
 
-int engine_counters(emu::Nic &nic, ibv_coll_counters *o)
+int engine_counters(emu::Device &nic, ibv_coll_counters *o)
 {
 	// Callers built against the first layout have room up to
 	// seg_high_water only, and say nothing in comp_mask.
@@ -265,7 +265,7 @@ int check_coll_wr(const Qp *qp, const ibv_coll_send_wr *wr, Need *need)
 
 int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 {
-	emu::Nic *nic = qp->nic;
+	emu::Device *nic = qp->nic;
 	const uint32_t pdn = qp->pdn;
 	std::unique_lock lk(qp->sq_mu);
 	ibv_qp_state st = qp->pub.state;

@@ -26,11 +26,18 @@ core::Qp *create_qp(core::Pd *p, ibv_coll_qp_init_attr *ia)
 		return nullptr;
 	}
 	auto qp = std::make_unique<Qp>();
-	qp->sq = std::make_unique<emu::Queue>(
-		cap.max_send_wr, coll ? emu::coll_wqe_stride(cap.max_send_sge)
-				      : emu::send_wqe_stride(std::max(cap.max_send_sge, 1u)));
-	qp->rq = std::make_unique<emu::Queue>(std::max(cap.max_recv_wr, 1u),
-					      emu::recv_wqe_stride(std::max(cap.max_recv_sge, 1u)));
+	int err = pd->nic->make_ring(cap.max_send_wr,
+				     coll ? emu::coll_wqe_stride(cap.max_send_sge)
+					  : emu::send_wqe_stride(std::max(cap.max_send_sge, 1u)),
+				     &qp->sq);
+	if (!err)
+		err = pd->nic->make_ring(std::max(cap.max_recv_wr, 1u),
+					 emu::recv_wqe_stride(std::max(cap.max_recv_sge, 1u)),
+					 &qp->rq);
+	if (err) {
+		errno = err;
+		return nullptr;
+	}
 	// Report what was really allocated, as libibverbs does.
 	cap.max_send_wr = qp->sq->slots();
 	cap.max_recv_wr = cap.max_recv_wr ? qp->rq->slots() : 0;
@@ -48,7 +55,7 @@ core::Qp *create_qp(core::Pd *p, ibv_coll_qp_init_attr *ia)
 	c.coll = coll;
 	qp->nic = pd->nic;
 	qp->pdn = pd->pdn;
-	int err = pd->nic->create_qp(c, &qp->hw, &qp->pub.qp_num);
+	err = pd->nic->create_qp(c, &qp->hw, &qp->pub.qp_num);
 	if (err) {
 		errno = err;
 		return nullptr;
@@ -219,6 +226,10 @@ int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 	Qp *qp = to_drv(q);
 	if (qp->pub.qp_type == IBV_COLL_QPT_COLL)
 		return post_coll(qp, wr, bad);
+	if (qp->nic->fatal()) {
+		*bad = wr;
+		return EIO;
+	}
 	std::unique_lock lk(qp->sq_mu);
 	ibv_qp_state st = qp->pub.state;
 	if (st != IBV_QPS_RTS && st != IBV_QPS_ERR) {
@@ -264,6 +275,10 @@ int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 int post_recv(core::Qp *q, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad)
 {
 	Qp *qp = to_drv(q);
+	if (qp->nic->fatal()) {
+		*bad = wr;
+		return EIO;
+	}
 	std::unique_lock lk(qp->rq_mu);
 	if (qp->pub.state == IBV_QPS_RESET || qp->pub.qp_type == IBV_COLL_QPT_COLL) {
 		*bad = wr;

@@ -7,7 +7,7 @@
 
 namespace ibv_coll::drv {
 
-Pd *alloc_engine_pd(emu::Nic *nic)
+Pd *alloc_engine_pd(emu::Device *nic)
 {
 	auto pd = std::make_unique<Pd>();
 	pd->nic = nic;
@@ -58,7 +58,7 @@ static void cq_event_fn(void *arg)
 	core::cq_event(static_cast<core::Cq *>(arg));
 }
 
-Cq *create_engine_cq(emu::Nic *nic, int cqe, core::Cq *event_to)
+Cq *create_engine_cq(emu::Device *nic, int cqe, core::Cq *event_to)
 {
 	if (cqe < 1 || uint32_t(cqe) > kMaxCqe) {
 		errno = EINVAL;
@@ -66,10 +66,14 @@ Cq *create_engine_cq(emu::Nic *nic, int cqe, core::Cq *event_to)
 	}
 	auto cq = std::make_unique<Cq>();
 	cq->nic = nic;
-	cq->ring = std::make_unique<emu::Queue>(uint32_t(cqe), uint32_t(sizeof(emu::Cqe)));
-	int err = nic->create_cq(cq->ring.get(), cq_event_fn,
-				 event_to ? event_to : static_cast<core::Cq *>(cq.get()), &cq->hw,
-				 &cq->pub.handle);
+	int err = nic->make_ring(uint32_t(cqe), uint32_t(sizeof(emu::Cqe)), &cq->ring);
+	if (err) {
+		errno = err;
+		return nullptr;
+	}
+	err = nic->create_cq(cq->ring.get(), cq_event_fn,
+			     event_to ? event_to : static_cast<core::Cq *>(cq.get()), &cq->hw,
+			     &cq->pub.handle);
 	if (err) {
 		errno = err;
 		return nullptr;

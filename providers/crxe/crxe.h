@@ -46,6 +46,15 @@ struct CrxeConfig {
 std::span<const util::ConfigVar> config_vars();
 int load_config(CrxeConfig *out);
 
+// The emulated NIC's parameters for a netdev (by name), from the
+// configuration and the netdev's state: what the in-process device and
+// ibv_coll_devd create a NIC with.  0 or errno.
+int nic_params(const std::string &netdev, emu::NicParams *out);
+// Whether contexts use the host's shared device (IBV_COLL_CRXE_SHARED).
+bool use_shared();
+// The daemon started when none serves a netdev (IBV_COLL_CRXE_DEVD).
+std::string devd_path();
+
 // The largest IBTA MTU (bytes) whose packets fit a netdev MTU.
 uint32_t active_mtu_for(uint32_t netdev_mtu);
 
@@ -55,7 +64,10 @@ struct Device : ibv_coll_device {
 
 struct Context : core::Context {
 	Device *dev = nullptr;
-	std::unique_ptr<emu::Nic> nic;
+	// The NIC: this process's own, or the host's shared one in
+	// ibv_coll_devd (IBV_COLL_CRXE_SHARED=1) reached through a client.
+	std::unique_ptr<emu::Device> nic;
+	std::vector<emu::IpAddr> gids;
 };
 
 inline Context *to_crxe(core::Context *c)

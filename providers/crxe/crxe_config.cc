@@ -11,7 +11,7 @@ namespace {
 using util::ConfigKind;
 using util::ConfigVar;
 
-enum { kDevices, kUdpPort, kFallback, kCount };
+enum { kDevices, kUdpPort, kFallback, kShared, kDevd, kCount };
 
 const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_CRXE_DEVICES", "",
@@ -23,6 +23,14 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_CRXE_PORT_FALLBACK", "y",
 	 "when the UDP port is taken (another context, in this process or another, has it), take a free one",
 	 ConfigKind::boolean},
+	{"IBV_COLL_CRXE_SHARED", "n",
+	 "use the host's shared device process (ibv_coll_devd) for a netdev, started if none runs, "
+	 "instead of an emulated NIC in this process",
+	 ConfigKind::boolean},
+	{"IBV_COLL_CRXE_DEVD", IBVC_DEVD_PATH,
+	 "the ibv_coll_devd binary started (with --exit-idle) when IBV_COLL_CRXE_SHARED is set and "
+	 "no daemon serves the netdev (empty: start none)",
+	 ConfigKind::string},
 };
 
 const util::ConfigRegistrar kRegistrar({"crxe", kVars}, 20);
@@ -51,6 +59,19 @@ int load_config(CrxeConfig *out)
 		return err;
 	*out = std::move(c);
 	return 0;
+}
+
+std::string devd_path()
+{
+	return util::config_text(kVars[kDevd]);
+}
+
+bool use_shared()
+{
+	bool on = false;
+	if (util::config_bool(kVars[kShared], &on))
+		return false; // the bad value has been logged
+	return on;
 }
 
 } // namespace ibv_coll::crxe

@@ -2,6 +2,7 @@
 // and the device/port/GID queries.
 #include "crxe.h"
 
+#include "devd/devd_client.h"
 #include "util/log.h"
 
 #include <algorithm>
@@ -34,28 +35,31 @@ void discover(std::vector<ibv_coll_device *> &out)
 core::Context *open_device(ibv_coll_device *dev_)
 {
 	auto *dev = static_cast<Device *>(dev_);
-	CrxeConfig cfg;
-	emu::NicParams p;
-	int err = load_config(&cfg);
-	if (!err)
-		err = emu::load_emu_config(&p.cfg);
-	if (err) {
-		errno = err;
-		return nullptr;
-	}
-	// The address list may have changed since discovery.
-	Netdev nd;
-	if (netdev_state(dev->nd.name, &nd) == 0 && !nd.addrs.empty())
-		dev->nd.addrs = nd.addrs;
-	p.name = dev->name;
-	p.gids = dev->nd.addrs;
-	p.udp_port = cfg.udp_port;
-	p.port_fallback = cfg.port_fallback;
-	p.active_mtu = active_mtu_for(dev->nd.mtu);
-
 	auto ctx = std::make_unique<Context>();
 	ctx->dev = dev;
-	if ((err = emu::Nic::create(p, &ctx->nic))) {
+	int err;
+	if (use_shared()) {
+		err = devd::open_client(dev->nd.name, devd_path(), &ctx->nic);
+		if (!err) {
+			// The daemon's NIC has the addresses the netdev has now.
+			Netdev nd;
+			if (netdev_state(dev->nd.name, &nd) == 0 && !nd.addrs.empty())
+				dev->nd.addrs = nd.addrs;
+			ctx->gids = dev->nd.addrs;
+		}
+	} else {
+		emu::NicParams p;
+		err = nic_params(dev->nd.name, &p);
+		if (!err) {
+			// The address list may have changed since discovery.
+			dev->nd.addrs = p.gids;
+			ctx->gids = p.gids;
+			std::unique_ptr<emu::Nic> nic;
+			err = emu::Nic::create(p, &nic);
+			ctx->nic = std::move(nic);
+		}
+	}
+	if (err) {
 		errno = err;
 		return nullptr;
 	}
@@ -121,8 +125,8 @@ int query_port(core::Context *c, uint8_t port, ibv_coll_port_attr *a)
 	memset(a, 0, sizeof(*a));
 	a->state = nd.up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
 	a->max_mtu = IBV_MTU_4096;
-	a->active_mtu = mtu_enum(ctx->nic->params().active_mtu);
-	a->gid_tbl_len = int(ctx->nic->params().gids.size());
+	a->active_mtu = mtu_enum(ctx->nic->active_mtu());
+	a->gid_tbl_len = int(ctx->gids.size());
 	a->max_msg_sz = kMaxMsg;
 	a->link_layer = IBV_LINK_LAYER_ETHERNET;
 	a->udp_port = ctx->nic->udp_port();
@@ -134,7 +138,7 @@ int query_port(core::Context *c, uint8_t port, ibv_coll_port_attr *a)
 int query_gid(core::Context *c, uint8_t port, int index, ibv_gid *gid)
 {
 	Context *ctx = to_crxe(c);
-	const auto &gids = ctx->nic->params().gids;
+	const auto &gids = ctx->gids;
 	if (port != 1 || index < 0 || size_t(index) >= gids.size())
 		return EINVAL;
 	memcpy(gid->raw, gids[size_t(index)].b, 16);

@@ -138,4 +138,25 @@ uint32_t active_mtu_for(uint32_t netdev_mtu)
 	return 0;
 }
 
+int nic_params(const std::string &netdev, emu::NicParams *p)
+{
+	CrxeConfig cfg;
+	int err = load_config(&cfg);
+	if (!err)
+		err = emu::load_emu_config(&p->cfg);
+	if (err)
+		return err;
+	Netdev nd;
+	if ((err = netdev_state(netdev, &nd)))
+		return err;
+	if (nd.addrs.empty() || !active_mtu_for(nd.mtu))
+		return ENODEV;
+	p->name = "crxe_" + netdev;
+	p->gids = nd.addrs;
+	p->udp_port = cfg.udp_port;
+	p->port_fallback = cfg.port_fallback;
+	p->active_mtu = active_mtu_for(nd.mtu);
+	return 0;
+}
+
 } // namespace ibv_coll::crxe

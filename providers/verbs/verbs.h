@@ -17,8 +17,9 @@
 #include <vector>
 
 namespace ibv_coll::emu {
+class Device;
 class Nic;
-}
+} // namespace ibv_coll::emu
 namespace ibv_coll::drv {
 struct Pd;
 struct Cq;
@@ -72,7 +73,7 @@ struct Pd : core::Pd {
 struct Mr : core::Mr {
 	ibv_mr *vmr = nullptr;
 	int access = 0;
-	emu::Nic *engine = nullptr; // entered in its MR table under vmr->lkey
+	emu::Device *engine = nullptr; // entered in its MR table under vmr->lkey
 };
 
 struct Cq : core::Cq {

@@ -1,0 +1,107 @@
+// A collective job's configuration on the devd channel: the fixed fields,
+// then the members and the switches' endpoints, each vector preceded by
+// its length, so that the daemon can check every length against the
+// bytes that came.
+#include "devd/devd_proto.h"
+
+#include <cstring>
+
+namespace ibv_coll::devd {
+
+namespace {
+
+struct JobFixed {
+	uint32_t jid = 0, seg_base = 0, seg_count = 0, block_len = 0, timeout_ms = 0,
+		 total_ranks = 0;
+	uint64_t key = 0;
+	uint16_t node = 0;
+	uint8_t topology = 0;
+	uint8_t sw_on = 0, sw_inline_task = 0, sw_e2e_ack = 0;
+	uint32_t sw_planes = 0, sw_leaves = 0, sw_window = 0;
+	uint32_t n_members = 0, n_leaf = 0, n_spine = 0, n_member_leaf = 0;
+};
+
+template <class T> void put(std::vector<uint8_t> *out, const T *p, size_t n)
+{
+	const auto *b = reinterpret_cast<const uint8_t *>(p);
+	out->insert(out->end(), b, b + n * sizeof(T));
+}
+
+template <class T> bool take(const uint8_t *&p, const uint8_t *end, std::vector<T> *v, size_t n)
+{
+	if (size_t(end - p) / sizeof(T) < n)
+		return false;
+	v->resize(n);
+	memcpy(v->data(), p, n * sizeof(T));
+	p += n * sizeof(T);
+	return true;
+}
+
+} // namespace
+
+void pack_job(const emu::JobConfig &j, std::vector<uint8_t> *out)
+{
+	JobFixed f;
+	f.jid = j.jid;
+	f.seg_base = j.seg_base;
+	f.seg_count = j.seg_count;
+	f.block_len = j.block_len;
+	f.timeout_ms = j.timeout_ms;
+	f.total_ranks = j.total_ranks;
+	f.key = j.key;
+	f.node = j.node;
+	f.topology = uint8_t(j.topology);
+	f.sw_on = j.sw.on;
+	f.sw_inline_task = j.sw.inline_task;
+	f.sw_e2e_ack = j.sw.e2e_ack;
+	f.sw_planes = j.sw.planes;
+	f.sw_leaves = j.sw.leaves;
+	f.sw_window = j.sw.window;
+	f.n_members = uint32_t(j.members.size());
+	f.n_leaf = uint32_t(j.sw.leaf.size());
+	f.n_spine = uint32_t(j.sw.spine.size());
+	f.n_member_leaf = uint32_t(j.sw.member_leaf.size());
+	out->clear();
+	put(out, &f, 1);
+	put(out, j.members.data(), j.members.size());
+	put(out, j.sw.leaf.data(), j.sw.leaf.size());
+	put(out, j.sw.spine.data(), j.sw.spine.size());
+	put(out, j.sw.member_leaf.data(), j.sw.member_leaf.size());
+}
+
+int unpack_job(const uint8_t *p, size_t len, emu::JobConfig *j)
+{
+	const uint8_t *end = p + len;
+	JobFixed f;
+	if (len < sizeof(f))
+		return EPROTO;
+	memcpy(&f, p, sizeof(f));
+	p += sizeof(f);
+	if (f.n_members > emu::kMaxCollNodes || f.topology > uint8_t(emu::Topology::autosel))
+		return EINVAL;
+	*j = emu::JobConfig{};
+	j->jid = f.jid;
+	j->seg_base = f.seg_base;
+	j->seg_count = f.seg_count;
+	j->block_len = f.block_len;
+	j->timeout_ms = f.timeout_ms;
+	j->total_ranks = f.total_ranks;
+	j->key = f.key;
+	j->node = f.node;
+	j->topology = emu::Topology(f.topology);
+	j->sw.on = f.sw_on;
+	j->sw.inline_task = f.sw_inline_task;
+	j->sw.e2e_ack = f.sw_e2e_ack;
+	j->sw.planes = f.sw_planes;
+	j->sw.leaves = f.sw_leaves;
+	j->sw.window = f.sw_window;
+	if (!take(p, end, &j->members, f.n_members) || !take(p, end, &j->sw.leaf, f.n_leaf) ||
+	    !take(p, end, &j->sw.spine, f.n_spine) ||
+	    !take(p, end, &j->sw.member_leaf, f.n_member_leaf) || p != end)
+		return EPROTO;
+	if (j->node >= j->members.size())
+		return EINVAL;
+	return 0;
+}
+
+} // namespace ibv_coll::devd

@@ -1,0 +1,84 @@
+// ibv_coll_devd: the shared crxe device of a netdev as a program (issue
+// 14).  See ibv_coll_devd(8).
+#include "crxe.h"
+#include "devd/devd_server.h"
+#include "util/log.h"
+
+#include <getopt.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+
+using namespace ibv_coll;
+
+namespace {
+
+devd::Server *g_server;
+
+void on_signal(int)
+{
+	if (g_server)
+		g_server->stop();
+}
+
+void usage(FILE *f)
+{
+	fprintf(f, "usage: ibv_coll_devd [--exit-idle] NETDEV\n"
+		   "Serve the emulated RoCEv2 device crxe_NETDEV to every process of this host\n"
+		   "that opens it with IBV_COLL_CRXE_SHARED=1.\n"
+		   "  -x, --exit-idle  exit when the last client has gone\n"
+		   "  -h, --help       this text\n");
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+	static const option opts[] = {{"exit-idle", no_argument, nullptr, 'x'},
+				      {"help", no_argument, nullptr, 'h'},
+				      {nullptr, 0, nullptr, 0}};
+	devd::ServerOptions o;
+	int c;
+	while ((c = getopt_long(argc, argv, "xh", opts, nullptr)) != -1) {
+		switch (c) {
+		case 'x': o.exit_idle = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		usage(stderr);
+		return 2;
+	}
+	std::string netdev = argv[optind];
+	if (netdev.rfind("crxe_", 0) == 0)
+		netdev = netdev.substr(5);
+
+	emu::NicParams p;
+	int err = crxe::nic_params(netdev, &p);
+	if (err) {
+		fprintf(stderr, "ibv_coll_devd: %s: %s\n", netdev.c_str(), strerror(err));
+		return 1;
+	}
+	std::unique_ptr<emu::Nic> nic;
+	if ((err = emu::Nic::create(p, &nic))) {
+		fprintf(stderr, "ibv_coll_devd: %s: %s\n", p.name.c_str(), strerror(err));
+		return 1;
+	}
+	std::unique_ptr<devd::Server> s;
+	if ((err = devd::Server::create(p.name, std::move(nic), o, &s))) {
+		fprintf(stderr, "ibv_coll_devd: %s: %s%s\n", p.name.c_str(), strerror(err),
+			err == EADDRINUSE ? " (another ibv_coll_devd serves it)" : "");
+		return err == EADDRINUSE ? 3 : 1;
+	}
+	g_server = s.get();
+	struct sigaction sa {};
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, nullptr);
+	sigaction(SIGTERM, &sa, nullptr);
+	signal(SIGPIPE, SIG_IGN);
+	err = s->run();
+	g_server = nullptr;
+	return err ? 1 : 0;
+}
