@@ -11,6 +11,7 @@
 #include "util/log.h"
 
 #include <algorithm>
+#include <cerrno>
 
 namespace ibv_coll::emu {
 
@@ -51,6 +52,17 @@ static bool resp_fatal(Engine &e, Qp &qp, uint8_t syndrome, const char *why)
 {
 	e.send_ack(qp, syndrome, qp.epsn);
 	e.qp_to_error(qp, why);
+	qp.ooo.clear();
+	return false;
+}
+
+// The QP's owner is gone (another process's memory, ESRCH: killed before
+// the shared device destroyed its objects): stop the QP without a NAK, as
+// a NIC whose QP the kernel is tearing down.  The requester sees silence
+// and runs out of retries, as it would once the QP is destroyed.
+static bool resp_owner_gone(Engine &e, Qp &qp)
+{
+	e.qp_to_error(qp, "the process that owns the QP is gone");
 	qp.ooo.clear();
 	return false;
 }
@@ -162,6 +174,8 @@ static bool resp_send(Engine &e, Qp &qp, const InPacket &p)
 	SgeCursor c{r->sges(), r->num_sge, qp.space};
 	c.seek(qp.msg_off);
 	if (!c.scatter(p.payload, p.paylen)) {
+		if (errno == ESRCH)
+			return resp_owner_gone(e, qp);
 		e.complete_recv(qp, WcStatus::loc_prot_err, WcOpcode::recv, qp.msg_off, 0, 0);
 		return resp_fatal(e, qp, kSynNakRemOpErr, "receive buffer not writable");
 	}
@@ -213,8 +227,10 @@ static bool resp_write(Engine &e, Qp &qp, const InPacket &p)
 				kAccRemoteWrite) != DmaErr::ok)
 			return resp_fatal(e, qp, kSynNakRemAccess, "remote access error");
 		if (!dma_write(qp.space, qp.wr_va + qp.msg_off, p.payload, p.paylen))
-			return resp_fatal(e, qp, kSynNakRemAccess,
-					  "remote access error (memory went away)");
+			return errno == ESRCH
+				       ? resp_owner_gone(e, qp)
+				       : resp_fatal(e, qp, kSynNakRemAccess,
+						    "remote access error (memory went away)");
 	}
 	qp.msg_off += p.paylen;
 	if (!(f & kLast)) {
@@ -338,7 +354,10 @@ bool Engine::resp_progress(Qp &qp)
 		// A zero-length READ may name any address, NULL included.
 		if (plen && !dma_read(qp.space, ext, j.va + j.off, plen)) {
 			qp.reads.pop_front(); // the packet begun is not sent
-			resp_fatal(*this, qp, kSynNakRemAccess, "read region not readable");
+			if (errno == ESRCH)
+				resp_owner_gone(*this, qp);
+			else
+				resp_fatal(*this, qp, kSynNakRemAccess, "read region not readable");
 			return true;
 		}
 		tx_finish(qp, pkt, kBthBytes + (aeth ? kAethBytes : 0), plen);
