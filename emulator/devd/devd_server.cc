@@ -176,7 +176,288 @@ void Server::close_conn(Conn *c)
 	delete c;
 }
 
-// One request: 0, or an errno that ends the connection.
+// One request being served: what came, and the reply being built.
+struct Server::Req {
+	Conn &c;
+	Hdr h;
+	const uint8_t *body;
+	util::UniqueFd *fds;
+	size_t nfds;
+	uint8_t *out; // the reply's body
+	size_t rlen = 0;
+	int res = 0; // the reply's errno
+	bool need(size_t n) const { return h.len == n; }
+	void put(const void *p, size_t n)
+	{
+		memcpy(out, p, n);
+		rlen = n;
+	}
+	SCq *cq_of(uint32_t id)
+	{
+		auto it = c.cqs.find(id);
+		return it == c.cqs.end() ? nullptr : it->second.get();
+	}
+	SQp *qp_of(uint32_t id)
+	{
+		auto it = c.qps.find(id);
+		return it == c.qps.end() ? nullptr : it->second.get();
+	}
+};
+
+// The device, protection domains and memory regions.
+int Server::serve_mem(Req &r)
+{
+	switch (Op(r.h.op)) {
+	case Op::hello: {
+		HelloRep o;
+		o.version = kProtoVersion;
+		o.active_mtu = nic_->active_mtu();
+		o.seg_units = nic_->seg_units();
+		o.seg_unit_bytes = nic_->seg_unit_bytes();
+		o.udp_port = nic_->udp_port();
+		r.put(&o, sizeof(o));
+		break;
+	}
+	case Op::alloc_pd: {
+		PdMsg o;
+		// The client's memory is its process's: SO_PEERCRED's pid.
+		r.res = nic_->alloc_pd_in(r.c.peer.pid, &o.pdn);
+		if (!r.res) {
+			r.c.pds.insert(o.pdn);
+			r.put(&o, sizeof(o));
+		}
+		break;
+	}
+	case Op::dealloc_pd: {
+		PdMsg q;
+		if (!r.need(sizeof(q)))
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		if (!r.c.pds.count(q.pdn))
+			r.res = EINVAL;
+		else if (!(r.res = nic_->dealloc_pd(q.pdn)))
+			r.c.pds.erase(q.pdn);
+		break;
+	}
+	case Op::reg_mr:
+	case Op::reg_mr_keyed: {
+		MrReq q;
+		if (!r.need(sizeof(q)))
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		KeyRep o;
+		if (!r.c.pds.count(q.pdn))
+			r.res = EINVAL;
+		else if (Op(r.h.op) == Op::reg_mr)
+			r.res = nic_->reg_mr(q.pdn, reinterpret_cast<const void *>(q.addr), q.len,
+					     q.access, &o.key);
+		else
+			r.res = nic_->reg_mr_keyed(q.pdn, reinterpret_cast<const void *>(q.addr),
+						   q.len, q.access, o.key = q.key);
+		if (!r.res) {
+			r.c.mrs.insert(o.key);
+			if (Op(r.h.op) == Op::reg_mr)
+				r.put(&o, sizeof(o));
+		}
+		break;
+	}
+	case Op::dereg_mr: {
+		MrReq q;
+		if (!r.need(sizeof(q)))
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		// Only the connection's own keys: another's would be theirs.
+		if (!r.c.mrs.count(q.key))
+			r.res = EINVAL;
+		else if (!(r.res = nic_->dereg_mr(q.key)))
+			r.c.mrs.erase(q.key);
+		break;
+	}
+	default: return kNotMine;
+	}
+	return 0;
+}
+
+// Completion queues, counters and the post-time check of local SGEs.
+int Server::serve_cq(Req &r)
+{
+	switch (Op(r.h.op)) {
+	case Op::create_cq: {
+		CqReq q;
+		if (!r.need(sizeof(q)) || r.nfds != 2)
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		auto cq = std::make_unique<SCq>();
+		cq->ev = std::move(r.fds[1]);
+		r.res = map_ring(std::move(r.fds[0]), q.slots, q.stride, &cq->ring);
+		ObjRep o;
+		if (!r.res)
+			r.res = nic_->create_cq(cq->ring.get(), cq_event, cq.get(), &cq->hw,
+						&o.num);
+		if (!r.res) {
+			o.id = next_id_++;
+			r.c.cqs[o.id] = std::move(cq);
+			r.put(&o, sizeof(o));
+		}
+		break;
+	}
+	case Op::destroy_cq: {
+		ObjReq q;
+		if (!r.need(sizeof(q)))
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		SCq *cq = r.cq_of(q.id);
+		if (!cq)
+			r.res = EINVAL;
+		else if (!(r.res = nic_->destroy_cq(cq->hw)))
+			r.c.cqs.erase(q.id);
+		break;
+	}
+	case Op::arm_cq: {
+		ObjReq q;
+		if (!r.need(sizeof(q)))
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		if (SCq *cq = r.cq_of(q.id))
+			nic_->cq_arm(cq->hw, q.arg != 0);
+		else
+			r.res = EINVAL;
+		break;
+	}
+	case Op::counters: {
+		emu::NicCounters o = nic_->counters();
+		r.put(&o, sizeof(o));
+		break;
+	}
+	case Op::check_local: {
+		CheckReq q;
+		if (r.h.len < sizeof(q))
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		if (q.n > 1024 || r.h.len != sizeof(q) + q.n * (sizeof(emu::Sge) + 8))
+			return EPROTO;
+		if (!r.c.pds.count(q.pdn)) {
+			r.res = EINVAL;
+			break;
+		}
+		std::vector<emu::Sge> s(q.n);
+		std::vector<uint64_t> l(q.n);
+		memcpy(s.data(), r.body + sizeof(q), q.n * sizeof(emu::Sge));
+		memcpy(l.data(), r.body + sizeof(q) + q.n * sizeof(emu::Sge), q.n * 8);
+		r.res = nic_->check_local(q.pdn, s.data(), l.data(), q.n, q.need);
+		break;
+	}
+	default: return kNotMine;
+	}
+	return 0;
+}
+
+// Queue pairs and their doorbells.
+int Server::serve_qp(Req &r)
+{
+	switch (Op(r.h.op)) {
+	case Op::create_qp: {
+		QpReq q;
+		if (!r.need(sizeof(q)) || r.nfds != 2)
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		auto qp = std::make_unique<SQp>();
+		SCq *scq = r.cq_of(q.send_cq), *rcq = r.cq_of(q.recv_cq);
+		if (!scq || !rcq || !r.c.pds.count(q.pdn))
+			r.res = EINVAL;
+		if (!r.res)
+			r.res = map_ring(std::move(r.fds[0]), q.sq_slots, q.sq_stride, &qp->sq);
+		if (!r.res)
+			r.res = map_ring(std::move(r.fds[1]), q.rq_slots, q.rq_stride, &qp->rq);
+		ObjRep o;
+		if (!r.res) {
+			emu::QpCreate cr;
+			cr.pdn = q.pdn;
+			cr.sq = qp->sq.get();
+			cr.rq = qp->rq.get();
+			cr.send_cq = scq->hw;
+			cr.recv_cq = rcq->hw;
+			cr.sig_all = q.sig_all;
+			cr.coll = q.coll;
+			r.res = nic_->create_qp(cr, &qp->hw, &o.num);
+		}
+		if (!r.res) {
+			o.id = next_id_++;
+			r.c.qps[o.id] = std::move(qp);
+			r.put(&o, sizeof(o));
+		}
+		break;
+	}
+	case Op::modify_qp: {
+		ModifyReq q;
+		if (r.h.len < sizeof(q))
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		q.attr.job = nullptr;
+		emu::JobConfig job;
+		if (q.mask & emu::kQpJob) {
+			r.res = unpack_job(r.body + sizeof(q), r.h.len - sizeof(q), &job);
+			if (r.res == EPROTO)
+				return EPROTO;
+			q.attr.job = &job;
+		} else if (r.h.len != sizeof(q)) {
+			return EPROTO;
+		}
+		SQp *qp = r.qp_of(q.id);
+		if (!r.res && !qp)
+			r.res = EINVAL;
+		if (!r.res)
+			r.res = nic_->modify_qp(qp->hw, q.attr, q.mask);
+		break;
+	}
+	case Op::query_qp: {
+		ObjReq q;
+		if (!r.need(sizeof(q)))
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		SQp *qp = r.qp_of(q.id);
+		emu::QpAttr a;
+		if (!qp)
+			r.res = EINVAL;
+		else if (!(r.res = nic_->query_qp(qp->hw, &a))) {
+			a.job = nullptr;
+			r.put(&a, sizeof(a));
+		}
+		break;
+	}
+	case Op::destroy_qp: {
+		ObjReq q;
+		if (!r.need(sizeof(q)))
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		SQp *qp = r.qp_of(q.id);
+		if (!qp)
+			r.res = EINVAL;
+		else if (!(r.res = nic_->destroy_qp(qp->hw)))
+			r.c.qps.erase(q.id);
+		break;
+	}
+	case Op::sq_doorbell:
+	case Op::rq_doorbell: {
+		ObjReq q;
+		if (!r.need(sizeof(q)))
+			return EPROTO;
+		memcpy(&q, r.body, sizeof(q));
+		if (SQp *qp = r.qp_of(q.id)) {
+			if (Op(r.h.op) == Op::sq_doorbell)
+				nic_->sq_doorbell(qp->hw);
+			else
+				nic_->rq_doorbell(qp->hw);
+		}
+		return kNoReply;
+	}
+	default: return kNotMine;
+	}
+	return 0;
+}
+
+// One request: 0, or an errno that ends the connection.  Each group of
+// requests has its own function; kNotMine passes it on.
 int Server::serve(Conn &c)
 {
 	uint8_t buf[kMaxMsgBytes];
@@ -193,260 +474,27 @@ int Server::serve(Conn &c)
 	memcpy(&h, buf, sizeof(h));
 	if (h.len != len - sizeof(h))
 		return EPROTO;
-	const uint8_t *body = buf + sizeof(h);
-	auto need = [&](size_t n) { return h.len == n; };
 	uint8_t rep[kMaxMsgBytes];
-	ReplyHdr r;
-	r.h = h;
-	size_t rlen = 0;
-	uint8_t *out = rep + sizeof(r);
-	int res = 0;
-	auto put = [&](const void *p, size_t n) {
-		memcpy(out, p, n);
-		rlen = n;
-	};
-	auto cq_of = [&](uint32_t id) -> SCq * {
-		auto it = c.cqs.find(id);
-		return it == c.cqs.end() ? nullptr : it->second.get();
-	};
-	auto qp_of = [&](uint32_t id) -> SQp * {
-		auto it = c.qps.find(id);
-		return it == c.qps.end() ? nullptr : it->second.get();
-	};
-
-	switch (Op(h.op)) {
-	case Op::hello: {
-		HelloRep o;
-		o.version = kProtoVersion;
-		o.active_mtu = nic_->active_mtu();
-		o.seg_units = nic_->seg_units();
-		o.seg_unit_bytes = nic_->seg_unit_bytes();
-		o.udp_port = nic_->udp_port();
-		put(&o, sizeof(o));
-		break;
-	}
-	case Op::alloc_pd: {
-		PdMsg o;
-		// The client's memory is its process's: SO_PEERCRED's pid.
-		res = nic_->alloc_pd_in(c.peer.pid, &o.pdn);
-		if (!res) {
-			c.pds.insert(o.pdn);
-			put(&o, sizeof(o));
-		}
-		break;
-	}
-	case Op::dealloc_pd: {
-		PdMsg q;
-		if (!need(sizeof(q)))
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		if (!c.pds.count(q.pdn))
-			res = EINVAL;
-		else if (!(res = nic_->dealloc_pd(q.pdn)))
-			c.pds.erase(q.pdn);
-		break;
-	}
-	case Op::reg_mr:
-	case Op::reg_mr_keyed: {
-		MrReq q;
-		if (!need(sizeof(q)))
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		KeyRep o;
-		if (!c.pds.count(q.pdn))
-			res = EINVAL;
-		else if (Op(h.op) == Op::reg_mr)
-			res = nic_->reg_mr(q.pdn, reinterpret_cast<const void *>(q.addr), q.len,
-					   q.access, &o.key);
-		else
-			res = nic_->reg_mr_keyed(q.pdn, reinterpret_cast<const void *>(q.addr),
-						 q.len, q.access, o.key = q.key);
-		if (!res) {
-			c.mrs.insert(o.key);
-			if (Op(h.op) == Op::reg_mr)
-				put(&o, sizeof(o));
-		}
-		break;
-	}
-	case Op::dereg_mr: {
-		MrReq q;
-		if (!need(sizeof(q)))
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		// Only the connection's own keys: another's would be theirs.
-		if (!c.mrs.count(q.key))
-			res = EINVAL;
-		else if (!(res = nic_->dereg_mr(q.key)))
-			c.mrs.erase(q.key);
-		break;
-	}
-	case Op::create_cq: {
-		CqReq q;
-		if (!need(sizeof(q)) || nfds != 2)
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		auto cq = std::make_unique<SCq>();
-		cq->ev = std::move(fds[1]);
-		res = map_ring(std::move(fds[0]), q.slots, q.stride, &cq->ring);
-		ObjRep o;
-		if (!res)
-			res = nic_->create_cq(cq->ring.get(), cq_event, cq.get(), &cq->hw, &o.num);
-		if (!res) {
-			o.id = next_id_++;
-			c.cqs[o.id] = std::move(cq);
-			put(&o, sizeof(o));
-		}
-		break;
-	}
-	case Op::destroy_cq: {
-		ObjReq q;
-		if (!need(sizeof(q)))
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		SCq *cq = cq_of(q.id);
-		if (!cq)
-			res = EINVAL;
-		else if (!(res = nic_->destroy_cq(cq->hw)))
-			c.cqs.erase(q.id);
-		break;
-	}
-	case Op::create_qp: {
-		QpReq q;
-		if (!need(sizeof(q)) || nfds != 2)
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		auto qp = std::make_unique<SQp>();
-		SCq *scq = cq_of(q.send_cq), *rcq = cq_of(q.recv_cq);
-		if (!scq || !rcq || !c.pds.count(q.pdn))
-			res = EINVAL;
-		if (!res)
-			res = map_ring(std::move(fds[0]), q.sq_slots, q.sq_stride, &qp->sq);
-		if (!res)
-			res = map_ring(std::move(fds[1]), q.rq_slots, q.rq_stride, &qp->rq);
-		ObjRep o;
-		if (!res) {
-			emu::QpCreate cr;
-			cr.pdn = q.pdn;
-			cr.sq = qp->sq.get();
-			cr.rq = qp->rq.get();
-			cr.send_cq = scq->hw;
-			cr.recv_cq = rcq->hw;
-			cr.sig_all = q.sig_all;
-			cr.coll = q.coll;
-			res = nic_->create_qp(cr, &qp->hw, &o.num);
-		}
-		if (!res) {
-			o.id = next_id_++;
-			c.qps[o.id] = std::move(qp);
-			put(&o, sizeof(o));
-		}
-		break;
-	}
-	case Op::modify_qp: {
-		ModifyReq q;
-		if (h.len < sizeof(q))
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		q.attr.job = nullptr;
-		emu::JobConfig job;
-		if (q.mask & emu::kQpJob) {
-			res = unpack_job(body + sizeof(q), h.len - sizeof(q), &job);
-			if (res == EPROTO)
-				return EPROTO;
-			q.attr.job = &job;
-		} else if (h.len != sizeof(q)) {
-			return EPROTO;
-		}
-		SQp *qp = qp_of(q.id);
-		if (!res && !qp)
-			res = EINVAL;
-		if (!res)
-			res = nic_->modify_qp(qp->hw, q.attr, q.mask);
-		break;
-	}
-	case Op::query_qp: {
-		ObjReq q;
-		if (!need(sizeof(q)))
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		SQp *qp = qp_of(q.id);
-		emu::QpAttr a;
-		if (!qp)
-			res = EINVAL;
-		else if (!(res = nic_->query_qp(qp->hw, &a))) {
-			a.job = nullptr;
-			put(&a, sizeof(a));
-		}
-		break;
-	}
-	case Op::destroy_qp: {
-		ObjReq q;
-		if (!need(sizeof(q)))
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		SQp *qp = qp_of(q.id);
-		if (!qp)
-			res = EINVAL;
-		else if (!(res = nic_->destroy_qp(qp->hw)))
-			c.qps.erase(q.id);
-		break;
-	}
-	case Op::sq_doorbell:
-	case Op::rq_doorbell: {
-		ObjReq q;
-		if (!need(sizeof(q)))
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		if (SQp *qp = qp_of(q.id)) {
-			if (Op(h.op) == Op::sq_doorbell)
-				nic_->sq_doorbell(qp->hw);
-			else
-				nic_->rq_doorbell(qp->hw);
-		}
-		return 0; // no reply
-	}
-	case Op::arm_cq: {
-		ObjReq q;
-		if (!need(sizeof(q)))
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		if (SCq *cq = cq_of(q.id))
-			nic_->cq_arm(cq->hw, q.arg != 0);
-		else
-			res = EINVAL;
-		break;
-	}
-	case Op::counters: {
-		emu::NicCounters o = nic_->counters();
-		put(&o, sizeof(o));
-		break;
-	}
-	case Op::check_local: {
-		CheckReq q;
-		if (h.len < sizeof(q))
-			return EPROTO;
-		memcpy(&q, body, sizeof(q));
-		if (q.n > 1024 || h.len != sizeof(q) + q.n * (sizeof(emu::Sge) + 8))
-			return EPROTO;
-		if (!c.pds.count(q.pdn)) {
-			res = EINVAL;
-			break;
-		}
-		std::vector<emu::Sge> s(q.n);
-		std::vector<uint64_t> l(q.n);
-		memcpy(s.data(), body + sizeof(q), q.n * sizeof(emu::Sge));
-		memcpy(l.data(), body + sizeof(q) + q.n * sizeof(emu::Sge), q.n * 8);
-		res = nic_->check_local(q.pdn, s.data(), l.data(), q.n, q.need);
-		break;
-	}
-	default:
+	ReplyHdr rh;
+	Req r{c, h, buf + sizeof(h), fds, nfds, rep + sizeof(rh)};
+	int st = serve_mem(r);
+	if (st == kNotMine)
+		st = serve_cq(r);
+	if (st == kNotMine)
+		st = serve_qp(r);
+	if (st == kNotMine) {
 		IBVC_WARN("devd", "{}: pid {}: unknown request {}", dev_, c.peer.pid, h.op);
 		return EPROTO;
 	}
-	r.err = res;
-	r.h.len = uint32_t(sizeof(r) - sizeof(Hdr) + rlen);
-	memcpy(rep, &r, sizeof(r));
-	return send_msg(c.fd.get(), rep, sizeof(r) + rlen);
+	if (st == kNoReply)
+		return 0;
+	if (st)
+		return st;
+	rh.h = h;
+	rh.err = r.res;
+	rh.h.len = uint32_t(sizeof(rh) - sizeof(Hdr) + r.rlen);
+	memcpy(rep, &rh, sizeof(rh));
+	return send_msg(c.fd.get(), rep, sizeof(rh) + r.rlen);
 }
 
 } // namespace ibv_coll::devd

@@ -35,7 +35,14 @@ public:
 
 private:
 	Server() = default;
+	struct Req;
+	// serve() hands a request to each group in turn: kNotMine passes it
+	// on, kNoReply (a doorbell) sends nothing back.
+	static constexpr int kNotMine = -1, kNoReply = -2;
 	int serve(Conn &c);
+	int serve_mem(Req &r);
+	int serve_cq(Req &r);
+	int serve_qp(Req &r);
 	void close_conn(Conn *c);
 
 	std::string dev_;
