@@ -307,8 +307,10 @@ public:
 		req.n = n;
 		req.need = need;
 		memcpy(buf.data(), &req, sizeof(req));
-		memcpy(buf.data() + sizeof(req), sges, n * sizeof(emu::Sge));
-		memcpy(buf.data() + sizeof(req) + n * sizeof(emu::Sge), len, n * 8);
+		if (n) { // no SGEs: sges and len may be null
+			memcpy(buf.data() + sizeof(req), sges, n * sizeof(emu::Sge));
+			memcpy(buf.data() + sizeof(req) + n * sizeof(emu::Sge), len, n * 8);
+		}
 		return call(Op::check_local, buf.data(), buf.size(), nullptr, 0, nullptr, 0);
 	}
 

@@ -32,7 +32,8 @@ template <class T> bool take(const uint8_t *&p, const uint8_t *end, std::vector<
 	if (size_t(end - p) / sizeof(T) < n)
 		return false;
 	v->resize(n);
-	memcpy(v->data(), p, n * sizeof(T));
+	if (n) // an empty vector's data() may be null
+		memcpy(v->data(), p, n * sizeof(T));
 	p += n * sizeof(T);
 	return true;
 }

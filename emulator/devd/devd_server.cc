@@ -342,8 +342,10 @@ int Server::serve_cq(Req &r)
 		}
 		std::vector<emu::Sge> s(q.n);
 		std::vector<uint64_t> l(q.n);
-		memcpy(s.data(), r.body + sizeof(q), q.n * sizeof(emu::Sge));
-		memcpy(l.data(), r.body + sizeof(q) + q.n * sizeof(emu::Sge), q.n * 8);
+		if (q.n) { // an empty vector's data() may be null
+			memcpy(s.data(), r.body + sizeof(q), q.n * sizeof(emu::Sge));
+			memcpy(l.data(), r.body + sizeof(q) + q.n * sizeof(emu::Sge), q.n * 8);
+		}
 		r.res = nic_->check_local(q.pdn, s.data(), l.data(), q.n, q.need);
 		break;
 	}
