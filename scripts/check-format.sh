@@ -13,7 +13,8 @@ if [ "${1:-}" = --fix ]; then
 	fix=1
 	shift
 fi
-src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+here=$(cd "$(dirname "$0")" && pwd)
+src=${1:-$(cd "$here/.." && pwd)}
 cd "$src"
 
 cf=${CLANG_FORMAT:-}
@@ -30,26 +31,15 @@ if [ -z "$cf" ]; then
 	exit 77
 fi
 
-# The sources: what git tracks, or every file when the tree is not a git
-# checkout (a release tarball).  Left out: fuzz corpora (data) and build
-# trees; nothing in the tree is generated or third-party.
-list() {
-	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-		git ls-files -- '*.c' '*.h' '*.cc' '*.hpp' '*.cpp'
-	else
-		find . -path ./build -prune -o -path './build-*' -prune -o \
-			\( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.hpp' -o -name '*.cpp' \) \
-			-print | sed 's|^\./||'
-	fi | grep -v -e '^tests/fuzz/corpus/' -e '^build' | sort
-}
+. "$here/sources.sh"
 
 if [ "$fix" = 1 ]; then
-	list | xargs -r "$cf" -i
+	list_sources | xargs -r "$cf" -i
 	exit 0
 fi
 
 bad=""
-for f in $(list); do
+for f in $(list_sources); do
 	"$cf" --dry-run -Werror "$f" >/dev/null 2>&1 || bad="$bad $f"
 done
 if [ -n "$bad" ]; then

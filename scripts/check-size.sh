@@ -11,24 +11,17 @@
 # 1 with the offenders listed, 77 (ctest's skip) without python3.
 set -eu
 
-src=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+here=$(cd "$(dirname "$0")" && pwd)
+src=${1:-$(cd "$here/.." && pwd)}
 cd "$src"
 command -v python3 >/dev/null 2>&1 || {
 	echo "check-size: no python3" >&2
 	exit 77
 }
 
-list() {
-	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-		git ls-files -- '*.c' '*.h' '*.cc' '*.hpp' '*.cpp'
-	else
-		find . -path ./build -prune -o -path './build-*' -prune -o \
-			\( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.hpp' -o -name '*.cpp' \) \
-			-print | sed 's|^\./||'
-	fi | grep -v -e '^tests/fuzz/corpus/' -e '^build' | sort
-}
+. "$here/sources.sh"
 
-list | MAX_FUNC=${MAX_FUNC:-120} MAX_FILE=${MAX_FILE:-800} python3 -c '
+list_sources | MAX_FUNC=${MAX_FUNC:-120} MAX_FILE=${MAX_FILE:-800} python3 -c '
 import os, re, sys
 
 max_func, max_file = int(os.environ["MAX_FUNC"]), int(os.environ["MAX_FILE"])
