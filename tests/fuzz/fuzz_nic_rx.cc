@@ -28,7 +28,7 @@ void check(int err, const char *what)
 	}
 }
 
-struct Device {
+struct FuzzNic {
 	alignas(64) uint8_t mem[kMem] = {};
 	Queue cq_ring{64, sizeof(Cqe)};
 	Queue rc_sq{16, send_wqe_stride(1)}, rc_rq{16, recv_wqe_stride(1)};
@@ -105,7 +105,7 @@ struct Device {
 		check(nic->modify_qp(qp, a, kQpState), "job rts");
 	}
 
-	Device()
+	FuzzNic()
 	{
 		NicParams p;
 		p.name = "fuzz";
@@ -200,7 +200,7 @@ struct Device {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	auto d = std::make_unique<Device>();
+	auto d = std::make_unique<FuzzNic>();
 	// The switch grants the switch job, as it would.
 	std::vector<uint8_t> grant;
 	wire::Ceth h;
