@@ -498,10 +498,12 @@ TEST_F(RcDelayed, PingTakesTheRoundTripAndWritesPipeline)
 		expect_success(next_wc(), IBV_COLL_WC_RDMA_WRITE, 10 + i);
 	auto all = clk::now() - t0;
 	EXPECT_GE(all, kRtt);
-	// One round trip each would take kWrites of them; pipelined they take
-	// one or two.  The bound sits halfway, so that a loaded machine (this
-	// took 6.5 round trips at a load of 16 on 2 cores) does not fail it.
-	EXPECT_LT(all, kWrites / 2 * kRtt) << "the writes waited for each other's round trips";
+	// One round trip each would take kWrites of them (and more: each
+	// WRITE is 4 packets).  Pipelined they take as many as the congestion
+	// window needs to open from its initial size: 6.5 at a load of 16 on
+	// 2 cores, 8.2 between namespaces on a quiet one.  The bound, 3/4 of
+	// serial, still fails writes that wait for each other.
+	EXPECT_LT(all, kWrites * 3 / 4 * kRtt) << "the writes waited for each other's round trips";
 	for (int i = 0; i < kWrites; i++)
 		EXPECT_EQ(cmd(kCheck, 100 + i, i * 16384, 16384).status, 0) << "write " << i;
 }
