@@ -225,7 +225,14 @@ struct RcQp {
 	Queue sq{16, send_wqe_stride(2)}, rq{16, recv_wqe_stride(2)};
 	Qp *qp = nullptr;
 	uint32_t qpn = 0;
-	RcQp(Dev &d)
+	Dev &dev;
+	// The QP goes before its rings: the engine thread may still flush it.
+	~RcQp()
+	{
+		if (qp)
+			dev.nic->destroy_qp(qp);
+	}
+	RcQp(Dev &d) : dev(d)
 	{
 		QpCreate c;
 		c.pdn = d.pd;
