@@ -282,7 +282,8 @@ struct ibv_coll_switch_attr {
 };
 
 enum ibv_coll_job_attr_mask {
-	IBV_COLL_JOB_ATTR_SWITCH = 1 << 0 /* sw is valid */
+	IBV_COLL_JOB_ATTR_SWITCH = 1 << 0, /* sw is valid */
+	IBV_COLL_JOB_ATTR_LOCAL = 1 << 1   /* local_first and local_count are valid */
 };
 
 struct ibv_coll_job_attr {
@@ -300,6 +301,20 @@ struct ibv_coll_job_attr {
 				 * fails (IBV_COLL_STATUS_TIMEOUT); 0: the device default */
 	uint32_t flags;			       /* 0 */
 	const struct ibv_coll_switch_attr *sw; /* IBV_COLL_JOB_ATTR_SWITCH; copied by the call */
+	/* IBV_COLL_JOB_ATTR_LOCAL: this QP serves only the node's local ranks
+	 * [local_first, local_first + local_count); the node's other ranks come
+	 * from other collective QPs of the same device, in other processes of
+	 * the host (a shared device, ibv_coll_devd(8)) or in this one.  The QP
+	 * that members[node_index].qp_num names leads the node's part of the
+	 * job: it alone talks to the network.  Every other QP joins it by
+	 * giving the same job (jid, job_key, members) with its own local
+	 * range.  The ranges must not overlap and, once all have joined, cover
+	 * members[node_index].num_ranks.  A collective runs when every QP of
+	 * the node has posted it (the same MID, opcode, op, type, count and
+	 * root), and completes on each of them.  Without the flag a QP serves
+	 * all of its node's ranks. */
+	uint32_t local_first;
+	uint32_t local_count;
 };
 
 enum ibv_coll_op {
