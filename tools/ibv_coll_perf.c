@@ -2,12 +2,15 @@
  * ibv_coll_perf - time one collective over a range of sizes and check its
  * results, printing what nccl-tests' all_reduce_perf prints.
  *
- * One process per node (ibv_coll_run starts them), each serving k local
- * ranks through one collective QP.  For each size: warm-up runs, timed runs
- * (out of place, then in place), and with -c 1 one more run of each whose
- * destinations are compared, element by element, with values computed by a
- * scalar loop (perf_data.h).  Node 0 gathers every node's times, keeps the
- * largest, and prints the table.
+ * One process per node, or several sharing the node's device (ibv_coll_run
+ * -p; ibvc_boot_place says which), each serving k local ranks through one
+ * collective QP: the node's first process's QP leads the node's part of the
+ * job and the others join it with their range of the node's ranks.  For
+ * each size: warm-up runs, timed runs (out of place, then in place), and
+ * with -c 1 one more run of each whose destinations are compared, element
+ * by element, with values computed by a scalar loop (perf_data.h).
+ * Process 0 gathers every process's times, keeps the largest, and prints
+ * the table for the whole job.
  */
 #define _GNU_SOURCE
 #include "ibvc_boot.h"
@@ -45,20 +48,24 @@ _Static_assert((int)PD_SUM == (int)IBV_COLL_OP_SUM && (int)PD_AVG == (int)IBV_CO
 #define BOOT_TIMEOUT_MS 60000
 #define STALL_MS 60000 /* no completion for this long: give up */
 
-/* What each node reports to node 0 after a size. */
+/* What each process reports to process 0 after a size. */
 struct size_result {
 	double us[2]; /* out of place, in place: mean time of one run */
 	uint64_t wrong[2];
 	uint64_t oob;	/* guard bytes overwritten */
 	uint32_t flags; /* OR of the completions' wc_flags */
 	uint32_t failed;
-	double wire; /* bytes this node's port sent per out-of-place run */
+	double wire; /* bytes this process's device port sent per out-of-place run */
 };
 
-/* What each node tells the others at the start. */
+/* What each process tells the others at the start: m.num_ranks is its
+ * own ranks, m's address its device's and QP's. */
 struct node_info {
 	struct ibv_coll_member m;
 	int32_t pid;
+	int32_t jnode;	/* its node of the job (ibvc_boot_place) */
+	int32_t local;	/* its place among the node's processes; 0 leads */
+	uint32_t first; /* its first rank in the job */
 	char host[44];
 };
 
@@ -71,8 +78,9 @@ struct perf {
 	struct ibv_coll_qp *qp;
 	struct ibv_coll_mr *mr;
 	struct ibvc_boot *boot;
-	struct node_info *nodes;
-	uint32_t K, first; /* ranks in the job, this node's first global rank */
+	struct node_info *nodes;   /* one per process (o.nodes), by rendezvous index */
+	struct ibvc_boot_place pl; /* the job's nodes, and this process's */
+	uint32_t K, first;	   /* ranks in the job, this process's first global rank */
 	char *arena;
 	size_t per, src_cap, dst_cap; /* per local rank: source, guard, destination, guard */
 	struct ibv_sge *src, *dst;
@@ -363,15 +371,23 @@ static void print_header(const struct perf *p)
 	const struct perf_opts *o = &p->o;
 	const struct coll_info *ci = &colls[o->coll];
 	char gid[INET6_ADDRSTRLEN];
-	int same_k = 1;
-	for (int i = 1; i < o->nodes; i++)
-		same_k &= p->nodes[i].m.num_ranks == p->nodes[0].m.num_ranks;
+	int same_k = 1, multi = 0;
+	uint32_t per_node[64] = {0}; /* each job node's ranks */
+	for (int i = 0; i < o->nodes; i++) {
+		per_node[p->nodes[i].jnode] += p->nodes[i].m.num_ranks;
+		multi |= p->nodes[i].local > 0;
+	}
+	for (int j = 1; j < p->pl.nodes; j++)
+		same_k &= per_node[j] == per_node[0];
 	printf("# ibv_coll_perf: %s, %s, %s\n", ci->name,
 	       ci->op == IBV_COLL_WR_BARRIER ? "none" : pd_types[o->type].name,
 	       ci->reduces ? pd_op_names[o->op] : "none");
-	printf("# nNodes %d ranksPerNode ", o->nodes);
+	printf("# nNodes %d ", p->pl.nodes);
+	if (multi)
+		printf("nProcs %d ", o->nodes);
+	printf("ranksPerNode ");
 	if (same_k)
-		printf("%u", p->nodes[0].m.num_ranks);
+		printf("%u", per_node[0]);
 	else
 		printf("mixed");
 	printf(" nRanks %u minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
@@ -380,15 +396,24 @@ static void print_header(const struct perf *p)
 	       o->stepfactor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check);
 	printf("# device %s topology %s collective %s\n", o->dev, topo_name(o->topology), ci->name);
 	printf("#\n# Using devices\n");
-	for (int i = 0, g = 0; i < o->nodes; i++) {
-		const struct node_info *n = &p->nodes[i];
-		inet_ntop(AF_INET6, n->m.gid.raw, gid, sizeof(gid));
-		printf("#  Node %2d Ranks %3d-%-3d Pid %7d on %12s device %s gid %s udp %u qpn "
-		       "0x%06x\n",
-		       i, g, g + n->m.num_ranks - 1, n->pid, n->host, o->dev, gid, n->m.udp_port,
-		       n->m.qp_num);
-		g += n->m.num_ranks;
-	}
+	/* A process per line, by node: with several processes per node,
+	 * "Node 1.2" is node 1's process 2 (0 leads). */
+	for (int j = 0; j < p->pl.nodes; j++)
+		for (int i = 0; i < o->nodes; i++) {
+			const struct node_info *n = &p->nodes[i];
+			char name[24];
+			if (n->jnode != j)
+				continue;
+			if (multi)
+				snprintf(name, sizeof(name), "%d.%d", j, n->local);
+			else
+				snprintf(name, sizeof(name), "%2d", j);
+			inet_ntop(AF_INET6, n->m.gid.raw, gid, sizeof(gid));
+			printf("#  Node %s Ranks %3u-%-3u Pid %7d on %12s device %s gid %s udp %u "
+			       "qpn 0x%06x\n",
+			       name, n->first, n->first + n->m.num_ranks - 1, n->pid, n->host,
+			       o->dev, gid, n->m.udp_port, n->m.qp_num);
+		}
 	printf("#\n");
 	printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
 	       "in-place\n",
@@ -449,11 +474,14 @@ static void print_row(const struct perf *p, size_t count, const struct size_resu
 		(*bw_n)++;
 	}
 	/* What a node's port sent per run, over the bytes per rank: the mean
-	 * over the nodes (switch: about 1; ring: about 2(N-1)/N). */
+	 * over the nodes (switch: about 1; ring: about 2(N-1)/N).  A node's
+	 * processes share its device, whose lead sends for the node: the
+	 * leads' counts. */
 	double wire = 0;
 	for (int i = 0; i < o->nodes; i++)
-		wire += all[i].wire;
-	wire /= o->nodes;
+		if (!p->nodes[i].local)
+			wire += all[i].wire;
+	wire /= p->pl.nodes;
 	if (bytes)
 		printf("  %6.3f", wire / (double)bytes);
 	else
@@ -530,10 +558,21 @@ static int join_job(struct perf *p)
 		fprintf(stderr, PROG ": node %d: query device: %s\n", p->o.node, strerror(err));
 		return -1;
 	}
+	if ((err = ibvc_boot_place(p->boot, &p->pl, NULL))) {
+		fprintf(stderr, PROG ": node %d: grouping the processes into nodes: %s\n",
+			p->o.node, strerror(err));
+		return -1;
+	}
+	if (p->pl.nodes > 64) {
+		fprintf(stderr, PROG ": %d nodes: a job has 64 at most\n", p->pl.nodes);
+		return -1;
+	}
 	me.m.udp_port = pa.udp_port;
 	me.m.num_ranks = (uint16_t)p->o.ranks;
 	me.m.qp_num = p->qp->qp_num;
 	me.pid = (int32_t)getpid();
+	me.jnode = p->pl.node;
+	me.local = p->pl.local;
 	gethostname(me.host, sizeof(me.host) - 1);
 	if (!(p->nodes = calloc((size_t)p->o.nodes, sizeof(me))) ||
 	    (err = ibvc_boot_allgather(p->boot, &me, sizeof(me), p->nodes))) {
@@ -541,15 +580,47 @@ static int join_job(struct perf *p)
 			p->nodes ? strerror(err) : "out of memory");
 		return -1;
 	}
-	struct ibv_coll_member *members = calloc((size_t)p->o.nodes, sizeof(*members));
+	/* One member per node: its lead's address and QP, and the node's
+	 * ranks, the processes' in the order of their local index.  A
+	 * process's ranks follow its node's earlier ones. */
+	struct ibv_coll_member *members = calloc((size_t)p->pl.nodes, sizeof(*members));
+	uint32_t local_first = 0;
 	if (!members)
 		return -1;
-	for (int i = 0; i < p->o.nodes; i++) {
-		members[i] = p->nodes[i].m;
-		if (i == p->o.node)
-			p->first = p->K;
-		p->K += p->nodes[i].m.num_ranks;
+	for (int j = 0; j < p->pl.nodes; j++) {
+		uint32_t nr = 0;
+		for (int l = 0; l < p->o.nodes; l++) /* local index l, if some process has it */
+			for (int i = 0; i < p->o.nodes; i++) {
+				struct node_info *n = &p->nodes[i];
+				if (n->jnode != j || n->local != l)
+					continue;
+				if (!l)
+					members[j] = n->m;
+				if (i == p->o.node)
+					local_first = nr;
+				n->first = p->K + nr;
+				nr += n->m.num_ranks;
+			}
+		if (nr > UINT16_MAX) {
+			fprintf(stderr, PROG ": node %d has %u ranks, more than a member takes\n",
+				j, nr);
+			free(members);
+			return -1;
+		}
+		members[j].num_ranks = (uint16_t)nr;
+		p->K += nr;
 	}
+	p->first = p->nodes[p->o.node].first;
+	/* Nodes whose leads share one device (one host's nodes on its shared
+	 * device) split its Seg units: each lead's job reserves its range,
+	 * and the processes joining a lead give the same. */
+	uint32_t seg_devs = 0, seg_idx = 0;
+	for (int j = 0; j < p->pl.nodes; j++)
+		if (!memcmp(&members[j].gid, &members[p->pl.node].gid, sizeof(members[j].gid)) &&
+		    members[j].udp_port == members[p->pl.node].udp_port) {
+			seg_idx += j < p->pl.node;
+			seg_devs++;
+		}
 	struct ibv_coll_job_attr job = {0};
 	struct ibv_coll_switch_addr swaddr[8];
 	memset(swaddr, 0, sizeof(swaddr));
@@ -561,11 +632,18 @@ static int join_job(struct perf *p)
 	 * still holds an earlier run's job (one killed before it could
 	 * release it) does not take this run for that one. */
 	job.jid = 0x9e4f0000u ^ (uint32_t)p->nodes[0].pid;
-	job.node_index = (uint32_t)p->o.node;
-	job.num_nodes = (uint32_t)p->o.nodes;
+	job.node_index = (uint32_t)p->pl.node;
+	job.num_nodes = (uint32_t)p->pl.nodes;
 	job.members = members;
 	job.topology = (enum ibv_coll_topology)p->o.topology;
-	job.seg_count = caps.max_seg_units; /* the device serves this one job */
+	/* The device serves this one job (its share, when nodes share it). */
+	job.seg_count = caps.max_seg_units / seg_devs;
+	job.seg_base = seg_idx * job.seg_count;
+	if (p->pl.locals > 1) { /* the node's ranks come from several processes */
+		job.comp_mask |= IBV_COLL_JOB_ATTR_LOCAL;
+		job.local_first = local_first;
+		job.local_count = (uint32_t)p->o.ranks;
+	}
 	job.job_key = 0x1bc0fe4full;
 	if (p->o.sw) {
 		for (int i = 0; i < p->o.sw_planes; i++) {
@@ -580,8 +658,8 @@ static int join_job(struct perf *p)
 			memcpy(spine.gid.raw, p->o.spine.gid, 16);
 			spine.udp_port = p->o.spine.port;
 			spine.qp_num = p->o.spine.qpn;
-			for (int i = 0; i < p->o.nodes; i++)
-				member_leaf[i] = (uint8_t)(i * p->o.sw_planes / p->o.nodes);
+			for (int i = 0; i < p->pl.nodes; i++)
+				member_leaf[i] = (uint8_t)(i * p->o.sw_planes / p->pl.nodes);
 			swattr.num_planes = 1;
 			swattr.num_leaves = (uint32_t)p->o.sw_planes;
 			swattr.spines = &spine;
@@ -589,26 +667,38 @@ static int join_job(struct perf *p)
 		}
 		swattr.window = (uint32_t)p->o.window;
 		swattr.flags = p->o.e2e_ack ? IBV_COLL_SWITCH_E2E_ACK : 0;
-		job.comp_mask = IBV_COLL_JOB_ATTR_SWITCH;
+		job.comp_mask |= IBV_COLL_JOB_ATTR_SWITCH;
 		job.sw = &swattr;
 	}
 	struct ibv_coll_qp_attr a = {0};
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = pa.active_mtu;
 	a.job = &job;
-	err = ibv_modify_coll_qp(p->qp, &a,
-				 IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
+	/* The leads first: the others join a QP that has the job. */
+	err = 0;
+	if (p->pl.local == 0)
+		err = ibv_modify_coll_qp(
+			p->qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
+	int berr = p->o.nodes > p->pl.nodes ? ibvc_boot_barrier(p->boot) : 0;
+	if (!err && !berr && p->pl.local != 0)
+		err = ibv_modify_coll_qp(
+			p->qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
 	free(members);
+	if (berr) {
+		fprintf(stderr, PROG ": node %d: rendezvous: %s\n", p->o.node, strerror(berr));
+		return -1;
+	}
 	if (err) {
 		int listed = p->o.topology < 32 && (caps.topologies & (1u << p->o.topology));
 		int needs_sw = p->o.topology == IBV_COLL_TOPO_SWITCH ||
 			       p->o.topology == IBV_COLL_TOPO_HIERARCHY;
 		fprintf(stderr,
 			PROG
-			": node %d: device %s refused the job (topology %s, %d nodes, %u ranks): "
+			": node %d: device %s refused the job (topology %s, %d nodes, %u ranks%s): "
 			"%s (%s)%s\n",
-			p->o.node, p->o.dev, topo_name(p->o.topology), p->o.nodes, p->K,
-			strerror(err), errname(err),
+			p->o.node, p->o.dev, topo_name(p->o.topology), p->pl.nodes, p->K,
+			p->pl.locals > 1 ? ", this process's part of its node" : "", strerror(err),
+			errname(err),
 			!listed		       ? "; the device does not list this topology"
 			: needs_sw && !p->o.sw ? "; this topology needs a switch (-s HOST:PORT)"
 					       : "");

@@ -1,9 +1,15 @@
 /*
- * ibv_coll_run - start N processes of a program on this host as the nodes
- * of one ibv_coll job, and forward their output line by line.
+ * ibv_coll_run - start the processes of a program on this host as the
+ * nodes of one ibv_coll job, and forward their output line by line.
  *
- * Each child gets IBVC_BOOT_ADDR/NODE/NODES (what ibvc_boot_from_env reads)
- * and IBVC_RANKS_PER_NODE, runs in a process group of its own (so a signal
+ * N nodes of P processes each (-p, default 1: one process per node).  Each
+ * child gets IBVC_BOOT_ADDR/NODE/NODES (what ibvc_boot_from_env reads: its
+ * place in the rendezvous, 0 to N*P-1, node by node), IBVC_JOB_NODE/NODES
+ * and IBVC_LOCAL_PROC/PROCS (its node and its place among the node's
+ * processes: what ibvc_boot_place reads) and IBVC_RANKS_PER_NODE (its own
+ * local ranks).  With P > 1 the processes of a node share one device:
+ * IBV_COLL_CRXE_SHARED=y unless the environment says otherwise.  Each
+ * child runs in a process group of its own (so a signal
  * reaches whatever it starts), and writes into two pipes that are read with
  * poll(2); signals, including SIGCHLD, come through a signalfd in the same
  * poll set, so the launcher sleeps until something happens.
@@ -27,7 +33,8 @@
 #include <unistd.h>
 
 #define PROG "ibv_coll_run"
-#define MAX_NODES 1024
+#define MAX_NODES 1024 /* processes in all */
+#define MAX_PROCS 64   /* processes per node */
 /* A line longer than this is forwarded in pieces, each with the prefix. */
 #define LINE_MAX_BYTES 65536
 /* After SIGTERM, how long children get before SIGKILL. */
@@ -48,6 +55,7 @@ struct child {
 
 struct launcher {
 	int n, k;
+	int nodes, procs; /* -n, -p: n = nodes * procs processes */
 	double timeout_s, grace_s;
 	char boot[128];
 	char boot_dir[64]; /* the default rendezvous's private directory, or "" */
@@ -71,18 +79,20 @@ static int64_t now_ms(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: " PROG " -n N [-k RANKS] [--boot ADDR] [--timeout SEC] [--grace SEC] "
-		"-- PROGRAM [ARGS...]\n"
-		"  -n, --nodes N          processes (nodes of the job) to start, 1 to %d\n"
-		"  -k, --ranks-per-node K IBVC_RANKS_PER_NODE for each (default: the variable\n"
-		"                         in this environment, else 1)\n"
+		"usage: " PROG " -n N [-p P] [-k RANKS] [--boot ADDR] [--timeout SEC] "
+		"[--grace SEC] -- PROGRAM [ARGS...]\n"
+		"  -n, --nodes N          nodes of the job, 1 to %d (N x P processes at most)\n"
+		"  -p, --procs-per-node P processes per node, 1 to %d (default 1); they share\n"
+		"                         one device (IBV_COLL_CRXE_SHARED=y unless set)\n"
+		"  -k, --ranks-per-node K local ranks of each process: IBVC_RANKS_PER_NODE\n"
+		"                         (default: the variable in this environment, else 1)\n"
 		"  -b, --boot ADDR        IBVC_BOOT_ADDR: unix:/path (default: a socket in a\n"
 		"                         private directory of $TMPDIR, removed at the end)\n"
 		"  --timeout SEC          kill everything after SEC seconds and exit 124\n"
 		"  --grace SEC            after a child fails, wait SEC seconds before\n"
 		"                         terminating the others (default 1)\n"
 		"  -V, --version          print the version and exit\n",
-		MAX_NODES);
+		MAX_NODES, MAX_PROCS);
 }
 
 /* Write all of p, giving up quietly when the reader has gone (EPIPE). */
@@ -179,10 +189,17 @@ static void signal_children(struct launcher *l, int sig)
 			kill(l->ch[i].pid, sig); /* not yet its own group leader */
 }
 
-/* In the child: become node i and run the program; never returns. */
+static void setenv_int(const char *name, int v)
+{
+	char b[16];
+	snprintf(b, sizeof(b), "%d", v);
+	setenv(name, b, 1);
+}
+
+/* In the child: become process i (local process i % procs of node
+ * i / procs) and run the program; never returns. */
 static void exec_child(const struct launcher *l, int i, const sigset_t *oldmask, int out[2][2])
 {
-	char v[32];
 	int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	setpgid(0, 0);
 	signal(SIGPIPE, SIG_DFL); /* an ignored signal would stay ignored across exec */
@@ -192,12 +209,17 @@ static void exec_child(const struct launcher *l, int i, const sigset_t *oldmask,
 	dup2(out[0][1], 1);
 	dup2(out[1][1], 2);
 	setenv("IBVC_BOOT_ADDR", l->boot, 1);
-	snprintf(v, sizeof(v), "%d", i);
-	setenv("IBVC_BOOT_NODE", v, 1);
-	snprintf(v, sizeof(v), "%d", l->n);
-	setenv("IBVC_BOOT_NODES", v, 1);
-	snprintf(v, sizeof(v), "%d", l->k);
-	setenv("IBVC_RANKS_PER_NODE", v, 1);
+	setenv_int("IBVC_BOOT_NODE", i);
+	setenv_int("IBVC_BOOT_NODES", l->n);
+	setenv_int("IBVC_JOB_NODE", i / l->procs);
+	setenv_int("IBVC_JOB_NODES", l->nodes);
+	setenv_int("IBVC_LOCAL_PROC", i % l->procs);
+	setenv_int("IBVC_LOCAL_PROCS", l->procs);
+	setenv_int("IBVC_RANKS_PER_NODE", l->k);
+	/* The processes of a node reach one device only if they share it;
+	 * a value the user gave (even n) stays. */
+	if (l->procs > 1)
+		setenv("IBV_COLL_CRXE_SHARED", "y", 0);
 	execvp(l->argv[0], l->argv);
 	fprintf(stderr, PROG ": cannot run %s: %s\n", l->argv[0], strerror(errno));
 	_exit(127);
@@ -260,11 +282,16 @@ static void reap(struct launcher *l)
 		if (code == 0 || l->result >= 0)
 			continue;
 		l->result = code;
-		if (WIFEXITED(st))
-			fprintf(stderr, PROG ": node %d (pid %d) exited with status %d", i,
-				(int)pid, code);
+		char who[48];
+		if (l->procs > 1)
+			snprintf(who, sizeof(who), "process %d (node %d)", i, i / l->procs);
 		else
-			fprintf(stderr, PROG ": node %d (pid %d) was killed by signal %d (%s)", i,
+			snprintf(who, sizeof(who), "node %d", i);
+		if (WIFEXITED(st))
+			fprintf(stderr, PROG ": %s (pid %d) exited with status %d", who, (int)pid,
+				code);
+		else
+			fprintf(stderr, PROG ": %s (pid %d) was killed by signal %d (%s)", who,
 				(int)pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
 		/* Unless they are being ended already (a signal, the timeout). */
 		if (l->alive && !l->term_at && !l->kill_at) {
@@ -389,12 +416,17 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{"nodes", 1, NULL, 'n'},   {"ranks-per-node", 1, NULL, 'k'},
-		{"boot", 1, NULL, 'b'},	   {"timeout", 1, NULL, 'T'},
-		{"grace", 1, NULL, 'G'},   {"help", 0, NULL, 'h'},
-		{"version", 0, NULL, 'V'}, {NULL, 0, NULL, 0},
+		{"nodes", 1, NULL, 'n'},
+		{"ranks-per-node", 1, NULL, 'k'},
+		{"procs-per-node", 1, NULL, 'p'},
+		{"boot", 1, NULL, 'b'},
+		{"timeout", 1, NULL, 'T'},
+		{"grace", 1, NULL, 'G'},
+		{"help", 0, NULL, 'h'},
+		{"version", 0, NULL, 'V'},
+		{NULL, 0, NULL, 0},
 	};
-	struct launcher l = {.n = 0, .k = 1, .grace_s = 1.0, .sfd = -1, .result = -1};
+	struct launcher l = {.n = 0, .k = 1, .procs = 1, .grace_s = 1.0, .sfd = -1, .result = -1};
 	const char *boot = NULL, *env_k = getenv("IBVC_RANKS_PER_NODE");
 	int c;
 	if (env_k && parse_int(env_k, 1, 64, &l.k)) {
@@ -403,10 +435,11 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	/* '+': stop at the program's name, so its options stay its own. */
-	while ((c = getopt_long(argc, argv, "+n:k:b:hV", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+n:p:k:b:hV", lo, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
-		case 'n': bad = parse_int(optarg, 1, MAX_NODES, &l.n); break;
+		case 'n': bad = parse_int(optarg, 1, MAX_NODES, &l.nodes); break;
+		case 'p': bad = parse_int(optarg, 1, MAX_PROCS, &l.procs); break;
 		case 'k': bad = parse_int(optarg, 1, 64, &l.k); break;
 		case 'b': boot = optarg; break;
 		case 'T': bad = parse_seconds(optarg, &l.timeout_s); break;
@@ -425,11 +458,18 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (l.n < 1 || optind >= argc) {
-		fprintf(stderr, PROG ": %s\n", l.n < 1 ? "-n N is required" : "no program given");
+	if (l.nodes < 1 || optind >= argc) {
+		fprintf(stderr, PROG ": %s\n",
+			l.nodes < 1 ? "-n N is required" : "no program given");
 		usage(stderr);
 		return 2;
 	}
+	if (l.nodes * l.procs > MAX_NODES) {
+		fprintf(stderr, PROG ": -n %d -p %d: %d processes, more than %d\n", l.nodes,
+			l.procs, l.nodes * l.procs, MAX_NODES);
+		return 2;
+	}
+	l.n = l.nodes * l.procs;
 	l.argv = argv + optind;
 	if (boot) {
 		if (strlen(boot) >= sizeof(l.boot)) {

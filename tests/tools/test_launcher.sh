@@ -1,7 +1,7 @@
 #!/bin/sh
 # ibv_coll_run's own behaviour, with sh(1) as the program.
 # Usage: test_launcher.sh IBV_COLL_RUN CASE
-# CASE: success, failure, prefix, timeout, signal.
+# CASE: success, failure, prefix, procs, timeout, signal.
 set -u
 run=$1
 case_=$2
@@ -61,6 +61,48 @@ prefix)
 	[ "$bad" -eq 0 ] || fail "$bad stdout lines without a prefix, or mixed"
 	[ "$(wc -l <"$dir/out")" -eq 606 ] || fail "$(wc -l <"$dir/out") lines, not 606"
 	echo "606 lines on stdout and 3 on stderr, each with its prefix"
+	;;
+procs)
+	# -n 3 -p 2: six processes, node by node, each told its node and its
+	# place in it; the node's processes share the device (the variable is
+	# set), unless the user set it, and with -p 1 it is left alone.  The
+	# expected lines are written out here, not computed the launcher's way.
+	(unset IBV_COLL_CRXE_SHARED
+	"$run" -n 3 -p 2 -k 2 -- sh -c 'printf "env %s/%s %s/%s %s/%s k%s shared=%s\\n" \
+		"$IBVC_BOOT_NODE" "$IBVC_BOOT_NODES" "$IBVC_JOB_NODE" "$IBVC_JOB_NODES" \
+		"$IBVC_LOCAL_PROC" "$IBVC_LOCAL_PROCS" "$IBVC_RANKS_PER_NODE" "${IBV_COLL_CRXE_SHARED-unset}"') \
+		>"$dir/out" 2>&1 || fail "exit status $?"
+	cat "$dir/out"
+	cat >"$dir/want" <<-'EOF'
+	[0] env 0/6 0/3 0/2 k2 shared=y
+	[1] env 1/6 0/3 1/2 k2 shared=y
+	[2] env 2/6 1/3 0/2 k2 shared=y
+	[3] env 3/6 1/3 1/2 k2 shared=y
+	[4] env 4/6 2/3 0/2 k2 shared=y
+	[5] env 5/6 2/3 1/2 k2 shared=y
+	EOF
+	sort "$dir/out" | diff "$dir/want" - || fail "wrong processes or environment"
+	IBV_COLL_CRXE_SHARED=n "$run" -n 1 -p 2 -- sh -c 'echo "shared=$IBV_COLL_CRXE_SHARED"' \
+		>"$dir/out" 2>&1 || fail "exit status $?"
+	[ "$(grep -c '^\[[01]\] shared=n$' "$dir/out")" -eq 2 ] || fail "the user's value was replaced"
+	(unset IBV_COLL_CRXE_SHARED
+	"$run" -n 2 -- sh -c 'echo "$IBVC_BOOT_NODE $IBVC_JOB_NODE $IBVC_LOCAL_PROCS \
+${IBV_COLL_CRXE_SHARED-unset}"') >"$dir/out" 2>&1 || fail "exit status $?"
+	[ "$(sort "$dir/out" | tr '\n' ,)" = "[0] 0 0 1 unset,[1] 1 1 1 unset," ] ||
+		fail "without -p: $(cat "$dir/out")"
+	# A child that fails is named by process and node.
+	"$run" -n 2 -p 2 -- sh -c '[ "$IBVC_BOOT_NODE" != 3 ] || exit 4' >"$dir/out" 2>&1
+	rc=$?
+	[ $rc -eq 4 ] || fail "exit status $rc, not 4"
+	grep -q "process 3 (node 1) .* exited with status 4" "$dir/out" || fail "no message about process 3"
+	# Bad values: a usage error, no process started.
+	for bad in "-p 0" "-p 65" "-n 32 -p 33"; do
+		# shellcheck disable=SC2086
+		"$run" -n 1 $bad -- sh -c 'echo child-started' >"$dir/out" 2>&1
+		rc=$?
+		[ $rc -eq 2 ] || fail "$bad: exit status $rc, not 2"
+		! grep -q child-started "$dir/out" || fail "$bad: a process ran"
+	done
 	;;
 timeout)
 	t0=$(ms)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -357,4 +358,100 @@ int ibvc_boot_from_env(const char **addr, int *node, int *nodes)
 		return *nodes >= 1 && *node >= 0 && *node < *nodes ? 0 : EINVAL;
 	}
 	return ENOENT;
+}
+
+int ibvc_boot_shared_device(void)
+{
+	static const char *const yes[] = {"1", "y", "yes", "true", "on"};
+	const char *v = getenv("IBV_COLL_CRXE_SHARED");
+	for (size_t i = 0; v && i < sizeof(yes) / sizeof(yes[0]); i++)
+		if (!strcasecmp(v, yes[i]))
+			return 1;
+	return 0;
+}
+
+/* What a process says about its node; processes with equal keys are one. */
+struct place_key {
+	int32_t kind; /* 0: a node of its own; 1: IBVC_JOB_NODE; 2: its host */
+	int32_t num;  /* kind 0: its rendezvous index; kind 1: the node */
+	char host[64];
+};
+
+int ibvc_boot_place(struct ibvc_boot *b, struct ibvc_boot_place *out, int *node_of)
+{
+	const char *env = getenv("IBVC_JOB_NODE");
+	struct place_key me, *all;
+	int *first, err, n = b->nodes;
+	memset(&me, 0, sizeof(me));
+	me.num = b->node;
+	if (env) {
+		char *end;
+		long v = strtol(env, &end, 10);
+		if (end == env || *end || v < 0 || v >= n) {
+			fprintf(stderr, "ibvc_boot: IBVC_JOB_NODE=%s: not a node from 0 to %d\n",
+				env, n - 1);
+			return EINVAL;
+		}
+		me.kind = 1;
+		me.num = (int32_t)v;
+	} else if (b->pmix && ibvc_boot_shared_device()) {
+		me.kind = 2;
+		me.num = 0;
+		ibvc_pmix_host(me.host, sizeof(me.host));
+	}
+	all = calloc((size_t)n, sizeof(*all));
+	first = calloc((size_t)n, sizeof(*first));
+	if (!all || !first) {
+		free(all);
+		free(first);
+		return ENOMEM;
+	}
+	if ((err = ibvc_boot_allgather(b, &me, sizeof(me), all)))
+		goto out;
+	memset(out, 0, sizeof(*out));
+	out->node = -1;
+	/* first[k]: the rendezvous index of node k's first process. */
+	for (int i = 0; i < n; i++) {
+		int k;
+		if (all[i].kind != all[0].kind) {
+			fprintf(stderr,
+				"ibvc_boot: process %d and process 0 group processes into nodes "
+				"differently (IBVC_JOB_NODE set in one, not the other?)\n",
+				i);
+			err = EINVAL;
+			goto out;
+		}
+		for (k = 0; k < out->nodes; k++)
+			if (all[first[k]].num == all[i].num &&
+			    !strncmp(all[first[k]].host, all[i].host, sizeof(me.host)))
+				break;
+		if (k == out->nodes) {
+			if (all[i].kind == 1 && all[i].num != k) {
+				fprintf(stderr,
+					"ibvc_boot: process %d is the first of node %d, which "
+					"should be node %d: IBVC_JOB_NODE must number the nodes in "
+					"the order of their first process\n",
+					i, all[i].num, k);
+				err = EINVAL;
+				goto out;
+			}
+			first[out->nodes++] = i;
+		}
+		if (node_of)
+			node_of[i] = k;
+		if (i == b->node) {
+			out->node = k;
+			out->lead = first[k];
+		}
+	}
+	/* This process's place among its node's, and how many it has. */
+	for (int i = 0; i < n; i++)
+		if (all[i].num == me.num && !strncmp(all[i].host, me.host, sizeof(me.host))) {
+			out->local += i < b->node;
+			out->locals++;
+		}
+out:
+	free(all);
+	free(first);
+	return err;
 }

@@ -44,6 +44,31 @@ void ibvc_boot_close(struct ibvc_boot *b);
  * reached (a message says why). */
 int ibvc_boot_from_env(const char **addr, int *node, int *nodes);
 
+/* Where a process of the rendezvous stands in the job: the job's nodes are
+ * groups of its processes, each node one device whose collective QP in
+ * the node's first process (local 0, the lead) joins the job for the
+ * node, the others joining it (IBV_COLL_JOB_ATTR_LOCAL).  Nodes are
+ * numbered in the order of their first process. */
+struct ibvc_boot_place {
+	int node, nodes;   /* this process's node of the job, and how many */
+	int local, locals; /* its place among the node's processes, and how many */
+	int lead;	   /* the node's first process (its rendezvous index) */
+};
+
+/* Learn the job's nodes, collectively (every process of the rendezvous
+ * calls it).  A process's node is IBVC_JOB_NODE (ibv_coll_run sets it;
+ * nodes must then be numbered in order of their first process); else,
+ * under a PMIx launcher with the shared device (IBV_COLL_CRXE_SHARED=y),
+ * its host (PMIx's node id, else the host name); else each process is a
+ * node of its own, as before.  node_of, when not NULL, receives every
+ * process's node (b's nodes entries).  0, or an errno value with a message
+ * on stderr (EINVAL: the processes do not agree on how they are grouped). */
+int ibvc_boot_place(struct ibvc_boot *b, struct ibvc_boot_place *out, int *node_of);
+
+/* Whether IBV_COLL_CRXE_SHARED asks for the host's shared device (the
+ * provider's boolean: 1, y, yes, true, on). */
+int ibvc_boot_shared_device(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <pmix.h>
 
@@ -109,6 +110,25 @@ int ibvc_pmix_allgather(const void *mine, size_t len, void *all, int nodes, int 
 int ibvc_pmix_barrier(int timeout_ms)
 {
 	return fence(0, timeout_ms);
+}
+
+void ibvc_pmix_host(char *out, size_t len)
+{
+	pmix_value_t *val = NULL;
+	/* The launcher's node (its host list's entry): what tells hosts apart
+	 * even when they are network namespaces of one machine, whose host
+	 * names are one. */
+	if (inited && PMIx_Get(&me, PMIX_NODEID, NULL, 0, &val) == PMIX_SUCCESS &&
+	    val->type == PMIX_UINT32) {
+		snprintf(out, len, "nodeid:%u", val->data.uint32);
+		PMIX_VALUE_RELEASE(val);
+		return;
+	}
+	if (val)
+		PMIX_VALUE_RELEASE(val);
+	memset(out, 0, len);
+	memcpy(out, "host:", 5);
+	gethostname(out + 5, len - 6);
 }
 
 void ibvc_pmix_fini(void)

@@ -12,6 +12,9 @@ int ibvc_pmix_init(int *rank, int *size);
 /* Every rank's len bytes, rank 0's first. */
 int ibvc_pmix_allgather(const void *mine, size_t len, void *all, int nodes, int timeout_ms);
 int ibvc_pmix_barrier(int timeout_ms);
+/* A name of the host this process runs on, equal for the processes the
+ * launcher put on one node: "nodeid:N" from PMIx, else the host name. */
+void ibvc_pmix_host(char *out, size_t len);
 void ibvc_pmix_fini(void);
 
 #endif /* IBVC_BOOT_PMIX_H */

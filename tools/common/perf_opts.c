@@ -86,13 +86,14 @@ static void usage(FILE *f)
 		"                          hierarchy: the spine above the -s switches, which are then\n"
 		"                          the leaves of one plane (node i on leaf i*leaves/nodes)\n"
 		"  -D, --device DEV        the device (crxe_lo); %%d in DEV is the node's index\n"
+		"                          (IBVC_JOB_NODE, else the process's)\n"
 		"      --gid-index N       the GID table entry that is this node's address (0)\n"
 		"      --window W          switch: data blocks a node keeps in flight (default: the grant)\n"
 		"      --e2e-ack           switch: slide windows on node 0's ACK, not on the result\n"
 		"      --gap-us US         a compute gap of US microseconds before each collective\n"
 		"                          (a training-like loop; use with -z 1)\n"
 		"      --ran-log FILE      write \"MID WC_FLAGS\" per completion to FILE (%%d: the\n"
-		"                          node's index), to see how each message ran\n"
+		"                          process's index), to see how each message ran\n"
 		"      --spin-us US        poll (yielding the processor between polls) this long\n"
 		"                          before sleeping on the channel (2000)\n"
 		"      --boot ADDR --node I --nodes N\n"
@@ -236,7 +237,7 @@ static int resolve_boot(struct perf_opts *o, int node, int nodes)
 				     "launcher (mpirun, srun), give --boot, or --nodes 1 for "
 				     "this node alone\n");
 			return -1;
-		} else if (err || o->nodes > 64) {
+		} else if (err || o->nodes > 1024) {
 			fprintf(stderr,
 				PROG ": the launcher's node index or count is not valid (%s)\n",
 				strerror(err ? err : ERANGE));
@@ -256,8 +257,11 @@ static int check_opts(struct perf_opts *o)
 			fprintf(stderr, PROG ": --device takes one %%d and no other %%\n");
 			return -1;
 		}
+		/* The job's node (processes of one node share its device),
+		 * which ibv_coll_run gives; else the process's own index. */
+		const char *jn = getenv("IBVC_JOB_NODE");
 		snprintf(o->dev_buf, sizeof(o->dev_buf), "%.*s%d%s", (int)(pct - o->dev), o->dev,
-			 o->node, pct + 2);
+			 jn ? atoi(jn) : o->node, pct + 2);
 		o->dev = o->dev_buf;
 	}
 	if (o->have_spine && o->sw_planes < 2) {
@@ -409,8 +413,8 @@ static int take_opt(int c, const char *arg, struct perf_opts *o, int *node, int 
 		o->have_spine = !bad;
 		break;
 	case OPT_BOOT: o->boot = arg; break;
-	case OPT_NODE: bad = parse_int(arg, 0, 63, node); break;
-	case OPT_NODES: bad = parse_int(arg, 1, 64, nodes); break;
+	case OPT_NODE: bad = parse_int(arg, 0, 1023, node); break;
+	case OPT_NODES: bad = parse_int(arg, 1, 1024, nodes); break;
 	case OPT_PROGRESS: o->progress = 1; break;
 	case OPT_NO_PROGRESS: o->progress = 0; break;
 	default: return 2;
