@@ -1,11 +1,17 @@
 // libibv_coll_mpi jobs: one collective QP (one job) per communicator, each
-// MPI process one node serving one local rank, brought up on the
-// communicator's first offloaded call with its own PMPI_Allgather of
-// addresses, torn down when the communicator is freed or at MPI_Finalize.
+// MPI process serving one local rank, brought up on the communicator's
+// first offloaded call with its own PMPI_Allgather of addresses, torn down
+// when the communicator is freed or at MPI_Finalize.  Each process is a
+// node of its own, unless the host's shared device is in use
+// (IBV_COLL_CRXE_SHARED=y): then the ranks of one host (MPI's shared-memory
+// domain) are one node, the QP of the lowest of them leads it and the
+// others join it (IBV_COLL_JOB_ATTR_LOCAL), so that the NIC reduces the
+// host's ranks and sends one partial.
 #include "coll_mpi.h"
 
 #include <poll.h>
 #include <sched.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,7 +64,9 @@ uint32_t g_comm_counter;
 struct Blob {
 	ibv_coll_member m;
 	uint32_t ok;
-	uint32_t jid; // member 0's is the job's
+	uint32_t lead;	// the rank (in the communicator) leading this one's node
+	uint32_t local; // this one's place in its node
+	uint32_t jid;	// member 0's is the job's
 	uint64_t job_key;
 	uint32_t seg_base;
 	uint32_t seg_count;
@@ -162,46 +170,144 @@ bool create_local(Job *j)
 	return true;
 }
 
+// Whether IBV_COLL_CRXE_SHARED asks for the host's shared device (the
+// provider's booleans).
+bool shared_device()
+{
+	const char *v = getenv("IBV_COLL_CRXE_SHARED");
+	for (const char *y : {"1", "y", "yes", "true", "on"})
+		if (v && !strcasecmp(v, y))
+			return true;
+	return false;
+}
+
+// With the shared device: the communicator rank that leads this process's
+// node (the lowest of its host's) and its place there.  Else each its own.
+void host_place(MPI_Comm comm, int rank, uint32_t *lead, uint32_t *local)
+{
+	MPI_Comm host;
+	int lr = 0, low = rank;
+	*lead = uint32_t(rank);
+	*local = 0;
+	if (!shared_device() || PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank,
+						     MPI_INFO_NULL, &host) != MPI_SUCCESS)
+		return;
+	if (PMPI_Comm_rank(host, &lr) == MPI_SUCCESS &&
+	    PMPI_Allreduce(&rank, &low, 1, MPI_INT, MPI_MIN, host) == MPI_SUCCESS) {
+		*lead = uint32_t(low);
+		*local = uint32_t(lr);
+	}
+	PMPI_Comm_free(&host);
+}
+
+// The job's nodes from the blobs: node_of[r] for every rank, true when the
+// hosts' ranks can form nodes.  A node's ranks must be consecutive in the
+// communicator (ranks are the job's in node order), and the job within
+// the device's limits; else every rank is a node of its own (what all
+// members conclude alike, from the same blobs).
+bool group(const std::vector<Blob> &all, std::vector<uint32_t> *node_of, uint32_t *nodes)
+{
+	uint32_t n = 0, in_node = 0;
+	bool ok = true;
+	node_of->assign(all.size(), 0);
+	for (size_t r = 0; r < all.size(); r++) {
+		bool starts = all[r].lead == r && all[r].local == 0;
+		bool follows = r > 0 && all[r].lead == all[r - 1].lead &&
+			       all[r].local == all[r - 1].local + 1;
+		if (starts) {
+			n++;
+			in_node = 0;
+		}
+		ok = ok && (starts || follows) && ++in_node <= 64;
+		(*node_of)[r] = n - 1;
+	}
+	ok = ok && n <= 64;
+	if (!ok)
+		for (size_t r = 0; r < all.size(); r++)
+			(*node_of)[r] = uint32_t(r);
+	*nodes = ok ? n : uint32_t(all.size());
+	return ok;
+}
+
 // Bring the QP to RTS with the members' blobs.  false on failure.
 bool connect(Job *j, const std::vector<Blob> &all)
 {
-	std::vector<ibv_coll_member> members(all.size());
-	for (size_t i = 0; i < all.size(); i++)
-		members[i] = all[i].m;
-	ibv_coll_port_attr pa;
+	std::vector<uint32_t> node_of;
+	uint32_t nodes = 0;
+	bool grouped = group(all, &node_of, &nodes);
+	// One member per node: its lead's address and QP, the node's ranks.
+	std::vector<ibv_coll_member> members(nodes);
+	for (size_t i = 0; i < all.size(); i++) {
+		uint32_t k = node_of[i];
+		if (!grouped || all[i].local == 0) {
+			members[k] = all[i].m;
+			members[k].num_ranks = 0;
+		}
+		members[k].num_ranks++;
+	}
+	const uint32_t me = node_of[size_t(j->rank)];
+	const bool joins = grouped && members[me].num_ranks > 1;
+	ibv_coll_port_attr pa{};
 	ibv_coll_switch_attr sw{};
 	ibv_coll_job_attr job{};
 	ibv_coll_qp_attr a{};
-	if (ibv_query_coll_port(g_ctx, 1, &pa))
-		return false;
+	// No return before the barrier below: the others would wait there.
+	int qerr = ibv_query_coll_port(g_ctx, 1, &pa);
 	job.jid = all[0].jid;
-	job.node_index = uint32_t(j->rank);
-	job.num_nodes = uint32_t(j->size);
+	job.node_index = me;
+	job.num_nodes = nodes;
+	if (joins) { // the node's other ranks are other processes' QPs
+		job.comp_mask |= IBV_COLL_JOB_ATTR_LOCAL;
+		job.local_first = all[size_t(j->rank)].local;
+		job.local_count = 1;
+	}
 	job.members = members.data();
 	job.topology = ibv_coll_topology(g_cfg.topology);
-	job.seg_base = all[0].seg_base;
-	job.seg_count = all[0].seg_count;
+	// Nodes whose leads share a device (the shared device, when a host's
+	// ranks could not form one node) split the communicator's Seg units.
+	uint32_t devs = 0, idx = 0;
+	for (uint32_t k = 0; k < nodes; k++)
+		if (!memcmp(&members[k].gid, &members[me].gid, sizeof(members[k].gid)) &&
+		    members[k].udp_port == members[me].udp_port) {
+			idx += k < me;
+			devs++;
+		}
+	job.seg_count = all[0].seg_count / devs;
+	job.seg_base = all[0].seg_base + idx * job.seg_count;
 	job.job_key = all[0].job_key;
 	job.timeout_ms = g_cfg.timeout_ms;
 	if (!g_cfg.switches.empty() && g_cfg.topology != IBV_COLL_TOPO_RING) {
 		sw.num_planes = uint32_t(g_cfg.switches.size());
 		sw.num_leaves = 1;
 		sw.leaves = g_cfg.switches.data();
-		job.comp_mask = IBV_COLL_JOB_ATTR_SWITCH;
+		job.comp_mask |= IBV_COLL_JOB_ATTR_SWITCH;
 		job.sw = &sw;
 	}
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = pa.active_mtu;
 	a.job = &job;
-	int err = ibv_modify_coll_qp(j->qp, &a,
-				     IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
+	// The leads first: the others join a QP that has the job.  (Every
+	// member takes part in the barrier when some node is grouped.)
+	const bool lead = !grouped || all[size_t(j->rank)].local == 0;
+	int err = qerr	 ? qerr
+		  : lead ? ibv_modify_coll_qp(j->qp, &a,
+					      IBV_COLL_QP_STATE | IBV_COLL_QP_JOB |
+						      IBV_COLL_QP_PATH_MTU)
+			 : 0;
+	if (grouped && nodes < all.size() && PMPI_Barrier(j->comm) != MPI_SUCCESS && !err)
+		err = EPROTO;
+	if (!lead && !err)
+		err = ibv_modify_coll_qp(
+			j->qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
 	if (!err) {
 		a.qp_state = IBV_QPS_RTS;
 		err = ibv_modify_coll_qp(j->qp, &a, IBV_COLL_QP_STATE);
 	}
 	if (err)
-		log_line("job 0x%x on a communicator of %d: %s; its collectives go to MPI", job.jid,
-			 j->size, strerror(err));
+		log_line("job 0x%x on a communicator of %d (%u nodes%s): %s; its collectives go to "
+			 "MPI",
+			 job.jid, j->size, nodes, joins ? ", this host's ranks one node" : "",
+			 strerror(err));
 	return !err;
 }
 
@@ -222,6 +328,7 @@ Job *setup(MPI_Comm comm)
 		me.m.num_ranks = 1;
 		me.m.qp_num = j->qp->qp_num;
 	}
+	host_place(comm, j->rank, &me.lead, &me.local);
 	if (j->rank == 0) {
 		// Jobs one after another (and other programs') through one switch
 		// must differ: the process id and a count of communicators.

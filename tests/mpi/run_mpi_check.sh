@@ -4,9 +4,13 @@
 # calls and none may have failed (or, for --unsupported, fallen through
 # for the reasons the test provokes).
 #
-#   run_mpi_check.sh LIB CHECK NP ring|switch SWITCHD [mpi_coll_check args...]
+#   run_mpi_check.sh LIB CHECK NP ring|switch|shared SWITCHD|DEVD [mpi_coll_check args...]
 #
 # switch: an ibv_coll_switchd on the loopback, IBV_COLL_MPI_SWITCH set.
+# shared: the ranks on the host's shared device (IBV_COLL_CRXE_SHARED=y,
+# the daemon DEVD started on the first open): the host's ranks are one
+# node of each job, so every offloaded call must have run inside the NIC
+# (local), none round the ring.
 set -u
 lib=$1 check=$2 np=$3 mode=$4 switchd=$5
 shift 5
@@ -27,6 +31,17 @@ if [ "$mode" = switch ]; then
 	for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 	[ -s "$tmp/port" ] || { echo "switch did not start:"; cat "$tmp/sw.log"; exit 1; }
 	env+=(-x IBV_COLL_MPI_SWITCH="127.0.0.1:$(cat "$tmp/port")" -x IBV_COLL_MPI_TOPOLOGY=switch)
+fi
+if [ "$mode" = shared ]; then
+	# The daemon first, as a service would run (the ranks' first opens
+	# would race to start one); one that serves crxe_lo already will do.
+	IBV_COLL_LOG_LEVEL=info "$switchd" lo >"$tmp/devd.log" 2>&1 &
+	sw_pid=$!
+	for _ in $(seq 100); do
+		grep -q "serving on" "$tmp/devd.log" || ! kill -0 $sw_pid 2>/dev/null && break
+		sleep 0.05
+	done
+	env+=(-x IBV_COLL_CRXE_SHARED=y -x IBV_COLL_CRXE_DEVD= -x IBV_COLL_MPI_TOPOLOGY=ring)
 fi
 # --mca op ^avx: Open MPI 4.1's AVX reductions saturate unsigned 8- and
 # 16-bit sums instead of wrapping as C (and the device) do; the reference
@@ -55,5 +70,10 @@ grep -q "failed [1-9]" "$tmp/out" && { echo "run_mpi_check: a call failed"; exit
 if [ "$mode" = switch ]; then
 	grep "offloaded" "$tmp/out" | grep -q "(switch [1-9]" ||
 		{ echo "run_mpi_check: nothing ran in the switch"; exit 1; }
+fi
+if [ "$mode" = shared ]; then
+	n=$(grep "offloaded" "$tmp/out" | grep -c "ring 0, fallback 0, local [1-9]")
+	[ "$n" = "$np" ] ||
+		{ echo "run_mpi_check: $n of $np ranks ran every call inside the NIC (one node)"; exit 1; }
 fi
 exit 0
