@@ -45,6 +45,9 @@ root=$PWD
 build=${BUILD_DIR:-build}
 case $build in /*) ;; *) build=$root/$build ;; esac
 fabric=$root/tests/multihost/fabric.sh
+bench_name=bench-fabric
+# shellcheck source=scripts/bench-common.sh
+. "$root/scripts/bench-common.sh"
 
 usage() {
 	sed -n '7,11p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -91,16 +94,7 @@ while getopts "n:r:q:S:b:e:f:i:w:I:p:t:" o; do
 	esac
 done
 
-bytes() { # 4M -> 4194304
-	local v=${1%[KkMm]}
-	[[ $v =~ ^[0-9]+$ ]] || { echo "bench-fabric: bad size $1" >&2; exit 2; }
-	case $1 in
-	*[Kk]) echo $((v * 1024)) ;;
-	*[Mm]) echo $((v * 1048576)) ;;
-	*) echo "$v" ;;
-	esac
-}
-minb=$(bytes "$minb") maxb=$(bytes "$maxb")
+minb=$(bench_bytes "$minb") maxb=$(bench_bytes "$maxb")
 for v in "$factor" "$iters" "$warmup" "$tlimit"; do
 	[[ $v =~ ^[0-9]+$ ]] || { echo "bench-fabric: '$v' is not a number" >&2; exit 2; }
 done
@@ -160,15 +154,6 @@ if [[ " ${plist[*]} " == *" switch "* || " ${plist[*]} " == *" hier "* ||
 			{ cat "$tmp/sw$j.log" >&2; echo "bench-fabric: switch $j did not start" >&2; exit 1; }
 	done
 fi
-
-tx_sum() { # bytes all hosts' eth0 have sent (or host $1's alone)
-	local s=0 i ns
-	for ((i = ${1:-0}; i < ${1:-$((n - 1))} + 1; i++)); do
-		ns=FABRIC_NS_$i
-		s=$((s + $(ip netns exec "${!ns}" cat /sys/class/net/eth0/statistics/tx_bytes)))
-	done
-	echo "$s"
-}
 
 # run_ours SIZE TOPOLOGY-ARGS...: node 0's table row in $tmp/row.
 run_ours() {
@@ -253,7 +238,7 @@ for ((size = minb; size <= maxb; size *= factor)); do
 	for p in "${plist[@]}"; do
 		host=
 		[ "$p" = rc ] && host=0
-		t0=$(tx_sum $host)
+		t0=$(fabric_tx_sum $host)
 		case $p in
 		ring) run_ours "$size" -t ring ;;
 		switch) run_ours "$size" -t switch -s "$FABRIC_SW_IP_0:4791" ;;
@@ -266,7 +251,7 @@ for ((size = minb; size <= maxb; size *= factor)); do
 		rc) run_rc "$size" ;;
 		esac
 		ok=$?
-		t1=$(tx_sum $host)
+		t1=$(fabric_tx_sum $host)
 		if [ $ok -ne 0 ]; then
 			rows[$p,$size]="failed"
 			continue

@@ -1,0 +1,27 @@
+# bench-common - helpers the benchmark scripts share; source it, do not
+# run it.
+#
+#   bench_bytes SIZE      4M -> 4194304 (K and M suffixes); exits 2 on a
+#                         bad size, naming $bench_name
+#   fabric_tx_sum [HOST]  bytes eth0 has sent in every host namespace of
+#                         tests/multihost/fabric.sh (FABRIC_HOSTS,
+#                         FABRIC_NS_<i>), or in host HOST's alone
+
+bench_bytes() {
+	local v=${1%[KkMm]}
+	[[ $v =~ ^[0-9]+$ ]] || { echo "${bench_name:-bench}: bad size $1" >&2; exit 2; }
+	case $1 in
+	*[Kk]) echo $((v * 1024)) ;;
+	*[Mm]) echo $((v * 1048576)) ;;
+	*) echo "$v" ;;
+	esac
+}
+
+fabric_tx_sum() {
+	local s=0 i ns last=${1:-$((FABRIC_HOSTS - 1))}
+	for ((i = ${1:-0}; i <= last; i++)); do
+		ns=FABRIC_NS_$i
+		s=$((s + $(ip netns exec "${!ns}" cat /sys/class/net/eth0/statistics/tx_bytes)))
+	done
+	echo "$s"
+}
