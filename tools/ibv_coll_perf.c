@@ -13,9 +13,8 @@
  * the table for the whole job.
  */
 #define _GNU_SOURCE
-#include "ibvc_boot.h"
+#include "perf.h"
 #include "perf_data.h"
-#include "perf_opts.h"
 
 #include <ibv_coll/ibv_coll.h>
 
@@ -42,52 +41,6 @@ _Static_assert((int)PD_SUM == (int)IBV_COLL_OP_SUM && (int)PD_AVG == (int)IBV_CO
 		       (int)PD_BXOR == (int)IBV_COLL_OP_BXOR,
 	       "perf_data operations follow enum ibv_coll_op");
 
-#define QDEPTH 32 /* collectives in flight during a timed loop */
-#define GUARD 64  /* bytes after each buffer that must stay untouched */
-#define FILL 0xa5 /* what destinations hold before a checked run */
-#define BOOT_TIMEOUT_MS 60000
-#define STALL_MS 60000 /* no completion for this long: give up */
-
-/* What each process reports to process 0 after a size. */
-struct size_result {
-	double us[2]; /* out of place, in place: mean time of one run */
-	uint64_t wrong[2];
-	uint64_t oob;	/* guard bytes overwritten */
-	uint32_t flags; /* OR of the completions' wc_flags */
-	uint32_t failed;
-	double wire; /* bytes this process's device port sent per out-of-place run */
-};
-
-/* What each process tells the others at the start: m.num_ranks is its
- * own ranks, m's address its device's and QP's. */
-struct node_info {
-	struct ibv_coll_member m;
-	int32_t pid;
-	int32_t jnode;	/* its node of the job (ibvc_boot_place) */
-	int32_t local;	/* its place among the node's processes; 0 leads */
-	uint32_t first; /* its first rank in the job */
-	char host[44];
-};
-
-struct perf {
-	struct perf_opts o;
-	struct ibv_coll_context *ctx;
-	struct ibv_coll_pd *pd;
-	struct ibv_coll_comp_channel *ch;
-	struct ibv_coll_cq *cq;
-	struct ibv_coll_qp *qp;
-	struct ibv_coll_mr *mr;
-	struct ibvc_boot *boot;
-	struct node_info *nodes;   /* one per process (o.nodes), by rendezvous index */
-	struct ibvc_boot_place pl; /* the job's nodes, and this process's */
-	uint32_t K, first;	   /* ranks in the job, this process's first global rank */
-	char *arena;
-	size_t per, src_cap, dst_cap; /* per local rank: source, guard, destination, guard */
-	struct ibv_sge *src, *dst;
-	int armed;	/* the CQ is armed for an event */
-	unsigned flags; /* OR of wc_flags since last cleared */
-	FILE *ran_log;	/* --ran-log */
-};
 
 static double now_us(void)
 {
@@ -96,11 +49,6 @@ static double now_us(void)
 	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static const char *errname(int err)
-{
-	const char *n = strerrorname_np(err);
-	return n ? n : "?";
-}
 
 static char *src_of(struct perf *p, int r)
 {
@@ -492,280 +440,6 @@ static void print_row(const struct perf *p, size_t count, const struct size_resu
 	fflush(stdout);
 }
 
-/* ---- setup --------------------------------------------------------- */
-
-static int open_device(struct perf *p)
-{
-	int n, err, found = 0;
-	struct ibv_coll_device **list = ibv_get_coll_device_list(&n);
-	for (int i = 0; list && i < n && !found; i++)
-		if (!strcmp(ibv_get_coll_device_name(list[i]), p->o.dev)) {
-			found = 1;
-			p->ctx = ibv_open_coll_device(list[i]);
-		}
-	/* errno means something only when the list or the open failed: with
-	 * no device of that name it is whatever a provider left behind. */
-	err = found || !list ? errno : ENODEV;
-	ibv_free_coll_device_list(list);
-	if (!p->ctx) {
-		fprintf(stderr, PROG ": node %d: cannot open device %s: %s\n", p->o.node, p->o.dev,
-			!list	? strerror(err)
-			: found ? strerror(err)
-				: "not found (ibv_coll_devinfo -l lists the devices)");
-		return -1;
-	}
-	struct ibv_coll_qp_init_attr ia = {0};
-	if (!(p->pd = ibv_alloc_coll_pd(p->ctx)) ||
-	    !(p->ch = ibv_create_coll_comp_channel(p->ctx)) ||
-	    !(p->cq = ibv_create_coll_cq(p->ctx, 2 * QDEPTH, NULL, p->ch, 0))) {
-		fprintf(stderr, PROG ": node %d: pd/channel/cq: %s\n", p->o.node, strerror(errno));
-		return -1;
-	}
-	ia.send_cq = ia.recv_cq = p->cq;
-	ia.qp_type = IBV_COLL_QPT_COLL;
-	ia.cap.max_send_wr = QDEPTH;
-	ia.cap.max_send_sge = (uint32_t)p->o.ranks;
-	if (!(p->qp = ibv_create_coll_qp(p->pd, &ia))) {
-		fprintf(stderr, PROG ": node %d: create qp: %s\n", p->o.node, strerror(errno));
-		return -1;
-	}
-	struct ibv_coll_qp_attr a = {0};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	if ((err = ibv_modify_coll_qp(p->qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT))) {
-		fprintf(stderr, PROG ": node %d: qp to INIT: %s\n", p->o.node, strerror(err));
-		return -1;
-	}
-	return 0;
-}
-
-/* Meet the other nodes, learn the job, and bring the QP to RTS. */
-static int join_job(struct perf *p)
-{
-	struct ibv_coll_port_attr pa;
-	struct ibv_coll_caps caps;
-	struct node_info me;
-	int err;
-	if ((err = ibvc_boot_open(p->o.boot, p->o.node, p->o.nodes, BOOT_TIMEOUT_MS, &p->boot))) {
-		fprintf(stderr, PROG ": node %d: rendezvous at %s: %s\n", p->o.node, p->o.boot,
-			strerror(err));
-		return -1;
-	}
-	memset(&me, 0, sizeof(me));
-	if ((err = ibv_query_coll_port(p->ctx, 1, &pa)) ||
-	    (err = ibv_query_coll_gid(p->ctx, 1, p->o.gid_index, &me.m.gid)) ||
-	    (err = ibv_query_coll_caps(p->ctx, &caps))) {
-		fprintf(stderr, PROG ": node %d: query device: %s\n", p->o.node, strerror(err));
-		return -1;
-	}
-	if ((err = ibvc_boot_place(p->boot, &p->pl, NULL))) {
-		fprintf(stderr, PROG ": node %d: grouping the processes into nodes: %s\n",
-			p->o.node, strerror(err));
-		return -1;
-	}
-	if (p->pl.nodes > 64) {
-		fprintf(stderr, PROG ": %d nodes: a job has 64 at most\n", p->pl.nodes);
-		return -1;
-	}
-	me.m.udp_port = pa.udp_port;
-	me.m.num_ranks = (uint16_t)p->o.ranks;
-	me.m.qp_num = p->qp->qp_num;
-	me.pid = (int32_t)getpid();
-	me.jnode = p->pl.node;
-	me.local = p->pl.local;
-	gethostname(me.host, sizeof(me.host) - 1);
-	if (!(p->nodes = calloc((size_t)p->o.nodes, sizeof(me))) ||
-	    (err = ibvc_boot_allgather(p->boot, &me, sizeof(me), p->nodes))) {
-		fprintf(stderr, PROG ": node %d: exchange: %s\n", p->o.node,
-			p->nodes ? strerror(err) : "out of memory");
-		return -1;
-	}
-	/* One member per node: its lead's address and QP, and the node's
-	 * ranks, the processes' in the order of their local index.  A
-	 * process's ranks follow its node's earlier ones. */
-	struct ibv_coll_member *members = calloc((size_t)p->pl.nodes, sizeof(*members));
-	uint32_t local_first = 0;
-	if (!members)
-		return -1;
-	for (int j = 0; j < p->pl.nodes; j++) {
-		uint32_t nr = 0;
-		for (int l = 0; l < p->o.nodes; l++) /* local index l, if some process has it */
-			for (int i = 0; i < p->o.nodes; i++) {
-				struct node_info *n = &p->nodes[i];
-				if (n->jnode != j || n->local != l)
-					continue;
-				if (!l)
-					members[j] = n->m;
-				if (i == p->o.node)
-					local_first = nr;
-				n->first = p->K + nr;
-				nr += n->m.num_ranks;
-			}
-		if (nr > UINT16_MAX) {
-			fprintf(stderr, PROG ": node %d has %u ranks, more than a member takes\n",
-				j, nr);
-			free(members);
-			return -1;
-		}
-		members[j].num_ranks = (uint16_t)nr;
-		p->K += nr;
-	}
-	p->first = p->nodes[p->o.node].first;
-	/* Nodes whose leads share one device (one host's nodes on its shared
-	 * device) split its Seg units: each lead's job reserves its range,
-	 * and the processes joining a lead give the same. */
-	uint32_t seg_devs = 0, seg_idx = 0;
-	for (int j = 0; j < p->pl.nodes; j++)
-		if (!memcmp(&members[j].gid, &members[p->pl.node].gid, sizeof(members[j].gid)) &&
-		    members[j].udp_port == members[p->pl.node].udp_port) {
-			seg_idx += j < p->pl.node;
-			seg_devs++;
-		}
-	struct ibv_coll_job_attr job = {0};
-	struct ibv_coll_switch_addr swaddr[8];
-	memset(swaddr, 0, sizeof(swaddr));
-	struct ibv_coll_switch_attr swattr = {0};
-	struct ibv_coll_switch_addr spine;
-	uint8_t member_leaf[64];
-	memset(&spine, 0, sizeof(spine));
-	/* A job id of this run's own (node 0's process id): a switch that
-	 * still holds an earlier run's job (one killed before it could
-	 * release it) does not take this run for that one. */
-	job.jid = 0x9e4f0000u ^ (uint32_t)p->nodes[0].pid;
-	job.node_index = (uint32_t)p->pl.node;
-	job.num_nodes = (uint32_t)p->pl.nodes;
-	job.members = members;
-	job.topology = (enum ibv_coll_topology)p->o.topology;
-	/* The device serves this one job (its share, when nodes share it). */
-	job.seg_count = caps.max_seg_units / seg_devs;
-	job.seg_base = seg_idx * job.seg_count;
-	if (p->pl.locals > 1) { /* the node's ranks come from several processes */
-		job.comp_mask |= IBV_COLL_JOB_ATTR_LOCAL;
-		job.local_first = local_first;
-		job.local_count = (uint32_t)p->o.ranks;
-	}
-	job.job_key = 0x1bc0fe4full;
-	if (p->o.sw) {
-		for (int i = 0; i < p->o.sw_planes; i++) {
-			memcpy(swaddr[i].gid.raw, p->o.sws[i].gid, 16);
-			swaddr[i].udp_port = p->o.sws[i].port;
-			swaddr[i].qp_num = p->o.sws[i].qpn;
-		}
-		swattr.num_planes = (uint32_t)p->o.sw_planes;
-		swattr.num_leaves = 1;
-		swattr.leaves = swaddr;
-		if (p->o.have_spine) { /* one plane: the -s switches are its leaves */
-			memcpy(spine.gid.raw, p->o.spine.gid, 16);
-			spine.udp_port = p->o.spine.port;
-			spine.qp_num = p->o.spine.qpn;
-			for (int i = 0; i < p->pl.nodes; i++)
-				member_leaf[i] = (uint8_t)(i * p->o.sw_planes / p->pl.nodes);
-			swattr.num_planes = 1;
-			swattr.num_leaves = (uint32_t)p->o.sw_planes;
-			swattr.spines = &spine;
-			swattr.member_leaf = member_leaf;
-		}
-		swattr.window = (uint32_t)p->o.window;
-		swattr.flags = p->o.e2e_ack ? IBV_COLL_SWITCH_E2E_ACK : 0;
-		job.comp_mask |= IBV_COLL_JOB_ATTR_SWITCH;
-		job.sw = &swattr;
-	}
-	struct ibv_coll_qp_attr a = {0};
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = pa.active_mtu;
-	a.job = &job;
-	/* The leads first: the others join a QP that has the job. */
-	err = 0;
-	if (p->pl.local == 0)
-		err = ibv_modify_coll_qp(
-			p->qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
-	int berr = p->o.nodes > p->pl.nodes ? ibvc_boot_barrier(p->boot) : 0;
-	if (!err && !berr && p->pl.local != 0)
-		err = ibv_modify_coll_qp(
-			p->qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
-	free(members);
-	if (berr) {
-		fprintf(stderr, PROG ": node %d: rendezvous: %s\n", p->o.node, strerror(berr));
-		return -1;
-	}
-	if (err) {
-		int listed = p->o.topology < 32 && (caps.topologies & (1u << p->o.topology));
-		int needs_sw = p->o.topology == IBV_COLL_TOPO_SWITCH ||
-			       p->o.topology == IBV_COLL_TOPO_HIERARCHY;
-		fprintf(stderr,
-			PROG
-			": node %d: device %s refused the job (topology %s, %d nodes, %u ranks%s): "
-			"%s (%s)%s\n",
-			p->o.node, p->o.dev, topo_name(p->o.topology), p->pl.nodes, p->K,
-			p->pl.locals > 1 ? ", this process's part of its node" : "", strerror(err),
-			errname(err),
-			!listed		       ? "; the device does not list this topology"
-			: needs_sw && !p->o.sw ? "; this topology needs a switch (-s HOST:PORT)"
-					       : "");
-		return -1;
-	}
-	a.qp_state = IBV_QPS_RTS;
-	if ((err = ibv_modify_coll_qp(p->qp, &a, IBV_COLL_QP_STATE))) {
-		fprintf(stderr, PROG ": node %d: qp to RTS: %s\n", p->o.node, strerror(err));
-		return -1;
-	}
-	if (p->o.root < 0 || (uint32_t)p->o.root >= p->K) {
-		fprintf(stderr, PROG ": root %d: the job has ranks 0 to %u\n", p->o.root, p->K - 1);
-		return -1;
-	}
-	size_t need = p->o.maxbytes * (colls[p->o.coll].src_k || colls[p->o.coll].dst_k ? p->K : 1);
-	if (p->o.maxbytes > caps.max_count_bytes || need > UINT32_MAX) {
-		fprintf(stderr, PROG ": -e %zu: a buffer would exceed the device's limits\n",
-			p->o.maxbytes);
-		return -1;
-	}
-	return 0;
-}
-
-static int alloc_buffers(struct perf *p)
-{
-	const struct coll_info *ci = &colls[p->o.coll];
-	size_t maxb = p->o.maxbytes;
-	p->src_cap = maxb * (ci->src_k ? p->K : 1);
-	p->dst_cap = maxb * (ci->dst_k ? p->K : 1);
-	p->per = (p->src_cap + GUARD + p->dst_cap + GUARD + 4095) & ~(size_t)4095;
-	p->arena = aligned_alloc(4096, p->per * (size_t)p->o.ranks);
-	p->src = calloc((size_t)p->o.ranks, sizeof(*p->src));
-	p->dst = calloc((size_t)p->o.ranks, sizeof(*p->dst));
-	if (p->arena)
-		memset(p->arena, 0, p->per * (size_t)p->o.ranks);
-	if (!p->arena || !p->src || !p->dst ||
-	    !(p->mr = ibv_reg_coll_mr(p->pd, p->arena, p->per * (size_t)p->o.ranks,
-				      IBV_ACCESS_LOCAL_WRITE))) {
-		fprintf(stderr, PROG ": node %d: %zu bytes of buffers: %s\n", p->o.node,
-			p->per * (size_t)p->o.ranks, strerror(errno));
-		return -1;
-	}
-	return 0;
-}
-
-static void teardown(struct perf *p)
-{
-	if (p->qp)
-		ibv_destroy_coll_qp(p->qp);
-	if (p->mr)
-		ibv_dereg_coll_mr(p->mr);
-	if (p->cq)
-		ibv_destroy_coll_cq(p->cq);
-	if (p->ch)
-		ibv_destroy_coll_comp_channel(p->ch);
-	if (p->pd)
-		ibv_dealloc_coll_pd(p->pd);
-	if (p->ctx)
-		ibv_close_coll_device(p->ctx);
-	if (p->boot)
-		ibvc_boot_close(p->boot);
-	free(p->arena);
-	free(p->src);
-	free(p->dst);
-	free(p->nodes);
-}
-
 /* ---- the sweep ----------------------------------------------------- */
 
 /* How many sizes the sweep runs, for the progress lines. */
@@ -860,10 +534,11 @@ int main(int argc, char **argv)
 	int rc = parse_opts(argc, argv, &p.o);
 	if (rc >= 0)
 		return rc;
-	rc = open_device(&p) || join_job(&p) || open_ran_log(&p) || alloc_buffers(&p) || sweep(&p)
+	rc = perf_open_device(&p) || perf_join_job(&p) || open_ran_log(&p) ||
+			     perf_alloc_buffers(&p) || sweep(&p)
 		     ? 1
 		     : 0;
-	teardown(&p);
+	perf_teardown(&p);
 	if (p.ran_log)
 		fclose(p.ran_log);
 	return rc;

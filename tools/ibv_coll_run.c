@@ -413,6 +413,31 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 	return 0;
 }
 
+/* The rendezvous address: the one given, or a Unix socket in a directory
+ * only we can enter (the job's processes are on this host, network
+ * namespaces of it too).  0, or -1 after a message. */
+static int make_boot(struct launcher *l, const char *boot)
+{
+	if (boot) {
+		if (strlen(boot) >= sizeof(l->boot)) {
+			fprintf(stderr, PROG ": --boot address too long\n");
+			return -1;
+		}
+		strcpy(l->boot, boot);
+		return 0;
+	}
+	const char *tmp = getenv("TMPDIR");
+	if (!tmp || !*tmp || strlen(tmp) > 40)
+		tmp = "/tmp";
+	snprintf(l->boot_dir, sizeof(l->boot_dir), "%s/ibv_coll_run.XXXXXX", tmp);
+	if (!mkdtemp(l->boot_dir)) {
+		fprintf(stderr, PROG ": cannot make a directory in %s: %s\n", tmp, strerror(errno));
+		return -1;
+	}
+	snprintf(l->boot, sizeof(l->boot), "unix:%s/boot.sock", l->boot_dir);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -471,26 +496,8 @@ int main(int argc, char **argv)
 	}
 	l.n = l.nodes * l.procs;
 	l.argv = argv + optind;
-	if (boot) {
-		if (strlen(boot) >= sizeof(l.boot)) {
-			fprintf(stderr, PROG ": --boot address too long\n");
-			return 2;
-		}
-		strcpy(l.boot, boot);
-	} else {
-		/* A Unix socket in a directory only we can enter: the job's
-		 * processes are on this host (network namespaces of it too). */
-		const char *tmp = getenv("TMPDIR");
-		if (!tmp || !*tmp || strlen(tmp) > 40)
-			tmp = "/tmp";
-		snprintf(l.boot_dir, sizeof(l.boot_dir), "%s/ibv_coll_run.XXXXXX", tmp);
-		if (!mkdtemp(l.boot_dir)) {
-			fprintf(stderr, PROG ": cannot make a directory in %s: %s\n", tmp,
-				strerror(errno));
-			return 1;
-		}
-		snprintf(l.boot, sizeof(l.boot), "unix:%s/boot.sock", l.boot_dir);
-	}
+	if (make_boot(&l, boot))
+		return boot ? 2 : 1;
 
 	/* Signals arrive through the signalfd; blocked before the first fork so
 	 * that no SIGCHLD is missed, and unblocked in each child. */
