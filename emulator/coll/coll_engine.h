@@ -24,6 +24,9 @@ namespace ibv_coll::emu {
 
 struct Qp;
 
+// The block of a one-node job, which never leaves the device.
+constexpr uint32_t kLocalBlockBytes = 64 * 1024;
+
 // A parsed collective packet.
 struct CollPacket {
 	uint8_t kind;

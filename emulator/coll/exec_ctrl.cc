@@ -241,6 +241,11 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	uint32_t mtu = std::min(qp.attr.path_mtu, segs_.unit_bytes());
 	if (w->block_len && w->block_len < mtu)
 		mtu = w->block_len;
+	// One node sends nothing: its blocks need not fit a packet, and larger
+	// ones cost fewer copies (one per rank and block when the ranks are in
+	// other processes) and checks.
+	if (c.nodes() == 1 && !w->block_len && !c.block_len)
+		mtu = kLocalBlockBytes;
 	build_chain(job, m, mtu);
 	m.final_.assign(m.nblocks, 0);
 	m.o_pending.init(m.nblocks);
