@@ -220,8 +220,8 @@ bool CollEngine::join_wqe(Message &m, Qp &p, uint32_t idx, const CollWqe &lead)
 		return false;
 	take_ranks(m, *w, c.local_first, c.local_count, p.pdn);
 	p.meta[idx & (p.sq->slots() - 1)].started = true;
-	m.parts.push_back(Message::PartWqe{p.qpn, idx, w->wr_id,
-					   p.sig_all || (w->flags & kWqeSignaled)});
+	m.parts.push_back(
+		Message::PartWqe{p.qpn, idx, w->wr_id, p.sig_all || (w->flags & kWqeSignaled)});
 	return true;
 }
 
@@ -255,8 +255,9 @@ void CollEngine::part_leaves(Qp &qp, bool unregister)
 	CollJob &job = *qp.job;
 	if (Qp *l = lead_of(job); l && l->job->active) {
 		Message &m = *l->job->active;
-		auto it = std::find_if(m.parts.begin(), m.parts.end(),
-				       [&](const Message::PartWqe &pw) { return pw.qpn == qp.qpn; });
+		auto it = std::find_if(
+			m.parts.begin(), m.parts.end(),
+			[&](const Message::PartWqe &pw) { return pw.qpn == qp.qpn; });
 		if (it != m.parts.end()) {
 			m.parts.erase(it);
 			fail(*l, *l->job, CollStatus::remote_abort, true,

@@ -97,7 +97,8 @@ void run_and_check(Fixture &f, const CollSpec &s, uint64_t seed)
 	for (int i = 0; i < 3; i++) {
 		ibv_coll_wc wc{};
 		ASSERT_TRUE(qps[i]->wait(&wc)) << "QP " << i << " never completed";
-		EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << i << ": " << ibv_coll_wc_status_str(wc.status);
+		EXPECT_EQ(wc.status, IBV_WC_SUCCESS)
+			<< i << ": " << ibv_coll_wc_status_str(wc.status);
 		EXPECT_EQ(wc.wr_id, uint64_t(100 + i));
 	}
 	for (int i = 0; i < 3; i++)
@@ -131,7 +132,8 @@ TEST(CollJoin, EveryCollectiveAcrossJoinedQpsIsExact)
 		     spec_of(IBV_COLL_WR_BCAST, 0, IBV_COLL_DTYPE_INT32, 1500, 0),
 		     spec_of(IBV_COLL_WR_BCAST, 0, IBV_COLL_DTYPE_UINT32, 77, 2),
 		     spec_of(IBV_COLL_WR_ALLGATHER, 0, IBV_COLL_DTYPE_INT32, 300),
-		     spec_of(IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 333),
+		     spec_of(IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
+			     333),
 		     spec_of(IBV_COLL_WR_BARRIER, 0, IBV_COLL_DTYPE_UINT8, 0),
 	     }) {
 		run_and_check(f, s, seed++);

@@ -168,10 +168,10 @@ struct RankBufs {
 			}
 			int64_t bad = first_mismatch(s, dst[r].data(), want.data(), dst_elems(s));
 			if (bad >= 0)
-				return "coll " + std::to_string(s.coll) + " rank " + std::to_string(g) +
-				       " element " + std::to_string(bad) + ": " +
-				       format_elem(s.dtype, dst[r].data(), uint64_t(bad)) + " want " +
-				       format_elem(s.dtype, want.data(), uint64_t(bad));
+				return "coll " + std::to_string(s.coll) + " rank " +
+				       std::to_string(g) + " element " + std::to_string(bad) +
+				       ": " + format_elem(s.dtype, dst[r].data(), uint64_t(bad)) +
+				       " want " + format_elem(s.dtype, want.data(), uint64_t(bad));
 		}
 		return "";
 	}

@@ -138,7 +138,8 @@ ibv_coll_job_attr job_of(const ibv_coll_member *m, uint32_t node)
 				put(out, r);
 				ibv_coll_wc wc{};
 				r.status = q.wait(&wc, 20000) ? int(wc.status) : -1;
-				snprintf(r.why, sizeof(r.why), "%s", ibv_coll_status_str(wc.coll_status));
+				snprintf(r.why, sizeof(r.why), "%s",
+					 ibv_coll_status_str(wc.coll_status));
 			}
 		} else {
 			RankBufs b;
@@ -150,7 +151,8 @@ ibv_coll_job_attr job_of(const ibv_coll_member *m, uint32_t node)
 				snprintf(r.why, sizeof(r.why), "no completion");
 			} else {
 				r.status = int(wc.status);
-				snprintf(r.why, sizeof(r.why), "%s", b.check(uint64_t(c.op) + 11).c_str());
+				snprintf(r.why, sizeof(r.why), "%s",
+					 b.check(uint64_t(c.op) + 11).c_str());
 			}
 			for (ibv_coll_mr *m : q.mrs)
 				ibv_dereg_coll_mr(m);
