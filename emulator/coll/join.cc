@@ -69,7 +69,9 @@ bool CollEngine::leads(const Qp &qp) const
 	return qp.job && !qp.job->lead && (qp.job->parted() || joins_.count(qp.qpn));
 }
 
-// A joined QP's own work: QUERY, answered from its lead's messages.
+// A joined QP's own work: QUERY, answered from its lead's messages.  A
+// collective posted after its lead left (destroyed, or reset and given
+// the job without it) can never run: the QP fails then.
 bool CollEngine::answer_queries(Qp &qp)
 {
 	Qp *l = lead_of(*qp.job);
@@ -78,22 +80,36 @@ bool CollEngine::answer_queries(Qp &qp)
 	const uint32_t mask = qp.sq->slots() - 1;
 	const uint32_t prod = qp.sq->prod();
 	for (uint32_t i = qp.sq->cons(); i != prod && qp.state == QpState::rts; i++) {
-		if (!qp.meta[i & mask].done &&
-		    qp.sq->at<CollWqe>(i)->opcode == uint8_t(CollOp::query)) {
+		if (qp.meta[i & mask].done)
+			continue;
+		if (qp.sq->at<CollWqe>(i)->opcode == uint8_t(CollOp::query)) {
 			answer_query(qp, job, i);
 			did = true;
+		} else if (!l) {
+			e_.qp_to_error(qp, "the QP it joined (its node's lead) left the job");
+			return true;
 		}
 	}
 	return did;
 }
 
+// The lead of a QP that joined it, while it still counts the QP in
+// (nullptr once it left, or was given a job again without it).
 Qp *CollEngine::lead_of(const CollJob &part)
 {
 	Qp *l = part.lead ? e_.find_qp(part.lead) : nullptr;
 	if (!l || !l->job || l->job->lead || l->job->cfg.jid != part.cfg.jid ||
 	    l->job->cfg.key != part.cfg.key)
 		return nullptr;
-	return l;
+	auto it = joins_.find(part.lead);
+	if (it == joins_.end())
+		return nullptr;
+	for (uint32_t qpn : it->second) {
+		Qp *p = e_.find_qp(qpn);
+		if (p && p->job.get() == &part)
+			return l;
+	}
+	return nullptr;
 }
 
 // The QPs that joined lead and still serve (not in error or reset).
@@ -253,39 +269,45 @@ void CollEngine::parts_to_error(const Qp &lead, const char *why)
 void CollEngine::part_leaves(Qp &qp, bool unregister)
 {
 	CollJob &job = *qp.job;
-	if (Qp *l = lead_of(job); l && l->job->active) {
-		Message &m = *l->job->active;
-		auto it = std::find_if(
-			m.parts.begin(), m.parts.end(),
-			[&](const Message::PartWqe &pw) { return pw.qpn == qp.qpn; });
-		if (it != m.parts.end()) {
-			m.parts.erase(it);
-			fail(*l, *l->job, CollStatus::remote_abort, true,
-			     "a QP of this node that served some of its ranks left the job");
+	Qp *l = lead_of(job);
+	bool involved = false;
+	if (l && l->job->active) {
+		std::vector<Message::PartWqe> &v = l->job->active->parts;
+		auto it = std::find_if(v.begin(), v.end(), [&](const Message::PartWqe &pw) {
+			return pw.qpn == qp.qpn;
+		});
+		if ((involved = it != v.end()))
+			v.erase(it);
+	}
+	if (unregister) {
+		auto it = joins_.find(job.lead);
+		if (it != joins_.end()) {
+			auto &v = it->second;
+			v.erase(std::remove(v.begin(), v.end(), qp.qpn), v.end());
+			if (v.empty())
+				joins_.erase(it);
 		}
 	}
-	if (!unregister)
-		return;
-	auto it = joins_.find(job.lead);
-	if (it != joins_.end()) {
-		auto &v = it->second;
-		v.erase(std::remove(v.begin(), v.end(), qp.qpn), v.end());
-		if (v.empty())
-			joins_.erase(it);
-	}
+	if (involved)
+		fail(*l, *l->job, CollStatus::remote_abort, true,
+		     "a QP of this node that served some of its ranks left the job");
 }
 
-// The lead leaves: the message it ran fails on the QPs that joined it,
-// which stop too.
+// The lead stops (in error) or leaves (destroyed or reset): the message
+// it ran fails on the QPs that joined it, which stop too.  A lead that
+// leaves between messages, as every process does at the end of a job,
+// only forgets them: one that posts again then fails (answer_queries).
 void CollEngine::lead_leaves(Qp &qp, bool unregister)
 {
 	CollJob &job = *qp.job;
+	const bool failing = job.active || !unregister;
 	if (job.active) {
 		send_abort(job, job.active->mid, CollStatus::remote_abort);
 		finish_parts(job, *job.active, CollStatus::remote_abort);
 		job.active->parts.clear();
 	}
-	parts_to_error(qp, "the QP it joined (its node's lead) left the job");
+	if (failing)
+		parts_to_error(qp, "the QP it joined (its node's lead) stopped");
 	if (unregister)
 		joins_.erase(qp.qpn);
 }

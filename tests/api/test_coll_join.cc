@@ -270,3 +270,30 @@ TEST(CollJoin, AnotherPdsKeyIsRefused)
 	// The joined QP names the lead's MR: not its protection domain.
 	EXPECT_NE(post_allreduce(*f.part, &b, 16, f.lead->mrs[0]->lkey), 0);
 }
+
+// The lead destroyed mid-collective fails it on the QP that joined; a
+// lead that leaves between collectives leaves the next one failing there.
+TEST(CollJoin, TheLeadLeavingFailsWhatItsJoinedQpPosts)
+{
+	for (bool mid_collective : {true, false}) {
+		Fixture f;
+		ASSERT_TRUE(f.open());
+		f.up();
+		std::vector<int32_t> a, b;
+		if (mid_collective) {
+			ASSERT_EQ(post_allreduce(*f.lead, &a, 50000), 0);
+			ASSERT_EQ(post_allreduce(*f.part, &b, 50000), 0);
+			std::this_thread::sleep_for(std::chrono::milliseconds(50));
+		}
+		for (ibv_coll_mr *m : f.lead->mrs)
+			ibv_dereg_coll_mr(m);
+		f.lead->mrs.clear();
+		f.lead.reset();
+		if (!mid_collective) {
+			ASSERT_EQ(post_allreduce(*f.part, &b, 64), 0);
+		}
+		ibv_coll_wc wc{};
+		ASSERT_TRUE(f.part->wait(&wc, 3000)) << mid_collective;
+		EXPECT_NE(wc.status, IBV_WC_SUCCESS) << mid_collective;
+	}
+}
