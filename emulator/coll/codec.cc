@@ -77,6 +77,10 @@ void CollEngine::classify(const InPacket &ip)
 		ctr.host_dropped++;
 		return;
 	}
+	if (qpp->job->lead) { // a QP that joined another: no member sends to it
+		ctr.bad_job++;
+		return;
+	}
 	Qp &qp = *qpp;
 	CollJob &job = *qp.job;
 	if (p.h.job_key != job.cfg.key) {
@@ -215,6 +219,8 @@ void CollEngine::superseded(Qp &qp, CollJob &job)
 bool CollEngine::on_cnp(Qp &qp, const Endpoint &src, uint64_t now)
 {
 	bool member = false;
+	if (!qp.job || qp.job->lead)
+		return false; // a joined QP sends nothing
 	for (const JobMember &m : qp.job->cfg.members)
 		member |= m.ep == src;
 	if (member)

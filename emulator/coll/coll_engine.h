@@ -24,6 +24,9 @@ namespace ibv_coll::emu {
 
 struct Qp;
 
+// The block of a one-node job, which never leaves the device.
+constexpr uint32_t kLocalBlockBytes = 64 * 1024;
+
 // A parsed collective packet.
 struct CollPacket {
 	uint8_t kind;
@@ -84,9 +87,29 @@ public:
 private:
 	friend class RingPath;
 	friend class SwitchPath;
+	// A joined QP's WQE that a message of its lead runs.
+	struct Joined {
+		Qp *qp;
+		uint32_t idx;
+	};
 	// exec_ctrl.cc
 	void answer_query(Qp &qp, CollJob &job, uint32_t idx);
-	void activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now);
+	void activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
+		      const std::vector<Joined> *js = nullptr);
+	void take_ranks(Message &m, const CollWqe &w, uint16_t first, uint16_t count, uint32_t pdn);
+	// join.cc: a node's ranks served by several QPs of the device
+	bool leads(const Qp &qp) const; // other QPs join (or may join) qp's job
+	Qp *lead_of(const CollJob &part);
+	void parts_of(const Qp &lead, std::vector<Qp *> *out);
+	int configure_part(Qp &qp, CollJob &job);
+	int check_parts(Qp &lead, const JobConfig &c);
+	bool answer_queries(Qp &qp);
+	bool start_joined(Qp &qp, CollJob &job, const uint32_t *head, uint64_t now);
+	bool join_wqe(Message &m, Qp &p, uint32_t idx, const CollWqe &lead);
+	void finish_parts(const CollJob &job, const Message &m, CollStatus st);
+	void parts_to_error(const Qp &lead, const char *why);
+	void part_leaves(Qp &qp, bool unregister);
+	void lead_leaves(Qp &qp, bool unregister);
 	// After a strategy ran: AUTO's fallback moves the message to the ring.
 	void settle(Qp &qp, CollJob &job, uint64_t now);
 	// codec.cc
@@ -124,6 +147,9 @@ private:
 	bool write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data);
 	bool result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out);
 	// status.cc
+	Cqe message_cqe(const CollJob &job, const Message &m, uint32_t qpn, uint64_t wr_id,
+			CollStatus st) const;
+	void fail_wqe(Qp &qp, uint32_t idx, CollStatus st);
 	void complete(Qp &qp, CollJob &job, CollStatus st);
 	void retire(Qp &qp); // consume the finished WQEs at the head of the SQ
 	void fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, const char *why);
@@ -146,6 +172,8 @@ private:
 	SegPool segs_;
 	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
 	uint64_t next_owner_ = 1;
+	// Lead QPN -> the QPs that joined its job (coll/join.cc).
+	std::unordered_map<uint32_t, std::vector<uint32_t>> joins_;
 	uint64_t lent_ = 0; // the port's lend mark of the last packet sent from lent memory
 };
 

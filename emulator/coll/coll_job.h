@@ -59,7 +59,12 @@ struct JobConfig {
 	uint32_t timeout_ms = 0; // 0: the device default
 	uint32_t total_ranks = 0;
 	SwitchConfig sw;
+	// The node's local ranks this QP serves: [local_first, local_first +
+	// local_count); local_count 0: all of them.  The QP the member table
+	// names leads; the node's other QPs join it (coll/join.cc).
+	uint16_t local_first = 0, local_count = 0;
 	uint16_t nodes() const { return uint16_t(members.size()); }
+	uint16_t my_count() const { return local_count ? local_count : members[node].ranks; }
 };
 
 // One link of the chain of block descriptors (seed 004): operator, end
@@ -183,6 +188,19 @@ struct Message {
 	bool signaled = true;
 	uint16_t ranks = 0;
 	Sge src[kMaxCollRanks], dst[kMaxCollRanks];
+	// Whose each rank's buffers are: its QP's protection domain and that
+	// PD's address space (the lead's, or a joined QP's in another process).
+	uint32_t pdn[kMaxCollRanks];
+	DmaSpace space[kMaxCollRanks];
+	bool remote = false; // some rank's buffers are in another process
+	// The node's other QPs' WQEs this message runs (coll/join.cc): each
+	// completes on its own QP with the message.
+	struct PartWqe {
+		uint32_t qpn, idx;
+		uint64_t wr_id;
+		bool signaled;
+	};
+	std::vector<PartWqe> parts;
 
 	// Layout.
 	std::vector<BlockDesc> chain;
@@ -261,6 +279,12 @@ struct CollJob {
 	IpAddr src_ip;
 	uint32_t pdn = 0;
 	uint32_t qpn = 0;
+	// A QP that joined another's job (coll/join.cc): the lead's QPN (0:
+	// this QP holds the job itself).  A lead serving part of its node's
+	// ranks waits for the others' WQEs; join_wait: since when (0: not).
+	uint32_t lead = 0;
+	uint64_t join_wait = 0;
+	bool parted() const { return !lead && cfg.my_count() < cfg.members[cfg.node].ranks; }
 	uint64_t owner = 0; // Seg range owner id
 	std::unique_ptr<Message> active;
 	uint32_t inc = 0;	  // incarnation: the QP's count of jobs given it (wire::Ceth::inc)

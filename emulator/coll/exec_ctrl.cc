@@ -35,6 +35,13 @@ void CollEngine::release(Qp &qp)
 {
 	if (!qp.job)
 		return;
+	if (qp.job->lead) {
+		part_leaves(qp, true);
+		qp.job.reset();
+		return;
+	}
+	if (leads(qp))
+		lead_leaves(qp, true);
 	const JobConfig &c = qp.job->cfg;
 	sw_.release(*qp.job);
 	// Now: the QP's context may be closed next, and its engine thread
@@ -70,6 +77,11 @@ int CollEngine::configure(Qp &qp, const JobConfig &in)
 			if (l >= s.leaves)
 				return EINVAL;
 	}
+	const uint16_t node_ranks = c.members[c.node].ranks;
+	if (c.local_count && uint32_t(c.local_first) + c.local_count > node_ranks)
+		return EINVAL;
+	if (c.local_count == node_ranks)
+		c.local_count = 0; // all of them, as without a range
 	uint32_t rank = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		JobMember &m = c.members[i];
@@ -79,11 +91,13 @@ int CollEngine::configure(Qp &qp, const JobConfig &in)
 		rank += m.ranks;
 	}
 	c.total_ranks = rank;
-	// Our own entry must name this QP on this device.
+	// Our own entry must name this device, and this QP unless it joins
+	// the one it names (coll/join.cc).
 	const JobMember &me = c.members[c.node];
 	auto gid = std::find(e_.params.gids.begin(), e_.params.gids.end(), me.ep.ip);
-	if (me.qpn != qp.qpn || gid == e_.params.gids.end() || me.ep.port != e_.udp_port())
+	if (gid == e_.params.gids.end() || me.ep.port != e_.udp_port())
 		return EINVAL;
+	const bool joins = me.qpn != qp.qpn;
 	for (uint32_t i = 0; i < n; i++)
 		if (c.members[i].ep.ip.v4() != me.ep.ip.v4() ||
 		    (!e_.ipv6() && !c.members[i].ep.ip.v4()))
@@ -94,6 +108,8 @@ int CollEngine::configure(Qp &qp, const JobConfig &in)
 	job->pdn = qp.pdn;
 	job->qpn = qp.qpn;
 	job->owner = next_owner_++;
+	if (int err = joins ? configure_part(qp, *job) : check_parts(qp, job->cfg))
+		return err;
 	// Every member counts the times its QP was given the job (RESET ->
 	// INIT -> RTR with the job, once per cycle), so after a failure the
 	// members, reset at their own pace, agree on the new incarnation and
@@ -138,7 +154,23 @@ void CollEngine::answer_query(Qp &qp, CollJob &job, uint32_t idx)
 	e_.push_cqe(qp.scq, c);
 }
 
-void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
+// The ranks [first, first + count) of the node: buffers from w, in
+// protection domain pdn.
+void CollEngine::take_ranks(Message &m, const CollWqe &w, uint16_t first, uint16_t count,
+			    uint32_t pdn)
+{
+	const DmaSpace space = e_.pd_space(pdn);
+	for (uint16_t r = 0; r < count && r < w.num_sge && first + r < kMaxCollRanks; r++) {
+		m.src[first + r] = w.srcs()[r];
+		m.dst[first + r] = w.dsts()[r];
+		m.pdn[first + r] = pdn;
+		m.space[first + r] = space;
+		m.remote |= space != kLocalSpace;
+	}
+}
+
+void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
+			  const std::vector<Joined> *js)
 {
 	const CollWqe *w = qp.sq->at<CollWqe>(idx);
 	qp.meta[idx & (qp.sq->slots() - 1)].started = true;
@@ -162,10 +194,12 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 		m.zeros.assign(c.nodes(), 0);
 	}
 	m.es = uint32_t(dtype_size(m.dtype));
+	take_ranks(m, *w, c.local_first, c.my_count(), job.pdn);
+	bool same = true;
+	for (size_t j = 0; js && j < js->size(); j++)
+		same &= join_wqe(m, *(*js)[j].qp, (*js)[j].idx, *w);
 	uint64_t slo = UINT64_MAX, shi = 0, dlo = UINT64_MAX, dhi = 0;
-	for (uint16_t r = 0; r < m.ranks && r < w->num_sge; r++) {
-		m.src[r] = w->srcs()[r];
-		m.dst[r] = w->dsts()[r];
+	for (uint16_t r = 0; r < m.ranks; r++) {
 		slo = std::min(slo, m.src[r].addr);
 		shi = std::max(shi, m.src[r].addr + m.src[r].length);
 		dlo = std::min(dlo, m.dst[r].addr);
@@ -186,8 +220,11 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 
 	// The driver checked the WR when it was posted; the device checks
 	// again what it can only know now.
-	if (w->num_sge != m.ranks && m.coll != CollOp::barrier)
+	if (w->num_sge != c.my_count() && m.coll != CollOp::barrier)
 		return fail(qp, job, CollStatus::local_err, true, "wrong number of buffers");
+	if (!same)
+		return fail(qp, job, CollStatus::local_err, true,
+			    "the QPs of this node posted different collectives");
 	if (job.aborted_mid == m.mid)
 		return fail(qp, job, job.abort_status, false,
 			    "a member aborted it before it started");
@@ -204,6 +241,11 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now)
 	uint32_t mtu = std::min(qp.attr.path_mtu, segs_.unit_bytes());
 	if (w->block_len && w->block_len < mtu)
 		mtu = w->block_len;
+	// One node sends nothing: its blocks need not fit a packet, and larger
+	// ones cost fewer copies (one per rank and block when the ranks are in
+	// other processes) and checks.
+	if (c.nodes() == 1 && !w->block_len && !c.block_len)
+		mtu = kLocalBlockBytes;
 	build_chain(job, m, mtu);
 	m.final_.assign(m.nblocks, 0);
 	m.o_pending.init(m.nblocks);
@@ -241,10 +283,14 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 	if (!qp.job)
 		return false;
 	CollJob &job = *qp.job;
+	if (job.lead)
+		return answer_queries(qp);
 	bool did = false;
 	const uint32_t mask = qp.sq->slots() - 1;
 	const uint32_t prod = qp.sq->prod();
 	bool blocked = false; // an earlier collective is not done
+	uint32_t head = 0;    // a parted job's next WQE, when has_head
+	bool has_head = false;
 	for (uint32_t i = qp.sq->cons(); i != prod && qp.state == QpState::rts; i++) {
 		WqeMeta &meta = qp.meta[i & mask];
 		if (meta.done)
@@ -256,11 +302,18 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 			continue;
 		}
 		if (!blocked && !job.active && !meta.started) {
-			activate(qp, job, i, now);
-			did = true;
+			if (job.parted()) {
+				head = i;
+				has_head = true;
+			} else {
+				activate(qp, job, i, now);
+				did = true;
+			}
 		}
 		blocked = true;
 	}
+	if (job.parted() && !job.active && qp.state == QpState::rts)
+		did |= start_joined(qp, job, has_head ? &head : nullptr, now);
 	if (job.active && qp.state == QpState::rts) {
 		size_t before = e_.tx_packets();
 		job.active->path->on_timer(qp, job, now);
@@ -294,10 +347,14 @@ void CollEngine::retire(Qp &qp)
 
 uint64_t CollEngine::next_deadline(const Qp &qp) const
 {
-	if (!qp.job)
+	if (!qp.job || qp.job->lead)
 		return 0;
 	// The switch keepalive belongs to the job, the rest to its message's path.
-	const uint64_t keep = sw_.keep_due(*qp.job);
+	uint64_t keep = sw_.keep_due(*qp.job);
+	if (qp.job->join_wait) {
+		const uint64_t j = qp.job->join_wait + coll_timeout_ns(*qp.job);
+		keep = keep && keep < j ? keep : j;
+	}
 	if (!qp.job->active)
 		return keep;
 	const uint64_t d = qp.job->active->path->next_deadline(*qp.job);

@@ -101,6 +101,11 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 		m.ran |= kRanFallback | m.admit_why;
 	if (c.nodes() == 1) {
 		// One node: the NIC reduces its ranks and writes the result back.
+		size_t need = 0;
+		for (const BlockDesc &b : m.chain)
+			need = std::max<size_t>(need, size_t(b.elems) * m.es);
+		if (u_.scratch_.size() < need)
+			u_.scratch_.resize(need);
 		uint8_t *buf = u_.scratch_.data();
 		for (uint32_t sid = 0; sid < m.nblocks; sid++) {
 			const BlockDesc &b = m.chain[sid];

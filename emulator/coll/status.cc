@@ -28,6 +28,43 @@ static void remember(CollJob &job, uint32_t mid, MsgState st, uint32_t blocks)
 		job.history.pop_front();
 }
 
+Cqe CollEngine::message_cqe(const CollJob &job, const Message &m, uint32_t qpn, uint64_t wr_id,
+			    CollStatus st) const
+{
+	Cqe c{};
+	c.wr_id = wr_id;
+	c.byte_len = m.coll == CollOp::barrier ? 0 : m.count * m.es;
+	c.qpn = qpn;
+	c.status = uint8_t(wc_status_of(st));
+	c.opcode = uint8_t(m.coll);
+	c.coll_status = uint8_t(st);
+	c.coll_flags = m.ran;
+	c.msg_state = uint8_t(st == CollStatus::success ? MsgState::done : MsgState::failed);
+	c.jid = job.cfg.jid;
+	c.mid = m.mid;
+	c.blocks_done = m.finals;
+	c.blocks_total = m.nblocks;
+	return c;
+}
+
+// A WQE that never became a message fails on its own.
+void CollEngine::fail_wqe(Qp &qp, uint32_t idx, CollStatus st)
+{
+	const CollWqe *w = qp.sq->at<CollWqe>(idx);
+	Cqe c{};
+	c.wr_id = w->wr_id;
+	c.qpn = qp.qpn;
+	c.status = uint8_t(wc_status_of(st));
+	c.opcode = w->opcode;
+	c.coll_status = uint8_t(st);
+	c.msg_state = uint8_t(MsgState::failed);
+	c.jid = qp.job ? qp.job->cfg.jid : 0;
+	c.mid = w->mid;
+	qp.meta[idx & (qp.sq->slots() - 1)].done = true;
+	retire(qp);
+	e_.push_cqe(qp.scq, c);
+}
+
 void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 {
 	// Packets still queued may be sent from the buffers the completion
@@ -42,23 +79,9 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 	ctr.failed += st != CollStatus::success;
 	ctr.blocks += m.finals;
 	ctr.fallbacks += (m.ran & kRanFallback) != 0;
-	if (m.signaled || st != CollStatus::success) {
-		Cqe c{};
-		c.wr_id = m.wr_id;
-		c.byte_len = m.coll == CollOp::barrier ? 0 : m.count * m.es;
-		c.qpn = qp.qpn;
-		c.status = uint8_t(wc_status_of(st));
-		c.opcode = uint8_t(m.coll);
-		c.coll_status = uint8_t(st);
-		c.coll_flags = m.ran;
-		c.msg_state = uint8_t(st == CollStatus::success ? MsgState::done
-								: MsgState::failed);
-		c.jid = job.cfg.jid;
-		c.mid = m.mid;
-		c.blocks_done = m.finals;
-		c.blocks_total = m.nblocks;
-		e_.push_cqe(qp.scq, c);
-	}
+	if (m.signaled || st != CollStatus::success)
+		e_.push_cqe(qp.scq, message_cqe(job, m, qp.qpn, m.wr_id, st));
+	finish_parts(job, m, st);
 	segs_.unreserve(job.cfg.seg_base, job.cfg.seg_count, job.owner);
 	remember(job, m.mid, st == CollStatus::success ? MsgState::done : MsgState::failed,
 		 m.nblocks);
@@ -100,14 +123,21 @@ void CollEngine::fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, con
 		send_abort(job, job.active->mid, st);
 	if (job.active)
 		complete(qp, job, st);
-	// The job's members no longer agree on where they are: stop the QP;
-	// what is queued behind completes with a flush error.
+	// The job's members no longer agree on where they are: stop the QP
+	// (and the node's QPs that joined it); what is queued behind
+	// completes with a flush error.
 	e_.qp_to_error(qp, why);
+	if (!job.lead)
+		parts_to_error(qp, why);
 }
 
 bool CollEngine::flush(Qp &qp)
 {
 	reclaim();
+	if (qp.job && qp.job->lead)
+		part_leaves(qp, false);
+	else if (qp.job && leads(qp))
+		lead_leaves(qp, false);
 	bool did = false;
 	const uint32_t mask = qp.sq->slots() - 1;
 	uint32_t prod = qp.sq->prod();

@@ -116,10 +116,10 @@ static uint8_t *rank_bounce(size_t bytes)
 
 bool CollEngine::local_partial(const CollJob &job, Message &m, uint32_t sid, uint8_t *out)
 {
+	(void)job;
 	const BlockDesc &b = m.chain[sid];
 	const uint64_t len = uint64_t(b.elems) * m.es;
-	const DmaSpace space = e_.pd_space(job.pdn);
-	uint8_t *bounce = space == kLocalSpace || m.coll == CollOp::barrier
+	uint8_t *bounce = !m.remote || m.coll == CollOp::barrier
 				  ? nullptr
 				  : rank_bounce(size_t(len) * m.ranks);
 	const void *srcs[kMaxCollRanks];
@@ -128,11 +128,11 @@ bool CollEngine::local_partial(const CollJob &job, Message &m, uint32_t sid, uin
 			srcs[r] = m.zeros.data() + b.voff;
 			continue;
 		}
-		if (!dma_ok(e_, job.pdn, m.src[r], b.voff * m.es, len, 0))
+		if (!dma_ok(e_, m.pdn[r], m.src[r], b.voff * m.es, len, 0))
 			return false;
-		if (bounce) {
+		if (m.space[r] != kLocalSpace) {
 			uint8_t *d = bounce + size_t(len) * r;
-			if (!dma_read(space, d, m.src[r].addr + b.voff * m.es, len))
+			if (!dma_read(m.space[r], d, m.src[r].addr + b.voff * m.es, len))
 				return false;
 			srcs[r] = d;
 			continue;
@@ -157,12 +157,11 @@ bool CollEngine::local_data(const CollJob &job, Message &m, uint32_t sid, uint8_
 		*out = m.zeros.data() + b.voff;
 		return true;
 	}
-	if (!dma_ok(e_, job.pdn, m.src[0], b.voff * m.es, len, 0))
+	if (!dma_ok(e_, m.pdn[0], m.src[0], b.voff * m.es, len, 0))
 		return false;
-	const DmaSpace space = e_.pd_space(job.pdn);
-	if (space != kLocalSpace) {
+	if (m.space[0] != kLocalSpace) {
 		*out = scratch;
-		return dma_read(space, scratch, m.src[0].addr + b.voff * m.es, len);
+		return dma_read(m.space[0], scratch, m.src[0].addr + b.voff * m.es, len);
 	}
 	*out = reinterpret_cast<const uint8_t *>(m.src[0].addr + b.voff * m.es);
 	return true;
@@ -219,7 +218,6 @@ bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, cons
 {
 	if (m.inplace)
 		e_.tx_reclaim(m.src_lent[sid]);
-	const DmaSpace space = e_.pd_space(job.pdn);
 	const JobConfig &c = job.cfg;
 	const BlockDesc &b = m.chain[sid];
 	const uint64_t len = uint64_t(b.elems) * m.es;
@@ -229,18 +227,19 @@ bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, cons
 	case CollOp::allgather:
 	case CollOp::bcast:
 		for (uint16_t r = 0; r < m.ranks; r++) {
-			if (!dma_ok(e_, job.pdn, m.dst[r], b.voff * m.es, len, kAccLocalWrite))
+			if (!dma_ok(e_, m.pdn[r], m.dst[r], b.voff * m.es, len, kAccLocalWrite))
 				return false;
-			if (!put_result(space, m, m.dst[r].addr + b.voff * m.es, data, len))
+			if (!put_result(m.space[r], m, m.dst[r].addr + b.voff * m.es, data, len))
 				return false;
 		}
 		break;
 	case CollOp::reduce:
 		if (m.root_node == c.node) {
-			const Sge &d = m.dst[m.root_local];
-			if (!dma_ok(e_, job.pdn, d, b.voff * m.es, len, kAccLocalWrite))
+			const uint16_t r = m.root_local;
+			const Sge &d = m.dst[r];
+			if (!dma_ok(e_, m.pdn[r], d, b.voff * m.es, len, kAccLocalWrite))
 				return false;
-			if (!put_result(space, m, d.addr + b.voff * m.es, data, len))
+			if (!put_result(m.space[r], m, d.addr + b.voff * m.es, data, len))
 				return false;
 		} else if (cr.fin == c.node) {
 			// Keep what we finished: we answer retransmissions from it.
@@ -253,9 +252,9 @@ bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, cons
 		uint64_t g = b.voff / m.count; // the global rank whose part this is
 		uint64_t r = g - c.members[c.node].first_rank;
 		uint64_t off = (b.voff - g * m.count) * m.es;
-		if (!dma_ok(e_, job.pdn, m.dst[r], off, len, kAccLocalWrite))
+		if (!dma_ok(e_, m.pdn[r], m.dst[r], off, len, kAccLocalWrite))
 			return false;
-		if (!put_result(space, m, m.dst[r].addr + off, data, len))
+		if (!put_result(m.space[r], m, m.dst[r].addr + off, data, len))
 			return false;
 		break;
 	}
@@ -274,20 +273,22 @@ bool CollEngine::result_source(const CollJob &job, Message &m, uint32_t sid, con
 	const BlockDesc &b = m.chain[sid];
 	const uint64_t len = uint64_t(b.elems) * m.es;
 	const Sge *s = nullptr;
+	uint16_t r = 0; // whose buffer s is
 	uint64_t off = b.voff * m.es;
 	switch (m.coll) {
 	case CollOp::allreduce: s = &m.dst[0]; break;
 	case CollOp::reduce:
 		if (m.root_node == c.node)
-			s = &m.dst[m.root_local];
+			s = &m.dst[r = m.root_local];
 		break;
 	case CollOp::allgather: {
 		uint64_t g = b.voff / m.count;
-		s = &m.src[g - c.members[c.node].first_rank];
+		r = uint16_t(g - c.members[c.node].first_rank);
+		s = &m.src[r];
 		off = (b.voff - g * m.count) * m.es;
 		break;
 	}
-	case CollOp::bcast: s = &m.src[m.root_local]; break;
+	case CollOp::bcast: s = &m.src[r = m.root_local]; break;
 	case CollOp::reduce_scatter: // the result travels as a token
 		*out = nullptr;
 		return true;
@@ -297,9 +298,9 @@ bool CollEngine::result_source(const CollJob &job, Message &m, uint32_t sid, con
 		*out = m.staging.data() + (b.voff - m.staging_voff) * m.es;
 		return true;
 	}
-	if (!dma_ok(e_, job.pdn, *s, off, len, 0))
+	if (!dma_ok(e_, m.pdn[r], *s, off, len, 0))
 		return false;
-	const DmaSpace space = e_.pd_space(job.pdn);
+	const DmaSpace space = m.space[r];
 	if (space != kLocalSpace) {
 		// Kept by vector offset until the message completes: what is
 		// returned may be lent to a queued packet.

@@ -57,6 +57,8 @@ public:
 		}
 		if (events_.joinable())
 			events_.join();
+		if (awake_)
+			munmap(const_cast<std::atomic<uint32_t> *>(awake_), 4096);
 	}
 
 	int start(util::UniqueFd sock)
@@ -69,7 +71,8 @@ public:
 			prctl(PR_SET_PTRACER, d.pid, 0, 0, 0);
 		HelloReq req;
 		HelloRep rep;
-		int err = call(Op::hello, &req, sizeof(req), nullptr, 0, &rep, sizeof(rep));
+		util::UniqueFd wfd;
+		int err = call(Op::hello, &req, sizeof(req), nullptr, 0, &rep, sizeof(rep), &wfd);
 		if (err)
 			return err;
 		if (rep.version != kProtoVersion) {
@@ -78,6 +81,11 @@ public:
 			return EPROTO;
 		}
 		hello_ = rep;
+		if (wfd) {
+			void *p = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, wfd.get(), 0);
+			if (p != MAP_FAILED)
+				awake_ = static_cast<const std::atomic<uint32_t> *>(p);
+		}
 		ep_.reset(epoll_create1(EPOLL_CLOEXEC));
 		stop_.reset(eventfd(0, EFD_CLOEXEC));
 		if (!ep_ || !stop_)
@@ -317,7 +325,7 @@ public:
 private:
 	// One request and its reply; EIO when the daemon is gone.
 	int call(Op op, const void *req, size_t len, const int *fds, size_t nfds, void *rep,
-		 size_t rep_len)
+		 size_t rep_len, util::UniqueFd *rep_fd = nullptr)
 	{
 		std::lock_guard lk(mu_);
 		if (dead_)
@@ -351,10 +359,18 @@ private:
 			return lost(EPROTO);
 		if (rep_len)
 			memcpy(rep, buf + sizeof(r), rep_len);
+		if (rep_fd && nf)
+			*rep_fd = std::move(rfds[0]);
 		return 0;
 	}
 	void doorbell(Op op, uint32_t id)
 	{
+		// The driver stored the queue's producer index: an engine thread
+		// that is awake sees it in a pass, the last after its word went
+		// to 0 (nic/engine.h awake_word), so no message is needed.
+		std::atomic_thread_fence(std::memory_order_seq_cst);
+		if (awake_ && awake_->load(std::memory_order_relaxed) == 1)
+			return;
 		std::lock_guard lk(mu_);
 		if (dead_)
 			return;
@@ -430,6 +446,7 @@ private:
 	std::atomic<bool> dead_{false};
 	std::set<RCq *> cqs_; // under ev_mu_
 	HelloRep hello_;
+	const std::atomic<uint32_t> *awake_ = nullptr; // the daemon's page, read-only
 	std::mutex ev_mu_;
 	std::thread events_;
 };

@@ -14,7 +14,7 @@ struct JobFixed {
 	uint32_t jid = 0, seg_base = 0, seg_count = 0, block_len = 0, timeout_ms = 0,
 		 total_ranks = 0;
 	uint64_t key = 0;
-	uint16_t node = 0;
+	uint16_t node = 0, local_first = 0, local_count = 0;
 	uint8_t topology = 0;
 	uint8_t sw_on = 0, sw_inline_task = 0, sw_e2e_ack = 0;
 	uint32_t sw_planes = 0, sw_leaves = 0, sw_window = 0;
@@ -51,6 +51,8 @@ void pack_job(const emu::JobConfig &j, std::vector<uint8_t> *out)
 	f.total_ranks = j.total_ranks;
 	f.key = j.key;
 	f.node = j.node;
+	f.local_first = j.local_first;
+	f.local_count = j.local_count;
 	f.topology = uint8_t(j.topology);
 	f.sw_on = j.sw.on;
 	f.sw_inline_task = j.sw.inline_task;
@@ -89,6 +91,8 @@ int unpack_job(const uint8_t *p, size_t len, emu::JobConfig *j)
 	j->total_ranks = f.total_ranks;
 	j->key = f.key;
 	j->node = f.node;
+	j->local_first = f.local_first;
+	j->local_count = f.local_count;
 	j->topology = emu::Topology(f.topology);
 	j->sw.on = f.sw_on;
 	j->sw.inline_task = f.sw_inline_task;

@@ -36,7 +36,7 @@ enum class Op : uint16_t {
 	check_local,
 };
 
-constexpr uint32_t kProtoVersion = 1;
+constexpr uint32_t kProtoVersion = 2; // 2: a job carries its local range
 
 struct Hdr {
 	uint16_t op = 0;

@@ -73,6 +73,16 @@ int Server::create(const std::string &dev, std::unique_ptr<emu::Nic> nic, const 
 	s->opt_ = o;
 	if (int err = listen_dev(dev, &s->lfd_))
 		return err;
+	s->wake_fd_.reset(memfd_create("ibv_coll_devd-awake", MFD_CLOEXEC));
+	if (!s->wake_fd_ || ftruncate(s->wake_fd_.get(), 4096))
+		return errno;
+	s->wake_map_ = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, s->wake_fd_.get(),
+			    0);
+	if (s->wake_map_ == MAP_FAILED) {
+		s->wake_map_ = nullptr;
+		return errno;
+	}
+	s->nic_->share_awake_word(static_cast<std::atomic<uint32_t> *>(s->wake_map_));
 	s->ep_.reset(epoll_create1(EPOLL_CLOEXEC));
 	s->stop_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	if (!s->ep_ || !s->stop_)
@@ -89,7 +99,12 @@ int Server::create(const std::string &dev, std::unique_ptr<emu::Nic> nic, const 
 	return 0;
 }
 
-Server::~Server() = default;
+Server::~Server()
+{
+	nic_.reset(); // its engine thread writes the awake word
+	if (wake_map_)
+		munmap(wake_map_, 4096);
+}
 
 void Server::stop()
 {
@@ -185,7 +200,8 @@ struct Server::Req {
 	size_t nfds;
 	uint8_t *out; // the reply's body
 	size_t rlen = 0;
-	int res = 0; // the reply's errno
+	int res = 0;	 // the reply's errno
+	int out_fd = -1; // a descriptor the reply carries (lent)
 	bool need(size_t n) const { return h.len == n; }
 	void put(const void *p, size_t n)
 	{
@@ -216,6 +232,7 @@ int Server::serve_mem(Req &r)
 		o.seg_unit_bytes = nic_->seg_unit_bytes();
 		o.udp_port = nic_->udp_port();
 		r.put(&o, sizeof(o));
+		r.out_fd = wake_fd_.get();
 		break;
 	}
 	case Op::alloc_pd: {
@@ -496,7 +513,8 @@ int Server::serve(Conn &c)
 	rh.err = r.res;
 	rh.h.len = uint32_t(sizeof(rh) - sizeof(Hdr) + r.rlen);
 	memcpy(rep, &rh, sizeof(rh));
-	return send_msg(c.fd.get(), rep, sizeof(rh) + r.rlen);
+	return send_msg(c.fd.get(), rep, sizeof(rh) + r.rlen, r.out_fd >= 0 ? &r.out_fd : nullptr,
+			r.out_fd >= 0 ? 1 : 0);
 }
 
 } // namespace ibv_coll::devd

@@ -49,6 +49,11 @@ private:
 	std::unique_ptr<emu::Nic> nic_;
 	ServerOptions opt_;
 	util::UniqueFd lfd_, ep_, stop_;
+	// The engine's awake word (nic/engine.h), in a page every client maps
+	// read-only from the hello reply: a client that sees it at 1 skips its
+	// doorbell message.
+	util::UniqueFd wake_fd_;
+	void *wake_map_ = nullptr;
 	std::atomic<bool> stopping_{false};
 	size_t clients_ = 0;
 	uint32_t next_id_ = 1;

@@ -245,8 +245,10 @@ void Engine::run()
 		work_pending.store(false);
 		bool did = false, quiet;
 		uint64_t timer, now;
+		std::atomic<uint32_t> *aw; // set once, before clients come
 		{
 			std::lock_guard lk(mu);
+			aw = awake_word;
 			if (pass)
 				did = progress_locked();
 			timer = next_deadline_locked();
@@ -274,6 +276,20 @@ void Engine::run()
 			// What ibv_coll_stat reads is exact while the device sleeps
 			// (a progress pass publishes at most once a millisecond).
 			std::lock_guard lk(mu);
+			if (aw) {
+				// Work queued by a client that saw us awake and sent no
+				// doorbell: this pass, after the word says we sleep,
+				// sees it (the client stored, then read the word).
+				aw->store(0);
+				std::atomic_thread_fence(std::memory_order_seq_cst);
+				if (progress_locked()) {
+					aw->store(1);
+					idle_since = 0;
+					continue;
+				}
+				timer = next_deadline_locked();
+				armed_deadline.store(timer ? timer : UINT64_MAX);
+			}
 			publish_stats(util::now_ns(), true);
 		}
 		sleeping.store(true);
@@ -289,6 +305,8 @@ void Engine::run()
 		timerfd_settime(tfd_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
 		int n = epoll_wait(quiet ? epq_.get() : epfd_.get(), evs, 4, -1);
 		sleeping.store(false);
+		if (aw)
+			aw->store(1);
 		bool rung = false;
 		for (int i = 0; i < n; i++) {
 			if (evs[i].data.fd == evfd_.get() || evs[i].data.fd == tfd_.get()) {

@@ -70,6 +70,13 @@ public:
 	// thread takes the port back at once.
 	void app_sleeps();
 	std::atomic<uint64_t> app_until{0};
+	// A word in memory shared with the processes that ring doorbells
+	// (ibv_coll_devd's clients): 1 while the engine thread runs its passes,
+	// 0 from just before it sleeps.  A client that stores a work queue's
+	// producer index and then reads 1 needs no doorbell message: the
+	// thread sees the queue in a pass, the last of them after the word
+	// went to 0 (engine.cc run()).
+	std::atomic<uint32_t> *awake_word = nullptr;
 
 	bool progress_locked();
 	// Every counter, as one snapshot (the caller holds mu).

@@ -292,6 +292,14 @@ int Nic::destroy_qp(Qp *qp)
 	return 0;
 }
 
+void Nic::share_awake_word(std::atomic<uint32_t> *word)
+{
+	// 0 until the engine thread next wakes: clients ring until then.
+	word->store(0);
+	std::lock_guard lk(e_->mu);
+	e_->awake_word = word;
+}
+
 void Nic::sq_doorbell(Qp *)
 {
 	e_->kick();

@@ -175,6 +175,11 @@ public:
 	int check_local(uint32_t pdn, const Sge *sges, const uint64_t *len, uint32_t n,
 			uint32_t need) override;
 
+	// Keep *word at 1 while the engine thread is awake and 0 while it
+	// sleeps (engine.h awake_word): memory shared with processes that may
+	// then skip their doorbells.  Before the first doorbell.
+	void share_awake_word(std::atomic<uint32_t> *word);
+
 private:
 	Nic();
 	std::unique_ptr<Engine> e_;

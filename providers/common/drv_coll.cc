@@ -118,8 +118,9 @@ int engine_counters(emu::Device &nic, ibv_coll_counters *o)
 
 int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 {
-	if (!in || (in->comp_mask & ~uint64_t(IBV_COLL_JOB_ATTR_SWITCH)) || in->flags ||
-	    !in->members || !in->num_nodes || in->num_nodes > emu::kMaxCollNodes ||
+	if (!in ||
+	    (in->comp_mask & ~uint64_t(IBV_COLL_JOB_ATTR_SWITCH | IBV_COLL_JOB_ATTR_LOCAL)) ||
+	    in->flags || !in->members || !in->num_nodes || in->num_nodes > emu::kMaxCollNodes ||
 	    in->node_index >= in->num_nodes)
 		return EINVAL;
 	int topo = core::raw_enum(in->topology);
@@ -144,8 +145,20 @@ int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 		c.members[i].qpn = m.qp_num;
 		c.members[i].ranks = m.num_ranks;
 	}
+	// The ranks this QP serves: all of its node's, or a range of them
+	// (the others' QPs join its node's lead QP).
+	const uint32_t node_ranks = in->members[in->node_index].num_ranks;
+	uint32_t mine = node_ranks;
+	if (in->comp_mask & IBV_COLL_JOB_ATTR_LOCAL) {
+		if (!in->local_count || in->local_first >= node_ranks ||
+		    in->local_count > node_ranks - in->local_first)
+			return EINVAL;
+		c.local_first = uint16_t(in->local_first);
+		c.local_count = uint16_t(in->local_count);
+		mine = in->local_count;
+	}
 	// The QP was sized for cap.max_send_sge local ranks.
-	if (in->members[in->node_index].num_ranks > qp->cap.max_send_sge)
+	if (mine > qp->cap.max_send_sge)
 		return EINVAL;
 	if (in->block_len && in->block_len % 8)
 		return EINVAL; // a block holds whole elements of every type

@@ -141,11 +141,11 @@ int modify_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask)
 		qp->pub.state = a->qp_state;
 	if (mask & IBV_COLL_QP_JOB) {
 		qp->path_mtu = e.path_mtu;
-		qp->local_ranks = job.members[job.node].ranks;
+		qp->local_ranks = job.my_count();
 		qp->total_ranks = 0;
 		for (const emu::JobMember &m : job.members) {
 			if (&m == &job.members[job.node])
-				qp->first_rank = qp->total_ranks;
+				qp->first_rank = qp->total_ranks + job.local_first;
 			qp->total_ranks += m.ranks;
 		}
 		qp->last_mid = 0;
