@@ -1,7 +1,8 @@
 #!/bin/bash
 # bench-shared - the shared device (issue 14) against today's model of one
-# device per process, side by side in one run: allreduce, float, sum, every
-# result checked element by element (ibv_coll_perf -c 1).
+# device per process, side by side in one run: allreduce, float, sum,
+# blocking (one allreduce at a time, as MPI_Allreduce is: ibv_coll_perf
+# -z 1), every result checked element by element (-c 1).
 #
 #   scripts/bench-shared.sh [-p local|fabric|all] [-b SIZES] [-i ITERS] [-w WARMUP]
 #       [-t SECONDS]
@@ -33,7 +34,7 @@ bench_name=bench-shared
 . "$root/scripts/bench-common.sh"
 
 usage() {
-	sed -n '6,7p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '7,8p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -88,11 +89,11 @@ bench_local() {
 			if [ $m = shared ]; then
 				# A daemon of its own for this run: it leaves when idle.
 				IBV_COLL_CRXE_SHARED=y timeout "$tlimit" "$run" -n 1 -p 4 -k 1 -- \
-					"$perf" -b "$size" -e "$size" -n "$it" -w "$wu" -c 1 -d float \
+					"$perf" -b "$size" -e "$size" -n "$it" -w "$wu" -c 1 -z 1 -d float \
 					-o sum >"$tmp/out" 2>&1
 			else
 				IBV_COLL_CRXE_SHARED=n timeout "$tlimit" "$run" -n 4 -k 1 -- \
-					"$perf" -b "$size" -e "$size" -n "$it" -w "$wu" -c 1 -d float \
+					"$perf" -b "$size" -e "$size" -n "$it" -w "$wu" -c 1 -z 1 -d float \
 					-o sum >"$tmp/out" 2>&1
 			fi
 			rc=$?
@@ -107,7 +108,7 @@ bench_local() {
 		done
 	done
 	rm -rf "$tmp"
-	echo "# bench-shared (a): allreduce, float, sum; 4 ranks on this host, one per process;" \
+	echo "# bench-shared (a): allreduce, float, sum, blocking; 4 ranks on this host, one per process;" \
 		"$it timed + $wu warm-up runs per size, every result checked"
 	echo "# shared: ibv_coll_run -n 1 -p 4 -k 1 (one node: the 4 processes on the host's one" \
 		"device, IBV_COLL_CRXE_SHARED=y)"
