@@ -3,6 +3,7 @@
 
 #include "devd/devd_proto.h"
 #include "devd/devd_sock.h"
+#include "util/fence.h"
 #include "util/log.h"
 
 #include <sys/epoll.h>
@@ -371,7 +372,7 @@ private:
 		// The driver stored the queue's producer index: an engine thread
 		// that is awake sees it in a pass, the last after its word went
 		// to 0 (nic/engine.h awake_word), so no message is needed.
-		std::atomic_thread_fence(std::memory_order_seq_cst);
+		util::full_fence();
 		if (awake_ && awake_->load(std::memory_order_relaxed) == 1)
 			return;
 		std::lock_guard lk(mu_);
