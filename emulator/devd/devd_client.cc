@@ -531,7 +531,8 @@ private:
 			e.status = uint8_t(emu::WcStatus::wr_flush_err);
 			if (q->coll) {
 				const auto *w = q->sq->at<emu::CollWqe>(q->sq_done);
-				if (w->opcode == uint8_t(emu::CollOp::query) && query_answered(*q, *w))
+				if (w->opcode == uint8_t(emu::CollOp::query) &&
+				    query_answered(*q, *w))
 					continue;
 				e.wr_id = w->wr_id;
 				e.opcode = w->opcode;

@@ -26,7 +26,6 @@ using FatalFn = void (*)(void *arg);
 // connect to it.  on_fatal (may be null) is told when the daemon dies.
 // 0 or errno.
 int open_client(const std::string &netdev, const std::string &devd_path,
-		std::unique_ptr<emu::Device> *out, FatalFn on_fatal = nullptr,
-		void *arg = nullptr);
+		std::unique_ptr<emu::Device> *out, FatalFn on_fatal = nullptr, void *arg = nullptr);
 
 } // namespace ibv_coll::devd

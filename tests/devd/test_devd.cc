@@ -106,6 +106,8 @@ protected:
 		pid_ = -1;
 		unlink(log_.c_str());
 	}
+	// The daemon dies by sig with RC and collective work in flight.
+	void kill_mid_work(int sig);
 	pid_t pid_ = -1;
 	std::string log_;
 };
@@ -427,13 +429,13 @@ TEST_F(Devd, DaemonDeathIsFatalNotAHang)
 	ep.pd = nullptr;
 }
 
-// The daemon killed (SIGKILL) while a client has RC work in flight and a
-// collective running: every context gets one IBV_EVENT_DEVICE_FATAL on
+// The daemon dying (SIGKILL, or SIGTERM below) while a client has RC work
+// in flight and a collective running: every context gets one IBV_EVENT_DEVICE_FATAL on
 // its async fd, within a bound; every WR posted and not completed
 // completes once with IBV_WC_WR_FLUSH_ERR (unsignaled ones too), and a
 // QUERY the device answered does not complete again; a thread asleep on an
 // armed CQ's channel wakes; posts fail with EIO and nothing hangs.
-TEST_F(Devd, DaemonKilledMidWorkFlushesEveryWrAndIsAFatalAsyncEvent)
+void Devd::kill_mid_work(int sig)
 {
 	start_daemon();
 	RcEndpoint a, b;
@@ -483,7 +485,7 @@ TEST_F(Devd, DaemonKilledMidWorkFlushesEveryWrAndIsAFatalAsyncEvent)
 	});
 
 	const auto t0 = std::chrono::steady_clock::now();
-	kill(pid_, SIGKILL);
+	kill(pid_, sig);
 	int st;
 	waitpid(pid_, &st, 0);
 	pid_ = -1;
@@ -555,6 +557,18 @@ TEST_F(Devd, DaemonKilledMidWorkFlushesEveryWrAndIsAFatalAsyncEvent)
 	ibv_coll_qp_init_attr ia{};
 	EXPECT_EQ(ibv_query_coll_qp(n0.qp, &qa, IBV_COLL_QP_STATE, &ia), EIO);
 	// The destructors check that every object is destroyed.
+}
+
+TEST_F(Devd, DaemonKilledMidWorkFlushesEveryWrAndIsAFatalAsyncEvent)
+{
+	kill_mid_work(SIGKILL);
+}
+
+// Stopped (SIGTERM), the daemon destroys its clients' objects on its way
+// out: the result must be the same, every WR completed once.
+TEST_F(Devd, DaemonStoppedMidWorkFlushesEveryWrAndIsAFatalAsyncEvent)
+{
+	kill_mid_work(SIGTERM);
 }
 
 // A process that exits, contexts open, while the daemon dies: the
