@@ -113,8 +113,7 @@ struct ibv_coll_async_event {
 
 /* Blocks until an event waits on context->async_fd (EAGAIN instead when
  * the application made that fd non-blocking). */
-int ibv_get_coll_async_event(struct ibv_coll_context *context,
-			     struct ibv_coll_async_event *event);
+int ibv_get_coll_async_event(struct ibv_coll_context *context, struct ibv_coll_async_event *event);
 void ibv_ack_coll_async_event(struct ibv_coll_async_event *event);
 
 /* ------------------------------------------------------------------ */
