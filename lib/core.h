@@ -50,6 +50,9 @@ template <class T, class F> T *guard_ptr(const char *fn, F &&f) noexcept
 	return nullptr;
 }
 
+// Make the context's async event fd (async.cc).  0 or errno.
+int async_open(Context *ctx);
+
 // Every provider compiled in, with null ops replaced by EOPNOTSUPP stubs.
 std::span<const Provider *const> providers();
 

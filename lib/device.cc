@@ -78,8 +78,14 @@ IBV_COLL_EXPORT ibv_coll_context *ibv_open_coll_device(ibv_coll_device *device)
 			IBVC_ERR("core", "{}: open failed: {}", device->name, util::errstr(errno));
 			return nullptr;
 		}
-		device->refs.fetch_add(1);
 		ctx->pub.device = device;
+		if (int err = async_open(ctx)) {
+			IBVC_ERR("core", "{}: async event fd: {}", device->name, util::errstr(err));
+			device->ops->close_device(ctx);
+			errno = err;
+			return nullptr;
+		}
+		device->refs.fetch_add(1);
 		return &ctx->pub;
 	});
 }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <mutex>
 #include <cstring>
 #include <span>
 #include <string>
@@ -32,9 +33,26 @@ namespace ibv_coll::core {
 // Each core object embeds its public struct first (standard layout, so the
 // public pointer converts back), plus a count of live children that makes
 // its destruction fail with EBUSY.  Providers derive from these.
+// A context's asynchronous events: the provider queues them
+// (async_event()), ibv_get_coll_async_event() takes them in order.  fd is
+// a semaphore eventfd whose count is the number queued, so that it polls
+// readable exactly while one waits; it is made at open (events a provider
+// queues before are counted in then) and closed with the context.
+struct AsyncQueue {
+	static constexpr uint32_t kDepth = 64;
+	std::mutex mu;
+	int fd = -1;
+	uint32_t head = 0, tail = 0; // run free; slot i % kDepth
+	ibv_coll_async_event ev[kDepth]{};
+	~AsyncQueue();
+};
+
 struct Context {
 	ibv_coll_context pub{};
 	std::atomic<int> children{0};
+	AsyncQueue async;
+	// IBV_EVENT_DEVICE_FATAL was delivered: posts fail with EIO.
+	std::atomic<bool> fatal{false};
 };
 struct Pd {
 	ibv_coll_pd pub{};
@@ -137,6 +155,11 @@ struct Provider {
 // Called by a provider when an armed CQ gets a completion: queues the CQ
 // on its completion channel.
 void cq_event(Cq *cq);
+
+// Called by a provider (any thread) to deliver an asynchronous event to
+// the context's application.  Events naming a CQ or QP must name the
+// public object.
+void async_event(Context *ctx, const ibv_coll_async_event &ev);
 
 // Legal QP state transitions and the attributes each requires and allows
 // (IBTA vol. 1 table 91, RC subset).  0 or EINVAL.

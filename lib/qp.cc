@@ -174,6 +174,10 @@ IBV_COLL_EXPORT int ibv_post_coll_send(ibv_coll_qp *qp, ibv_coll_send_wr *wr,
 				*bad_wr = wr;
 			return EINVAL;
 		}
+		if (to_core(qp->context)->fatal) {
+			*bad_wr = wr; // the device is gone (IBV_EVENT_DEVICE_FATAL)
+			return EIO;
+		}
 		return qp->context->device->ops->post_send(to_core(qp), wr, bad_wr);
 	});
 }
@@ -186,6 +190,10 @@ IBV_COLL_EXPORT int ibv_post_coll_recv(ibv_coll_qp *qp, ibv_coll_recv_wr *wr,
 			if (bad_wr)
 				*bad_wr = wr;
 			return EINVAL;
+		}
+		if (to_core(qp->context)->fatal) {
+			*bad_wr = wr; // the device is gone (IBV_EVENT_DEVICE_FATAL)
+			return EIO;
 		}
 		return qp->context->device->ops->post_recv(to_core(qp), wr, bad_wr);
 	});

@@ -254,8 +254,15 @@ void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 		cc.init(&u_.e_.params.cfg.cc, &u_.e_.cc_counters(), std::max(1u, w / 4), w,
 			job.cfg.sw.leaves > 1 ? 4 : 2);
 	}
+	// With nothing in flight a block goes whatever the window says: below
+	// one block the window paces, and a paced member holds up every
+	// block's result, so the others' round trips take in its pause, they
+	// cut and pace in turn, and the job crawls at a block every eight
+	// round trips (the rxe.vm coll_switch timeout).  The result that every
+	// member gets at once clocks them all, in step.
 	while (m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_window && !m.dma_error) {
-		if (cc.enabled() && !cc.may_send(uint32_t(m.o_pending.size()), now))
+		if (cc.enabled() && !m.o_pending.empty() &&
+		    !cc.may_send(uint32_t(m.o_pending.size()), now))
 			break;
 		send_block(job, m, m.sw_next++, now, false);
 		cc.on_send(now);
@@ -331,9 +338,13 @@ void SwitchPath::timers(Qp &qp, CollJob &job, uint64_t now)
 		} else if (!m.final_[sid]) {
 			// Ask (a lost result, or another member's lost partial,
 			// costs no payload); the partial itself after two ASKs
-			// unanswered, unless the switch said it holds it.
-			lost |= !e.held;
-			send_block(job, m, sid, now, true, e.held || e.asks < 2);
+			// unanswered, unless the switch said it holds it.  Only
+			// that is a loss for the window: a late result most
+			// often waits for a slower member (on_nak cuts when the
+			// ASK finds our partial lost).
+			const bool ask = e.held || e.asks < 2;
+			lost |= !ask;
+			send_block(job, m, sid, now, true, ask);
 		} else {
 			// End-to-end mode: the result is here, node 0's ACK is not.
 			send_ack(job, m.mid, sid, 0, true);
@@ -599,17 +610,21 @@ uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 
 // ASK for the oldest blocks without a result (one round trip's worth of
 // them per plane at most): the switch answers with the result, or NAKs
-// the missing partial.
+// the missing partial.  A block sent (or asked for) less than a round
+// trip ago is not asked: its answer cannot be here yet, and an ASK right
+// after a block's first copy would cost its round trip sample (Karn).
 void SwitchPath::probe(CollJob &job, Message &m, uint64_t now)
 {
 	m.sw_probes = m.last_progress >= m.sw_probe_at ? 0 : m.sw_probes + 1;
 	m.sw_probe_at = now;
 	uint32_t n = 0;
+	const uint64_t rtt = job.srtt ? job.srtt : u_.rto_ns(job) / 2;
 	for (uint32_t sid = m.sw_base; sid < m.sw_next && n < 2 * job.cfg.sw.planes; sid++) {
-		if (m.final_[sid] || !m.o_pending.find(sid))
+		const PendingSet::Entry *e = m.o_pending.find(sid);
+		if (m.final_[sid] || !e)
 			continue;
 		n++;
-		if (!recently_sent(job, m, sid, now, false))
+		if (now - e->sent >= rtt)
 			send_block(job, m, sid, now, true, true);
 	}
 }
@@ -617,6 +632,8 @@ void SwitchPath::probe(CollJob &job, Message &m, uint64_t now)
 // The switch lacks our partial of the block (wire/swproto.h, Loss): it
 // goes again now, the only copy that does.  A NAK that does not name us
 // answers our ASK: the switch holds our partial and waits for others'.
+// A NAK that names us in answer to the ASK of a timed-out block is that
+// timeout's loss, and cuts the window.
 void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 {
 	Message &m = *job.active;
@@ -630,9 +647,11 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.dup_dropped++;
 		return;
 	}
+	if (e->asks)
+		job.sw_cc.on_loss(now);
 	send_block(job, m, sid, now, true);
-	// No cut: a partial lost alone is no sign of a full queue (the
-	// round trip is; a timeout cuts).
+	// Otherwise no cut: a partial lost alone is no sign of a full queue
+	// (the round trip is; a timeout cuts).
 	u_.e_.cc_counters().fast_retrans++;
 }
 

@@ -3,6 +3,7 @@
 
 #include "devd/devd_proto.h"
 #include "devd/devd_sock.h"
+#include "util/fence.h"
 #include "util/log.h"
 
 #include <sys/epoll.h>
@@ -32,9 +33,22 @@ struct RCq {
 	util::UniqueFd ev;
 	emu::CqEventFn fn = nullptr;
 	void *arg = nullptr;
+	// Armed by the application and no event since: someone may sleep on
+	// the CQ's channel, and the device's death must wake them.
+	std::atomic<bool> armed{false};
+	uint64_t overruns = 0; // flush completions that found the ring full
 };
 struct RQp {
 	uint32_t id = 0;
+	uint32_t qpn = 0;
+	bool coll = false;
+	uint32_t jid = 0; // the collective job given last, for its CQEs
+	emu::Queue *sq = nullptr, *rq = nullptr;
+	RCq *scq = nullptr, *rcq = nullptr;
+	// Once the device died: the WQEs up to these indices have their
+	// completion (the daemon's, or the flush this client wrote).
+	bool flushing = false;
+	uint32_t sq_done = 0, rq_done = 0;
 };
 
 RCq *rcq(emu::Cq *c)
@@ -48,15 +62,66 @@ RQp *rqp(emu::Qp *q)
 
 } // namespace
 
+class Client;
+
+// Every live client, so that the event threads stop before the process's
+// static objects (the logger among them) are destroyed.  A process may
+// exit with its contexts open; the daemon dying then (a --exit-idle one,
+// or a host shutting down) would otherwise have the event thread log into
+// a destroyed logger.  The registry is made at the first open, after the
+// logger's own static, and static objects go in reverse order: its
+// destructor runs first and joins the threads.
+class Registry {
+public:
+	static Registry &get()
+	{
+		static Registry r;
+		return r;
+	}
+	void add(Client *c)
+	{
+		std::lock_guard lk(mu_);
+		live_.insert(c);
+	}
+	// A client closed after the registry went (by a static object of
+	// the application's) has its thread stopped already.
+	static void remove(Client *c)
+	{
+		if (gone_)
+			return;
+		Registry &r = get();
+		std::lock_guard lk(r.mu_);
+		r.live_.erase(c);
+	}
+	~Registry();
+
+private:
+	static inline std::atomic<bool> gone_{false};
+	std::mutex mu_;
+	std::set<Client *> live_;
+};
+
 class Client final : public emu::Device {
 public:
+	Client(FatalFn fn, void *arg) : fatal_fn_(fn), fatal_arg_(arg) {}
 	~Client() override
 	{
+		Registry::remove(this);
+		stop_events();
+		for (RQp *q : qps_)
+			delete q;
+	}
+
+	// Stop the event thread (at close, or at exit).
+	void stop_events()
+	{
+		std::lock_guard lk(stop_mu_);
+		if (!events_.joinable())
+			return;
 		uint64_t one = 1;
 		if (write(stop_.get(), &one, sizeof(one)) < 0) {
 		}
-		if (events_.joinable())
-			events_.join();
+		events_.join();
 		if (awake_)
 			munmap(const_cast<std::atomic<uint32_t> *>(awake_), 4096);
 	}
@@ -102,6 +167,7 @@ public:
 		if (epoll_ctl(ep_.get(), EPOLL_CTL_ADD, sock_.get(), &e))
 			return errno;
 		events_ = std::thread([this] { event_loop(); });
+		Registry::get().add(this);
 		return 0;
 	}
 
@@ -147,8 +213,10 @@ public:
 		req.len = len;
 		KeyRep rep;
 		int err = call(Op::reg_mr, &req, sizeof(req), nullptr, 0, &rep, sizeof(rep));
-		if (!err)
+		if (!err) {
 			*key = rep.key;
+			mine_.add_keyed(pdn, req.addr, len, access, rep.key);
+		}
 		return err;
 	}
 	int reg_mr_keyed(uint32_t pdn, const void *addr, uint64_t len, uint32_t access,
@@ -160,12 +228,16 @@ public:
 		req.addr = reinterpret_cast<uintptr_t>(addr);
 		req.len = len;
 		req.key = key;
-		return call(Op::reg_mr_keyed, &req, sizeof(req), nullptr, 0, nullptr, 0);
+		int err = call(Op::reg_mr_keyed, &req, sizeof(req), nullptr, 0, nullptr, 0);
+		if (!err)
+			mine_.add_keyed(pdn, req.addr, len, access, key);
+		return err;
 	}
 	int dereg_mr(uint32_t key) override
 	{
 		MrReq req;
 		req.key = key;
+		mine_.remove(key);
 		int err = call(Op::dereg_mr, &req, sizeof(req), nullptr, 0, nullptr, 0);
 		return err && fatal() ? 0 : err;
 	}
@@ -241,6 +313,16 @@ public:
 			return err;
 		auto q = std::make_unique<RQp>();
 		q->id = rep.id;
+		q->qpn = rep.num;
+		q->coll = c.coll;
+		q->sq = c.sq;
+		q->rq = c.rq;
+		q->scq = rcq(c.send_cq);
+		q->rcq = rcq(c.recv_cq);
+		{
+			std::lock_guard lk(ev_mu_);
+			qps_.insert(q.get());
+		}
 		*qpn = rep.num;
 		*qp = reinterpret_cast<emu::Qp *>(q.release());
 		return 0;
@@ -259,7 +341,12 @@ public:
 			pack_job(*a.job, &job);
 			buf.insert(buf.end(), job.begin(), job.end());
 		}
-		return call(Op::modify_qp, buf.data(), buf.size(), nullptr, 0, nullptr, 0);
+		int err = call(Op::modify_qp, buf.data(), buf.size(), nullptr, 0, nullptr, 0);
+		if (!err && (mask & emu::kQpJob) && a.job) {
+			std::lock_guard lk(ev_mu_);
+			rqp(qp)->jid = a.job->jid;
+		}
+		return err;
 	}
 	int query_qp(emu::Qp *qp, emu::QpAttr *a) override
 	{
@@ -275,20 +362,33 @@ public:
 		int err = call(Op::destroy_qp, &req, sizeof(req), nullptr, 0, nullptr, 0);
 		if (err && fatal())
 			err = 0; // it died with the device
-		if (!err)
+		if (!err) {
+			std::lock_guard lk(ev_mu_);
+			qps_.erase(rqp(qp));
 			delete rqp(qp);
+		}
 		return err;
 	}
 
-	void sq_doorbell(emu::Qp *qp) override { doorbell(Op::sq_doorbell, rqp(qp)->id); }
-	void rq_doorbell(emu::Qp *qp) override { doorbell(Op::rq_doorbell, rqp(qp)->id); }
+	void sq_doorbell(emu::Qp *qp) override { doorbell(Op::sq_doorbell, rqp(qp)); }
+	void rq_doorbell(emu::Qp *qp) override { doorbell(Op::rq_doorbell, rqp(qp)); }
 	void cq_arm(emu::Cq *cq, bool solicited_only) override
 	{
+		RCq *c = rcq(cq);
+		c->armed = true;
 		// A reply, so that the arm is in place before the caller polls
 		// again (a completion in between must not go unannounced).
-		ObjReq req{rcq(cq)->id, solicited_only};
-		if (int err = call(Op::arm_cq, &req, sizeof(req), nullptr, 0, nullptr, 0))
+		ObjReq req{c->id, solicited_only};
+		int err = call(Op::arm_cq, &req, sizeof(req), nullptr, 0, nullptr, 0);
+		if (err && fatal()) {
+			// The device is gone: the arm is answered at once, as
+			// the event its death gave would have been.
+			std::lock_guard lk(ev_mu_);
+			if (c->armed.exchange(false) && c->fn)
+				c->fn(c->arg);
+		} else if (err) {
 			IBVC_WARN("devd", "arm cq: {}", strerror(err));
+		}
 	}
 	// The daemon's engine thread makes all progress: a poller that found
 	// the CQ empty gives the processor up, so that on a machine with
@@ -307,19 +407,16 @@ public:
 	int check_local(uint32_t pdn, const emu::Sge *sges, const uint64_t *len, uint32_t n,
 			uint32_t need) override
 	{
-		std::vector<uint8_t> buf(sizeof(CheckReq) + n * (sizeof(emu::Sge) + 8));
-		if (buf.size() > kMaxMsgBytes - sizeof(Hdr))
-			return EINVAL;
-		CheckReq req;
-		req.pdn = pdn;
-		req.n = n;
-		req.need = need;
-		memcpy(buf.data(), &req, sizeof(req));
-		if (n) { // no SGEs: sges and len may be null
-			memcpy(buf.data() + sizeof(req), sges, n * sizeof(emu::Sge));
-			memcpy(buf.data() + sizeof(req) + n * sizeof(emu::Sge), len, n * 8);
+		if (fatal())
+			return EIO;
+		for (uint32_t i = 0; i < n; i++) {
+			if (!len[i])
+				continue;
+			if (sges[i].length < len[i] || mine_.check(sges[i].lkey, pdn, sges[i].addr,
+								   len[i], need) != emu::DmaErr::ok)
+				return EINVAL;
 		}
-		return call(Op::check_local, buf.data(), buf.size(), nullptr, 0, nullptr, 0);
+		return 0;
 	}
 
 private:
@@ -363,17 +460,27 @@ private:
 			*rep_fd = std::move(rfds[0]);
 		return 0;
 	}
-	void doorbell(Op op, uint32_t id)
+	// A doorbell after the device died (the WQEs were published after
+	// the flush looked at the ring, or the poster checked fatal() before
+	// it turned) flushes them here, so that none is left without its
+	// completion.
+	void doorbell(Op op, RQp *q)
 	{
 		// The driver stored the queue's producer index: an engine thread
 		// that is awake sees it in a pass, the last after its word went
-		// to 0 (nic/engine.h awake_word), so no message is needed.
-		std::atomic_thread_fence(std::memory_order_seq_cst);
-		if (awake_ && awake_->load(std::memory_order_relaxed) == 1)
+		// to 0 (nic/engine.h awake_word), so no message is needed.  A dead
+		// daemon's word stays as it was: its death is looked at first.
+		util::full_fence();
+		if (!dead_ && awake_ && awake_->load(std::memory_order_relaxed) == 1)
 			return;
-		std::lock_guard lk(mu_);
-		if (dead_)
+		std::unique_lock lk(mu_);
+		if (dead_) {
+			lk.unlock();
+			std::lock_guard elk(ev_mu_);
+			flush_qp(q);
 			return;
+		}
+		uint32_t id = q->id;
 		struct {
 			Hdr h;
 			ObjReq r;
@@ -392,27 +499,126 @@ private:
 		return EIO;
 	}
 
-	// The daemon is gone, and the NIC with it: every CQ gets one
-	// IBV_WC_FATAL_ERR completion (wr_id 0, qp_num 0) and an event, so
-	// that no poller and no thread asleep on a channel waits forever; the
+	// Produce one CQE into a CQ ring whose producer (the daemon) is gone.
+	// Under ev_mu_.
+	void push_cqe(RCq *c, const emu::Cqe &e)
+	{
+		emu::Queue &q = *c->ring;
+		if (!q.free_slots()) {
+			if (!c->overruns++)
+				IBVC_ERR("devd", "cq overrun: flush completion of wr_id {:#x} lost",
+					 e.wr_id);
+			return;
+		}
+		uint32_t prod = q.prod_relaxed();
+		memcpy(q.slot(prod), &e, sizeof(e));
+		q.publish(prod + 1);
+	}
+
+	// Whether a collective QUERY WQE was answered already: the daemon
+	// answers one at once, out of order, and leaves it in the SQ until
+	// the collectives before it retire.  Its CQE is among the last ring
+	// slots produced (unless more than a ring of completions came since).
+	static bool query_answered(const RQp &q, const emu::CollWqe &w)
+	{
+		const emu::Queue &r = *q.scq->ring;
+		uint32_t prod = r.prod();
+		for (uint32_t i = prod - r.slots(); i != prod; i++) {
+			const auto *e = r.at<emu::Cqe>(i);
+			if (e->qpn == q.qpn && e->opcode == uint8_t(emu::CollOp::query) &&
+			    e->wr_id == w.wr_id && e->mid == w.mid)
+				return true;
+		}
+		return false;
+	}
+
+	// Complete every WQE of q the daemon had not completed with
+	// IBV_WC_WR_FLUSH_ERR, as the NIC does for a QP in error.  The
+	// daemon advanced each ring's cons past a WQE before writing its
+	// completion (engine.cc: room first), so what lies between cons and
+	// our prod had none.  Under ev_mu_, once the device is dead.
+	void flush_qp(RQp *q)
+	{
+		if (!q->flushing) {
+			q->flushing = true;
+			q->sq_done = q->sq->cons();
+			q->rq_done = q->rq->cons();
+		}
+		for (uint32_t prod = q->sq->prod(); q->sq_done != prod; q->sq_done++) {
+			if (prod - q->sq_done > q->sq->slots())
+				q->sq_done = prod - q->sq->slots(); // a torn index
+			emu::Cqe e{};
+			e.qpn = q->qpn;
+			e.status = uint8_t(emu::WcStatus::wr_flush_err);
+			if (q->coll) {
+				const auto *w = q->sq->at<emu::CollWqe>(q->sq_done);
+				if (w->opcode == uint8_t(emu::CollOp::query) &&
+				    query_answered(*q, *w))
+					continue;
+				e.wr_id = w->wr_id;
+				e.opcode = w->opcode;
+				e.coll_status = uint8_t(emu::CollStatus::flushed);
+				e.jid = q->jid;
+				e.mid = w->mid;
+			} else {
+				const auto *w = q->sq->at<emu::SendWqe>(q->sq_done);
+				e.wr_id = w->wr_id;
+				e.byte_len = w->length;
+				switch (emu::WrOpcode(w->opcode)) {
+				case emu::WrOpcode::rdma_write:
+				case emu::WrOpcode::rdma_write_imm:
+					e.opcode = uint8_t(emu::WcOpcode::rdma_write);
+					break;
+				case emu::WrOpcode::rdma_read:
+					e.opcode = uint8_t(emu::WcOpcode::rdma_read);
+					break;
+				default: e.opcode = uint8_t(emu::WcOpcode::send);
+				}
+			}
+			push_cqe(q->scq, e);
+		}
+		for (uint32_t prod = q->rq->prod(); q->rq_done != prod; q->rq_done++) {
+			if (prod - q->rq_done > q->rq->slots())
+				q->rq_done = prod - q->rq->slots();
+			const auto *w = q->rq->at<emu::RecvWqe>(q->rq_done);
+			emu::Cqe e{};
+			e.wr_id = w->wr_id;
+			e.qpn = q->qpn;
+			e.status = uint8_t(emu::WcStatus::wr_flush_err);
+			e.opcode = uint8_t(emu::WcOpcode::recv);
+			push_cqe(q->rcq, e);
+		}
+		// A poller asleep on a channel wakes to find them.
+		for (RCq *c : {q->scq, q->rcq})
+			if (c->armed.exchange(false) && c->fn)
+				c->fn(c->arg);
+	}
+
+	// The daemon is gone, and the NIC with it (rdma-core's device
+	// removal, or a NIC's internal error): every WQE it had not completed
+	// completes with IBV_WC_WR_FLUSH_ERR, as if every QP had moved to
+	// error; every armed CQ gets its event, so that no poller and no
+	// thread asleep on a channel waits forever; then one
+	// IBV_EVENT_DEVICE_FATAL goes to the context's async events.  The
 	// commands fail with EIO from now on.  The daemon produced into the
 	// CQ rings; it is dead, so this thread may.  Under ev_mu_.
 	void fail_device()
 	{
-		lost(ECONNRESET);
-		epoll_ctl(ep_.get(), EPOLL_CTL_DEL, sock_.get(), nullptr);
-		for (RCq *c : cqs_) {
-			emu::Queue &q = *c->ring;
-			if (q.free_slots()) {
-				uint32_t prod = q.prod_relaxed();
-				auto *e = q.at<emu::Cqe>(prod);
-				memset(e, 0, sizeof(*e));
-				e->status = uint8_t(emu::WcStatus::fatal_err);
-				q.publish(prod + 1);
-			}
-			if (c->fn)
-				c->fn(c->arg);
+		{
+			// Under the channel's lock: a doorbell either went before
+			// (its WQEs are in the rings the flush reads) or finds the
+			// device dead and flushes itself.
+			std::lock_guard lk(mu_);
+			lost(ECONNRESET);
 		}
+		epoll_ctl(ep_.get(), EPOLL_CTL_DEL, sock_.get(), nullptr);
+		for (RQp *q : qps_)
+			flush_qp(q);
+		for (RCq *c : cqs_)
+			if (c->armed.exchange(false) && c->fn)
+				c->fn(c->arg);
+		if (fatal_fn_)
+			fatal_fn_(fatal_arg_);
 	}
 
 	void event_loop()
@@ -434,22 +640,41 @@ private:
 				}
 				auto *c = static_cast<RCq *>(evs[i].data.ptr);
 				uint64_t v;
-				if (read(c->ev.get(), &v, sizeof(v)) == sizeof(v) && c->fn)
-					c->fn(c->arg);
+				if (read(c->ev.get(), &v, sizeof(v)) == sizeof(v)) {
+					c->armed = false; // the daemon disarmed it
+					if (c->fn)
+						c->fn(c->arg);
+				}
 			}
 		}
 	}
 
+	FatalFn fatal_fn_;
+	void *fatal_arg_;
 	util::UniqueFd sock_, ep_, stop_;
 	std::mutex mu_; // the channel: one request at a time
 	uint32_t seq_ = 0;
 	std::atomic<bool> dead_{false};
 	std::set<RCq *> cqs_; // under ev_mu_
+	std::set<RQp *> qps_; // under ev_mu_
 	HelloRep hello_;
+	// This client's own MRs, as the daemon registered them: the keys of
+	// its PDs are its own, so a post's SGEs are checked here, as the
+	// daemon would, without a round trip (check_local).
+	emu::MrTable mine_;
 	const std::atomic<uint32_t> *awake_ = nullptr; // the daemon's page, read-only
 	std::mutex ev_mu_;
+	std::mutex stop_mu_;
 	std::thread events_;
 };
+
+Registry::~Registry()
+{
+	std::lock_guard lk(mu_);
+	gone_ = true;
+	for (Client *c : live_)
+		c->stop_events();
+}
 
 static int spawn_daemon(const std::string &netdev, const std::string &path)
 {
@@ -472,7 +697,7 @@ static int spawn_daemon(const std::string &netdev, const std::string &path)
 }
 
 int open_client(const std::string &netdev, const std::string &devd_path,
-		std::unique_ptr<emu::Device> *out)
+		std::unique_ptr<emu::Device> *out, FatalFn on_fatal, void *arg)
 {
 	const std::string dev = "crxe_" + netdev;
 	util::UniqueFd fd;
@@ -494,7 +719,7 @@ int open_client(const std::string &netdev, const std::string &devd_path,
 		IBVC_ERR("devd", "{}: cannot reach ibv_coll_devd: {}", dev, strerror(err));
 		return err;
 	}
-	auto c = std::make_unique<Client>();
+	auto c = std::make_unique<Client>(on_fatal, arg);
 	if ((err = c->start(std::move(fd))))
 		return err;
 	*out = std::move(c);

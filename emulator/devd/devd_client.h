@@ -2,7 +2,9 @@
 // the device process of a netdev.  Commands are requests on the channel
 // (devd_proto.h); rings are memfds both map; doorbells are messages;
 // completion events come on one eventfd per CQ, which a thread of the
-// client turns into the CqEventFn calls the driver asked for.
+// client turns into the CqEventFn calls the driver asked for.  When the
+// daemon dies, that thread flushes the outstanding WQEs into the client's
+// CQ rings and reports the device fatal.
 #pragma once
 
 #include "nic/device.h"
@@ -14,10 +16,16 @@ namespace ibv_coll::devd {
 
 class Client;
 
+// Called once, from the client's event thread, when the daemon died:
+// after every outstanding WQE got its flush completion and every armed CQ
+// its event.  The provider turns it into IBV_EVENT_DEVICE_FATAL.
+using FatalFn = void (*)(void *arg);
+
 // Connect to the daemon serving netdev (crxe_<netdev>); when none does,
 // start one (the binary IBV_COLL_CRXE_DEVD names, with --exit-idle) and
-// connect to it.  0 or errno.
+// connect to it.  on_fatal (may be null) is told when the daemon dies.
+// 0 or errno.
 int open_client(const std::string &netdev, const std::string &devd_path,
-		std::unique_ptr<emu::Device> *out);
+		std::unique_ptr<emu::Device> *out, FatalFn on_fatal = nullptr, void *arg = nullptr);
 
 } // namespace ibv_coll::devd

@@ -33,7 +33,6 @@ enum class Op : uint16_t {
 	rq_doorbell, // no reply
 	arm_cq,
 	counters,
-	check_local,
 };
 
 constexpr uint32_t kProtoVersion = 2; // 2: a job carries its local range
@@ -104,10 +103,5 @@ struct ModifyReq {
 // not one, EINVAL when its fields are out of range.
 void pack_job(const emu::JobConfig &j, std::vector<uint8_t> *out);
 int unpack_job(const uint8_t *p, size_t len, emu::JobConfig *j);
-
-struct CheckReq {
-	uint32_t pdn = 0, n = 0, need = 0, pad = 0;
-	// then n emu::Sge and n uint64_t lengths
-};
 
 } // namespace ibv_coll::devd

@@ -346,26 +346,6 @@ int Server::serve_cq(Req &r)
 		r.put(&o, sizeof(o));
 		break;
 	}
-	case Op::check_local: {
-		CheckReq q;
-		if (r.h.len < sizeof(q))
-			return EPROTO;
-		memcpy(&q, r.body, sizeof(q));
-		if (q.n > 1024 || r.h.len != sizeof(q) + q.n * (sizeof(emu::Sge) + 8))
-			return EPROTO;
-		if (!r.c.pds.count(q.pdn)) {
-			r.res = EINVAL;
-			break;
-		}
-		std::vector<emu::Sge> s(q.n);
-		std::vector<uint64_t> l(q.n);
-		if (q.n) { // an empty vector's data() may be null
-			memcpy(s.data(), r.body + sizeof(q), q.n * sizeof(emu::Sge));
-			memcpy(l.data(), r.body + sizeof(q) + q.n * sizeof(emu::Sge), q.n * 8);
-		}
-		r.res = nic_->check_local(q.pdn, s.data(), l.data(), q.n, q.need);
-		break;
-	}
 	default: return kNotMine;
 	}
 	return 0;

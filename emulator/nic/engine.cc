@@ -3,6 +3,7 @@
 #include "nic/engine.h"
 
 #include "util/clock.h"
+#include "util/fence.h"
 #include "util/log.h"
 #include "wire/ceth.h"
 #include "wire/coll_codec.h"
@@ -281,7 +282,7 @@ void Engine::run()
 				// doorbell: this pass, after the word says we sleep,
 				// sees it (the client stored, then read the word).
 				aw->store(0);
-				std::atomic_thread_fence(std::memory_order_seq_cst);
+				util::full_fence();
 				if (progress_locked()) {
 					aw->store(1);
 					idle_since = 0;

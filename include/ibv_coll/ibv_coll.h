@@ -42,6 +42,9 @@ struct ibv_coll_device;
 struct ibv_coll_context {
 	struct ibv_coll_device *device;
 	int num_comp_vectors;
+	/* Readable while an async event waits (ibv_get_coll_async_event());
+	 * works with poll/epoll.  Since 1.2. */
+	int async_fd;
 };
 
 struct ibv_coll_device_attr {
@@ -92,6 +95,26 @@ int ibv_query_coll_port(struct ibv_coll_context *context, uint8_t port_num,
  * (::ffff:a.b.c.d), then IPv6 ones except link-local. */
 int ibv_query_coll_gid(struct ibv_coll_context *context, uint8_t port_num, int index,
 		       union ibv_gid *gid);
+
+/* Asynchronous events, as libibverbs' ibv_async_event: the event types
+ * are enum ibv_event_type's.  Delivered: IBV_EVENT_DEVICE_FATAL (a shared
+ * crxe device's daemon died; a real device failed or went away) and, for
+ * libibverbs devices, the port events (element.port_num). */
+struct ibv_coll_cq;
+struct ibv_coll_qp;
+struct ibv_coll_async_event {
+	union {
+		struct ibv_coll_cq *cq;
+		struct ibv_coll_qp *qp;
+		int port_num;
+	} element;
+	enum ibv_event_type event_type;
+};
+
+/* Blocks until an event waits on context->async_fd (EAGAIN instead when
+ * the application made that fd non-blocking). */
+int ibv_get_coll_async_event(struct ibv_coll_context *context, struct ibv_coll_async_event *event);
+void ibv_ack_coll_async_event(struct ibv_coll_async_event *event);
 
 /* ------------------------------------------------------------------ */
 /* Protection domains and memory regions                               */

@@ -32,6 +32,15 @@ void discover(std::vector<ibv_coll_device *> &out)
 	}
 }
 
+// The shared device's daemon died (devd_client.cc flushed the work).
+static void device_fatal(void *arg)
+{
+	ibv_coll_async_event ev{};
+	ev.event_type = IBV_EVENT_DEVICE_FATAL;
+	ev.element.port_num = 1;
+	core::async_event(static_cast<Context *>(arg), ev);
+}
+
 core::Context *open_device(ibv_coll_device *dev_)
 {
 	auto *dev = static_cast<Device *>(dev_);
@@ -39,7 +48,8 @@ core::Context *open_device(ibv_coll_device *dev_)
 	ctx->dev = dev;
 	int err;
 	if (use_shared()) {
-		err = devd::open_client(dev->nd.name, devd_path(), &ctx->nic);
+		err = devd::open_client(dev->nd.name, devd_path(), &ctx->nic, device_fatal,
+					ctx.get());
 		if (!err) {
 			// The daemon's NIC has the addresses the netdev has now.
 			Netdev nd;

@@ -2,7 +2,8 @@
 // completion channel and the context's async event fd; each CQ event is
 // acknowledged to libibverbs at once and handed to core::cq_event(), which
 // puts it on the application's channel exactly as crxe's engine does.
-// Async events (a QP gone to error, a port going down) are logged.
+// Async events (a QP gone to error, a port going down) are logged; those
+// of the device and its ports are passed to the application's.
 #include "verbs.h"
 
 #include "util/log.h"
@@ -66,12 +67,35 @@ void log_async(Context *ctx, const ibv_async_event &e)
 	}
 }
 
+// The events that name the device or a port pass to the application
+// (ibv_get_coll_async_event).  Those naming a QP, CQ or SRQ are only
+// logged: passing them on would make destroying the object wait for the
+// application's acknowledgement.
+void forward_async(Context *ctx, const ibv_async_event &e)
+{
+	ibv_coll_async_event ev{};
+	ev.event_type = e.event_type;
+	switch (e.event_type) {
+	case IBV_EVENT_DEVICE_FATAL: ev.element.port_num = 0; break;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+	case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_SM_CHANGE:
+	case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE: ev.element.port_num = e.element.port_num; break;
+	default: return;
+	}
+	core::async_event(ctx, ev);
+}
+
 void drain_async(Context *ctx)
 {
 	// Acknowledged at once: destroying a QP or CQ waits for its events.
 	ibv_async_event e;
 	while (ibv_get_async_event(ctx->vctx, &e) == 0) {
 		log_async(ctx, e);
+		forward_async(ctx, e);
 		ibv_ack_async_event(&e);
 	}
 }

@@ -2,7 +2,7 @@
 // ibv_coll_devd serves crxe_lo; three forked processes are node 0 (the
 // lead with local ranks 0..1, two others with ranks 2 and 3, each joining
 // it), and this process is node 1 (2 ranks) on a NIC of its own.  Every
-// collective and a spread of (op, type) pairs is checked by each process
+// collective, and allreduce of every (op, type), is checked by each process
 // for its own ranks against the scalar reference; then a process of node 0
 // is killed mid-collective: the others fail within a bound, and the device
 // goes on serving.
@@ -29,7 +29,7 @@ const std::vector<uint16_t> kRanks = {4, 2};
 
 std::vector<CollSpec> specs()
 {
-	return {
+	std::vector<CollSpec> v = {
 		spec_of(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 20000, 0,
 			kRanks),
 		spec_of(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 3, 0, kRanks),
@@ -50,6 +50,12 @@ std::vector<CollSpec> specs()
 			kRanks),
 		spec_of(IBV_COLL_WR_BARRIER, 0, IBV_COLL_DTYPE_UINT8, 0, 0, kRanks),
 	};
+	// Then allreduce of every (op, type): the bitwise ops on integers only.
+	for (int t = IBV_COLL_DTYPE_INT8; t <= IBV_COLL_DTYPE_FLOAT64; t++)
+		for (int o = IBV_COLL_OP_SUM; o <= IBV_COLL_OP_BXOR; o++)
+			if (o < IBV_COLL_OP_BAND || t <= IBV_COLL_DTYPE_UINT64)
+				v.push_back(spec_of(IBV_COLL_WR_ALLREDUCE, o, t, 777, 0, kRanks));
+	return v;
 }
 
 bool daemon_up()
@@ -266,7 +272,7 @@ protected:
 
 } // namespace
 
-TEST_F(DevdJoin, EveryCollectiveAcrossProcessesIsExact)
+TEST_F(DevdJoin, EveryCollectiveAndOpTypeAcrossProcessesIsExact)
 {
 	std::vector<CollSpec> all = specs();
 	for (size_t k = 0; k < all.size(); k++) {

@@ -1,9 +1,10 @@
 // The collective unit's strategies (ring, switch, AUTO's fallback) driven
 // without processes or sockets: several nodes' CollServices in one process,
 // each on a fake host (nic/coll_iface.h), exchanging packets through an
-// in-memory network that loses, duplicates and reorders them from a seed,
-// under a fake clock.  Results are checked against a scalar loop in the
-// test (int32 sum, wrapping), completions against what the fault means.
+// in-memory network that loses, duplicates, reorders and delays them from
+// a seed, under a fake clock.  Results are checked against a scalar loop
+// in the test (int32 sum, wrapping), completions against what the fault
+// means.
 #include "coll/coll_job.h"
 #include "wire/swproto.h"
 #include "nic/coll_iface.h"
@@ -38,12 +39,16 @@ IpAddr node_ip(uint32_t i)
 struct Pkt {
 	Endpoint src, dst;
 	std::vector<uint8_t> bytes; // BTH to the end of the pad (no ICRC)
+	uint64_t due = 0;	    // with a delay: when it arrives
 };
 
 struct Faults {
 	double loss = 0, dup = 0;
 	bool reorder = false;
 	std::vector<Endpoint> dead; // nothing reaches or leaves these
+	// A one-way delay, varying uniformly by up to jitter either way; a
+	// sender's packets keep their order (as IBV_COLL_EMU_IMPAIR's).
+	uint64_t delay_ns = 0, jitter_ns = 0;
 };
 
 class Net {
@@ -52,11 +57,25 @@ public:
 	Faults f;
 	std::vector<Pkt> queue;
 	uint64_t sent = 0, dropped = 0, duplicated = 0;
-	uint64_t partials_lost = 0; // dropped DATA packets with a payload (a block's partial)
+	uint64_t partials_lost = 0;	 // dropped DATA packets with a payload (a block's partial)
+	const uint64_t *clock = nullptr; // the fake clock, for the delay
 
 	void send(Pkt &&p)
 	{
 		sent++;
+		if (f.delay_ns) {
+			const double j = f.jitter_ns * (2 * u_(rng_) - 1);
+			p.due = *clock + uint64_t(double(f.delay_ns) + j);
+			bool known = false;
+			for (auto &l : last_due_) {
+				if (l.first == p.src) {
+					p.due = l.second = std::max(p.due, l.second);
+					known = true;
+				}
+			}
+			if (!known)
+				last_due_.emplace_back(p.src, p.due);
+		}
 		for (const Endpoint &d : f.dead)
 			if (d == p.src || d == p.dst) {
 				dropped++;
@@ -79,6 +98,18 @@ public:
 	std::vector<Pkt> take()
 	{
 		std::vector<Pkt> out;
+		if (f.delay_ns) {
+			// What is due, in the order it arrives.
+			std::stable_sort(queue.begin(), queue.end(),
+					 [](const Pkt &a, const Pkt &b) { return a.due < b.due; });
+			size_t n = 0;
+			while (n < queue.size() && queue[n].due <= *clock)
+				n++;
+			out.assign(std::make_move_iterator(queue.begin()),
+				   std::make_move_iterator(queue.begin() + long(n)));
+			queue.erase(queue.begin(), queue.begin() + long(n));
+			return out;
+		}
 		out.swap(queue);
 		if (f.reorder)
 			std::shuffle(out.begin(), out.end(), rng_);
@@ -86,18 +117,19 @@ public:
 	}
 
 private:
+	std::vector<std::pair<Endpoint, uint64_t>> last_due_;
 	std::mt19937_64 rng_;
 	std::uniform_real_distribution<double> u_{0.0, 1.0};
 };
 
-NicParams make_params(uint32_t i)
+NicParams make_params(uint32_t i, uint32_t timeout_ms, uint32_t rto_us)
 {
 	NicParams p;
 	p.name = "fake" + std::to_string(i);
 	p.gids = {node_ip(i)};
 	p.udp_port = kPort;
-	p.cfg.coll_timeout_ms = 200;
-	p.cfg.coll_rto_us = 2000;
+	p.cfg.coll_timeout_ms = timeout_ms;
+	p.cfg.coll_rto_us = rto_us;
 	p.cfg.sw_config_ms = 50;
 	return p;
 }
@@ -297,9 +329,11 @@ struct Node {
 
 class Cluster {
 public:
-	Cluster(const std::vector<uint16_t> &ranks, Topology topo, uint64_t seed, bool with_switch)
+	Cluster(const std::vector<uint16_t> &ranks, Topology topo, uint64_t seed, bool with_switch,
+		uint32_t timeout_ms = 200, uint32_t rto_us = 2000)
 		: net(seed)
 	{
+		net.clock = &clock;
 		const uint32_t n = uint32_t(ranks.size());
 		JobConfig cfg;
 		cfg.jid = 7;
@@ -328,7 +362,7 @@ public:
 			fsw = std::make_unique<FakeSwitch>(net, sw_ep, eps);
 		for (uint32_t i = 0; i < n; i++) {
 			auto nd = std::make_unique<Node>();
-			nd->params = make_params(i);
+			nd->params = make_params(i, timeout_ms, rto_us);
 			nd->ranks = ranks[i];
 			nd->host = std::make_unique<FakeHost>(nd->params, net, clock, eps[i]);
 			nd->svc = make_coll_service(*nd->host, 128, kSegUnitBytes);
@@ -591,6 +625,43 @@ TEST(CollPathsSwitchLoss, RetransmitsOnlyWhatWasLost)
 	EXPECT_LE(resent, 2 * lost) << "partials sent again against partials lost";
 	std::cout << "partials lost " << lost << ", sent again " << resent << ", asks " << asks
 		  << "\n";
+}
+
+// The switch path under a varying delay (5 ms +- 4 ms each way, no loss),
+// as on a loaded machine: the delay signal cuts the windows below one
+// block, but a member never waits for its pacing with nothing in flight
+// (the result it waits for clocks it, as it clocks the others), so the
+// members stay in step and the message goes at a block per round trip at
+// least.  It used to crawl: a paced member held up every block, the
+// others' round trips took in that wait and cut them too, and each block
+// was ASKed as soon as it went (its probe overdue after the pause), so no
+// round trip was ever sampled again and the windows never grew: a block
+// every 8 round trips, ASKs and NAKs running (the rxe.vm coll_switch
+// timeout).
+TEST(CollPathsSwitchLoss, JitterDoesNotStallTheWindow)
+{
+	const uint32_t blocks = 300; // 256-byte blocks of int32
+	for (uint64_t seed : {1, 41}) {
+		// The timeout floor at its default (IBV_COLL_EMU_COLL_RTO_US).
+		Cluster c({2, 1, 1}, Topology::sw, seed, true, 5000, 20000);
+		c.net.f.delay_ns = 5 * kMs;
+		c.net.f.jitter_ns = 4 * kMs;
+		const uint64_t start = c.clock;
+		c.post_allreduce(1, 64 * blocks, seed);
+		ASSERT_TRUE(c.run(1, 60000 * kMs)) << "seed " << seed;
+		expect_results(c, 1);
+		const double secs = double(c.clock - start) / 1e9;
+		std::cout << "seed " << seed << ": " << blocks << " blocks in " << secs
+			  << " s of fake time, asks " << c.fsw->asks << "\n";
+		// Round trips of 2 to 18 ms (10 on average): a block per round
+		// trip takes about 3.3 s; the crawl took 15 to 23.
+		EXPECT_LT(secs, 5.0) << "seed " << seed;
+		EXPECT_LT(c.fsw->asks, blocks / 2) << "seed " << seed;
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			expect_accounted(*c.nodes[n], n);
+			EXPECT_EQ(c.nodes[n]->svc->counters().failed, 0u);
+		}
+	}
 }
 
 // AUTO with a switch that never answers: the message changes strategy and

@@ -31,6 +31,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,8 @@ struct FakeCtx {
 	EventQueue<ibv_async_event> async;
 	std::map<uint32_t, struct FakeMr *> mrs; // by lkey and by rkey
 };
+
+std::set<FakeCtx *> open_ctxs; // under mu
 
 struct FakeChannel {
 	ibv_comp_channel pub{};
@@ -535,12 +538,32 @@ FAKE_EXPORT ibv_context *ibv_open_device(ibv_device *d)
 	c->pub.ops.req_notify_cq = fake_req_notify_cq;
 	c->pub.ops.post_send = fake_post_send;
 	c->pub.ops.post_recv = fake_post_recv;
+	std::lock_guard lk(mu);
+	open_ctxs.insert(c);
 	return &c->pub;
+}
+
+// The test's hand on the device: raise an event of the device (port 0)
+// or of a port in every open context, as a NIC's failure or a link going
+// down would.
+FAKE_EXPORT void fake_ibverbs_async_event(int type, int port)
+{
+	std::lock_guard lk(mu);
+	for (FakeCtx *c : open_ctxs) {
+		ibv_async_event e{};
+		e.event_type = ibv_event_type(type);
+		e.element.port_num = port;
+		c->async.push(e);
+	}
 }
 
 FAKE_EXPORT int ibv_close_device(ibv_context *c)
 {
 	FakeCtx *ctx = ctx_of(c);
+	{
+		std::lock_guard lk(mu);
+		open_ctxs.erase(ctx);
+	}
 	ctx->async.close_fds();
 	delete ctx;
 	return 0;

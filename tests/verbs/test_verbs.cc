@@ -11,7 +11,9 @@
 
 #include <ibv_coll/ibv_coll.h>
 
+#include <dlfcn.h>
 #include <endian.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -817,4 +819,34 @@ TEST(VerbsDevice, CompletionEventsReachTheChannelFd)
 	EXPECT_EQ(ibv_destroy_coll_cq(scq), 0);
 	EXPECT_EQ(ibv_destroy_coll_comp_channel(ch_s), 0);
 	EXPECT_EQ(ibv_destroy_coll_comp_channel(ch_r), 0);
+}
+
+// The device's own events and its ports' reach the application's async
+// fd, in order, each once; after DEVICE_FATAL posts fail with EIO.  Only
+// the fake libibverbs can be made to raise them.
+TEST(VerbsDevice, DeviceAndPortAsyncEventsPassThrough)
+{
+	REQUIRE_VERBS_DEVICE(dev);
+	using Inject = void (*)(int type, int port);
+	auto inject = reinterpret_cast<Inject>(dlsym(RTLD_DEFAULT, "fake_ibverbs_async_event"));
+	if (!inject)
+		GTEST_SKIP() << "this libibverbs cannot be made to raise events";
+	RcEndpoint a;
+	ASSERT_EQ(a.open(verbs_opts(dev)), 0);
+	inject(IBV_EVENT_PORT_ERR, 1);
+	inject(IBV_EVENT_DEVICE_FATAL, 0);
+	for (ibv_event_type want : {IBV_EVENT_PORT_ERR, IBV_EVENT_DEVICE_FATAL}) {
+		pollfd p{a.ctx->async_fd, POLLIN, 0};
+		ASSERT_EQ(poll(&p, 1, 5000), 1) << "no async event";
+		ibv_coll_async_event ev{};
+		ASSERT_EQ(ibv_get_coll_async_event(a.ctx, &ev), 0);
+		EXPECT_EQ(ev.event_type, want);
+		EXPECT_EQ(ev.element.port_num, want == IBV_EVENT_PORT_ERR ? 1 : 0);
+		ibv_ack_coll_async_event(&ev);
+	}
+	ASSERT_EQ(fcntl(a.ctx->async_fd, F_SETFL, O_NONBLOCK), 0);
+	ibv_coll_async_event ev{};
+	EXPECT_EQ(ibv_get_coll_async_event(a.ctx, &ev), EAGAIN);
+	EXPECT_EQ(a.post_recv(0, 64, 1), EIO);
+	EXPECT_EQ(a.post_send(IBV_COLL_WR_SEND, 0, 64, 0, 0, 2), EIO);
 }
