@@ -194,13 +194,23 @@ void Engine::kick(const Cq *watch)
 	if (mu.try_lock()) {
 		// While passes find work and the watched CQ stays empty, run
 		// another: every return to the caller is, on a busy machine, a
-		// yield and a context switch before the next pass.
-		for (int pass = 0; pass < 8 && progress_locked(); pass++)
-			if (!watch || watch->ring->prod() != watch->ring->cons())
+		// yield and a context switch before the next pass.  A pass that
+		// did work may have made more ready (a collective completed, the
+		// next can start): unless a later pass found none, or a thread
+		// that polls will run the next, the engine thread goes on from
+		// there, as no one else may (a doorbell from a thread that then
+		// waits, as ibv_coll_devd's request thread does, is the last call
+		// before a wait).
+		bool more = false;
+		for (int pass = 0; pass < 8; pass++) {
+			more = progress_locked();
+			if (!more || !watch || watch->ring->prod() != watch->ring->cons())
 				break;
+		}
 		uint64_t d = next_deadline_locked();
 		mu.unlock();
-		if (d && d < armed_deadline.load()) {
+		const bool polled = watch || app_until.load() > util::now_ns();
+		if ((more && !polled) || (d && d < armed_deadline.load())) {
 			work_pending.store(true);
 			if (sleeping.load())
 				wake();

@@ -64,6 +64,25 @@ bool daemon_up()
 	return devd::connect_dev("crxe_lo", &fd) == 0;
 }
 
+// ibv_coll_devd for crxe_lo, its log in `log`, with IBV_COLL_EMU_POLL_US
+// set to poll_us (nullptr: the default); its pid once it answers, or -1.
+pid_t start_devd(const std::string &log, const char *poll_us)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		FILE *f = freopen(log.c_str(), "w", stderr);
+		(void)f;
+		setenv("IBV_COLL_LOG_LEVEL", "info", 1);
+		if (poll_us)
+			setenv("IBV_COLL_EMU_POLL_US", poll_us, 1);
+		execl(DEVD_PATH, DEVD_PATH, "lo", (char *)nullptr);
+		_exit(127);
+	}
+	for (int i = 0; pid > 0 && i < 500 && !daemon_up(); i++)
+		std::this_thread::sleep_for(std::chrono::milliseconds(10));
+	return pid > 0 && daemon_up() ? pid : -1;
+}
+
 // What travels between this process and node 0's: fixed-size records.
 struct JoinHello {
 	uint32_t qpn;
@@ -182,18 +201,8 @@ protected:
 		mine_ = std::make_unique<JQp>(ctx_, 0, 2, false);
 		ASSERT_TRUE(mine_->qp);
 		log_ = "/tmp/test_devd_join." + std::to_string(getpid()) + ".log";
-		devd_ = fork();
-		ASSERT_GE(devd_, 0);
-		if (devd_ == 0) {
-			FILE *f = freopen(log_.c_str(), "w", stderr);
-			(void)f;
-			setenv("IBV_COLL_LOG_LEVEL", "info", 1);
-			execl(DEVD_PATH, DEVD_PATH, "lo", (char *)nullptr);
-			_exit(127);
-		}
-		for (int i = 0; i < 500 && !daemon_up(); i++)
-			std::this_thread::sleep_for(std::chrono::milliseconds(10));
-		ASSERT_TRUE(daemon_up());
+		devd_ = start_devd(log_, nullptr);
+		ASSERT_GT(devd_, 0);
 		setenv("IBV_COLL_CRXE_SHARED", "1", 1);
 		setenv("IBV_COLL_CRXE_DEVD", "", 1);
 		for (int i = 0; i < kProcs; i++) {
@@ -369,4 +378,86 @@ TEST_F(DevdJoin, AProcessKilledMidCollectiveFailsItAndTheDeviceGoesOn)
 		q.mrs.clear();
 	}
 	ibv_close_coll_device(ctx);
+}
+
+// Collectives queued at once, on a device whose engine thread sleeps as
+// soon as it is idle (IBV_COLL_EMU_POLL_US=0): the doorbell's request
+// thread runs a pass that completes the first, and the engine thread must
+// go on with the rest, since polling a shared device's CQ runs nothing.
+TEST(DevdQueue, QueuedCollectivesAllRunWhenTheEngineSleepsAtOnce)
+{
+	ASSERT_FALSE(daemon_up()) << "a daemon serves crxe_lo already";
+	const std::string log = "/tmp/test_devd_queue." + std::to_string(getpid()) + ".log";
+	// The daemon goes, and the environment is restored, however the test
+	// ends.
+	struct Guard {
+		pid_t d;
+		std::string log;
+		ibv_coll_context *ctx = nullptr;
+		~Guard()
+		{
+			if (ctx)
+				ibv_close_coll_device(ctx);
+			if (d > 0) {
+				kill(d, SIGTERM);
+				int st;
+				waitpid(d, &st, 0);
+			}
+			unlink(log.c_str());
+			unsetenv("IBV_COLL_CRXE_SHARED");
+			unsetenv("IBV_COLL_CRXE_DEVD");
+		}
+	} g{start_devd(log, "0"), log};
+	ASSERT_GT(g.d, 0);
+	setenv("IBV_COLL_CRXE_SHARED", "1", 1);
+	setenv("IBV_COLL_CRXE_DEVD", "", 1);
+	ibv_coll_context *ctx = g.ctx = open_test_device();
+	ASSERT_TRUE(ctx);
+	{
+		JQp q(ctx, 0, 1, false);
+		ASSERT_TRUE(q.qp);
+		ibv_coll_member me{};
+		ibv_coll_port_attr pa;
+		ibv_query_coll_port(ctx, 1, &pa);
+		ibv_query_coll_gid(ctx, 1, 0, &me.gid);
+		me.udp_port = pa.udp_port;
+		me.num_ranks = 1;
+		me.qp_num = q.qp->qp_num;
+		ibv_coll_job_attr j = job_of(&me, 0);
+		j.num_nodes = 1;
+		ASSERT_EQ(q.modify(IBV_QPS_INIT), 0);
+		ASSERT_EQ(q.rtr(j), 0);
+		ASSERT_EQ(q.modify(IBV_QPS_RTS), 0);
+		std::vector<int32_t> buf(64, 3);
+		ibv_coll_mr *mr = ibv_reg_coll_mr(q.pd, buf.data(), buf.size() * 4,
+						  IBV_ACCESS_LOCAL_WRITE);
+		ASSERT_TRUE(mr);
+		q.mrs.push_back(mr);
+		ibv_sge sge{reinterpret_cast<uint64_t>(buf.data()), 256, mr->lkey};
+		constexpr int kN = 6;
+		for (int round = 0; round < 20; round++) {
+			ibv_coll_send_wr w[kN]{}, *bad;
+			for (int i = 0; i < kN; i++) {
+				w[i].wr_id = uint64_t(i);
+				w[i].opcode = IBV_COLL_WR_ALLREDUCE;
+				w[i].send_flags = IBV_COLL_SEND_SIGNALED;
+				w[i].sg_list = &sge;
+				w[i].num_sge = 1;
+				w[i].wr.coll.dst_list = &sge;
+				w[i].wr.coll.count = 64;
+				w[i].wr.coll.op = IBV_COLL_OP_SUM;
+				w[i].wr.coll.dtype = IBV_COLL_DTYPE_INT32;
+				w[i].next = i + 1 < kN ? &w[i + 1] : nullptr;
+			}
+			std::this_thread::sleep_for(std::chrono::milliseconds(2)); // it sleeps
+			ASSERT_EQ(ibv_post_coll_send(q.qp, w, &bad), 0);
+			for (int i = 0; i < kN; i++) {
+				ibv_coll_wc wc{};
+				ASSERT_TRUE(q.wait(&wc, 3000)) << "round " << round << ": " << i
+							       << " of " << kN << " completed";
+				ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+			}
+		}
+		EXPECT_EQ(buf[0], 3); // one rank: the sum is itself
+	}
 }
