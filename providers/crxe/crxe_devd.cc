@@ -68,8 +68,11 @@ int main(int argc, char **argv)
 	}
 	std::unique_ptr<devd::Server> s;
 	if ((err = devd::Server::create(p.name, std::move(nic), o, &s))) {
-		fprintf(stderr, "ibv_coll_devd: %s: %s%s\n", p.name.c_str(), strerror(err),
-			err == EADDRINUSE ? " (another ibv_coll_devd serves it)" : "");
+		// Started on a first open (--exit-idle) and beaten by another
+		// process's first open: that daemon serves, nothing went wrong.
+		if (err != EADDRINUSE || !o.exit_idle)
+			fprintf(stderr, "ibv_coll_devd: %s: %s%s\n", p.name.c_str(), strerror(err),
+				err == EADDRINUSE ? " (another ibv_coll_devd serves it)" : "");
 		return err == EADDRINUSE ? 3 : 1;
 	}
 	g_server = s.get();
