@@ -24,17 +24,6 @@ template <class E> void set_raw(E &field, int v)
 	memcpy(&field, &v, sizeof(v));
 }
 
-inline ibv_coll_context *open_test_device()
-{
-	int n;
-	ibv_coll_context *ctx = nullptr;
-	ibv_coll_device **l = ibv_get_coll_device_list(&n);
-	for (int i = 0; l && i < n && !ctx; i++)
-		if (test_device_name() == ibv_get_coll_device_name(l[i]))
-			ctx = ibv_open_coll_device(l[i]);
-	ibv_free_coll_device_list(l);
-	return ctx;
-}
 
 // One collective QP with its own PD and CQ, serving local ranks
 // [first, first + count) of its node.

@@ -22,6 +22,18 @@ bool test_device_is_emulated()
 	return test_device_name().rfind("crxe_", 0) == 0;
 }
 
+ibv_coll_context *open_test_device()
+{
+	int n = 0;
+	ibv_coll_context *ctx = nullptr;
+	ibv_coll_device **l = ibv_get_coll_device_list(&n);
+	for (int i = 0; l && i < n && !ctx; i++)
+		if (test_device_name() == ibv_get_coll_device_name(l[i]))
+			ctx = ibv_open_coll_device(l[i]);
+	ibv_free_coll_device_list(l);
+	return ctx;
+}
+
 int test_gid_index()
 {
 	const char *e = getenv("IBV_COLL_TEST_GID");

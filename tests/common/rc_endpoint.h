@@ -31,6 +31,8 @@ std::string test_device_name();
 // UDP ports and impairments the tests control, or a real device reached
 // through the verbs provider (verbs_*: kernel rxe, an RDMA NIC).
 bool test_device_is_emulated();
+// A context of the test device (test_device_name()), or nullptr.
+ibv_coll_context *open_test_device();
 
 class RcEndpoint {
 public:

@@ -120,17 +120,6 @@ void connect_pair(RcEndpoint &a, RcEndpoint &b)
 	ASSERT_EQ(b.connect(a.info()), 0);
 }
 
-ibv_coll_context *open_test_device()
-{
-	int n = 0;
-	ibv_coll_context *ctx = nullptr;
-	ibv_coll_device **l = ibv_get_coll_device_list(&n);
-	for (int i = 0; l && i < n && !ctx; i++)
-		if (test_device_name() == ibv_get_coll_device_name(l[i]))
-			ctx = ibv_open_coll_device(l[i]);
-	ibv_free_coll_device_list(l);
-	return ctx;
-}
 
 // One member (one rank) of a collective job, on a context of its own,
 // its CQ on a completion channel.

@@ -83,6 +83,26 @@ pid_t start_devd(const std::string &log, const char *poll_us)
 	return pid > 0 && daemon_up() ? pid : -1;
 }
 
+// A daemon of start_devd(): stopped, its log removed and the clients'
+// environment undone when it goes (or stop()).
+struct DevdProc {
+	pid_t pid = -1;
+	std::string log;
+	void stop()
+	{
+		if (pid > 0) {
+			kill(pid, SIGTERM);
+			int st;
+			waitpid(pid, &st, 0);
+			unlink(log.c_str());
+		}
+		pid = -1;
+		unsetenv("IBV_COLL_CRXE_SHARED");
+		unsetenv("IBV_COLL_CRXE_DEVD");
+	}
+	~DevdProc() { stop(); }
+};
+
 // What travels between this process and node 0's: fixed-size records.
 struct JoinHello {
 	uint32_t qpn;
@@ -200,9 +220,9 @@ protected:
 		ASSERT_TRUE(ctx_);
 		mine_ = std::make_unique<JQp>(ctx_, 0, 2, false);
 		ASSERT_TRUE(mine_->qp);
-		log_ = "/tmp/test_devd_join." + std::to_string(getpid()) + ".log";
-		devd_ = start_devd(log_, nullptr);
-		ASSERT_GT(devd_, 0);
+		devd_.log = "/tmp/test_devd_join." + std::to_string(getpid()) + ".log";
+		devd_.pid = start_devd(devd_.log, nullptr);
+		ASSERT_GT(devd_.pid, 0);
 		setenv("IBV_COLL_CRXE_SHARED", "1", 1);
 		setenv("IBV_COLL_CRXE_DEVD", "", 1);
 		for (int i = 0; i < kProcs; i++) {
@@ -262,21 +282,14 @@ protected:
 		mine_.reset();
 		if (ctx_)
 			ibv_close_coll_device(ctx_);
-		if (devd_ > 0) {
-			kill(devd_, SIGTERM);
-			int st;
-			waitpid(devd_, &st, 0);
-			unlink(log_.c_str());
-		}
-		unsetenv("IBV_COLL_CRXE_SHARED");
-		unsetenv("IBV_COLL_CRXE_DEVD");
+		devd_.stop();
 	}
 	ibv_coll_context *ctx_ = nullptr;
 	std::unique_ptr<JQp> mine_;
 	ibv_coll_member m_[2]{};
-	pid_t devd_ = -1, pid_[kProcs] = {};
+	DevdProc devd_;
+	pid_t pid_[kProcs] = {};
 	int to_[kProcs] = {}, from_[kProcs] = {};
-	std::string log_;
 };
 
 } // namespace
@@ -388,27 +401,17 @@ TEST(DevdQueue, QueuedCollectivesAllRunWhenTheEngineSleepsAtOnce)
 {
 	ASSERT_FALSE(daemon_up()) << "a daemon serves crxe_lo already";
 	const std::string log = "/tmp/test_devd_queue." + std::to_string(getpid()) + ".log";
-	// The daemon goes, and the environment is restored, however the test
-	// ends.
+	// The context, then the daemon, go however the test ends.
 	struct Guard {
-		pid_t d;
-		std::string log;
+		DevdProc d;
 		ibv_coll_context *ctx = nullptr;
 		~Guard()
 		{
 			if (ctx)
 				ibv_close_coll_device(ctx);
-			if (d > 0) {
-				kill(d, SIGTERM);
-				int st;
-				waitpid(d, &st, 0);
-			}
-			unlink(log.c_str());
-			unsetenv("IBV_COLL_CRXE_SHARED");
-			unsetenv("IBV_COLL_CRXE_DEVD");
 		}
-	} g{start_devd(log, "0"), log};
-	ASSERT_GT(g.d, 0);
+	} g{{start_devd(log, "0"), log}};
+	ASSERT_GT(g.d.pid, 0);
 	setenv("IBV_COLL_CRXE_SHARED", "1", 1);
 	setenv("IBV_COLL_CRXE_DEVD", "", 1);
 	ibv_coll_context *ctx = g.ctx = open_test_device();
