@@ -3,7 +3,10 @@
 #include "core.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
+
+#include <vector>
 
 using namespace ibv_coll;
 using namespace ibv_coll::core;
@@ -158,14 +161,40 @@ IBV_COLL_EXPORT ibv_coll_cq *ibv_create_coll_cq(ibv_coll_context *context, int c
 	});
 }
 
+// The events of CQ c still unread in channel ch go (they would name a CQ
+// that is gone), the other CQs' go back in: what the kernel does with a
+// destroyed CQ's pending events under libibverbs.  Never blocks.
+static void discard_unread(CompChannel *ch, Cq *c)
+{
+	std::vector<ibv_coll_cq *> others;
+	for (;;) {
+		pollfd pf{ch->pub.fd, POLLIN, 0};
+		ibv_coll_cq *p;
+		if (poll(&pf, 1, 0) != 1 || read(ch->pub.fd, &p, sizeof(p)) != sizeof(p))
+			break;
+		if (p == &c->pub)
+			c->events_acked++;
+		else
+			others.push_back(p);
+	}
+	for (ibv_coll_cq *p : others)
+		if (write(ch->wfd, &p, sizeof(p)) != sizeof(p))
+			IBVC_ERR("core", "completion channel fd {}: an event for cq {} lost",
+				 ch->pub.fd, p->handle);
+}
+
 IBV_COLL_EXPORT int ibv_destroy_coll_cq(ibv_coll_cq *cq)
 {
 	return guard_int("ibv_destroy_coll_cq", [&] {
 		if (!cq)
 			return EINVAL;
 		Cq *c = to_core(cq);
-		// QPs still report here, or events are queued or unacknowledged.
-		if (c->users.load() || c->events_written.load() > c->events_acked.load())
+		if (c->users.load())
+			return EBUSY; // QPs still report here
+		if (cq->channel && c->events_written.load() > c->events_acked.load())
+			discard_unread(to_core(cq->channel), c);
+		// An event read and not acknowledged.
+		if (c->events_written.load() > c->events_acked.load())
 			return EBUSY;
 		ibv_coll_comp_channel *ch = cq->channel;
 		Context *ctx = to_core(cq->context);

@@ -35,7 +35,7 @@ run build ""
 echo "== build and test: AddressSanitizer + UndefinedBehaviorSanitizer"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp print_suppressions=0" \
-	run build-asan "-E _big|switchbig|n8k2_switch_|mpi\.(check|unsupported|finalize|netns) -LE rxe|pkg" \
+	run build-asan "-E _big|switchbig|n8k2_switch_|mpi\.(check|unsupported|finalize|netns|shared) -LE rxe|pkg" \
 	-DIBV_COLL_SANITIZE=ON
 
 # ThreadSanitizer (issue 15): the library, the emulator and the suites

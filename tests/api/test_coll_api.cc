@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -499,4 +502,68 @@ TEST(CollApi, OneNodeInPlaceAvgAndQuery)
 	EXPECT_STREQ(ibv_coll_status_str(IBV_COLL_STATUS_REMOTE_ABORT), "aborted by a member");
 	EXPECT_STREQ(ibv_coll_wc_opcode_str(IBV_COLL_WC_REDUCE_SCATTER), "REDUCE_SCATTER");
 	ibv_dereg_coll_mr(mr);
+}
+
+// A CQ whose event is still unread in its channel can be destroyed: the
+// event goes with it (libibverbs' kernel drops a destroyed CQ's pending
+// events), and another CQ's event on the same channel stays.
+TEST(CollApi, DestroyingACqDropsItsUnreadEventsOnly)
+{
+	OneNode a(1);
+	ASSERT_TRUE(a.qp);
+	ibv_coll_comp_channel *ch = ibv_create_coll_comp_channel(a.ctx);
+	ASSERT_TRUE(ch);
+	// Two one-node jobs of the device, each QP completing on its own CQ
+	// of the one channel.
+	ibv_coll_cq *cq[2];
+	ibv_coll_qp *qp[2];
+	ibv_destroy_coll_qp(a.qp);
+	a.qp = nullptr;
+	for (int i = 0; i < 2; i++) {
+		cq[i] = ibv_create_coll_cq(a.ctx, 8, nullptr, ch, 0);
+		ASSERT_TRUE(cq[i]);
+		ibv_coll_qp_init_attr ia{};
+		ia.send_cq = ia.recv_cq = cq[i];
+		ia.qp_type = IBV_COLL_QPT_COLL;
+		ia.cap.max_send_wr = 4;
+		ia.cap.max_send_sge = 1;
+		a.qp = qp[i] = ibv_create_coll_qp(a.pd, &ia);
+		ASSERT_TRUE(qp[i]);
+		a.me.qp_num = qp[i]->qp_num;
+		ibv_coll_job_attr j = a.job();
+		j.jid = 50 + i;
+		j.seg_base = 16 * i;
+		ASSERT_EQ(a.init(), 0);
+		ASSERT_EQ(a.rtr(j), 0);
+		ASSERT_EQ(a.rts(), 0);
+		ASSERT_EQ(ibv_req_notify_coll_cq(cq[i], 0), 0);
+		ibv_coll_send_wr w{}, *bad;
+		w.opcode = IBV_COLL_WR_BARRIER;
+		w.send_flags = IBV_COLL_SEND_SIGNALED;
+		ASSERT_EQ(ibv_post_coll_send(qp[i], &w, &bad), 0);
+		ibv_coll_wc wc{};
+		for (int k = 0; k < 50000000 && ibv_poll_coll_cq(cq[i], 1, &wc) == 0; k++)
+			;
+		ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+	}
+	a.qp = nullptr;
+	// Both events are in the pipe (the CQs were armed), neither read.
+	for (int i = 0; i < 500; i++) {
+		int avail = 0;
+		ioctl(ch->fd, FIONREAD, &avail);
+		if (avail >= int(2 * sizeof(void *)))
+			break;
+		usleep(2000);
+	}
+	ASSERT_EQ(ibv_destroy_coll_qp(qp[0]), 0);
+	EXPECT_EQ(ibv_destroy_coll_cq(cq[0]), 0) << "its unread event held it";
+	ibv_coll_cq *got = nullptr;
+	void *ctx;
+	ASSERT_EQ(ibv_get_coll_cq_event(ch, &got, &ctx), 0);
+	EXPECT_EQ(got, cq[1]);
+	ASSERT_EQ(ibv_destroy_coll_qp(qp[1]), 0);
+	EXPECT_EQ(ibv_destroy_coll_cq(cq[1]), EBUSY) << "read, not acknowledged";
+	ibv_ack_coll_cq_events(cq[1], 1);
+	EXPECT_EQ(ibv_destroy_coll_cq(cq[1]), 0);
+	EXPECT_EQ(ibv_destroy_coll_comp_channel(ch), 0);
 }
