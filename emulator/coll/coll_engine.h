@@ -174,6 +174,8 @@ private:
 	uint64_t next_owner_ = 1;
 	// Lead QPN -> the QPs that joined its job (coll/join.cc).
 	std::unordered_map<uint32_t, std::vector<uint32_t>> joins_;
+	std::vector<Qp *> join_parts_; // start_joined()'s scratch
+	std::vector<Joined> join_js_;
 	uint64_t lent_ = 0; // the port's lend mark of the last packet sent from lent memory
 };
 

@@ -176,9 +176,12 @@ int CollEngine::check_parts(Qp &lead, const JobConfig &c)
 
 bool CollEngine::start_joined(Qp &qp, CollJob &job, const uint32_t *head, uint64_t now)
 {
-	std::vector<Qp *> parts;
+	// Every pass of an idle lead comes here: scratch vectors of the engine,
+	// not allocations.
+	std::vector<Qp *> &parts = join_parts_;
+	std::vector<Joined> &js = join_js_;
 	parts_of(qp, &parts);
-	std::vector<Joined> js;
+	js.clear();
 	uint64_t have = my_mask(job.cfg);
 	bool all = head != nullptr, any = head != nullptr;
 	for (Qp *p : parts) {
