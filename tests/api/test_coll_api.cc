@@ -2,7 +2,7 @@
 // attribute's checks, the collective state machine, every class of bad
 // collective WR (errno at post time, nothing posted), a one-node job's
 // results against a scalar loop, QUERY, and the counters.
-#include "rc_endpoint.h"
+#include "coll_qp.h"
 
 #include <ibv_coll/ibv_coll.h>
 
@@ -19,12 +19,6 @@ using namespace ibvc_test;
 
 namespace {
 
-template <class E> void set_raw(E &field, int v)
-{
-	static_assert(sizeof(E) == sizeof(int));
-	memcpy(&field, &v, sizeof(v));
-}
-
 // One node, k local ranks, on the test device.
 struct OneNode {
 	ibv_coll_context *ctx = nullptr;
@@ -35,13 +29,7 @@ struct OneNode {
 	uint16_t k;
 	explicit OneNode(uint16_t ranks, uint32_t max_send_sge = 0) : k(ranks)
 	{
-		int n;
-		ibv_coll_device **l = ibv_get_coll_device_list(&n);
-		for (int i = 0; l && i < n && !ctx; i++)
-			if (test_device_name() == ibv_get_coll_device_name(l[i]))
-				ctx = ibv_open_coll_device(l[i]);
-		ibv_free_coll_device_list(l);
-		if (!ctx)
+		if (!(ctx = open_test_device()))
 			return;
 		pd = ibv_alloc_coll_pd(ctx);
 		cq = ibv_create_coll_cq(ctx, 64, nullptr, nullptr, 0);
