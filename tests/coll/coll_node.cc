@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +56,10 @@ struct Opts {
 	bool hold = false; // at the end, keep the device open until stdin closes
 	uint32_t jid = 42;
 	uint32_t pause_ms = 0; // silent this long before every case but the first
+	// Meet the others before every case, so that a node still checking
+	// the last one's result (slow on a loaded host) does not count
+	// against the job's timeout ("heavy" always does).
+	bool sync = false;
 };
 
 struct Case {
@@ -229,6 +234,25 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 				   g() % 4 == 0;
 			v.push_back({c, op, d, count, uint32_t(g() % K), mode});
 		}
+	} else if (o.scenario == "heavy") {
+		// Liveness under load (tests/coll/test_liveness.cc): a few large
+		// collectives of any kind, vectors of up to 4 Mi elements (the
+		// whole vector: allgather and reduce-scatter split it by rank),
+		// sizes spread over every power of two, drawn from the seed.
+		std::mt19937_64 g(o.seed);
+		const size_t n = 3 + g() % 4;
+		for (size_t i = 0; i < n; i++) {
+			int c = kColls[g() % 6], d = int(g() % 12), op = int(g() % 8);
+			if (!valid(op, d))
+				op = IBV_COLL_OP_SUM;
+			const uint64_t top = 1ull << (10 + g() % 13); // 1 Ki .. 4 Mi
+			uint64_t count = top / 2 + g() % (top / 2 + 1);
+			if (c == IBV_COLL_WR_ALLGATHER || c == IBV_COLL_WR_REDUCE_SCATTER)
+				count = std::max<uint64_t>(1, count / K);
+			int mode = d >= IBV_COLL_DTYPE_FLOAT16 && op != IBV_COLL_OP_PROD &&
+				   g() % 4 == 0;
+			v.push_back({c, op, d, count, uint32_t(g() % K), mode});
+		}
 	} else if (o.scenario == "die") {
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
 			     8u << 20, 0, 0});
@@ -322,10 +346,10 @@ int main(int argc, char **argv)
 		{"e2e-ack", 0, nullptr, 'E'},	  {"gid-index", 1, nullptr, 'G'},
 		{"late", 1, nullptr, 'l'},	  {"hold", 0, nullptr, 'H'},
 		{"jid", 1, nullptr, 'J'},	  {"pause-ms", 1, nullptr, 'Z'},
-		{nullptr, 0, nullptr, 0},
+		{"sync", 0, nullptr, 'Y'},	  {nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:l:J:Z:", lo,
+	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:l:J:Z:Y", lo,
 				nullptr)) != -1) {
 		switch (c) {
 		case 'b': o.boot = optarg; break;
@@ -343,6 +367,7 @@ int main(int argc, char **argv)
 		case 'G': o.gid_index = atoi(optarg); break;
 		case 'J': o.jid = uint32_t(strtoul(optarg, nullptr, 0)); break;
 		case 'Z': o.pause_ms = uint32_t(strtoul(optarg, nullptr, 10)); break;
+		case 'Y': o.sync = true; break;
 		case 'l': {
 			// NODE:MS[:CASE]
 			char *end;
@@ -541,6 +566,9 @@ int main(int argc, char **argv)
 		const Case &cs = cases[ci];
 		if (ci && o.pause_ms) // an application computing between collectives
 			usleep(useconds_t(o.pause_ms) * 1000);
+		if (ci && (o.sync || o.scenario == "heavy"))
+			if (int err = ibvc_boot_barrier(boot))
+				die("barrier", err);
 		CollSpec s = spec;
 		s.coll = cs.coll;
 		s.op = cs.op;
