@@ -27,6 +27,7 @@ bool CollEngine::parse(const InPacket &p, CollPacket *out)
 	out->paylen = c.paylen;
 	out->src = p.src;
 	out->crc = out->kind == kCollResult ? &p.tail_crc : nullptr;
+	out->rx_ns = p.rx_ns;
 	return true;
 }
 
@@ -154,7 +155,14 @@ void CollEngine::classify(const InPacket &ip)
 		ctr.rx_result++;
 		ring_.on_packet(qp, job, p, e_.now());
 		break;
-	case kCollAck: sw_.on_packet(qp, job, p, e_.now()); break;
+	case kCollAck:
+		// A NAK between ring members (ring.cc), else an end-to-end ACK
+		// of the switch path.
+		if (p.h.flags & kCethNak)
+			ring_.on_packet(qp, job, p, e_.now());
+		else
+			sw_.on_packet(qp, job, p, e_.now());
+		break;
 	case kCollAbort:
 		ctr.aborts_rcvd++;
 		if (p.h.flags & kCethSuperseded) {

@@ -37,6 +37,30 @@ struct CollPacket {
 	// crc32_update(0, payload || pad) when known (0 = unknown), so that
 	// a packet passing the payload on need not read it again.
 	const uint32_t *crc;
+	uint64_t rx_ns = 0; // when it reached this host (InPacket::rx_ns; 0: not known)
+	// From when its wait here is queueing (CETH queue): rx_ns, but for a
+	// block kept early, when its message started here (0: rx_ns).
+	uint64_t q_ns = 0;
+
+	// How long it has waited here by now, and queued.
+	uint64_t held(uint64_t now) const { return rx_ns && rx_ns < now ? now - rx_ns : 0; }
+	uint64_t queued(uint64_t now) const
+	{
+		const uint64_t from = q_ns ? q_ns : rx_ns;
+		return from && from < now ? now - from : 0;
+	}
+	// The CETH hold and queue of its block passed on at now: what it
+	// carried, and its wait here.
+	uint32_t hold_on(uint64_t now) const { return wire::hold_add(h.hold, held(now)); }
+	uint32_t queue_on(uint64_t now) const { return wire::hold_add(h.queue, queued(now)); }
+	// The endpoints' part of a round trip that it ends (nic/cc.h): the
+	// peers' and ours; not known when a peer could not say.
+	Holding holding(uint64_t now) const
+	{
+		if (h.hold == wire::kHoldUnknown)
+			return Holding::unknown();
+		return Holding{h.hold + held(now), uint64_t(h.queue) + queued(now)};
+	}
 };
 
 // What a collective packet carries, and how it gets onto the wire.
@@ -112,6 +136,8 @@ private:
 	void lead_leaves(Qp &qp, bool unregister);
 	// After a strategy ran: AUTO's fallback moves the message to the ring.
 	void settle(Qp &qp, CollJob &job, uint64_t now);
+	// The timeout of no progress every message is bound by.
+	void watchdog(Qp &qp, CollJob &job, uint64_t now);
 	// codec.cc
 	bool parse(const InPacket &p, CollPacket *out);
 	void classify(const InPacket &p); // on_packet's checks and dispatch
@@ -157,7 +183,7 @@ private:
 	// exec_ctrl.cc: timing and windows, shared by both strategies
 	uint64_t rto_ns(const CollJob &job) const;
 	uint64_t coll_timeout_ns(const CollJob &job) const;
-	void rtt_sample(CollJob &job, uint64_t rtt);
+	void rtt_sample(CollJob &job, uint64_t rtt, Holding h);
 	void arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
 		 bool again);
 	uint32_t window(const CollJob &job) const;

@@ -151,6 +151,26 @@ public:
 				f(s, e_[s]);
 	}
 	uint64_t next() const { return n_ ? next_ : UINT64_MAX; }
+	// The entry of the lowest block still on (the oldest sent, but for
+	// repeats), or nullptr; *sid names it.
+	Entry *lowest(uint32_t *sid)
+	{
+		while (lo_ < hi_ && !e_[lo_].on)
+			lo_++;
+		if (!n_ || lo_ >= hi_)
+			return nullptr;
+		*sid = lo_;
+		return &e_[lo_];
+	}
+	const Entry *lowest(uint32_t *sid) const
+	{
+		for (uint32_t s = lo_; n_ && s < hi_; s++)
+			if (e_[s].on) {
+				*sid = s;
+				return &e_[s];
+			}
+		return nullptr;
+	}
 	// Call f(sid) for every entry due at now (f may re-arm it), then make
 	// the bound exact.
 	template <class F> void for_due(uint64_t now, F f)
@@ -234,6 +254,15 @@ struct Message {
 	// How it runs (coll/coll_path.h), chosen when it starts.
 	CollPath *path = nullptr;
 
+	// Round the ring (ring.cc): per chunk, the next block of its partials
+	// ([chunk]) and of its results ([chunks + chunk]) expected from the
+	// previous node (a later one shows a gap: the blocks between were
+	// lost upstream); when the tail-loss probe is due next, and probes
+	// sent since the last progress.
+	std::vector<uint32_t> ring_next;
+	uint64_t ring_probe_at = 0;
+	uint32_t ring_probes = 0;
+
 	// Through the switch: blocks numbered across the job's messages.
 	bool sw = false;
 	bool waiting = false; // for the switch's grant
@@ -298,6 +327,23 @@ struct CollJob {
 	// Round trip of a block round the ring (smoothed, and its variation),
 	// from which the retransmission timeout follows, as TCP's does.
 	uint64_t srtt = 0, rttvar = 0;
+	// The same without the time blocks waited (for an application to post
+	// its collective, for other members' partials at a switch): how long
+	// an answer takes when no one is waited for, which paces probes.
+	uint64_t qrtt = 0, qrttvar = 0;
+	uint64_t probe_rtt() const { return qrtt ? qrtt : srtt; }
+	// When an answer not here is probed for (TCP's TLP, with room for the
+	// round trip's variation as its RTO has): twice the round trip, or
+	// the round trip and four times its variation, and no sooner than an
+	// answer usually comes, waits included (a member that posts late, or
+	// is descheduled, is no loss); no less than floor; 0 before any
+	// sample.
+	uint64_t probe_time(uint64_t floor) const
+	{
+		if (!qrtt)
+			return srtt ? std::max(2 * srtt, floor) : 0;
+		return std::max({2 * qrtt, qrtt + 4 * qrttvar, srtt, floor});
+	}
 	// This node's blocks' congestion window (nic/cc.h), and when a CNP
 	// last went to each member.
 	CongestionCtl cc;
@@ -306,9 +352,9 @@ struct CollJob {
 	// The switch path's state.
 	enum class SwPhase : uint8_t { none, configuring, ready, fallback, failed };
 	SwPhase sw_phase = SwPhase::none;
-	std::vector<uint32_t> sw_granted; // per plane (0: not yet)
-	std::vector<uint8_t> sw_heard;	  // per plane: its leaf has answered
-	uint32_t sw_window = 0;
+	std::vector<uint32_t> sw_granted;    // per plane (0: not yet)
+	std::vector<uint8_t> sw_heard;	     // per plane: its leaf has answered
+	uint32_t sw_window = 0, sw_span = 0; // see SwitchPath::ready
 	uint64_t sw_cfg_start = 0, sw_cfg_sent = 0;
 	// Once granted, CONFIG again this often (a third of the switch's idle
 	// timeout, which its CONFIG_ACK tells), so that a job whose members

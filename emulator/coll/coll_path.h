@@ -15,6 +15,7 @@
 // packets from a switch and ACKs between members are the switch path's.
 #pragma once
 
+#include "nic/cc.h"
 #include "wire/swproto.h"
 
 #include <cstdint>
@@ -67,7 +68,10 @@ private:
 
 	void pump(Qp &qp, CollJob &job, uint64_t now);
 	void cc_init(CollJob &job, uint32_t w);
-	void acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now);
+	// endpoint: the round trip's holding at endpoints (CollPacket::holding;
+	// not known: no round trip to sample).
+	void acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
+		   Holding endpoint);
 	void on_data(Qp &qp, CollJob &job, const CollPacket &p);
 	void on_result(Qp &qp, CollJob &job, const CollPacket &p);
 	void timers(Qp &qp, CollJob &job, uint64_t now);
@@ -77,7 +81,17 @@ private:
 	void data(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
 	void result(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
 	void inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again);
-	void finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now);
+	// Loss recovery before the timeout: a gap in what the previous node
+	// passes on is NAKed to whoever sends the blocks again (gaps, on_nak);
+	// the last blocks of a chunk, which no later block shows lost, are
+	// probed (probe).
+	void gaps(CollJob &job, Message &m, const CollPacket &p, uint8_t phase);
+	void on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
+	void again(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now);
+	uint64_t probe_due(const CollJob &job, const Message &m) const;
+	void probe(CollJob &job, Message &m, uint64_t now);
+	void finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now,
+			  uint32_t hold, uint32_t queue);
 	void resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now);
 };
 
@@ -116,7 +130,7 @@ private:
 	void config_timers(Qp &qp, CollJob &job, uint64_t now);
 	bool all_heard(const CollJob &job) const;
 	uint64_t config_interval(const CollJob &job) const;
-	void release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now);
+	void release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now, Holding endpoint);
 	void send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uint16_t to, bool ask);
 	void on_ack(Qp &qp, CollJob &job, const CollPacket &p);
 	void on_config_ack(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);

@@ -318,6 +318,7 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		size_t before = e_.tx_packets();
 		job.active->path->on_timer(qp, job, now);
 		settle(qp, job, now);
+		watchdog(qp, job, now);
 		if (job.active && qp.state == QpState::rts && job.active->path->done(job)) {
 			if (job.active->sw)
 				job.sw_next_gs += job.active->nblocks;
@@ -333,6 +334,25 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 	}
 	retire(qp);
 	return did;
+}
+
+// The liveness guarantee (ibv_coll(7), LIVENESS): a message that has
+// completed no block for the job's timeout fails here, whatever its
+// strategy is doing or waiting for (a grant, an admission, the window, a
+// member that has not posted).  Only blocks completed count as progress
+// (Message::last_progress): repeats, ASKs, NAKs, probes and keepalives
+// never do, so a peer that keeps talking without ever delivering cannot
+// keep a collective alive.  The strategies fail earlier with a reason of
+// their own where they know one; this is the bound they all share.
+void CollEngine::watchdog(Qp &qp, CollJob &job, uint64_t now)
+{
+	if (!job.active || qp.state != QpState::rts)
+		return;
+	const Message &m = *job.active;
+	if (now <= m.last_progress || now - m.last_progress <= coll_timeout_ns(job))
+		return;
+	ctr.timeouts++;
+	fail(qp, job, CollStatus::timeout, true, "no block completed within the job's timeout");
 }
 
 // Retire finished WQEs in order.
@@ -357,7 +377,9 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 	}
 	if (!qp.job->active)
 		return keep;
-	const uint64_t d = qp.job->active->path->next_deadline(*qp.job);
+	const Message &m = *qp.job->active;
+	const uint64_t d = std::min(m.path->next_deadline(*qp.job),
+				    m.last_progress + coll_timeout_ns(*qp.job) + 1);
 	return keep && keep < d ? keep : d;
 }
 
@@ -380,8 +402,19 @@ uint64_t CollEngine::coll_timeout_ns(const CollJob &job) const
 	return uint64_t(ms) * util::kNsPerMs;
 }
 
-void CollEngine::rtt_sample(CollJob &job, uint64_t rtt)
+void CollEngine::rtt_sample(CollJob &job, uint64_t rtt, Holding h)
 {
+	if (h.known() && h.held < rtt) {
+		const uint64_t q = rtt - (h.held - std::min(h.queued, h.held));
+		if (!job.qrtt) {
+			job.qrtt = q;
+			job.qrttvar = q / 2;
+		} else {
+			const uint64_t dev = q > job.qrtt ? q - job.qrtt : job.qrtt - q;
+			job.qrttvar = (3 * job.qrttvar + dev) / 4;
+			job.qrtt = (7 * job.qrtt + q) / 8;
+		}
+	}
 	if (!job.srtt) {
 		job.srtt = rtt;
 		job.rttvar = rtt / 2;

@@ -9,7 +9,8 @@
 // local destinations, until it comes back to fin at hop N.  The result's
 // first hop reaches o, so the result is o's acknowledgement; its return to
 // fin is fin's.  o keeps at most W blocks without their result and starts
-// them again after a timeout; fin sends a result again until it returns.
+// them again when they are lost; fin sends a result again until it
+// returns (ring_loss.cc: gaps, probes, timeouts).
 // A node only ever recomputes a partial from its own (unchanged) source,
 // so a repeated block is never reduced twice: a DATA block whose result
 // this node already holds is dropped, and at fin answered with the result.
@@ -53,6 +54,14 @@ uint64_t ring_bits(uint16_t o, uint32_t h, uint16_t n)
 	return b;
 }
 
+// The endpoints' part of the round trip a result ends (acked()), or not
+// known when it is no round trip's: a result sent again by its finisher's
+// timer answers a block sent long before.
+Holding sample_of(const CollPacket &p, uint64_t now)
+{
+	return p.h.flags & kCethRetrans ? Holding::unknown() : p.holding(now);
+}
+
 uint64_t all_nodes(uint16_t n)
 {
 	return n >= 64 ? ~0ull : (1ull << n) - 1;
@@ -67,7 +76,8 @@ uint64_t rank_mask(uint16_t k)
 
 // Complete block sid here: finish AVG, write the local destinations, and
 // send the result on its way round.
-void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now)
+void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now,
+			    uint32_t hold, uint32_t queue)
 {
 	const BlockDesc &b = m.chain[sid];
 	if (m.op == RedOp::avg)
@@ -82,6 +92,8 @@ void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *dat
 	Ceth h = u_.header(job, m, sid);
 	h.phase = 1;
 	h.node_map = all_nodes(job.cfg.nodes());
+	h.hold = hold;
+	h.queue = queue;
 	u_.send(job, next_node(job.cfg), kCollResult, h,
 		Payload::copied(m.result_data ? data : nullptr,
 				m.result_data ? b.elems * m.es : 0));
@@ -128,6 +140,13 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 		}
 		return;
 	}
+	// Gaps are looked for from each chunk's first block on.
+	const size_t nc = m.chunks.size();
+	m.ring_next.assign(2 * nc, 0);
+	for (size_t k = 0; k < nc; k++)
+		m.ring_next[k] = m.ring_next[nc + k] = m.chunks[k].first_sid;
+	m.ring_probe_at = now;
+	m.ring_probes = 0;
 	// The blocks this node starts: its chunk's partials (as origin) or its
 	// chunk's results (allgather, broadcast).
 	for (const ChunkRole &r : m.chunks) {
@@ -292,12 +311,14 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 	}
 	u_.ctr.reductions++;
 	if (hop == uint32_t(n - 1)) {
-		finish_block(job, m, sid, acc, now);
+		finish_block(job, m, sid, acc, now, p.hold_on(now), p.queue_on(now));
 	} else {
 		Ceth h = u_.header(job, m, sid);
 		h.phase = uint8_t(hop + 1);
 		h.node_map = p.h.node_map | 1ull << c.node;
 		h.rank_map = rank_mask(m.ranks);
+		h.hold = p.hold_on(now);
+		h.queue = p.queue_on(now);
 		u_.send(job, next_node(c), kCollData, h, Payload::copied(acc, len));
 	}
 	if (own)
@@ -328,7 +349,7 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 	if (hop == n) {
 		// Back where it started: everyone has it.
 		if (m.f_pending.find(sid)) {
-			acked(job, m, m.f_pending, sid, now);
+			acked(job, m, m.f_pending, sid, now, sample_of(p, now));
 			m.last_progress = now;
 		}
 		return;
@@ -345,10 +366,12 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 		u_.ctr.dup_dropped++;
 	}
 	if (r.rs && r.origin == c.node)
-		acked(job, m, m.o_pending, sid, now);
+		acked(job, m, m.o_pending, sid, now, sample_of(p, now));
 	Ceth h = p.h;
 	h.src_node = c.node;
 	h.phase = uint8_t(hop + 1);
+	h.hold = p.hold_on(now);
+	h.queue = p.queue_on(now);
 	u_.send(job, next_node(c), kCollResult, h,
 		Payload::lent(p.payload, h.phase == n ? 0 : len, p.crc));
 }
@@ -361,6 +384,8 @@ void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
 		   job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
 		data(job, *job.active, p, now);
+		if (!job.active->dma_error)
+			gaps(job, *job.active, p, 0);
 		if (job.active->dma_error)
 			u_.fail(qp, job, CollStatus::local_err, true,
 				"a local buffer is not accessible");
@@ -387,6 +412,8 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 		   job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
 		result(job, *job.active, p, now);
+		if (!job.active->dma_error)
+			gaps(job, *job.active, p, 1);
 		if (job.active->dma_error)
 			u_.fail(qp, job, CollStatus::local_err, true,
 				"a local buffer is not accessible");
@@ -402,6 +429,8 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 		Ceth h = p.h;
 		h.src_node = job.cfg.node;
 		h.phase = uint8_t(p.h.phase + 1);
+		h.hold = p.hold_on(now);
+		h.queue = p.queue_on(now);
 		u_.send(job, next_node(job.cfg), kCollResult, h,
 			Payload::lent(p.payload, h.phase == n ? 0 : p.paylen, p.crc));
 	} else {
@@ -428,6 +457,8 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 		Ceth h = p.h;
 		h.src_node = c.node;
 		h.phase = uint8_t(p.h.phase + 1);
+		h.hold = p.hold_on(u_.e_.now());
+		h.queue = p.queue_on(u_.e_.now());
 		u_.send(job, next_node(c), kCollResult, h,
 			Payload::lent(p.payload, h.phase == c.nodes() ? 0 : p.paylen, p.crc));
 	};
@@ -458,6 +489,11 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 	u.hop = p.h.phase;
 	u.src_node = p.h.src_node;
 	u.node_map = p.h.node_map;
+	// Kept: its wait from here on is for this node's application, not a
+	// queue (CETH queue).
+	u.hold = p.h.hold;
+	u.queue = p.queue_on(u_.e_.now());
+	u.rx_ns = p.rx_ns;
 	u.rank_pending = 1; // waits for this node's message to start
 	job.early.emplace(key, seg);
 	u_.ctr.early_stored++;
@@ -479,6 +515,11 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 			++it;
 		}
 	}
+	// In block order, as they arrived: what this node passes on goes in
+	// order too (the next node reads a gap as a loss, gaps()).
+	std::sort(mine.begin(), mine.end(), [&](uint32_t a, uint32_t b) {
+		return u_.segs_.unit(a).sid < u_.segs_.unit(b).sid;
+	});
 	for (uint32_t i : mine) {
 		if (!job.active)
 			return;
@@ -489,10 +530,14 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 		p.h.src_node = u.src_node;
 		p.h.phase = u.hop;
 		p.h.node_map = u.node_map;
+		p.h.hold = u.hold; // its wait here, from rx_ns, is added as it goes on
+		p.h.queue = u.queue;
 		p.payload = u.data;
 		p.paylen = u.len;
 		p.src = c.members[u.src_node].ep;
 		p.crc = nullptr;
+		p.rx_ns = u.rx_ns;
+		p.q_ns = now;
 		// Free before use: what follows may take this very unit for the
 		// block, but then only to make its result in the packet (the
 		// unit's own memory is not written while we read it).
@@ -534,6 +579,8 @@ void RingPath::timers(Qp &qp, CollJob &job, uint64_t now)
 	});
 	if (lost)
 		job.cc.on_loss(now);
+	if (!m.dma_error && now >= probe_due(job, m))
+		probe(job, m, now);
 	if (m.dma_error)
 		return u_.fail(qp, job, CollStatus::local_err, true,
 			       "a local buffer is not accessible");
@@ -552,50 +599,6 @@ void RingPath::cc_init(CollJob &job, uint32_t w)
 	job.cnp_at.assign(job.cfg.nodes(), 0);
 }
 
-// A block acknowledged: blocks of the same set sent before it, at least
-// kDupThresh blocks earlier in the chain, and still without their result
-// were lost (the ring keeps order), so they go again now instead of at
-// their timeout, and count as loss for the window (a lighter cut than a
-// timeout's).
-void RingPath::acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now)
-{
-	constexpr uint32_t kDupThresh = 3;
-	PendingSet::Entry *e = pend.find(sid);
-	if (!e)
-		return;
-	const uint64_t sent = e->sent;
-	if (!e->again) {
-		u_.rtt_sample(job, now - sent);
-		job.cc.on_rtt_sample(now - sent, now);
-	}
-	pend.erase(sid);
-	job.cc.on_ack(1, now);
-	if (sid < kDupThresh)
-		return;
-	std::vector<uint32_t> &lost = gap_;
-	lost.clear();
-	// RACK's guard: only what has been out longer than a round trip and
-	// a quarter (blocks kept early and taken in at a message's start come
-	// back out of order).
-	const uint64_t age = job.srtt + job.srtt / 4;
-	pend.for_before(sid - kDupThresh + 1, [&](uint32_t s, PendingSet::Entry &p) {
-		if (p.sent < sent && !p.fast && now - p.sent > age)
-			lost.push_back(s);
-	});
-	if (lost.empty())
-		return;
-	job.cc.on_loss(now, false);
-	for (uint32_t s : lost) {
-		pend.find(s)->fast =
-			true; // once: a repeat that is lost again waits for its timeout
-		u_.e_.cc_counters().fast_retrans++;
-		if (&pend == &m.o_pending || !m.chunks[m.chain[s].chunk].rs)
-			inject(job, m, s, now, true);
-		else
-			resend_result(job, m, s, now);
-	}
-}
-
 bool RingPath::done(const CollJob &job) const
 {
 	const Message &m = *job.active;
@@ -604,9 +607,11 @@ bool RingPath::done(const CollJob &job) const
 }
 
 // The ring as a strategy (coll/coll_path.h).
-void RingPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t)
+void RingPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
-	if (p.kind == kCollData)
+	if (p.kind == kCollAck)
+		on_nak(qp, job, p, now);
+	else if (p.kind == kCollData)
 		on_data(qp, job, p);
 	else
 		on_result(qp, job, p);
@@ -630,7 +635,7 @@ uint64_t RingPath::next_deadline(const CollJob &job) const
 			pace = job.cc.next_send_time();
 	}
 	return std::min({m.last_progress + u_.coll_timeout_ns(job), m.o_pending.next(),
-			 m.f_pending.next(), pace ? pace : UINT64_MAX});
+			 m.f_pending.next(), pace ? pace : UINT64_MAX, probe_due(job, m)});
 }
 
 } // namespace ibv_coll::emu

@@ -134,6 +134,12 @@ void SwitchPath::ready(CollJob &job)
 	uint32_t g = *std::min_element(job.sw_granted.begin(), job.sw_granted.end());
 	uint32_t w = std::min<uint64_t>(uint64_t(s.planes) * g / 2, UINT32_MAX);
 	uint32_t want = s.window ? s.window : u_.e_.params.cfg.coll_window;
+	// Blocks in flight are at most the window; the blocks between the
+	// oldest without its result and the next to go, at most half the
+	// units (no two of them meet in one unit).  A block waiting for its
+	// repeat thus holds up the window only once the units run out, not
+	// once W blocks went after it (selective repeat, as IRN's).
+	job.sw_span = w;
 	job.sw_window = std::min(w, want);
 	job.sw_phase = CollJob::SwPhase::ready;
 	IBVC_INFO("coll", "{}: job {} through the switch: {} plane(s), {} Seg units, window {}",
@@ -260,9 +266,9 @@ void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 	// cut and pace in turn, and the job crawls at a block every eight
 	// round trips (the rxe.vm coll_switch timeout).  The result that every
 	// member gets at once clocks them all, in step.
-	while (m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_window && !m.dma_error) {
-		if (cc.enabled() && !m.o_pending.empty() &&
-		    !cc.may_send(uint32_t(m.o_pending.size()), now))
+	while (m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_span &&
+	       m.o_pending.size() < job.sw_window && !m.dma_error) {
+		if (cc.enabled() && !cc.may_send(uint32_t(m.o_pending.size()), now))
 			break;
 		send_block(job, m, m.sw_next++, now, false);
 		cc.on_send(now);
@@ -367,14 +373,15 @@ void SwitchPath::timers(Qp &qp, CollJob &job, uint64_t now)
 
 // A block leaves the window when its result is here and, in end-to-end
 // mode, node 0 has acknowledged it.
-void SwitchPath::release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now)
+void SwitchPath::release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now,
+			       Holding endpoint)
 {
 	if (!m.final_[sid] || (!m.acked.empty() && !m.acked[sid]))
 		return;
 	if (PendingSet::Entry *e = m.o_pending.find(sid)) {
-		if (!e->again) {
-			u_.rtt_sample(job, now - e->sent);
-			job.sw_cc.on_rtt_sample(now - e->sent, now);
+		if (!e->again && endpoint.known()) {
+			u_.rtt_sample(job, now - e->sent, endpoint);
+			job.sw_cc.on_rtt_sample(now - e->sent, endpoint, now);
 		}
 		job.sw_cc.on_ack(1, now);
 		m.o_pending.erase(sid);
@@ -437,7 +444,7 @@ void SwitchPath::on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 	}
 	m.acked[p.h.sid] = 1;
 	m.last_progress = now;
-	release_block(job, m, p.h.sid, now);
+	release_block(job, m, p.h.sid, now, p.holding(now));
 	pump(qp, job, now);
 }
 
@@ -577,7 +584,7 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 		for (uint16_t n = 1; n < job.cfg.nodes(); n++)
 			send_ack(job, m.mid, sid, n, false);
 	find_gaps(job, m, sid, now);
-	release_block(job, m, sid, now);
+	release_block(job, m, sid, now, p.holding(now));
 	pump(qp, job, now);
 }
 
@@ -587,25 +594,33 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 bool SwitchPath::recently_sent(const CollJob &job, Message &m, uint32_t sid, uint64_t now,
 			       bool partial)
 {
+	// A NAK that left the switch after our repeat reached it comes three
+	// quarters of a round trip after the repeat at the earliest (the way
+	// there, and back).
 	const PendingSet::Entry *e = m.o_pending.find(sid);
-	const uint64_t rtt = job.srtt ? job.srtt : u_.rto_ns(job) / 2;
-	return e && e->again && !(partial && e->asks) && now - e->sent < rtt;
+	const uint64_t rtt = job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 2;
+	return e && e->again && !(partial && e->asks) && now - e->sent < 3 * rtt / 4;
 }
 
-// No result for two round trips, and a quarter of the timeout floor (a
-// lost block at the end of the message,
+// No result for two round trips (a lost block at the end of the message,
 // where no later result shows the gap, or a window stalled behind one):
 // probe, as TCP's tail loss probe does, before the timeout.  Without
-// progress each probe waits twice as long as the last.
+// progress each probe waits twice as long as the last.  The round trip
+// takes in the hosts' delays (a member descheduled, the slowest member's
+// partial), so a busy machine probes later, not in vain; an ASK carries
+// no payload, and a probe that was not needed costs its answer.
 uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 {
-	// At least a quarter of the timeout floor: a node descheduled for a
-	// moment on a busy machine is not a loss.
-	const uint64_t floor = uint64_t(u_.e_.params.cfg.coll_rto_us) * util::kNsPerUs / 4;
-	const uint64_t base = std::max<uint64_t>(2 * job.srtt, floor);
-	if (m.last_progress >= m.sw_probe_at)
-		return m.last_progress + base;
-	return m.sw_probe_at + (base << std::min<uint32_t>(m.sw_probes, 10));
+	constexpr uint64_t kFloorNs = 200 * util::kNsPerUs;
+	const uint64_t t = job.probe_time(kFloorNs);
+	const uint64_t base = t ? t : u_.rto_ns(job) / 4;
+	// Due by the oldest block's wait, not the message's progress: later
+	// blocks completing do not bring back an old one's result.
+	uint32_t sid;
+	const PendingSet::Entry *e = m.o_pending.lowest(&sid);
+	if (!e)
+		return UINT64_MAX;
+	return std::max(e->sent, m.sw_probe_at) + (base << std::min<uint32_t>(m.sw_probes, 10));
 }
 
 // ASK for the oldest blocks without a result (one round trip's worth of
@@ -618,7 +633,7 @@ void SwitchPath::probe(CollJob &job, Message &m, uint64_t now)
 	m.sw_probes = m.last_progress >= m.sw_probe_at ? 0 : m.sw_probes + 1;
 	m.sw_probe_at = now;
 	uint32_t n = 0;
-	const uint64_t rtt = job.srtt ? job.srtt : u_.rto_ns(job) / 2;
+	const uint64_t rtt = job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 2;
 	for (uint32_t sid = m.sw_base; sid < m.sw_next && n < 2 * job.cfg.sw.planes; sid++) {
 		const PendingSet::Entry *e = m.o_pending.find(sid);
 		if (m.final_[sid] || !e)
@@ -643,7 +658,11 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 		e->held = true;
 		return;
 	}
-	if (!e || recently_sent(job, m, sid, now, true)) {
+	// Our first copy too may still be on its way (another member's probe
+	// had the switch NAK us): the same wait before it counts as lost.
+	const uint64_t rtt = job.probe_rtt();
+	if (!e || recently_sent(job, m, sid, now, true) ||
+	    (!e->again && rtt && now - e->sent < 3 * rtt / 4)) {
 		u_.ctr.dup_dropped++;
 		return;
 	}
@@ -657,17 +676,22 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 
 // The result of block sid is here: an older block of its plane two blocks
 // back whose result is not is a lost result, or a partial the switch
-// will NAK; ask for it (no payload).
+// will NAK; ask for it (no payload).  Blocks further back (8 and 32) are
+// looked at too: an ASK or its answer lost in turn is asked again as
+// results go on coming, a round trip apart at least, long before a probe
+// or a timeout would.
 void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 {
-	const uint32_t lag = 2 * job.cfg.sw.planes;
-	if (sid < lag)
-		return;
-	const uint32_t g = sid - lag;
-	if (g < m.sw_base || m.final_[g] || !m.o_pending.find(g) ||
-	    recently_sent(job, m, g, now, false))
-		return;
-	send_block(job, m, g, now, true, true);
+	for (uint32_t d : {2u, 8u, 32u}) {
+		const uint32_t lag = d * job.cfg.sw.planes;
+		if (sid < lag)
+			return;
+		const uint32_t g = sid - lag;
+		if (g < m.sw_base || m.final_[g] || !m.o_pending.find(g) ||
+		    recently_sent(job, m, g, now, false))
+			continue;
+		send_block(job, m, g, now, true, true);
+	}
 }
 
 // The job leaves its switches (its QP is reset or destroyed).
@@ -734,8 +758,8 @@ uint64_t SwitchPath::next_deadline(const CollJob &job) const
 	if (!m.o_pending.empty())
 		d = std::min(d, probe_due(job, m));
 	// Pacing: the next block when the window has room and waits for time.
-	if (job.sw_cc.enabled() && m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_window &&
-	    m.o_pending.size() < job.sw_cc.window()) {
+	if (job.sw_cc.enabled() && m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_span &&
+	    m.o_pending.size() < std::min(job.sw_window, job.sw_cc.window())) {
 		if (const uint64_t t = job.sw_cc.next_send_time())
 			d = std::min(d, t);
 	}

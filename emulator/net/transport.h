@@ -59,6 +59,11 @@ struct RxPacket {
 	Endpoint src;
 	IpAddr dst;
 	uint8_t ecn = 0; // the IP header's ECN bits, where the transport sees them
+	// When the packet reached this host (the socket's receive timestamp),
+	// on util::now_ns()'s clock: what it waited from then until it is
+	// handled is this endpoint's delay, not the network's (nic/cc.h).
+	// 0: not known (handled as now).
+	uint64_t rx_ns = 0;
 };
 
 class Transport {

@@ -22,8 +22,9 @@ struct UdpPort::Slot {
 	unsigned niov;
 	size_t len; // the packet's bytes
 	bool ce;    // sent with ECN CE (the impairment marked it)
-	alignas(cmsghdr) uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) +
-				      CMSG_SPACE(sizeof(in_pktinfo)) + 2 * CMSG_SPACE(sizeof(int))];
+	alignas(cmsghdr)
+		uint8_t cbuf[CMSG_SPACE(sizeof(in6_pktinfo)) + CMSG_SPACE(sizeof(in_pktinfo)) +
+			     2 * CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(timespec))];
 };
 
 namespace {
@@ -167,6 +168,14 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 				  util::errstr(errno));
 		setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &on, sizeof(on));
 	}
+
+	// The kernel's receive timestamp of each datagram: the time a packet
+	// then waits for this process (a busy host runs it late) is the
+	// endpoint's delay, which congestion control must not take for a
+	// queue in the network (nic/cc.h).
+	if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on)))
+		IBVC_INFO("port", "no receive timestamps (SO_TIMESTAMPNS): {}",
+			  util::errstr(errno));
 
 	// Segmentation offload: a run of equal-sized packets to one peer
 	// leaves in one send and, where the receiver asked for GRO, arrives in
@@ -555,6 +564,12 @@ unsigned UdpPort::rx_fill()
 		}
 		return 0;
 	}
+	// Socket timestamps are on the realtime clock: each becomes an age,
+	// then a point on the monotonic clock every timer uses.
+	const uint64_t mono = util::now_ns();
+	timespec rt;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	const uint64_t real = uint64_t(rt.tv_sec) * 1000000000ull + uint64_t(rt.tv_nsec);
 	for (int i = 0; i < n; i++) {
 		Slot &s = rx_[i];
 		msghdr &m = msgs[i].msg_hdr;
@@ -574,6 +589,7 @@ unsigned UdpPort::rx_fill()
 		bool have_dst = false;
 		size_t seg = 0;
 		p.ecn = 0;
+		p.rx_ns = mono;
 		for (cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
 			if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
 				in_pktinfo pi;
@@ -585,6 +601,14 @@ unsigned UdpPort::rx_fill()
 				memcpy(&pi, CMSG_DATA(c), sizeof(pi));
 				memcpy(p.dst.b, &pi.ipi6_addr, 16);
 				have_dst = true;
+			} else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+				timespec ts;
+				memcpy(&ts, CMSG_DATA(c), sizeof(ts));
+				const uint64_t at = uint64_t(ts.tv_sec) * 1000000000ull +
+						    uint64_t(ts.tv_nsec);
+				// A clock stepped since: no age rather than a wrong one.
+				const uint64_t age = real > at ? real - at : 0;
+				p.rx_ns = age < mono ? mono - age : mono;
 			} else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
 				int gs;
 				memcpy(&gs, CMSG_DATA(c), sizeof(gs));

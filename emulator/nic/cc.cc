@@ -10,10 +10,15 @@ namespace ibv_coll::emu {
 
 namespace {
 
-constexpr double kMinWin = 0.125; // paced at one unit each 8 round trips
-constexpr double kBeta = 0.8;	  // Swift's multiplicative decrease per excess delay
+constexpr double kMinWin = 1; // one unit in flight, always (liveness)
+constexpr double kBeta = 0.8; // Swift's multiplicative decrease per excess delay
 constexpr uint32_t kFastRecovery = 5;
 constexpr uint64_t kMinCutGapNs = 50 * util::kNsPerUs; // DCQCN's rate-reduce period
+// The least fabric delay is taken over this epoch and the last: a path
+// that became longer is learnt within two epochs, not never.
+constexpr uint64_t kBaseEpochNs = 10000 * util::kNsPerMs;
+// The target allows this many times the jitter of the fabric delay.
+constexpr uint64_t kNoiseMult = 2;
 
 } // namespace
 
@@ -22,11 +27,19 @@ void CongestionCtl::init(const CcParams *p, CcCounters *ctr, double init_win, do
 {
 	p_ = p;
 	ctr_ = ctr;
-	max_ = std::max(1.0, max_win);
-	cwnd_ = std::clamp(init_win, 1.0, max_);
+	max_ = std::max(kMinWin, max_win);
+	cwnd_ = std::clamp(init_win, kMinWin, max_);
+	efloor_ = std::max(kMinWin, std::floor(max_ / 8));
+	ecwnd_ = std::max(cwnd_, efloor_);
+	e_standing_ = e_win_min_ = e_last_cut_ = 0;
+	e_below_ = e_slow_start_ = true;
+	w_max_ = 0;
+	grew_ = true;
 	hops_ = std::max(1u, hops);
-	srtt_ = min_rtt_ = last_cut_ = next_tx_ = 0;
-	standing_ = win_min_ = win_start_ = 0;
+	srtt_ = last_cut_ = next_tx_ = 0;
+	base_cur_ = base_prev_ = epoch_at_ = jitter_ = 0;
+	standing_ = win_min_ = win_start_ = win_sum_ = 0;
+	win_n_ = 0;
 	below_ = slow_start_ = true;
 	alpha_ = 1;
 	target_ = 0;
@@ -35,38 +48,97 @@ void CongestionCtl::init(const CcParams *p, CcCounters *ctr, double init_win, do
 	recovering_ = false;
 }
 
+uint64_t CongestionCtl::base_delay() const
+{
+	if (!base_prev_)
+		return base_cur_;
+	if (!base_cur_)
+		return base_prev_;
+	return std::min(base_cur_, base_prev_);
+}
+
+uint64_t CongestionCtl::target_delay() const
+{
+	const uint64_t t = uint64_t(hops_) * (p_ ? p_->target_us : 0) * util::kNsPerUs;
+	return std::max(t, kNoiseMult * jitter_);
+}
+
+// Half the target above the base: a queue builds before it overflows, so
+// a loss that comes with one is a full queue's, one without it is not.
+bool CongestionCtl::queued() const
+{
+	const uint64_t base = base_delay();
+	return base && standing_ > base + target_delay() / 2;
+}
+
 // Cuts come at most once a round trip (the window then has had time to
 // show its effect), and at least 50 us apart.
+bool CongestionCtl::may_cut(uint64_t now) const
+{
+	return !last_cut_ || now - last_cut_ >= std::max(srtt_, kMinCutGapNs);
+}
+
 void CongestionCtl::cut(double factor, uint64_t now)
 {
+	// The first cut of a run (no growth between them) remembers where
+	// the window was: growth below half of it is fast (see on_ack).
+	if (grew_ || !w_max_)
+		w_max_ = cwnd_;
+	grew_ = false;
 	cwnd_ = std::max(kMinWin, cwnd_ * factor);
 	last_cut_ = now;
 	slow_start_ = false;
 	ctr_->rate_cuts++;
 }
 
-void CongestionCtl::on_rtt_sample(uint64_t rtt, uint64_t now)
+void CongestionCtl::on_rtt_sample(uint64_t rtt, Holding h, uint64_t now)
 {
 	if (!enabled() || !rtt)
 		return;
-	if (!min_rtt_ || rtt < min_rtt_)
-		min_rtt_ = rtt;
 	srtt_ = srtt_ ? (7 * srtt_ + rtt) / 8 : rtt;
-	// The standing round trip: the least over the last half round trip.
-	// A queue raises every sample; a node that did not run for a while
-	// (the processor is shared) raises some, and is not a reason to cut.
-	if (!win_start_ || now - win_start_ >= srtt_ / 2) {
-		standing_ = win_min_ ? win_min_ : rtt;
-		win_min_ = rtt;
-		win_start_ = now;
-	} else {
-		win_min_ = std::min(win_min_, rtt);
+	if (!h.known() || h.held >= rtt)
+		return; // held longer than the round trip: no measure of the fabric
+	if (h.held) {
+		ctr_->host_delay_samples++;
+		ctr_->host_delay_us += h.held / util::kNsPerUs;
 	}
-	const uint64_t target = min_rtt_ + uint64_t(hops_) * p_->target_us * util::kNsPerUs;
-	below_ = rtt <= target;
-	if (below_ || win_min_ <= target || standing_ <= target)
-		return;
-	if (now - last_cut_ < std::max(srtt_, kMinCutGapNs))
+	const uint64_t f = rtt - h.held;
+	const uint64_t endpoint = std::min(h.queued, h.held);
+	host_sample(endpoint, now);
+	if (!epoch_at_ || now - epoch_at_ >= kBaseEpochNs) {
+		base_prev_ = base_cur_;
+		base_cur_ = 0;
+		epoch_at_ = now;
+	}
+	if (!base_cur_ || f < base_cur_)
+		base_cur_ = f;
+	// The standing delay: the least over the last half round trip.  A
+	// queue raises every sample; noise the timestamps did not take out
+	// raises some: how far a window's samples lie above its least, on
+	// average, is the jitter the target allows for.  It is learnt while
+	// the window holds still (not while it doubles, when the samples
+	// spread because the queue grows within the window).
+	if (!win_start_ || now - win_start_ >= srtt_ / 2) {
+		const uint64_t s = win_min_ ? win_min_ : f;
+		if (win_n_ > 1 && !slow_start_ && cwnd_ >= w_max_ / 2) {
+			const uint64_t spread = win_sum_ / win_n_ - s;
+			jitter_ = jitter_ ? (15 * jitter_ + spread) / 16 : spread;
+		}
+		standing_ = s;
+		win_min_ = f;
+		win_sum_ = f;
+		win_n_ = 1;
+		win_start_ = now;
+		e_standing_ = e_win_min_;
+		e_win_min_ = endpoint;
+	} else {
+		win_min_ = std::min(win_min_, f);
+		win_sum_ += f;
+		win_n_++;
+	}
+	const uint64_t target = base_delay() + target_delay();
+	below_ = f <= target;
+	if (below_ || win_min_ <= target || standing_ <= target || !may_cut(now))
 		return;
 	const uint64_t q = std::min(standing_, win_min_);
 	const double excess = double(q - target) / double(q);
@@ -75,11 +147,39 @@ void CongestionCtl::on_rtt_sample(uint64_t rtt, uint64_t now)
 	ctr_->delay_cuts++;
 }
 
+// The endpoint window's delay signal: e, the round trip's holding at the
+// hosts it crossed (one sample in the same half round trips as the
+// fabric's; the window rolls in on_rtt_sample).
+void CongestionCtl::host_sample(uint64_t e, uint64_t now)
+{
+	if (!e_win_min_ || e < e_win_min_)
+		e_win_min_ = e;
+	if (!p_->host_target_us)
+		return;
+	const uint64_t target = uint64_t(hops_) * p_->host_target_us * util::kNsPerUs;
+	e_below_ = e <= target;
+	if (e_below_ || e_win_min_ <= target || e_standing_ <= target)
+		return;
+	if (e_last_cut_ && now - e_last_cut_ < std::max(srtt_, kMinCutGapNs))
+		return;
+	const uint64_t q = std::min(e_standing_, e_win_min_);
+	const double excess = double(q - target) / double(q);
+	ecwnd_ = std::max(efloor_,
+			  ecwnd_ * std::max(1 - kBeta * excess, 1 - p_->max_mdf_pct / 100.0));
+	e_last_cut_ = now;
+	e_slow_start_ = false;
+	ctr_->host_cuts++;
+}
+
 void CongestionCtl::on_loss(uint64_t now, bool timeout)
 {
 	if (!enabled())
 		return;
-	if (last_cut_ && now - last_cut_ < std::max(srtt_, kMinCutGapNs))
+	if (!queued()) {
+		ctr_->loss_no_queue++;
+		return;
+	}
+	if (!may_cut(now))
 		return;
 	cut(1 - p_->max_mdf_pct / (timeout ? 100.0 : 400.0), now);
 	ctr_->loss_cuts++;
@@ -100,7 +200,7 @@ void CongestionCtl::on_cnp(uint64_t now)
 	}
 	alpha_ = (1 - g) * alpha_ + g;
 	last_cnp_ = now;
-	if (last_cut_ && now - last_cut_ < std::max(srtt_, kMinCutGapNs))
+	if (!may_cut(now))
 		return;
 	target_ = cwnd_;
 	cut(1 - alpha_ / 2, now);
@@ -127,11 +227,18 @@ void CongestionCtl::on_ack(uint32_t units, uint64_t now)
 	if (!enabled())
 		return;
 	// Growth while the last round trip was below the target: one unit per
-	// unit acknowledged until the first cut (slow start, so that a long
-	// round trip fills soon), then one per window (additive increase).
+	// unit acknowledged (doubling each round trip) until the first cut,
+	// and after cuts while below half the window they began at; one per
+	// window (additive increase) otherwise.
 	if (below_) {
-		cwnd_ += slow_start_ ? double(units) : double(units) / std::max(cwnd_, 1.0);
+		const bool fast = slow_start_ || cwnd_ < w_max_ / 2;
+		cwnd_ += fast ? double(units) : double(units) / std::max(cwnd_, 1.0);
 		cwnd_ = std::min(cwnd_, max_);
+		grew_ = true;
+	}
+	if (e_below_) {
+		ecwnd_ += e_slow_start_ ? double(units) : double(units) / std::max(ecwnd_, 1.0);
+		ecwnd_ = std::min(ecwnd_, max_);
 	}
 	if (!recovering_)
 		return;
@@ -148,32 +255,31 @@ void CongestionCtl::on_ack(uint32_t units, uint64_t now)
 
 void CongestionCtl::on_send(uint64_t now)
 {
-	if (!enabled() || !srtt_ || (cwnd_ >= 1 && !p_->pace))
+	if (!enabled() || !srtt_ || !p_->pace)
 		return;
-	// Below one unit the window is a rate: one unit each srtt / cwnd.
-	// Above, the acknowledgements clock the flow and pacing (when on)
-	// only spreads a window's burst over half the round trip.
-	const double gap = cwnd_ >= 1 ? double(srtt_) / (2 * cwnd_) : double(srtt_) / cwnd_;
+	// The acknowledgements clock the flow; pacing only spreads a window's
+	// burst over half the round trip.
+	const double gap = double(srtt_) / (2 * std::min(cwnd_, ecwnd_));
 	next_tx_ = std::max(next_tx_, now - std::min<uint64_t>(now, srtt_ / 4)) + uint64_t(gap);
 }
 
 uint32_t CongestionCtl::window() const
 {
-	return cwnd_ >= 1 ? uint32_t(cwnd_) : 1;
+	return std::max(1u, uint32_t(std::min(cwnd_, ecwnd_)));
 }
 
 bool CongestionCtl::may_send(uint32_t inflight, uint64_t now) const
 {
-	if (!enabled())
-		return true;
+	if (!enabled() || !inflight)
+		return true; // nothing in flight: one unit goes, whatever the pacing
 	if (inflight >= window())
 		return false;
-	return now >= next_tx_;
+	return !p_->pace || now >= next_tx_;
 }
 
 double CongestionCtl::rate() const
 {
-	return srtt_ ? cwnd_ * 1e9 / double(srtt_) : 0;
+	return srtt_ ? std::min(cwnd_, ecwnd_) * 1e9 / double(srtt_) : 0;
 }
 
 } // namespace ibv_coll::emu

@@ -37,6 +37,9 @@ struct CollCounters {
 	uint64_t bad_key = 0, bad_job = 0, bad_block = 0, bad_node = 0, malformed = 0;
 	uint64_t seg_busy = 0, aborts_sent = 0, aborts_rcvd = 0, timeouts = 0;
 	uint64_t reductions = 0;
+	// Loss recovery before the timeout: gaps NAKed to the member that
+	// sends the blocks again (ring), NAKs taken, and tail-loss probes.
+	uint64_t naks_sent = 0, naks_rcvd = 0, probes = 0;
 	// Collective WRs finished (failed: not with success), their blocks,
 	// and those that ran round the ring because no switch served them.
 	uint64_t messages = 0, failed = 0, blocks = 0, fallbacks = 0;

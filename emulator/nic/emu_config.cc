@@ -79,6 +79,7 @@ const util::ConfigRegistrar kCollReg({"emu coll (collective engine)", kCollVars}
 enum {
 	kCc,
 	kCcTarget,
+	kCcHostTarget,
 	kCcMaxMdf,
 	kCcPace,
 	kCnpInterval,
@@ -95,15 +96,21 @@ const ConfigVar kCcVars[kCcCount] = {
 	 ConfigKind::uint, 0, 1},
 	{"IBV_COLL_EMU_CC_TARGET_US", "1000",
 	 "queueing delay the congestion window allows per queue a round trip crosses, in "
-	 "microseconds: above the least round trip seen plus this, the window shrinks",
+	 "microseconds: above the least fabric delay seen plus this, the window shrinks (the "
+	 "time packets wait at endpoints is not counted: see IBV_COLL_EMU_CC_HOST_TARGET_US)",
 	 ConfigKind::uint, 1, 1000000},
+	{"IBV_COLL_EMU_CC_HOST_TARGET_US", "250",
+	 "delay the endpoint window allows per host a round trip crosses, in microseconds: "
+	 "when the time packets wait at the hosts they cross (their receive queues, their "
+	 "processing) stays above this, the flow keeps fewer units in flight, down to an "
+	 "eighth of its cap (a host's own slowness is not cured by sending less; 0: off)",
+	 ConfigKind::uint, 0, 1000000},
 	{"IBV_COLL_EMU_CC_MAX_MDF", "50",
 	 "largest cut of the congestion window at once, percent (on loss, and on delay)",
 	 ConfigKind::uint, 1, 99},
 	{"IBV_COLL_EMU_CC_PACE", "0",
 	 "1: spread each congestion window over half its round trip; 0: send as the "
-	 "acknowledgements open the window (a window below one packet or block is paced either "
-	 "way)",
+	 "acknowledgements open the window",
 	 ConfigKind::uint, 0, 1},
 	{"IBV_COLL_EMU_CNP_INTERVAL_US", "50",
 	 "a receiver of CE-marked packets returns at most one CNP per flow in this many "
@@ -195,6 +202,9 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kCcVars[kCcTarget], &v)))
 		return err;
 	c.cc.target_us = uint32_t(v);
+	if ((err = util::config_uint(kCcVars[kCcHostTarget], &v)))
+		return err;
+	c.cc.host_target_us = uint32_t(v);
 	if ((err = util::config_uint(kCcVars[kCcMaxMdf], &v)))
 		return err;
 	c.cc.max_mdf_pct = uint32_t(v);

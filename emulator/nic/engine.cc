@@ -86,7 +86,8 @@ Engine::~Engine()
 			"bad source {}, bad state {}, rc: tx {} pkts {} B rx {} pkts {} B retrans {} timeouts {} "
 			"seq naks {}/{} rnr naks {}/{} dup {}, coll: msgs {} failed {} fallbacks {} blocks {} data {}/{} "
 			"result {}/{} retrans {}/{} dup {} early {}/{} stale {} bad key {} job {} "
-			"block {} node {} malformed {} seg busy {} aborts {}/{} timeouts {}",
+			"block {} node {} malformed {} seg busy {} aborts {}/{} timeouts {} naks {}/{} "
+			"probes {}",
 			params.name, pc.tx_packets, pc.tx_bytes, pc.tx_syscalls, pc.tx_gso,
 			pc.rx_packets, pc.rx_bytes, pc.rx_syscalls, pc.rx_gro, pc.rx_ce,
 			n.rx_icrc_err, n.rx_malformed, n.rx_no_qp, n.rx_bad_src, n.rx_bad_state,
@@ -97,14 +98,17 @@ Engine::~Engine()
 			c.retrans_data, c.retrans_result, c.dup_dropped, c.early_stored,
 			c.early_dropped, c.stale_dropped, c.bad_key, c.bad_job, c.bad_block,
 			c.bad_node, c.malformed, c.seg_busy, c.aborts_sent, c.aborts_rcvd,
-			c.timeouts);
-		IBVC_INFO("emu",
-			  "{}: cc: cnps {}/{} cuts {} (delay {} loss {} cnp {}) fast retrans {} "
-			  "retrans bytes {}, impairment: dropped {} duplicated {} reordered {}",
-			  params.name, n.cc.cnp_sent, n.cc.cnp_rcvd, n.cc.rate_cuts,
-			  n.cc.delay_cuts, n.cc.loss_cuts, n.cc.cnp_cuts, n.cc.fast_retrans,
-			  n.cc.retrans_bytes, pc.impair_dropped, pc.impair_duplicated,
-			  pc.impair_reordered);
+			c.timeouts, c.naks_sent, c.naks_rcvd, c.probes);
+		IBVC_INFO(
+			"emu",
+			"{}: cc: cnps {}/{} cuts {} (delay {} loss {} cnp {} host {}) loss without a "
+			"queue {} fast retrans {} retrans bytes {}, host delay {} us in {} "
+			"samples, impairment: dropped {} duplicated {} reordered {}",
+			params.name, n.cc.cnp_sent, n.cc.cnp_rcvd, n.cc.rate_cuts, n.cc.delay_cuts,
+			n.cc.loss_cuts, n.cc.cnp_cuts, n.cc.host_cuts, n.cc.loss_no_queue,
+			n.cc.fast_retrans, n.cc.retrans_bytes, n.cc.host_delay_us,
+			n.cc.host_delay_samples, pc.impair_dropped, pc.impair_duplicated,
+			pc.impair_reordered);
 	}
 }
 
@@ -438,6 +442,7 @@ void Engine::handle_packet(const RxPacket &rx)
 	p.len = len;
 	p.src = rx.src;
 	p.ecn = rx.ecn;
+	p.rx_ns = rx.rx_ns;
 	p.bth = Bth::load(rx.data);
 	if (p.bth.opcode == kOpCnp) {
 		on_cnp(p);

@@ -22,7 +22,10 @@ struct InPacket {
 	// (the payload and its pad), which a packet forwarding the payload
 	// reuses for its own ICRC.
 	uint32_t tail_crc;
-	uint8_t ecn = 0; // the IP header's ECN bits
+	uint8_t ecn = 0;    // the IP header's ECN bits
+	uint64_t rx_ns = 0; // when it reached the host (RxPacket::rx_ns; 0: not known)
+	// How long it waited here before being handled at now.
+	uint64_t held(uint64_t now) const { return rx_ns && rx_ns < now ? now - rx_ns : 0; }
 };
 
 } // namespace ibv_coll::emu

@@ -278,12 +278,14 @@ static uint32_t retry_point(const Qp &qp)
 	return qp.una;
 }
 
-static void advance_una(Engine &e, Qp &qp, uint32_t una, uint64_t now)
+// held: how long the acknowledgement waited at this host before now (the
+// socket's timestamp): not the network's delay.
+static void advance_una(Engine &e, Qp &qp, uint32_t una, uint64_t now, uint64_t held = 0)
 {
 	if (psn_diff(una, qp.una) > 0) {
 		if (qp.cc_sent && psn_diff(una, qp.cc_psn) > 0) {
 			const uint64_t rtt = now - qp.cc_sent;
-			qp.cc.on_rtt_sample(rtt, now);
+			qp.cc.on_rtt_sample(rtt, Holding{held, held}, now);
 			qp.srtt = qp.srtt ? (7 * qp.srtt + rtt) / 8 : rtt;
 			qp.cc_sent = 0;
 		}
@@ -426,7 +428,7 @@ void Engine::req_on_ack(Qp &qp, const InPacket &p)
 		qp.rto_deadline = now + qp.rto_ns;
 	switch (aeth_kind(a.syndrome)) {
 	case AethKind::ack:
-		advance_una(*this, qp, psn_add(psn, 1), now);
+		advance_una(*this, qp, psn_add(psn, 1), now, p.held(now));
 		sr_answer(*this, qp, true);
 		break;
 	case AethKind::rnr_nak:
@@ -529,7 +531,8 @@ void Engine::req_on_read_resp(Qp &qp, const InPacket &p)
 	m.read_rcvd++;
 	if (m.read_rcvd == m.npkts)
 		m.done = true;
-	advance_una(*this, qp, psn_add(psn, 1), util::now_ns());
+	const uint64_t now = util::now_ns();
+	advance_una(*this, qp, psn_add(psn, 1), now, p.held(now));
 }
 
 void Engine::req_timers(Qp &qp, uint64_t now)

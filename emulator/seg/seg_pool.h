@@ -32,7 +32,12 @@ struct SegUnit {
 	uint32_t len = 0;      // payload bytes
 	uint64_t node_pending = 0;
 	uint64_t rank_pending = 0;
-	uint64_t node_map = 0;	 // nodes whose data the payload holds
+	uint64_t node_map = 0; // nodes whose data the payload holds
+	// Protocol specific: the CETH hold and queue of the block, and a time
+	// (the NIC's blocks kept early: what they came with, and when they
+	// reached this host; the switch: see switch_fold.cc).
+	uint32_t hold = 0, queue = 0;
+	uint64_t rx_ns = 0;
 	uint8_t *data = nullptr; // unit_bytes of payload
 	// The switch sends a result from the unit itself: the payload's CRC
 	// (crc32_update(0, data || pad)), and the port's lend mark of the

@@ -134,6 +134,10 @@ private:
 		// Partials that came before their turn, by unit (granted entries;
 		// the vectors keep their capacity from block to block).
 		std::vector<std::vector<Stash>> stash;
+		// When each child's partial of each unit's block arrived (unit *
+		// children + child): what the result to it then says it was held
+		// here (the CETH hold, for the member's congestion control).
+		std::vector<uint64_t> arrive;
 		uint64_t last_seen = 0;
 		uint32_t released = 0;	    // children that said goodbye
 		std::vector<Child> retired; // the previous incarnation's children
@@ -171,6 +175,7 @@ private:
 		Endpoint src;
 		IpAddr dst;
 		uint32_t tail_crc; // crc32_update(0, payload || pad)
+		uint64_t rx_ns;	   // RxPacket::rx_ns, or when it was taken in
 	};
 
 	void handle(const RxPacket &rx);
@@ -198,7 +203,8 @@ private:
 	void unstash(Job &j, uint32_t unit); // drop a unit's waiting partials
 	void complete_unit(Job &j, uint32_t unit);
 	void send_up(Job &j, uint32_t unit);
-	void send_result(Job &j, uint32_t unit, const Child &c);
+	void send_result(Job &j, uint32_t unit, const Child &c, uint64_t now);
+	void note_arrival(Job &j, uint32_t unit, const Child &c, uint64_t at);
 	// Loss recovery (wire/swproto.h): NAK the children whose partials
 	// the unit lacks, look for such units behind one just completed, and
 	// answer a child's ASK.

@@ -3,6 +3,8 @@
 // result that packets carrying it reuse.
 #include "switch/switch.h"
 
+#include "util/clock.h"
+
 #include "util/log.h"
 #include "wire/coll_codec.h"
 
@@ -43,6 +45,7 @@ bool Switch::parse(const RxPacket &rx, In &p)
 	p.src = rx.src;
 	p.dst = rx.dst;
 	p.tail_crc = c.tail_crc;
+	p.rx_ns = rx.rx_ns ? rx.rx_ns : util::now_ns();
 	return true;
 }
 

@@ -66,6 +66,20 @@ void Switch::complete_unit(Job &j, uint32_t unit)
 		u.filled = true;
 	}
 	seal(u);
+	// The CETH hold and queue of the results (send_result): u.rx_ns is
+	// when the result is ready here (a leaf: when its partial went up,
+	// until the parent's result comes), u.queue how long it queued here
+	// since the last partial it waited for arrived, u.hold the fabric's
+	// part of the wait above us.
+	const uint64_t now = util::now_ns();
+	uint64_t last = 0;
+	const size_t nc = j.children.size();
+	if (j.arrive.size() == size_t(j.granted) * nc)
+		for (size_t c = 0; c < nc; c++)
+			last = std::max(last, j.arrive[unit * nc + c]);
+	u.queue = hold_add(0, last && last < now ? now - last : 0);
+	u.rx_ns = now;
+	u.hold = 0;
 	if (j.has_parent) {
 		u.kind = kUnitUp;
 		send_up(j, unit);
@@ -73,7 +87,7 @@ void Switch::complete_unit(Job &j, uint32_t unit)
 		u.kind = kUnitDone;
 		j.ctr.results++;
 		for (const Child &c : j.children)
-			send_result(j, unit, c);
+			send_result(j, unit, c, now);
 	}
 	find_missing(j, unit);
 }
@@ -136,12 +150,33 @@ void Switch::send_up(Job &j, uint32_t unit)
 	u.lent = port_->tx_lend_mark();
 }
 
-// The result to one child: the data if it needs it, else a token.
-void Switch::send_result(Job &j, uint32_t unit, const Child &c)
+// A child's partial of the unit's block is here (its first copy).
+void Switch::note_arrival(Job &j, uint32_t unit, const Child &c, uint64_t at)
+{
+	const size_t nc = j.children.size();
+	if (j.arrive.size() != size_t(j.granted) * nc)
+		j.arrive.assign(size_t(j.granted) * nc, 0);
+	j.arrive[unit * nc + size_t(&c - j.children.data())] = at;
+}
+
+// The result to one child: the data if it needs it, else a token.  Its
+// hold is the time since the child's partial arrived, less the fabric's
+// part of it above us (a leaf's round trip to its spine, u.hold): the
+// child's round trip less it is its own fabric's delay (nic/cc.h).
+void Switch::send_result(Job &j, uint32_t unit, const Child &c, uint64_t now)
 {
 	SegUnit &u = pool_.unit(j.seg_base + unit);
 	Ceth h = unit_header(u, j.jid, j.key, unit);
 	h.node_map = j.members;
+	const size_t nc = j.children.size(), ci = size_t(&c - j.children.data());
+	const uint64_t at = j.arrive.size() == size_t(j.granted) * nc ? j.arrive[unit * nc + ci]
+								      : 0;
+	if (u.hold == kHoldUnknown || !at || at > now || now - at < u.hold) {
+		h.hold = kHoldUnknown;
+	} else {
+		h.hold = hold_add(0, now - at - u.hold);
+		h.queue = hold_add(u.queue, now > u.rx_ns ? now - u.rx_ns : 0);
+	}
 	bool data = u.src_node == 0 || (c.cover >> (u.src_node - 1) & 1);
 	send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, u.data, data ? u.len : 0, &u.crc);
 	u.lent = port_->tx_lend_mark();
@@ -207,14 +242,19 @@ void Switch::on_ask(Job &j, Child &c, const In &p)
 		send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, nullptr, 0);
 	} else if (u.kind == kUnitDone) {
 		j.ctr.retrans_answered++;
-		send_result(j, unit, c);
+		send_result(j, unit, c, util::now_ns());
 	} else if (u.kind == kUnitUp) {
 		j.ctr.resent_up++;
 		send_up(j, unit); // the parent may have lost ours, or we its result
 	} else {
-		// Still collecting: a NAK to the asker alone (the others are
-		// NAKed as later blocks complete, or when they ask), naming it
-		// if its partial is missing, else the nodes the unit waits for.
+		// Still collecting: a NAK to the asker, naming it if its
+		// partial is missing, else the nodes the unit waits for; and
+		// then a NAK to each of those too.  They are NAKed as later
+		// blocks complete, but a window stalled on this very block
+		// completes none, and a member whose repeat (or NAK) was lost
+		// again would wait for its own probe: the others' probes
+		// reach it sooner (a member sends a partial again once a round
+		// trip at most, however many NAKs name it).
 		uint64_t missing = u.node_pending;
 		for (const Stash &s : j.stash[unit])
 			missing &= ~s.cover;
@@ -222,6 +262,8 @@ void Switch::on_ask(Job &j, Child &c, const In &p)
 		Ceth h = nak_header(unit_header(u, j.jid, j.key, unit), mine ? mine : missing);
 		j.ctr.naks++;
 		send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, nullptr, 0);
+		if (!mine)
+			send_naks(j, unit, ~c.cover);
 	}
 }
 
@@ -311,6 +353,7 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 				if (p.paylen && !u.len)
 					u.len = p.paylen;
 				j.ctr.delivered++;
+				note_arrival(j, unit, c, p.rx_ns);
 				fold(j, unit, p.h.node_map, p.payload, p.paylen);
 				return;
 			}
@@ -319,7 +362,7 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 		j.ctr.duplicates++;
 		if (u.kind == kUnitDone) {
 			j.ctr.retrans_answered++;
-			send_result(j, unit, c);
+			send_result(j, unit, c, util::now_ns());
 		} else if (u.kind == kUnitUp) {
 			j.ctr.resent_up++;
 			send_up(j, unit); // the parent may have lost ours
@@ -347,6 +390,7 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 	u.src_node = p.h.phase;
 	u.len = p.paylen;
 	j.ctr.delivered++;
+	note_arrival(j, unit, c, p.rx_ns);
 	fold(j, unit, p.h.node_map, p.payload, p.paylen);
 }
 
@@ -399,9 +443,18 @@ void Switch::on_result(const In &p)
 	u.len = len;
 	if (len != p.paylen)
 		seal(u);
+	// The fabric's part of the wait since our partial went up: the round
+	// trip to the parent less the parent's own holding (kHoldUnknown: the
+	// parent could not say, and nor can we).
+	const uint64_t up = p.rx_ns > u.rx_ns ? p.rx_ns - u.rx_ns : 0;
+	u.hold = p.h.hold == kHoldUnknown || up < p.h.hold ? kHoldUnknown
+							   : hold_add(0, up - p.h.hold);
+	u.queue = hold_add(u.queue, p.h.queue);
+	u.rx_ns = p.rx_ns; // ready here
 	j.ctr.results++;
+	const uint64_t now = util::now_ns();
 	for (const Child &c : j.children)
-		send_result(j, p.h.seg, c);
+		send_result(j, p.h.seg, c, now);
 }
 
 } // namespace ibv_coll::emu

@@ -26,7 +26,21 @@
 //                   (blocks numbered across messages from 0 at each
 //                   incarnation), which orders the uses of a Seg unit; 0
 //                   elsewhere
-//  56
+//  56 u32 hold      DATA/RESULT: nanoseconds the block spent held at the
+//                   endpoints (NICs and switches) it passed since it left
+//                   the node that sent it first: from each one's receipt
+//                   (the socket's timestamp) to its sending it on.  The
+//                   sender of the block subtracts it from the round trip
+//                   to measure the fabric's delay alone (congestion
+//                   control, nic/cc.h); 0xffffffff: more than that (no
+//                   measure); 0 elsewhere
+//  60 u32 queue     DATA/RESULT: the part of hold the block spent queued
+//                   and processed, not waiting for an application to post
+//                   its collective (a NIC ring member's early blocks) or
+//                   for other members' partials (a switch): the endpoints'
+//                   congestion, which the sender's endpoint window follows
+//                   (nic/cc.h); saturating as hold; 0 elsewhere
+//  64
 #pragma once
 
 #include "wire/bytes.h"
@@ -36,7 +50,15 @@
 
 namespace ibv_coll::emu::wire {
 
-constexpr size_t kCethBytes = 56;
+constexpr size_t kCethBytes = 64;
+
+// CETH hold: saturating, in nanoseconds.
+constexpr uint32_t kHoldUnknown = 0xffffffff;
+inline uint32_t hold_add(uint32_t hold, uint64_t ns)
+{
+	const uint64_t h = uint64_t(hold) + ns;
+	return h >= kHoldUnknown ? kHoldUnknown : uint32_t(h);
+}
 
 // BTH opcodes of collective packets.
 enum CollKind : uint8_t {
@@ -92,6 +114,8 @@ struct Ceth {
 	uint64_t job_key = 0;
 	uint32_t inc = 0;
 	uint32_t seq = 0;
+	uint32_t hold = 0;
+	uint32_t queue = 0;
 
 	void store(uint8_t *p) const
 	{
@@ -112,6 +136,8 @@ struct Ceth {
 		store_be64(p + 40, job_key);
 		store_be32(p + 48, inc);
 		store_be32(p + 52, seq);
+		store_be32(p + 56, hold);
+		store_be32(p + 60, queue);
 	}
 	static Ceth load(const uint8_t *p)
 	{
@@ -133,6 +159,8 @@ struct Ceth {
 		c.job_key = load_be64(p + 40);
 		c.inc = load_be32(p + 48);
 		c.seq = load_be32(p + 52);
+		c.hold = load_be32(p + 56);
+		c.queue = load_be32(p + 60);
 		return c;
 	}
 };

@@ -77,6 +77,8 @@ F.node_map = ProtoField.uint64("ibv_coll.ceth.node_map", "Node bitmap", base.HEX
 F.rank_map = ProtoField.uint64("ibv_coll.ceth.rank_map", "Rank bitmap", base.HEX)
 F.job_key = ProtoField.uint64("ibv_coll.ceth.job_key", "Job key", base.HEX)
 F.inc = ProtoField.uint32("ibv_coll.ceth.inc", "Incarnation", base.DEC)
+F.hold = ProtoField.uint32("ibv_coll.ceth.hold", "Held at endpoints (ns)", base.DEC)
+F.queue = ProtoField.uint32("ibv_coll.ceth.queue", "Queued at endpoints (ns)", base.DEC)
 F.seq = ProtoField.uint32("ibv_coll.ceth.seq", "Block number in the job", base.DEC)
 F.t_node = ProtoField.uint16("ibv_coll.task.node", "Sender node", base.DEC)
 F.t_nodes = ProtoField.uint16("ibv_coll.task.nodes", "Members", base.DEC)
@@ -104,7 +106,7 @@ p.experts = { e_short, e_len }
 local f_opcode = Field.new("infiniband.bth.opcode")
 local f_udp_len = Field.new("udp.length")
 
-local BTH, CETH, TASK, ICRC = 12, 56, 48, 4
+local BTH, CETH, TASK, ICRC = 12, 64, 48, 4
 
 -- The task information (swproto.h Task).
 local function add_task(tree, tvb, off)
@@ -183,6 +185,8 @@ local function dissect_one(tvb, pinfo, root, bth, roce, kind)
 	ceth:add(F.job_key, tvb(c + 40, 8))
 	ceth:add(F.inc, tvb(c + 48, 4))
 	ceth:add(F.seq, tvb(c + 52, 4))
+	ceth:add(F.hold, tvb(c + 56, 4))
+	ceth:add(F.queue, tvb(c + 60, 4))
 
 	-- The payload, without the BTH's pad, and its length as the CETH says.
 	local pad = bit.band(bit.rshift(tvb(bth + 1, 1):uint(), 4), 3)

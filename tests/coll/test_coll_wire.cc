@@ -51,6 +51,7 @@ struct Ceth {
 	uint64_t node_map = 0, rank_map = 1, key = 0;
 	uint32_t inc = 1; // the device's QP was given its job once
 	uint32_t seq = 0;
+	uint32_t hold = 0, queue = 0;
 };
 
 struct Packet {
@@ -114,6 +115,8 @@ public:
 		put64(r, h.key);
 		put32(r, h.inc);
 		put32(r, h.seq);
+		put32(r, h.hold);
+		put32(r, h.queue);
 		r.insert(r.end(), payload.begin(), payload.end());
 		r.insert(r.end(), size_t(extra_payload) + pad, 0);
 		uint32_t crc = ref_icrc(false, kLo, kLo, port_, to_port, r);
@@ -139,7 +142,7 @@ public:
 		sockaddr_in a{};
 		socklen_t l = sizeof(a);
 		ssize_t n = recvfrom(fd_, b, sizeof(b), 0, reinterpret_cast<sockaddr *>(&a), &l);
-		if (n < 12 + 56 + 4)
+		if (n < 12 + 64 + 4)
 			return false;
 		p->opcode = b[0];
 		p->dqpn = be32(b + 4) & 0xffffff;
@@ -163,8 +166,10 @@ public:
 		h.key = be64(c + 40);
 		h.inc = be32(c + 48);
 		h.seq = be32(c + 52);
+		h.hold = be32(c + 56);
+		h.queue = be32(c + 60);
 		uint32_t pad = (b[1] >> 4) & 3;
-		p->payload.assign(b + 68, b + n - 4 - pad);
+		p->payload.assign(b + 76, b + n - 4 - pad);
 		std::vector<uint8_t> roce(b, b + n - 4);
 		uint32_t crc = uint32_t(b[n - 4]) | uint32_t(b[n - 3]) << 8 |
 			       uint32_t(b[n - 2]) << 16 | uint32_t(b[n - 1]) << 24;
@@ -290,6 +295,8 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	EXPECT_EQ(p.h.key, kKey);
 	EXPECT_EQ(p.h.inc, 1u) << "the QP's first job is incarnation 1";
 	EXPECT_EQ(p.h.seq, 0u) << "seq numbers switch-path blocks only";
+	EXPECT_EQ(p.h.hold, 0u) << "a block's first sender held it nowhere";
+	EXPECT_EQ(p.h.queue, 0u);
 	EXPECT_EQ(p.h.len, 4);
 	EXPECT_EQ(first_i32(p.payload), 10);
 

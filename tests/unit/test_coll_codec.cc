@@ -100,6 +100,8 @@ std::vector<uint8_t> hand_packet(uint8_t opcode = 0xe0, uint16_t ceth_len = 13)
 		0xde, 0xad, 0xbe, 0xef, 0x01, 0x02, 0x03, 0x04, // job_key
 		0x00, 0x00, 0x00, 0x02,		 // inc
 		0x00, 0x00, 0x01, 0x00,		 // seq
+		0x00, 0x01, 0xe2, 0x40,		 // hold: 123456 ns
+		0x00, 0x00, 0x30, 0x39,		 // queue: 12345 ns
 		// extension (task information)
 		0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7,
 		// payload, pad
@@ -130,6 +132,8 @@ Ceth hand_ceth()
 	h.job_key = 0xdeadbeef01020304ull;
 	h.inc = 2;
 	h.seq = 256;
+	h.hold = 123456;
+	h.queue = 12345;
 	return h;
 }
 
@@ -145,7 +149,7 @@ TEST(CollCodec, EncodeMatchesHandAssembledPacket)
 	// Payload built after the headers, sealed in place.
 	std::vector<uint8_t> buf(256, 0xcc);
 	const size_t hdr = coll_encode(buf.data(), kCollData, 0x123456, h.sid, h, kExt, 8, 5);
-	ASSERT_EQ(hdr, 12u + 56u + 8u);
+	ASSERT_EQ(hdr, 12u + 64u + 8u);
 	memcpy(buf.data() + hdr, kPayload, 5);
 	const size_t n = roce_seal(endpoints(), buf.data(), hdr, 5);
 	ASSERT_EQ(n, want.size());
@@ -178,7 +182,7 @@ TEST(CollCodec, IcrcMatchesBitwiseReference)
 {
 	// Several lengths, through the table and the folding code alike.
 	for (uint32_t paylen : {0u, 1u, 4u, 61u, 200u, 1021u, 4096u}) {
-		std::vector<uint8_t> buf(12 + 56 + paylen + 8);
+		std::vector<uint8_t> buf(12 + 64 + paylen + 8);
 		Ceth h = hand_ceth();
 		const size_t hdr = coll_encode(buf.data(), kCollResult, 7, h.sid, h, nullptr, 0,
 					       paylen);
@@ -224,9 +228,11 @@ TEST(CollCodec, DecodeHandAssembledPacket)
 	EXPECT_EQ(rx.h.job_key, want.job_key);
 	EXPECT_EQ(rx.h.inc, 2u);
 	EXPECT_EQ(rx.h.seq, 256u);
+	EXPECT_EQ(rx.h.hold, 123456u);
+	EXPECT_EQ(rx.h.queue, 12345u);
 	// The payload is the extension and the data (the receiver splits them).
 	ASSERT_EQ(rx.paylen, 13u);
-	EXPECT_EQ(rx.payload, pkt.data() + 12 + 56);
+	EXPECT_EQ(rx.payload, pkt.data() + 12 + 64);
 	EXPECT_EQ(memcmp(rx.payload, kExt, 8), 0);
 	EXPECT_EQ(memcmp(rx.payload + 8, kPayload, 5), 0);
 	EXPECT_EQ(rx.len, pkt.size() - 4);
@@ -240,12 +246,12 @@ TEST(CollCodec, RejectsDamagedPackets)
 	CollRx rx;
 	EXPECT_EQ(coll_decode(ep, good.data(), 0, &rx), CollError::empty);
 	// Cut anywhere short of BTH + CETH + ICRC.
-	for (size_t n : {size_t(1), size_t(15), size_t(12 + 56 + 3)})
+	for (size_t n : {size_t(1), size_t(15), size_t(12 + 64 + 3)})
 		EXPECT_EQ(coll_decode(ep, good.data(), n, &rx), CollError::truncated) << n;
 	// Cut after the headers: the ICRC no longer matches.
 	EXPECT_EQ(coll_decode(ep, good.data(), good.size() - 2, &rx), CollError::bad_icrc);
 	// One bit of the payload, of the CETH, of the ICRC.
-	for (size_t at : {size_t(12 + 56 + 9), size_t(12 + 20), good.size() - 1}) {
+	for (size_t at : {size_t(12 + 64 + 9), size_t(12 + 20), good.size() - 1}) {
 		std::vector<uint8_t> bad = good;
 		bad[at] ^= 0x10;
 		EXPECT_EQ(coll_decode(ep, bad.data(), bad.size(), &rx), CollError::bad_icrc) << at;
@@ -281,8 +287,8 @@ TEST(CollCodec, ParseChecksTheHeaderAndThePad)
 	bad[3] = 0xfe; // another P_Key
 	EXPECT_EQ(coll_parse(bad.data(), bad.size(), &rx), CollError::bad_header);
 	// A pad longer than what follows the CETH.
-	std::vector<uint8_t> hdr_only(v.begin(), v.begin() + 12 + 56 + 2);
+	std::vector<uint8_t> hdr_only(v.begin(), v.begin() + 12 + 64 + 2);
 	hdr_only[1] = 0x70;
 	EXPECT_EQ(coll_parse(hdr_only.data(), hdr_only.size(), &rx), CollError::bad_length);
-	EXPECT_EQ(coll_parse(v.data(), 12 + 55, &rx), CollError::truncated);
+	EXPECT_EQ(coll_parse(v.data(), 12 + 63, &rx), CollError::truncated);
 }

@@ -49,6 +49,10 @@ struct Faults {
 	// A one-way delay, varying uniformly by up to jitter either way; a
 	// sender's packets keep their order (as IBV_COLL_EMU_IMPAIR's).
 	uint64_t delay_ns = 0, jitter_ns = 0;
+	// Each sender's link rate (0: none): a packet leaves when the link
+	// has sent what went before it (no queue limit), then the delay.
+	uint64_t rate_bps = 0;
+	std::map<uint8_t, uint64_t> rate_of; // a sender's own rate, by its address's last byte
 };
 
 class Net {
@@ -65,7 +69,16 @@ public:
 		sent++;
 		if (f.delay_ns) {
 			const double j = f.jitter_ns * (2 * u_(rng_) - 1);
-			p.due = *clock + uint64_t(double(f.delay_ns) + j);
+			uint64_t start = *clock;
+			if (f.rate_bps) {
+				uint64_t &busy = link_free_[p.src.ip.b[15]];
+				auto r = f.rate_of.find(p.src.ip.b[15]);
+				const uint64_t bps = r == f.rate_of.end() ? f.rate_bps : r->second;
+				busy = std::max(busy, *clock) +
+				       (p.bytes.size() + 50) * 8 * 1000000000ull / bps;
+				start = busy;
+			}
+			p.due = start + uint64_t(double(f.delay_ns) + j);
 			bool known = false;
 			for (auto &l : last_due_) {
 				if (l.first == p.src) {
@@ -118,6 +131,7 @@ public:
 
 private:
 	std::vector<std::pair<Endpoint, uint64_t>> last_due_;
+	std::map<uint8_t, uint64_t> link_free_; // per sender (its address's last byte)
 	std::mt19937_64 rng_;
 	std::uniform_real_distribution<double> u_{0.0, 1.0};
 };
@@ -246,6 +260,12 @@ public:
 			asks++;
 			const uint64_t me = 1ull << h.src_node;
 			send_nak(h, h.src_node, b.have & me ? full() & ~b.have : me);
+			// The members the block waits for are told too, as the
+			// real switch does (switch_fold.cc, on_ask).
+			if (b.have & me)
+				for (uint16_t n = 0; n < members_.size(); n++)
+					if (!(b.have >> n & 1))
+						send_nak(h, n, 1ull << n);
 			return;
 		}
 		if (b.have & (1ull << h.src_node)) {
@@ -261,6 +281,7 @@ public:
 			b.sum[i] = int32_t(uint32_t(b.sum[i]) + uint32_t(v));
 		}
 		b.have |= 1ull << h.src_node;
+		b.arrived[h.src_node] = *net_.clock;
 		folded++;
 		if (b.have == full())
 			for (uint16_t n = 0; n < members_.size(); n++)
@@ -271,6 +292,7 @@ private:
 	struct Block {
 		uint64_t have = 0;
 		std::vector<int32_t> sum;
+		uint64_t arrived[64] = {}; // when each member's partial came
 	};
 	uint64_t full() const { return (1ull << members_.size()) - 1; }
 	void send_result(const wire::Ceth &in, const Block &b, uint16_t to)
@@ -286,6 +308,10 @@ private:
 		h.node_map = full();
 		h.rank_map = 0;
 		h.len = uint16_t(b.sum.size() * 4);
+		// Held since the member's partial came (the CETH hold: what it
+		// waited for the others), queued for none of it.
+		h.hold = uint32_t(*net_.clock - b.arrived[to]);
+		h.queue = 0;
 		h.store(pkt.data() + wire::kBthBytes);
 		memcpy(pkt.data() + wire::kBthBytes + wire::kCethBytes, b.sum.data(),
 		       b.sum.size() * 4);
@@ -330,7 +356,7 @@ struct Node {
 class Cluster {
 public:
 	Cluster(const std::vector<uint16_t> &ranks, Topology topo, uint64_t seed, bool with_switch,
-		uint32_t timeout_ms = 200, uint32_t rto_us = 2000)
+		uint32_t timeout_ms = 200, uint32_t rto_us = 2000, uint32_t seg_count = 64)
 		: net(seed)
 	{
 		net.clock = &clock;
@@ -340,7 +366,7 @@ public:
 		cfg.key = 0x5eed0000ull + seed;
 		cfg.topology = topo;
 		cfg.seg_base = 0;
-		cfg.seg_count = 64;
+		cfg.seg_count = seg_count;
 		for (uint32_t i = 0; i < n; i++) {
 			JobMember m;
 			m.ep = Endpoint{node_ip(i), kPort, 0};
@@ -365,7 +391,8 @@ public:
 			nd->params = make_params(i, timeout_ms, rto_us);
 			nd->ranks = ranks[i];
 			nd->host = std::make_unique<FakeHost>(nd->params, net, clock, eps[i]);
-			nd->svc = make_coll_service(*nd->host, 128, kSegUnitBytes);
+			nd->svc = make_coll_service(*nd->host, std::max(128u, seg_count),
+						    kSegUnitBytes);
 			nd->sq = std::make_unique<Queue>(8, coll_wqe_stride(ranks[i]));
 			nd->qp.qpn = kQpn;
 			nd->qp.pdn = 1;
@@ -448,8 +475,14 @@ public:
 				all &= is_dead(*nd) || nd->host->cqes.size() >= cqes;
 			if (all && net.queue.empty())
 				return true;
-			if (batch.empty())
-				clock += 100000; // 100 us of quiet: let the timers run
+			if (batch.empty()) {
+				// Quiet: let the timers run, or the next packet arrive.
+				uint64_t step = 100000;
+				for (const Pkt &q : net.queue)
+					if (q.due > clock)
+						step = std::min(step, q.due - clock);
+				clock += net.f.rate_bps ? std::max<uint64_t>(step, 1000) : step;
+			}
 		}
 		return false;
 	}
@@ -656,7 +689,12 @@ TEST(CollPathsSwitchLoss, JitterDoesNotStallTheWindow)
 		// Round trips of 2 to 18 ms (10 on average): a block per round
 		// trip takes about 3.3 s; the crawl took 15 to 23.
 		EXPECT_LT(secs, 5.0) << "seed " << seed;
-		EXPECT_LT(c.fsw->asks, blocks / 2) << "seed " << seed;
+		// A member probes (ASKs, no payload) a block whose result is
+		// later than its round trip and four times its variation allow,
+		// the oldest first, whatever else completes: here the slowest
+		// member's partial, up to 9 ms late, makes some of them.  The
+		// crawl asked two to four times per block.
+		EXPECT_LT(c.fsw->asks, blocks) << "seed " << seed;
 		for (size_t n = 0; n < c.nodes.size(); n++) {
 			expect_accounted(*c.nodes[n], n);
 			EXPECT_EQ(c.nodes[n]->svc->counters().failed, 0u);
@@ -773,4 +811,54 @@ TEST(CollPathsForged, CountedAndHarmless)
 	EXPECT_EQ(node, forged);
 	for (size_t n = 0; n < c.nodes.size(); n++)
 		expect_accounted(*c.nodes[n], n);
+}
+
+// Loss that costs what it should (issue 25): at 5 % loss on every packet,
+// both ways, a 1 MiB allreduce of 4 nodes takes at most 1.6 times its
+// loss-free time, round the ring and through the switch, in the fake
+// network's time (links of 400 Mbit/s, 20 us each way, the switch's link
+// N times as fast, as on the shaped namespace fabric).  A lost block is
+// found by the gaps it leaves and by tail-loss probes, not by its timeout,
+// and a block waiting for its repeat holds up the others only once the
+// Seg units run out.  (Before: the switch path took 14 times as long,
+// most of it in a window stalled behind each lost block.)
+TEST(CollPathsLoss, CostsAFractionOfTheLossFreeTime)
+{
+	for (Topology t : {Topology::ring, Topology::sw}) {
+		double ms[2];
+		for (int lossy = 0; lossy < 2; lossy++) {
+			Cluster c({1, 1, 1, 1}, t, 5, t != Topology::ring, 5000, 20000, 1024);
+			c.net.f.delay_ns = 20000;
+			c.net.f.rate_bps = 400000000;
+			c.net.f.rate_of[c.sw_ep.ip.b[15]] = 4 * c.net.f.rate_bps;
+			c.net.f.loss = lossy ? 0.05 : 0;
+			const uint64_t start = c.clock;
+			c.post_allreduce(1, 64 * 4096, 9);
+			ASSERT_TRUE(c.run(1, 60000 * kMs));
+			expect_results(c, 1);
+			ms[lossy] = double(c.clock - start) / 1e6;
+			uint64_t again = 0;
+			for (auto &nd : c.nodes)
+				again += nd->svc->counters().retrans_data +
+					 nd->svc->counters().retrans_result;
+			if (getenv("LOSSDBG"))
+				for (auto &nd : c.nodes) {
+					const CollCounters k = nd->svc->counters();
+					std::cout << "  probes " << k.probes << " naks "
+						  << k.naks_sent << "/" << k.naks_rcvd
+						  << " timeouts? retrans " << k.retrans_data << "/"
+						  << k.retrans_result << " cuts "
+						  << nd->host->cc.rate_cuts << " (delay "
+						  << nd->host->cc.delay_cuts << " loss "
+						  << nd->host->cc.loss_cuts << " host "
+						  << nd->host->cc.host_cuts << ") noq "
+						  << nd->host->cc.loss_no_queue << "\n";
+				}
+			std::cout << (t == Topology::ring ? "ring" : "switch") << " loss "
+				  << (lossy ? 5 : 0) << " %: " << ms[lossy]
+				  << " ms of fake time, dropped " << c.net.dropped
+				  << ", sent again " << again << "\n";
+		}
+		EXPECT_LE(ms[1], 1.6 * ms[0]) << (t == Topology::ring ? "ring" : "switch");
+	}
 }

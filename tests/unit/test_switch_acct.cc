@@ -46,6 +46,7 @@ struct Hdr {
 	uint64_t node_map = 1, rank_map = 1, key = 0;
 	uint32_t inc = 1; // the job's first incarnation
 	uint32_t seq = 0; // the block's number in the job: all tests use block 0
+	uint32_t hold = 0;
 };
 
 // Task information (wire/swproto.h's layout, written out here).
@@ -119,6 +120,8 @@ public:
 		put(r, h.key, 8);
 		put(r, h.inc, 4);
 		put(r, h.seq, 4);
+		put(r, h.hold, 4);
+		put(r, 0, 4); // queue
 		r.insert(r.end(), payload.begin(), payload.end());
 		r.insert(r.end(), pad, 0);
 		uint32_t crc = ref_icrc(false, kLo, kLo, port_, to, r) ^ (bad_icrc ? 1 : 0);
@@ -135,11 +138,11 @@ public:
 		if (poll(&pf, 1, timeout_ms) != 1)
 			return false;
 		ssize_t n = ::recv(fd_, b, sizeof(b), 0);
-		if (n < 12 + 56 + 4)
+		if (n < 12 + 64 + 4)
 			return false;
 		*opcode = b[0];
 		uint32_t pad = (b[1] >> 4) & 3;
-		payload->assign(b + 12 + 56, b + n - 4 - pad);
+		payload->assign(b + 12 + 64, b + n - 4 - pad);
 		if (seg)
 			*seg = uint16_t(b[12 + 20] << 8 | b[12 + 21]);
 		if (status)

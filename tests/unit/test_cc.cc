@@ -1,0 +1,216 @@
+// Congestion control of one flow (nic/cc.h) driven by hand-made round
+// trips: the liveness floor, host delay taken out of the delay signal,
+// random loss that cuts nothing, the recovery of a collapsed window and
+// the target that adapts to noise.  Every expectation is a number worked
+// out here from the signals fed in, not read back from the controller's
+// own arithmetic.
+#include "nic/cc.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace ibv_coll::emu;
+
+namespace {
+
+constexpr uint64_t kUs = 1000, kMs = 1000000;
+
+struct Flow {
+	CcParams p;
+	CcCounters ctr;
+	CongestionCtl cc;
+	uint64_t now = 1000 * kMs;
+	explicit Flow(double init = 16, double max = 64, uint32_t hops = 2)
+	{
+		p.target_us = 100; // 100 us a queue, 200 us for the round trip
+		cc.init(&p, &ctr, init, max, hops);
+	}
+	// One round trip of rtt: the window's units all acknowledged at its
+	// end, each with the given endpoint holding, of which queued was
+	// queueing (by default all of it).
+	void round(uint64_t rtt, uint64_t held = 0, uint64_t queued = UINT64_MAX)
+	{
+		const uint32_t w = cc.window();
+		now += rtt;
+		for (uint32_t i = 0; i < w; i++) {
+			cc.on_rtt_sample(rtt, Holding{held, std::min(held, queued)}, now);
+			cc.on_ack(1, now);
+		}
+	}
+};
+
+} // namespace
+
+// However long the delay, the window stays at one unit at least, and a
+// flow with nothing in flight may always send (ibv_coll(7), LIVENESS).
+TEST(Cc, WindowNeverBelowOneUnit)
+{
+	Flow f;
+	f.round(100 * kUs);
+	for (int i = 0; i < 200; i++)
+		f.round(50 * kMs); // 50 ms of queue, 250 times the target
+	EXPECT_GT(f.ctr.delay_cuts, 5u);
+	EXPECT_EQ(f.cc.window(), 1u);
+	EXPECT_GE(f.cc.cwnd(), 1.0);
+	EXPECT_TRUE(f.cc.may_send(0, f.now));
+	EXPECT_FALSE(f.cc.may_send(1, f.now));
+	for (int i = 0; i < 20; i++)
+		f.cc.on_loss(f.now += 60 * kMs, true);
+	EXPECT_EQ(f.cc.window(), 1u);
+	EXPECT_TRUE(f.cc.may_send(0, f.now));
+}
+
+// A round trip made long by the peers' and this host's holding (a busy
+// CPU, a member that posted late) is no queue when the holding is
+// reported: the window keeps growing.  The same round trips without the
+// report cut it: the signal is what the test checks, not the code.
+TEST(Cc, HostDelayIsNotAQueue)
+{
+	Flow held, blind;
+	held.round(100 * kUs);
+	blind.round(100 * kUs);
+	for (int i = 0; i < 50; i++) {
+		const uint64_t host = 20 * kMs; // descheduled, or waiting for a member
+		held.round(100 * kUs + host, host);
+		blind.round(100 * kUs + host, 0);
+	}
+	EXPECT_EQ(held.ctr.delay_cuts, 0u);
+	EXPECT_EQ(held.cc.cwnd(), 64.0);
+	EXPECT_GT(held.ctr.host_delay_samples, 0u);
+	// The endpoint window trims what waits at the hosts, down to an
+	// eighth of the cap and no further.
+	EXPECT_GT(held.ctr.host_cuts, 0u);
+	EXPECT_EQ(held.cc.window(), 8u);
+	EXPECT_GT(blind.ctr.delay_cuts, 0u);
+	EXPECT_LT(blind.cc.window(), 8u);
+	// The hosts keep up again: the endpoint window grows back.
+	for (int i = 0; i < 80; i++)
+		held.round(100 * kUs + 100 * kUs, 100 * kUs);
+	EXPECT_EQ(held.cc.window(), 64u);
+	// A holding reported as longer than the round trip (a clock step, a
+	// forged hold) moves nothing either way.
+	Flow odd;
+	odd.round(100 * kUs);
+	const double w = odd.cc.cwnd();
+	odd.cc.on_rtt_sample(10 * kMs, Holding{20 * kMs, 20 * kMs}, odd.now += 10 * kMs);
+	EXPECT_EQ(odd.ctr.delay_cuts, 0u);
+	EXPECT_EQ(odd.cc.cwnd(), w);
+}
+
+// A round trip held long waiting, not queued (a member that posted its
+// collective late, the slowest member's partial at a switch): neither
+// window moves, since sending less would not make the wait shorter.
+TEST(Cc, WaitingIsNotCongestion)
+{
+	Flow f;
+	f.round(100 * kUs);
+	for (int i = 0; i < 50; i++)
+		f.round(100 * kUs + 30 * kMs, 30 * kMs, 50 * kUs);
+	EXPECT_EQ(f.ctr.delay_cuts + f.ctr.host_cuts, 0u);
+	EXPECT_EQ(f.cc.window(), 64u);
+}
+
+// Loss with the fabric at its base delay is random loss: repeats, no cut.
+// Loss with a standing queue (above half the target) is a full queue's.
+TEST(Cc, LossCutsOnlyWithAQueue)
+{
+	Flow f(32);
+	for (int i = 0; i < 5; i++)
+		f.round(100 * kUs);
+	const double w = f.cc.cwnd();
+	for (int i = 0; i < 50; i++) {
+		f.cc.on_loss(f.now += 200 * kUs, i % 2 == 0);
+		f.round(100 * kUs);
+	}
+	EXPECT_EQ(f.ctr.loss_cuts, 0u);
+	EXPECT_EQ(f.ctr.loss_no_queue, 50u);
+	EXPECT_GE(f.cc.cwnd(), w);
+
+	// 150 us of queue: above half the 200 us target, below the target
+	// (standing long enough not to count as noise).
+	Flow q(32);
+	for (int i = 0; i < 5; i++)
+		q.round(100 * kUs);
+	for (int i = 0; i < 40; i++)
+		q.round(250 * kUs);
+	EXPECT_EQ(q.ctr.delay_cuts, 0u);
+	const double before = q.cc.cwnd();
+	q.cc.on_loss(q.now += 300 * kUs, true);
+	EXPECT_EQ(q.ctr.loss_cuts, 1u);
+	EXPECT_NEAR(q.cc.cwnd(), before * 0.5, 1e-9); // max_mdf 50 % on a timeout
+	q.round(250 * kUs);
+	const double mid = q.cc.cwnd();
+	q.cc.on_loss(q.now += 300 * kUs, false);
+	EXPECT_EQ(q.ctr.loss_cuts, 2u);
+	EXPECT_NEAR(q.cc.cwnd(), mid * 0.875, 1e-9); // a quarter of that on a gap
+}
+
+// A window collapsed to the floor by a long queue comes back to half of
+// where the collapse began in log2 of that many round trips once the
+// queue is gone (slow start to half), not one unit per round trip.
+TEST(Cc, CollapsedWindowRecoversInLog2RoundTrips)
+{
+	Flow f(64, 256);
+	for (int i = 0; i < 3; i++)
+		f.round(100 * kUs); // slow start to the cap
+	ASSERT_EQ(f.cc.window(), 256u);
+	int rounds = 0;
+	while (f.cc.window() > 1 && rounds++ < 100)
+		f.round(20 * kMs); // a queue 100 times the target
+	ASSERT_EQ(f.cc.window(), 1u);
+	int back = 0;
+	while (f.cc.window() < 128 && back < 200) {
+		f.round(100 * kUs);
+		back++;
+	}
+	// 1 -> 128 doubling: 7 round trips (and one more to take the first
+	// sample below the target).
+	EXPECT_LE(back, 8);
+	// Past half, additive: one unit a round trip.
+	const uint32_t w = f.cc.window();
+	f.round(100 * kUs);
+	EXPECT_LE(f.cc.window(), w + 1);
+}
+
+// Fabric delay that varies from packet to packet by up to 4 ms (a link
+// with jitter, a noisy host the timestamps do not cover) raises the
+// target to twice the jitter seen: the noise alone never takes the
+// window below half, and losses with it cut nothing.  A standing queue
+// well above that still cuts.
+TEST(Cc, TargetAdaptsToJitter)
+{
+	Flow f(16, 64);
+	std::mt19937 rng(3);
+	f.round(100 * kUs);
+	uint32_t low = 64;
+	uint64_t cuts = 0;
+	for (int i = 0; i < 400; i++) {
+		const uint32_t w = f.cc.window();
+		uint64_t worst = 0;
+		std::vector<uint64_t> rtts(w);
+		for (uint64_t &r : rtts)
+			worst = std::max(worst, r = 100 * kUs + rng() % (4 * kMs));
+		f.now += worst;
+		for (uint64_t r : rtts) {
+			f.cc.on_rtt_sample(r, Holding{}, f.now);
+			f.cc.on_ack(1, f.now);
+		}
+		if (i == 100)
+			cuts = f.ctr.loss_cuts; // the jitter is learnt by now
+		if (i % 10 == 0)
+			f.cc.on_loss(f.now, false);
+		if (i > 100)
+			low = std::min(low, f.cc.window());
+	}
+	EXPECT_GT(f.cc.target_delay(), 2 * kMs);
+	EXPECT_GE(low, 32u) << "the window collapsed on jitter";
+	EXPECT_EQ(f.ctr.loss_cuts, cuts);
+	for (int i = 0; i < 20; i++)
+		f.round(100 * kUs + 50 * kMs);
+	EXPECT_GT(f.ctr.delay_cuts, 0u);
+	EXPECT_LT(f.cc.window(), 32u);
+}
