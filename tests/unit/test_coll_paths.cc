@@ -46,6 +46,11 @@ struct Faults {
 	double loss = 0, dup = 0;
 	bool reorder = false;
 	std::vector<Endpoint> dead; // nothing reaches or leaves these
+	// One way only: what goes from first to second is lost.
+	std::vector<std::pair<Endpoint, Endpoint>> cut;
+	// Packets of this BTH opcode from a member (not from the switch) are
+	// lost (0: none).
+	uint8_t drop_member_kind = 0;
 	// A one-way delay, varying uniformly by up to jitter either way; a
 	// sender's packets keep their order (as IBV_COLL_EMU_IMPAIR's).
 	uint64_t delay_ns = 0, jitter_ns = 0;
@@ -81,6 +86,17 @@ public:
 				dropped++;
 				return;
 			}
+		for (const auto &c : f.cut)
+			if (c.first == p.src && c.second == p.dst) {
+				dropped++;
+				return;
+			}
+		if (f.drop_member_kind && p.bytes[0] == f.drop_member_kind &&
+		    wire::Ceth::load(p.bytes.data() + wire::kBthBytes).src_node !=
+			    sw::kNodeSwitch) {
+			dropped++;
+			return;
+		}
 		if (f.loss > 0 && u_(rng_) < f.loss) {
 			dropped++;
 			if (p.bytes.size() > wire::kBthBytes + wire::kCethBytes + sw::kTaskBytes &&
@@ -154,8 +170,10 @@ public:
 	bool push_cqe(Cq *, const Cqe &c) override
 	{
 		cqes.push_back(c);
+		cqe_at.push_back(clock_);
 		return true;
 	}
+	std::vector<uint64_t> cqe_at; // when each completion came
 	void qp_to_error(Qp &qp, const char *) override
 	{
 		errors++;
@@ -214,28 +232,37 @@ private:
 	alignas(64) uint8_t buf_[Transport::kMaxPacket + 64];
 };
 
-// A minimal aggregation switch for the switch strategy: inline task mode,
-// one plane, int32 sum; a repeat of a block it finished is answered from
-// its copy of the result, and an ASK (wire/swproto.h, Loss) with the
-// result, or with NAKs to the members whose partials it lacks.
+// A minimal aggregation switch for the switch strategy: one plane, int32
+// sum; inline task mode, or (configured) CONFIG answered with PENDING until
+// every member has sent one, then a grant to each.  A repeat of a block it
+// finished is answered from its copy of the result, and an ASK
+// (wire/swproto.h, Loss) with the result, or with NAKs to the members whose
+// partials it lacks.
 class FakeSwitch {
 public:
-	FakeSwitch(Net &net, Endpoint self, std::vector<Endpoint> members)
-		: net_(net), self_(self), members_(std::move(members))
+	FakeSwitch(Net &net, Endpoint self, std::vector<Endpoint> members, bool configured = false)
+		: net_(net), self_(self), members_(std::move(members)), configured_(configured)
 	{
 	}
-	uint64_t folded = 0, asks = 0, naks = 0, dup_partials = 0;
+	uint64_t folded = 0, asks = 0, naks = 0, dup_partials = 0, releases = 0;
 
 	void on_packet(const Pkt &in)
 	{
 		wire::Bth bth = wire::Bth::load(in.bytes.data());
-		if (bth.opcode == wire::kCollRelease)
-			return;
-		ASSERT_EQ(bth.opcode, wire::kCollData);
 		wire::Ceth h = wire::Ceth::load(in.bytes.data() + wire::kBthBytes);
-		ASSERT_TRUE(h.flags & wire::kCethInline);
-		const size_t off = wire::kBthBytes + wire::kCethBytes + sw::kTaskBytes;
-		const uint32_t len = h.len - uint32_t(sw::kTaskBytes);
+		if (bth.opcode == wire::kCollRelease) {
+			releases++;
+			return;
+		}
+		if (bth.opcode == wire::kCollConfig && configured_)
+			return on_config(h);
+		ASSERT_EQ(bth.opcode, wire::kCollData);
+		ASSERT_EQ(bool(h.flags & wire::kCethInline), !configured_);
+		if (configured_ && configs_ != full())
+			return; // not granted: dropped, as a switch drops it (drop_busy)
+		const uint32_t task = configured_ ? 0 : uint32_t(sw::kTaskBytes);
+		const size_t off = wire::kBthBytes + wire::kCethBytes + task;
+		const uint32_t len = h.len - task;
 		Block &b = blocks_[h.seq];
 		if (b.have == full()) { // done: answer the repeat
 			send_result(h, b, h.src_node);
@@ -273,6 +300,37 @@ private:
 		std::vector<int32_t> sum;
 	};
 	uint64_t full() const { return (1ull << members_.size()) - 1; }
+	void on_config(const wire::Ceth &in)
+	{
+		const bool granted = configs_ == full();
+		configs_ |= 1ull << in.src_node;
+		if (configs_ != full()) {
+			send_config_ack(in.src_node, wire::kCethPending);
+		} else if (granted) {
+			send_config_ack(in.src_node, 0); // a repeat
+		} else {
+			for (uint16_t n = 0; n < members_.size(); n++)
+				send_config_ack(n, 0);
+		}
+	}
+	void send_config_ack(uint16_t to, uint8_t flags)
+	{
+		std::vector<uint8_t> pkt(wire::kBthBytes + wire::kCethBytes);
+		wire::Bth bth;
+		bth.opcode = wire::kCollConfigAck;
+		bth.dqpn = kQpn;
+		bth.store(pkt.data());
+		wire::Ceth h;
+		h.src_node = sw::kNodeSwitch;
+		h.jid = jid_;
+		h.job_key = key_;
+		h.inc = 1;
+		h.flags = flags;
+		h.seg = flags ? 0 : 64;
+		h.node_map = 1ull << to;
+		h.store(pkt.data() + wire::kBthBytes);
+		net_.send(Pkt{self_, members_[to], std::move(pkt)});
+	}
 	void send_result(const wire::Ceth &in, const Block &b, uint16_t to)
 	{
 		std::vector<uint8_t> pkt(wire::kBthBytes + wire::kCethBytes + b.sum.size() * 4);
@@ -312,6 +370,12 @@ private:
 	Endpoint self_;
 	std::vector<Endpoint> members_;
 	std::map<uint32_t, Block> blocks_;
+	bool configured_;
+	uint64_t configs_ = 0; // members whose CONFIG came
+
+public:
+	uint32_t jid_ = 0;
+	uint64_t key_ = 0;
 };
 
 struct Node {
@@ -329,8 +393,10 @@ struct Node {
 
 class Cluster {
 public:
+	// with_switch: a FakeSwitch, inline, or with configured a configuration
+	// step (CONFIG, PENDING, grant).
 	Cluster(const std::vector<uint16_t> &ranks, Topology topo, uint64_t seed, bool with_switch,
-		uint32_t timeout_ms = 200, uint32_t rto_us = 2000)
+		uint32_t timeout_ms = 200, uint32_t rto_us = 2000, bool configured = false)
 		: net(seed)
 	{
 		net.clock = &clock;
@@ -352,14 +418,17 @@ public:
 		if (topo != Topology::ring) {
 			cfg.sw.on = true;
 			cfg.sw.leaf = {sw_ep};
-			cfg.sw.inline_task =
-				with_switch; // the fake switch has no configuration step
+			// Without configured, the fake switch has no configuration step.
+			cfg.sw.inline_task = with_switch && !configured;
 		}
 		std::vector<Endpoint> eps;
 		for (auto &m : cfg.members)
 			eps.push_back(m.ep);
-		if (with_switch)
-			fsw = std::make_unique<FakeSwitch>(net, sw_ep, eps);
+		if (with_switch) {
+			fsw = std::make_unique<FakeSwitch>(net, sw_ep, eps, configured);
+			fsw->jid_ = cfg.jid;
+			fsw->key_ = cfg.key;
+		}
 		for (uint32_t i = 0; i < n; i++) {
 			auto nd = std::make_unique<Node>();
 			nd->params = make_params(i, timeout_ms, rto_us);
@@ -773,4 +842,73 @@ TEST(CollPathsForged, CountedAndHarmless)
 	EXPECT_EQ(node, forged);
 	for (size_t n = 0; n < c.nodes.size(); n++)
 		expect_accounted(*c.nodes[n], n);
+}
+
+// Issue 25: AUTO's members must run a message the same way.  A member that
+// hears no switch (both ways cut) fell back to the ring alone after
+// IBV_COLL_EMU_SW_CONFIG_MS, while the others, answered "wait" (PENDING),
+// waited for the switch: every member failed, at its own timeout.  It now
+// tells them; they have sent nothing to the switch and follow it round
+// the ring, and the job's messages complete everywhere, flagged FALLBACK
+// alike.  With its notices lost, its ring DATA tells them the same.
+TEST(CollPathsFallback, MemberThatHearsNoSwitchTakesTheOthersToTheRing)
+{
+	for (bool notices : {true, false}) {
+		SCOPED_TRACE(notices ? "with its notices" : "notices lost");
+		Cluster c({1, 2, 1}, Topology::autosel, 13, true, 200, 2000, true);
+		const Endpoint x = c.nodes[2]->host_ep();
+		c.net.f.cut = {{x, c.sw_ep}, {c.sw_ep, x}};
+		if (!notices)
+			c.net.f.drop_member_kind = wire::kCollConfigAck;
+		for (uint32_t mid = 1; mid <= 2; mid++) {
+			c.post_allreduce(mid, 777, mid);
+			ASSERT_TRUE(c.run(mid, 5000 * kMs));
+			expect_results(c, mid);
+			for (auto &nd : c.nodes) {
+				const Cqe &q = nd->host->cqes.back();
+				EXPECT_EQ(q.coll_flags, c.nodes[0]->host->cqes.back().coll_flags);
+				EXPECT_TRUE(q.coll_flags & kRanRing);
+				EXPECT_TRUE(q.coll_flags & kRanFallback);
+				EXPECT_FALSE(q.coll_flags & kRanSwitch);
+			}
+		}
+		EXPECT_EQ(c.fsw->folded, 0u);
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			EXPECT_EQ(c.nodes[n]->svc->counters().fallbacks, 2u);
+			expect_accounted(*c.nodes[n], n);
+		}
+	}
+}
+
+// Issue 25: a member whose CONFIGs reach the switch but never its answers:
+// the others were granted and ran the message through the switch, which
+// waited for this member's partial, while it ran the ring: every member
+// failed at its timeout (1 s here).  Now every member fails the message at
+// once, with REMOTE_ABORT, soon after the deaf member gives up on the
+// switch (IBV_COLL_EMU_SW_CONFIG_MS, 50 ms here): its notice (or, lost,
+// its ring DATA) meets members that cannot undo what they sent.
+TEST(CollPathsFallback, MemberDeafToTheGrantFailsEveryMemberAtOnce)
+{
+	for (bool notices : {true, false}) {
+		SCOPED_TRACE(notices ? "with its notices" : "notices lost");
+		Cluster c({1, 2, 1}, Topology::autosel, 14, true, 1000, 2000, true);
+		const Endpoint x = c.nodes[2]->host_ep();
+		c.net.f.cut = {{c.sw_ep, x}};
+		if (!notices)
+			c.net.f.drop_member_kind = wire::kCollConfigAck;
+		const uint64_t t0 = c.clock;
+		c.post_allreduce(1, 777, 1);
+		ASSERT_TRUE(c.run(1, 5000 * kMs));
+		EXPECT_GT(c.fsw->folded, 0u) << "the others did not run the switch";
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			Node &nd = *c.nodes[n];
+			ASSERT_EQ(nd.host->cqes.size(), 1u) << "node " << n;
+			const Cqe &q = nd.host->cqes[0];
+			EXPECT_EQ(q.coll_status, uint8_t(CollStatus::remote_abort)) << "node " << n;
+			EXPECT_EQ(q.status, uint8_t(WcStatus::rem_abort_err)) << "node " << n;
+			// SW_CONFIG_MS, then a round trip or so: not the timeout.
+			EXPECT_LT(nd.host->cqe_at[0] - t0, 60 * kMs) << "node " << n;
+			EXPECT_EQ(nd.qp.state, QpState::err) << "node " << n;
+		}
+	}
 }
