@@ -15,6 +15,7 @@
 #include "wire/roce.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -28,6 +29,7 @@ using namespace ibv_coll::emu;
 namespace {
 
 constexpr uint32_t kQpn = 0x11;
+constexpr uint32_t kPartQpn = 0x12; // a QP joining node's lead (Cluster's split)
 constexpr uint16_t kPort = 4791;
 constexpr uint64_t kMs = 1000000;
 
@@ -182,6 +184,15 @@ public:
 	bool dma_ok(uint32_t, uint32_t, uint64_t addr, uint64_t, uint32_t) override
 	{
 		return addr != 0;
+	}
+	// The address space of each protection domain (none: this process's
+	// own, kLocalSpace): a pid makes the engine reach it as it reaches a
+	// client of the shared device, with process_vm_readv/writev.
+	std::map<uint32_t, DmaSpace> spaces;
+	DmaSpace pd_space(uint32_t pdn) const override
+	{
+		auto it = spaces.find(pdn);
+		return it == spaces.end() ? kLocalSpace : it->second;
 	}
 	uint16_t udp_port() const override { return kPort; }
 	bool ipv6() const override { return false; }
@@ -385,6 +396,12 @@ struct Node {
 	std::unique_ptr<Queue> sq;
 	Cq cq;
 	Qp qp;
+	// A node split between two QPs (Cluster's split): the lead (qp) serves
+	// all ranks but the last, this QP (kPartQpn, protection domain 2)
+	// joins it with the last, as another process of the node would.
+	std::unique_ptr<Queue> part_sq;
+	Qp part;
+	bool split() const { return part_sq != nullptr; }
 	uint16_t ranks = 1;
 	uint64_t rx = 0;			    // packets the network handed it
 	std::vector<std::vector<int32_t>> src, dst; // per local rank
@@ -395,8 +412,11 @@ class Cluster {
 public:
 	// with_switch: a FakeSwitch, inline, or with configured a configuration
 	// step (CONFIG, PENDING, grant).
+	// split: this node (if any) is served by two QPs, the lead and a QP
+	// that joins it with the node's last rank (its ranks must be 2 or more).
 	Cluster(const std::vector<uint16_t> &ranks, Topology topo, uint64_t seed, bool with_switch,
-		uint32_t timeout_ms = 200, uint32_t rto_us = 2000, bool configured = false)
+		uint32_t timeout_ms = 200, uint32_t rto_us = 2000, bool configured = false,
+		int split = -1)
 		: net(seed)
 	{
 		net.clock = &clock;
@@ -445,6 +465,24 @@ public:
 			nd->qp.attr.path_mtu = 256; // many blocks from a small vector
 			nd->host->qps[kQpn] = &nd->qp;
 			cfg.node = uint16_t(i);
+			cfg.local_first = cfg.local_count = 0;
+			if (int(i) == split) {
+				nd->part_sq = std::make_unique<Queue>(8, coll_wqe_stride(1));
+				nd->part.qpn = kPartQpn;
+				nd->part.pdn = 2;
+				nd->part.coll = true;
+				nd->part.sq = nd->part_sq.get();
+				nd->part.scq = &nd->cq;
+				nd->part.meta.assign(nd->part_sq->slots(), WqeMeta{});
+				nd->part.attr.path_mtu = 256;
+				nd->host->qps[kPartQpn] = &nd->part;
+				JobConfig pc = cfg;
+				pc.local_first = uint16_t(ranks[i] - 1);
+				pc.local_count = 1;
+				EXPECT_EQ(nd->svc->configure(nd->part, pc), 0);
+				nd->part.state = QpState::rts;
+				cfg.local_count = uint16_t(ranks[i] - 1);
+			}
 			EXPECT_EQ(nd->svc->configure(nd->qp, cfg), 0);
 			nd->qp.state = QpState::rts;
 			nodes.push_back(std::move(nd));
@@ -452,12 +490,17 @@ public:
 	}
 	~Cluster()
 	{
-		for (auto &nd : nodes)
+		for (auto &nd : nodes) {
+			if (nd->split())
+				nd->svc->release(nd->part);
 			nd->svc->release(nd->qp);
+		}
 	}
 
-	// Post an int32 SUM allreduce of count elements on every node.
-	void post_allreduce(uint32_t mid, uint64_t count, uint64_t seed)
+	// Post an int32 SUM allreduce of count elements on every node (on a
+	// split node, the joined QP's with part_count elements: another
+	// collective than its lead's when that is not count).
+	void post_allreduce(uint32_t mid, uint64_t count, uint64_t seed, uint64_t part_count = 0)
 	{
 		std::mt19937 rng{uint32_t(seed)};
 		for (auto &nd : nodes) {
@@ -467,25 +510,13 @@ public:
 			for (auto &s : nd->src)
 				for (auto &v : s)
 					v = int32_t(rng());
-			Queue &q = *nd->sq;
-			const uint32_t idx = q.prod_relaxed();
-			CollWqe *w = q.at<CollWqe>(idx);
-			memset(w, 0, q.stride());
-			w->wr_id = mid;
-			w->opcode = uint8_t(CollOp::allreduce);
-			w->flags = kWqeSignaled;
-			w->num_sge = r;
-			w->op = uint8_t(RedOp::sum);
-			w->dtype = uint8_t(Dtype::int32);
-			w->mid = mid;
-			w->count = count;
-			for (uint16_t i = 0; i < r; i++) {
-				w->srcs()[i] = Sge{uint64_t(uintptr_t(nd->src[i].data())),
-						   uint32_t(count * 4), 1};
-				w->dsts()[i] = Sge{uint64_t(uintptr_t(nd->dst[i].data())),
-						   uint32_t(count * 4), 1};
+			if (!nd->split()) {
+				post(*nd->sq, mid, count, nd->src.data(), nd->dst.data(), r);
+				continue;
 			}
-			q.publish(idx + 1);
+			post(*nd->sq, mid, count, nd->src.data(), nd->dst.data(), uint16_t(r - 1));
+			post(*nd->part_sq, mid, part_count ? part_count : count, &nd->src[r - 1],
+			     &nd->dst[r - 1], 1);
 		}
 		// The reference: a scalar loop over every rank's source.
 		want.assign(count, 0);
@@ -495,26 +526,55 @@ public:
 					want[i] = int32_t(uint32_t(want[i]) + uint32_t(s[i]));
 	}
 
+	static void post(Queue &q, uint32_t mid, uint64_t count, std::vector<int32_t> *src,
+			 std::vector<int32_t> *dst, uint16_t n)
+	{
+		const uint32_t idx = q.prod_relaxed();
+		CollWqe *w = q.at<CollWqe>(idx);
+		memset(w, 0, q.stride());
+		w->wr_id = mid;
+		w->opcode = uint8_t(CollOp::allreduce);
+		w->flags = kWqeSignaled;
+		w->num_sge = n;
+		w->op = uint8_t(RedOp::sum);
+		w->dtype = uint8_t(Dtype::int32);
+		w->mid = mid;
+		w->count = count;
+		for (uint16_t i = 0; i < n; i++) {
+			w->srcs()[i] = Sge{uint64_t(uintptr_t(src[i].data())), uint32_t(count * 4),
+					   1};
+			w->dsts()[i] = Sge{uint64_t(uintptr_t(dst[i].data())), uint32_t(count * 4),
+					   1};
+		}
+		q.publish(idx + 1);
+	}
+
 	// Run until every node has `cqes` completions or limit_ns of fake time
-	// passes; returns whether they all did.
-	bool run(size_t cqes, uint64_t limit_ns)
+	// (or max_passes passes, if not negative) pass; returns whether they
+	// all did.
+	bool run(size_t cqes, uint64_t limit_ns, int max_passes = -1)
 	{
 		const uint64_t end = clock + limit_ns;
-		while (clock < end) {
+		while (clock < end && max_passes-- != 0) {
 			for (auto &nd : nodes) {
 				if (is_dead(*nd))
 					continue;
-				if (nd->qp.state == QpState::rts)
-					nd->svc->progress(nd->qp, clock);
-				else if (nd->qp.state == QpState::err)
-					nd->svc->flush(nd->qp);
+				for (Qp *q : {&nd->qp, &nd->part}) {
+					if (q == &nd->part && !nd->split())
+						continue;
+					if (q->state == QpState::rts)
+						nd->svc->progress(*q, clock);
+					else if (q->state == QpState::err)
+						nd->svc->flush(*q);
+				}
 			}
 			std::vector<Pkt> batch = net.take();
 			for (Pkt &p : batch)
 				deliver(p);
 			bool all = true;
 			for (auto &nd : nodes)
-				all &= is_dead(*nd) || nd->host->cqes.size() >= cqes;
+				all &= is_dead(*nd) ||
+				       nd->host->cqes.size() >= (nd->split() ? 2 * cqes : cqes);
 			if (all && net.queue.empty())
 				return true;
 			if (batch.empty())
@@ -910,5 +970,68 @@ TEST(CollPathsFallback, MemberDeafToTheGrantFailsEveryMemberAtOnce)
 			EXPECT_LT(nd.host->cqe_at[0] - t0, 60 * kMs) << "node " << n;
 			EXPECT_EQ(nd.qp.state, QpState::err) << "node " << n;
 		}
+	}
+}
+
+namespace {
+
+// Node n's completions on QP qpn.
+std::vector<Cqe> cqes_of(const Node &nd, uint32_t qpn)
+{
+	std::vector<Cqe> v;
+	for (const Cqe &c : nd.host->cqes)
+		if (c.qpn == qpn)
+			v.push_back(c);
+	return v;
+}
+
+} // namespace
+
+// A node whose last rank is served by a QP of another process (its memory
+// reached by process_vm_readv/writev, as the shared device reaches a
+// client's): every rank's result is the reference, and both QPs complete.
+TEST(CollPathsJoin, SplitNodeMatchesTheReference)
+{
+	Cluster c({1, 3, 2}, Topology::ring, 41, false, 200, 2000, false, 1);
+	c.nodes[1]->host->spaces[2] = getpid();
+	c.post_allreduce(1, 777, 1);
+	ASSERT_TRUE(c.run(1, 5000 * kMs));
+	for (size_t n = 0; n < c.nodes.size(); n++) {
+		const Node &nd = *c.nodes[n];
+		for (uint16_t r = 0; r < nd.ranks; r++)
+			EXPECT_EQ(nd.dst[r], c.want) << "node " << n << " rank " << r;
+		for (const Cqe &q : nd.host->cqes)
+			EXPECT_EQ(q.status, uint8_t(WcStatus::success)) << "node " << n;
+	}
+	EXPECT_EQ(cqes_of(*c.nodes[1], kPartQpn).size(), 1u);
+}
+
+// Issue 25: a QP that posts another collective than the rest of its node
+// (here another count) got FLUSHED, where ibv_modify_coll_qp(3) says the
+// node's QPs fail it with LOCAL_ERR: now it does, as does its lead; the
+// other nodes are told (REMOTE_ABORT), and what is queued behind is
+// flushed.
+TEST(CollPathsJoin, AJoinedQpPostingAnotherCollectiveGetsLocalErr)
+{
+	Cluster c({1, 3, 2}, Topology::ring, 43, false, 2000, 2000, false, 1);
+	c.post_allreduce(1, 777, 3, 778);
+	c.post_allreduce(2, 777, 4); // queued behind: flushed
+	ASSERT_TRUE(c.run(2, 5000 * kMs));
+	Node &split = *c.nodes[1];
+	for (uint32_t qpn : {kQpn, kPartQpn}) {
+		const std::vector<Cqe> v = cqes_of(split, qpn);
+		ASSERT_EQ(v.size(), 2u) << "qpn " << qpn;
+		EXPECT_EQ(v[0].mid, 1u) << "qpn " << qpn;
+		EXPECT_EQ(v[0].coll_status, uint8_t(CollStatus::local_err))
+			<< "qpn " << qpn << ": " << int(v[0].coll_status);
+		EXPECT_EQ(v[0].status, uint8_t(WcStatus::loc_prot_err)) << "qpn " << qpn;
+		EXPECT_EQ(v[1].mid, 2u) << "qpn " << qpn;
+		EXPECT_EQ(v[1].coll_status, uint8_t(CollStatus::flushed)) << "qpn " << qpn;
+	}
+	EXPECT_EQ(cqes_of(split, kPartQpn)[0].opcode, uint8_t(CollOp::allreduce));
+	for (size_t n : {size_t(0), size_t(2)}) {
+		ASSERT_GE(c.nodes[n]->host->cqes.size(), 1u) << "node " << n;
+		EXPECT_EQ(c.nodes[n]->host->cqes[0].coll_status, uint8_t(CollStatus::remote_abort))
+			<< "node " << n;
 	}
 }
