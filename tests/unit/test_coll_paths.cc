@@ -15,6 +15,8 @@
 #include "wire/roce.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -975,6 +977,26 @@ TEST(CollPathsFallback, MemberDeafToTheGrantFailsEveryMemberAtOnce)
 
 namespace {
 
+// A child that waits to be killed: a copy of this process's memory, so
+// the buffers posted before it came are at the same addresses there, as a
+// client's are for the shared device.
+pid_t paused_child()
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		pause();
+		_exit(0);
+	}
+	return pid;
+}
+
+void kill_child(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	int st;
+	waitpid(pid, &st, 0);
+}
+
 // Node n's completions on QP qpn.
 std::vector<Cqe> cqes_of(const Node &nd, uint32_t qpn)
 {
@@ -1004,6 +1026,39 @@ TEST(CollPathsJoin, SplitNodeMatchesTheReference)
 			EXPECT_EQ(q.status, uint8_t(WcStatus::success)) << "node " << n;
 	}
 	EXPECT_EQ(cqes_of(*c.nodes[1], kPartQpn).size(), 1u);
+}
+
+// Issue 25: the process of a joined QP dies mid-collective; its memory is
+// gone before the shared device notices and destroys its QP.  The lead's
+// next access to that rank failed, and the node's surviving QP got
+// LOCAL_ERR ("a local buffer is not accessible"), where
+// ibv_modify_coll_qp(3) says a QP whose process died fails the collective
+// with REMOTE_ABORT on every member.  Now every QP of every node does.
+TEST(CollPathsJoin, AJoinedProcessDyingMidCollectiveIsARemoteAbort)
+{
+	Cluster c({1, 3, 2}, Topology::ring, 42, false, 2000, 2000, false, 1);
+	Node &split = *c.nodes[1];
+	c.post_allreduce(1, 20000, 2);
+	// The joined QP's ranks live in a child process; some blocks go round,
+	// then it is killed.
+	const pid_t child = paused_child();
+	ASSERT_GT(child, 0);
+	split.host->spaces[2] = child;
+	const bool done = c.run(1, 5000 * kMs, 4);
+	kill_child(child);
+	ASSERT_FALSE(done) << "the collective ended before the process died";
+	EXPECT_GT(split.host->tx, 0u);
+	ASSERT_TRUE(c.run(1, 5000 * kMs));
+	const std::vector<Cqe> lead = cqes_of(split, kQpn);
+	ASSERT_EQ(lead.size(), 1u);
+	EXPECT_EQ(lead[0].coll_status, uint8_t(CollStatus::remote_abort))
+		<< "the surviving QP of the node: " << int(lead[0].coll_status);
+	EXPECT_EQ(lead[0].status, uint8_t(WcStatus::rem_abort_err));
+	for (size_t n : {size_t(0), size_t(2)}) {
+		ASSERT_EQ(c.nodes[n]->host->cqes.size(), 1u) << "node " << n;
+		EXPECT_EQ(c.nodes[n]->host->cqes[0].coll_status, uint8_t(CollStatus::remote_abort))
+			<< "node " << n;
+	}
 }
 
 // Issue 25: a QP that posts another collective than the rest of its node
