@@ -148,20 +148,29 @@ void CollEngine::classify(const InPacket &ip)
 	ctr.rx_bytes += p.paylen;
 	switch (p.kind) {
 	case kCollData:
-		ctr.rx_data++;
-		ring_.on_packet(qp, job, p, e_.now());
-		break;
 	case kCollResult:
-		ctr.rx_result++;
+		if (p.kind == kCollData)
+			ctr.rx_data++;
+		else
+			ctr.rx_result++;
+		// AUTO: the sender runs round the ring a message this node has
+		// on the switch path (coll/swadmit.cc).
+		if (sw_.on_member_ring(qp, job, p, e_.now()))
+			break;
+		settle(qp, job, e_.now());
 		ring_.on_packet(qp, job, p, e_.now());
 		break;
 	case kCollAck:
-		// A NAK between ring members (ring.cc), else an end-to-end ACK
-		// of the switch path.
+		// A NAK between ring members (ring_loss.cc), else an end-to-end
+		// ACK of the switch path.
 		if (p.h.flags & kCethNak)
 			ring_.on_packet(qp, job, p, e_.now());
 		else
 			sw_.on_packet(qp, job, p, e_.now());
+		break;
+	case kCollConfigAck: // AUTO: the sender heard no switch (coll/swadmit.cc)
+		sw_.on_member_fallback(qp, job, p, e_.now());
+		settle(qp, job, e_.now());
 		break;
 	case kCollAbort:
 		ctr.aborts_rcvd++;

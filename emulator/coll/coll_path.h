@@ -113,6 +113,12 @@ public:
 	uint64_t keep_due(const CollJob &job) const;
 	void send_config(CollJob &job, uint64_t now, bool all = false);
 	void release(const CollJob &job);
+	// AUTO's agreement (swadmit.cc): a member's notice that it heard no
+	// switch and runs the job round the ring; and a member's ring DATA
+	// or RESULT of the message this node has on the switch path, which
+	// says the same (false: the ring is still to take the packet).
+	void on_member_fallback(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
+	bool on_member_ring(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
 
 private:
 	uint32_t request(const CollJob &job) const;
@@ -147,6 +153,8 @@ private:
 	void on_admit(Qp &qp, CollJob &job, const CollPacket &p);
 	void admit_timers(Qp &qp, CollJob &job, uint64_t now);
 	void admit_done(const CollJob &job, const Message &m);
+	void tell_fallback(const CollJob &job);
+	void follow(Qp &qp, CollJob &job, const char *why, uint64_t now);
 
 	CollEngine &u_;
 };

@@ -220,11 +220,22 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 
 	// The driver checked the WR when it was posted; the device checks
 	// again what it can only know now.
+	const char *bad = nullptr;
 	if (w->num_sge != c.my_count() && m.coll != CollOp::barrier)
-		return fail(qp, job, CollStatus::local_err, true, "wrong number of buffers");
-	if (!same)
-		return fail(qp, job, CollStatus::local_err, true,
-			    "the QPs of this node posted different collectives");
+		bad = "wrong number of buffers";
+	else if (!same)
+		bad = "the QPs of this node posted different collectives";
+	if (bad) {
+		// Every QP of the node fails it with LOCAL_ERR: those whose WQE
+		// joined the message with it (finish_parts), and those whose WQE
+		// differs on their own, rather than flushed behind it.
+		for (size_t j = 0; js && j < js->size(); j++) {
+			Qp &p = *(*js)[j].qp;
+			if (!p.meta[(*js)[j].idx & (p.sq->slots() - 1)].started)
+				fail_wqe(p, (*js)[j].idx, CollStatus::local_err);
+		}
+		return fail(qp, job, CollStatus::local_err, true, bad);
+	}
 	if (job.aborted_mid == m.mid)
 		return fail(qp, job, job.abort_status, false,
 			    "a member aborted it before it started");

@@ -115,8 +115,26 @@ void CollEngine::send_abort(const CollJob &job, uint32_t mid, CollStatus st)
 	}
 }
 
+// Whether a rank of the message lives in a process that is gone.
+static bool rank_process_gone(const Message &m)
+{
+	for (uint16_t r = 0; r < m.ranks; r++)
+		if (m.space[r] != kLocalSpace && dma_space_gone(m.space[r]))
+			return true;
+	return false;
+}
+
 void CollEngine::fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, const char *why)
 {
+	// A rank's buffer out of reach because its process died (before the
+	// shared device destroyed that process's QP, which then fails the
+	// message as part_leaves() does) is that QP leaving the job, not a
+	// local buffer error: REMOTE_ABORT, as ibv_modify_coll_qp(3) says.
+	if (st == CollStatus::local_err && job.active && job.active->dma_error &&
+	    rank_process_gone(*job.active)) {
+		st = CollStatus::remote_abort;
+		why = "the process of a QP serving some of this node's ranks is gone";
+	}
 	IBVC_WARN("coll", "{}: job {} message {} failed: {}", e_.params.name, job.cfg.jid,
 		  job.active ? job.active->mid : 0, why);
 	if (tell_others && job.active)

@@ -1,10 +1,13 @@
-// The switch path's time-division admission (ibv_coll_switchd(8)
-// --policy tdm): a member's side, per message (coll/coll_path.h,
-// SwitchPath; the rest of the path is in swpath.cc).
+// Whether a message runs through the switch, as every member must agree:
+// the time-division admission (ibv_coll_switchd(8) --policy tdm), a
+// member's side, per message; and AUTO's agreement when a member hears no
+// switch (coll/coll_path.h, SwitchPath; the rest of the path is in
+// swpath.cc).
 #include "coll/coll_engine.h"
 
 #include "nic/nic.h"
 #include "util/clock.h"
+#include "util/log.h"
 #include "wire/swproto.h"
 
 #include <algorithm>
@@ -89,6 +92,97 @@ void SwitchPath::admit_done(const CollJob &job, const Message &m)
 	h.job_key = job.cfg.key;
 	for (int i = 0; i < 2; i++)
 		u_.send_ep(job, leaf(job, 0), leaf(job, 0).qpn, kCollRelease, h, nullptr, 0, {});
+}
+
+// AUTO: every member of a job runs a message the same way.  The switch
+// decides for those it answers (a grant, a refusal: the same to every
+// member, repeated to any that asks again), but a member that hears
+// nothing from it within IBVC_COLL_EMU_SW_CONFIG_MS decides alone, and
+// the others may have heard "wait" (the switch never heard this member:
+// they would wait for it until their timeout) or even the grant (only the
+// answers to this member are lost: they run the message through the
+// switch, which waits for its partial).  So it tells them, as it starts
+// the ring: CONFIG_ACK from a member, CETH status TIMEOUT, mid the
+// message (three copies, as an ABORT goes; ibv_coll_wire(7)).  A member
+// that has sent nothing of the message to a switch (waiting for the grant
+// or a tdm decision, or not started, or running it round the ring as tdm
+// refused it) follows it round the ring, for the rest of the job.  A
+// member that was granted and runs the message through the switch (the
+// switch heard the deaf member, which did not hear the grant) cannot take
+// its partials back: it fails the message and aborts it everywhere (the
+// members reset the job, as after any failure).  Either the whole job
+// runs the ring, or every member fails the message within a round trip.
+void SwitchPath::tell_fallback(const CollJob &job)
+{
+	if (!job.active)
+		return;
+	Ceth h;
+	h.src_node = job.cfg.node;
+	h.jid = job.cfg.jid;
+	h.mid = job.active->mid;
+	h.status = uint8_t(CollStatus::timeout); // no switch answered
+	h.node_map = 1ull << job.cfg.node;
+	h.job_key = job.cfg.key;
+	for (int copy = 0; copy < 3; copy++)
+		for (uint16_t n = 0; n < job.cfg.nodes(); n++)
+			if (n != job.cfg.node)
+				u_.send(job, n, kCollConfigAck, h);
+}
+
+// Nothing of the message went to a switch: the job runs the ring from now
+// on, as the member that heard no switch does; a message waiting for the
+// switch leaves its path (CollEngine::settle starts it round the ring).
+void SwitchPath::follow(Qp &qp, CollJob &job, const char *why, uint64_t now)
+{
+	IBVC_WARN("coll", "{}: job {}: {}: using the ring", u_.e_.params.name, job.cfg.jid, why);
+	job.sw_phase = CollJob::SwPhase::fallback;
+	if (job.active && job.active->waiting)
+		launch(qp, job, now);
+}
+
+void SwitchPath::on_member_fallback(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
+{
+	if (job.cfg.topology != Topology::autosel || !job.cfg.sw.on ||
+	    p.h.status != uint8_t(CollStatus::timeout) || p.paylen) {
+		u_.ctr.malformed++;
+		return;
+	}
+	if (job.sw_phase == CollJob::SwPhase::fallback) {
+		u_.ctr.dup_dropped++; // a repeat, or we gave up on the switch too
+		return;
+	}
+	const Message *m = job.active.get();
+	if (m && m->mid == p.h.mid && m->path == this && m->sw && !m->waiting)
+		return u_.fail(qp, job, CollStatus::remote_abort, true,
+			       "a member heard no switch and runs the ring, this node runs the "
+			       "switch");
+	follow(qp, job, "a member heard no switch", now);
+}
+
+// Ring DATA or RESULT of the message this node has on the switch path:
+// its sender runs it round the ring (its notice was lost, or it came from
+// a member without one).  Waiting for the job's grant: follow it, then the
+// ring takes the packet.  Waiting for a tdm decision: the switch decides
+// this message for every member, the ring keeps the packet for when it
+// says so.  Running through the switch: the members disagree, fail it
+// everywhere now rather than at the timeout (the ring must not take the
+// packet into a message it does not run).
+bool SwitchPath::on_member_ring(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
+{
+	Message *m = job.active.get();
+	if (!m || m->mid != p.h.mid || m->path != this || !m->sw ||
+	    job.cfg.topology != Topology::autosel)
+		return false;
+	if (job.sw_phase == CollJob::SwPhase::configuring) {
+		follow(qp, job, "a member runs the message round the ring", now);
+		return false;
+	}
+	if (m->waiting)
+		return false;
+	u_.ctr.stale_dropped++;
+	u_.fail(qp, job, CollStatus::remote_abort, true,
+		"a member runs the message round the ring, this node runs the switch");
+	return true;
 }
 
 } // namespace ibv_coll::emu

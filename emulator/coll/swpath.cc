@@ -307,6 +307,7 @@ void SwitchPath::config_timers(Qp &qp, CollJob &job, uint64_t now)
 					  "{}: job {}: no answer from the switch, using the ring",
 					  u_.e_.params.name, job.cfg.jid);
 				job.sw_phase = CollJob::SwPhase::fallback;
+				tell_fallback(job); // the others may have heard it (swadmit.cc)
 			} else {
 				job.sw_phase = CollJob::SwPhase::failed;
 				job.sw_fail = CollStatus::timeout;

@@ -136,6 +136,17 @@ bool dma_write_remote(DmaSpace space, uint64_t addr, const void *src, uint64_t l
 	return vm_copy(space, const_cast<void *>(src), addr, len, true);
 }
 
+bool dma_space_gone(DmaSpace space)
+{
+	if (space == kLocalSpace)
+		return false;
+	// The process is looked up before the address: ESRCH for one that is
+	// gone (a zombie has no memory either), EFAULT for a live one.
+	uint8_t b;
+	iovec l{&b, 1}, r{nullptr, 1};
+	return process_vm_readv(space, &l, 1, &r, 1, 0) < 0 && errno == ESRCH;
+}
+
 void SgeCursor::seek(uint64_t pos)
 {
 	idx = 0;

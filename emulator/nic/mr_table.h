@@ -37,6 +37,9 @@ constexpr DmaSpace kLocalSpace = 0;
 // which); the local space never fails.
 bool dma_read_remote(DmaSpace space, void *dst, uint64_t addr, uint64_t len);
 bool dma_write_remote(DmaSpace space, uint64_t addr, const void *src, uint64_t len);
+// Whether the process of space is gone (exited, perhaps not yet reaped):
+// what a failed copy means when it is, rather than an address not mapped.
+bool dma_space_gone(DmaSpace space);
 inline bool dma_read(DmaSpace space, void *dst, uint64_t addr, uint64_t len)
 {
 	if (space == kLocalSpace) {

@@ -218,7 +218,7 @@ void Switch::tell_superseded(Job &j, const In &p, const sw::Task *t)
 	if (t)
 		qpn = t->qpn;
 	for (const Child &c : j.retired) {
-		if (c.ep == p.src) {
+		if (sent_by(c, p, t)) {
 			qpn = c.qpn;
 			local = c.local;
 			known = true;
@@ -237,10 +237,21 @@ void Switch::tell_superseded(Job &j, const In &p, const sw::Task *t)
 	send_to(j, p.src, local, qpn, kCollAbort, h, nullptr, nullptr, 0);
 }
 
-Switch::Child *Switch::child_of(Job &j, const Endpoint &ep)
+bool Switch::sent_by(const Child &c, const In &p, const sw::Task *t)
+{
+	if (!(c.ep == p.src))
+		return false;
+	if (t)
+		return c.qpn == t->qpn && c.is_switch == (t->node == sw::kNodeSwitch);
+	if (p.h.src_node == sw::kNodeSwitch)
+		return c.is_switch;
+	return !c.is_switch && p.h.src_node < 64 && c.cover == 1ull << p.h.src_node;
+}
+
+Switch::Child *Switch::child_of(Job &j, const In &p, const sw::Task *t)
 {
 	for (Child &c : j.children)
-		if (c.ep == ep)
+		if (sent_by(c, p, t))
 			return &c;
 	return nullptr;
 }
@@ -257,16 +268,18 @@ int Switch::add_child(Job &j, const In &p, const sw::Task &t)
 		j.ctr.drop_node++;
 		return EINVAL;
 	}
-	if (Child *c = child_of(j, p.src)) {
+	if (Child *c = child_of(j, p, &t)) {
 		if (c->cover != cover) {
 			j.ctr.drop_node++;
 			return EINVAL;
 		}
-		c->qpn = t.qpn;
 		return 0;
 	}
 	if (j.covered & cover) {
-		j.ctr.drop_node++; // another child already serves these nodes
+		// Another child already serves these nodes: another member, or
+		// another QP (perhaps of the same device) claiming its node,
+		// which must not take its results.
+		j.ctr.drop_node++;
 		return EINVAL;
 	}
 	if (j.children.empty())

@@ -100,10 +100,13 @@ public:
 	std::vector<NamedCounter> stat_records() const;
 
 private:
+	// A child is its endpoint and QPN, not its endpoint alone: the
+	// nodes of one job on one shared device (ibv_coll_devd) share its
+	// address and UDP port, and each has its own collective QP.
 	struct Child {
 		Endpoint ep;
-		IpAddr local; // our address it sent to: the source of our replies
-		uint32_t qpn = 0;
+		IpAddr local;	  // our address it sent to: the source of our replies
+		uint32_t qpn = 0; // its collective QP (a switch: 0), where our packets go
 		uint64_t cover = 0;
 		bool is_switch = false;
 		bool released = false;
@@ -184,11 +187,15 @@ private:
 	bool init_job(Job &j, const In &p, const sw::Task &t);
 	void tell_superseded(Job &j, const In &p, const sw::Task *t);
 	void on_abort(const In &p);
-	Child *child_of(Job &j, const Endpoint &ep);
+	// The child that sent p: with a task, the one of that endpoint and
+	// QPN; else the one of that endpoint that the CETH's src_node names
+	// (the node its CONFIG bound to its QPN), or the switch there.
+	static bool sent_by(const Child &c, const In &p, const sw::Task *t);
+	Child *child_of(Job &j, const In &p, const sw::Task *t = nullptr);
 	int add_child(Job &j, const In &p, const sw::Task &t);
 	void on_config(const In &p);
 	void on_config_ack(const In &p);
-	void answer_pending(Job &j, const Endpoint &src);
+	void answer_pending(Job &j, const Child &c);
 	void on_data(const In &p);
 	void take_partial(Job &j, const Child &c, const In &p);
 	void on_result(const In &p);

@@ -201,17 +201,17 @@ void Switch::on_config(const In &p)
 	case State::collecting:
 		try_grant(*j);
 		if (j->state == State::collecting || j->state == State::waiting_parent)
-			answer_pending(*j, p.src);
+			answer_pending(*j, *child_of(*j, p, &t));
 		break;
 	case State::waiting_parent:
 		send_config_up(*j); // the child asks again: so do we
-		answer_pending(*j, p.src);
+		answer_pending(*j, *child_of(*j, p, &t));
 		break;
 	case State::granted:
 	case State::denied: {
 		// A repeat (our answer was lost), or a member's keepalive:
 		// answer this child again.
-		Child *c = child_of(*j, p.src);
+		Child *c = child_of(*j, p, &t);
 		Ceth h;
 		h.src_node = sw::kNodeSwitch;
 		h.jid = j->jid;
@@ -236,18 +236,15 @@ void Switch::on_config(const In &p)
 // The child is heard but must wait for the rest of the subtree (or our
 // parent): without this a member that starts early could not tell a
 // switch that waits for late members from one that is not there.
-void Switch::answer_pending(Job &j, const Endpoint &src)
+void Switch::answer_pending(Job &j, const Child &c)
 {
-	Child *c = child_of(j, src);
-	if (!c)
-		return;
 	Ceth h;
 	h.src_node = sw::kNodeSwitch;
 	h.jid = j.jid;
 	h.flags = kCethPending;
-	h.node_map = c->cover;
+	h.node_map = c.cover;
 	h.job_key = j.key;
-	send_to(j, c->ep, c->local, c->qpn, kCollConfigAck, h, nullptr, nullptr, 0);
+	send_to(j, c.ep, c.local, c.qpn, kCollConfigAck, h, nullptr, nullptr, 0);
 }
 
 void Switch::on_config_ack(const In &p)
@@ -295,7 +292,7 @@ void Switch::on_release(const In &p)
 		j.ctr.drop_incarnation++;
 		return;
 	}
-	Child *c = child_of(j, p.src);
+	Child *c = child_of(j, p);
 	if (!c) {
 		j.ctr.drop_node++;
 		return;

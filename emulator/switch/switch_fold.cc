@@ -291,7 +291,7 @@ void Switch::on_data(const In &p0)
 			return;
 		try_grant(j);
 	}
-	Child *c = child_of(j, p.src);
+	Child *c = child_of(j, p, inl ? &t : nullptr);
 	if (!c || c->cover != p.h.node_map) {
 		j.ctr.drop_node++;
 		return;

@@ -182,7 +182,7 @@ void Switch::on_admit(const In &p)
 	if (!jp)
 		return;
 	Job &j = *jp;
-	Child *c = child_of(j, p.src);
+	Child *c = child_of(j, p);
 	if (!c || c->cover != p.h.node_map || !j.tdm || j.state != State::granted) {
 		j.ctr.drop_node++;
 		return;
@@ -259,7 +259,7 @@ void Switch::on_admit_done(const In &p)
 	if (!jp)
 		return;
 	Job &j = *jp;
-	Child *c = child_of(j, p.src);
+	Child *c = child_of(j, p);
 	if (!c || c->cover != p.h.node_map || !j.tdm) {
 		j.ctr.drop_node++;
 		return;

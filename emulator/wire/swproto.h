@@ -4,7 +4,10 @@
 // Every packet is BTH + CETH (wire/ceth.h).  A switch serves a job's
 // "subtree": the member nodes below it.  Its children are member NICs (a
 // leaf) or switches (a spine); each child covers a set of nodes (its CETH
-// node_map).  ibv_coll_wire(7) documents the fields.
+// node_map).  A member child is its endpoint and collective QP (the task's
+// qpn): the nodes of one shared device share the endpoint; a packet with no
+// task names its child by endpoint and CETH src_node.  ibv_coll_wire(7)
+// documents the fields.
 //
 // Configuration.  A child sends CONFIG with the task information below; a
 // leaf that has heard from every node of its subtree (and, with a parent,

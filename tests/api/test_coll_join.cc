@@ -203,6 +203,10 @@ int post_allreduce(JQp &q, std::vector<int32_t> *buf, uint64_t count, uint32_t l
 	return ibv_post_coll_send(q.qp, &w, &bad);
 }
 
+// ibv_modify_coll_qp(3): a collective the node's QPs posted differently
+// fails with LOCAL_ERR there, the QP that posted the other one included
+// (it got FLUSHED before: issue 25), and with REMOTE_ABORT on the other
+// node, which the first node's ABORT tells.
 TEST(CollJoin, DifferentCollectivesFailOnEveryQp)
 {
 	Fixture f;
@@ -215,7 +219,12 @@ TEST(CollJoin, DifferentCollectivesFailOnEveryQp)
 	for (JQp *q : {f.lead.get(), f.part.get(), f.other.get()}) {
 		ibv_coll_wc wc{};
 		ASSERT_TRUE(q->wait(&wc));
-		EXPECT_NE(wc.status, IBV_WC_SUCCESS);
+		const bool node0 = q != f.other.get();
+		EXPECT_EQ(wc.status, node0 ? IBV_WC_LOC_PROT_ERR : IBV_WC_REM_ABORT_ERR)
+			<< (q == f.part.get() ? "part: " : "") << ibv_coll_wc_status_str(wc.status);
+		EXPECT_EQ(wc.coll_status,
+			  node0 ? IBV_COLL_STATUS_LOCAL_ERR : IBV_COLL_STATUS_REMOTE_ABORT);
+		EXPECT_EQ(wc.opcode, IBV_COLL_WC_ALLREDUCE);
 	}
 }
 

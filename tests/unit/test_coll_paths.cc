@@ -15,6 +15,9 @@
 #include "wire/roce.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -28,6 +31,7 @@ using namespace ibv_coll::emu;
 namespace {
 
 constexpr uint32_t kQpn = 0x11;
+constexpr uint32_t kPartQpn = 0x12; // a QP joining node's lead (Cluster's split)
 constexpr uint16_t kPort = 4791;
 constexpr uint64_t kMs = 1000000;
 
@@ -46,6 +50,11 @@ struct Faults {
 	double loss = 0, dup = 0;
 	bool reorder = false;
 	std::vector<Endpoint> dead; // nothing reaches or leaves these
+	// One way only: what goes from first to second is lost.
+	std::vector<std::pair<Endpoint, Endpoint>> cut;
+	// Packets of this BTH opcode from a member (not from the switch) are
+	// lost (0: none).
+	uint8_t drop_member_kind = 0;
 	// A one-way delay, varying uniformly by up to jitter either way; a
 	// sender's packets keep their order (as IBV_COLL_EMU_IMPAIR's).
 	uint64_t delay_ns = 0, jitter_ns = 0;
@@ -94,6 +103,17 @@ public:
 				dropped++;
 				return;
 			}
+		for (const auto &c : f.cut)
+			if (c.first == p.src && c.second == p.dst) {
+				dropped++;
+				return;
+			}
+		if (f.drop_member_kind && p.bytes[0] == f.drop_member_kind &&
+		    wire::Ceth::load(p.bytes.data() + wire::kBthBytes).src_node !=
+			    sw::kNodeSwitch) {
+			dropped++;
+			return;
+		}
 		if (f.loss > 0 && u_(rng_) < f.loss) {
 			dropped++;
 			if (p.bytes.size() > wire::kBthBytes + wire::kCethBytes + sw::kTaskBytes &&
@@ -168,8 +188,10 @@ public:
 	bool push_cqe(Cq *, const Cqe &c) override
 	{
 		cqes.push_back(c);
+		cqe_at.push_back(clock_);
 		return true;
 	}
+	std::vector<uint64_t> cqe_at; // when each completion came
 	void qp_to_error(Qp &qp, const char *) override
 	{
 		errors++;
@@ -178,6 +200,15 @@ public:
 	bool dma_ok(uint32_t, uint32_t, uint64_t addr, uint64_t, uint32_t) override
 	{
 		return addr != 0;
+	}
+	// The address space of each protection domain (none: this process's
+	// own, kLocalSpace): a pid makes the engine reach it as it reaches a
+	// client of the shared device, with process_vm_readv/writev.
+	std::map<uint32_t, DmaSpace> spaces;
+	DmaSpace pd_space(uint32_t pdn) const override
+	{
+		auto it = spaces.find(pdn);
+		return it == spaces.end() ? kLocalSpace : it->second;
 	}
 	uint16_t udp_port() const override { return kPort; }
 	bool ipv6() const override { return false; }
@@ -228,28 +259,37 @@ private:
 	alignas(64) uint8_t buf_[Transport::kMaxPacket + 64];
 };
 
-// A minimal aggregation switch for the switch strategy: inline task mode,
-// one plane, int32 sum; a repeat of a block it finished is answered from
-// its copy of the result, and an ASK (wire/swproto.h, Loss) with the
-// result, or with NAKs to the members whose partials it lacks.
+// A minimal aggregation switch for the switch strategy: one plane, int32
+// sum; inline task mode, or (configured) CONFIG answered with PENDING until
+// every member has sent one, then a grant to each.  A repeat of a block it
+// finished is answered from its copy of the result, and an ASK
+// (wire/swproto.h, Loss) with the result, or with NAKs to the members whose
+// partials it lacks.
 class FakeSwitch {
 public:
-	FakeSwitch(Net &net, Endpoint self, std::vector<Endpoint> members)
-		: net_(net), self_(self), members_(std::move(members))
+	FakeSwitch(Net &net, Endpoint self, std::vector<Endpoint> members, bool configured = false)
+		: net_(net), self_(self), members_(std::move(members)), configured_(configured)
 	{
 	}
-	uint64_t folded = 0, asks = 0, naks = 0, dup_partials = 0;
+	uint64_t folded = 0, asks = 0, naks = 0, dup_partials = 0, releases = 0;
 
 	void on_packet(const Pkt &in)
 	{
 		wire::Bth bth = wire::Bth::load(in.bytes.data());
-		if (bth.opcode == wire::kCollRelease)
-			return;
-		ASSERT_EQ(bth.opcode, wire::kCollData);
 		wire::Ceth h = wire::Ceth::load(in.bytes.data() + wire::kBthBytes);
-		ASSERT_TRUE(h.flags & wire::kCethInline);
-		const size_t off = wire::kBthBytes + wire::kCethBytes + sw::kTaskBytes;
-		const uint32_t len = h.len - uint32_t(sw::kTaskBytes);
+		if (bth.opcode == wire::kCollRelease) {
+			releases++;
+			return;
+		}
+		if (bth.opcode == wire::kCollConfig && configured_)
+			return on_config(h);
+		ASSERT_EQ(bth.opcode, wire::kCollData);
+		ASSERT_EQ(bool(h.flags & wire::kCethInline), !configured_);
+		if (configured_ && configs_ != full())
+			return; // not granted: dropped, as a switch drops it (drop_busy)
+		const uint32_t task = configured_ ? 0 : uint32_t(sw::kTaskBytes);
+		const size_t off = wire::kBthBytes + wire::kCethBytes + task;
+		const uint32_t len = h.len - task;
 		Block &b = blocks_[h.seq];
 		if (b.have == full()) { // done: answer the repeat
 			send_result(h, b, h.src_node);
@@ -295,6 +335,37 @@ private:
 		uint64_t arrived[64] = {}; // when each member's partial came
 	};
 	uint64_t full() const { return (1ull << members_.size()) - 1; }
+	void on_config(const wire::Ceth &in)
+	{
+		const bool granted = configs_ == full();
+		configs_ |= 1ull << in.src_node;
+		if (configs_ != full()) {
+			send_config_ack(in.src_node, wire::kCethPending);
+		} else if (granted) {
+			send_config_ack(in.src_node, 0); // a repeat
+		} else {
+			for (uint16_t n = 0; n < members_.size(); n++)
+				send_config_ack(n, 0);
+		}
+	}
+	void send_config_ack(uint16_t to, uint8_t flags)
+	{
+		std::vector<uint8_t> pkt(wire::kBthBytes + wire::kCethBytes);
+		wire::Bth bth;
+		bth.opcode = wire::kCollConfigAck;
+		bth.dqpn = kQpn;
+		bth.store(pkt.data());
+		wire::Ceth h;
+		h.src_node = sw::kNodeSwitch;
+		h.jid = jid_;
+		h.job_key = key_;
+		h.inc = 1;
+		h.flags = flags;
+		h.seg = flags ? 0 : 64;
+		h.node_map = 1ull << to;
+		h.store(pkt.data() + wire::kBthBytes);
+		net_.send(Pkt{self_, members_[to], std::move(pkt)});
+	}
 	void send_result(const wire::Ceth &in, const Block &b, uint16_t to)
 	{
 		std::vector<uint8_t> pkt(wire::kBthBytes + wire::kCethBytes + b.sum.size() * 4);
@@ -338,6 +409,12 @@ private:
 	Endpoint self_;
 	std::vector<Endpoint> members_;
 	std::map<uint32_t, Block> blocks_;
+	bool configured_;
+	uint64_t configs_ = 0; // members whose CONFIG came
+
+public:
+	uint32_t jid_ = 0;
+	uint64_t key_ = 0;
 };
 
 struct Node {
@@ -347,6 +424,12 @@ struct Node {
 	std::unique_ptr<Queue> sq;
 	Cq cq;
 	Qp qp;
+	// A node split between two QPs (Cluster's split): the lead (qp) serves
+	// all ranks but the last, this QP (kPartQpn, protection domain 2)
+	// joins it with the last, as another process of the node would.
+	std::unique_ptr<Queue> part_sq;
+	Qp part;
+	bool split() const { return part_sq != nullptr; }
 	uint16_t ranks = 1;
 	uint64_t rx = 0;			    // packets the network handed it
 	std::vector<std::vector<int32_t>> src, dst; // per local rank
@@ -355,8 +438,13 @@ struct Node {
 
 class Cluster {
 public:
+	// with_switch: a FakeSwitch, inline, or with configured a configuration
+	// step (CONFIG, PENDING, grant).
+	// split: this node (if any) is served by two QPs, the lead and a QP
+	// that joins it with the node's last rank (its ranks must be 2 or more).
 	Cluster(const std::vector<uint16_t> &ranks, Topology topo, uint64_t seed, bool with_switch,
-		uint32_t timeout_ms = 200, uint32_t rto_us = 2000, uint32_t seg_count = 64)
+		uint32_t timeout_ms = 200, uint32_t rto_us = 2000, bool configured = false,
+		int split = -1, uint32_t seg_count = 64)
 		: net(seed)
 	{
 		net.clock = &clock;
@@ -378,14 +466,17 @@ public:
 		if (topo != Topology::ring) {
 			cfg.sw.on = true;
 			cfg.sw.leaf = {sw_ep};
-			cfg.sw.inline_task =
-				with_switch; // the fake switch has no configuration step
+			// Without configured, the fake switch has no configuration step.
+			cfg.sw.inline_task = with_switch && !configured;
 		}
 		std::vector<Endpoint> eps;
 		for (auto &m : cfg.members)
 			eps.push_back(m.ep);
-		if (with_switch)
-			fsw = std::make_unique<FakeSwitch>(net, sw_ep, eps);
+		if (with_switch) {
+			fsw = std::make_unique<FakeSwitch>(net, sw_ep, eps, configured);
+			fsw->jid_ = cfg.jid;
+			fsw->key_ = cfg.key;
+		}
 		for (uint32_t i = 0; i < n; i++) {
 			auto nd = std::make_unique<Node>();
 			nd->params = make_params(i, timeout_ms, rto_us);
@@ -403,6 +494,24 @@ public:
 			nd->qp.attr.path_mtu = 256; // many blocks from a small vector
 			nd->host->qps[kQpn] = &nd->qp;
 			cfg.node = uint16_t(i);
+			cfg.local_first = cfg.local_count = 0;
+			if (int(i) == split) {
+				nd->part_sq = std::make_unique<Queue>(8, coll_wqe_stride(1));
+				nd->part.qpn = kPartQpn;
+				nd->part.pdn = 2;
+				nd->part.coll = true;
+				nd->part.sq = nd->part_sq.get();
+				nd->part.scq = &nd->cq;
+				nd->part.meta.assign(nd->part_sq->slots(), WqeMeta{});
+				nd->part.attr.path_mtu = 256;
+				nd->host->qps[kPartQpn] = &nd->part;
+				JobConfig pc = cfg;
+				pc.local_first = uint16_t(ranks[i] - 1);
+				pc.local_count = 1;
+				EXPECT_EQ(nd->svc->configure(nd->part, pc), 0);
+				nd->part.state = QpState::rts;
+				cfg.local_count = uint16_t(ranks[i] - 1);
+			}
 			EXPECT_EQ(nd->svc->configure(nd->qp, cfg), 0);
 			nd->qp.state = QpState::rts;
 			nodes.push_back(std::move(nd));
@@ -410,12 +519,17 @@ public:
 	}
 	~Cluster()
 	{
-		for (auto &nd : nodes)
+		for (auto &nd : nodes) {
+			if (nd->split())
+				nd->svc->release(nd->part);
 			nd->svc->release(nd->qp);
+		}
 	}
 
-	// Post an int32 SUM allreduce of count elements on every node.
-	void post_allreduce(uint32_t mid, uint64_t count, uint64_t seed)
+	// Post an int32 SUM allreduce of count elements on every node (on a
+	// split node, the joined QP's with part_count elements: another
+	// collective than its lead's when that is not count).
+	void post_allreduce(uint32_t mid, uint64_t count, uint64_t seed, uint64_t part_count = 0)
 	{
 		std::mt19937 rng{uint32_t(seed)};
 		for (auto &nd : nodes) {
@@ -425,25 +539,13 @@ public:
 			for (auto &s : nd->src)
 				for (auto &v : s)
 					v = int32_t(rng());
-			Queue &q = *nd->sq;
-			const uint32_t idx = q.prod_relaxed();
-			CollWqe *w = q.at<CollWqe>(idx);
-			memset(w, 0, q.stride());
-			w->wr_id = mid;
-			w->opcode = uint8_t(CollOp::allreduce);
-			w->flags = kWqeSignaled;
-			w->num_sge = r;
-			w->op = uint8_t(RedOp::sum);
-			w->dtype = uint8_t(Dtype::int32);
-			w->mid = mid;
-			w->count = count;
-			for (uint16_t i = 0; i < r; i++) {
-				w->srcs()[i] = Sge{uint64_t(uintptr_t(nd->src[i].data())),
-						   uint32_t(count * 4), 1};
-				w->dsts()[i] = Sge{uint64_t(uintptr_t(nd->dst[i].data())),
-						   uint32_t(count * 4), 1};
+			if (!nd->split()) {
+				post(*nd->sq, mid, count, nd->src.data(), nd->dst.data(), r);
+				continue;
 			}
-			q.publish(idx + 1);
+			post(*nd->sq, mid, count, nd->src.data(), nd->dst.data(), uint16_t(r - 1));
+			post(*nd->part_sq, mid, part_count ? part_count : count, &nd->src[r - 1],
+			     &nd->dst[r - 1], 1);
 		}
 		// The reference: a scalar loop over every rank's source.
 		want.assign(count, 0);
@@ -453,26 +555,55 @@ public:
 					want[i] = int32_t(uint32_t(want[i]) + uint32_t(s[i]));
 	}
 
+	static void post(Queue &q, uint32_t mid, uint64_t count, std::vector<int32_t> *src,
+			 std::vector<int32_t> *dst, uint16_t n)
+	{
+		const uint32_t idx = q.prod_relaxed();
+		CollWqe *w = q.at<CollWqe>(idx);
+		memset(w, 0, q.stride());
+		w->wr_id = mid;
+		w->opcode = uint8_t(CollOp::allreduce);
+		w->flags = kWqeSignaled;
+		w->num_sge = n;
+		w->op = uint8_t(RedOp::sum);
+		w->dtype = uint8_t(Dtype::int32);
+		w->mid = mid;
+		w->count = count;
+		for (uint16_t i = 0; i < n; i++) {
+			w->srcs()[i] = Sge{uint64_t(uintptr_t(src[i].data())), uint32_t(count * 4),
+					   1};
+			w->dsts()[i] = Sge{uint64_t(uintptr_t(dst[i].data())), uint32_t(count * 4),
+					   1};
+		}
+		q.publish(idx + 1);
+	}
+
 	// Run until every node has `cqes` completions or limit_ns of fake time
-	// passes; returns whether they all did.
-	bool run(size_t cqes, uint64_t limit_ns)
+	// (or max_passes passes, if not negative) pass; returns whether they
+	// all did.
+	bool run(size_t cqes, uint64_t limit_ns, int max_passes = -1)
 	{
 		const uint64_t end = clock + limit_ns;
-		while (clock < end) {
+		while (clock < end && max_passes-- != 0) {
 			for (auto &nd : nodes) {
 				if (is_dead(*nd))
 					continue;
-				if (nd->qp.state == QpState::rts)
-					nd->svc->progress(nd->qp, clock);
-				else if (nd->qp.state == QpState::err)
-					nd->svc->flush(nd->qp);
+				for (Qp *q : {&nd->qp, &nd->part}) {
+					if (q == &nd->part && !nd->split())
+						continue;
+					if (q->state == QpState::rts)
+						nd->svc->progress(*q, clock);
+					else if (q->state == QpState::err)
+						nd->svc->flush(*q);
+				}
 			}
 			std::vector<Pkt> batch = net.take();
 			for (Pkt &p : batch)
 				deliver(p);
 			bool all = true;
 			for (auto &nd : nodes)
-				all &= is_dead(*nd) || nd->host->cqes.size() >= cqes;
+				all &= is_dead(*nd) ||
+				       nd->host->cqes.size() >= (nd->split() ? 2 * cqes : cqes);
 			if (all && net.queue.empty())
 				return true;
 			if (batch.empty()) {
@@ -827,7 +958,8 @@ TEST(CollPathsLoss, CostsAFractionOfTheLossFreeTime)
 	for (Topology t : {Topology::ring, Topology::sw}) {
 		double ms[2];
 		for (int lossy = 0; lossy < 2; lossy++) {
-			Cluster c({1, 1, 1, 1}, t, 5, t != Topology::ring, 5000, 20000, 1024);
+			Cluster c({1, 1, 1, 1}, t, 5, t != Topology::ring, 5000, 20000, false, -1,
+				  1024);
 			c.net.f.delay_ns = 20000;
 			c.net.f.rate_bps = 400000000;
 			c.net.f.rate_of[c.sw_ep.ip.b[15]] = 4 * c.net.f.rate_bps;
@@ -841,24 +973,196 @@ TEST(CollPathsLoss, CostsAFractionOfTheLossFreeTime)
 			for (auto &nd : c.nodes)
 				again += nd->svc->counters().retrans_data +
 					 nd->svc->counters().retrans_result;
-			if (getenv("LOSSDBG"))
-				for (auto &nd : c.nodes) {
-					const CollCounters k = nd->svc->counters();
-					std::cout << "  probes " << k.probes << " naks "
-						  << k.naks_sent << "/" << k.naks_rcvd
-						  << " timeouts? retrans " << k.retrans_data << "/"
-						  << k.retrans_result << " cuts "
-						  << nd->host->cc.rate_cuts << " (delay "
-						  << nd->host->cc.delay_cuts << " loss "
-						  << nd->host->cc.loss_cuts << " host "
-						  << nd->host->cc.host_cuts << ") noq "
-						  << nd->host->cc.loss_no_queue << "\n";
-				}
 			std::cout << (t == Topology::ring ? "ring" : "switch") << " loss "
 				  << (lossy ? 5 : 0) << " %: " << ms[lossy]
 				  << " ms of fake time, dropped " << c.net.dropped
 				  << ", sent again " << again << "\n";
 		}
 		EXPECT_LE(ms[1], 1.6 * ms[0]) << (t == Topology::ring ? "ring" : "switch");
+	}
+}
+
+// Issue 25: AUTO's members must run a message the same way.  A member that
+// hears no switch (both ways cut) fell back to the ring alone after
+// IBV_COLL_EMU_SW_CONFIG_MS, while the others, answered "wait" (PENDING),
+// waited for the switch: every member failed, at its own timeout.  It now
+// tells them; they have sent nothing to the switch and follow it round
+// the ring, and the job's messages complete everywhere, flagged FALLBACK
+// alike.  With its notices lost, its ring DATA tells them the same.
+TEST(CollPathsFallback, MemberThatHearsNoSwitchTakesTheOthersToTheRing)
+{
+	for (bool notices : {true, false}) {
+		SCOPED_TRACE(notices ? "with its notices" : "notices lost");
+		Cluster c({1, 2, 1}, Topology::autosel, 13, true, 200, 2000, true);
+		const Endpoint x = c.nodes[2]->host_ep();
+		c.net.f.cut = {{x, c.sw_ep}, {c.sw_ep, x}};
+		if (!notices)
+			c.net.f.drop_member_kind = wire::kCollConfigAck;
+		for (uint32_t mid = 1; mid <= 2; mid++) {
+			c.post_allreduce(mid, 777, mid);
+			ASSERT_TRUE(c.run(mid, 5000 * kMs));
+			expect_results(c, mid);
+			for (auto &nd : c.nodes) {
+				const Cqe &q = nd->host->cqes.back();
+				EXPECT_EQ(q.coll_flags, c.nodes[0]->host->cqes.back().coll_flags);
+				EXPECT_TRUE(q.coll_flags & kRanRing);
+				EXPECT_TRUE(q.coll_flags & kRanFallback);
+				EXPECT_FALSE(q.coll_flags & kRanSwitch);
+			}
+		}
+		EXPECT_EQ(c.fsw->folded, 0u);
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			EXPECT_EQ(c.nodes[n]->svc->counters().fallbacks, 2u);
+			expect_accounted(*c.nodes[n], n);
+		}
+	}
+}
+
+// Issue 25: a member whose CONFIGs reach the switch but never its answers:
+// the others were granted and ran the message through the switch, which
+// waited for this member's partial, while it ran the ring: every member
+// failed at its timeout (1 s here).  Now every member fails the message at
+// once, with REMOTE_ABORT, soon after the deaf member gives up on the
+// switch (IBV_COLL_EMU_SW_CONFIG_MS, 50 ms here): its notice (or, lost,
+// its ring DATA) meets members that cannot undo what they sent.
+TEST(CollPathsFallback, MemberDeafToTheGrantFailsEveryMemberAtOnce)
+{
+	for (bool notices : {true, false}) {
+		SCOPED_TRACE(notices ? "with its notices" : "notices lost");
+		Cluster c({1, 2, 1}, Topology::autosel, 14, true, 1000, 2000, true);
+		const Endpoint x = c.nodes[2]->host_ep();
+		c.net.f.cut = {{c.sw_ep, x}};
+		if (!notices)
+			c.net.f.drop_member_kind = wire::kCollConfigAck;
+		const uint64_t t0 = c.clock;
+		c.post_allreduce(1, 777, 1);
+		ASSERT_TRUE(c.run(1, 5000 * kMs));
+		EXPECT_GT(c.fsw->folded, 0u) << "the others did not run the switch";
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			Node &nd = *c.nodes[n];
+			ASSERT_EQ(nd.host->cqes.size(), 1u) << "node " << n;
+			const Cqe &q = nd.host->cqes[0];
+			EXPECT_EQ(q.coll_status, uint8_t(CollStatus::remote_abort)) << "node " << n;
+			EXPECT_EQ(q.status, uint8_t(WcStatus::rem_abort_err)) << "node " << n;
+			// SW_CONFIG_MS, then a round trip or so: not the timeout.
+			EXPECT_LT(nd.host->cqe_at[0] - t0, 60 * kMs) << "node " << n;
+			EXPECT_EQ(nd.qp.state, QpState::err) << "node " << n;
+		}
+	}
+}
+
+namespace {
+
+// A child that waits to be killed: a copy of this process's memory, so
+// the buffers posted before it came are at the same addresses there, as a
+// client's are for the shared device.
+pid_t paused_child()
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		pause();
+		_exit(0);
+	}
+	return pid;
+}
+
+void kill_child(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	int st;
+	waitpid(pid, &st, 0);
+}
+
+// Node n's completions on QP qpn.
+std::vector<Cqe> cqes_of(const Node &nd, uint32_t qpn)
+{
+	std::vector<Cqe> v;
+	for (const Cqe &c : nd.host->cqes)
+		if (c.qpn == qpn)
+			v.push_back(c);
+	return v;
+}
+
+} // namespace
+
+// A node whose last rank is served by a QP of another process (its memory
+// reached by process_vm_readv/writev, as the shared device reaches a
+// client's): every rank's result is the reference, and both QPs complete.
+TEST(CollPathsJoin, SplitNodeMatchesTheReference)
+{
+	Cluster c({1, 3, 2}, Topology::ring, 41, false, 200, 2000, false, 1);
+	c.nodes[1]->host->spaces[2] = getpid();
+	c.post_allreduce(1, 777, 1);
+	ASSERT_TRUE(c.run(1, 5000 * kMs));
+	for (size_t n = 0; n < c.nodes.size(); n++) {
+		const Node &nd = *c.nodes[n];
+		for (uint16_t r = 0; r < nd.ranks; r++)
+			EXPECT_EQ(nd.dst[r], c.want) << "node " << n << " rank " << r;
+		for (const Cqe &q : nd.host->cqes)
+			EXPECT_EQ(q.status, uint8_t(WcStatus::success)) << "node " << n;
+	}
+	EXPECT_EQ(cqes_of(*c.nodes[1], kPartQpn).size(), 1u);
+}
+
+// Issue 25: the process of a joined QP dies mid-collective; its memory is
+// gone before the shared device notices and destroys its QP.  The lead's
+// next access to that rank failed, and the node's surviving QP got
+// LOCAL_ERR ("a local buffer is not accessible"), where
+// ibv_modify_coll_qp(3) says a QP whose process died fails the collective
+// with REMOTE_ABORT on every member.  Now every QP of every node does.
+TEST(CollPathsJoin, AJoinedProcessDyingMidCollectiveIsARemoteAbort)
+{
+	Cluster c({1, 3, 2}, Topology::ring, 42, false, 2000, 2000, false, 1);
+	Node &split = *c.nodes[1];
+	c.post_allreduce(1, 20000, 2);
+	// The joined QP's ranks live in a child process; some blocks go round,
+	// then it is killed.
+	const pid_t child = paused_child();
+	ASSERT_GT(child, 0);
+	split.host->spaces[2] = child;
+	const bool done = c.run(1, 5000 * kMs, 4);
+	kill_child(child);
+	ASSERT_FALSE(done) << "the collective ended before the process died";
+	EXPECT_GT(split.host->tx, 0u);
+	ASSERT_TRUE(c.run(1, 5000 * kMs));
+	const std::vector<Cqe> lead = cqes_of(split, kQpn);
+	ASSERT_EQ(lead.size(), 1u);
+	EXPECT_EQ(lead[0].coll_status, uint8_t(CollStatus::remote_abort))
+		<< "the surviving QP of the node: " << int(lead[0].coll_status);
+	EXPECT_EQ(lead[0].status, uint8_t(WcStatus::rem_abort_err));
+	for (size_t n : {size_t(0), size_t(2)}) {
+		ASSERT_EQ(c.nodes[n]->host->cqes.size(), 1u) << "node " << n;
+		EXPECT_EQ(c.nodes[n]->host->cqes[0].coll_status, uint8_t(CollStatus::remote_abort))
+			<< "node " << n;
+	}
+}
+
+// Issue 25: a QP that posts another collective than the rest of its node
+// (here another count) got FLUSHED, where ibv_modify_coll_qp(3) says the
+// node's QPs fail it with LOCAL_ERR: now it does, as does its lead; the
+// other nodes are told (REMOTE_ABORT), and what is queued behind is
+// flushed.
+TEST(CollPathsJoin, AJoinedQpPostingAnotherCollectiveGetsLocalErr)
+{
+	Cluster c({1, 3, 2}, Topology::ring, 43, false, 2000, 2000, false, 1);
+	c.post_allreduce(1, 777, 3, 778);
+	c.post_allreduce(2, 777, 4); // queued behind: flushed
+	ASSERT_TRUE(c.run(2, 5000 * kMs));
+	Node &split = *c.nodes[1];
+	for (uint32_t qpn : {kQpn, kPartQpn}) {
+		const std::vector<Cqe> v = cqes_of(split, qpn);
+		ASSERT_EQ(v.size(), 2u) << "qpn " << qpn;
+		EXPECT_EQ(v[0].mid, 1u) << "qpn " << qpn;
+		EXPECT_EQ(v[0].coll_status, uint8_t(CollStatus::local_err))
+			<< "qpn " << qpn << ": " << int(v[0].coll_status);
+		EXPECT_EQ(v[0].status, uint8_t(WcStatus::loc_prot_err)) << "qpn " << qpn;
+		EXPECT_EQ(v[1].mid, 2u) << "qpn " << qpn;
+		EXPECT_EQ(v[1].coll_status, uint8_t(CollStatus::flushed)) << "qpn " << qpn;
+	}
+	EXPECT_EQ(cqes_of(split, kPartQpn)[0].opcode, uint8_t(CollOp::allreduce));
+	for (size_t n : {size_t(0), size_t(2)}) {
+		ASSERT_GE(c.nodes[n]->host->cqes.size(), 1u) << "node " << n;
+		EXPECT_EQ(c.nodes[n]->host->cqes[0].coll_status, uint8_t(CollStatus::remote_abort))
+			<< "node " << n;
 	}
 }

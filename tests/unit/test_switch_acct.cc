@@ -4,7 +4,8 @@
 // the test's own reference).  Checks that every datagram is counted in
 // exactly one counter, and that packets of another job, with another
 // job's key or from an address that is not a member never change a job's
-// state or result while two jobs share the switch.
+// state or result while two jobs share the switch, and that members of one
+// address and port (one shared device) are told apart by their QPs.
 #include "ref_icrc.h"
 
 #include "switch/switch.h"
@@ -50,12 +51,13 @@ struct Hdr {
 };
 
 // Task information (wire/swproto.h's layout, written out here).
-std::vector<uint8_t> task(uint16_t node, uint16_t nodes, uint64_t members, uint32_t seg_req)
+std::vector<uint8_t> task(uint16_t node, uint16_t nodes, uint64_t members, uint32_t seg_req,
+			  uint32_t qpn = 0x77)
 {
 	std::vector<uint8_t> t;
 	put(t, node, 2);
 	put(t, nodes, 2);
-	put(t, 0x77, 4);
+	put(t, qpn, 4);
 	put(t, members, 8);
 	put(t, members, 8); // subtree: a single switch serves them all
 	put(t, seg_req, 4);
@@ -129,9 +131,10 @@ public:
 			r.push_back(uint8_t(crc >> (8 * i)));
 		raw(to, r);
 	}
-	// The next packet to us: its opcode, CETH status/seg and payload.
+	// The next packet to us: its opcode, CETH status/seg and payload, and
+	// the BTH's destination QP.
 	bool recv(uint8_t *opcode, std::vector<uint8_t> *payload, uint16_t *seg = nullptr,
-		  uint8_t *status = nullptr, int timeout_ms = 0) const
+		  uint8_t *status = nullptr, int timeout_ms = 0, uint32_t *dqpn = nullptr) const
 	{
 		uint8_t b[9000];
 		pollfd pf{fd_, POLLIN, 0};
@@ -147,6 +150,8 @@ public:
 			*seg = uint16_t(b[12 + 20] << 8 | b[12 + 21]);
 		if (status)
 			*status = b[12 + 4];
+		if (dqpn)
+			*dqpn = uint32_t(b[5]) << 16 | uint32_t(b[6]) << 8 | b[7];
 		return true;
 	}
 	void drain() const
@@ -504,4 +509,95 @@ TEST_F(SwitchAcct, TdmAdmissionRequestsCountedOnce)
 			answers += op == 0xe5 && st == 0;
 		EXPECT_EQ(answers, m == &a ? 2 : 1);
 	}
+}
+
+// Issue 25: the nodes of one job on one shared device (ibv_coll_devd) share
+// its address and UDP port, each with its own collective QP.  The switch
+// told children apart by address and port, so the second node's CONFIG
+// was dropped (drop_node) and the job never granted.  Here one socket
+// plays both nodes, QPs 0x11 and 0x12: each is granted, each gets the
+// result 5 + 7 at its own QP, and a third QP of that endpoint claiming
+// node 1 is refused without taking node 1's results.
+TEST_F(SwitchAcct, MembersOfOneEndpointAreToldApartByQpn)
+{
+	Peer dev;
+	const uint16_t to = sw_->port();
+	const uint32_t qpn[2] = {0x11, 0x12};
+	for (uint16_t n = 0; n < 2; n++) {
+		Hdr h;
+		h.opcode = 0xe4; // CONFIG
+		h.key = kKeyA;
+		h.src_node = n;
+		h.node_map = 1u << n;
+		dev.send(to, h, task(n, 2, 3, 8, qpn[n]));
+	}
+	sent_ += 2;
+	pump(sent_);
+	SwitchCounters c = sw_->totals();
+	EXPECT_EQ(c.drop_node, 0u);
+	EXPECT_EQ(c.grants, 1u);
+	// Both QPs granted, each at its own QP: the BTH names it.
+	uint8_t op = 0, st = 0;
+	uint16_t seg = 0;
+	uint32_t dqpn = 0;
+	std::vector<uint8_t> pl;
+	int grants[2] = {0, 0};
+	while (dev.recv(&op, &pl, &seg, &st, 200, &dqpn))
+		for (int n = 0; n < 2; n++)
+			grants[n] += op == 0xe5 && st == 0 && seg >= 2 && dqpn == qpn[n];
+	EXPECT_EQ(grants[0], 1);
+	EXPECT_EQ(grants[1], 1);
+
+	// Another QP of the same device claims node 1: refused.
+	Hdr h;
+	h.opcode = 0xe4;
+	h.key = kKeyA;
+	h.src_node = 1;
+	h.node_map = 2;
+	dev.send(to, h, task(1, 2, 3, 8, 0x13));
+	pump(++sent_);
+	EXPECT_EQ(sw_->totals().drop_node, 1u) << "a second QP took node 1's place";
+	dev.drain();
+
+	// Each node's partial; the result goes to each QP, and only to them.
+	Hdr d;
+	d.key = kKeyA;
+	dev.send(to, d, i32(5));
+	d.src_node = 1;
+	d.node_map = 2;
+	dev.send(to, d, i32(7));
+	sent_ += 2;
+	pump(sent_);
+	int results[2] = {0, 0}, others = 0;
+	while (dev.recv(&op, &pl, nullptr, nullptr, 200, &dqpn)) {
+		if (op != 0xe1)
+			continue;
+		int32_t r = 0;
+		ASSERT_EQ(pl.size(), 4u);
+		memcpy(&r, pl.data(), 4);
+		EXPECT_EQ(r, 12);
+		if (dqpn == qpn[0] || dqpn == qpn[1])
+			results[dqpn == qpn[1]]++;
+		else
+			others++;
+	}
+	EXPECT_EQ(results[0], 1);
+	EXPECT_EQ(results[1], 1);
+	EXPECT_EQ(others, 0);
+
+	// Each node releases: two releases from one endpoint end the job.
+	Hdr r;
+	r.opcode = 0xe6;
+	r.key = kKeyA;
+	dev.send(to, r, {});
+	r.src_node = 1;
+	r.node_map = 2;
+	dev.send(to, r, {});
+	sent_ += 2;
+	pump(sent_);
+	c = sw_->totals();
+	EXPECT_EQ(c.releases, 2u);
+	SwitchCounters job;
+	EXPECT_FALSE(sw_->job_counters(1, &job)) << "the job outlived its members' releases";
+	EXPECT_EQ(c.rx_packets, c.delivered + drops(c));
 }
