@@ -65,6 +65,34 @@ void CollEngine::on_packet(const InPacket &ip)
 		ctr.delivered++;
 }
 
+// A packet from one of the job's switches, or forged as one.
+void CollEngine::from_switch(Qp &qp, CollJob &job, const CollPacket &p)
+{
+	bool known = false;
+	for (const Endpoint &e : job.cfg.sw.leaf)
+		known |= e == p.src;
+	if (!known || qp.state != QpState::rts) {
+		ctr.bad_node++;
+		return;
+	}
+	if (p.h.inc != job.inc) {
+		ctr.stale_dropped++; // an old incarnation's answer
+		return;
+	}
+	if (p.kind == kCollAbort) {
+		// The switch holds a later incarnation of the job.
+		ctr.aborts_rcvd++;
+		if (p.h.flags & kCethSuperseded)
+			superseded(qp, job);
+		else
+			ctr.malformed++;
+		return;
+	}
+	ctr.rx_bytes += p.paylen;
+	sw_.on_packet(qp, job, p, e_.now());
+	settle(qp, job, e_.now());
+}
+
 void CollEngine::classify(const InPacket &ip)
 {
 	CollPacket p;
@@ -94,33 +122,8 @@ void CollEngine::classify(const InPacket &ip)
 		ctr.bad_job++;
 		return;
 	}
-	if (p.h.src_node == sw::kNodeSwitch) {
-		// From one of the job's switches, or forged.
-		bool known = false;
-		for (const Endpoint &e : job.cfg.sw.leaf)
-			known |= e == p.src;
-		if (!known || qp.state != QpState::rts) {
-			ctr.bad_node++;
-			return;
-		}
-		if (p.h.inc != job.inc) {
-			ctr.stale_dropped++; // an old incarnation's answer
-			return;
-		}
-		if (p.kind == kCollAbort) {
-			// The switch holds a later incarnation of the job.
-			ctr.aborts_rcvd++;
-			if (p.h.flags & kCethSuperseded)
-				superseded(qp, job);
-			else
-				ctr.malformed++;
-			return;
-		}
-		ctr.rx_bytes += p.paylen;
-		sw_.on_packet(qp, job, p, e_.now());
-		settle(qp, job, e_.now());
-		return;
-	}
+	if (p.h.src_node == sw::kNodeSwitch)
+		return from_switch(qp, job, p);
 	if (p.h.src_node >= job.cfg.nodes() || !(job.cfg.members[p.h.src_node].ep == p.src) ||
 	    p.h.src_node == job.cfg.node) {
 		ctr.bad_node++;

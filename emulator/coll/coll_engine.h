@@ -141,6 +141,7 @@ private:
 	// codec.cc
 	bool parse(const InPacket &p, CollPacket *out);
 	void classify(const InPacket &p); // on_packet's checks and dispatch
+	void from_switch(Qp &qp, CollJob &job, const CollPacket &p);
 	void other_incarnation(Qp &qp, CollJob &job, const CollPacket &p);
 	void superseded(Qp &qp, CollJob &job);
 	// Every packet carries the job's incarnation, unless other_inc (an

@@ -17,6 +17,8 @@ constexpr uint64_t kMinCutGapNs = 50 * util::kNsPerUs; // DCQCN's rate-reduce pe
 // The least fabric delay is taken over this epoch and the last: a path
 // that became longer is learnt within two epochs, not never.
 constexpr uint64_t kBaseEpochNs = 10000 * util::kNsPerMs;
+// Delay cuts in a row that do not lower the delay, before the base moves.
+constexpr uint32_t kFutileCuts = 3;
 // The target allows this many times the jitter of the fabric delay.
 constexpr uint64_t kNoiseMult = 2;
 
@@ -38,6 +40,8 @@ void CongestionCtl::init(const CcParams *p, CcCounters *ctr, double init_win, do
 	hops_ = std::max(1u, hops);
 	srtt_ = last_cut_ = next_tx_ = 0;
 	base_cur_ = base_prev_ = epoch_at_ = jitter_ = 0;
+	cut_delay_ = 0;
+	futile_ = 0;
 	standing_ = win_min_ = win_start_ = win_sum_ = 0;
 	win_n_ = 0;
 	below_ = slow_start_ = true;
@@ -136,11 +140,32 @@ void CongestionCtl::on_rtt_sample(uint64_t rtt, Holding h, uint64_t now)
 		win_sum_ += f;
 		win_n_++;
 	}
+	// Above the target only when the sample, this half round trip's least
+	// and the last one's all are: one late sample (jitter) neither cuts
+	// nor stops the growth.
 	const uint64_t target = base_delay() + target_delay();
-	below_ = f <= target;
-	if (below_ || win_min_ <= target || standing_ <= target || !may_cut(now))
+	below_ = f <= target || win_min_ <= target || standing_ <= target;
+	if (below_ || !may_cut(now))
 		return;
 	const uint64_t q = std::min(standing_, win_min_);
+	// Cuts that do not bring the delay down were not cutting a queue of
+	// ours: a path whose delay varies (jitter in its order-keeping
+	// queues) or that became longer, measured against the least it ever
+	// showed.  After three in a row the least seen is no longer the
+	// base: the delay now is, less half the target.
+	// A window at its floor cannot be cut: that says nothing.
+	if (cwnd_ >= 2) {
+		futile_ = cut_delay_ && q + q / 16 >= cut_delay_ ? futile_ + 1 : 0;
+		cut_delay_ = q;
+	}
+	if (futile_ >= kFutileCuts) {
+		base_cur_ = base_prev_ = q - target_delay() / 2;
+		epoch_at_ = now;
+		futile_ = 0;
+		cut_delay_ = 0;
+		ctr_->rebases++;
+		return;
+	}
 	const double excess = double(q - target) / double(q);
 	const double mdf = p_->max_mdf_pct / 100.0;
 	cut(std::max(1 - kBeta * excess, 1 - mdf), now);
@@ -157,8 +182,8 @@ void CongestionCtl::host_sample(uint64_t e, uint64_t now)
 	if (!p_->host_target_us)
 		return;
 	const uint64_t target = uint64_t(hops_) * p_->host_target_us * util::kNsPerUs;
-	e_below_ = e <= target;
-	if (e_below_ || e_win_min_ <= target || e_standing_ <= target)
+	e_below_ = e <= target || e_win_min_ <= target || e_standing_ <= target;
+	if (e_below_)
 		return;
 	if (e_last_cut_ && now - e_last_cut_ < std::max(srtt_, kMinCutGapNs))
 		return;

@@ -26,7 +26,10 @@
 //    five of fast recovery (halfway back to the target), then additive
 //    increase (the target grows by one unit, the window halfway to it).
 // The delay compared is the standing fabric delay (the least over the last
-// half round trip, as Copa takes it).
+// half round trip, as Copa takes it).  Three delay cuts in a row that do
+// not lower it were not cutting a queue of this flow's (a path whose
+// delay varies, or that became longer): the base moves up to the delay
+// now, less half the target.
 // A second window, the endpoint window (Swift's), follows the endpoint
 // delay the same way against its own target (host_target_us per host
 // the round trip crosses): packets queued at a host that cannot keep up
@@ -81,6 +84,8 @@ struct CcCounters {
 	uint64_t rate_cuts = 0; // window cuts, whatever the signal
 	uint64_t delay_cuts = 0, loss_cuts = 0, cnp_cuts = 0;
 	uint64_t host_cuts = 0; // endpoint window cuts (hosts' delay)
+	// The base delay moved up: three delay cuts in a row lowered nothing.
+	uint64_t rebases = 0;
 	uint64_t cnp_rcvd = 0, cnp_sent = 0;
 	uint64_t fast_retrans = 0;  // sent again on a gap, before the timeout
 	uint64_t retrans_bytes = 0; // payload bytes sent again (ring, switch path, RC)
@@ -160,6 +165,10 @@ private:
 	uint64_t standing_ = 0, win_min_ = 0, win_start_ = 0, win_sum_ = 0;
 	uint32_t win_n_ = 0;
 	uint64_t jitter_ = 0;
+	// The delay at the last delay cut, and cuts in a row that did not
+	// lower it (see on_rtt_sample).
+	uint64_t cut_delay_ = 0;
+	uint32_t futile_ = 0;
 	bool below_ = true;	 // the last round trip was below the target
 	bool slow_start_ = true; // no cut yet
 	uint64_t last_cut_ = 0;

@@ -101,14 +101,14 @@ Engine::~Engine()
 			c.timeouts, c.naks_sent, c.naks_rcvd, c.probes);
 		IBVC_INFO(
 			"emu",
-			"{}: cc: cnps {}/{} cuts {} (delay {} loss {} cnp {} host {}) loss without a "
+			"{}: cc: cnps {}/{} cuts {} (delay {} loss {} cnp {} host {}) rebases {} loss without a "
 			"queue {} fast retrans {} retrans bytes {}, host delay {} us in {} "
 			"samples, impairment: dropped {} duplicated {} reordered {}",
 			params.name, n.cc.cnp_sent, n.cc.cnp_rcvd, n.cc.rate_cuts, n.cc.delay_cuts,
-			n.cc.loss_cuts, n.cc.cnp_cuts, n.cc.host_cuts, n.cc.loss_no_queue,
-			n.cc.fast_retrans, n.cc.retrans_bytes, n.cc.host_delay_us,
-			n.cc.host_delay_samples, pc.impair_dropped, pc.impair_duplicated,
-			pc.impair_reordered);
+			n.cc.loss_cuts, n.cc.cnp_cuts, n.cc.host_cuts, n.cc.rebases,
+			n.cc.loss_no_queue, n.cc.fast_retrans, n.cc.retrans_bytes,
+			n.cc.host_delay_us, n.cc.host_delay_samples, pc.impair_dropped,
+			pc.impair_duplicated, pc.impair_reordered);
 	}
 }
 

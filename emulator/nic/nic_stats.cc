@@ -79,6 +79,7 @@ constexpr Field kFields[] = {
 	{"cc_fast_retrans", [](const NicCounters &c) -> uint64_t { return c.cc.fast_retrans; }},
 	{"cc_retrans_bytes", [](const NicCounters &c) -> uint64_t { return c.cc.retrans_bytes; }},
 	{"cc_host_cuts", [](const NicCounters &c) -> uint64_t { return c.cc.host_cuts; }},
+	{"cc_rebases", [](const NicCounters &c) -> uint64_t { return c.cc.rebases; }},
 	{"cc_loss_no_queue", [](const NicCounters &c) -> uint64_t { return c.cc.loss_no_queue; }},
 	{"cc_host_delay_samples",
 	 [](const NicCounters &c) -> uint64_t { return c.cc.host_delay_samples; }},

@@ -14,6 +14,13 @@
 set -u
 lua=$1 switchd=$2 node=$3 stat=$4
 command -v tshark >/dev/null 2>&1 || { echo "SKIP: tshark is not installed"; exit 77; }
+# Wireshark loads its global Lua plugins before -X lua_script: an installed
+# ibv_coll.lua of another build would decode every packet its own way.
+installed=$(tshark -G plugins 2>/dev/null | awk '$1 == "ibv_coll.lua" { print $NF }')
+if [ -n "$installed" ] && ! cmp -s "$installed" "$lua"; then
+	echo "SKIP: $installed (installed by cmake --install) is not this tree's dissector"
+	exit 77
+fi
 tmp=$(mktemp -d)
 pids=""
 cleanup() {

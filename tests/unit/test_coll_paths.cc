@@ -272,6 +272,9 @@ public:
 	{
 	}
 	uint64_t folded = 0, asks = 0, naks = 0, dup_partials = 0, releases = 0;
+	// A broken switch: every partial and ASK is answered with a NAK naming
+	// its sender, no block ever completes.
+	bool nak_only = false;
 
 	void on_packet(const Pkt &in)
 	{
@@ -290,6 +293,11 @@ public:
 		const uint32_t task = configured_ ? 0 : uint32_t(sw::kTaskBytes);
 		const size_t off = wire::kBthBytes + wire::kCethBytes + task;
 		const uint32_t len = h.len - task;
+		if (nak_only) {
+			asks += (h.flags & wire::kCethAsk) != 0;
+			send_nak(h, h.src_node, 1ull << h.src_node);
+			return;
+		}
 		Block &b = blocks_[h.seq];
 		if (b.have == full()) { // done: answer the repeat
 			send_result(h, b, h.src_node);
@@ -430,6 +438,10 @@ struct Node {
 	std::unique_ptr<Queue> part_sq;
 	Qp part;
 	bool split() const { return part_sq != nullptr; }
+	// Descheduled (Cluster's stalls): runs no pass until then, and what
+	// reaches it waits here.
+	uint64_t stalled_until = 0;
+	std::vector<Pkt> backlog;
 	uint16_t ranks = 1;
 	uint64_t rx = 0;			    // packets the network handed it
 	std::vector<std::vector<int32_t>> src, dst; // per local rank
@@ -581,13 +593,28 @@ public:
 	// Run until every node has `cqes` completions or limit_ns of fake time
 	// (or max_passes passes, if not negative) pass; returns whether they
 	// all did.
+	// Descheduled hosts: every stall_every_ns of fake time on average a
+	// node, drawn from the seed, does not run for stall_ns: no progress
+	// pass, and what reaches it waits in its socket until it runs again
+	// (InPacket::rx_ns says when it arrived).
+	uint64_t stall_every_ns = 0, stall_ns = 0;
+	uint64_t stalls = 0;
+
+	bool stalled(const Node &nd) const { return clock < nd.stalled_until; }
+
 	bool run(size_t cqes, uint64_t limit_ns, int max_passes = -1)
 	{
 		const uint64_t end = clock + limit_ns;
 		while (clock < end && max_passes-- != 0) {
+			stall_some();
 			for (auto &nd : nodes) {
 				if (is_dead(*nd))
 					continue;
+				if (stalled(*nd))
+					continue;
+				for (Pkt &p : nd->backlog)
+					deliver(p);
+				nd->backlog.clear();
 				for (Qp *q : {&nd->qp, &nd->part}) {
 					if (q == &nd->part && !nd->split())
 						continue;
@@ -609,6 +636,9 @@ public:
 			if (batch.empty()) {
 				// Quiet: let the timers run, or the next packet arrive.
 				uint64_t step = 100000;
+				for (auto &nd : nodes)
+					if (stalled(*nd))
+						step = std::min(step, nd->stalled_until - clock);
 				for (const Pkt &q : net.queue)
 					if (q.due > clock)
 						step = std::min(step, q.due - clock);
@@ -627,6 +657,8 @@ public:
 	}
 
 	uint64_t clock = 1000 * kMs;
+	std::mt19937_64 stall_rng_{77};
+	uint64_t next_stall_ = 0;
 	Net net;
 	Endpoint sw_ep;
 	std::unique_ptr<FakeSwitch> fsw;
@@ -634,6 +666,19 @@ public:
 	std::vector<int32_t> want;
 
 private:
+	void stall_some()
+	{
+		if (!stall_every_ns || clock < next_stall_)
+			return;
+		std::uniform_int_distribution<uint64_t> gap(0, 2 * stall_every_ns);
+		if (next_stall_) {
+			Node &nd = *nodes[stall_rng_() % nodes.size()];
+			nd.stalled_until = std::max(nd.stalled_until, clock + stall_ns);
+			stalls++;
+		}
+		next_stall_ = clock + gap(stall_rng_);
+	}
+
 	void deliver(const Pkt &p)
 	{
 		if (fsw && p.dst == sw_ep) {
@@ -643,7 +688,13 @@ private:
 		for (auto &nd : nodes) {
 			if (!(nd->host_ep() == p.dst))
 				continue;
+			if (stalled(*nd)) {
+				nd->backlog.push_back(p);
+				nd->backlog.back().due = clock; // when it reached the host
+				continue;
+			}
 			InPacket ip{};
+			ip.rx_ns = p.due && p.due < clock ? p.due : clock;
 			ip.data = p.bytes.data();
 			ip.len = p.bytes.size();
 			ip.src = p.src;
@@ -1164,5 +1215,92 @@ TEST(CollPathsJoin, AJoinedQpPostingAnotherCollectiveGetsLocalErr)
 		ASSERT_GE(c.nodes[n]->host->cqes.size(), 1u) << "node " << n;
 		EXPECT_EQ(c.nodes[n]->host->cqes[0].coll_status, uint8_t(CollStatus::remote_abort))
 			<< "node " << n;
+	}
+}
+
+// A host descheduled at random (issue 25: more busy processes than
+// processors): every 40 ms of fake time on average a node does not run for
+// 50 ms, its packets waiting in its socket.  Round the ring and through
+// the switch, every allreduce completes with the reference's result, the
+// stalls cut the windows no more often than the network alone does (the
+// hosts' delay is measured apart: the socket's receive timestamp, the
+// CETH's hold), and the whole takes at most the stalls' time on top of
+// what it takes without them.  Before: the stalls read as a queue, the
+// windows were cut to an eighth of a block, and a paced node waited eight
+// round trips a block.
+TEST(CollPathsLiveness, DescheduledHostsStallNothing)
+{
+	for (Topology t : {Topology::ring, Topology::sw}) {
+		const char *name = t == Topology::ring ? "ring" : "switch";
+		double ms[2];
+		uint64_t stalls[2] = {}, cuts[2] = {};
+		for (int run = 0; run < 2; run++) {
+			Cluster c({2, 1, 3, 1}, t, 17, t != Topology::ring, 2000, 20000, false, -1,
+				  256);
+			c.net.f.delay_ns = 20000;
+			c.net.f.rate_bps = 200000000;
+			c.net.f.rate_of[c.sw_ep.ip.b[15]] = 4 * c.net.f.rate_bps;
+			if (run) {
+				c.stall_every_ns = 40 * kMs;
+				c.stall_ns = 50 * kMs;
+			}
+			const uint64_t start = c.clock;
+			for (uint32_t mid = 1; mid <= 3; mid++) {
+				c.post_allreduce(mid, 64 * 4096, 40 + mid);
+				ASSERT_TRUE(c.run(mid, 60000 * kMs)) << name << " mid " << mid;
+				expect_results(c, mid);
+			}
+			ms[run] = double(c.clock - start) / 1e6;
+			stalls[run] = c.stalls;
+			for (auto &nd : c.nodes)
+				cuts[run] += nd->host->cc.delay_cuts + nd->host->cc.loss_cuts;
+			std::cout << name << (run ? ", stalls: " : ", no stalls: ") << ms[run]
+				  << " ms, " << stalls[run] << " stalls of 50 ms, " << cuts[run]
+				  << " network delay and loss cuts\n";
+		}
+		EXPECT_GE(stalls[1], 4u) << name;
+		// A stall may hold the whole job (every block crosses every
+		// node): at worst their time added, not multiplied.
+		EXPECT_LE(ms[1], ms[0] + 50.0 * double(stalls[1])) << name;
+		EXPECT_LE(double(cuts[1]) / ms[1], double(cuts[0]) / ms[0] + 0.01)
+			<< name << ": the stalls read as a queue";
+	}
+}
+
+// A member that keeps asking (ring: its predecessor's packets never reach
+// it, so it NAKs and probes; switch: the switch answers every partial and
+// ASK with a NAK, never a result) gets no progress from it: every member
+// fails the collective with TIMEOUT or REMOTE_ABORT within the job's
+// timeout and a tenth, and none hangs.  Repeats, NAKs and probes are not
+// progress (ibv_coll(7), LIVENESS).
+TEST(CollPathsLiveness, TalkWithoutProgressFailsWithinTheTimeout)
+{
+	constexpr uint32_t kTimeoutMs = 300;
+	for (Topology t : {Topology::ring, Topology::sw}) {
+		const char *name = t == Topology::ring ? "ring" : "switch";
+		Cluster c({1, 2, 1, 1}, t, 23, t != Topology::ring, kTimeoutMs, 2000);
+		c.net.f.delay_ns = 50000;
+		if (t == Topology::ring)
+			c.net.f.cut = {{c.nodes[1]->host_ep(), c.nodes[2]->host_ep()}};
+		else
+			c.fsw->nak_only = true;
+		const uint64_t start = c.clock;
+		c.post_allreduce(1, 64 * 200, 5);
+		ASSERT_TRUE(c.run(1, 10 * kTimeoutMs * kMs)) << name << ": a member hangs";
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			const Cqe &q = c.nodes[n]->host->cqes[0];
+			EXPECT_NE(q.status, uint8_t(WcStatus::success)) << name << " node " << n;
+			EXPECT_TRUE(q.coll_status == uint8_t(CollStatus::timeout) ||
+				    q.coll_status == uint8_t(CollStatus::remote_abort))
+				<< name << " node " << n << ": " << int(q.coll_status);
+		}
+		const double ms = double(c.clock - start) / 1e6;
+		std::cout << name << ": every member failed after " << ms << " ms of fake time\n";
+		EXPECT_LE(ms, 1.1 * kTimeoutMs) << name;
+		uint64_t talk = 0;
+		for (auto &nd : c.nodes)
+			talk += nd->svc->counters().naks_sent + nd->svc->counters().probes +
+				nd->svc->counters().retrans_data;
+		EXPECT_GT(talk + (c.fsw ? c.fsw->naks : 0), 10u) << name << ": nobody talked";
 	}
 }
