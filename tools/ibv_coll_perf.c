@@ -274,7 +274,9 @@ static int bench_size(struct perf *p, size_t count, struct size_result *res)
 		if (ibvc_boot_barrier(p->boot) || run_ops(p, &wr, p->o.warmup, bytes) ||
 		    ibvc_boot_barrier(p->boot))
 			return -1;
-		struct ibv_coll_counters c0, c1;
+		/* comp_mask 0: the first layout, which has tx_bytes (garbage
+		 * there was refused with EINVAL, and the column read 0). */
+		struct ibv_coll_counters c0 = {0}, c1 = {0};
 		int have = !ibv_query_coll_counters(p->ctx, &c0);
 		double t0 = now_us();
 		if (run_ops(p, &wr, p->o.iters, bytes))
