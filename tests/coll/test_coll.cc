@@ -206,8 +206,9 @@ std::vector<NodeSet> runs()
 	v.push_back({8, "2", "full", {}, {}, 240, ""});
 	v.push_back({4, "2", "full", {}, {"--mtu", "5"}, 240, "mtu4096"});
 	// (Each node checks its 64 MiB results against the scalar reference
-	// before it starts the next collective, and on 2 busy cores one may
-	// start seconds after another: a long job timeout.)
+	// before it starts the next collective, for tens of seconds on 2 busy
+	// cores; the nodes meet before each (coll_node), and a long job
+	// timeout leaves room for a descheduled member.)
 	v.push_back({4, "2", "big", {}, {"--mtu", "5", "--timeout-ms", "60000"}, 300, ""});
 	// A member 1.5 s late for its second collective: the repeats of the
 	// blocks already sent back off (checked by each node).
