@@ -3,6 +3,7 @@
 
 #include "devd/devd_proto.h"
 #include "devd/devd_sock.h"
+#include "devd/devd_spawn.h"
 #include "util/fence.h"
 #include "util/log.h"
 
@@ -676,43 +677,52 @@ Registry::~Registry()
 		c->stop_events();
 }
 
-static int spawn_daemon(const std::string &netdev, const std::string &path)
-{
-	pid_t pid = fork();
-	if (pid < 0)
-		return errno;
-	if (pid == 0) {
-		// A grandchild, in a session of its own, so that the daemon
-		// is nobody's child and outlives the process that started it.
-		setsid();
-		if (fork() != 0)
-			_exit(0);
-		execl(path.c_str(), path.c_str(), "--exit-idle", netdev.c_str(), (char *)nullptr);
-		_exit(127);
-	}
-	int st;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-	}
-	return 0;
-}
-
-int open_client(const std::string &netdev, const std::string &devd_path,
+int open_client(const std::string &netdev, const DevdStart &start,
 		std::unique_ptr<emu::Device> *out, FatalFn on_fatal, void *arg)
 {
 	const std::string dev = "crxe_" + netdev;
 	util::UniqueFd fd;
 	int err = connect_dev(dev, &fd);
-	if (err == ECONNREFUSED && !devd_path.empty()) {
-		IBVC_INFO("devd", "{}: no daemon, starting {}", dev, devd_path);
-		if ((err = spawn_daemon(netdev, devd_path)))
+	if (err == ECONNREFUSED && start.path.empty()) {
+		IBVC_ERR("devd", "{}: no ibv_coll_devd serves it, and none is started: {}", dev,
+			 start.advice);
+		return err;
+	}
+	if (err == ECONNREFUSED) {
+		IBVC_INFO("devd", "{}: no daemon, starting {}", dev, start.path);
+		SpawnResult r;
+		if ((err = spawn_daemon(netdev, start.path, &r))) {
+			IBVC_ERR("devd", "{}: cannot start {}: {}", dev, start.path, strerror(err));
 			return err;
-		// Wait for it to listen (it may also lose the race to another
-		// starter: then that one serves).
+		}
+		if (r.exec_err) {
+			IBVC_ERR("devd", "{}: cannot run {}: {}; {}", dev, start.path,
+				 strerror(r.exec_err), start.advice);
+			return r.exec_err;
+		}
+		// Status 3: it lost the race to serve the netdev to another
+		// starter, which serves now.
+		if (r.status >= 0 && r.status != 3) {
+			IBVC_ERR("devd",
+				 "{}: {} exited with status {} before it served (what it said is "
+				 "above; '{} {}' runs it by hand)",
+				 dev, start.path, r.status, start.path, netdev);
+			return ECONNREFUSED;
+		}
+		// It serves, or the one it lost to does (which may still be
+		// getting ready), or it is slow: connect.
 		for (int i = 0; i < 200; i++) {
 			err = connect_dev(dev, &fd);
 			if (err != ECONNREFUSED)
 				break;
 			usleep(10000);
+		}
+		if (err == ECONNREFUSED) {
+			IBVC_ERR("devd",
+				 "{}: {} started but does not answer{} ('{} {}' runs it by hand)",
+				 dev, start.path, r.timed_out ? " (not ready after 10 s)" : "",
+				 start.path, netdev);
+			return err;
 		}
 	}
 	if (err) {

@@ -61,9 +61,13 @@ int load_config(CrxeConfig *out)
 	return 0;
 }
 
-std::string devd_path()
+devd::DevdStart devd_start(const std::string &netdev)
 {
-	return util::config_text(kVars[kDevd]);
+	devd::DevdStart s;
+	s.path = util::config_text(kVars[kDevd]);
+	s.advice = "set IBV_COLL_CRXE_DEVD to the daemon's path, or start one ('ibv_coll_devd " +
+		   netdev + "')";
+	return s;
 }
 
 bool use_shared()
