@@ -140,7 +140,8 @@ public:
 		util::UniqueFd wfd;
 		int err = call(Op::hello, &req, sizeof(req), nullptr, 0, &rep, sizeof(rep), &wfd);
 		if (err)
-			return err;
+			return dead_ ? ECONNRESET : err; // closed: a daemon leaving took us
+		hello_done_ = true;
 		if (rep.version != kProtoVersion) {
 			IBVC_ERR("devd", "daemon speaks protocol {}, this library {}", rep.version,
 				 kProtoVersion);
@@ -495,7 +496,9 @@ private:
 	}
 	int lost(int err)
 	{
-		if (!dead_.exchange(true))
+		// Before the hello, the daemon that accepted us was leaving:
+		// open_client looks again, nothing is lost yet.
+		if (!dead_.exchange(true) && hello_done_)
 			IBVC_ERR("devd", "lost the device daemon: {}", strerror(err));
 		return EIO;
 	}
@@ -656,6 +659,7 @@ private:
 	std::mutex mu_; // the channel: one request at a time
 	uint32_t seq_ = 0;
 	std::atomic<bool> dead_{false};
+	bool hello_done_ = false;
 	std::set<RCq *> cqs_; // under ev_mu_
 	std::set<RQp *> qps_; // under ev_mu_
 	HelloRep hello_;
@@ -677,12 +681,15 @@ Registry::~Registry()
 		c->stop_events();
 }
 
-int open_client(const std::string &netdev, const DevdStart &start,
-		std::unique_ptr<emu::Device> *out, FatalFn on_fatal, void *arg)
+namespace {
+
+// Connect to the daemon of the netdev, starting one when none serves.  0
+// with *fd; EAGAIN when the daemon our start lost the race to had gone by
+// the time we connected; else an errno, logged once.
+int reach(const std::string &netdev, const DevdStart &start, util::UniqueFd *fd)
 {
 	const std::string dev = "crxe_" + netdev;
-	util::UniqueFd fd;
-	int err = connect_dev(dev, &fd);
+	int err = connect_dev(dev, fd);
 	if (err == ECONNREFUSED && start.path.empty()) {
 		IBVC_ERR("devd", "{}: no ibv_coll_devd serves it, and none is started: {}", dev,
 			 start.advice);
@@ -712,11 +719,13 @@ int open_client(const std::string &netdev, const DevdStart &start,
 		// It serves, or the one it lost to does (which may still be
 		// getting ready), or it is slow: connect.
 		for (int i = 0; i < 200; i++) {
-			err = connect_dev(dev, &fd);
+			err = connect_dev(dev, fd);
 			if (err != ECONNREFUSED)
 				break;
 			usleep(10000);
 		}
+		if (err == ECONNREFUSED && r.status == 3)
+			return EAGAIN;
 		if (err == ECONNREFUSED) {
 			IBVC_ERR("devd",
 				 "{}: {} started but does not answer{} ('{} {}' runs it by hand)",
@@ -725,15 +734,40 @@ int open_client(const std::string &netdev, const DevdStart &start,
 			return err;
 		}
 	}
-	if (err) {
+	if (err)
 		IBVC_ERR("devd", "{}: cannot reach ibv_coll_devd: {}", dev, strerror(err));
-		return err;
+	return err;
+}
+
+} // namespace
+
+int open_client(const std::string &netdev, const DevdStart &start,
+		std::unique_ptr<emu::Device> *out, FatalFn on_fatal, void *arg)
+{
+	// A daemon started with --exit-idle leaves when its last client has
+	// gone: one leaving may still take our connection and then close it
+	// (the last job's daemon, as the next job's first process opens), and
+	// the one our start lost the race to may be gone before we connect.
+	// Both are a daemon going as we come: look again (and start one).
+	for (int attempt = 1;; attempt++) {
+		util::UniqueFd fd;
+		int err = reach(netdev, start, &fd);
+		if (!err) {
+			auto c = std::make_unique<Client>(on_fatal, arg);
+			if (!(err = c->start(std::move(fd)))) {
+				*out = std::move(c);
+				return 0;
+			}
+		}
+		if (err != EAGAIN && err != ECONNRESET)
+			return err;
+		if (attempt == 5) {
+			IBVC_ERR("devd", "crxe_{}: the daemon went as this process came, {} times",
+				 netdev, attempt);
+			return ECONNREFUSED;
+		}
+		IBVC_INFO("devd", "crxe_{}: the daemon went as this process came; again", netdev);
 	}
-	auto c = std::make_unique<Client>(on_fatal, arg);
-	if ((err = c->start(std::move(fd))))
-		return err;
-	*out = std::move(c);
-	return 0;
 }
 
 } // namespace ibv_coll::devd

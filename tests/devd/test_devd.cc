@@ -505,6 +505,69 @@ TEST_F(DevdSpawn, RacingFirstOpensLeaveOnlyTheDaemonThatServes)
 	EXPECT_TRUE(children().empty());
 }
 
+// The last job's daemon leaving (--exit-idle) as the next job's first
+// process opens: it takes the connection, then closes it.  The open looks
+// again, finds none, and starts one; it failed with EIO ("lost the device
+// daemon") before.
+TEST_F(Devd, AnOpenMeetingALeavingDaemonStartsAnother)
+{
+	setenv("IBV_COLL_CRXE_DEVD", DEVD_PATH, 1);
+	util::UniqueFd lfd;
+	ASSERT_EQ(devd::listen_dev("crxe_lo", &lfd), 0);
+	std::thread leaving([&lfd] {
+		pollfd p{lfd.get(), POLLIN, 0};
+		if (poll(&p, 1, 5000) != 1)
+			return;
+		util::UniqueFd c;
+		devd::accept_client(lfd.get(), &c);
+		lfd.reset(); // gone: the next connect is refused
+	});
+	RcEndpoint ep;
+	int err = ep.open(RcOptions{});
+	leaving.join();
+	ASSERT_EQ(err, 0) << strerror(err);
+	ASSERT_EQ(ep.connect(ep.info()), 0);
+	pattern(ep.buf, 1000, 6);
+	ibv_coll_wc wc{};
+	ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE, 0, 1000, uintptr_t(ep.buf + 8192),
+			       ep.mr->rkey, 1),
+		  0);
+	ASSERT_EQ(ep.wait(&wc, 5000), 0);
+	EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+	EXPECT_TRUE(has_pattern(ep.buf + 8192, 1000, 6));
+}
+
+// A daemon started for a client (--exit-idle) that never comes leaves
+// after 10 s rather than serve nobody for good.
+TEST_F(Devd, AnIdleStartedDaemonWithoutClientsLeaves)
+{
+	pid_t d = fork();
+	ASSERT_GE(d, 0);
+	if (d == 0) {
+		execl(DEVD_PATH, DEVD_PATH, "--exit-idle", "lo", (char *)nullptr);
+		_exit(127);
+	}
+	// Up: its socket listed by the kernel (a connection would be a client,
+	// whose leaving makes it leave at once).
+	bool up = false;
+	for (int i = 0; i < 500 && !up; i++) {
+		up = slurp("/proc/net/unix").find("@ibv_coll_devd/crxe_lo") != std::string::npos;
+		std::this_thread::sleep_for(std::chrono::milliseconds(10));
+	}
+	ASSERT_TRUE(up) << "it did not come up";
+	int st = 0;
+	pid_t got = 0;
+	for (int i = 0; i < 150 && got == 0; i++) {
+		got = waitpid(d, &st, WNOHANG);
+		std::this_thread::sleep_for(std::chrono::milliseconds(100));
+	}
+	if (got == 0) {
+		kill(d, SIGKILL);
+		waitpid(d, &st, 0);
+	}
+	EXPECT_EQ(got, d) << "it still runs after 15 s without a client";
+}
+
 // With IBV_COLL_CRXE_DEVD naming the daemon, the first open starts one
 // (--exit-idle), and it leaves when its last client has.
 TEST_F(Devd, FirstOpenStartsTheDaemonWhichLeavesWhenIdle)
