@@ -1,7 +1,8 @@
 #!/bin/sh
 # Jobs after and beside each other on the host's one shared device: three
 # rounds, back to back, of two ibv_coll_perf jobs at once (ibv_coll_run -n 2
-# -p 2 each), every result checked (check_perf.sh).  Each job picks its
+# -p 2 each) on a daemon run as a service, then six jobs back to back that
+# each start theirs; every result checked (check_perf.sh).  Each job picks its
 # Seg units alone (its two nodes' leads take half of the device's each), so
 # the jobs' ranges overlap: a collective whose units another job's running
 # collective held failed with "Seg units unavailable" (at 8 B, or in the
@@ -48,4 +49,19 @@ for round in 1 2 3; do
 		exit 1
 	fi
 done
-echo "PASS: 3 rounds of 2 jobs at once on the shared device"
+# The same jobs back to back with no daemon running: each job's first
+# opens start one (the build tree's, found beside the library), which
+# leaves after the job; the next job's opens may meet it leaving.
+kill "$d_pid"
+wait "$d_pid" 2>/dev/null
+d_pid=
+unset IBV_COLL_CRXE_DEVD
+for round in 1 2 3 4 5 6; do
+	sh "$check" "$run" --timeout 60 -n 2 -p 2 -- "$perf" -b 8 -e 64K -f 64 -n 5 -w 1 -c 1 \
+		>"$tmp/c.out" 2>&1 || {
+		cat "$tmp/c.out"
+		echo "FAIL: job $round of 6 back to back, each starting its daemon"
+		exit 1
+	}
+done
+echo "PASS: 3 rounds of 2 jobs at once on the shared device; 6 jobs back to back, each starting its daemon"
