@@ -274,14 +274,26 @@ static int bench_size(struct perf *p, size_t count, struct size_result *res)
 		if (ibvc_boot_barrier(p->boot) || run_ops(p, &wr, p->o.warmup, bytes) ||
 		    ibvc_boot_barrier(p->boot))
 			return -1;
-		struct ibv_coll_counters c0, c1;
+		/* comp_mask 0: the first layout, which has tx_bytes (garbage
+		 * there was refused with EINVAL, and the column read 0).
+		 * Out of place, each snapshot is taken between two barriers:
+		 * a device that several nodes share (whose leads each read
+		 * all of its traffic) then counts every node's runs, and
+		 * nothing of another node's warm-up or check. */
+		struct ibv_coll_counters c0 = {0}, c1 = {0};
 		int have = !ibv_query_coll_counters(p->ctx, &c0);
+		if (!inplace && ibvc_boot_barrier(p->boot))
+			return -1;
 		double t0 = now_us();
 		if (run_ops(p, &wr, p->o.iters, bytes))
 			return -1;
 		res->us[inplace] = (now_us() - t0) / p->o.iters;
+		if (!inplace && ibvc_boot_barrier(p->boot))
+			return -1;
 		if (!inplace && have && !ibv_query_coll_counters(p->ctx, &c1))
 			res->wire = (double)(c1.tx_bytes - c0.tx_bytes) / p->o.iters;
+		if (!inplace && ibvc_boot_barrier(p->boot))
+			return -1;
 		if (p->o.check) {
 			fill(p, count, inplace);
 			if (run_ops(p, &wr, 1, bytes))
@@ -381,6 +393,18 @@ static void print_time(double us)
 	printf("  %7.*f", us >= 10000 ? 0 : us >= 100 ? 1 : 2, us);
 }
 
+/* Whether process i is the first lead on its device: no lead before it
+ * has its address and UDP port. */
+static int first_on_device(const struct perf *p, int i)
+{
+	const struct ibv_coll_member *m = &p->nodes[i].m;
+	for (int j = 0; j < i; j++)
+		if (!p->nodes[j].local && p->nodes[j].m.udp_port == m->udp_port &&
+		    !memcmp(&p->nodes[j].m.gid, &m->gid, sizeof(m->gid)))
+			return 0;
+	return 1;
+}
+
 /* One row from every node's results; returns the busbw values added to
  * *bw_sum and their number to *bw_n. */
 static void print_row(const struct perf *p, size_t count, const struct size_result *all,
@@ -424,10 +448,12 @@ static void print_row(const struct perf *p, size_t count, const struct size_resu
 	/* What a node's port sent per run, over the bytes per rank: the mean
 	 * over the nodes (switch: about 1; ring: about 2(N-1)/N).  A node's
 	 * processes share its device, whose lead sends for the node: the
-	 * leads' counts. */
+	 * leads' counts.  Leads on one shared device (one address and UDP
+	 * port) each read the whole device's counters, which hold every one
+	 * of its nodes' traffic: that device counts once. */
 	double wire = 0;
 	for (int i = 0; i < o->nodes; i++)
-		if (!p->nodes[i].local)
+		if (!p->nodes[i].local && first_on_device(p, i))
 			wire += all[i].wire;
 	wire /= p->pl.nodes;
 	if (bytes)

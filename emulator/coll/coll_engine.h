@@ -188,9 +188,11 @@ private:
 	void arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
 		 bool again);
 	uint32_t window(const CollJob &job) const;
+	bool hold_units(CollJob &job, const Message &m);
+	// The unit of the running message's block sid (hold_units).
 	uint32_t seg_of(const CollJob &job, uint32_t sid) const
 	{
-		return job.cfg.seg_base + sid % job.cfg.seg_count;
+		return job.run_base + sid % job.cfg.seg_count;
 	}
 
 	CollHost &e_;

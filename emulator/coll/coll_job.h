@@ -315,6 +315,10 @@ struct CollJob {
 	uint64_t join_wait = 0;
 	bool parted() const { return !lead && cfg.my_count() < cfg.members[cfg.node].ranks; }
 	uint64_t owner = 0; // Seg range owner id
+	// The units the running message holds (CollEngine::hold_units):
+	// [run_base, run_base + run_count), the job's own range or, when
+	// another job's collective holds part of it, as many free elsewhere.
+	uint32_t run_base = 0, run_count = 0;
 	std::unique_ptr<Message> active;
 	uint32_t inc = 0;	  // incarnation: the QP's count of jobs given it (wire::Ceth::inc)
 	uint32_t last_mid = 0;	  // most recent finished (or failed) message; 0: none yet

@@ -43,12 +43,16 @@ void CollEngine::release(Qp &qp)
 	if (leads(qp))
 		lead_leaves(qp, true);
 	const JobConfig &c = qp.job->cfg;
+	const CollJob &job = *qp.job;
 	sw_.release(*qp.job);
 	// Now: the QP's context may be closed next, and its engine thread
 	// with it, before another progress pass would send the batch.
 	e_.tx_flush();
-	segs_.unreserve(c.seg_base, c.seg_count, qp.job->owner);
+	segs_.unreserve(job.run_base, job.run_count, job.owner);
 	for (uint32_t i = c.seg_base; i < c.seg_base + c.seg_count; i++)
+		if (segs_.unit(i).busy && segs_.unit(i).jid == c.jid)
+			segs_.release(i);
+	for (uint32_t i = job.run_base; i < job.run_base + job.run_count; i++)
 		if (segs_.unit(i).busy && segs_.unit(i).jid == c.jid)
 			segs_.release(i);
 	qp.job.reset();
@@ -215,6 +219,7 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	}
 	m.last_progress = now;
 	job.active = std::move(mp);
+	job.run_count = 0; // no units held yet (hold_units)
 	IBVC_DEBUG("coll", "{}: job {} message {} starts ({} opcode {:#x})", e_.params.name, c.jid,
 		   job.active->mid, job.active->count, w->opcode);
 
@@ -242,9 +247,6 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	if (job.superseded)
 		return fail(qp, job, CollStatus::remote_abort, true,
 			    "the job was given again to another member (a later incarnation)");
-	if (!segs_.reserve(c.seg_base, c.seg_count, job.owner))
-		return fail(qp, job, CollStatus::buffer_err, true,
-			    "its Seg units are held by another job's collective");
 	if (!window(job))
 		return fail(qp, job, CollStatus::buffer_err, true,
 			    "the job's Seg range cannot hold a block from every other node");
@@ -258,6 +260,9 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	if (c.nodes() == 1 && !w->block_len && !c.block_len)
 		mtu = kLocalBlockBytes;
 	build_chain(job, m, mtu);
+	if (!hold_units(job, m))
+		return fail(qp, job, CollStatus::buffer_err, true,
+			    "no Seg units free for it: other jobs' collectives hold them");
 	m.final_.assign(m.nblocks, 0);
 	m.o_pending.init(m.nblocks);
 	m.f_pending.init(m.nblocks);
@@ -276,6 +281,34 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	m.path = sw_.wanted(job) ? static_cast<CollPath *>(&sw_) : &ring_;
 	m.path->start(qp, job, now);
 	settle(qp, job, now);
+}
+
+// The units a message holds while it runs: one per data block, at most
+// the job's range, from the job's seg_base.  Each job picks its range
+// alone, and on a shared device jobs of several processes (or a job whose
+// process is gone and not yet cleaned up) may have picked overlapping
+// ones: when another job's running collective holds some of the units, as
+// many free ones elsewhere serve instead.  Only a device with no such
+// stretch free refuses the message.  (Blocks kept for a message not
+// started yet use the job's own range, where free: RingPath::early.)
+bool CollEngine::hold_units(CollJob &job, const Message &m)
+{
+	const JobConfig &c = job.cfg;
+	const uint32_t need = std::clamp<uint32_t>(m.nblocks, 1, c.seg_count);
+	uint32_t base = c.seg_base;
+	if (!segs_.reserve(base, need, job.owner)) {
+		base = segs_.find_free(need, job.owner);
+		if (base == segs_.size() || !segs_.reserve(base, need, job.owner))
+			return false;
+		IBVC_DEBUG("coll",
+			   "{}: job {} message {}: units {}..{} are another job's, {}..{} "
+			   "serve",
+			   e_.params.name, c.jid, m.mid, c.seg_base, c.seg_base + need - 1, base,
+			   base + need - 1);
+	}
+	job.run_base = base;
+	job.run_count = need;
+	return true;
 }
 
 // AUTO: the switch path gave the message up (no switch answered, or it

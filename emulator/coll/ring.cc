@@ -472,7 +472,7 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 	}
 	// The block's own unit, or the next free one of the job's range (the
 	// message finds its blocks again through job.early when it starts).
-	uint32_t seg = u_.seg_of(job, p.h.sid), tries = 0;
+	uint32_t seg = c.seg_base + p.h.sid % c.seg_count, tries = 0;
 	while (!u_.segs_.acquire(seg, c.jid, p.h.mid, p.h.sid, RedOp(p.h.op & 7), Dtype::uint8,
 				 p.paylen, 1ull << p.h.src_node, 0)) {
 		if (++tries == c.seg_count) {

@@ -82,7 +82,8 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 	if (m.signaled || st != CollStatus::success)
 		e_.push_cqe(qp.scq, message_cqe(job, m, qp.qpn, m.wr_id, st));
 	finish_parts(job, m, st);
-	segs_.unreserve(job.cfg.seg_base, job.cfg.seg_count, job.owner);
+	segs_.unreserve(job.run_base, job.run_count, job.owner);
+	job.run_count = 0;
 	remember(job, m.mid, st == CollStatus::success ? MsgState::done : MsgState::failed,
 		 m.nblocks);
 	job.last_mid = m.mid;
@@ -184,7 +185,8 @@ bool CollEngine::flush(Qp &qp)
 	}
 	qp.req_idx = prod;
 	if (qp.job && qp.job->active) {
-		segs_.unreserve(qp.job->cfg.seg_base, qp.job->cfg.seg_count, qp.job->owner);
+		segs_.unreserve(qp.job->run_base, qp.job->run_count, qp.job->owner);
+		qp.job->run_count = 0;
 		qp.job->active.reset();
 	}
 	return did;

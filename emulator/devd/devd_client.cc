@@ -3,6 +3,7 @@
 
 #include "devd/devd_proto.h"
 #include "devd/devd_sock.h"
+#include "devd/devd_spawn.h"
 #include "util/fence.h"
 #include "util/log.h"
 
@@ -139,7 +140,8 @@ public:
 		util::UniqueFd wfd;
 		int err = call(Op::hello, &req, sizeof(req), nullptr, 0, &rep, sizeof(rep), &wfd);
 		if (err)
-			return err;
+			return dead_ ? ECONNRESET : err; // closed: a daemon leaving took us
+		hello_done_ = true;
 		if (rep.version != kProtoVersion) {
 			IBVC_ERR("devd", "daemon speaks protocol {}, this library {}", rep.version,
 				 kProtoVersion);
@@ -494,7 +496,9 @@ private:
 	}
 	int lost(int err)
 	{
-		if (!dead_.exchange(true))
+		// Before the hello, the daemon that accepted us was leaving:
+		// open_client looks again, nothing is lost yet.
+		if (!dead_.exchange(true) && hello_done_)
 			IBVC_ERR("devd", "lost the device daemon: {}", strerror(err));
 		return EIO;
 	}
@@ -655,6 +659,7 @@ private:
 	std::mutex mu_; // the channel: one request at a time
 	uint32_t seq_ = 0;
 	std::atomic<bool> dead_{false};
+	bool hello_done_ = false;
 	std::set<RCq *> cqs_; // under ev_mu_
 	std::set<RQp *> qps_; // under ev_mu_
 	HelloRep hello_;
@@ -676,54 +681,93 @@ Registry::~Registry()
 		c->stop_events();
 }
 
-static int spawn_daemon(const std::string &netdev, const std::string &path)
-{
-	pid_t pid = fork();
-	if (pid < 0)
-		return errno;
-	if (pid == 0) {
-		// A grandchild, in a session of its own, so that the daemon
-		// is nobody's child and outlives the process that started it.
-		setsid();
-		if (fork() != 0)
-			_exit(0);
-		execl(path.c_str(), path.c_str(), "--exit-idle", netdev.c_str(), (char *)nullptr);
-		_exit(127);
-	}
-	int st;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-	}
-	return 0;
-}
+namespace {
 
-int open_client(const std::string &netdev, const std::string &devd_path,
-		std::unique_ptr<emu::Device> *out, FatalFn on_fatal, void *arg)
+// Connect to the daemon of the netdev, starting one when none serves.  0
+// with *fd; EAGAIN when the daemon our start lost the race to had gone by
+// the time we connected; else an errno, logged once.
+int reach(const std::string &netdev, const DevdStart &start, util::UniqueFd *fd)
 {
 	const std::string dev = "crxe_" + netdev;
-	util::UniqueFd fd;
-	int err = connect_dev(dev, &fd);
-	if (err == ECONNREFUSED && !devd_path.empty()) {
-		IBVC_INFO("devd", "{}: no daemon, starting {}", dev, devd_path);
-		if ((err = spawn_daemon(netdev, devd_path)))
+	int err = connect_dev(dev, fd);
+	if (err == ECONNREFUSED && start.path.empty()) {
+		IBVC_ERR("devd", "{}: no ibv_coll_devd serves it, and none is started: {}", dev,
+			 start.advice);
+		return err;
+	}
+	if (err == ECONNREFUSED) {
+		IBVC_INFO("devd", "{}: no daemon, starting {}", dev, start.path);
+		SpawnResult r;
+		if ((err = spawn_daemon(netdev, start.path, &r))) {
+			IBVC_ERR("devd", "{}: cannot start {}: {}", dev, start.path, strerror(err));
 			return err;
-		// Wait for it to listen (it may also lose the race to another
-		// starter: then that one serves).
+		}
+		if (r.exec_err) {
+			IBVC_ERR("devd", "{}: cannot run {}: {}; {}", dev, start.path,
+				 strerror(r.exec_err), start.advice);
+			return r.exec_err;
+		}
+		// Status 3: it lost the race to serve the netdev to another
+		// starter, which serves now.
+		if (r.status >= 0 && r.status != 3) {
+			IBVC_ERR("devd",
+				 "{}: {} exited with status {} before it served (what it said is "
+				 "above; '{} {}' runs it by hand)",
+				 dev, start.path, r.status, start.path, netdev);
+			return ECONNREFUSED;
+		}
+		// It serves, or the one it lost to does (which may still be
+		// getting ready), or it is slow: connect.
 		for (int i = 0; i < 200; i++) {
-			err = connect_dev(dev, &fd);
+			err = connect_dev(dev, fd);
 			if (err != ECONNREFUSED)
 				break;
 			usleep(10000);
 		}
+		if (err == ECONNREFUSED && r.status == 3)
+			return EAGAIN;
+		if (err == ECONNREFUSED) {
+			IBVC_ERR("devd",
+				 "{}: {} started but does not answer{} ('{} {}' runs it by hand)",
+				 dev, start.path, r.timed_out ? " (not ready after 10 s)" : "",
+				 start.path, netdev);
+			return err;
+		}
 	}
-	if (err) {
+	if (err)
 		IBVC_ERR("devd", "{}: cannot reach ibv_coll_devd: {}", dev, strerror(err));
-		return err;
+	return err;
+}
+
+} // namespace
+
+int open_client(const std::string &netdev, const DevdStart &start,
+		std::unique_ptr<emu::Device> *out, FatalFn on_fatal, void *arg)
+{
+	// A daemon started with --exit-idle leaves when its last client has
+	// gone: one leaving may still take our connection and then close it
+	// (the last job's daemon, as the next job's first process opens), and
+	// the one our start lost the race to may be gone before we connect.
+	// Both are a daemon going as we come: look again (and start one).
+	for (int attempt = 1;; attempt++) {
+		util::UniqueFd fd;
+		int err = reach(netdev, start, &fd);
+		if (!err) {
+			auto c = std::make_unique<Client>(on_fatal, arg);
+			if (!(err = c->start(std::move(fd)))) {
+				*out = std::move(c);
+				return 0;
+			}
+		}
+		if (err != EAGAIN && err != ECONNRESET)
+			return err;
+		if (attempt == 5) {
+			IBVC_ERR("devd", "crxe_{}: the daemon went as this process came, {} times",
+				 netdev, attempt);
+			return ECONNREFUSED;
+		}
+		IBVC_INFO("devd", "crxe_{}: the daemon went as this process came; again", netdev);
 	}
-	auto c = std::make_unique<Client>(on_fatal, arg);
-	if ((err = c->start(std::move(fd))))
-		return err;
-	*out = std::move(c);
-	return 0;
 }
 
 } // namespace ibv_coll::devd

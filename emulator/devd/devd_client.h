@@ -21,11 +21,19 @@ class Client;
 // its event.  The provider turns it into IBV_EVENT_DEVICE_FATAL.
 using FatalFn = void (*)(void *arg);
 
+// Which daemon to start when none serves a netdev: its path (empty: start
+// none), and what the user can do when that fails, for the error message
+// (the provider knows its variables; this layer does not).
+struct DevdStart {
+	std::string path;
+	std::string advice;
+};
+
 // Connect to the daemon serving netdev (crxe_<netdev>); when none does,
-// start one (the binary IBV_COLL_CRXE_DEVD names, with --exit-idle) and
-// connect to it.  on_fatal (may be null) is told when the daemon dies.
-// 0 or errno.
-int open_client(const std::string &netdev, const std::string &devd_path,
+// start start.path (devd_spawn.h) and connect to it.  on_fatal (may be
+// null) is told when the daemon dies.  0 or errno; each failure is logged
+// once, with start.advice where the user can do something.
+int open_client(const std::string &netdev, const DevdStart &start,
 		std::unique_ptr<emu::Device> *out, FatalFn on_fatal = nullptr, void *arg = nullptr);
 
 } // namespace ibv_coll::devd

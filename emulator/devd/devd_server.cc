@@ -20,6 +20,9 @@ namespace ibv_coll::devd {
 
 namespace {
 
+// How long a daemon started with --exit-idle waits for a client.
+constexpr int kFirstClientMs = 10000;
+
 struct SCq {
 	std::unique_ptr<emu::Ring> ring;
 	util::UniqueFd ev;
@@ -120,11 +123,19 @@ int Server::run()
 	std::set<Conn *> conns;
 	while (!stopping_) {
 		epoll_event evs[32];
-		int n = epoll_wait(ep_.get(), evs, 32, -1);
+		// Started for a client (exit_idle) that never came (it died, or
+		// went to another daemon): leave rather than serve nobody for good.
+		const int wait_ms = opt_.exit_idle && !clients_ ? kFirstClientMs : -1;
+		int n = epoll_wait(ep_.get(), evs, 32, wait_ms);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
 			return errno;
+		if (n == 0) {
+			IBVC_INFO("devd", "{}: no client in {} s, leaving", dev_,
+				  kFirstClientMs / 1000);
+			break;
+		}
 		for (int i = 0; i < n; i++) {
 			void *p = evs[i].data.ptr;
 			if (!p)

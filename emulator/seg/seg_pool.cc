@@ -177,4 +177,25 @@ void SegPool::unreserve(uint32_t base, uint32_t count, uint64_t owner)
 		reserved_.swap(keep);
 }
 
+uint32_t SegPool::find_free(uint32_t count, uint64_t owner) const
+{
+	// First fit: the candidates are 0 and the end of every other owner's
+	// range (a free stretch starts at one of them).
+	uint32_t best = size();
+	auto fits = [&](uint32_t base) {
+		if (uint64_t(base) + count > size())
+			return false;
+		for (const Reservation &r : reserved_)
+			if (r.owner != owner && r.base < base + count && base < r.end)
+				return false;
+		return true;
+	};
+	if (fits(0))
+		return 0;
+	for (const Reservation &r : reserved_)
+		if (r.owner != owner && r.end < best && fits(r.end))
+			best = r.end;
+	return best;
+}
+
 } // namespace ibv_coll::emu

@@ -95,6 +95,9 @@ public:
 	// once per message.
 	bool reserve(uint32_t base, uint32_t count, uint64_t owner);
 	void unreserve(uint32_t base, uint32_t count, uint64_t owner);
+	// The lowest base of `count` units that no other owner holds, or
+	// size() when there is none.
+	uint32_t find_free(uint32_t count, uint64_t owner) const;
 
 private:
 	struct Reservation {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "coll/coll_job.h"
+#include "devd/devd_client.h"
 #include "drv.h"
 #include "nic/nic.h"
 
@@ -52,8 +53,11 @@ int load_config(CrxeConfig *out);
 int nic_params(const std::string &netdev, emu::NicParams *out);
 // Whether contexts use the host's shared device (IBV_COLL_CRXE_SHARED).
 bool use_shared();
-// The daemon started when none serves a netdev (IBV_COLL_CRXE_DEVD).
-std::string devd_path();
+// The daemon started when none serves a netdev (IBV_COLL_CRXE_DEVD): the
+// path it names, or with "auto" (the default) the first executable of
+// devd_candidates(); and what to set when that fails.
+devd::DevdStart devd_start(const std::string &netdev);
+std::vector<std::string> devd_candidates();
 
 // The largest IBTA MTU (bytes) whose packets fit a netdev MTU.
 uint32_t active_mtu_for(uint32_t netdev_mtu);

@@ -6,6 +6,9 @@
 
 #include <getopt.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <climits>
 
 #include <cstdio>
 #include <cstring>
@@ -24,11 +27,12 @@ void on_signal(int)
 
 void usage(FILE *f)
 {
-	fprintf(f, "usage: ibv_coll_devd [--exit-idle] NETDEV\n"
+	fprintf(f, "usage: ibv_coll_devd [--exit-idle] [--ready-fd FD] NETDEV\n"
 		   "Serve the emulated RoCEv2 device crxe_NETDEV to every process of this host\n"
 		   "that opens it with IBV_COLL_CRXE_SHARED=1.\n"
-		   "  -x, --exit-idle  exit when the last client has gone\n"
-		   "  -h, --help       this text\n");
+		   "  -x, --exit-idle    exit when the last client has gone\n"
+		   "  -r, --ready-fd FD  write a byte to FD and close it once serving\n"
+		   "  -h, --help         this text\n");
 }
 
 } // namespace
@@ -36,13 +40,24 @@ void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const option opts[] = {{"exit-idle", no_argument, nullptr, 'x'},
+				      {"ready-fd", required_argument, nullptr, 'r'},
 				      {"help", no_argument, nullptr, 'h'},
 				      {nullptr, 0, nullptr, 0}};
 	devd::ServerOptions o;
-	int c;
-	while ((c = getopt_long(argc, argv, "xh", opts, nullptr)) != -1) {
+	int c, ready_fd = -1;
+	uint64_t v;
+	while ((c = getopt_long(argc, argv, "xr:h", opts, nullptr)) != -1) {
 		switch (c) {
 		case 'x': o.exit_idle = true; break;
+		case 'r':
+			if (!util::parse_uint(optarg, &v) || v > INT_MAX) {
+				fprintf(stderr,
+					"ibv_coll_devd: --ready-fd '%s': not a descriptor\n",
+					optarg);
+				return 2;
+			}
+			ready_fd = int(v);
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -74,6 +89,14 @@ int main(int argc, char **argv)
 			fprintf(stderr, "ibv_coll_devd: %s: %s%s\n", p.name.c_str(), strerror(err),
 				err == EADDRINUSE ? " (another ibv_coll_devd serves it)" : "");
 		return err == EADDRINUSE ? 3 : 1;
+	}
+	// Serving (the socket listens): the starter waits for this word, and
+	// tells a daemon that serves from one that exited (EOF, no byte).
+	if (ready_fd >= 0) {
+		if (write(ready_fd, "1", 1) < 0) {
+			// The starter is gone: nobody to tell.
+		}
+		close(ready_fd);
 	}
 	g_server = s.get();
 	struct sigaction sa {};

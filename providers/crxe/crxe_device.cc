@@ -48,8 +48,8 @@ core::Context *open_device(ibv_coll_device *dev_)
 	ctx->dev = dev;
 	int err;
 	if (use_shared()) {
-		err = devd::open_client(dev->nd.name, devd_path(), &ctx->nic, device_fatal,
-					ctx.get());
+		err = devd::open_client(dev->nd.name, devd_start(dev->nd.name), &ctx->nic,
+					device_fatal, ctx.get());
 		if (!err) {
 			// The daemon's NIC has the addresses the netdev has now.
 			Netdev nd;

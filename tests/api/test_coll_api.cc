@@ -555,3 +555,101 @@ TEST(CollApi, DestroyingACqDropsItsUnreadEventsOnly)
 	EXPECT_EQ(ibv_destroy_coll_cq(cq[1]), 0);
 	EXPECT_EQ(ibv_destroy_coll_comp_channel(ch), 0);
 }
+
+// Two jobs of one device whose Seg ranges overlap, as independent jobs on
+// a shared device pick them (or a job whose process is gone and not yet
+// cleaned up): job A's collective waits, holding units 0 to 15, for a
+// member that never answers; job B's, on units 0 to 15 too, must run
+// meanwhile in free units (it failed with BUFFER_ERR, "Seg units
+// unavailable").  B's result against a scalar sum.
+TEST(CollApi, ACollectiveRunsWhileAnotherJobsHoldsItsSegUnits)
+{
+	OneNode a(1);
+	ASSERT_TRUE(a.qp);
+	ibv_coll_qp_init_attr ia{};
+	ia.send_cq = ia.recv_cq = a.cq;
+	ia.qp_type = IBV_COLL_QPT_COLL;
+	ia.cap.max_send_wr = 4;
+	ia.cap.max_send_sge = 2;
+	ibv_coll_qp *qb = ibv_create_coll_qp(a.pd, &ia);
+	ASSERT_TRUE(qb);
+	// A: this QP and a member at a port nobody serves (UDP port 9).
+	ibv_coll_member ma[2] = {a.me, a.me};
+	ma[1].udp_port = 9;
+	ma[1].qp_num = 0x123;
+	ibv_coll_job_attr ja = a.job();
+	ja.num_nodes = 2;
+	ja.members = ma;
+	ja.seg_base = 0;
+	ja.seg_count = 16;
+	ja.timeout_ms = 20000;
+	ASSERT_EQ(a.init(), 0);
+	ASSERT_EQ(a.rtr(ja), 0);
+	ASSERT_EQ(a.rts(), 0);
+	// B: one node of two ranks, on QP qb, the same units.
+	ibv_coll_member mb = a.me;
+	mb.qp_num = qb->qp_num;
+	mb.num_ranks = 2;
+	ibv_coll_job_attr jb = a.job();
+	jb.jid = 6;
+	jb.members = &mb;
+	jb.seg_base = 0;
+	jb.seg_count = 16;
+	ibv_coll_qp_attr at{};
+	at.qp_state = IBV_QPS_INIT;
+	at.port_num = 1;
+	ASSERT_EQ(ibv_modify_coll_qp(qb, &at, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT), 0);
+	at = {};
+	at.qp_state = IBV_QPS_RTR;
+	at.path_mtu = IBV_MTU_1024;
+	at.job = &jb;
+	ASSERT_EQ(ibv_modify_coll_qp(qb, &at,
+				     IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU),
+		  0);
+	at = {};
+	at.qp_state = IBV_QPS_RTS;
+	ASSERT_EQ(ibv_modify_coll_qp(qb, &at, IBV_COLL_QP_STATE), 0);
+
+	const size_t n = 5000; // 20 KB a rank
+	std::vector<int32_t> buf(6 * n);
+	ibv_coll_mr *mr = ibv_reg_coll_mr(a.pd, buf.data(), buf.size() * 4, IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_TRUE(mr);
+	auto sge = [&](size_t i) {
+		return ibv_sge{reinterpret_cast<uint64_t>(&buf[i * n]), uint32_t(n * 4), mr->lkey};
+	};
+	for (size_t e = 0; e < 3 * n; e++)
+		buf[e] = int32_t(e * 7 % 1000) - 300;
+	ibv_sge sa = sge(0), da = sge(1), sb[2] = {sge(2), sge(3)}, db[2] = {sge(4), sge(5)};
+	ibv_coll_send_wr w{}, *bad;
+	w.opcode = IBV_COLL_WR_ALLREDUCE;
+	w.send_flags = IBV_COLL_SEND_SIGNALED;
+	w.wr.coll.count = n;
+	w.wr.coll.op = IBV_COLL_OP_SUM;
+	w.wr.coll.dtype = IBV_COLL_DTYPE_INT32;
+	w.num_sge = 1;
+	w.sg_list = &sa;
+	w.wr.coll.dst_list = &da;
+	w.wr_id = 1;
+	ASSERT_EQ(ibv_post_coll_send(a.qp, &w, &bad), 0);
+	usleep(50000); // A has started: it holds its units, and waits
+	ibv_coll_wc wc{};
+	ASSERT_EQ(ibv_poll_coll_cq(a.cq, 1, &wc), 0) << "A completed without its member";
+	w.num_sge = 2;
+	w.sg_list = sb;
+	w.wr.coll.dst_list = db;
+	w.wr_id = 2;
+	ASSERT_EQ(ibv_post_coll_send(qb, &w, &bad), 0);
+	wc = a.wait();
+	EXPECT_EQ(wc.wr_id, 2u);
+	EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_coll_wc_status_str(wc.status) << " / "
+					     << ibv_coll_status_str(wc.coll_status);
+	for (size_t e = 0; e < n; e++) {
+		const int32_t want = buf[2 * n + e] + buf[3 * n + e];
+		ASSERT_EQ(buf[4 * n + e], want) << e;
+		ASSERT_EQ(buf[5 * n + e], want) << e;
+	}
+	ibv_destroy_coll_qp(qb);
+	ibv_destroy_coll_qp(a.qp); // A's collective goes with it
+	a.qp = nullptr;
+	ibv_dereg_coll_mr(mr);
+}

@@ -206,8 +206,9 @@ std::vector<NodeSet> runs()
 	v.push_back({8, "2", "full", {}, {}, 240, ""});
 	v.push_back({4, "2", "full", {}, {"--mtu", "5"}, 240, "mtu4096"});
 	// (Each node checks its 64 MiB results against the scalar reference
-	// before it starts the next collective, and on 2 busy cores one may
-	// start seconds after another: a long job timeout.)
+	// before it starts the next collective, for tens of seconds on 2 busy
+	// cores; the nodes meet before each (coll_node), and a long job
+	// timeout leaves room for a descheduled member.)
 	v.push_back({4, "2", "big", {}, {"--mtu", "5", "--timeout-ms", "60000"}, 300, ""});
 	// A member 1.5 s late for its second collective: the repeats of the
 	// blocks already sent back off (checked by each node).
@@ -375,6 +376,16 @@ std::vector<NodeSet> switch_runs()
 	const std::string slow_rto = "IBV_COLL_EMU_COLL_RTO_US=300000";
 	v.push_back({4, "2", "traffic", {slow_rto}, {"--mtu", "5"}, 240, "ring"});
 	v.push_back({8, "1", "traffic", {slow_rto}, {"--mtu", "5"}, 240, "ring"});
+	// A member 1.5 s late (as a loaded machine can start one): the
+	// others send their partials again, and every node between carries
+	// them on again; what they send must still be accounted for.
+	v.push_back({8,
+		     "1",
+		     "traffic",
+		     {slow_rto},
+		     {"--mtu", "5", "--late", "5:1500"},
+		     240,
+		     "ring_late"});
 	// A member that starts its first collective long after the others (and
 	// after IBV_COLL_EMU_SW_CONFIG_MS): the switch tells the early ones to
 	// wait, so they neither fail nor (AUTO) go round the ring alone.

@@ -4,6 +4,7 @@
 // through the code under test.
 #include "devd/devd_proto.h"
 #include "devd/devd_sock.h"
+#include "devd/devd_spawn.h"
 #include "rc_endpoint.h"
 
 #include <gtest/gtest.h>
@@ -11,11 +12,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <dirent.h>
 #include <fstream>
 #include <future>
 #include <map>
@@ -357,6 +360,212 @@ TEST_F(Devd, KilledClientIsCleanedUpAndOthersGoOn)
 	ASSERT_EQ(a.wait(&wc, 5000), 0);
 	EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
 	EXPECT_TRUE(has_pattern(b.buf, 4096, 4));
+}
+
+// This process's children (from /proc: pid and state), threads left out.
+std::map<pid_t, char> children()
+{
+	std::map<pid_t, char> out;
+	DIR *d = opendir("/proc");
+	if (!d)
+		return out;
+	while (dirent *e = readdir(d)) {
+		pid_t pid = atoi(e->d_name);
+		if (pid <= 0)
+			continue;
+		std::string st = slurp("/proc/" + std::to_string(pid) + "/stat");
+		size_t paren = st.rfind(')');
+		if (paren == std::string::npos)
+			continue;
+		char state = 0;
+		int ppid = 0;
+		if (sscanf(st.c_str() + paren + 1, " %c %d", &state, &ppid) == 2 &&
+		    ppid == getpid())
+			out[pid] = state;
+	}
+	closedir(d);
+	return out;
+}
+
+// The application as PID 1 of a container is, or a subreaper: whatever
+// its children leave running is reparented to it, and what it adopts and
+// does not wait for stays a zombie.  So that the test sees what a start
+// leaves behind (init elsewhere reaps it unseen), it makes itself one.
+class DevdSpawn : public Devd {
+protected:
+	void SetUp() override
+	{
+		Devd::SetUp();
+		ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+	}
+	void TearDown() override
+	{
+		Devd::TearDown();
+		prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+	}
+};
+
+// A daemon started while another serves loses the race (status 3): its
+// starter reaps it, and nothing is left to the application, which then
+// reaps what it expects only.  A daemon that cannot run, or fails, the
+// same, with what went wrong.
+TEST_F(DevdSpawn, AStartThatDoesNotServeLeavesNoProcess)
+{
+	start_daemon();
+	// One of the application's own children, exited: still its to reap.
+	pid_t mine = fork();
+	ASSERT_GE(mine, 0);
+	if (mine == 0)
+		_exit(7);
+	devd::SpawnResult r;
+	ASSERT_EQ(devd::spawn_daemon("lo", DEVD_PATH, &r), 0);
+	EXPECT_EQ(r.exec_err, 0);
+	EXPECT_EQ(r.status, 3) << "it did not lose the race to the daemon that serves";
+	devd::SpawnResult bad;
+	ASSERT_EQ(devd::spawn_daemon("lo", "/nonexistent/ibv_coll_devd", &bad), 0);
+	EXPECT_EQ(bad.exec_err, ENOENT);
+	devd::SpawnResult fails;
+	ASSERT_EQ(devd::spawn_daemon("lo", "/bin/false", &fails), 0);
+	EXPECT_EQ(fails.exec_err, 0);
+	EXPECT_EQ(fails.status, 1);
+	// Left: the serving daemon, and this test's own child, unreaped.
+	std::map<pid_t, char> left = children();
+	left.erase(pid_);
+	ASSERT_EQ(left.size(), 1u) << "a start left a process to the application";
+	EXPECT_EQ(left.begin()->first, mine);
+	int st = 0;
+	ASSERT_EQ(waitpid(mine, &st, 0), mine);
+	EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 7);
+}
+
+// Several first opens at once each start a daemon: one serves them all
+// (they hold their devices open until all have opened), the others lose
+// the race to it.  Only the one that served may be left, and it is reaped
+// by whoever adopted it when it leaves (here the test, after the last
+// client has gone): no start leaves a zombie.
+TEST_F(DevdSpawn, RacingFirstOpensLeaveOnlyTheDaemonThatServes)
+{
+	setenv("IBV_COLL_CRXE_DEVD", DEVD_PATH, 1);
+	constexpr int kOpeners = 4;
+	std::vector<pid_t> openers;
+	int go[2], opened[2], hold[2];
+	ASSERT_EQ(pipe(go), 0);
+	ASSERT_EQ(pipe(opened), 0);
+	ASSERT_EQ(pipe(hold), 0);
+	for (int i = 0; i < kOpeners; i++) {
+		pid_t p = fork();
+		ASSERT_GE(p, 0);
+		if (p == 0) {
+			char c;
+			close(go[1]);
+			close(opened[0]);
+			close(hold[1]);
+			if (read(go[0], &c, 1) < 0) // all at once
+				_exit(2);
+			RcEndpoint ep;
+			int ok = ep.open(RcOptions{}) == 0;
+			if (write(opened[1], "x", 1) != 1 || read(hold[0], &c, 1) < 0)
+				_exit(2);
+			_exit(ok ? 0 : 1);
+		}
+		openers.push_back(p);
+	}
+	close(go[0]);
+	close(opened[1]);
+	close(hold[0]);
+	close(go[1]); // EOF: go
+	char c;
+	for (int i = 0; i < kOpeners; i++)
+		ASSERT_EQ(read(opened[0], &c, 1), 1);
+	close(opened[0]);
+	close(hold[1]); // EOF: close and leave
+	for (pid_t p : openers) {
+		int st = 0;
+		ASSERT_EQ(waitpid(p, &st, 0), p);
+		EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "an open failed";
+	}
+	// Every opener has gone, so the daemon leaves (--exit-idle); what
+	// the starts left to this process is its now, reaped here.
+	EXPECT_TRUE(wait_for(false, 5000)) << "the daemon stayed after its last client";
+	int adopted = 0;
+	for (int i = 0; i < 100; i++) {
+		std::map<pid_t, char> now = children();
+		for (auto &[pid, state] : now) {
+			std::string comm = slurp("/proc/" + std::to_string(pid) + "/comm");
+			if (comm.rfind("ibv_coll_devd", 0) == 0 && state == 'Z' &&
+			    waitpid(pid, nullptr, WNOHANG) == pid)
+				adopted++;
+		}
+		if (now.empty())
+			break;
+		std::this_thread::sleep_for(std::chrono::milliseconds(10));
+	}
+	EXPECT_EQ(adopted, 1) << "daemons left to the application: one served, the others "
+				 "lost the race and their starters should have reaped them";
+	EXPECT_TRUE(children().empty());
+}
+
+// The last job's daemon leaving (--exit-idle) as the next job's first
+// process opens: it takes the connection, then closes it.  The open looks
+// again, finds none, and starts one; it failed with EIO ("lost the device
+// daemon") before.
+TEST_F(Devd, AnOpenMeetingALeavingDaemonStartsAnother)
+{
+	setenv("IBV_COLL_CRXE_DEVD", DEVD_PATH, 1);
+	util::UniqueFd lfd;
+	ASSERT_EQ(devd::listen_dev("crxe_lo", &lfd), 0);
+	std::thread leaving([&lfd] {
+		pollfd p{lfd.get(), POLLIN, 0};
+		if (poll(&p, 1, 5000) != 1)
+			return;
+		util::UniqueFd c;
+		devd::accept_client(lfd.get(), &c);
+		lfd.reset(); // gone: the next connect is refused
+	});
+	RcEndpoint ep;
+	int err = ep.open(RcOptions{});
+	leaving.join();
+	ASSERT_EQ(err, 0) << strerror(err);
+	ASSERT_EQ(ep.connect(ep.info()), 0);
+	pattern(ep.buf, 1000, 6);
+	ibv_coll_wc wc{};
+	ASSERT_EQ(ep.post_send(IBV_COLL_WR_RDMA_WRITE, 0, 1000, uintptr_t(ep.buf + 8192),
+			       ep.mr->rkey, 1),
+		  0);
+	ASSERT_EQ(ep.wait(&wc, 5000), 0);
+	EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+	EXPECT_TRUE(has_pattern(ep.buf + 8192, 1000, 6));
+}
+
+// A daemon started for a client (--exit-idle) that never comes leaves
+// after 10 s rather than serve nobody for good.
+TEST_F(Devd, AnIdleStartedDaemonWithoutClientsLeaves)
+{
+	pid_t d = fork();
+	ASSERT_GE(d, 0);
+	if (d == 0) {
+		execl(DEVD_PATH, DEVD_PATH, "--exit-idle", "lo", (char *)nullptr);
+		_exit(127);
+	}
+	// Up: its socket listed by the kernel (a connection would be a client,
+	// whose leaving makes it leave at once).
+	bool up = false;
+	for (int i = 0; i < 500 && !up; i++) {
+		up = slurp("/proc/net/unix").find("@ibv_coll_devd/crxe_lo") != std::string::npos;
+		std::this_thread::sleep_for(std::chrono::milliseconds(10));
+	}
+	ASSERT_TRUE(up) << "it did not come up";
+	int st = 0;
+	pid_t got = 0;
+	for (int i = 0; i < 150 && got == 0; i++) {
+		got = waitpid(d, &st, WNOHANG);
+		std::this_thread::sleep_for(std::chrono::milliseconds(100));
+	}
+	if (got == 0) {
+		kill(d, SIGKILL);
+		waitpid(d, &st, 0);
+	}
+	EXPECT_EQ(got, d) << "it still runs after 15 s without a client";
 }
 
 // With IBV_COLL_CRXE_DEVD naming the daemon, the first open starts one

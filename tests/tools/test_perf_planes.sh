@@ -21,8 +21,11 @@ done
 sh "$check" "$run" --timeout 40 -n 4 -k 2 -- "$perf" -t switch \
 	-s "127.0.0.1:$(cat "$tmp/port0")" -s "127.0.0.1:$(cat "$tmp/port1")" \
 	-b 8 -e 1M -f 32 -n 3 -w 1 -c 1 || { cat "$tmp"/switch*.log; exit 1; }
-kill -USR1 $sw0 $sw1
-sleep 0.5
+# Their counters as they exit (a SIGUSR1 dump would come when a switch
+# next runs, and a fixed sleep may end before it on a loaded machine).
+kill "$sw0" "$sw1"
+wait "$sw0" "$sw1"
+sw0="" sw1=""
 for p in 0 1; do
 	cat "$tmp/switch$p.log"
 	grep -Eq "total: .* data [1-9][0-9]*," "$tmp/switch$p.log" ||

@@ -1,0 +1,75 @@
+#!/bin/sh
+# ibv_coll_perf's wire/S column, against what the algorithms put on the
+# wire for an allreduce of S bytes per rank: each node sends S through a
+# switch and 2S(N-1)/N round a ring of N nodes, plus each block's headers
+# (BTH, CETH, ICRC: under 2 % of a 4 KiB block).  Sizes from 64 KiB, where
+# the headers of a message's first and last blocks no longer count.  (The
+# column read 0.000 on every row while the counters were queried with an
+# uninitialised comp_mask; and nodes on one shared device each counted
+# the whole device's traffic.)
+#   test_perf_wire.sh RUN PERF SWITCHD DEVD CHECK CASE
+#     switch  the main job's shape: 4 nodes x 2 ranks through a switch: 1.0
+#     ring    the same round the ring: 2(4-1)/4 = 1.5
+#     shared  2 nodes on the host's one shared device, round the ring:
+#             2(2-1)/2 = 1.0, the device counted once
+set -u
+run=$1 perf=$2 switchd=$3 devd=$4 check=$5 case_=$6
+here=$(dirname "$0")
+tmp=$(mktemp -d)
+sw=
+trap '[ -n "$sw" ] && kill "$sw" 2>/dev/null; rm -rf "$tmp"' EXIT
+# A block sent again is load on a busy machine, not the algorithm's
+# traffic: a retransmission timeout far above any scheduling delay.
+export IBV_COLL_EMU_COLL_RTO_US=300000
+sizes="-b 64K -e 1M -f 16 -n 3 -w 1 -c 1"
+case $case_ in
+switch)
+	"$switchd" -p 0 -P "$tmp/port" -n wire >"$tmp/switch.log" 2>&1 &
+	sw=$!
+	i=0
+	while [ ! -s "$tmp/port" ] && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	[ -s "$tmp/port" ] || { echo "FAIL: the switch did not start"; cat "$tmp/switch.log"; exit 1; }
+	# shellcheck disable=SC2086
+	sh "$check" "$run" --timeout 40 -n 4 -k 2 -- "$perf" -t switch \
+		-s "127.0.0.1:$(cat "$tmp/port")" $sizes >"$tmp/out" 2>&1
+	rc=$?
+	lo=0.98 hi=1.06
+	;;
+ring)
+	# shellcheck disable=SC2086
+	sh "$check" "$run" --timeout 40 -n 4 -k 2 -- "$perf" -t ring $sizes >"$tmp/out" 2>&1
+	rc=$?
+	lo=1.47 hi=1.59
+	;;
+shared)
+	# shellcheck disable=SC2086
+	sh "$here/test_perf_shared.sh" "$run" "$perf" "$devd" "$check" 2 1 1 -t ring $sizes \
+		>"$tmp/out" 2>&1
+	rc=$?
+	lo=0.98 hi=1.06
+	;;
+*)
+	echo "unknown case $case_"
+	exit 2
+	;;
+esac
+cat "$tmp/out"
+[ $rc -eq 0 ] || { echo "FAIL: the run failed"; exit 1; }
+# Rows: size count type redop root, then time algbw busbw #wrong twice,
+# then wire/S and ran.
+sed 's/^\[[0-9]*\] //' "$tmp/out" | awk -v lo="$lo" -v hi="$hi" '
+	$1 ~ /^[0-9]+$/ && NF == 15 && $1 >= 65536 {
+		rows++
+		if ($14 + 0 < lo || $14 + 0 > hi) {
+			print "FAIL: " $1 " bytes: wire/S " $14 ", not in [" lo ", " hi "]"
+			bad = 1
+		}
+	}
+	END {
+		if (rows < 2) { print "FAIL: " rows + 0 " rows of 64 KiB or more"; exit 1 }
+		if (!bad) print "PASS: wire/S in [" lo ", " hi "] on " rows " rows"
+		exit bad
+	}'
