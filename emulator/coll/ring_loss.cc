@@ -162,18 +162,18 @@ void RingPath::on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 }
 
 // Tail-loss probe (TCP's TLP): the oldest block without its answer, when
-// it has waited twice the round trip (and no less than kProbeFloorNs),
+// it has waited twice the round trip (and no less than
+// IBV_COLL_EMU_COLL_PROBE_US),
 // goes again before its timeout; the last blocks of a chunk have no later
 // block to show their loss.  Without progress each probe waits twice as
 // long as the last.
-namespace {
-constexpr uint64_t kProbeFloorNs = 200 * util::kNsPerUs;
-}
-
 uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 {
 	const uint64_t rto = u_.rto_ns(job);
-	const uint64_t t = job.probe_time(kProbeFloorNs);
+	const uint64_t floor = uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs;
+	if (!floor)
+		return UINT64_MAX;
+	const uint64_t t = job.probe_time(floor);
 	uint64_t pto = t ? t : rto;
 	// Backed off as the repeats of a block are (CollEngine::arm): a
 	// member late to post its collective holds every block, and each
@@ -190,7 +190,8 @@ uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 
 void RingPath::probe(CollJob &job, Message &m, uint64_t now)
 {
-	const uint64_t t = job.probe_time(kProbeFloorNs);
+	const uint64_t t = job.probe_time(uint64_t(u_.e_.params.cfg.coll_probe_us) *
+					  util::kNsPerUs);
 	const uint64_t pto = t ? t : u_.rto_ns(job);
 	m.ring_probes = m.last_progress > m.ring_probe_at ? 0 : m.ring_probes + 1;
 	m.ring_probe_at = now;

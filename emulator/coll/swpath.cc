@@ -609,11 +609,14 @@ bool SwitchPath::recently_sent(const CollJob &job, Message &m, uint32_t sid, uin
 // progress each probe waits twice as long as the last.  The round trip
 // takes in the hosts' delays (a member descheduled, the slowest member's
 // partial), so a busy machine probes later, not in vain; an ASK carries
-// no payload, and a probe that was not needed costs its answer.
+// no payload, and a probe that was not needed costs its answer.  No
+// sooner than IBV_COLL_EMU_COLL_PROBE_US (0: never).
 uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 {
-	constexpr uint64_t kFloorNs = 200 * util::kNsPerUs;
-	const uint64_t t = job.probe_time(kFloorNs);
+	const uint64_t floor = uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs;
+	if (!floor)
+		return UINT64_MAX;
+	const uint64_t t = job.probe_time(floor);
 	const uint64_t base = t ? t : u_.rto_ns(job) / 4;
 	// Due by the oldest block's wait, not the message's progress: later
 	// blocks completing do not bring back an old one's result.

@@ -52,7 +52,7 @@ const ConfigVar kRcVars[kRcCount] = {
 const util::ConfigRegistrar kRcReg({"emu rc (RC transport)", kRcVars}, 110);
 
 // The collective engine.
-enum { kSegUnits, kCollWindow, kCollRto, kCollTimeout, kSwConfig, kCollCount };
+enum { kSegUnits, kCollWindow, kCollRto, kCollProbe, kCollTimeout, kSwConfig, kCollCount };
 const ConfigVar kCollVars[kCollCount] = {
 	{"IBV_COLL_EMU_SEG_UNITS", "4096",
 	 "Seg cache units (4 KiB each) in the NIC's collective engine", ConfigKind::uint, 1,
@@ -64,6 +64,11 @@ const ConfigVar kCollVars[kCollCount] = {
 	 "least microseconds before a collective block without its result is sent again (the "
 	 "timeout grows with the measured round trip)",
 	 ConfigKind::uint, 100, 60000000},
+	{"IBV_COLL_EMU_COLL_PROBE_US", "500",
+	 "least microseconds the oldest collective block without its result waits before it is "
+	 "probed for, ahead of its timeout (sent again round the ring, asked for through a "
+	 "switch): twice the round trip when that is longer (0: no probes, the timeout alone)",
+	 ConfigKind::uint, 0, 60000000},
 	{"IBV_COLL_EMU_COLL_TIMEOUT_MS", "10000",
 	 "a collective that makes no progress this long fails with a timeout (jobs may set their own)",
 	 ConfigKind::uint, 1, 3600000},
@@ -190,6 +195,9 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kCollVars[kCollRto], &v)))
 		return err;
 	c.coll_rto_us = uint32_t(v);
+	if ((err = util::config_uint(kCollVars[kCollProbe], &v)))
+		return err;
+	c.coll_probe_us = uint32_t(v);
 	if ((err = util::config_uint(kCollVars[kCollTimeout], &v)))
 		return err;
 	c.coll_timeout_ms = uint32_t(v);

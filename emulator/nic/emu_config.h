@@ -24,6 +24,7 @@ struct EmuConfig {
 	uint32_t seg_units = 4096;    // Seg cache units in the NIC
 	uint32_t coll_window = 64;    // blocks a node keeps in flight per collective
 	uint32_t coll_rto_us = 20000; // a block without its result is sent again after this
+	uint32_t coll_probe_us = 500; // ... is probed for after at least this (0: never)
 	uint32_t coll_timeout_ms = 10000; // a collective without progress fails after this
 	bool gso = true;		  // UDP segmentation offload and GRO
 	uint32_t sw_config_ms = 1000;	  // wait this long for a switch's grant

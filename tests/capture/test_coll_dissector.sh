@@ -35,8 +35,10 @@ fail() {
 	exit 1
 }
 
-# One datagram per packet, as on a wire (lo shows GSO super-packets).
-export IBV_COLL_EMU_GSO=0
+# One datagram per packet, as on a wire (lo shows GSO super-packets); and
+# each block sent once: no repeat, nor probe, because a node ran late on a
+# busy machine.
+export IBV_COLL_EMU_GSO=0 IBV_COLL_EMU_COLL_RTO_US=300000 IBV_COLL_EMU_COLL_PROBE_US=300000
 "$switchd" -p 0 -P "$tmp/port" -n "leaf0" >"$tmp/sw.out" 2>"$tmp/sw.err" &
 sw=$!
 pids="$pids $sw"

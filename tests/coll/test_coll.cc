@@ -374,15 +374,16 @@ std::vector<NodeSet> switch_runs()
 	// (A long retransmission timeout: on 2 cores 8 nodes run late, and a
 	// block sent again early is load, not the protocol's traffic.)
 	const std::string slow_rto = "IBV_COLL_EMU_COLL_RTO_US=300000";
-	v.push_back({4, "2", "traffic", {slow_rto}, {"--mtu", "5"}, 240, "ring"});
-	v.push_back({8, "1", "traffic", {slow_rto}, {"--mtu", "5"}, 240, "ring"});
+	const std::string slow_probe = "IBV_COLL_EMU_COLL_PROBE_US=300000";
+	v.push_back({4, "2", "traffic", {slow_rto, slow_probe}, {"--mtu", "5"}, 240, "ring"});
+	v.push_back({8, "1", "traffic", {slow_rto, slow_probe}, {"--mtu", "5"}, 240, "ring"});
 	// A member 1.5 s late (as a loaded machine can start one): the
 	// others send their partials again, and every node between carries
 	// them on again; what they send must still be accounted for.
 	v.push_back({8,
 		     "1",
 		     "traffic",
-		     {slow_rto},
+		     {slow_rto, slow_probe},
 		     {"--mtu", "5", "--late", "5:1500"},
 		     240,
 		     "ring_late"});

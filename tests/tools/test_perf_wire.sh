@@ -19,8 +19,9 @@ tmp=$(mktemp -d)
 sw=
 trap '[ -n "$sw" ] && kill "$sw" 2>/dev/null; rm -rf "$tmp"' EXIT
 # A block sent again is load on a busy machine, not the algorithm's
-# traffic: a retransmission timeout far above any scheduling delay.
-export IBV_COLL_EMU_COLL_RTO_US=300000
+# traffic: a retransmission timeout, and a probe's wait, far above any
+# scheduling delay.
+export IBV_COLL_EMU_COLL_RTO_US=300000 IBV_COLL_EMU_COLL_PROBE_US=300000
 sizes="-b 64K -e 1M -f 16 -n 3 -w 1 -c 1"
 case $case_ in
 switch)

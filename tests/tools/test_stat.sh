@@ -48,10 +48,11 @@ pids="$pids $sw"
 wait_for "$tmp/port" .
 port=$(cat "$tmp/port")
 mkfifo "$tmp/hold"
-# The counts are exact: no block may be sent again because a node ran
-# late on a busy machine (the default timeout's floor is 20 ms).
+# The counts are exact: no block may be sent again, or probed for, because
+# a node ran late on a busy machine (the default timeout's floor is 20 ms,
+# a probe's 0.5 ms).
 for i in 0 1; do
-	IBV_COLL_EMU_COLL_RTO_US=300000 "$node" --boot "unix:$tmp/boot.sock" --node $i --nodes 2 --ranks 2 --scenario stat \
+	IBV_COLL_EMU_COLL_RTO_US=300000 IBV_COLL_EMU_COLL_PROBE_US=300000 "$node" --boot "unix:$tmp/boot.sock" --node $i --nodes 2 --ranks 2 --scenario stat \
 		--topology 1 --leaves "$port" --hold <"$tmp/hold" >"$tmp/n$i.out" 2>&1 &
 	eval "n$i=$!"
 	pids="$pids $!"
