@@ -30,9 +30,10 @@
 // not lower it were not cutting a queue of this flow's (a path whose
 // delay varies, or that became longer): the base moves up to the delay
 // now, less half the target.
-// A second window, the endpoint window (Swift's), follows the endpoint
-// delay the same way against its own target (host_target_us per host
-// the round trip crosses): packets queued at a host that cannot keep up
+// A second window, the endpoint window (Swift's; off unless host_target_us
+// is set, IBV_COLL_EMU_CC_HOST_TARGET_US), follows the endpoint delay the
+// same way against its own target (host_target_us per host the round trip
+// crosses): packets queued at a host that cannot keep up
 // with the flow (on this machine: the processes sharing its cores) wait
 // less when fewer are in flight.  It never goes below an eighth of the
 // flow's cap: a host descheduled for a while holds every packet whatever
@@ -70,14 +71,14 @@ struct Holding {
 
 struct CcParams {
 	bool on = true;
-	uint32_t target_us = 1000;     // queueing delay allowed per queue crossed
-	uint32_t host_target_us = 250; // endpoint delay allowed per host crossed (0: no limit)
-	uint32_t max_mdf_pct = 50;     // largest cut, percent of the window
-	uint32_t alpha_us = 55;	       // DCQCN: alpha decays each period without a CNP
-	uint32_t recover_us = 300;     // DCQCN: rate-increase timer
-	uint32_t recover_units = 64;   // DCQCN: ... or this many units acknowledged
-	uint32_t dcqcn_g_shift = 4;    // alpha gain g = 1/2^shift
-	bool pace = false;	       // spread a window over half the round trip
+	uint32_t target_us = 1000;   // queueing delay allowed per queue crossed
+	uint32_t host_target_us = 0; // endpoint delay allowed per host crossed (0: no limit)
+	uint32_t max_mdf_pct = 50;   // largest cut, percent of the window
+	uint32_t alpha_us = 55;	     // DCQCN: alpha decays each period without a CNP
+	uint32_t recover_us = 300;   // DCQCN: rate-increase timer
+	uint32_t recover_units = 64; // DCQCN: ... or this many units acknowledged
+	uint32_t dcqcn_g_shift = 4;  // alpha gain g = 1/2^shift
+	bool pace = false;	     // spread a window over half the round trip
 };
 
 struct CcCounters {

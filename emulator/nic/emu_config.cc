@@ -104,11 +104,12 @@ const ConfigVar kCcVars[kCcCount] = {
 	 "microseconds: above the least fabric delay seen plus this, the window shrinks (the "
 	 "time packets wait at endpoints is not counted: see IBV_COLL_EMU_CC_HOST_TARGET_US)",
 	 ConfigKind::uint, 1, 1000000},
-	{"IBV_COLL_EMU_CC_HOST_TARGET_US", "250",
+	{"IBV_COLL_EMU_CC_HOST_TARGET_US", "0",
 	 "delay the endpoint window allows per host a round trip crosses, in microseconds: "
 	 "when the time packets wait at the hosts they cross (their receive queues, their "
 	 "processing) stays above this, the flow keeps fewer units in flight, down to an "
-	 "eighth of its cap (a host's own slowness is not cured by sending less; 0: off)",
+	 "eighth of its cap (a host's own slowness is not cured by sending less; 0: no "
+	 "endpoint window)",
 	 ConfigKind::uint, 0, 1000000},
 	{"IBV_COLL_EMU_CC_MAX_MDF", "50",
 	 "largest cut of the congestion window at once, percent (on loss, and on delay)",

@@ -26,7 +26,8 @@ struct Flow {
 	uint64_t now = 1000 * kMs;
 	explicit Flow(double init = 16, double max = 64, uint32_t hops = 2)
 	{
-		p.target_us = 100; // 100 us a queue, 200 us for the round trip
+		p.target_us = 100;	// 100 us a queue, 200 us for the round trip
+		p.host_target_us = 250; // the endpoint window on (its default is off)
 		cc.init(&p, &ctr, init, max, hops);
 	}
 	// A round trip through a queue of this flow's own: every unit in
