@@ -342,10 +342,14 @@ struct CollJob {
 	// answer usually comes, waits included (a member that posts late, or
 	// is descheduled, is no loss); no less than floor; 0 before any
 	// sample.
-	uint64_t probe_time(uint64_t floor) const
+	// tail: nothing is left to send, and nothing more will come to show
+	// a loss: a round trip and a quarter, and twice its variation.
+	uint64_t probe_time(uint64_t floor, bool tail = false) const
 	{
 		if (!qrtt)
 			return srtt ? std::max(2 * srtt, floor) : 0;
+		if (tail)
+			return std::max({qrtt + qrtt / 4 + 2 * qrttvar, floor});
 		return std::max({2 * qrtt, qrtt + 4 * qrttvar, srtt, floor});
 	}
 	// This node's blocks' congestion window (nic/cc.h), and when a CNP

@@ -39,18 +39,19 @@ void RingPath::acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, u
 	lost.clear();
 	// RACK's guard: only what has been out longer than a round trip and
 	// a quarter (blocks kept early and taken in at a message's start come
-	// back out of order).
+	// back out of order); a repeat found lost again, twice that (as RACK,
+	// by when it was sent: a block sent after it came back, and it did
+	// not).
 	const uint64_t age = job.srtt + job.srtt / 4;
 	pend.for_before(sid - kDupThresh + 1, [&](uint32_t s, PendingSet::Entry &p) {
-		if (p.sent < sent && !p.fast && now - p.sent > age)
+		if (p.sent < sent && now - p.sent > (p.fast ? 2 * age : age))
 			lost.push_back(s);
 	});
 	if (lost.empty())
 		return;
 	job.cc.on_loss(now, false);
 	for (uint32_t s : lost) {
-		pend.find(s)->fast =
-			true; // once: a repeat that is lost again waits for its timeout
+		pend.find(s)->fast = true;
 		u_.e_.cc_counters().fast_retrans++;
 		if (&pend == &m.o_pending || !m.chunks[m.chain[s].chunk].rs)
 			inject(job, m, s, now, true);
@@ -161,37 +162,36 @@ void RingPath::on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 		u_.fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 }
 
-// Tail-loss probe (TCP's TLP): the oldest block without its answer, when
-// it has waited twice the round trip (and no less than
-// IBV_COLL_EMU_COLL_PROBE_US),
-// goes again before its timeout; the last blocks of a chunk have no later
-// block to show their loss.  Without progress each probe waits twice as
-// long as the last.
+// Tail-loss probe (TCP's TLP): when no block has completed here for twice
+// the round trip (and no less than IBV_COLL_EMU_COLL_PROBE_US), the oldest
+// blocks without their answer go again before their timeout; the last
+// blocks of a chunk have no later block to show their loss.  Without
+// progress each probe waits twice as long as the last.
 uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 {
 	const uint64_t rto = u_.rto_ns(job);
 	const uint64_t floor = uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs;
 	if (!floor)
 		return UINT64_MAX;
-	const uint64_t t = job.probe_time(floor);
+	const uint64_t t = job.probe_time(floor, m.next_inject == m.inject_end);
 	uint64_t pto = t ? t : rto;
 	// Backed off as the repeats of a block are (CollEngine::arm): a
 	// member late to post its collective holds every block, and each
 	// probe without progress only repeats the oldest.
 	pto = std::min(pto << std::min<uint32_t>(m.ring_probes, 16),
 		       std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs));
-	uint64_t due = UINT64_MAX;
-	uint32_t sid;
-	for (const PendingSet *pend : {&m.o_pending, &m.f_pending})
-		if (const PendingSet::Entry *e = pend->lowest(&sid))
-			due = std::min(due, std::max(e->sent, m.ring_probe_at) + pto);
-	return due;
+	// Due when no block completed here for that long (TCP's TLP), not by
+	// the oldest block's age: on a link with a queue that grows with the
+	// queue, and a probe of a block on its way only doubles it.
+	if (m.o_pending.empty() && m.f_pending.empty())
+		return UINT64_MAX;
+	return std::max(m.last_progress, m.ring_probe_at) + pto;
 }
 
 void RingPath::probe(CollJob &job, Message &m, uint64_t now)
 {
-	const uint64_t t = job.probe_time(uint64_t(u_.e_.params.cfg.coll_probe_us) *
-					  util::kNsPerUs);
+	const uint64_t t = job.probe_time(uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs,
+					  m.next_inject == m.inject_end);
 	const uint64_t pto = t ? t : u_.rto_ns(job);
 	m.ring_probes = m.last_progress > m.ring_probe_at ? 0 : m.ring_probes + 1;
 	m.ring_probe_at = now;

@@ -616,15 +616,18 @@ uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 	const uint64_t floor = uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs;
 	if (!floor)
 		return UINT64_MAX;
-	const uint64_t t = job.probe_time(floor);
+	const uint64_t t = job.probe_time(floor, m.sw_next == m.nblocks);
 	const uint64_t base = t ? t : u_.rto_ns(job) / 4;
-	// Due by the oldest block's wait, not the message's progress: later
-	// blocks completing do not bring back an old one's result.
-	uint32_t sid;
-	const PendingSet::Entry *e = m.o_pending.lowest(&sid);
-	if (!e)
+	// Due when no result came for that long (TCP's TLP): a block whose
+	// result is late while later ones come is found by the gaps it
+	// leaves (find_gaps) and the NAKs other members' ASKs bring, not by
+	// its age, which on a link with a queue grows with the queue (an ASK
+	// for a result on its way makes the switch send it twice).
+	if (m.o_pending.empty())
 		return UINT64_MAX;
-	return std::max(e->sent, m.sw_probe_at) + (base << std::min<uint32_t>(m.sw_probes, 10));
+	if (m.last_progress >= m.sw_probe_at)
+		return m.last_progress + base;
+	return m.sw_probe_at + (base << std::min<uint32_t>(m.sw_probes, 10));
 }
 
 // ASK for the oldest blocks without a result (one round trip's worth of
@@ -689,13 +692,24 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 	for (uint32_t d : {2u, 8u, 32u}) {
 		const uint32_t lag = d * job.cfg.sw.planes;
 		if (sid < lag)
-			return;
+			break;
 		const uint32_t g = sid - lag;
 		if (g < m.sw_base || m.final_[g] || !m.o_pending.find(g) ||
 		    recently_sent(job, m, g, now, false))
 			continue;
 		send_block(job, m, g, now, true, true);
 	}
+	// And the oldest block without its result, as RACK does: results come
+	// in block order, so one after it here while it waits longer than a
+	// round trip allows (ASKed, or sent, once a round trip at most) is a
+	// lost result, or a partial lost again somewhere.
+	uint32_t g;
+	const PendingSet::Entry *e = m.o_pending.lowest(&g);
+	const uint64_t t = job.probe_time(uint64_t(u_.e_.params.cfg.coll_probe_us) *
+					  util::kNsPerUs);
+	if (e && g < sid && !m.final_[g] && t && now - e->sent >= t &&
+	    !recently_sent(job, m, g, now, false))
+		send_block(job, m, g, now, true, true);
 }
 
 // The job leaves its switches (its QP is reset or destroyed).

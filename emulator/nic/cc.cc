@@ -40,7 +40,7 @@ void CongestionCtl::init(const CcParams *p, CcCounters *ctr, double init_win, do
 	hops_ = std::max(1u, hops);
 	srtt_ = last_cut_ = next_tx_ = 0;
 	base_cur_ = base_prev_ = epoch_at_ = jitter_ = 0;
-	cut_delay_ = 0;
+	cut_delay_ = rebased_from_ = no_rebase_until_ = 0;
 	futile_ = 0;
 	standing_ = win_min_ = win_start_ = win_sum_ = 0;
 	win_n_ = 0;
@@ -158,7 +158,12 @@ void CongestionCtl::on_rtt_sample(uint64_t rtt, Holding h, uint64_t now)
 		futile_ = cut_delay_ && q + q / 16 >= cut_delay_ ? futile_ + 1 : 0;
 		cut_delay_ = q;
 	}
-	if (futile_ >= kFutileCuts) {
+	// Not after a loss undid a move this epoch: a queue that others fill
+	// as fast as we drain it (a bottleneck shared with other flows) did
+	// look like a longer path, until it overflowed.
+	if (futile_ >= kFutileCuts && (!no_rebase_until_ || now >= no_rebase_until_)) {
+		if (!rebased_from_)
+			rebased_from_ = base_delay();
 		base_cur_ = base_prev_ = q - target_delay() / 2;
 		epoch_at_ = now;
 		futile_ = 0;
@@ -200,6 +205,15 @@ void CongestionCtl::on_loss(uint64_t now, bool timeout)
 {
 	if (!enabled())
 		return;
+	// A loss after the base moved up: it was a queue after all (one that
+	// other flows kept full), and this one overflowed.  Back to the least
+	// delay seen, and no move for an epoch.
+	if (rebased_from_) {
+		base_cur_ = base_prev_ = rebased_from_;
+		epoch_at_ = now;
+		rebased_from_ = 0;
+		no_rebase_until_ = now + kBaseEpochNs;
+	}
 	if (!queued()) {
 		ctr_->loss_no_queue++;
 		return;

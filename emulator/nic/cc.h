@@ -29,7 +29,8 @@
 // half round trip, as Copa takes it).  Three delay cuts in a row that do
 // not lower it were not cutting a queue of this flow's (a path whose
 // delay varies, or that became longer): the base moves up to the delay
-// now, less half the target.
+// now, less half the target; a loss then moves it back (it was a queue
+// other flows kept full) for an epoch.
 // A second window, the endpoint window (Swift's; off unless host_target_us
 // is set, IBV_COLL_EMU_CC_HOST_TARGET_US), follows the endpoint delay the
 // same way against its own target (host_target_us per host the round trip
@@ -170,6 +171,9 @@ private:
 	// lower it (see on_rtt_sample).
 	uint64_t cut_delay_ = 0;
 	uint32_t futile_ = 0;
+	// The base before it moved up (0: it has not), and until when it may
+	// not move again (a loss undid a move).
+	uint64_t rebased_from_ = 0, no_rebase_until_ = 0;
 	bool below_ = true;	 // the last round trip was below the target
 	bool slow_start_ = true; // no cut yet
 	uint64_t last_cut_ = 0;
