@@ -65,9 +65,10 @@ const ConfigVar kCollVars[kCollCount] = {
 	 "timeout grows with the measured round trip)",
 	 ConfigKind::uint, 100, 60000000},
 	{"IBV_COLL_EMU_COLL_PROBE_US", "500",
-	 "least microseconds the oldest collective block without its result waits before it is "
-	 "probed for, ahead of its timeout (sent again round the ring, asked for through a "
-	 "switch): twice the round trip when that is longer (0: no probes, the timeout alone)",
+	 "least microseconds a collective goes without a block completing before its oldest "
+	 "blocks are probed for, ahead of their timeout (sent again round the ring, asked for "
+	 "through a switch): twice the round trip when that is longer (0: no probes, the "
+	 "timeout alone)",
 	 ConfigKind::uint, 0, 60000000},
 	{"IBV_COLL_EMU_COLL_TIMEOUT_MS", "10000",
 	 "a collective that makes no progress this long fails with a timeout (jobs may set their own)",
