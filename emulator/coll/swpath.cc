@@ -703,7 +703,7 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 	// in block order, so one after it here while it waits longer than a
 	// round trip allows (ASKed, or sent, once a round trip at most) is a
 	// lost result, or a partial lost again somewhere.
-	uint32_t g;
+	uint32_t g = 0;
 	const PendingSet::Entry *e = m.o_pending.lowest(&g);
 	const uint64_t t = job.probe_time(uint64_t(u_.e_.params.cfg.coll_probe_us) *
 					  util::kNsPerUs);
