@@ -335,6 +335,8 @@ struct CollJob {
 	// its collective, for other members' partials at a switch): how long
 	// an answer takes when no one is waited for, which paces probes.
 	uint64_t qrtt = 0, qrttvar = 0;
+	// The least of those: an answer's time through an empty queue.
+	uint64_t qmin = 0;
 	uint64_t probe_rtt() const { return qrtt ? qrtt : srtt; }
 	// When an answer not here is probed for (TCP's TLP, with room for the
 	// round trip's variation as its RTO has): twice the round trip, or
@@ -343,13 +345,18 @@ struct CollJob {
 	// is descheduled, is no loss); no less than floor; 0 before any
 	// sample.
 	// tail: nothing is left to send, and nothing more will come to show
-	// a loss: a round trip and a quarter, and twice its variation.
+	// a loss.  The probe is due after this long without an answer, and
+	// while answers come the queue drains one after another: silence for
+	// twice the round trip through an empty queue is a loss, however
+	// long the queue the message itself built (the smoothed round trip
+	// there is the message's own time, and waiting for it would double a
+	// short message's).
 	uint64_t probe_time(uint64_t floor, bool tail = false) const
 	{
 		if (!qrtt)
 			return srtt ? std::max(2 * srtt, floor) : 0;
 		if (tail)
-			return std::max({qrtt + qrtt / 4 + 2 * qrttvar, floor});
+			return std::max(2 * qmin, floor);
 		return std::max({2 * qrtt, qrtt + 4 * qrttvar, srtt, floor});
 	}
 	// This node's blocks' congestion window (nic/cc.h), and when a CNP
