@@ -559,6 +559,11 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 		if (m.dma_error)
 			return u_.fail(qp, job, CollStatus::local_err, true,
 				       "a local buffer is not accessible");
+		// Taken in as if it came now: the chunk's next live block must
+		// not read it as a gap (and a block that was not kept, for want
+		// of a unit, is one).
+		if (job.active.get() == &m)
+			gaps(job, m, p, p.kind == kCollData ? 0 : 1);
 	}
 }
 
