@@ -382,6 +382,10 @@ struct CollJob {
 	// timeouts move it; the grant's window caps it.
 	CongestionCtl sw_cc;
 	uint8_t sw_why = 0; // kRanRefused: the switch refused the job
+	// AUTO, configuring: a member's ring packet of this message came (0:
+	// none); the switch's next answer says whether to follow it
+	// (SwitchPath::on_member_ring).
+	uint32_t sw_ring_mid = 0;
 
 	// A packet of message mid belongs to one this node has not reached
 	// yet.  Members are at most one message apart and a MID follows the

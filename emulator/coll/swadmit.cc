@@ -140,6 +140,23 @@ void SwitchPath::follow(Qp &qp, CollJob &job, const char *why, uint64_t now)
 		launch(qp, job, now);
 }
 
+// The switch answered while a member's ring packet of the waiting message
+// was here (on_member_ring).  "Heard, wait": the switch has not heard
+// every member, so none was granted and the sender gave up on the switch:
+// follow it.  A grant with time division: the message waits for the
+// switch's decision, which it took for every member (a refusal: the ring,
+// with the packets kept).  A grant without: the sender gave up on a
+// switch that granted the job; nothing of the message went to the switch
+// from here, so follow it (the members that run it there fail it).
+void SwitchPath::ring_seen_answer(Qp &qp, CollJob &job, bool pending, uint64_t now)
+{
+	const Message *m = job.active.get();
+	if (!job.sw_ring_mid || !m || m->mid != job.sw_ring_mid || !m->waiting)
+		return;
+	if (pending || (job.sw_phase == CollJob::SwPhase::ready && !job.sw_tdm))
+		follow(qp, job, "a member runs the message round the ring", now);
+}
+
 void SwitchPath::on_member_fallback(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
 	if (job.cfg.topology != Topology::autosel || !job.cfg.sw.on ||
@@ -160,13 +177,16 @@ void SwitchPath::on_member_fallback(Qp &qp, CollJob &job, const CollPacket &p, u
 }
 
 // Ring DATA or RESULT of the message this node has on the switch path:
-// its sender runs it round the ring (its notice was lost, or it came from
-// a member without one).  Waiting for the job's grant: follow it, then the
-// ring takes the packet.  Waiting for a tdm decision: the switch decides
-// this message for every member, the ring keeps the packet for when it
-// says so.  Running through the switch: the members disagree, fail it
-// everywhere now rather than at the timeout (the ring must not take the
-// packet into a message it does not run).
+// its sender runs it round the ring.  Waiting for the job's grant, that
+// is either a member that gave up on the switch (its notice lost), or a
+// member granted the job whose message the switch refused (tdm) while
+// our grant was lost: the ring keeps the packet, and CONFIG goes again at
+// once; the switch's answer tells which (SwitchPath::ring_seen_answer).
+// Waiting for a tdm decision: the switch decides this message for every
+// member, the ring keeps the packet for when it says so.  Running through
+// the switch: the members disagree, fail it everywhere now rather than
+// at the timeout (the ring must not take the packet into a message it
+// does not run).
 bool SwitchPath::on_member_ring(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
 	Message *m = job.active.get();
@@ -174,7 +194,10 @@ bool SwitchPath::on_member_ring(Qp &qp, CollJob &job, const CollPacket &p, uint6
 	    job.cfg.topology != Topology::autosel)
 		return false;
 	if (job.sw_phase == CollJob::SwPhase::configuring) {
-		follow(qp, job, "a member runs the message round the ring", now);
+		if (job.sw_ring_mid != m->mid) {
+			job.sw_ring_mid = m->mid;
+			send_config(job, now);
+		}
 		return false;
 	}
 	if (m->waiting)

@@ -275,6 +275,12 @@ public:
 	// A broken switch: every partial and ASK is answered with a NAK naming
 	// its sender, no block ever completes.
 	bool nak_only = false;
+	// Time division (configured): grants say so, and the admission of
+	// message tdm_refuse_mid is refused (0: no time division).
+	uint32_t tdm_refuse_mid = 0;
+	// The first lose_grants grants to member lose_grants_to are lost.
+	uint16_t lose_grants_to = 0;
+	uint32_t lose_grants = 0;
 
 	void on_packet(const Pkt &in)
 	{
@@ -345,6 +351,12 @@ private:
 	uint64_t full() const { return (1ull << members_.size()) - 1; }
 	void on_config(const wire::Ceth &in)
 	{
+		if (in.flags & wire::kCethAdmit) {
+			// Time division: message tdm_refuse_mid is refused (the
+			// pool is busy), every other admitted, the same to all.
+			send_admit(in.src_node, in.mid, in.mid == tdm_refuse_mid);
+			return;
+		}
 		const bool granted = configs_ == full();
 		configs_ |= 1ull << in.src_node;
 		if (configs_ != full()) {
@@ -356,7 +368,7 @@ private:
 				send_config_ack(n, 0);
 		}
 	}
-	void send_config_ack(uint16_t to, uint8_t flags)
+	void send_admit(uint16_t to, uint32_t mid, bool refuse)
 	{
 		std::vector<uint8_t> pkt(wire::kBthBytes + wire::kCethBytes);
 		wire::Bth bth;
@@ -368,8 +380,35 @@ private:
 		h.jid = jid_;
 		h.job_key = key_;
 		h.inc = 1;
+		h.mid = mid;
+		h.flags = wire::kCethAdmit;
+		h.status = refuse ? uint8_t(CollStatus::denied) : 0;
+		h.phase = refuse ? sw::kAdmitBusy : 0;
+		h.node_map = 1ull << to;
+		h.store(pkt.data() + wire::kBthBytes);
+		net_.send(Pkt{self_, members_[to], std::move(pkt)});
+	}
+	void send_config_ack(uint16_t to, uint8_t flags)
+	{
+		if (!flags && to == lose_grants_to && lose_grants) {
+			lose_grants--; // lost on its way
+			return;
+		}
+		const bool grant = !flags;
+		if (grant && tdm_refuse_mid)
+			flags = wire::kCethAdmit; // the grant of a switch sharing by time
+		std::vector<uint8_t> pkt(wire::kBthBytes + wire::kCethBytes);
+		wire::Bth bth;
+		bth.opcode = wire::kCollConfigAck;
+		bth.dqpn = kQpn;
+		bth.store(pkt.data());
+		wire::Ceth h;
+		h.src_node = sw::kNodeSwitch;
+		h.jid = jid_;
+		h.job_key = key_;
+		h.inc = 1;
 		h.flags = flags;
-		h.seg = flags ? 0 : 64;
+		h.seg = grant ? 64 : 0;
 		h.node_map = 1ull << to;
 		h.store(pkt.data() + wire::kBthBytes);
 		net_.send(Pkt{self_, members_[to], std::move(pkt)});
@@ -1067,6 +1106,40 @@ TEST(CollPathsFallback, MemberThatHearsNoSwitchTakesTheOthersToTheRing)
 			expect_accounted(*c.nodes[n], n);
 		}
 	}
+}
+
+// AUTO with a switch sharing its pool by time: one member's grant is lost,
+// the others are granted, and the switch refuses their first message,
+// which they run round the ring.  Its ring packets reach the member still
+// waiting for its grant, which took them for a member that gave up on the
+// switch and ran the whole job round the ring: the next message, which
+// the switch admitted, ran through the switch at the others and round the
+// ring at it, and every member failed it with REMOTE_ABORT
+// (tools.switch_tenants, tdm, under load).  Now the member asks the
+// switch again, is granted, and takes the switch's decision on each
+// message as the others do.
+TEST(CollPathsFallback, ALostGrantUnderTimeDivisionIsNoFallback)
+{
+	Cluster c({1, 2, 1}, Topology::autosel, 31, true, 1000, 2000, true);
+	c.fsw->tdm_refuse_mid = 1;
+	c.fsw->lose_grants_to = 1;
+	c.fsw->lose_grants = 1;
+	for (uint32_t mid = 1; mid <= 2; mid++) {
+		c.post_allreduce(mid, 3000, mid);
+		ASSERT_TRUE(c.run(mid, 5000 * kMs)) << "mid " << mid;
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			const Cqe &q = c.nodes[n]->host->cqes.back();
+			ASSERT_EQ(q.coll_status, uint8_t(CollStatus::success)) << "node " << n << " mid " << mid;
+			if (mid == 1) {
+				EXPECT_TRUE(q.coll_flags & kRanRing) << "node " << n;
+				EXPECT_TRUE(q.coll_flags & kRanBusy) << "node " << n;
+			} else {
+				EXPECT_TRUE(q.coll_flags & kRanSwitch) << "node " << n;
+			}
+		}
+		expect_results(c, mid);
+	}
+	EXPECT_EQ(c.fsw->lose_grants, 0u);
 }
 
 // Issue 25: a member whose CONFIGs reach the switch but never its answers:
