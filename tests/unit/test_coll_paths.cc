@@ -1129,7 +1129,8 @@ TEST(CollPathsFallback, ALostGrantUnderTimeDivisionIsNoFallback)
 		ASSERT_TRUE(c.run(mid, 5000 * kMs)) << "mid " << mid;
 		for (size_t n = 0; n < c.nodes.size(); n++) {
 			const Cqe &q = c.nodes[n]->host->cqes.back();
-			ASSERT_EQ(q.coll_status, uint8_t(CollStatus::success)) << "node " << n << " mid " << mid;
+			ASSERT_EQ(q.coll_status, uint8_t(CollStatus::success))
+				<< "node " << n << " mid " << mid;
 			if (mid == 1) {
 				EXPECT_TRUE(q.coll_flags & kRanRing) << "node " << n;
 				EXPECT_TRUE(q.coll_flags & kRanBusy) << "node " << n;
