@@ -368,25 +368,31 @@ private:
 				send_config_ack(n, 0);
 		}
 	}
-	void send_admit(uint16_t to, uint32_t mid, bool refuse)
+	// A CONFIG_ACK to member `to`: the job's identity, then what the
+	// caller sets in h.
+	void send_ack(uint16_t to, wire::Ceth h)
 	{
 		std::vector<uint8_t> pkt(wire::kBthBytes + wire::kCethBytes);
 		wire::Bth bth;
 		bth.opcode = wire::kCollConfigAck;
 		bth.dqpn = kQpn;
 		bth.store(pkt.data());
-		wire::Ceth h;
 		h.src_node = sw::kNodeSwitch;
 		h.jid = jid_;
 		h.job_key = key_;
 		h.inc = 1;
+		h.node_map = 1ull << to;
+		h.store(pkt.data() + wire::kBthBytes);
+		net_.send(Pkt{self_, members_[to], std::move(pkt)});
+	}
+	void send_admit(uint16_t to, uint32_t mid, bool refuse)
+	{
+		wire::Ceth h;
 		h.mid = mid;
 		h.flags = wire::kCethAdmit;
 		h.status = refuse ? uint8_t(CollStatus::denied) : 0;
 		h.phase = refuse ? sw::kAdmitBusy : 0;
-		h.node_map = 1ull << to;
-		h.store(pkt.data() + wire::kBthBytes);
-		net_.send(Pkt{self_, members_[to], std::move(pkt)});
+		send_ack(to, h);
 	}
 	void send_config_ack(uint16_t to, uint8_t flags)
 	{
@@ -397,21 +403,10 @@ private:
 		const bool grant = !flags;
 		if (grant && tdm_refuse_mid)
 			flags = wire::kCethAdmit; // the grant of a switch sharing by time
-		std::vector<uint8_t> pkt(wire::kBthBytes + wire::kCethBytes);
-		wire::Bth bth;
-		bth.opcode = wire::kCollConfigAck;
-		bth.dqpn = kQpn;
-		bth.store(pkt.data());
 		wire::Ceth h;
-		h.src_node = sw::kNodeSwitch;
-		h.jid = jid_;
-		h.job_key = key_;
-		h.inc = 1;
 		h.flags = flags;
 		h.seg = grant ? 64 : 0;
-		h.node_map = 1ull << to;
-		h.store(pkt.data() + wire::kBthBytes);
-		net_.send(Pkt{self_, members_[to], std::move(pkt)});
+		send_ack(to, h);
 	}
 	void send_result(const wire::Ceth &in, const Block &b, uint16_t to)
 	{
