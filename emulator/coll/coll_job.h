@@ -258,10 +258,12 @@ struct Message {
 	// ([chunk]) and of its results ([chunks + chunk]) expected from the
 	// previous node (a later one shows a gap: the blocks between were
 	// lost upstream); when the tail-loss probe is due next, and probes
-	// sent since the last progress.
+	// sent since the last progress; when a partial of the message last
+	// passed through here (the ring is moving: no silence to probe).
 	std::vector<uint32_t> ring_next;
 	uint64_t ring_probe_at = 0;
 	uint32_t ring_probes = 0;
+	uint64_t ring_heard = 0;
 
 	// Through the switch: blocks numbered across the job's messages.
 	bool sw = false;
@@ -335,8 +337,9 @@ struct CollJob {
 	// its collective, for other members' partials at a switch): how long
 	// an answer takes when no one is waited for, which paces probes.
 	uint64_t qrtt = 0, qrttvar = 0;
-	// The least of those: an answer's time through an empty queue.
-	uint64_t qmin = 0;
+	// The least of those: an answer's time through an empty queue; and
+	// the latest: through the queue as it is now.
+	uint64_t qmin = 0, qlast = 0;
 	uint64_t probe_rtt() const { return qrtt ? qrtt : srtt; }
 	// When an answer not here is probed for (TCP's TLP, with room for the
 	// round trip's variation as its RTO has): twice the round trip, or

@@ -452,6 +452,7 @@ void CollEngine::rtt_sample(CollJob &job, uint64_t rtt, Holding h)
 		const uint64_t q = rtt - (h.held - std::min(h.queued, h.held));
 		if (!job.qmin || q < job.qmin)
 			job.qmin = q;
+		job.qlast = q;
 		if (!job.qrtt) {
 			job.qrtt = q;
 			job.qrttvar = q / 2;

@@ -147,6 +147,7 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 		m.ring_next[k] = m.ring_next[nc + k] = m.chunks[k].first_sid;
 	m.ring_probe_at = now;
 	m.ring_probes = 0;
+	m.ring_heard = 0;
 	// The blocks this node starts: its chunk's partials (as origin) or its
 	// chunk's results (allgather, broadcast).
 	for (const ChunkRole &r : m.chunks) {
@@ -310,6 +311,7 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 		reduce_fn(m.op, m.dtype)(acc, p.payload, local, b.elems);
 	}
 	u_.ctr.reductions++;
+	m.ring_heard = now;
 	if (hop == uint32_t(n - 1)) {
 		finish_block(job, m, sid, acc, now, p.hold_on(now), p.queue_on(now));
 	} else {

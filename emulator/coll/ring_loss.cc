@@ -167,14 +167,28 @@ void RingPath::on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 // blocks without their answer go again before their timeout; the last
 // blocks of a chunk have no later block to show their loss.  Without
 // progress each probe waits twice as long as the last.
+//
+// At the tail (all of this node's blocks out) the probe waits for twice
+// the round trip through an empty queue, but no less than the latest
+// answer took and a quarter: the answers still out come behind the queue
+// the message built on the ring's links (every chunk's results share
+// them), and probing sooner sent loss-free blocks again (a 4-node ring on
+// a 400 Mbit/s fabric with 256 KB queues put 10-25 % more on the wire).
+static uint64_t ring_pto(const CollJob &job, uint64_t floor, bool tail, uint64_t rto)
+{
+	uint64_t t = job.probe_time(floor, tail);
+	if (t && tail)
+		t = std::max(t, job.qlast + job.qlast / 4);
+	return t ? t : rto;
+}
+
 uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 {
 	const uint64_t rto = u_.rto_ns(job);
 	const uint64_t floor = uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs;
 	if (!floor)
 		return UINT64_MAX;
-	const uint64_t t = job.probe_time(floor, m.next_inject == m.inject_end);
-	uint64_t pto = t ? t : rto;
+	uint64_t pto = ring_pto(job, floor, m.next_inject == m.inject_end, rto);
 	// Backed off as the repeats of a block are (CollEngine::arm): a
 	// member late to post its collective holds every block, and each
 	// probe without progress only repeats the oldest.
@@ -182,17 +196,19 @@ uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 		       std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs));
 	// Due when no block completed here for that long (TCP's TLP), not by
 	// the oldest block's age: on a link with a queue that grows with the
-	// queue, and a probe of a block on its way only doubles it.
+	// queue, and a probe of a block on its way only doubles it.  Nor
+	// while other chunks' partials still pass through: the ring is
+	// draining its queues, and this node's answers come behind them.
 	if (m.o_pending.empty() && m.f_pending.empty())
 		return UINT64_MAX;
-	return std::max(m.last_progress, m.ring_probe_at) + pto;
+	return std::max({m.last_progress, m.ring_heard, m.ring_probe_at}) + pto;
 }
 
 void RingPath::probe(CollJob &job, Message &m, uint64_t now)
 {
-	const uint64_t t = job.probe_time(uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs,
-					  m.next_inject == m.inject_end);
-	const uint64_t pto = t ? t : u_.rto_ns(job);
+	const uint64_t pto = ring_pto(job,
+				      uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs,
+				      m.next_inject == m.inject_end, u_.rto_ns(job));
 	m.ring_probes = m.last_progress > m.ring_probe_at ? 0 : m.ring_probes + 1;
 	m.ring_probe_at = now;
 	// The oldest blocks that have waited a probe's time, a few of each
