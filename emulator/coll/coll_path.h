@@ -118,7 +118,7 @@ public:
 	// or RESULT of the message this node has on the switch path, which
 	// says the same (false: the ring is still to take the packet).
 	void on_member_fallback(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
-	void ring_seen_answer(Qp &qp, CollJob &job, bool pending, uint64_t now);
+	bool ring_seen_answer(Qp &qp, CollJob &job, bool pending, uint64_t now);
 	bool on_member_ring(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
 
 private:

@@ -148,13 +148,16 @@ void SwitchPath::follow(Qp &qp, CollJob &job, const char *why, uint64_t now)
 // with the packets kept).  A grant without: the sender gave up on a
 // switch that granted the job; nothing of the message went to the switch
 // from here, so follow it (the members that run it there fail it).
-void SwitchPath::ring_seen_answer(Qp &qp, CollJob &job, bool pending, uint64_t now)
+// Returns whether it followed.
+bool SwitchPath::ring_seen_answer(Qp &qp, CollJob &job, bool pending, uint64_t now)
 {
 	const Message *m = job.active.get();
 	if (!job.sw_ring_mid || !m || m->mid != job.sw_ring_mid || !m->waiting)
-		return;
-	if (pending || (job.sw_phase == CollJob::SwPhase::ready && !job.sw_tdm))
-		follow(qp, job, "a member runs the message round the ring", now);
+		return false;
+	if (!pending && (job.sw_phase != CollJob::SwPhase::ready || job.sw_tdm))
+		return false;
+	follow(qp, job, "a member runs the message round the ring", now);
+	return true;
 }
 
 void SwitchPath::on_member_fallback(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)

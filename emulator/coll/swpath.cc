@@ -478,7 +478,8 @@ void SwitchPath::on_config_ack(Qp &qp, CollJob &job, const CollPacket &p, uint64
 			IBVC_DEBUG("coll", "{}: job {}: plane {}'s switch waits for other members",
 				   u_.e_.params.name, job.cfg.jid, plane);
 		job.sw_heard[plane] = 1;
-		return ring_seen_answer(qp, job, true, now);
+		ring_seen_answer(qp, job, true, now);
+		return;
 	}
 	job.sw_heard[plane] = 1;
 	on_grant(qp, job, p, plane, now);
@@ -511,12 +512,9 @@ void SwitchPath::on_grant(Qp &qp, CollJob &job, const CollPacket &p, uint32_t pl
 		if (std::count(job.sw_granted.begin(), job.sw_granted.end(), 0u) == 0)
 			ready(job);
 	}
-	if (job.sw_phase != CollJob::SwPhase::configuring && job.active && job.active->waiting) {
-		if (job.sw_phase == CollJob::SwPhase::ready && !job.sw_tdm &&
-		    job.sw_ring_mid == job.active->mid)
-			return ring_seen_answer(qp, job, false, now);
+	if (job.sw_phase != CollJob::SwPhase::configuring && job.active && job.active->waiting &&
+	    !ring_seen_answer(qp, job, false, now))
 		launch(qp, job, now);
-	}
 }
 
 // A RESULT (or NAK) names a block of the active message, from the leaf of
