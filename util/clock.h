@@ -1,4 +1,8 @@
-// Monotonic time in nanoseconds: every timer in the device model uses it.
+// Monotonic time in nanoseconds.  Whatever keeps timers (a device's
+// engine, a switch) reads it through a Clock it is given, so that the same
+// code runs on the host's clock or on a simulator's virtual one
+// (ibv_coll_sim(1)); now_ns() is the host's, for what only real sockets and
+// threads use.
 #pragma once
 
 #include <time.h>
@@ -13,6 +17,34 @@ inline uint64_t now_ns()
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
+
+class Clock {
+public:
+	virtual ~Clock() = default;
+	virtual uint64_t now() const = 0; // ns, never going back
+};
+
+// CLOCK_MONOTONIC: the clock of every real device and switch.
+class HostClock final : public Clock {
+public:
+	uint64_t now() const override { return now_ns(); }
+};
+inline const Clock &host_clock()
+{
+	static const HostClock c;
+	return c;
+}
+
+// A clock that moves only when told to: a simulator's.
+class ManualClock final : public Clock {
+public:
+	explicit ManualClock(uint64_t start = 0) : t_(start) {}
+	uint64_t now() const override { return t_; }
+	void set(uint64_t t) { t_ = t > t_ ? t : t_; }
+
+private:
+	uint64_t t_;
+};
 
 constexpr uint64_t kNsPerUs = 1000, kNsPerMs = 1000000;
 

@@ -23,7 +23,7 @@ namespace ibv_coll::emu {
 class EngineCollHost final : public CollHost {
 public:
 	explicit EngineCollHost(Engine &e) : CollHost(e.params), e_(e) {}
-	uint64_t now() const override { return util::now_ns(); }
+	uint64_t now() const override { return e_.params.clock->now(); }
 	Qp *find_qp(uint32_t qpn) override
 	{
 		auto it = e_.qps.find(qpn);
@@ -355,7 +355,7 @@ bool Engine::progress_locked()
 		if (n < Transport::kBatch)
 			break;
 	}
-	uint64_t now = util::now_ns();
+	uint64_t now = params.clock->now();
 	for (auto &kv : qps) {
 		Qp &qp = *kv.second;
 		if (qp.coll) {
@@ -406,7 +406,7 @@ uint64_t Engine::next_deadline_locked() const
 		}
 		// A paced window below one packet: when the next may leave.
 		uint64_t pace = qp.req_idx != qp.sq->prod() ? qp.cc.next_send_time() : 0;
-		if (pace && pace <= util::now_ns())
+		if (pace && pace <= params.clock->now())
 			pace = 0;
 		for (uint64_t t : {qp.rto_deadline, qp.rnr_deadline, qp.sr_deadline, pace})
 			if (t && (!d || t < d))
@@ -497,7 +497,7 @@ void Engine::handle_packet(const RxPacket &rx)
 		// Congestion on the way here: tell the requester (nic/cc.h).
 		if ((p.ecn & kEcnMask) == kEcnCe)
 			maybe_send_cnp(qp.attr.remote, qp.src_ip, qp.attr.dest_qpn, &qp.cnp_at,
-				       util::now_ns());
+				       params.clock->now());
 		resp_on_request(qp, p);
 		return;
 	}
@@ -564,7 +564,7 @@ void Engine::on_cnp(const InPacket &p)
 		return;
 	}
 	Qp &qp = *it->second;
-	const uint64_t now = util::now_ns();
+	const uint64_t now = params.clock->now();
 	if (qp.job) {
 		if (!coll->on_cnp(qp, p.src, now))
 			ctr.rx_bad_src++;

@@ -14,6 +14,7 @@
 #include "nic/mr_table.h"
 #include "nic/queue.h"
 #include "nic/wqe.h"
+#include "util/clock.h"
 
 #include <atomic>
 #include <cstdint>
@@ -42,6 +43,11 @@ struct NicParams {
 	bool port_fallback = true;  // a busy port falls back to a free one
 	uint32_t active_mtu = 1024; // bytes: the largest path MTU allowed
 	EmuConfig cfg;
+	// The clock of the device's timers (the RC and collective transports,
+	// congestion control): the host's, or a simulator's virtual one.  The
+	// engine thread sleeps on the host's clock: a device on another is
+	// run by its owner's passes (CollService::progress), not the thread.
+	const util::Clock *clock = &util::host_clock();
 	// Opens the transport packets go through; empty: a UdpPort bound as
 	// udp_port, port_fallback and cfg say.
 	TransportFactory transport;

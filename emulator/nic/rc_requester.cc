@@ -406,7 +406,7 @@ static void sr_answer(Engine &e, Qp &qp, bool ack)
 // an error reported by the responder, and stop the QP.
 static void remote_error(Engine &e, Qp &qp, uint32_t psn, WcStatus st, const char *why)
 {
-	advance_una(e, qp, psn, util::now_ns());
+	advance_una(e, qp, psn, e.params.clock->now());
 	if (qp.sq->cons() != qp.sq->prod())
 		e.complete_send(qp, qp.sq->cons(), st, true);
 	e.qp_to_error(qp, why);
@@ -422,7 +422,7 @@ void Engine::req_on_ack(Qp &qp, const InPacket &p)
 		ctr.rx_dup++;
 		return;
 	}
-	uint64_t now = util::now_ns();
+	uint64_t now = params.clock->now();
 	// The responder is alive: the transport timer restarts.
 	if (qp.rto_deadline)
 		qp.rto_deadline = now + qp.rto_ns;
@@ -497,7 +497,7 @@ void Engine::req_on_read_resp(Qp &qp, const InPacket &p)
 		// A response went missing: ask again from the gap, once per gap.
 		if (qp.last_nak_psn != expect) {
 			qp.last_nak_psn = expect;
-			qp.cc.on_loss(util::now_ns(), false);
+			qp.cc.on_loss(params.clock->now(), false);
 			req_retry_from(qp, expect);
 		}
 		return;
@@ -514,7 +514,7 @@ void Engine::req_on_read_resp(Qp &qp, const InPacket &p)
 		return;
 	}
 	if (!local_sges_ok(*this, qp, w, kAccLocalWrite)) {
-		advance_una(*this, qp, psn, util::now_ns());
+		advance_una(*this, qp, psn, params.clock->now());
 		if (qp.sq->cons() == idx)
 			complete_send(qp, idx, WcStatus::loc_prot_err, true);
 		qp_to_error(qp, "local protection error on read response");
@@ -531,7 +531,7 @@ void Engine::req_on_read_resp(Qp &qp, const InPacket &p)
 	m.read_rcvd++;
 	if (m.read_rcvd == m.npkts)
 		m.done = true;
-	const uint64_t now = util::now_ns();
+	const uint64_t now = params.clock->now();
 	advance_una(*this, qp, psn_add(psn, 1), now, p.held(now));
 }
 

@@ -33,6 +33,13 @@ int Switch::open()
 				 p_.gso);
 	if (err)
 		return err;
+	if (port_->fd() < 0) {
+		// A transport without a descriptor (a simulator's): its owner
+		// runs poll_once() when packets or next_deadline() are due.
+		IBVC_INFO("switch", "{}: {} port {}, {} Seg units of {} bytes", p_.name,
+			  port_->kind(), port_->port(), p_.units, p_.unit_bytes);
+		return 0;
+	}
 	epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
 	if (!epfd_)
 		return errno;
@@ -82,13 +89,28 @@ bool Switch::poll_once()
 		did = true;
 	}
 	port_->tx_flush();
-	uint64_t now = util::now_ns();
+	uint64_t now = Switch::now();
 	hold_expire(now);
 	if (now - last_expire_ > 1000 * util::kNsPerMs) {
 		last_expire_ = now;
 		expire(now);
 	}
 	return did;
+}
+
+uint64_t Switch::next_deadline() const
+{
+	uint64_t d = port_->tx_next_due();
+	auto sooner = [&d](uint64_t t) { d = !d || t < d ? t : d; };
+	if (!jobs_.empty())
+		sooner(last_expire_ + 1000 * util::kNsPerMs + 1);
+	if (hold_.on) {
+		auto it = jobs_.find(hold_.jid);
+		const uint64_t ms = it != jobs_.end() && it->second.hold_ms ? it->second.hold_ms
+									    : 1000;
+		sooner(hold_.last + ms * util::kNsPerMs + 1);
+	}
+	return d;
 }
 
 void Switch::handle(const RxPacket &rx)

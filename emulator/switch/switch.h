@@ -6,6 +6,7 @@
 
 #include "net/transport.h"
 #include "seg/seg_pool.h"
+#include "util/clock.h"
 #include "util/fd.h"
 #include "wire/ceth.h"
 #include "wire/swproto.h"
@@ -40,6 +41,9 @@ struct SwitchParams {
 	Policy policy = Policy::spatial;
 	uint32_t shares = 0; // spatial: the pool split in this many (0: as asked)
 	Impairment impair;
+	// The clock of its timers and of the holds it reports: the host's,
+	// or a simulator's virtual one (then its owner calls poll_once()).
+	const util::Clock *clock = &util::host_clock();
 	unsigned sockbuf = 8u << 20;
 	bool gso = true;
 	// Opens the transport (UdTransport on a verbs device); empty: a
@@ -93,6 +97,11 @@ public:
 	// Per-job and total counters, as text (or JSON).
 	void print_stats(FILE *f, bool json) const;
 	SwitchCounters totals() const;
+	uint64_t now() const { return p_.clock->now(); }
+	// When poll_once() must run next though no packet comes (its
+	// timers: the pool's holder, the forgetting of idle jobs, packets an
+	// impairment holds back); 0: nothing pending.
+	uint64_t next_deadline() const;
 	// One job's counters; false when the switch holds no such job.
 	bool job_counters(uint32_t jid, SwitchCounters *out) const;
 	uint32_t units_in_use() const;

@@ -58,7 +58,7 @@ void Switch::free_units(Job &j)
 		return;
 	if (j.tdm) {
 		if (hold_.on && hold_.jid == j.jid)
-			hold_end(util::now_ns(), "the job left");
+			hold_end(now(), "the job left");
 		j.have_units = false;
 		for (uint32_t i = 0; i < j.stash.size(); i++)
 			unstash(j, i);
@@ -192,7 +192,7 @@ void Switch::on_config(const In &p)
 	Job *j = job_for(p, &t, true);
 	if (!j)
 		return;
-	j->last_seen = util::now_ns();
+	j->last_seen = now();
 	if (add_child(*j, p, t))
 		return;
 	j->ctr.configs++;
@@ -256,7 +256,7 @@ void Switch::on_config_ack(const In &p)
 		j->ctr.drop_node++;
 		return;
 	}
-	j->last_seen = util::now_ns();
+	j->last_seen = now();
 	j->ctr.delivered++;
 	if (p.h.flags & kCethPending)
 		return; // the parent waits for other leaves

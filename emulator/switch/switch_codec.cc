@@ -45,7 +45,7 @@ bool Switch::parse(const RxPacket &rx, In &p)
 	p.src = rx.src;
 	p.dst = rx.dst;
 	p.tail_crc = c.tail_crc;
-	p.rx_ns = rx.rx_ns ? rx.rx_ns : util::now_ns();
+	p.rx_ns = rx.rx_ns ? rx.rx_ns : now();
 	return true;
 }
 

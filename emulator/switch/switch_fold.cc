@@ -71,7 +71,7 @@ void Switch::complete_unit(Job &j, uint32_t unit)
 	// until the parent's result comes), u.queue how long it queued here
 	// since the last partial it waited for arrived, u.hold the fabric's
 	// part of the wait above us.
-	const uint64_t now = util::now_ns();
+	const uint64_t now = Switch::now();
 	uint64_t last = 0;
 	const size_t nc = j.children.size();
 	if (j.arrive.size() == size_t(j.granted) * nc)
@@ -242,7 +242,7 @@ void Switch::on_ask(Job &j, Child &c, const In &p)
 		send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, nullptr, 0);
 	} else if (u.kind == kUnitDone) {
 		j.ctr.retrans_answered++;
-		send_result(j, unit, c, util::now_ns());
+		send_result(j, unit, c, now());
 	} else if (u.kind == kUnitUp) {
 		j.ctr.resent_up++;
 		send_up(j, unit); // the parent may have lost ours, or we its result
@@ -285,7 +285,7 @@ void Switch::on_data(const In &p0)
 	if (!jp)
 		return;
 	Job &j = *jp;
-	j.last_seen = util::now_ns();
+	j.last_seen = now();
 	if (inl) {
 		if (add_child(j, p, t))
 			return;
@@ -362,7 +362,7 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 		j.ctr.duplicates++;
 		if (u.kind == kUnitDone) {
 			j.ctr.retrans_answered++;
-			send_result(j, unit, c, util::now_ns());
+			send_result(j, unit, c, now());
 		} else if (u.kind == kUnitUp) {
 			j.ctr.resent_up++;
 			send_up(j, unit); // the parent may have lost ours
@@ -405,7 +405,7 @@ void Switch::on_result(const In &p)
 		j.ctr.drop_node++;
 		return;
 	}
-	j.last_seen = util::now_ns();
+	j.last_seen = now();
 	SegUnit &u = pool_.unit(j.seg_base + p.h.seg);
 	if (!u.busy || u.seq != p.h.seq || u.mid != p.h.mid || u.sid != p.h.sid) {
 		j.ctr.drop_stale++;
@@ -452,7 +452,7 @@ void Switch::on_result(const In &p)
 	u.queue = hold_add(u.queue, p.h.queue);
 	u.rx_ns = p.rx_ns; // ready here
 	j.ctr.results++;
-	const uint64_t now = util::now_ns();
+	const uint64_t now = Switch::now();
 	for (const Child &c : j.children)
 		send_result(j, p.h.seg, c, now);
 }

@@ -152,7 +152,7 @@ void Switch::hold_expire(uint64_t now)
 		return;
 	auto it = jobs_.find(hold_.jid);
 	uint64_t limit = (it != jobs_.end() && it->second.hold_ms ? it->second.hold_ms : 1000) *
-			 util::kNsPerMs;
+			 util::kNsPerMs; // as next_deadline() expects
 	if (now - hold_.last > limit) {
 		if (it != jobs_.end())
 			IBVC_WARN("switch",
@@ -187,7 +187,7 @@ void Switch::on_admit(const In &p)
 		j.ctr.drop_node++;
 		return;
 	}
-	const uint64_t now = util::now_ns();
+	const uint64_t now = Switch::now();
 	j.last_seen = now;
 	// A member's first request is delivered, its repeat a duplicate
 	// (answered again from the decision, taken once): each datagram is
@@ -270,7 +270,7 @@ void Switch::on_admit_done(const In &p)
 		return;
 	d->done |= c->cover;
 	if (hold_.on && hold_.jid == j.jid && hold_.mid == p.h.mid && d->done == j.covered)
-		hold_end(util::now_ns(), "done");
+		hold_end(now(), "done");
 }
 
 } // namespace ibv_coll::emu

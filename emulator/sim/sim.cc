@@ -1,0 +1,186 @@
+// The simulator's events: packets through links and switches, the passes
+// of hosts and switches, the run (sim/sim.h).
+#include "sim/sim_fabric.h"
+
+namespace ibv_coll::sim {
+
+bool SimHost::push_cqe(emu::Cq *cq, const emu::Cqe &c)
+{
+	f_.on_cqe(*static_cast<JobQp *>(cq->arg), c);
+	return true;
+}
+
+void SimHost::out(PktPtr p, const Endpoint &dst, const IpAddr &src)
+{
+	tx_++;
+	p->src = Endpoint{src, kPort, 0};
+	p->dst = dst.ip;
+	f_.send_from(dev_, std::move(p));
+}
+
+void SimPort::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
+{
+	auto p = std::make_unique<Pkt>();
+	p->bytes.assign(buf_, buf_ + len);
+	p->src = Endpoint{src, kPort, 0};
+	p->dst = dst.ip;
+	ctr_.tx_packets++;
+	ctr_.tx_bytes += len;
+	f_.send_from(dev_, std::move(p));
+}
+
+void Fabric::host_pass(uint32_t hi)
+{
+	Host &h = hosts[hi];
+	const uint64_t now = clock.now();
+	if (h.pass_at != now)
+		return; // superseded by an earlier one
+	h.pass_at = 0;
+	while (!h.inbox.empty()) {
+		PktPtr p = std::move(h.inbox.front());
+		h.inbox.pop_front();
+		wire::UdpEndpoints ep;
+		memcpy(ep.src, p->src.ip.b, 16);
+		memcpy(ep.dst, p->dst.b, 16);
+		ep.sport = p->src.port;
+		ep.dport = kPort;
+		emu::InPacket ip{};
+		size_t len = p->bytes.size() - wire::kIcrcBytes;
+		if (p->bytes[0] == emu::kOpCnp) {
+			if (wire::icrc(ep, p->bytes.data(), len) !=
+			    wire::load_icrc(p->bytes.data() + len))
+				continue;
+			const wire::Bth bth = wire::Bth::load(p->bytes.data());
+			if (emu::Qp *qp = h.nic->find_qp(bth.dqpn))
+				h.svc->on_cnp(*qp, p->src, now);
+			continue;
+		}
+		if (wire::coll_check_icrc(ep, p->bytes.data(), p->bytes.size(), &len,
+					  &ip.tail_crc) != wire::CollError::ok)
+			continue;
+		ip.data = p->bytes.data();
+		ip.len = len;
+		ip.src = p->src;
+		ip.ecn = p->ecn;
+		ip.rx_ns = p->rx_ns;
+		ip.bth = wire::Bth::load(p->bytes.data());
+		h.svc->on_packet(ip);
+	}
+	for (int pass = 0; pass < 64; pass++) {
+		bool did = false;
+		for (auto &q : h.qps) {
+			if (q->qp.state == emu::QpState::rts)
+				did |= h.svc->progress(q->qp, now);
+			else if (q->qp.state == emu::QpState::err)
+				did |= h.svc->flush(q->qp);
+		}
+		if (!did)
+			break;
+	}
+	uint64_t d = 0;
+	for (auto &q : h.qps) {
+		uint64_t t = q->qp.state == emu::QpState::rts ? h.svc->next_deadline(q->qp) : 0;
+		if (t && (!d || t < d))
+			d = t;
+	}
+	if (d)
+		schedule_host(hi, std::max(d, now + 1));
+}
+
+void Fabric::switch_pass(uint32_t s)
+{
+	SwitchDev &d = sws[s];
+	const uint64_t now = clock.now();
+	if (d.pass_at != now)
+		return;
+	d.pass_at = 0;
+	while (d.sw->poll_once() || !d.port->rx.empty()) {
+	}
+	if (uint64_t t = d.sw->next_deadline())
+		schedule_switch(s, std::max(t, now + 1));
+}
+
+// Deterministic small integers: exact in float too, whatever the order
+// of the reduction.
+std::string Fabric::state() const
+{
+	std::string s;
+	for (const auto &jp : jobs) {
+		const Job &j = *jp;
+		if (j.finished)
+			continue;
+		s += "job " + j.spec.name + ": size " + std::to_string(j.spec.sizes[j.size_idx]) +
+		     " iteration " + std::to_string(j.iter) + " message " + std::to_string(j.mid) +
+		     ", " + std::to_string(j.done) + "/" + std::to_string(j.qps.size()) +
+		     " hosts completed\n";
+		for (const JobQp *q : j.qps) {
+			const emu::CollCounters c = hosts[q->host].svc->counters();
+			s += "  host " + std::to_string(q->host) + ": qp state " +
+			     std::to_string(int(q->qp.state)) + ", completions " +
+			     std::to_string(q->cqes) + ", tx data " + std::to_string(c.tx_data) +
+			     " result " + std::to_string(c.tx_result) + ", retrans " +
+			     std::to_string(c.retrans_data + c.retrans_result) + ", timeouts " +
+			     std::to_string(c.timeouts) + ", next deadline " +
+			     std::to_string(hosts[q->host].svc->next_deadline(q->qp)) + "\n";
+		}
+	}
+	for (size_t i = 0; i < sws.size(); i++) {
+		const emu::SwitchCounters c = sws[i].sw->totals();
+		s += "  switch " + std::to_string(i) + ": units in use " +
+		     std::to_string(sws[i].sw->units_in_use()) + ", partials " +
+		     std::to_string(c.data) + ", results " + std::to_string(c.results) +
+		     ", grants " + std::to_string(c.grants) + "\n";
+	}
+	return s;
+}
+
+SimReport Simulator::run(uint64_t limit_ns)
+{
+	Fabric &f = *f_;
+	SimReport r;
+	const uint64_t end = kStart + limit_ns;
+	while (!f.evq.empty()) {
+		const Event e = f.evq.top();
+		if (e.t > end)
+			break;
+		f.evq.pop();
+		f.clock.set(e.t);
+		f.events++;
+		switch (e.kind) {
+		case Ev::link_done: f.link_done(e.id); break;
+		case Ev::arrive: f.arrive(e.id); break;
+		case Ev::pass:
+			if (f.is_switch(e.id))
+				f.switch_pass(e.id - uint32_t(f.hosts.size()));
+			else
+				f.host_pass(e.id);
+			break;
+		case Ev::job: f.job_step(e.id); break;
+		}
+		bool all = true;
+		if (e.kind == Ev::job) {
+			for (auto &j : f.jobs)
+				all &= j->finished;
+			if (all)
+				break;
+		}
+	}
+	for (auto &j : f.jobs) {
+		r.jobs.push_back(j->res);
+		if (!j->finished)
+			r.stuck = true;
+	}
+	r.end_ns = f.clock.now() - kStart;
+	r.events = f.events;
+	r.packets = f.packets;
+	r.drops = f.lost;
+	for (const Link &l : f.links) {
+		r.drops += l.drops;
+		r.marks += l.marks;
+	}
+	if (r.stuck)
+		r.state = f.state();
+	return r;
+}
+
+} // namespace ibv_coll::sim

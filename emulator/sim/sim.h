@@ -1,0 +1,119 @@
+// ibv_coll_sim: the device's collective engine (coll/) and the aggregation
+// switch (switch/) of many emulated hosts in one process, on one virtual
+// clock, over a packet-level fabric of links with a rate, a propagation
+// delay, a tail-drop queue and ECN marking, and random loss at the ports.  Every packet is a
+// real RoCEv2 packet (BTH to ICRC) built and parsed by the same codec as
+// on a real port; nothing of the protocol is modelled, only the wire.
+//
+// Discrete events, in (time, order of scheduling): a link finishes sending
+// a packet, a packet reaches a host or a switch, a host or a switch runs a
+// pass (CollService::progress, Switch::poll_once) when packets came or its
+// next deadline is due, a job posts its next message.  The same
+// description and seed give the same events, whatever the machine.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ibv_coll::sim {
+
+// One direction of a link.
+struct LinkSpec {
+	uint64_t rate_bps = 100000000000ull; // bits per second
+	uint64_t delay_ns = 1000;	     // propagation, one way
+	uint64_t queue_bytes = 1u << 20;     // tail drop beyond
+	uint64_t ecn_bytes = 0;		     // CE-mark when the queue holds more (0: never)
+};
+
+enum class Shape : uint8_t {
+	star,  // every host on one switch
+	tree2, // hosts on leaves, the leaves on one spine
+};
+
+struct FabricSpec {
+	uint32_t nodes = 0;
+	Shape shape = Shape::star;
+	uint32_t nodes_per_leaf = 0; // tree2: hosts under each leaf
+	LinkSpec host;		     // host <-> its leaf, each way
+	LinkSpec up;		     // leaf <-> spine (rate 0: host rate x nodes_per_leaf)
+	// Each host pass starts up to this much later than it is due,
+	// uniformly drawn: a host that is busy with other work.
+	uint64_t jitter_ns = 0;
+	// Each packet a host or a switch sends is lost with this probability
+	// (as IBV_COLL_EMU_IMPAIR drop= on every port).
+	double loss = 0;
+	uint32_t mtu = 4096;	      // the collective QPs' path MTU
+	uint32_t switch_units = 4096; // Seg units of each switch
+	uint32_t nic_units = 256;     // Seg units of each host's NIC
+	uint32_t timeout_ms = 0;      // collective timeout (0: the device default)
+};
+
+enum class SimTopology : uint8_t { ring, sw, autosel };
+enum class SimType : uint8_t { int32, f32 };
+enum class SimOp : uint8_t { sum, max, min };
+
+struct JobSpec {
+	std::string name;
+	SimTopology topology = SimTopology::sw;
+	uint32_t ranks_per_node = 1;
+	SimType type = SimType::f32;
+	SimOp op = SimOp::sum;
+	std::vector<uint64_t> sizes; // bytes per rank, each a multiple of the type's size
+	uint32_t iters = 1, warmup = 0;
+	uint64_t start_ns = 0;
+	std::vector<uint32_t> nodes; // the hosts it runs on (empty: all)
+};
+
+// One size of one job: the mean of its timed iterations.
+struct SizeResult {
+	uint64_t bytes = 0, count = 0;
+	uint64_t time_ns = 0;			// mean, post to the last host's completion
+	double algbw = 0, busbw = 0, bound = 0; // GB/s; bound: what busbw could be
+	double wire_s = 0;   // bytes the job's first host put on its link per message / S
+	uint64_t wrong = 0;  // ranks whose result differs from the reference
+	uint64_t failed = 0; // completions without success
+};
+
+struct JobResult {
+	JobSpec spec;
+	std::vector<SizeResult> sizes;
+	bool done = false;
+};
+
+struct SimReport {
+	std::vector<JobResult> jobs;
+	uint64_t end_ns = 0, events = 0, packets = 0, drops = 0, marks = 0;
+	bool stuck = false; // jobs left unfinished: no event was left, or the limit passed
+	std::string state;  // then: what every host and switch holds
+};
+
+class Fabric;
+
+class Simulator {
+public:
+	Simulator(const FabricSpec &f, uint64_t seed);
+	~Simulator();
+	// Checks a job against the fabric; false with *err naming the field.
+	bool add_job(const JobSpec &j, std::string *err);
+	// Runs every job to its end, or until limit_ns of virtual time.
+	SimReport run(uint64_t limit_ns);
+
+private:
+	std::unique_ptr<Fabric> f_;
+};
+
+// The fabric's description checked: empty, or what is wrong (naming the field).
+std::string check_fabric(const FabricSpec &f);
+
+// A description file (JSON, ibv_coll_sim(1)): false with *err naming the
+// field that is wrong.
+bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSpec> *jobs,
+		       uint64_t *seed, std::string *err);
+
+// nccl-tests-style tables, one per job.
+void print_report(FILE *out, const FabricSpec &f, const SimReport &r);
+
+} // namespace ibv_coll::sim

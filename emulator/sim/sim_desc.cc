@@ -1,0 +1,310 @@
+// ibv_coll_sim's description file (JSON) and its report tables.
+#include "sim/sim.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+namespace ibv_coll::sim {
+
+using nlohmann::json;
+
+namespace {
+
+struct Bad {
+	std::string what;
+};
+
+[[noreturn]] void bad(const std::string &field, const std::string &why)
+{
+	throw Bad{field + ": " + why};
+}
+
+// "64K", "1M", "1G" (powers of 1024), "4096": bytes.
+uint64_t parse_bytes(const json &v, const std::string &field)
+{
+	if (v.is_number_unsigned())
+		return v.get<uint64_t>();
+	if (!v.is_string())
+		bad(field, "a number of bytes or a string such as \"64K\"");
+	const std::string s = v.get<std::string>();
+	char *end = nullptr;
+	errno = 0;
+	const unsigned long long n = strtoull(s.c_str(), &end, 10);
+	if (end == s.c_str() || errno)
+		bad(field, "\"" + s + "\" is not a size");
+	std::string u(end);
+	for (char &c : u)
+		c = char(tolower(c));
+	uint64_t mul = 1;
+	if (u == "" || u == "b")
+		mul = 1;
+	else if (u == "k" || u == "kb" || u == "kib")
+		mul = 1ull << 10;
+	else if (u == "m" || u == "mb" || u == "mib")
+		mul = 1ull << 20;
+	else if (u == "g" || u == "gb" || u == "gib")
+		mul = 1ull << 30;
+	else
+		bad(field, "\"" + s + "\": unknown unit (K, M, G)");
+	if (n > UINT64_MAX / mul)
+		bad(field, "\"" + s + "\" is too large");
+	return n * mul;
+}
+
+// "400mbit", "100gbit", "10kbit" or a number of bits per second.
+uint64_t parse_rate(const json &v, const std::string &field)
+{
+	if (v.is_number_unsigned())
+		return v.get<uint64_t>();
+	if (!v.is_string())
+		bad(field, "a number of bits per second or a string such as \"400mbit\"");
+	const std::string s = v.get<std::string>();
+	char *end = nullptr;
+	const double n = strtod(s.c_str(), &end);
+	if (end == s.c_str() || !(n > 0))
+		bad(field, "\"" + s + "\" is not a rate");
+	std::string u(end);
+	for (char &c : u)
+		c = char(tolower(c));
+	double mul;
+	if (u == "bit" || u == "bps" || u == "")
+		mul = 1;
+	else if (u == "kbit")
+		mul = 1e3;
+	else if (u == "mbit")
+		mul = 1e6;
+	else if (u == "gbit")
+		mul = 1e9;
+	else
+		bad(field, "\"" + s + "\": unknown unit (bit, kbit, mbit, gbit)");
+	if (n * mul > 1e13)
+		bad(field, "\"" + s + "\" is beyond 10 Tbit/s");
+	return uint64_t(std::llround(n * mul));
+}
+
+template <typename T>
+T num(const json &o, const char *key, const std::string &at, T def, T lo, T hi)
+{
+	auto it = o.find(key);
+	if (it == o.end())
+		return def;
+	const std::string f = at + key;
+	if (!it->is_number())
+		bad(f, "a number");
+	const double d = it->get<double>();
+	if (d < double(lo) || d > double(hi))
+		bad(f, "out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+	return T(d);
+}
+
+void only(const json &o, const std::string &at, std::initializer_list<const char *> keys)
+{
+	if (!o.is_object())
+		bad(at.empty() ? "description" : at.substr(0, at.size() - 1), "an object");
+	for (auto it = o.begin(); it != o.end(); ++it) {
+		bool known = false;
+		for (const char *k : keys)
+			known |= it.key() == k;
+		if (!known)
+			bad(at + it.key(), "unknown field");
+	}
+}
+
+LinkSpec parse_link(const json &o, const std::string &at, const LinkSpec &def)
+{
+	only(o, at, {"rate", "delay_us", "queue", "ecn"});
+	LinkSpec l = def;
+	if (o.contains("rate"))
+		l.rate_bps = parse_rate(o["rate"], at + "rate");
+	l.delay_ns = uint64_t(num<double>(o, "delay_us", at, double(def.delay_ns) / 1000, 0, 1e6) *
+			      1000);
+	if (o.contains("queue"))
+		l.queue_bytes = parse_bytes(o["queue"], at + "queue");
+	if (o.contains("ecn"))
+		l.ecn_bytes = parse_bytes(o["ecn"], at + "ecn");
+	return l;
+}
+
+std::string str(const json &o, const char *key, const std::string &at, const char *def)
+{
+	auto it = o.find(key);
+	if (it == o.end())
+		return def;
+	if (!it->is_string())
+		bad(at + key, "a string");
+	return it->get<std::string>();
+}
+
+JobSpec parse_job(const json &o, const std::string &at)
+{
+	only(o, at,
+	     {"name", "topology", "ranks_per_node", "collective", "type", "op", "sizes", "iters",
+	      "warmup", "start_us", "nodes"});
+	JobSpec j;
+	j.name = str(o, "name", at, "");
+	const std::string topo = str(o, "topology", at, "switch");
+	if (topo == "ring")
+		j.topology = SimTopology::ring;
+	else if (topo == "switch")
+		j.topology = SimTopology::sw;
+	else if (topo == "auto")
+		j.topology = SimTopology::autosel;
+	else
+		bad(at + "topology", "\"" + topo + "\": ring, switch or auto");
+	const std::string coll = str(o, "collective", at, "allreduce");
+	if (coll != "allreduce")
+		bad(at + "collective", "\"" + coll + "\": the simulator runs allreduce");
+	const std::string type = str(o, "type", at, "float");
+	if (type == "float")
+		j.type = SimType::f32;
+	else if (type == "int32")
+		j.type = SimType::int32;
+	else
+		bad(at + "type", "\"" + type + "\": float or int32");
+	const std::string op = str(o, "op", at, "sum");
+	if (op == "sum")
+		j.op = SimOp::sum;
+	else if (op == "max")
+		j.op = SimOp::max;
+	else if (op == "min")
+		j.op = SimOp::min;
+	else
+		bad(at + "op", "\"" + op + "\": sum, max or min");
+	j.ranks_per_node = num<uint32_t>(o, "ranks_per_node", at, 1, 1, 64);
+	j.iters = num<uint32_t>(o, "iters", at, 1, 1, 1000000);
+	j.warmup = num<uint32_t>(o, "warmup", at, 0, 0, 1000000);
+	j.start_ns = uint64_t(num<double>(o, "start_us", at, 0, 0, 1e9) * 1000);
+	if (!o.contains("sizes"))
+		bad(at + "sizes", "missing");
+	const json &sz = o["sizes"];
+	if (!sz.is_array() || sz.empty())
+		bad(at + "sizes", "a list of sizes such as [\"64K\", \"1M\"]");
+	for (size_t i = 0; i < sz.size(); i++)
+		j.sizes.push_back(parse_bytes(sz[i], at + "sizes[" + std::to_string(i) + "]"));
+	if (o.contains("nodes")) {
+		const json &nd = o["nodes"];
+		if (!nd.is_array())
+			bad(at + "nodes", "a list of host indices");
+		for (size_t i = 0; i < nd.size(); i++) {
+			if (!nd[i].is_number_unsigned())
+				bad(at + "nodes[" + std::to_string(i) + "]", "a host index");
+			j.nodes.push_back(nd[i].get<uint32_t>());
+		}
+	}
+	return j;
+}
+
+} // namespace
+
+bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSpec> *jobs,
+		       uint64_t *seed, std::string *err)
+{
+	try {
+		json d;
+		try {
+			d = json::parse(text);
+		} catch (const json::parse_error &e) {
+			bad("description", std::string("not JSON: ") + e.what());
+		}
+		only(d, "", {"seed", "fabric", "jobs"});
+		*seed = num<uint64_t>(d, "seed", "", 1, 0, UINT32_MAX);
+		if (!d.contains("fabric"))
+			bad("fabric", "missing");
+		const json &fo = d["fabric"];
+		only(fo, "fabric.",
+		     {"nodes", "shape", "nodes_per_leaf", "link", "uplink", "loss", "jitter_us",
+		      "mtu", "switch_units", "nic_units", "timeout_ms"});
+		FabricSpec fs;
+		if (!fo.contains("nodes"))
+			bad("fabric.nodes", "missing");
+		fs.nodes = num<uint32_t>(fo, "nodes", "fabric.", 0, 2, 65536);
+		const std::string shape = str(fo, "shape", "fabric.", "star");
+		if (shape == "star")
+			fs.shape = Shape::star;
+		else if (shape == "tree2")
+			fs.shape = Shape::tree2;
+		else
+			bad("fabric.shape", "\"" + shape + "\": star or tree2");
+		fs.nodes_per_leaf = num<uint32_t>(fo, "nodes_per_leaf", "fabric.", 0, 0, 65536);
+		if (fo.contains("link"))
+			fs.host = parse_link(fo["link"], "fabric.link.", fs.host);
+		LinkSpec up = fs.host;
+		up.rate_bps = 0; // host rate x hosts per leaf
+		fs.up = fo.contains("uplink") ? parse_link(fo["uplink"], "fabric.uplink.", up) : up;
+		fs.loss = num<double>(fo, "loss", "fabric.", 0, 0, 0.99);
+		fs.jitter_ns = uint64_t(num<double>(fo, "jitter_us", "fabric.", 0, 0, 1e6) * 1000);
+		fs.mtu = num<uint32_t>(fo, "mtu", "fabric.", 4096, 256, 4096);
+		fs.switch_units = num<uint32_t>(fo, "switch_units", "fabric.", 4096, 1, 1u << 20);
+		fs.nic_units = num<uint32_t>(fo, "nic_units", "fabric.", 256, 64, 1u << 16);
+		fs.timeout_ms = num<uint32_t>(fo, "timeout_ms", "fabric.", 0, 0, 3600000);
+		const std::string e = check_fabric(fs);
+		if (!e.empty())
+			throw Bad{e};
+		if (!d.contains("jobs") || !d["jobs"].is_array() || d["jobs"].empty())
+			bad("jobs", "a list of at least one job");
+		std::vector<JobSpec> js;
+		for (size_t i = 0; i < d["jobs"].size(); i++)
+			js.push_back(parse_job(d["jobs"][i], "jobs[" + std::to_string(i) + "]."));
+		*f = fs;
+		*jobs = std::move(js);
+		return true;
+	} catch (const Bad &b) {
+		*err = b.what;
+		return false;
+	}
+}
+
+static const char *topo_name(SimTopology t)
+{
+	return t == SimTopology::ring ? "ring" : t == SimTopology::sw ? "switch" : "auto";
+}
+
+void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
+{
+	fprintf(out, "# fabric: %u hosts, %s", f.nodes, f.shape == Shape::star ? "star" : "tree2");
+	if (f.shape == Shape::tree2)
+		fprintf(out, " (%u per leaf)", f.nodes_per_leaf);
+	fprintf(out, ", links %.3f Gbit/s, %.3f us, queue %llu B, loss %g, mtu %u\n",
+		double(f.host.rate_bps) / 1e9, double(f.host.delay_ns) / 1e3,
+		(unsigned long long)f.host.queue_bytes, f.loss, f.mtu);
+	for (const JobResult &j : r.jobs) {
+		const JobSpec &s = j.spec;
+		fprintf(out,
+			"# job %s: %s, %u rank(s) per host, allreduce %s %s, %u iteration(s) after %u warm-up\n",
+			s.name.c_str(), topo_name(s.topology), s.ranks_per_node,
+			s.type == SimType::f32 ? "float" : "int32",
+			s.op == SimOp::sum   ? "sum"
+			: s.op == SimOp::max ? "max"
+					     : "min",
+			s.iters, s.warmup);
+		fprintf(out,
+			"# busbw/bound: against R%s; wire/S: bytes its first host put on its link per message / S\n",
+			s.topology == SimTopology::ring ? "" : " x 2(N-1)/N");
+		fprintf(out, "%12s %12s %12s %10s %10s %12s %8s %7s %7s\n", "size(B)", "count",
+			"time(us)", "algbw", "busbw", "busbw/bound", "wire/S", "#wrong", "#failed");
+		for (const SizeResult &z : j.sizes) {
+			if (!z.time_ns && !z.wrong && !z.failed) {
+				fprintf(out, "%12llu %12llu %12s\n", (unsigned long long)z.bytes,
+					(unsigned long long)z.count, "(not run)");
+				continue;
+			}
+			fprintf(out,
+				"%12llu %12llu %12.2f %10.3f %10.3f %12.3f %8.3f %7llu %7llu\n",
+				(unsigned long long)z.bytes, (unsigned long long)z.count,
+				double(z.time_ns) / 1e3, z.algbw, z.busbw,
+				z.bound > 0 ? z.busbw / z.bound : 0, z.wire_s,
+				(unsigned long long)z.wrong, (unsigned long long)z.failed);
+		}
+	}
+	fprintf(out,
+		"# virtual time %.6f s, %llu events, %llu packets on links, %llu dropped, %llu CE-marked\n",
+		double(r.end_ns) / 1e9, (unsigned long long)r.events, (unsigned long long)r.packets,
+		(unsigned long long)r.drops, (unsigned long long)r.marks);
+	if (r.stuck)
+		fprintf(out, "# STUCK: jobs left unfinished\n%s", r.state.c_str());
+}
+
+} // namespace ibv_coll::sim

@@ -1,0 +1,346 @@
+// The simulator's jobs: their QPs on the hosts, their messages, sources
+// and reference, their timing (sim/sim.h).
+#include "sim/sim_fabric.h"
+
+#include <cstring>
+
+namespace ibv_coll::sim {
+
+static int32_t value_of(uint32_t job, uint32_t rank, uint64_t i, uint32_t iter)
+{
+	uint64_t x = (uint64_t(job) << 48) ^ (uint64_t(rank) << 32) ^ (i * 0x9e3779b97f4a7c15ull) ^
+		     (uint64_t(iter) << 20);
+	x ^= x >> 29;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 32;
+	return int32_t(x % 2001) - 1000;
+}
+
+void Fabric::post(Job &j)
+{
+	const uint64_t bytes = j.spec.sizes[j.size_idx];
+	const uint64_t count = bytes / 4;
+	j.mid++;
+	uint32_t rank = 0;
+	const uint32_t ji = j.qpn - 0x100;
+	// Sources and the reference (a scalar loop over every rank).
+	std::vector<int32_t> ref(count, 0);
+	bool first = true;
+	for (JobQp *q : j.qps) {
+		for (uint32_t r = 0; r < j.spec.ranks_per_node; r++, rank++) {
+			q->src[r].resize(bytes);
+			q->dst[r].assign(bytes, 0x7a);
+			for (uint64_t i = 0; i < count; i++) {
+				const int32_t v = value_of(ji, rank, i, j.mid);
+				int32_t &w = ref[i];
+				if (first)
+					w = v;
+				else if (j.spec.op == SimOp::sum)
+					w += v;
+				else if (j.spec.op == SimOp::max)
+					w = std::max(w, v);
+				else
+					w = std::min(w, v);
+				if (j.spec.type == SimType::int32) {
+					memcpy(q->src[r].data() + 4 * i, &v, 4);
+				} else {
+					const float fv = float(v);
+					memcpy(q->src[r].data() + 4 * i, &fv, 4);
+				}
+			}
+			first = false;
+		}
+	}
+	j.want.resize(bytes);
+	for (uint64_t i = 0; i < count; i++) {
+		if (j.spec.type == SimType::int32) {
+			memcpy(j.want.data() + 4 * i, &ref[i], 4);
+		} else {
+			const float fv = float(ref[i]);
+			memcpy(j.want.data() + 4 * i, &fv, 4);
+		}
+	}
+	j.done = 0;
+	j.posted_at = clock.now();
+	for (JobQp *q : j.qps) {
+		emu::Queue &sq = *q->sq;
+		const uint32_t idx = sq.prod_relaxed();
+		auto *w = sq.at<emu::CollWqe>(idx);
+		memset(w, 0, sq.stride());
+		w->wr_id = j.mid;
+		w->opcode = uint8_t(emu::CollOp::allreduce);
+		w->flags = emu::kWqeSignaled;
+		w->num_sge = uint16_t(j.spec.ranks_per_node);
+		w->op = uint8_t(j.spec.op == SimOp::sum	  ? emu::RedOp::sum
+				: j.spec.op == SimOp::max ? emu::RedOp::max
+							  : emu::RedOp::min);
+		w->dtype = uint8_t(j.spec.type == SimType::int32 ? emu::Dtype::int32
+								 : emu::Dtype::float32);
+		w->mid = j.mid;
+		w->count = count;
+		for (uint32_t r = 0; r < j.spec.ranks_per_node; r++) {
+			w->srcs()[r] = emu::Sge{uint64_t(uintptr_t(q->src[r].data())),
+						uint32_t(bytes), 1};
+			w->dsts()[r] = emu::Sge{uint64_t(uintptr_t(q->dst[r].data())),
+						uint32_t(bytes), 1};
+		}
+		sq.publish(idx + 1);
+		schedule_host(q->host, clock.now());
+	}
+}
+
+void Fabric::on_cqe(JobQp &q, const emu::Cqe &c)
+{
+	Job &j = *jobs[q.job];
+	q.cqes++;
+	q.last_cqe_ns = clock.now();
+	SizeResult &sr = j.res.sizes[j.size_idx];
+	const bool timed = j.iter >= j.spec.warmup;
+	if (c.status != uint8_t(emu::WcStatus::success)) {
+		q.failed = true;
+		if (timed)
+			sr.failed++;
+	} else if (timed) {
+		for (auto &d : q.dst)
+			sr.wrong += d != j.want;
+	}
+	if (++j.done == j.qps.size())
+		at(clock.now(), Ev::job, q.job);
+}
+
+// A message of job ji completed on every host (or the job starts).
+void Fabric::job_step(uint32_t ji)
+{
+	Job &j = *jobs[ji];
+	const uint64_t now = clock.now();
+	if (j.posted_at) {
+		SizeResult &sr = j.res.sizes[j.size_idx];
+		if (j.iter >= j.spec.warmup)
+			sr.time_ns += now - j.posted_at;
+		j.iter++;
+		if (j.iter == j.spec.warmup)
+			j.wire0 = links[hosts[j.hosts[0]].up].tx_bytes;
+		if (j.iter == j.spec.warmup + j.spec.iters) {
+			const uint32_t n = uint32_t(j.hosts.size());
+			sr.time_ns /= j.spec.iters;
+			const double t = double(sr.time_ns);
+			sr.algbw = t > 0 ? double(sr.bytes) / t : 0;
+			sr.busbw = sr.algbw * 2.0 * (n - 1) / n;
+			const double r = double(spec.host.rate_bps) / 8 / 1e9;
+			sr.bound = j.spec.topology == SimTopology::ring ? r : r * 2.0 * (n - 1) / n;
+			sr.wire_s = double(links[hosts[j.hosts[0]].up].tx_bytes - j.wire0) /
+				    j.spec.iters / double(sr.bytes);
+			for (JobQp *q : j.qps)
+				for (auto &v : q->src)
+					std::vector<uint8_t>().swap(v);
+			for (JobQp *q : j.qps)
+				for (auto &v : q->dst)
+					std::vector<uint8_t>().swap(v);
+			j.size_idx++;
+			j.iter = 0;
+			if (j.size_idx == j.spec.sizes.size()) {
+				j.finished = true;
+				j.res.done = true;
+				return;
+			}
+			j.wire0 = links[hosts[j.hosts[0]].up].tx_bytes;
+		}
+	} else {
+		j.wire0 = links[hosts[j.hosts[0]].up].tx_bytes;
+	}
+	post(j);
+}
+
+std::string check_fabric(const FabricSpec &f)
+{
+	if (f.nodes < 2 || f.nodes > 65536)
+		return "fabric.nodes: 2 to 65536 hosts";
+	if (f.shape == Shape::tree2) {
+		if (f.nodes_per_leaf < 1 || f.nodes_per_leaf > 4096)
+			return "fabric.nodes_per_leaf: 1 to 4096 with shape tree2";
+		if (f.nodes / f.nodes_per_leaf + 1 > 4096)
+			return "fabric.nodes_per_leaf: more leaves than the spine has ports (4096)";
+	} else if (f.nodes > 4096) {
+		return "fabric.nodes: more hosts than one switch has ports (4096); use shape tree2";
+	}
+	for (const LinkSpec *l : {&f.host, &f.up}) {
+		const char *n = l == &f.host ? "fabric.link" : "fabric.uplink";
+		if (l == &f.host && !l->rate_bps)
+			return std::string(n) + ".rate: must be above 0";
+		if (l->queue_bytes < 9000)
+			return std::string(n) + ".queue: at least 9000 bytes";
+	}
+	if (f.loss < 0 || f.loss >= 1)
+		return "fabric.loss: a probability in [0, 1)";
+	if (f.mtu != 256 && f.mtu != 512 && f.mtu != 1024 && f.mtu != 2048 && f.mtu != 4096)
+		return "fabric.mtu: 256, 512, 1024, 2048 or 4096";
+	if (f.switch_units < 1 || f.switch_units > 1u << 20)
+		return "fabric.switch_units: 1 to 1048576";
+	return "";
+}
+
+Simulator::Simulator(const FabricSpec &f, uint64_t seed) : f_(std::make_unique<Fabric>(f, seed)) {}
+Simulator::~Simulator() = default;
+
+// The switches of a job on the fabric: its hosts' leaves, and the spine
+// when they are several (false with *err naming the field).
+static bool switch_config(const Fabric &f, const std::vector<uint32_t> &hosts,
+			  const std::string &at, emu::JobConfig &cfg, std::string *err)
+{
+	cfg.sw.on = true;
+	// The leaves of the job's hosts, in order of their first host: a
+	// job under one leaf aggregates there, across leaves through the
+	// spine (a hierarchy).
+	std::vector<uint32_t> leaves;
+	for (uint32_t h : hosts) {
+		const uint32_t l = f.spec.shape == Shape::star ? 0 : h / f.spec.nodes_per_leaf;
+		auto it = std::find(leaves.begin(), leaves.end(), l);
+		cfg.sw.member_leaf.push_back(uint8_t(it - leaves.begin()));
+		if (it == leaves.end())
+			leaves.push_back(l);
+	}
+	if (leaves.size() > emu::sw::kMaxLeaves) {
+		*err = at + "nodes: the job spans " + std::to_string(leaves.size()) +
+		       " leaves, a switch job at most " + std::to_string(emu::sw::kMaxLeaves);
+		return false;
+	}
+	for (uint32_t l : leaves)
+		cfg.sw.leaf.push_back(Endpoint{switch_ip(l), kPort, 0});
+	cfg.sw.leaves = uint32_t(leaves.size());
+	if (leaves.size() > 1) {
+		cfg.topology = cfg.topology == emu::Topology::sw ? emu::Topology::hierarchy
+								 : cfg.topology;
+		cfg.sw.spine = {Endpoint{switch_ip(uint32_t(f.sws.size() - 1)), kPort, 0}};
+	} else {
+		cfg.sw.member_leaf.clear();
+	}
+	// A switch serves at most 64 children of a job (the CETH's node map).
+	std::vector<uint32_t> under(leaves.size(), 0);
+	for (uint8_t l : cfg.sw.member_leaf)
+		under[l]++;
+	if (leaves.size() == 1)
+		under[0] = uint32_t(hosts.size());
+	for (uint32_t u : under)
+		if (u > 64) {
+			*err = at + "nodes: " + std::to_string(u) +
+			       " hosts of a switch job under one switch, at most 64";
+			return false;
+		}
+	return true;
+}
+
+bool Simulator::add_job(const JobSpec &js, std::string *err)
+{
+	Fabric &f = *f_;
+	const std::string at = "jobs[" + std::to_string(f.jobs.size()) + "].";
+	if (js.ranks_per_node < 1 || js.ranks_per_node > 64) {
+		*err = at + "ranks_per_node: 1 to 64";
+		return false;
+	}
+	if (js.sizes.empty()) {
+		*err = at + "sizes: at least one";
+		return false;
+	}
+	for (uint64_t s : js.sizes)
+		if (!s || s % 4 || s > (1ull << 32) - 4) {
+			*err = at + "sizes: each a multiple of 4 bytes, up to 4 GiB";
+			return false;
+		}
+	if (js.iters < 1) {
+		*err = at + "iters: at least 1";
+		return false;
+	}
+	auto j = std::make_unique<Job>();
+	j->spec = js;
+	if (j->spec.name.empty())
+		j->spec.name = "job" + std::to_string(f.jobs.size());
+	if (js.nodes.empty())
+		for (uint32_t i = 0; i < f.spec.nodes; i++)
+			j->hosts.push_back(i);
+	else
+		j->hosts = js.nodes;
+	std::vector<bool> seen(f.spec.nodes, false);
+	for (uint32_t h : j->hosts) {
+		if (h >= f.spec.nodes || seen[h]) {
+			*err = at + "nodes: host " + std::to_string(h) +
+			       (h >= f.spec.nodes ? " is not in the fabric" : " named twice");
+			return false;
+		}
+		seen[h] = true;
+	}
+	if (j->hosts.size() < 2 || j->hosts.size() > emu::kMaxCollNodes) {
+		*err = at + "nodes: " + std::to_string(j->hosts.size()) +
+		       " hosts; a job has 2 to " + std::to_string(emu::kMaxCollNodes) +
+		       " (the engine's node bitmap)";
+		return false;
+	}
+	uint64_t mem = 0;
+	for (uint64_t s : js.sizes)
+		mem = std::max(mem, s);
+	mem *= 2 * js.ranks_per_node * j->hosts.size();
+	if (mem > (16ull << 30)) {
+		*err = at + "sizes: " + std::to_string(mem >> 20) +
+		       " MiB of buffers at the largest size, beyond the simulator's 16 GiB";
+		return false;
+	}
+	const uint32_t ji = uint32_t(f.jobs.size());
+	j->qpn = 0x100 + ji;
+	emu::JobConfig cfg;
+	cfg.jid = 1 + ji;
+	cfg.key = 0x51a0000000ull + ji;
+	cfg.topology = js.topology == SimTopology::ring ? emu::Topology::ring
+		       : js.topology == SimTopology::sw ? emu::Topology::sw
+							: emu::Topology::autosel;
+	cfg.seg_base = 0;
+	cfg.seg_count = std::min<uint32_t>(f.spec.nic_units, 64);
+	uint32_t rank = 0;
+	for (uint32_t h : j->hosts) {
+		emu::JobMember m;
+		m.ep = Endpoint{host_ip(h), kPort, 0};
+		m.qpn = j->qpn;
+		m.ranks = uint16_t(js.ranks_per_node);
+		m.first_rank = rank;
+		rank += js.ranks_per_node;
+		cfg.members.push_back(m);
+	}
+	if (cfg.topology != emu::Topology::ring && !switch_config(f, j->hosts, at, cfg, err))
+		return false;
+	for (uint32_t k = 0; k < j->hosts.size(); k++) {
+		Host &h = f.hosts[j->hosts[k]];
+		auto q = std::make_unique<JobQp>();
+		q->job = ji;
+		q->host = j->hosts[k];
+		q->sq = std::make_unique<emu::Queue>(8, emu::coll_wqe_stride(js.ranks_per_node));
+		q->cq.arg = q.get();
+		q->qp.qpn = j->qpn;
+		q->qp.pdn = 1;
+		q->qp.coll = true;
+		q->qp.sq = q->sq.get();
+		q->qp.scq = &q->cq;
+		q->qp.meta.assign(q->sq->slots(), emu::WqeMeta{});
+		q->qp.attr.path_mtu = f.spec.mtu;
+		q->src.resize(js.ranks_per_node);
+		q->dst.resize(js.ranks_per_node);
+		h.nic->qps[j->qpn] = &q->qp;
+		cfg.node = uint16_t(k);
+		if (int e = h.svc->configure(q->qp, cfg)) {
+			*err = at + "the device refused the job (" + strerror(e) + ")";
+			return false;
+		}
+		q->qp.state = emu::QpState::rts;
+		j->qps.push_back(q.get());
+		h.qps.push_back(std::move(q));
+	}
+	j->res.spec = j->spec;
+	for (uint64_t s : js.sizes) {
+		SizeResult r;
+		r.bytes = s;
+		r.count = s / 4;
+		j->res.sizes.push_back(r);
+	}
+	f.jobs.push_back(std::move(j));
+	f.at(kStart + js.start_ns, Ev::job, ji);
+	return true;
+}
+
+} // namespace ibv_coll::sim

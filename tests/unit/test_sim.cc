@@ -1,0 +1,208 @@
+// ibv_coll_sim's library: jobs through the real collective engine and the
+// real switch on a simulated fabric.  Every result is checked by the
+// simulator against a scalar loop over the ranks' sources (#wrong); here,
+// that the runs complete, are right, are the same for the same seed, and
+// that a bad description is refused naming its field.
+#include "sim/sim.h"
+
+#include <gtest/gtest.h>
+
+using namespace ibv_coll::sim;
+
+namespace {
+
+FabricSpec star(uint32_t n, uint64_t rate_bps, uint64_t delay_ns)
+{
+	FabricSpec f;
+	f.nodes = n;
+	f.host.rate_bps = rate_bps;
+	f.host.delay_ns = delay_ns;
+	f.host.queue_bytes = 256 << 10;
+	return f;
+}
+
+JobSpec job(SimTopology t, std::vector<uint64_t> sizes, uint32_t ranks = 1)
+{
+	JobSpec j;
+	j.topology = t;
+	j.sizes = std::move(sizes);
+	j.ranks_per_node = ranks;
+	j.iters = 2;
+	j.warmup = 1;
+	return j;
+}
+
+SimReport run(const FabricSpec &f, const std::vector<JobSpec> &jobs, uint64_t seed,
+	      uint64_t limit_ns = 60000000000ull)
+{
+	Simulator s(f, seed);
+	std::string err;
+	for (const JobSpec &j : jobs)
+		EXPECT_TRUE(s.add_job(j, &err)) << err;
+	return s.run(limit_ns);
+}
+
+void expect_right(const SimReport &r)
+{
+	EXPECT_FALSE(r.stuck) << r.state;
+	for (const JobResult &j : r.jobs) {
+		EXPECT_TRUE(j.done) << j.spec.name;
+		for (const SizeResult &z : j.sizes) {
+			EXPECT_EQ(z.wrong, 0u) << j.spec.name << " size " << z.bytes;
+			EXPECT_EQ(z.failed, 0u) << j.spec.name << " size " << z.bytes;
+			EXPECT_GT(z.time_ns, 0u) << j.spec.name << " size " << z.bytes;
+		}
+	}
+}
+
+} // namespace
+
+// Loss-free, one switch: the switch path puts S on each host's link (plus
+// headers), the ring 2(N-1)/N S; both near the link's bound at 1.6 MiB.
+TEST(Sim, StarRingAndSwitchNearTheBound)
+{
+	FabricSpec f = star(4, 400000000, 20000);
+	JobSpec sw = job(SimTopology::sw, {400 << 10, 1600 << 10});
+	JobSpec ring = job(SimTopology::ring, {400 << 10, 1600 << 10});
+	ring.start_ns = 500000000; // after the switch job
+	SimReport r = run(f, {sw, ring}, 1);
+	expect_right(r);
+	ASSERT_EQ(r.jobs.size(), 2u);
+	const SizeResult &s = r.jobs[0].sizes[1], &g = r.jobs[1].sizes[1];
+	// Headers: 4096-byte blocks in packets of 4096 + 86 bytes.
+	EXPECT_NEAR(s.wire_s, 1.0, 0.05);
+	EXPECT_NEAR(g.wire_s, 1.5, 0.08);
+	EXPECT_GT(s.busbw / s.bound, 0.9);
+	EXPECT_GT(g.busbw / g.bound, 0.9);
+	EXPECT_EQ(r.drops, 0u);
+}
+
+// Every packet a host or the switch sends lost at 5 %, several ranks per
+// host, int32 max: both strategies recover and stay right.
+TEST(Sim, LossyStarCompletesRight)
+{
+	FabricSpec f = star(5, 1000000000, 5000);
+	f.loss = 0.05;
+	for (SimTopology t : {SimTopology::sw, SimTopology::ring}) {
+		JobSpec j = job(t, {4096, 256 << 10}, 3);
+		j.type = SimType::int32;
+		j.op = SimOp::max;
+		SimReport r = run(f, {j}, 7);
+		expect_right(r);
+		EXPECT_GT(r.drops, 0u);
+	}
+}
+
+// Two leaves under a spine: the job aggregates through both levels; a job
+// under one leaf stays there; a ring job crosses the spine.
+TEST(Sim, TwoLevelTree)
+{
+	FabricSpec f;
+	f.nodes = 8;
+	f.shape = Shape::tree2;
+	f.nodes_per_leaf = 4;
+	f.host.rate_bps = 10000000000ull;
+	f.host.delay_ns = 1000;
+	JobSpec all = job(SimTopology::sw, {1 << 20});
+	JobSpec leaf = job(SimTopology::sw, {64 << 10});
+	leaf.nodes = {4, 5, 6};
+	leaf.op = SimOp::min;
+	JobSpec ring = job(SimTopology::ring, {256 << 10});
+	ring.nodes = {0, 5, 2, 7};
+	ring.start_ns = 200000000; // after the first (wire/S counts host 0's link)
+	SimReport r = run(f, {all, leaf, ring}, 3);
+	expect_right(r);
+	EXPECT_NEAR(r.jobs[0].sizes[0].wire_s, 1.0, 0.05);
+}
+
+// The same description and seed: the same run, event for event.
+TEST(Sim, SameSeedSameRun)
+{
+	FabricSpec f = star(6, 1000000000, 2000);
+	f.loss = 0.02;
+	f.jitter_ns = 20000;
+	JobSpec j = job(SimTopology::autosel, {12 << 10, 300 << 10}, 2);
+	SimReport a = run(f, {j}, 11), b = run(f, {j}, 11), c = run(f, {j}, 12);
+	expect_right(a);
+	EXPECT_EQ(a.events, b.events);
+	EXPECT_EQ(a.packets, b.packets);
+	EXPECT_EQ(a.drops, b.drops);
+	EXPECT_EQ(a.end_ns, b.end_ns);
+	for (size_t i = 0; i < a.jobs[0].sizes.size(); i++)
+		EXPECT_EQ(a.jobs[0].sizes[i].time_ns, b.jobs[0].sizes[i].time_ns);
+	// Another seed draws other losses.
+	EXPECT_NE(a.end_ns, c.end_ns);
+}
+
+// A run stopped by its limit says what every host holds.
+TEST(Sim, UnfinishedRunReportsItsState)
+{
+	FabricSpec f = star(3, 100000000, 1000);
+	SimReport r = run(f, {job(SimTopology::ring, {4 << 20})}, 1, 1000000);
+	EXPECT_TRUE(r.stuck);
+	EXPECT_NE(r.state.find("host 0: qp state"), std::string::npos) << r.state;
+	EXPECT_NE(r.state.find("switch 0"), std::string::npos) << r.state;
+}
+
+// A bad description: refused, naming the field.
+TEST(Sim, BadDescriptionNamesTheField)
+{
+	FabricSpec f;
+	std::vector<JobSpec> jobs;
+	uint64_t seed;
+	std::string err;
+	auto bad = [&](const char *text, const char *field) {
+		err.clear();
+		EXPECT_FALSE(parse_description(text, &f, &jobs, &seed, &err)) << text;
+		EXPECT_NE(err.find(field), std::string::npos) << text << " -> " << err;
+	};
+	bad("{", "not JSON");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4]}], "sede": 1})", "sede");
+	bad(R"({"jobs": [{"sizes": [4]}]})", "fabric");
+	bad(R"({"fabric": {"nodes": 1}, "jobs": [{"sizes": [4]}]})", "fabric.nodes");
+	bad(R"({"fabric": {"nodes": 4, "link": {"rate": "fast"}}, "jobs": [{"sizes": [4]}]})",
+	    "fabric.link.rate");
+	bad(R"({"fabric": {"nodes": 4, "link": {"queue": "9Q"}}, "jobs": [{"sizes": [4]}]})",
+	    "fabric.link.queue");
+	bad(R"({"fabric": {"nodes": 4, "loss": 1.5}, "jobs": [{"sizes": [4]}]})", "fabric.loss");
+	bad(R"({"fabric": {"nodes": 5000}, "jobs": [{"sizes": [4]}]})", "fabric.nodes");
+	bad(R"({"fabric": {"nodes": 4, "shape": "torus"}, "jobs": [{"sizes": [4]}]})",
+	    "fabric.shape");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": []})", "jobs");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": ["1X"]}]})", "jobs[0].sizes[0]");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4], "topology": "mesh"}]})",
+	    "jobs[0].topology");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4], "collective": "alltoall"}]})",
+	    "jobs[0].collective");
+	EXPECT_TRUE(parse_description(
+		R"({"seed": 5, "fabric": {"nodes": 4, "link": {"rate": "25gbit", "queue": "512K"}},
+		    "jobs": [{"sizes": ["64K", 4096], "type": "int32"}]})",
+		&f, &jobs, &seed, &err))
+		<< err;
+	EXPECT_EQ(seed, 5u);
+	EXPECT_EQ(f.host.rate_bps, 25000000000ull);
+	EXPECT_EQ(f.host.queue_bytes, 512u << 10);
+	ASSERT_EQ(jobs.size(), 1u);
+	EXPECT_EQ(jobs[0].sizes, (std::vector<uint64_t>{65536, 4096}));
+
+	// What only the fabric can say: hosts it does not have, a size that
+	// is no whole number of elements, more hosts than a switch serves.
+	Simulator s(star(4, 1000000000, 1000), 1);
+	JobSpec j = job(SimTopology::sw, {4096});
+	j.nodes = {0, 9};
+	EXPECT_FALSE(s.add_job(j, &err));
+	EXPECT_NE(err.find("jobs[0].nodes"), std::string::npos) << err;
+	j.nodes.clear();
+	j.sizes = {6};
+	EXPECT_FALSE(s.add_job(j, &err));
+	EXPECT_NE(err.find("jobs[0].sizes"), std::string::npos) << err;
+	// A job of more hosts than the engine's node bitmap holds (64).
+	Simulator big(star(80, 1000000000, 1000), 1);
+	EXPECT_FALSE(big.add_job(job(SimTopology::ring, {4096}), &err));
+	EXPECT_NE(err.find("jobs[0].nodes: 80 hosts"), std::string::npos) << err;
+	JobSpec most = job(SimTopology::sw, {4096});
+	for (uint32_t h = 10; h < 74; h++)
+		most.nodes.push_back(h);
+	EXPECT_TRUE(big.add_job(most, &err)) << err;
+	expect_right(big.run(60000000000ull));
+}
