@@ -51,8 +51,9 @@ set(CPACK_DEBIAN_UTILS_PACKAGE_NAME ibv-coll-utils)
 set(CPACK_DEBIAN_UTILS_PACKAGE_SECTION net)
 set(CPACK_COMPONENT_UTILS_DESCRIPTION "ibv_coll programs and emulated aggregation switch
  ibv_coll_devinfo, ibv_coll_rc_pingpong, ibv_coll_allreduce, ibv_coll_run,
- ibv_coll_perf (nccl-tests-style benchmark) and ibv_coll_switchd, the
- emulated in-network aggregation switch.")
+ ibv_coll_perf (nccl-tests-style benchmark), ibv_coll_switchd, the
+ emulated in-network aggregation switch, and ibv_coll_sim, which runs
+ collective jobs through the same engine and switch on a simulated fabric.")
 # The programs need the library of exactly this build, and what
 # dpkg-shlibdeps finds for the rest (switchd links the device model
 # statically: libibverbs, libnl, spdlog).  dpkg-shlibdeps learns about

@@ -62,7 +62,8 @@ done
 field "$dev" Depends | grep -q "libibv-coll1 (= $version-1)" || fail "dev Depends"
 field "$dev" Depends | grep -q "libibverbs-dev" || fail "dev does not depend on libibverbs-dev"
 for f in /bin/ibv_coll_devinfo /bin/ibv_coll_perf /bin/ibv_coll_run /bin/ibv_coll_allreduce \
-	/sbin/ibv_coll_switchd /man1/ibv_coll_perf.1 /man8/ibv_coll_switchd.8; do
+	/sbin/ibv_coll_switchd /bin/ibv_coll_sim /man1/ibv_coll_perf.1 /man1/ibv_coll_sim.1 \
+	/man8/ibv_coll_switchd.8; do
 	files "$utils" | grep -q "$f$" || fail "ibv-coll-utils lacks $f"
 done
 field "$utils" Depends | grep -q "libibv-coll1 (= $version-1)" || fail "utils Depends"
