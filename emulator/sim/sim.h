@@ -47,7 +47,7 @@ struct FabricSpec {
 	double loss = 0;
 	uint32_t mtu = 4096;	      // the collective QPs' path MTU
 	uint32_t switch_units = 4096; // Seg units of each switch
-	uint32_t nic_units = 256;     // Seg units of each host's NIC
+	uint32_t nic_units = 2048;    // Seg units of each host's NIC, shared by its jobs
 	uint32_t timeout_ms = 0;      // collective timeout (0: the device default)
 };
 
@@ -64,6 +64,9 @@ struct JobSpec {
 	std::vector<uint64_t> sizes; // bytes per rank, each a multiple of the type's size
 	uint32_t iters = 1, warmup = 0;
 	uint64_t start_ns = 0;
+	// Seg units of each of its hosts' NICs it holds: blocks in flight
+	// (the ring's window is these units' bytes).
+	uint32_t seg_units = 256;
 	std::vector<uint32_t> nodes; // the hosts it runs on (empty: all)
 };
 

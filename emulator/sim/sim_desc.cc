@@ -142,7 +142,7 @@ JobSpec parse_job(const json &o, const std::string &at)
 {
 	only(o, at,
 	     {"name", "topology", "ranks_per_node", "collective", "type", "op", "sizes", "iters",
-	      "warmup", "start_us", "nodes"});
+	      "warmup", "start_us", "nodes", "seg_units"});
 	JobSpec j;
 	j.name = str(o, "name", at, "");
 	const std::string topo = str(o, "topology", at, "switch");
@@ -176,6 +176,7 @@ JobSpec parse_job(const json &o, const std::string &at)
 	j.ranks_per_node = num<uint32_t>(o, "ranks_per_node", at, 1, 1, 64);
 	j.iters = num<uint32_t>(o, "iters", at, 1, 1, 1000000);
 	j.warmup = num<uint32_t>(o, "warmup", at, 0, 0, 1000000);
+	j.seg_units = num<uint32_t>(o, "seg_units", at, 256, 2, 1u << 16);
 	j.start_ns = uint64_t(num<double>(o, "start_us", at, 0, 0, 1e9) * 1000);
 	if (!o.contains("sizes"))
 		bad(at + "sizes", "missing");
@@ -238,7 +239,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		fs.jitter_ns = uint64_t(num<double>(fo, "jitter_us", "fabric.", 0, 0, 1e6) * 1000);
 		fs.mtu = num<uint32_t>(fo, "mtu", "fabric.", 4096, 256, 4096);
 		fs.switch_units = num<uint32_t>(fo, "switch_units", "fabric.", 4096, 1, 1u << 20);
-		fs.nic_units = num<uint32_t>(fo, "nic_units", "fabric.", 256, 64, 1u << 16);
+		fs.nic_units = num<uint32_t>(fo, "nic_units", "fabric.", 2048, 64, 1u << 16);
 		fs.timeout_ms = num<uint32_t>(fo, "timeout_ms", "fabric.", 0, 0, 3600000);
 		const std::string e = check_fabric(fs);
 		if (!e.empty())

@@ -233,8 +233,9 @@ struct Host {
 	std::unique_ptr<emu::CollService> svc;
 	std::vector<std::unique_ptr<JobQp>> qps;
 	std::deque<PktPtr> inbox;
-	uint32_t up = 0;      // its link to its leaf
-	uint64_t pass_at = 0; // a pass is scheduled then (0: none)
+	uint32_t up = 0;	 // its link to its leaf
+	uint32_t units_used = 0; // Seg units the jobs configured so far took
+	uint64_t pass_at = 0;	 // a pass is scheduled then (0: none)
 };
 
 struct SwitchDev {

@@ -246,6 +246,10 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 			*err = at + "sizes: each a multiple of 4 bytes, up to 4 GiB";
 			return false;
 		}
+	if (js.seg_units < 2) {
+		*err = at + "seg_units: at least 2";
+		return false;
+	}
 	if (js.iters < 1) {
 		*err = at + "iters: at least 1";
 		return false;
@@ -291,8 +295,7 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 	cfg.topology = js.topology == SimTopology::ring ? emu::Topology::ring
 		       : js.topology == SimTopology::sw ? emu::Topology::sw
 							: emu::Topology::autosel;
-	cfg.seg_base = 0;
-	cfg.seg_count = std::min<uint32_t>(f.spec.nic_units, 64);
+	cfg.seg_count = js.seg_units;
 	uint32_t rank = 0;
 	for (uint32_t h : j->hosts) {
 		emu::JobMember m;
@@ -323,11 +326,20 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 		q->dst.resize(js.ranks_per_node);
 		h.nic->qps[j->qpn] = &q->qp;
 		cfg.node = uint16_t(k);
+		// Each job its own range of the host's Seg units.
+		cfg.seg_base = h.units_used;
+		if (uint64_t(h.units_used) + js.seg_units > f.spec.nic_units) {
+			*err = at + "seg_units: host " + std::to_string(j->hosts[k]) + " has " +
+			       std::to_string(f.spec.nic_units - h.units_used) +
+			       " Seg units left (fabric.nic_units)";
+			return false;
+		}
 		if (int e = h.svc->configure(q->qp, cfg)) {
 			*err = at + "the device refused the job (" + strerror(e) + ")";
 			return false;
 		}
 		q->qp.state = emu::QpState::rts;
+		h.units_used += js.seg_units;
 		j->qps.push_back(q.get());
 		h.qps.push_back(std::move(q));
 	}

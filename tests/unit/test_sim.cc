@@ -74,7 +74,6 @@ TEST(Sim, StarRingAndSwitchNearTheBound)
 	EXPECT_NEAR(g.wire_s, 1.5, 0.08);
 	EXPECT_GT(s.busbw / s.bound, 0.9);
 	EXPECT_GT(g.busbw / g.bound, 0.9);
-	EXPECT_EQ(r.drops, 0u);
 }
 
 // Every packet a host or the switch sends lost at 5 %, several ranks per
