@@ -241,6 +241,24 @@ TEST(ConfigRegistry, EveryVariableListedOnceWithItsDefault)
 	EXPECT_EQ(emu, std::size(kWant) - 2);
 }
 
+// The reduce kernels read IBV_COLL_EMU_ISA from their own table, whose
+// check lets the listing mark a name that is not an ISA.
+TEST(ConfigRegistry, IsaIsCheckedByItsTable)
+{
+	std::span<const ConfigVar> vars = ibv_coll::emu::reduce_config_vars();
+	ASSERT_EQ(vars.size(), 1u);
+	const ConfigVar &isa = vars[0];
+	EXPECT_STREQ(isa.name, "IBV_COLL_EMU_ISA");
+	for (const char *ok : {"auto", "scalar", "avx2", "avx512", ""}) {
+		ScopedEnv e(isa.name, ok);
+		EXPECT_EQ(ibv_coll::util::config_problem(isa), "") << '"' << ok << '"';
+	}
+	for (const char *bad : {"avx", "AVX2", "sse4", "avx512 "}) {
+		ScopedEnv e(isa.name, bad);
+		EXPECT_NE(ibv_coll::util::config_problem(isa), "") << '"' << bad << '"';
+	}
+}
+
 TEST(ConfigRegistry, LoadersKeepTheirDefaults)
 {
 	ibv_coll::emu::EmuConfig c;
