@@ -74,3 +74,13 @@ public:
 std::vector<ConfigTable> config_tables();
 
 } // namespace ibv_coll::util
+
+// The registry a ConfigRegistrar fills is that of the shared object it is
+// linked into.  Another of the project's libraries that reads IBV_COLL_*
+// variables (libibv_coll_mpi) registers its table with libibv_coll's
+// instead, through this call, so that ibv_coll_print_config lists it and
+// the check for misspelt names knows it.  Not an interface for programs:
+// libibv_coll exports it in its private version stanza, for libraries of
+// the same build only.  table must live as long as the process.
+extern "C" void ibv_coll_private_register_config(const ibv_coll::util::ConfigTable *table,
+						 int rank);
