@@ -1,4 +1,4 @@
-// The shared device (issue 14): contexts of crxe_lo opened with
+// The host's shared device (ibv_coll_devd): contexts of crxe_lo opened with
 // IBV_COLL_CRXE_SHARED=1 reach one emulated NIC in ibv_coll_devd.  The data
 // every test moves is checked against a pattern made here, not read back
 // through the code under test.
