@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -155,6 +156,20 @@ IBV_COLL_EXPORT int ibv_coll_print_config(FILE *stream)
 		}
 		return 0;
 	});
+}
+
+// A table of another of the project's libraries (libibv_coll_mpi), into
+// this library's registry: util/config.h says why it comes this way.  It
+// runs in that library's static constructor, so nothing may escape.
+IBV_COLL_EXPORT void ibv_coll_private_register_config(const util::ConfigTable *table, int rank)
+{
+	if (!table)
+		return;
+	try {
+		const util::ConfigRegistrar reg(*table, rank);
+	} catch (const std::exception &e) {
+		IBVC_ERR("config", "registering the {} variables: {}", table->component, e.what());
+	}
 }
 
 // The version of the library itself, not of the headers a program was

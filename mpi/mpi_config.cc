@@ -1,6 +1,9 @@
-// libibv_coll_mpi configuration (IBV_COLL_MPI_*, read once at the first
-// collective) and the per-rank statistics printed at MPI_Finalize.
+// libibv_coll_mpi configuration (IBV_COLL_MPI_*: a table in libibv_coll's
+// registry, read once at the first collective) and the per-rank statistics
+// printed at MPI_Finalize.
 #include "coll_mpi.h"
+
+#include "util/config.h"
 
 #include <arpa/inet.h>
 
@@ -34,37 +37,8 @@ void log_line(const char *fmt, ...)
 
 namespace {
 
-// A size with an optional K, M or G suffix (powers of 1024).
-bool parse_size(const char *s, size_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 0);
-	if (errno || end == s || *s == '-')
-		return false;
-	switch (*end) {
-	case 'K':
-	case 'k':
-		v <<= 10;
-		end++;
-		break;
-	case 'M':
-	case 'm':
-		v <<= 20;
-		end++;
-		break;
-	case 'G':
-	case 'g':
-		v <<= 30;
-		end++;
-		break;
-	default: break;
-	}
-	if (*end)
-		return false;
-	*out = size_t(v);
-	return true;
-}
+using util::ConfigKind;
+using util::ConfigVar;
 
 // HOST:PORT with an IPv4 or IPv6 host ([v6]:port), as a switch address.
 bool parse_switch(const std::string &w, ibv_coll_switch_addr *a)
@@ -82,8 +56,8 @@ bool parse_switch(const std::string &w, ibv_coll_switch_addr *a)
 		memcpy(&a->gid.raw[12], &v4, 4);
 	} else if (inet_pton(AF_INET6, host.c_str(), a->gid.raw) != 1)
 		return false;
-	size_t port;
-	if (!parse_size(w.c_str() + colon + 1, &port) || port > 65535)
+	uint64_t port;
+	if (!util::parse_uint(w.c_str() + colon + 1, &port) || port > 65535)
 		return false;
 	a->udp_port = uint16_t(port);
 	return true;
@@ -100,95 +74,200 @@ std::vector<std::string> words(const char *s)
 	return out;
 }
 
-bool parse_bool(const char *s, bool *out)
+// The string variables' syntaxes, each a parser and the registry's check
+// (which lets ibv_coll_print_config mark a bad value).
+
+bool parse_colls(const char *s, unsigned *out)
 {
-	if (!strcmp(s, "1") || !strcasecmp(s, "y") || !strcasecmp(s, "yes") || !strcasecmp(s, "on"))
-		*out = true;
-	else if (!strcmp(s, "0") || !strcasecmp(s, "n") || !strcasecmp(s, "no") ||
-		 !strcasecmp(s, "off"))
-		*out = false;
+	unsigned colls = 0;
+	for (const std::string &w : words(s)) {
+		int i = 0;
+		while (i < kNumColls && w != kCollNames[i])
+			i++;
+		if (w == "all")
+			colls = (1u << kNumColls) - 1;
+		else if (i == kNumColls)
+			return false;
+		else
+			colls |= 1u << i;
+	}
+	*out = colls;
+	return true;
+}
+
+const char *check_colls(const char *s)
+{
+	unsigned c;
+	return parse_colls(s, &c) ? nullptr
+				  : "expected a comma-separated list of allreduce, reduce, bcast, "
+				    "allgather, reduce_scatter_block, barrier, iallreduce or all";
+}
+
+bool parse_switches(const char *s, std::vector<ibv_coll_switch_addr> *out)
+{
+	std::vector<ibv_coll_switch_addr> sw;
+	for (const std::string &w : words(s)) {
+		ibv_coll_switch_addr a;
+		if (!parse_switch(w, &a) || sw.size() == 8)
+			return false;
+		sw.push_back(a);
+	}
+	*out = std::move(sw);
+	return true;
+}
+
+const char *check_switches(const char *s)
+{
+	std::vector<ibv_coll_switch_addr> sw;
+	return parse_switches(s, &sw) ? nullptr
+				      : "expected HOST:PORT[,HOST:PORT...], at most 8, IPv4 or "
+					"[IPv6]:PORT";
+}
+
+// -2: not a topology; -1: unset or empty (auto with a switch, else ring).
+int parse_topology(const char *s)
+{
+	return !*s		      ? -1
+	       : !strcmp(s, "ring")   ? IBV_COLL_TOPO_RING
+	       : !strcmp(s, "switch") ? IBV_COLL_TOPO_SWITCH
+	       : !strcmp(s, "auto")   ? IBV_COLL_TOPO_AUTO
+				      : -2;
+}
+
+const char *check_topology(const char *s)
+{
+	return parse_topology(s) == -2 ? "expected ring, switch or auto" : nullptr;
+}
+
+constexpr uint64_t kMaxSpinUs = 10000000;
+
+bool parse_spin(const char *s, int *out)
+{
+	uint64_t x;
+	if (!strcmp(s, "-1"))
+		*out = -1;
+	else if (util::parse_size(s, &x) && x <= kMaxSpinUs)
+		*out = int(x);
 	else
 		return false;
 	return true;
 }
 
+const char *check_spin(const char *s)
+{
+	int us;
+	return parse_spin(s, &us) ? nullptr : "expected -1 or an integer in [0, 10000000]";
+}
+
+enum {
+	kEnable,
+	kColls,
+	kDevice,
+	kSwitch,
+	kTopology,
+	kMinBytes,
+	kMaxBytes,
+	kMinRanks,
+	kSegUnits,
+	kTimeoutMs,
+	kSpinUs,
+	kStats,
+	kCount
+};
+
+// As ibv_coll_mpi(7) documents them, in its order.  Numbers are decimal
+// or 0x hex with an optional K, M or G suffix, as they always were here.
+const ConfigVar kVars[kCount] = {
+	{"IBV_COLL_MPI_ENABLE", "1", "0 sends every collective to PMPI", ConfigKind::boolean},
+	{"IBV_COLL_MPI_COLLS", "all",
+	 "comma-separated collectives to offload: allreduce, reduce, bcast, allgather, "
+	 "reduce_scatter_block, barrier, iallreduce, all",
+	 ConfigKind::string, 0, UINT64_MAX, check_colls},
+	{"IBV_COLL_MPI_DEVICE", "",
+	 "the device each process opens (empty: crxe_lo when the whole job is on this host, else "
+	 "the first crxe device of another interface, else crxe_lo)",
+	 ConfigKind::string},
+	{"IBV_COLL_MPI_SWITCH", "",
+	 "HOST:PORT[,HOST:PORT...]: the aggregation switches (ibv_coll_switchd), one per plane, "
+	 "IPv4 or [IPv6]:PORT (empty: none)",
+	 ConfigKind::string, 0, UINT64_MAX, check_switches},
+	{"IBV_COLL_MPI_TOPOLOGY", "",
+	 "ring, switch or auto; switch and auto need IBV_COLL_MPI_SWITCH (empty: auto with a "
+	 "switch, ring without)",
+	 ConfigKind::string, 0, UINT64_MAX, check_topology},
+	{"IBV_COLL_MPI_MIN_BYTES", "0",
+	 "the smallest share per process, in bytes, that a call must have to be offloaded",
+	 ConfigKind::size},
+	{"IBV_COLL_MPI_MAX_BYTES", "0",
+	 "the largest share per process, in bytes, that a call may have to be offloaded (0: no "
+	 "bound but the device's)",
+	 ConfigKind::size},
+	{"IBV_COLL_MPI_MIN_RANKS", "2", "the smallest communicator offloaded", ConfigKind::size, 1,
+	 64},
+	{"IBV_COLL_MPI_SEG_UNITS", "512",
+	 "Seg units each communicator's job takes in the NIC and the switch", ConfigKind::size, 1,
+	 1u << 20},
+	{"IBV_COLL_MPI_TIMEOUT_MS", "0",
+	 "a collective that makes no progress this long fails (0: the device's default, "
+	 "IBV_COLL_EMU_COLL_TIMEOUT_MS)",
+	 ConfigKind::size, 0, 3600000},
+	{"IBV_COLL_MPI_SPIN_US", "2000",
+	 "microseconds a blocking call polls, yielding between polls, before it sleeps on the "
+	 "completion channel (-1: never sleeps)",
+	 ConfigKind::string, 0, UINT64_MAX, check_spin},
+	{"IBV_COLL_MPI_STATS", "0",
+	 "1: each process prints its offload statistics on one line in MPI_Finalize",
+	 ConfigKind::boolean},
+};
+
+// Into libibv_coll's registry, not into the copy of the registry linked
+// into this library (util/config.h), so that the library's listing and its
+// check for misspelt names see these variables in MPI programs.
+const util::ConfigTable kTable{"mpi (libibv_coll_mpi)", kVars};
+const struct Registrar {
+	Registrar() { ibv_coll_private_register_config(&kTable, 300); }
+} kRegistrar;
+
 } // namespace
 
 int load_config(Config *c, std::string *err)
 {
-	Config n;
-	const char *v;
-	auto bad = [&](const char *name, const char *val) {
-		*err = std::string(name) + "=" + val + ": not understood";
-		return EINVAL;
+	// Every value against its syntax and range first, so that a bad one
+	// is reported before anything is taken from the others.
+	for (const ConfigVar &v : kVars) {
+		std::string why = util::config_problem(v);
+		if (!why.empty()) {
+			*err = std::string(v.name) + "=" + util::config_text(v) +
+			       ": not understood (" + why + ")";
+			return EINVAL;
+		}
+	}
+	auto text = [](int i) { return util::config_text(kVars[i]); };
+	auto size = [&](int i) {
+		uint64_t x = 0;
+		util::parse_size(text(i).c_str(), &x);
+		return x;
 	};
-	if ((v = getenv("IBV_COLL_MPI_ENABLE")) && !parse_bool(v, &n.enable))
-		return bad("IBV_COLL_MPI_ENABLE", v);
-	if ((v = getenv("IBV_COLL_MPI_STATS")) && !parse_bool(v, &n.stats))
-		return bad("IBV_COLL_MPI_STATS", v);
-	if ((v = getenv("IBV_COLL_MPI_DEVICE")))
-		n.device = v;
-	if ((v = getenv("IBV_COLL_MPI_COLLS"))) {
-		n.colls = 0;
-		for (const std::string &w : words(v)) {
-			int i = 0;
-			while (i < kNumColls && w != kCollNames[i])
-				i++;
-			if (w == "all")
-				n.colls = (1u << kNumColls) - 1;
-			else if (i == kNumColls)
-				return bad("IBV_COLL_MPI_COLLS", v);
-			else
-				n.colls |= 1u << i;
-		}
-	}
-	if ((v = getenv("IBV_COLL_MPI_SWITCH")))
-		for (const std::string &w : words(v)) {
-			ibv_coll_switch_addr a;
-			if (!parse_switch(w, &a) || n.switches.size() == 8)
-				return bad("IBV_COLL_MPI_SWITCH", v);
-			n.switches.push_back(a);
-		}
-	if ((v = getenv("IBV_COLL_MPI_TOPOLOGY"))) {
-		n.topology = !strcmp(v, "ring")	    ? IBV_COLL_TOPO_RING
-			     : !strcmp(v, "switch") ? IBV_COLL_TOPO_SWITCH
-			     : !strcmp(v, "auto")   ? IBV_COLL_TOPO_AUTO
-						    : -2;
-		if (n.topology == -2 || (n.topology != IBV_COLL_TOPO_RING && n.switches.empty()))
-			return bad(
-				"IBV_COLL_MPI_TOPOLOGY (switch and auto need IBV_COLL_MPI_SWITCH)",
-				v);
-	}
+	Config n;
+	util::parse_bool(text(kEnable).c_str(), &n.enable);
+	util::parse_bool(text(kStats).c_str(), &n.stats);
+	n.device = text(kDevice);
+	parse_colls(text(kColls).c_str(), &n.colls);
+	parse_switches(text(kSwitch).c_str(), &n.switches);
+	n.topology = parse_topology(text(kTopology).c_str());
 	if (n.topology == -1)
 		n.topology = n.switches.empty() ? IBV_COLL_TOPO_RING : IBV_COLL_TOPO_AUTO;
-	if ((v = getenv("IBV_COLL_MPI_MIN_BYTES")) && !parse_size(v, &n.min_bytes))
-		return bad("IBV_COLL_MPI_MIN_BYTES", v);
-	if ((v = getenv("IBV_COLL_MPI_MAX_BYTES")) && !parse_size(v, &n.max_bytes))
-		return bad("IBV_COLL_MPI_MAX_BYTES", v);
-	size_t x;
-	if ((v = getenv("IBV_COLL_MPI_MIN_RANKS"))) {
-		if (!parse_size(v, &x) || x < 1 || x > 64)
-			return bad("IBV_COLL_MPI_MIN_RANKS", v);
-		n.min_ranks = int(x);
+	else if (n.topology != IBV_COLL_TOPO_RING && n.switches.empty()) {
+		*err = "IBV_COLL_MPI_TOPOLOGY=" + text(kTopology) +
+		       ": not understood (switch and auto need IBV_COLL_MPI_SWITCH)";
+		return EINVAL;
 	}
-	if ((v = getenv("IBV_COLL_MPI_SEG_UNITS"))) {
-		if (!parse_size(v, &x) || x < 1 || x > (1u << 20))
-			return bad("IBV_COLL_MPI_SEG_UNITS", v);
-		n.seg_units = uint32_t(x);
-	}
-	if ((v = getenv("IBV_COLL_MPI_TIMEOUT_MS"))) {
-		if (!parse_size(v, &x) || x > 3600000)
-			return bad("IBV_COLL_MPI_TIMEOUT_MS", v);
-		n.timeout_ms = uint32_t(x);
-	}
-	if ((v = getenv("IBV_COLL_MPI_SPIN_US"))) {
-		if (!strcmp(v, "-1"))
-			n.spin_us = -1;
-		else if (!parse_size(v, &x) || x > 10000000)
-			return bad("IBV_COLL_MPI_SPIN_US", v);
-		else
-			n.spin_us = int(x);
-	}
+	n.min_bytes = size_t(size(kMinBytes));
+	n.max_bytes = size_t(size(kMaxBytes));
+	n.min_ranks = int(size(kMinRanks));
+	n.seg_units = uint32_t(size(kSegUnits));
+	n.timeout_ms = uint32_t(size(kTimeoutMs));
+	parse_spin(text(kSpinUs).c_str(), &n.spin_us);
 	*c = std::move(n);
 	return 0;
 }

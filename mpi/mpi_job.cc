@@ -2,8 +2,9 @@
 // MPI process serving one local rank, brought up on the communicator's
 // first offloaded call with its own PMPI_Allgather of addresses, torn down
 // when the communicator is freed or at MPI_Finalize.  Each process is a
-// node of its own, unless the host's shared device is in use
-// (IBV_COLL_CRXE_SHARED=y): then the ranks of one host (MPI's shared-memory
+// node of its own, unless the device opened is the host's shared device
+// (IBV_COLL_CRXE_SHARED=y, which the device's capabilities report as
+// IBV_COLL_CAPS_SHARED_DEVICE): then the ranks of one host (MPI's shared-memory
 // domain) are one node, the QP of the lowest of them leads it and the
 // others join it (IBV_COLL_JOB_ATTR_LOCAL), so that the NIC reduces the
 // host's ranks and sends one partial.
@@ -11,7 +12,6 @@
 
 #include <poll.h>
 #include <sched.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -170,15 +170,16 @@ bool create_local(Job *j)
 	return true;
 }
 
-// Whether IBV_COLL_CRXE_SHARED asks for the host's shared device (the
-// provider's booleans).
-bool shared_device()
+// Whether every member's device is the host's shared device, as the
+// provider says (it alone reads IBV_COLL_CRXE_SHARED).  Decided together:
+// the split below is a collective call, which the members must all make
+// or all skip, and a member whose device did not open has no caps.
+bool shared_device(MPI_Comm comm)
 {
-	const char *v = getenv("IBV_COLL_CRXE_SHARED");
-	for (const char *y : {"1", "y", "yes", "true", "on"})
-		if (v && !strcasecmp(v, y))
-			return true;
-	return false;
+	int mine = g_ctx && (g_caps.comp_mask & IBV_COLL_CAPS_FLAGS) &&
+		   (g_caps.flags & IBV_COLL_CAPS_SHARED_DEVICE),
+	    all = 0;
+	return PMPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm) == MPI_SUCCESS && all;
 }
 
 // With the shared device: the communicator rank that leads this process's
@@ -189,8 +190,8 @@ void host_place(MPI_Comm comm, int rank, uint32_t *lead, uint32_t *local)
 	int lr = 0, low = rank;
 	*lead = uint32_t(rank);
 	*local = 0;
-	if (!shared_device() || PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank,
-						     MPI_INFO_NULL, &host) != MPI_SUCCESS)
+	if (!shared_device(comm) || PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank,
+							 MPI_INFO_NULL, &host) != MPI_SUCCESS)
 		return;
 	if (PMPI_Comm_rank(host, &lr) == MPI_SUCCESS &&
 	    PMPI_Allreduce(&rank, &low, 1, MPI_INT, MPI_MIN, host) == MPI_SUCCESS) {

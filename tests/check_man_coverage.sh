@@ -13,12 +13,14 @@ if [ ! -d "$mandir" ]; then
 	exit 2
 fi
 # Defined dynamic symbols, without their version (name@@IBV_COLL_1.0);
-# type A entries are the version nodes themselves, not symbols.
+# type A entries are the version nodes themselves, not symbols.  Symbols of
+# the private stanza (IBV_COLL_PRIVATE_*) are calls between the project's
+# own libraries, not an interface, and have no page.
 nm_out=$(nm -D --defined-only "$lib") || {
 	echo "nm failed on $lib" >&2
 	exit 2
 }
-symbols=$(printf '%s\n' "$nm_out" | awk 'NF >= 3 && $2 != "A" { sub(/@.*/, "", $3); print $3 }' | sort -u)
+symbols=$(printf '%s\n' "$nm_out" | awk 'NF >= 3 && $2 != "A" && $3 !~ /@IBV_COLL_PRIVATE_/ { sub(/@.*/, "", $3); print $3 }' | sort -u)
 if [ -z "$symbols" ]; then
 	echo "$lib exports no symbols" >&2
 	exit 2

@@ -80,7 +80,7 @@ static int meet(struct perf *p, struct ibv_coll_port_attr *pa, struct ibv_coll_c
 		fprintf(stderr, PROG ": node %d: query device: %s\n", p->o.node, strerror(err));
 		return -1;
 	}
-	if ((err = ibvc_boot_place(p->boot, &p->pl, NULL))) {
+	if ((err = ibvc_boot_place(p->boot, ibvc_boot_shared_device(caps), &p->pl, NULL))) {
 		fprintf(stderr, PROG ": node %d: grouping the processes into nodes: %s\n",
 			p->o.node, strerror(err));
 		return -1;

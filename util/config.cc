@@ -46,6 +46,29 @@ bool parse_uint(const char *s, uint64_t *out)
 	return true;
 }
 
+bool parse_size(const char *s, uint64_t *out)
+{
+	if (!s || !*s)
+		return false;
+	size_t n = strlen(s);
+	unsigned shift = 0;
+	switch (s[n - 1]) {
+	case 'K':
+	case 'k': shift = 10; break;
+	case 'M':
+	case 'm': shift = 20; break;
+	case 'G':
+	case 'g': shift = 30; break;
+	default: break;
+	}
+	const std::string digits(s, shift ? n - 1 : n);
+	uint64_t x;
+	if (!parse_uint(digits.c_str(), &x) || x > UINT64_MAX >> shift)
+		return false;
+	*out = x << shift;
+	return true;
+}
+
 bool parse_bool(const char *s, bool *out)
 {
 	static const char *yes[] = {"1", "y", "yes", "true", "on"};
@@ -59,16 +82,34 @@ bool parse_bool(const char *s, bool *out)
 	return false;
 }
 
+namespace {
+
+// A uint or size variable's value, within its range.
+bool parse_in_range(const ConfigVar &v, const char *s, uint64_t *out)
+{
+	uint64_t x;
+	if (!(v.kind == ConfigKind::size ? parse_size(s, &x) : parse_uint(s, &x)) || x < v.min ||
+	    x > v.max)
+		return false;
+	*out = x;
+	return true;
+}
+
+std::string expected_integer(const ConfigVar &v)
+{
+	return fmt::format("expected an integer in [{}, {}]{}", v.min, v.max,
+			   v.kind == ConfigKind::size ? ", with an optional K, M or G suffix" : "");
+}
+
+} // namespace
+
 int config_uint(const ConfigVar &v, uint64_t *out)
 {
 	std::string t = config_text(v);
-	uint64_t x;
-	if (!parse_uint(t.c_str(), &x) || x < v.min || x > v.max) {
-		IBVC_ERR("config", "{}={}: expected an integer in [{}, {}]", v.name, t, v.min,
-			 v.max);
+	if (!parse_in_range(v, t.c_str(), out)) {
+		IBVC_ERR("config", "{}={}: {}", v.name, t, expected_integer(v));
 		return EINVAL;
 	}
-	*out = x;
 	return 0;
 }
 
@@ -102,11 +143,10 @@ std::string config_problem(const ConfigVar &v)
 	if (!e)
 		return {};
 	switch (v.kind) {
-	case ConfigKind::uint: {
+	case ConfigKind::uint:
+	case ConfigKind::size: {
 		uint64_t x;
-		if (!parse_uint(e, &x) || x < v.min || x > v.max)
-			return fmt::format("expected an integer in [{}, {}]", v.min, v.max);
-		return {};
+		return parse_in_range(v, e, &x) ? std::string() : expected_integer(v);
 	}
 	case ConfigKind::boolean: {
 		bool b;
@@ -120,7 +160,10 @@ std::string config_problem(const ConfigVar &v)
 			return "expected a number in [0, 1]";
 		return {};
 	}
-	case ConfigKind::string: break;
+	case ConfigKind::string: {
+		const char *why = v.check ? v.check(e) : nullptr;
+		return why ? std::string(why) : std::string();
+	}
 	}
 	return {};
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "reduce/reduce.h"
+#include "util/config.h"
 #include "ibvc_version.h"
 
 namespace {
@@ -240,8 +241,11 @@ int main(int argc, char **argv)
 		else
 			std::printf("note: %s not available on this CPU, skipped\n", isa_name(isa));
 	}
-	std::printf("default ISA: %s (IBV_COLL_EMU_ISA=%s)\n", isa_name(default_isa),
-		    std::getenv("IBV_COLL_EMU_ISA") ? std::getenv("IBV_COLL_EMU_ISA") : "unset");
+	const ibv_coll::util::ConfigVar &isa_var = reduce_config_vars()[0];
+	std::printf("default ISA: %s (%s=%s)\n", isa_name(default_isa), isa_var.name,
+		    ibv_coll::util::config_is_set(isa_var)
+			    ? ibv_coll::util::config_text(isa_var).c_str()
+			    : "unset");
 	std::printf(
 		"GB/s = bytes of b per second with dst == a, median of %u reps; ratio = kernel / memcpy(a <- b)\n",
 		opt.reps);

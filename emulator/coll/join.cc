@@ -1,5 +1,5 @@
 // Execution control, for a node whose ranks come from several collective
-// QPs of the device (issue 14: one process per rank on a shared device).
+// QPs of the device (one process per rank, on the host's shared device).
 // The QP the member table names leads: it holds the job, talks to the
 // network and runs each message.  The node's other QPs join it with the
 // same job and their own range of local ranks; they only queue WQEs.  A

@@ -1,10 +1,10 @@
-// A client of ibv_coll_devd (issue 14): an emu::Device whose NIC runs in
-// the device process of a netdev.  Commands are requests on the channel
-// (devd_proto.h); rings are memfds both map; doorbells are messages;
-// completion events come on one eventfd per CQ, which a thread of the
-// client turns into the CqEventFn calls the driver asked for.  When the
-// daemon dies, that thread flushes the outstanding WQEs into the client's
-// CQ rings and reports the device fatal.
+// A client of ibv_coll_devd, the host's shared device: an emu::Device
+// whose NIC runs in the device process of a netdev.  Commands are requests
+// on the channel (devd_proto.h); rings are memfds both map; doorbells are
+// messages; completion events come on one eventfd per CQ, which a thread
+// of the client turns into the CqEventFn calls the driver asked for.  When
+// the daemon dies, that thread flushes the outstanding WQEs into the
+// client's CQ rings and reports the device fatal.
 #pragma once
 
 #include "nic/device.h"

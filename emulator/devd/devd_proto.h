@@ -1,11 +1,11 @@
-// The protocol between ibv_coll_devd and its clients (issue 14), on the
-// channel of devd_sock.h.  A request is a Hdr and the op's struct; every
-// request but a doorbell gets one reply, in order: a Hdr (same op and seq),
-// an int32 errno and the op's reply struct.  Rings travel as memfds
-// (SCM_RIGHTS) that both sides map; completion events as one eventfd per
-// CQ that the daemon writes.  Both ends are built from one tree (the
-// daemon is started from the installation the client runs), so structs
-// go as they are in memory.
+// The protocol between ibv_coll_devd (the host's shared device) and its
+// clients, on the channel of devd_sock.h.  A request is a Hdr and the op's
+// struct; every request but a doorbell gets one reply, in order: a Hdr
+// (same op and seq), an int32 errno and the op's reply struct.  Rings
+// travel as memfds (SCM_RIGHTS) that both sides map; completion events as
+// one eventfd per CQ that the daemon writes.  Both ends are built from one
+// tree (the daemon is started from the installation the client runs), so
+// structs go as they are in memory.
 #pragma once
 
 #include "coll/coll_job.h"

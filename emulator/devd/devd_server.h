@@ -1,5 +1,5 @@
-// ibv_coll_devd's server (issue 14): one emulated NIC for a netdev, serving
-// every process of the host that opens crxe_<netdev> with
+// ibv_coll_devd's server, the host's shared device: one emulated NIC for a
+// netdev, serving every process of the host that opens crxe_<netdev> with
 // IBV_COLL_CRXE_SHARED=1.  One thread takes requests (devd_proto.h); the
 // NIC's engine thread does the work.  Each connection owns what it made;
 // when it closes (its process exited or died) those objects are destroyed,

@@ -1,13 +1,14 @@
-// The channel between the shared device (ibv_coll_devd, issue 14) and its
-// clients: a SOCK_SEQPACKET unix socket in the abstract namespace, named
-// after the device, so that every process of a host (of a network
-// namespace: abstract names are per namespace, as netdevs are) that opens
+// The channel between the shared device (ibv_coll_devd, the one NIC of a
+// netdev that the host's processes use together) and its clients: a
+// SOCK_SEQPACKET unix socket in the abstract namespace, named after the
+// device, so that every process of a host (of a network namespace:
+// abstract names are per namespace, as netdevs are) that opens
 // crxe_<netdev> finds the same one and none is left on a file system.
 // Messages keep their boundaries and carry file descriptors (the memfds of
 // the rings, the doorbell and completion eventfds) as SCM_RIGHTS.  The
 // daemon learns who a client is from the socket (SO_PEERCRED), never from
-// what the client says: its pid is the address space its memory is
-// reached in (nic/mr_table.h DmaSpace).
+// what the client says: its pid is the address space its memory is reached
+// in (nic/mr_table.h DmaSpace).
 #pragma once
 
 #include "util/fd.h"

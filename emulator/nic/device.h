@@ -1,9 +1,9 @@
 // What a driver sees of a device, wherever the device runs: in this
 // process (emu::Nic) or in a device process a client reaches over a socket
-// (ibv_coll_devd, issue 14: devd/devd_client.h).  The driver layer
-// (providers/common/drv*) talks to a Device only, so that one driver serves
-// both.  Object handles (Cq *, Qp *) are the implementation's own and
-// opaque to the driver.
+// (ibv_coll_devd, the host's shared device: devd/devd_client.h).  The
+// driver layer (providers/common/drv*) talks to a Device only, so that one
+// driver serves both.  Object handles (Cq *, Qp *) are the
+// implementation's own and opaque to the driver.
 #pragma once
 
 #include "nic/queue.h"

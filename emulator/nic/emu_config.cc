@@ -1,6 +1,7 @@
 // The device model's configuration tables (IBV_COLL_EMU_*), one per component.
 #include "nic/emu_config.h"
 
+#include "reduce/reduce.h"
 #include "util/log.h"
 
 #include <cerrno>
@@ -14,7 +15,8 @@ using util::ConfigKind;
 using util::ConfigVar;
 
 // One table per component of the NIC, each registering itself; the
-// transports' table is net/net_config.cc's.
+// transports' table is net/net_config.cc's, the reduce kernels'
+// reduce/reduce.cc's (each read where it is defined).
 
 // The engine thread.
 enum { kPollUs, kAppPollUs, kNicCount };
@@ -137,15 +139,6 @@ const ConfigVar kCcVars[kCcCount] = {
 };
 const util::ConfigRegistrar kCcReg({"emu cc (congestion control)", kCcVars}, 125);
 
-// The reduce kernels (read by reduce/reduce.cc, once per process).
-const ConfigVar kReduceVars[] = {
-	{"IBV_COLL_EMU_ISA", "auto",
-	 "vector instructions for the reduce kernels: auto, scalar, avx2 or avx512 (read once per "
-	 "process; one the CPU lacks falls back to the best it has)",
-	 ConfigKind::string},
-};
-const util::ConfigRegistrar kReduceReg({"emu reduce (kernels)", kReduceVars}, 130);
-
 } // namespace
 
 std::span<const ConfigVar> emu_config_vars()
@@ -155,7 +148,7 @@ std::span<const ConfigVar> emu_config_vars()
 		for (std::span<const ConfigVar> t :
 		     {std::span<const ConfigVar>(kNicVars), std::span<const ConfigVar>(kRcVars),
 		      std::span<const ConfigVar>(kCollVars), std::span<const ConfigVar>(kCcVars),
-		      std::span<const ConfigVar>(kReduceVars), net_config_vars()})
+		      reduce_config_vars(), net_config_vars()})
 			v.insert(v.end(), t.begin(), t.end());
 		return v;
 	}();

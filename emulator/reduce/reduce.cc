@@ -2,6 +2,7 @@
 // Compiled for the baseline target; it only calls into ISA-specific code through the kernel tables after
 // checking the CPU.
 #include "reduce/reduce.h"
+#include "util/config.h"
 #include "util/log.h"
 
 #include <algorithm>
@@ -77,6 +78,22 @@ bool parse_isa(const char *value, bool *forced, Isa *isa)
 	return false;
 }
 
+const char *check_isa(const char *value)
+{
+	bool forced;
+	Isa isa;
+	return parse_isa(value, &forced, &isa) ? nullptr : "expected auto, scalar, avx2 or avx512";
+}
+
+// Read once per process, at the first reduction (current_isa).
+const util::ConfigVar kVars[] = {
+	{"IBV_COLL_EMU_ISA", "auto",
+	 "vector instructions for the reduce kernels: auto, scalar, avx2 or avx512 (read once per "
+	 "process; one the CPU lacks falls back to the best it has)",
+	 util::ConfigKind::string, 0, UINT64_MAX, check_isa},
+};
+const util::ConfigRegistrar kRegistrar({"emu reduce (kernels)", kVars}, 130);
+
 // -1 until the first use resolves the environment; afterwards an Isa value. Atomic because reduce_fn may be
 // called from several emulator threads while a test or benchmark calls set_reduce_isa.
 std::atomic<int> g_isa{-1};
@@ -85,16 +102,13 @@ Isa current_isa()
 {
 	int v = g_isa.load(std::memory_order_acquire);
 	if (v < 0) {
-		const char *env = std::getenv("IBV_COLL_EMU_ISA");
-		bool forced = false;
-		Isa ignored = Isa::scalar;
-		if (!parse_isa(env, &forced, &ignored))
-			IBVC_WARN(
-				"reduce",
-				"ignoring unknown IBV_COLL_EMU_ISA=\"{}\" (auto|scalar|avx2|avx512)",
-				env);
+		const std::string value = util::config_text(kVars[0]);
+		const std::string why = util::config_problem(kVars[0]);
+		if (!why.empty())
+			IBVC_WARN("reduce", "ignoring IBV_COLL_EMU_ISA=\"{}\": {}; using auto",
+				  value, why);
 		int expected = -1;
-		const int chosen = static_cast<int>(detail::choose_isa(env));
+		const int chosen = static_cast<int>(detail::choose_isa(value.c_str()));
 		// Another thread may have won the race (or called set_reduce_isa); its value stands.
 		v = g_isa.compare_exchange_strong(expected, chosen, std::memory_order_acq_rel)
 			    ? chosen
@@ -169,6 +183,11 @@ template <Dtype D> void finalize(void *buf, size_t count, uint32_t divisor)
 }
 
 } // namespace
+
+std::span<const util::ConfigVar> reduce_config_vars()
+{
+	return kVars;
+}
 
 namespace detail {
 

@@ -7,6 +7,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+
+namespace ibv_coll::util {
+struct ConfigVar;
+}
 
 namespace ibv_coll::emu {
 
@@ -75,7 +80,7 @@ void reduce_many(RedOp, Dtype, void *dst, const void *const *src, unsigned n, si
 
 // ISA selection: chosen once at first use from the CPU (__builtin_cpu_supports) and the environment variable
 // IBV_COLL_EMU_ISA = auto|scalar|avx2|avx512 (default auto; a forced ISA the CPU lacks falls back to the best
-// available one). avx2 needs AVX2 + F16C; avx512 needs AVX-512 F/BW/VL/DQ and additionally uses AVX512-FP16
+// available one; an unknown value is logged and means auto), the one variable of reduce_config_vars(). avx2 needs AVX2 + F16C; avx512 needs AVX-512 F/BW/VL/DQ and additionally uses AVX512-FP16
 // arithmetic for float16 sum/prod/avg where the CPU has it. scalar is portable C++ (compiler-vectorised at most
 // for the baseline target).
 enum class Isa : uint8_t { scalar, avx2, avx512 };
@@ -84,6 +89,8 @@ bool isa_available(Isa);
 void set_reduce_isa(
 	Isa); // for tests/benchmarks; falls back to the best available ISA if unavailable
 const char *isa_name(Isa);
+// The reduce kernels' configuration table (IBV_COLL_EMU_ISA), registered in the configuration registry.
+std::span<const util::ConfigVar> reduce_config_vars();
 
 // fp16/bf16 helpers: scalar and exact. float -> half/bf16 rounds to nearest even, handles denormals and
 // overflow to Inf exactly; NaN stays NaN (and becomes quiet) in both directions.

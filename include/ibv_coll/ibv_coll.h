@@ -366,9 +366,23 @@ enum ibv_coll_dtype {
 	IBV_COLL_DTYPE_FLOAT64 = 11
 };
 
+/* Set in ibv_coll_caps.comp_mask by the library: which of the fields
+ * added since the first layout it filled in.  A library without them
+ * leaves comp_mask and those fields 0. */
+enum ibv_coll_caps_mask {
+	IBV_COLL_CAPS_FLAGS = 1 << 0 /* flags is valid */
+};
+
+enum ibv_coll_caps_flags {
+	/* The context reaches the host's shared device, the one NIC that
+	 * ibv_coll_devd(8) runs for the netdev, which other processes of the
+	 * host may be using too; else the NIC is this context's own. */
+	IBV_COLL_CAPS_SHARED_DEVICE = 1 << 0
+};
+
 /* What a device's collective engine can do (as SHARP's caps query). */
 struct ibv_coll_caps {
-	uint64_t comp_mask;
+	uint64_t comp_mask;	/* enum ibv_coll_caps_mask, set by the library */
 	uint32_t opcodes;	/* bit (opcode - IBV_COLL_WR_ALLREDUCE) per supported opcode */
 	uint32_t ops;		/* bit per enum ibv_coll_op */
 	uint32_t dtypes;	/* bit per enum ibv_coll_dtype */
@@ -378,6 +392,11 @@ struct ibv_coll_caps {
 	uint32_t max_local_ranks;
 	uint32_t max_nodes;
 	uint32_t max_block_len;
+	/* enum ibv_coll_caps_flags, with IBV_COLL_CAPS_FLAGS: it takes the four
+	 * bytes the first layout left as padding, so the struct keeps its size
+	 * and every offset, and older libraries, which zero the whole struct,
+	 * leave it 0. */
+	uint32_t flags;
 	uint64_t max_count_bytes; /* bytes per rank of one collective */
 };
 

@@ -24,6 +24,7 @@ uint32_t coll_packet_overhead()
 int engine_caps(emu::Device &nic, ibv_coll_caps *caps)
 {
 	memset(caps, 0, sizeof(*caps));
+	caps->comp_mask = IBV_COLL_CAPS_FLAGS; // flags: the provider adds its own
 	caps->opcodes = (1u << (IBV_COLL_WR_QUERY - IBV_COLL_WR_ALLREDUCE + 1)) - 1;
 	caps->ops = (1u << (IBV_COLL_OP_BXOR + 1)) - 1;
 	caps->dtypes = (1u << (IBV_COLL_DTYPE_FLOAT64 + 1)) - 1;

@@ -16,7 +16,11 @@ core::Cq *create_cq(core::Context *c, int cqe, core::CompChannel *)
 
 int query_caps(core::Context *c, ibv_coll_caps *caps)
 {
-	return drv::engine_caps(*to_crxe(c)->nic, caps);
+	Context *ctx = to_crxe(c);
+	int err = drv::engine_caps(*ctx->nic, caps);
+	if (!err && ctx->shared)
+		caps->flags |= IBV_COLL_CAPS_SHARED_DEVICE;
+	return err;
 }
 
 int query_counters(core::Context *c, ibv_coll_counters *o)

@@ -43,6 +43,10 @@ struct CrxeConfig {
 	std::vector<std::string> devices; // netdev names; empty: all
 	uint16_t udp_port = 4791;
 	bool port_fallback = true;
+	// Contexts are clients of the host's shared device (ibv_coll_devd).
+	// Read here only; programs learn it from the context's capabilities
+	// (IBV_COLL_CAPS_SHARED_DEVICE), never from the variable.
+	bool shared = false;
 };
 std::span<const util::ConfigVar> config_vars();
 int load_config(CrxeConfig *out);
@@ -51,8 +55,6 @@ int load_config(CrxeConfig *out);
 // configuration and the netdev's state: what the in-process device and
 // ibv_coll_devd create a NIC with.  0 or errno.
 int nic_params(const std::string &netdev, emu::NicParams *out);
-// Whether contexts use the host's shared device (IBV_COLL_CRXE_SHARED).
-bool use_shared();
 // The daemon started when none serves a netdev (IBV_COLL_CRXE_DEVD): the
 // path it names, or with "auto" (the default) the first executable of
 // devd_candidates(); and what to set when that fails.
@@ -71,6 +73,7 @@ struct Context : core::Context {
 	// The NIC: this process's own, or the host's shared one in
 	// ibv_coll_devd (IBV_COLL_CRXE_SHARED=1) reached through a client.
 	std::unique_ptr<emu::Device> nic;
+	bool shared = false; // nic is the shared device's client
 	std::vector<emu::IpAddr> gids;
 };
 

@@ -66,6 +66,8 @@ int load_config(CrxeConfig *out)
 	c.udp_port = uint16_t(port);
 	if ((err = util::config_bool(kVars[kFallback], &c.port_fallback)))
 		return err;
+	if ((err = util::config_bool(kVars[kShared], &c.shared)))
+		return err;
 	*out = std::move(c);
 	return 0;
 }
@@ -153,14 +155,6 @@ devd::DevdStart devd_start(const std::string &netdev)
 	s.advice = "no ibv_coll_devd at " + tried +
 		   "; set IBV_COLL_CRXE_DEVD to the daemon's path, " + by_hand;
 	return s;
-}
-
-bool use_shared()
-{
-	bool on = false;
-	if (util::config_bool(kVars[kShared], &on))
-		return false; // the bad value has been logged
-	return on;
 }
 
 } // namespace ibv_coll::crxe

@@ -1,5 +1,5 @@
-// ibv_coll_devd: the shared crxe device of a netdev as a program (issue
-// 14).  See ibv_coll_devd(8).
+// ibv_coll_devd: the shared crxe device of a netdev as a program, one NIC
+// for every process of the host that opens it.  See ibv_coll_devd(8).
 #include "crxe.h"
 #include "devd/devd_server.h"
 #include "util/log.h"

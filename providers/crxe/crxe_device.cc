@@ -46,8 +46,12 @@ core::Context *open_device(ibv_coll_device *dev_)
 	auto *dev = static_cast<Device *>(dev_);
 	auto ctx = std::make_unique<Context>();
 	ctx->dev = dev;
-	int err;
-	if (use_shared()) {
+	// A value of IBV_COLL_CRXE_SHARED that is not a boolean fails the open
+	// (EINVAL), as any other variable's does, rather than pick a NIC.
+	CrxeConfig cfg;
+	int err = load_config(&cfg);
+	ctx->shared = cfg.shared;
+	if (!err && ctx->shared) {
 		err = devd::open_client(dev->nd.name, devd_start(dev->nd.name), &ctx->nic,
 					device_fatal, ctx.get());
 		if (!err) {
@@ -57,7 +61,7 @@ core::Context *open_device(ibv_coll_device *dev_)
 				dev->nd.addrs = nd.addrs;
 			ctx->gids = dev->nd.addrs;
 		}
-	} else {
+	} else if (!err) {
 		emu::NicParams p;
 		err = nic_params(dev->nd.name, &p);
 		if (!err) {

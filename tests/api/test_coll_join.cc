@@ -1,10 +1,11 @@
 // A node whose ranks come from several collective QPs of one device
-// (IBV_COLL_JOB_ATTR_LOCAL, issue 14), in one process: node 0's lead QP
-// serves local ranks 1..2 and a QP in another protection domain joins it
-// with local rank 0; node 1 is another device with one QP of 2 ranks.
-// Every collective is checked element by element against the scalar
-// reference (tests/common/coll_ref), then the checks on joining, a QP
-// that posts something else, a QP that never posts, and another PD's key.
+// (IBV_COLL_JOB_ATTR_LOCAL, as on the host's shared device), in one
+// process: node 0's lead QP serves local ranks 1..2 and a QP in another
+// protection domain joins it with local rank 0; node 1 is another device
+// with one QP of 2 ranks.  Every collective is checked element by element
+// against the scalar reference (tests/common/coll_ref), then the checks on
+// joining, a QP that posts something else, a QP that never posts, and
+// another PD's key.
 #include "coll_qp.h"
 
 #include <ibv_coll/ibv_coll.h>
@@ -205,8 +206,8 @@ int post_allreduce(JQp &q, std::vector<int32_t> *buf, uint64_t count, uint32_t l
 
 // ibv_modify_coll_qp(3): a collective the node's QPs posted differently
 // fails with LOCAL_ERR there, the QP that posted the other one included
-// (it got FLUSHED before: issue 25), and with REMOTE_ABORT on the other
-// node, which the first node's ABORT tells.
+// (it used to get FLUSHED), and with REMOTE_ABORT on the other node, which
+// the first node's ABORT tells.
 TEST(CollJoin, DifferentCollectivesFailOnEveryQp)
 {
 	Fixture f;

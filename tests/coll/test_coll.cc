@@ -548,7 +548,7 @@ TEST(CollFailure, KilledMemberGivesEveryoneAnErrorWithinTheBound)
 	std::cout << logs;
 }
 
-// Long-lived jobs (issue 13): explicit MIDs 2^31 - 1 apart and across
+// Long-lived jobs: explicit MIDs 2^31 - 1 apart and across
 // 2^32 - 1, the automatic MID wrapping to 1, with Seg units reused by
 // messages far apart in MID space, round the ring and through one switch,
 // a hierarchy and two planes; a far MID refused with EINVAL.
@@ -605,13 +605,14 @@ TEST_P(CollMid, EveryNodeMatchesTheReference)
 
 INSTANTIATE_TEST_SUITE_P(Loopback, CollMid, ::testing::ValuesIn(mid_runs()), run_name);
 
-// A job given again after a failure (issue 13): node 0 pulls its buffers
-// from under an allreduce; every member resets and installs the job again
-// at its own pace, one of them 300 ms after the others, with no barrier,
-// and the next collectives must succeed at once (no collective waits for
-// the 4 s timeout), round the ring and through switches, with and without
-// loss.  A member whose allreduce completed before node 0 failed goes on
-// in the old incarnation: its next collective must fail at once.
+// A job given again after a failure (long-lived jobs): node 0 pulls its
+// buffers from under an allreduce; every member resets and installs the
+// job again at its own pace, one of them 300 ms after the others, with no
+// barrier, and the next collectives must succeed at once (no collective
+// waits for the 4 s timeout), round the ring and through switches, with
+// and without loss.  A member whose allreduce completed before node 0
+// failed goes on in the old incarnation: its next collective must fail at
+// once.
 std::vector<NodeSet> recover_runs()
 {
 	const std::string loss = "IBV_COLL_EMU_IMPAIR=drop=0.05,dup=0.05,reorder=0.05,seed=5";

@@ -1,4 +1,4 @@
-// The shared device (issue 14): contexts of crxe_lo opened with
+// The host's shared device (ibv_coll_devd): contexts of crxe_lo opened with
 // IBV_COLL_CRXE_SHARED=1 reach one emulated NIC in ibv_coll_devd.  The data
 // every test moves is checked against a pattern made here, not read back
 // through the code under test.
@@ -289,6 +289,64 @@ TEST_F(Devd, TwoContextsShareOneNicAndMoveData)
 	ASSERT_EQ(a.wait(&wc, 5000), 0);
 	EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
 	EXPECT_TRUE(has_pattern(a.buf + 2 * kLen, 70000, 3));
+}
+
+// The context says which NIC it reached: the host's shared device with
+// IBV_COLL_CRXE_SHARED=1, the in-process one without; the MPI library and
+// ibv_coll_perf group a host's processes by this flag, reading no variable.
+TEST_F(Devd, CapsSayTheDeviceIsTheSharedOne)
+{
+	start_daemon();
+	RcEndpoint a;
+	ASSERT_EQ(a.open(RcOptions{}), 0);
+	ibv_coll_caps caps;
+	memset(&caps, 0xa5, sizeof(caps)); // whatever a caller's stack held
+	ASSERT_EQ(ibv_query_coll_caps(a.ctx, &caps), 0);
+	EXPECT_EQ(caps.comp_mask, uint64_t(IBV_COLL_CAPS_FLAGS));
+	EXPECT_EQ(caps.flags, uint32_t(IBV_COLL_CAPS_SHARED_DEVICE));
+
+	unsetenv("IBV_COLL_CRXE_SHARED");
+	RcEndpoint own;
+	ASSERT_EQ(own.open(RcOptions{}), 0);
+	memset(&caps, 0xa5, sizeof(caps));
+	ASSERT_EQ(ibv_query_coll_caps(own.ctx, &caps), 0);
+	EXPECT_EQ(caps.comp_mask, uint64_t(IBV_COLL_CAPS_FLAGS));
+	EXPECT_EQ(caps.flags, 0u);
+}
+
+// A value that is not a boolean fails the open with EINVAL, and the device
+// list has no crxe device, as ibv_open_coll_device(3) and ibv_coll(7)
+// document for every IBV_COLL_CRXE_* variable; it used to open the
+// in-process NIC, so that processes meant to share one device each ran
+// their own without a word to the program.
+TEST_F(Devd, MisspeltSharedValueFailsTheOpen)
+{
+	int n = 0;
+	ibv_coll_device **l = ibv_get_coll_device_list(&n);
+	ibv_coll_device *dev = nullptr;
+	for (int i = 0; l && i < n; i++)
+		if (test_device_name() == ibv_get_coll_device_name(l[i]))
+			dev = l[i];
+	ASSERT_TRUE(dev) << test_device_name() << " not found";
+	for (const char *bad : {"maybe", "2", "", "yes please"}) {
+		setenv("IBV_COLL_CRXE_SHARED", bad, 1);
+		errno = 0;
+		ibv_coll_context *ctx = ibv_open_coll_device(dev);
+		int err = errno;
+		EXPECT_EQ(ctx, nullptr) << '"' << bad << '"';
+		EXPECT_EQ(err, EINVAL) << '"' << bad << '"';
+		if (ctx)
+			ibv_close_coll_device(ctx);
+		int m = 0;
+		ibv_coll_device **bad_list = ibv_get_coll_device_list(&m);
+		for (int i = 0; bad_list && i < m; i++)
+			EXPECT_NE(strncmp(ibv_get_coll_device_name(bad_list[i]), "crxe_", 5), 0)
+				<< ibv_get_coll_device_name(bad_list[i]) << " listed with \"" << bad
+				<< '"';
+		ibv_free_coll_device_list(bad_list);
+	}
+	ibv_free_coll_device_list(l);
+	EXPECT_FALSE(daemon_up()) << "a bad value started a daemon";
 }
 
 // A client naming another client's lkey in its own SGE gets a local

@@ -1,4 +1,4 @@
-// One node's ranks from several processes on the shared device (issue 14):
+// One node's ranks from several processes on the host's shared device:
 // ibv_coll_devd serves crxe_lo; three forked processes are node 0 (the
 // lead with local ranks 0..1, two others with ranks 2 and 3, each joining
 // it), and this process is node 1 (2 ranks) on a NIC of its own.  Every
@@ -344,8 +344,8 @@ TEST_F(DevdJoin, AProcessKilledMidCollectiveFailsItAndTheDeviceGoesOn)
 	close(from_[2]);
 	// REMOTE_ABORT, as ibv_modify_coll_qp(3) says of a QP whose process
 	// died, however the device learns it: the QP destroyed as the client
-	// goes, or the dead process's memory out of reach first (that gave
-	// LOCAL_ERR, issue 25).
+	// goes, or the dead process's memory out of reach first (which gave
+	// LOCAL_ERR before the failure handling of joined QPs was fixed).
 	for (int i = 0; i < 2; i++) {
 		JoinReply r;
 		ASSERT_TRUE(get(from_[i], &r)) << "process " << i;

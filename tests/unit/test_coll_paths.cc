@@ -1029,7 +1029,7 @@ TEST(CollPathsForged, CountedAndHarmless)
 		expect_accounted(*c.nodes[n], n);
 }
 
-// Loss that costs what it should (issue 25): at 5 % loss on every packet,
+// Loss that costs what it should (loss recovery): at 5 % loss on every packet,
 // both ways, a 1 MiB allreduce of 4 nodes takes at most 1.6 times its
 // loss-free time, round the ring and through the switch, in the fake
 // network's time (links of 400 Mbit/s, 20 us each way, the switch's link
@@ -1067,7 +1067,7 @@ TEST(CollPathsLoss, CostsAFractionOfTheLossFreeTime)
 	}
 }
 
-// Issue 25: AUTO's members must run a message the same way.  A member that
+// Regression: AUTO's members must run a message the same way.  A member that
 // hears no switch (both ways cut) fell back to the ring alone after
 // IBV_COLL_EMU_SW_CONFIG_MS, while the others, answered "wait" (PENDING),
 // waited for the switch: every member failed, at its own timeout.  It now
@@ -1138,7 +1138,7 @@ TEST(CollPathsFallback, ALostGrantUnderTimeDivisionIsNoFallback)
 	EXPECT_EQ(c.fsw->lose_grants, 0u);
 }
 
-// Issue 25: a member whose CONFIGs reach the switch but never its answers:
+// Regression: a member whose CONFIGs reach the switch but never its answers:
 // the others were granted and ran the message through the switch, which
 // waited for this member's partial, while it ran the ring: every member
 // failed at its timeout (1 s here).  Now every member fails the message at
@@ -1224,7 +1224,7 @@ TEST(CollPathsJoin, SplitNodeMatchesTheReference)
 	EXPECT_EQ(cqes_of(*c.nodes[1], kPartQpn).size(), 1u);
 }
 
-// Issue 25: the process of a joined QP dies mid-collective; its memory is
+// Regression: the process of a joined QP dies mid-collective; its memory is
 // gone before the shared device notices and destroys its QP.  The lead's
 // next access to that rank failed, and the node's surviving QP got
 // LOCAL_ERR ("a local buffer is not accessible"), where
@@ -1257,7 +1257,7 @@ TEST(CollPathsJoin, AJoinedProcessDyingMidCollectiveIsARemoteAbort)
 	}
 }
 
-// Issue 25: a QP that posts another collective than the rest of its node
+// Regression: a QP that posts another collective than the rest of its node
 // (here another count) got FLUSHED, where ibv_modify_coll_qp(3) says the
 // node's QPs fail it with LOCAL_ERR: now it does, as does its lead; the
 // other nodes are told (REMOTE_ABORT), and what is queued behind is
@@ -1287,7 +1287,7 @@ TEST(CollPathsJoin, AJoinedQpPostingAnotherCollectiveGetsLocalErr)
 	}
 }
 
-// A host descheduled at random (issue 25: more busy processes than
+// A host descheduled at random (liveness: more busy processes than
 // processors): every 40 ms of fake time on average a node does not run for
 // 50 ms, its packets waiting in its socket.  Round the ring and through
 // the switch, every allreduce completes with the reference's result, the

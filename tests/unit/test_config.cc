@@ -1,16 +1,21 @@
 // The configuration variables' number syntax, "decimal or 0x hex"
-// (ibv_coll(7)), against hand-written cases; the fuzz target fuzz_config
+// (ibv_coll(7)), sizes with their K, M and G suffixes, and string
+// variables' own checks, against hand-written cases; the fuzz target fuzz_config
 // checks the same against a reference on arbitrary text.  And the tables'
 // registry: every variable in one self-registered table, with the default
 // ibv_coll(7) documents.
 #include "nic/emu_config.h"
+#include "reduce/reduce.h"
 #include "util/config.h"
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,6 +54,90 @@ TEST(Config, UintRejectsSignsBlanksAndJunk)
 			      "1e3", "18446744073709551616", "12abc"}) {
 		EXPECT_FALSE(parse_uint(s, &x)) << '"' << s << '"';
 		EXPECT_EQ(x, 7u) << "changed by \"" << s << '"';
+	}
+}
+
+// Sizes: the same numbers, with an optional K, M or G suffix (2^10, 2^20,
+// 2^30), as the MPI library's byte counts have always been written.
+TEST(Config, SizeSuffixes)
+{
+	using ibv_coll::util::parse_size;
+	uint64_t x = 0;
+	EXPECT_TRUE(parse_size("4096", &x));
+	EXPECT_EQ(x, 4096u);
+	EXPECT_TRUE(parse_size("32K", &x));
+	EXPECT_EQ(x, 32u * 1024);
+	EXPECT_TRUE(parse_size("3m", &x));
+	EXPECT_EQ(x, 3u * 1024 * 1024);
+	EXPECT_TRUE(parse_size("2G", &x));
+	EXPECT_EQ(x, 2ull * 1024 * 1024 * 1024);
+	EXPECT_TRUE(parse_size("0x10k", &x));
+	EXPECT_EQ(x, 16u * 1024);
+	EXPECT_TRUE(parse_size("010", &x)); // decimal, as every variable
+	EXPECT_EQ(x, 10u);
+	EXPECT_TRUE(parse_size("17179869183G", &x)); // 2^34 - 1 times 2^30 fits
+	EXPECT_EQ(x, ((1ull << 34) - 1) << 30);
+	x = 7;
+	for (const char *s :
+	     {"", "K", "1KB", "1T", "-1", " 1K", "1 K", "0xK", "17179869184G", "1.5M"}) {
+		EXPECT_FALSE(parse_size(s, &x)) << '"' << s << '"';
+		EXPECT_EQ(x, 7u) << "changed by \"" << s << '"';
+	}
+}
+
+namespace {
+
+const char *check_abc(const char *s)
+{
+	return strcmp(s, "a") && strcmp(s, "b") ? "expected a or b" : nullptr;
+}
+
+// Sets a variable for one test, and restores the environment after it.
+struct ScopedEnv {
+	const char *name;
+	ScopedEnv(const char *n, const char *v) : name(n) { setenv(n, v, 1); }
+	~ScopedEnv() { unsetenv(name); }
+};
+
+} // namespace
+
+// A size variable's range applies after the suffix; a string variable
+// with a check is marked by config_problem, which the listing prints as
+// "# INVALID", and one without passes whatever it holds.
+TEST(Config, SizeRangeAndStringCheck)
+{
+	using namespace ibv_coll::util;
+	const ConfigVar sz{"IBVC_TEST_CFG_SIZE", "1K", "help", ConfigKind::size, 1, 4096};
+	const ConfigVar ch{
+		"IBVC_TEST_CFG_CHOICE", "a", "help", ConfigKind::string, 0, UINT64_MAX, check_abc};
+	const ConfigVar any{"IBVC_TEST_CFG_ANY", "", "help", ConfigKind::string};
+	uint64_t x = 0;
+	ASSERT_EQ(config_uint(sz, &x), 0);
+	EXPECT_EQ(x, 1024u);
+	{
+		ScopedEnv e(sz.name, "4k");
+		EXPECT_EQ(config_uint(sz, &x), 0);
+		EXPECT_EQ(x, 4096u);
+		EXPECT_EQ(config_problem(sz), "");
+	}
+	{
+		ScopedEnv e(sz.name, "5K");
+		x = 9;
+		EXPECT_EQ(config_uint(sz, &x), EINVAL);
+		EXPECT_EQ(x, 9u);
+		EXPECT_NE(config_problem(sz).find("[1, 4096]"), std::string::npos)
+			<< config_problem(sz);
+	}
+	EXPECT_EQ(config_problem(ch), "") << "unset";
+	{
+		ScopedEnv e(ch.name, "b");
+		EXPECT_EQ(config_problem(ch), "");
+	}
+	{
+		ScopedEnv e(ch.name, "c");
+		EXPECT_EQ(config_problem(ch), "expected a or b");
+		ScopedEnv f(any.name, "c");
+		EXPECT_EQ(config_problem(any), "");
 	}
 }
 
@@ -150,6 +239,24 @@ TEST(ConfigRegistry, EveryVariableListedOnceWithItsDefault)
 		emu += name.rfind("IBV_COLL_EMU_", 0) == 0;
 	EXPECT_EQ(ibv_coll::emu::emu_config_vars().size(), emu);
 	EXPECT_EQ(emu, std::size(kWant) - 2);
+}
+
+// The reduce kernels read IBV_COLL_EMU_ISA from their own table, whose
+// check lets the listing mark a name that is not an ISA.
+TEST(ConfigRegistry, IsaIsCheckedByItsTable)
+{
+	std::span<const ConfigVar> vars = ibv_coll::emu::reduce_config_vars();
+	ASSERT_EQ(vars.size(), 1u);
+	const ConfigVar &isa = vars[0];
+	EXPECT_STREQ(isa.name, "IBV_COLL_EMU_ISA");
+	for (const char *ok : {"auto", "scalar", "avx2", "avx512", ""}) {
+		ScopedEnv e(isa.name, ok);
+		EXPECT_EQ(ibv_coll::util::config_problem(isa), "") << '"' << ok << '"';
+	}
+	for (const char *bad : {"avx", "AVX2", "sse4", "avx512 "}) {
+		ScopedEnv e(isa.name, bad);
+		EXPECT_NE(ibv_coll::util::config_problem(isa), "") << '"' << bad << '"';
+	}
 }
 
 TEST(ConfigRegistry, LoadersKeepTheirDefaults)

@@ -1,11 +1,11 @@
-// DMA into another process's address space (issue 14, step 1), and work
-// queues shared with another process through a memfd (step 2's rings): a
-// protection domain whose memory is a forked child's.  The device's copies
-// go through process_vm_readv/writev with the same key, PD and bounds
-// checks; RC (write, read, send both ways) and collectives (ring allreduce
-// and allgather, the child's ranks on one NIC and local ones on the other)
-// are checked byte for byte against what the child holds, read back over a
-// socket, and against a scalar reference.
+// DMA into another process's address space (the shared device's first
+// step), and work queues shared with another process through a memfd (the
+// rings of its second): a protection domain whose memory is a forked
+// child's.  The device's copies go through process_vm_readv/writev with
+// the same key, PD and bounds checks; RC (write, read, send both ways) and
+// collectives (ring allreduce and allgather, the child's ranks on one NIC
+// and local ones on the other) are checked byte for byte against what the
+// child holds, read back over a socket, and against a scalar reference.
 #include "coll/coll_job.h"
 #include "nic/mr_table.h"
 #include "nic/nic.h"

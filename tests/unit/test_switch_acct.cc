@@ -511,12 +511,12 @@ TEST_F(SwitchAcct, TdmAdmissionRequestsCountedOnce)
 	}
 }
 
-// Issue 25: the nodes of one job on one shared device (ibv_coll_devd) share
-// its address and UDP port, each with its own collective QP.  The switch
-// told children apart by address and port, so the second node's CONFIG
-// was dropped (drop_node) and the job never granted.  Here one socket
-// plays both nodes, QPs 0x11 and 0x12: each is granted, each gets the
-// result 5 + 7 at its own QP, and a third QP of that endpoint claiming
+// Regression: the nodes of one job on one shared device (ibv_coll_devd)
+// share its address and UDP port, each with its own collective QP.  The
+// switch told children apart by address and port, so the second node's
+// CONFIG was dropped (drop_node) and the job never granted.  Here one
+// socket plays both nodes, QPs 0x11 and 0x12: each is granted, each gets
+// the result 5 + 7 at its own QP, and a third QP of that endpoint claiming
 // node 1 is refused without taking node 1's results.
 TEST_F(SwitchAcct, MembersOfOneEndpointAreToldApartByQpn)
 {

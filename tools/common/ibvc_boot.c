@@ -5,13 +5,14 @@
 #include "ibvc_boot.h"
 #include "ibvc_boot_pmix.h"
 
+#include <ibv_coll/ibv_coll.h>
+
 #include <errno.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -360,14 +361,10 @@ int ibvc_boot_from_env(const char **addr, int *node, int *nodes)
 	return ENOENT;
 }
 
-int ibvc_boot_shared_device(void)
+int ibvc_boot_shared_device(const struct ibv_coll_caps *caps)
 {
-	static const char *const yes[] = {"1", "y", "yes", "true", "on"};
-	const char *v = getenv("IBV_COLL_CRXE_SHARED");
-	for (size_t i = 0; v && i < sizeof(yes) / sizeof(yes[0]); i++)
-		if (!strcasecmp(v, yes[i]))
-			return 1;
-	return 0;
+	return (caps->comp_mask & IBV_COLL_CAPS_FLAGS) &&
+	       (caps->flags & IBV_COLL_CAPS_SHARED_DEVICE);
 }
 
 /* What a process says about its node; processes with equal keys are one. */
@@ -377,7 +374,7 @@ struct place_key {
 	char host[64];
 };
 
-int ibvc_boot_place(struct ibvc_boot *b, struct ibvc_boot_place *out, int *node_of)
+int ibvc_boot_place(struct ibvc_boot *b, int shared, struct ibvc_boot_place *out, int *node_of)
 {
 	const char *env = getenv("IBVC_JOB_NODE");
 	struct place_key me, *all;
@@ -394,7 +391,7 @@ int ibvc_boot_place(struct ibvc_boot *b, struct ibvc_boot_place *out, int *node_
 		}
 		me.kind = 1;
 		me.num = (int32_t)v;
-	} else if (b->pmix && ibvc_boot_shared_device()) {
+	} else if (b->pmix && shared) {
 		me.kind = 2;
 		me.num = 0;
 		ibvc_pmix_host(me.host, sizeof(me.host));
@@ -416,7 +413,8 @@ int ibvc_boot_place(struct ibvc_boot *b, struct ibvc_boot_place *out, int *node_
 		if (all[i].kind != all[0].kind) {
 			fprintf(stderr,
 				"ibvc_boot: process %d and process 0 group processes into nodes "
-				"differently (IBVC_JOB_NODE set in one, not the other?)\n",
+				"differently (IBVC_JOB_NODE set in one, not the other, or the "
+				"host's shared device opened in one, not the other?)\n",
 				i);
 			err = EINVAL;
 			goto out;

@@ -27,6 +27,7 @@ extern "C" {
 #endif
 
 struct ibvc_boot;
+struct ibv_coll_caps;
 
 /* Join the rendezvous at addr as node `node` of `nodes`. */
 int ibvc_boot_open(const char *addr, int node, int nodes, int timeout_ms, struct ibvc_boot **out);
@@ -58,16 +59,19 @@ struct ibvc_boot_place {
 /* Learn the job's nodes, collectively (every process of the rendezvous
  * calls it).  A process's node is IBVC_JOB_NODE (ibv_coll_run sets it;
  * nodes must then be numbered in order of their first process); else,
- * under a PMIx launcher with the shared device (IBV_COLL_CRXE_SHARED=y),
- * its host (PMIx's node id, else the host name); else each process is a
- * node of its own, as before.  node_of, when not NULL, receives every
+ * under a PMIx launcher with shared nonzero, its host (PMIx's node id,
+ * else the host name); else each process is a node of its own, as before.
+ * shared: whether the process's device is the host's shared device, which
+ * ibv_query_coll_caps() reports (ibvc_boot_shared_device()); the caller
+ * opens the device first.  node_of, when not NULL, receives every
  * process's node (b's nodes entries).  0, or an errno value with a message
  * on stderr (EINVAL: the processes do not agree on how they are grouped). */
-int ibvc_boot_place(struct ibvc_boot *b, struct ibvc_boot_place *out, int *node_of);
+int ibvc_boot_place(struct ibvc_boot *b, int shared, struct ibvc_boot_place *out, int *node_of);
 
-/* Whether IBV_COLL_CRXE_SHARED asks for the host's shared device (the
- * provider's boolean: 1, y, yes, true, on). */
-int ibvc_boot_shared_device(void);
+/* Whether caps (ibv_query_coll_caps() of the process's context) say that
+ * the device is the host's shared device, served by ibv_coll_devd
+ * (IBV_COLL_CAPS_SHARED_DEVICE). */
+int ibvc_boot_shared_device(const struct ibv_coll_caps *caps);
 
 #ifdef __cplusplus
 }
