@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench-shared - the shared device (issue 14) against today's model of one
+# bench-shared - the shared device against today's model of one
 # device per process, side by side in one run: allreduce, float, sum,
 # blocking (one allreduce at a time, as MPI_Allreduce is: ibv_coll_perf
 # -z 1), every result checked element by element (-c 1).

@@ -42,7 +42,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 	run build-asan "-E _big|switchbig|n8k2_switch_|mpi\.(check|unsupported|finalize|netns|shared) -LE rxe|pkg|liveness" \
 	-DIBV_COLL_SANITIZE=ON
 
-# ThreadSanitizer (issue 15): the library, the emulator and the suites
+# ThreadSanitizer: the library, the emulator and the suites
 # that run the engine thread beside application threads posting and
 # polling (the hand-off, the rings' hand-written ordering): the C API,
 # RC between processes but the long transfers (which TSan's slowdown
@@ -58,7 +58,7 @@ cmake --build build-tsan -j "$jobs" --target test_api test_c_abi test_version te
 	ctest --output-on-failure --timeout 300 \
 	-R '^(api\.|rc\.Rc\.|rc\.RcSelf\.|rc\.RcImpaired\.ManyWrsInFlight|rc\.Mtus/RcMtu\.(WriteAndSendWithImmediate|ReadEverySize/mtu4096)|coll\.CollWire\.|emu\.SwitchAcct\.|coll\.Loopback/Coll\.EveryNodeMatchesTheReference/n2k2_full)')
 
-# libFuzzer (issue 15): every target of tests/fuzz for IBV_COLL_FUZZ_SECONDS
+# libFuzzer: every target of tests/fuzz for IBV_COLL_FUZZ_SECONDS
 # (10 here) from its committed seeds, under ASan and UBSan; longer runs:
 # scripts/fuzz.sh TARGET SECONDS.
 echo "== fuzz: each libFuzzer target for 10 s"
@@ -67,7 +67,7 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDe
 cmake --build build-fuzz -j "$jobs" --target fuzz_targets
 (cd build-fuzz && ctest -L fuzz --output-on-failure)
 
-# Soak (issue 15): random collectives, sizes, ops, types and topologies
+# Soak: random collectives, sizes, ops, types and topologies
 # with loss, duplication, reordering and member restarts against three
 # long-running switches, every result checked, their memory, descriptors
 # and counters watched; an hour with scripts/soak.sh -t 3600.  Here seed

@@ -1,5 +1,5 @@
 #!/bin/sh
-# stress-liveness - seeded random collectives on the shapes issue 25 found
+# stress-liveness - seeded random collectives on the shapes that once stalled
 # hanging, until each shape has run at least COUNT collectives: every
 # result is checked against the scalar reference (coll_node), and a node
 # that neither completes nor fails within its job's timeout is a hang.

@@ -1,6 +1,6 @@
-// The collective offload unit of the emulated NIC ("CollEngine": the
-// seed design's name; the NIC's own engine is nic/Engine, and the two meet
-// only through nic/coll_iface.h), in the five modules of the seed design:
+// The collective offload unit of the emulated NIC ("CollEngine", to tell it
+// from the NIC's own engine, nic/Engine; the two meet only through
+// nic/coll_iface.h), in five modules:
 // execution control (exec_ctrl.cc: WQEs, validation, the job table, the
 // choice of strategy per message), parse & encapsulate (codec.cc: the
 // classification of CETH packets decoded by wire/coll_codec.h; xmit.cc

@@ -229,6 +229,27 @@ static bool switch_config(const Fabric &f, const std::vector<uint32_t> &hosts,
 	return true;
 }
 
+// A job's collective QP on one host, as a NIC sets it up.
+static std::unique_ptr<JobQp> make_qp(uint32_t job, uint32_t host, uint32_t qpn, uint32_t ranks,
+				      uint32_t mtu)
+{
+	auto q = std::make_unique<JobQp>();
+	q->job = job;
+	q->host = host;
+	q->sq = std::make_unique<emu::Queue>(8, emu::coll_wqe_stride(ranks));
+	q->cq.arg = q.get();
+	q->qp.qpn = qpn;
+	q->qp.pdn = 1;
+	q->qp.coll = true;
+	q->qp.sq = q->sq.get();
+	q->qp.scq = &q->cq;
+	q->qp.meta.assign(q->sq->slots(), emu::WqeMeta{});
+	q->qp.attr.path_mtu = mtu;
+	q->src.resize(ranks);
+	q->dst.resize(ranks);
+	return q;
+}
+
 bool Simulator::add_job(const JobSpec &js, std::string *err)
 {
 	Fabric &f = *f_;
@@ -310,20 +331,7 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 		return false;
 	for (uint32_t k = 0; k < j->hosts.size(); k++) {
 		Host &h = f.hosts[j->hosts[k]];
-		auto q = std::make_unique<JobQp>();
-		q->job = ji;
-		q->host = j->hosts[k];
-		q->sq = std::make_unique<emu::Queue>(8, emu::coll_wqe_stride(js.ranks_per_node));
-		q->cq.arg = q.get();
-		q->qp.qpn = j->qpn;
-		q->qp.pdn = 1;
-		q->qp.coll = true;
-		q->qp.sq = q->sq.get();
-		q->qp.scq = &q->cq;
-		q->qp.meta.assign(q->sq->slots(), emu::WqeMeta{});
-		q->qp.attr.path_mtu = f.spec.mtu;
-		q->src.resize(js.ranks_per_node);
-		q->dst.resize(js.ranks_per_node);
+		auto q = make_qp(ji, j->hosts[k], j->qpn, js.ranks_per_node, f.spec.mtu);
 		h.nic->qps[j->qpn] = &q->qp;
 		cfg.node = uint16_t(k);
 		// Each job its own range of the host's Seg units.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Liveness under load (issue 25): more nodes than processors, large
+# Liveness under load: more nodes than processors, large
 # collectives of every kind, uneven ranks, each result checked against the
 # scalar reference (coll_node --scenario heavy), with the congestion
 # controller on and, as the baseline, off.  Every node must finish every

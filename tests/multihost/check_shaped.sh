@@ -1,5 +1,5 @@
 #!/bin/bash
-# The shaped-fabric check of issue 17: 3 hosts on 200 Mbit/s links, 4 MiB
+# The shaped-fabric check: 3 hosts on 200 Mbit/s links, 4 MiB
 # fp32 allreduce round the ring and through a switch (scripts/bench-fabric.sh).
 # Fails when a run fails or a result is wrong, or when the ring puts more
 # than 1.2 x 2(N-1)/N times S on a host's link per allreduce: without rate

@@ -1,5 +1,5 @@
 #!/bin/sh
-# AUTO with one member that hears no switch (issue 25): node 1 is given a
+# AUTO with one member that hears no switch: node 1 is given a
 # switch address where none listens, the others the real switch, which
 # answers them "wait" as it never hears node 1.  Node 1 falls back to the
 # ring after IBV_COLL_EMU_SW_CONFIG_MS and tells the others, which follow

@@ -12,7 +12,7 @@
 # shared device of this host (each with its share of the Seg units).
 # With SWITCHD set (an ibv_coll_switchd), a switch serves the job (PERF
 # ARGS then say -t switch or -t auto): every node's lead talks to it from
-# the one device's address and port, told apart by its QP (issue 25).
+# the one device's address and port, told apart by its QP.
 # Every process must then run every message through the switch, as every
 # other did (--ran-log: the same MIDs and flags, the switch's, never the
 # fallback), and the switch must end with no member dropped (drop_node 0)
