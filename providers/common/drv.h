@@ -88,6 +88,10 @@ int modify_qp(core::Qp *qp, ibv_coll_qp_attr *attr, int mask);
 int query_qp(core::Qp *qp, ibv_coll_qp_attr *attr, int mask, ibv_coll_qp_init_attr *init);
 int post_send(core::Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad);
 int post_recv(core::Qp *qp, ibv_coll_recv_wr *wr, ibv_coll_recv_wr **bad);
+// The checks of an RC send WR that need only the WR and the QP's SGE
+// limit (EINVAL for anything malformed), made before anything of a chain
+// is posted; every provider's post_send makes them, the device the rest.
+int check_send_wr(const ibv_coll_send_wr *wr, uint32_t max_send_sge);
 
 // The NIC's objects made from the NIC alone.  Completions of a CQ made
 // with event_to are announced as events of that (the caller's) CQ.

@@ -196,8 +196,7 @@ int query_qp(core::Qp *q, ibv_coll_qp_attr *a, int, ibv_coll_qp_init_attr *init)
 	return 0;
 }
 
-// Checks that need only the WR itself; EINVAL for anything malformed.
-static int check_send_wr(const Qp *qp, const ibv_coll_send_wr *wr)
+int check_send_wr(const ibv_coll_send_wr *wr, uint32_t max_send_sge)
 {
 	switch (core::raw_enum(wr->opcode)) {
 	case IBV_COLL_WR_RDMA_WRITE:
@@ -207,7 +206,7 @@ static int check_send_wr(const Qp *qp, const ibv_coll_send_wr *wr)
 	case IBV_COLL_WR_RDMA_READ: break;
 	default: return EINVAL;
 	}
-	if (wr->num_sge < 0 || uint32_t(wr->num_sge) > qp->cap.max_send_sge ||
+	if (wr->num_sge < 0 || uint32_t(wr->num_sge) > max_send_sge ||
 	    (wr->num_sge && !wr->sg_list))
 		return EINVAL;
 	if (wr->send_flags &
@@ -240,7 +239,7 @@ int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 	emu::Queue &sq = *qp->sq;
 	uint32_t free = sq.free_slots(), n = 0;
 	for (ibv_coll_send_wr *w = wr; w; w = w->next, n++) {
-		int err = check_send_wr(qp, w);
+		int err = check_send_wr(w, qp->cap.max_send_sge);
 		if (!err && n >= free)
 			err = ENOMEM;
 		if (err) {

@@ -256,27 +256,6 @@ int query_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask, ibv_coll_qp_init_attr *
 
 namespace {
 
-// Checks that need only the WR itself, as crxe makes them, so that a
-// malformed chain posts nothing; the device checks the rest.
-int check_send_wr(const Qp *qp, const ibv_coll_send_wr *wr)
-{
-	switch (core::raw_enum(wr->opcode)) {
-	case IBV_COLL_WR_RDMA_WRITE:
-	case IBV_COLL_WR_RDMA_WRITE_WITH_IMM:
-	case IBV_COLL_WR_SEND:
-	case IBV_COLL_WR_SEND_WITH_IMM:
-	case IBV_COLL_WR_RDMA_READ: break;
-	default: return EINVAL;
-	}
-	if (wr->num_sge < 0 || uint32_t(wr->num_sge) > qp->init.cap.max_send_sge ||
-	    (wr->num_sge && !wr->sg_list))
-		return EINVAL;
-	if (wr->send_flags &
-	    ~unsigned(IBV_COLL_SEND_FENCE | IBV_COLL_SEND_SIGNALED | IBV_COLL_SEND_SOLICITED))
-		return EINVAL;
-	return 0;
-}
-
 // A chain of up to this many WRs is translated on the stack.
 constexpr size_t kStackWrs = 16;
 
@@ -294,7 +273,7 @@ int post_send(core::Qp *q, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 	}
 	size_t n = 0;
 	for (ibv_coll_send_wr *w = wr; w; w = w->next, n++) {
-		if (int err = check_send_wr(qp, w)) {
+		if (int err = drv::check_send_wr(w, qp->init.cap.max_send_sge)) {
 			*bad = w;
 			return err;
 		}
