@@ -195,35 +195,51 @@ void Engine::wake()
 // one makes the engine re-arm.
 void Engine::kick(const Cq *watch)
 {
+	if (dead.load())
+		return;
 	if (mu.try_lock()) {
-		// While passes find work and the watched CQ stays empty, run
-		// another: every return to the caller is, on a busy machine, a
-		// yield and a context switch before the next pass.  A pass that
-		// did work may have made more ready (a collective completed, the
-		// next can start): unless a later pass found none, or a thread
-		// that polls will run the next, the engine thread goes on from
-		// there, as no one else may (a doorbell from a thread that then
-		// waits, as ibv_coll_devd's request thread does, is the last call
-		// before a wait).
-		bool more = false;
-		for (int pass = 0; pass < 8; pass++) {
-			more = progress_locked();
-			if (!more || !watch || watch->ring->prod() != watch->ring->cons())
-				break;
-		}
-		uint64_t d = next_deadline_locked();
-		mu.unlock();
-		const bool polled = watch || app_until.load() > util::now_ns();
-		if (!polled && (more || (d && d < armed_deadline.load()))) {
-			work_pending.store(true);
-			if (sleeping.load())
-				wake();
+		try {
+			kick_locked(watch);
+		} catch (const std::exception &e) {
+			mu.unlock();
+			fail(e.what());
+		} catch (...) {
+			mu.unlock();
+			fail("an unknown exception");
 		}
 		return;
 	}
 	work_pending.store(true);
 	if (sleeping.load())
 		wake();
+}
+
+// kick() with mu taken; returns with it released.
+void Engine::kick_locked(const Cq *watch)
+{
+	// While passes find work and the watched CQ stays empty, run
+	// another: every return to the caller is, on a busy machine, a
+	// yield and a context switch before the next pass.  A pass that
+	// did work may have made more ready (a collective completed, the
+	// next can start): unless a later pass found none, or a thread
+	// that polls will run the next, the engine thread goes on from
+	// there, as no one else may (a doorbell from a thread that then
+	// waits, as ibv_coll_devd's request thread does, is the last call
+	// before a wait).
+	bool more = false;
+	for (int pass = 0; pass < 8; pass++) {
+		more = progress_locked();
+		if (!more || !watch || watch->ring->prod() != watch->ring->cons())
+			break;
+	}
+	uint64_t d = next_deadline_locked();
+	mu.unlock();
+	const bool polled = watch || app_until.load() > util::now_ns();
+	if (!polled && (more || (d && d < armed_deadline.load()))) {
+		work_pending.store(true);
+		if (sleeping.load())
+			wake();
+	}
 }
 
 // Hand-off of the port.  A thread that wakes for every packet costs a
@@ -251,12 +267,57 @@ void Engine::app_sleeps()
 		wake();
 }
 
+// The engine thread: an exception out of its passes (memory ran out in the
+// engine) fails the device rather than the process.
 void Engine::run()
+{
+	try {
+		run_passes();
+	} catch (const std::exception &e) {
+		fail(e.what());
+	} catch (...) {
+		fail("an unknown exception");
+	}
+}
+
+void Engine::fail(const char *why)
+{
+	if (dead.exchange(true))
+		return;
+	IBVC_ERR("emu", "{}: internal error in the engine ({}): the device fails", params.name,
+		 why);
+	{
+		std::lock_guard lk(mu);
+		for (auto &kv : qps) {
+			Qp &qp = *kv.second;
+			if (qp.state == QpState::reset)
+				continue;
+			qp_to_error(qp, "the device failed");
+			if (qp.coll)
+				while (coll->flush(qp)) {
+				}
+			else
+				flush(qp);
+		}
+		// A thread asleep on a CQ's channel wakes to find its WQEs
+		// flushed, whatever it armed for.
+		for (Cq *cq : cqs) {
+			const bool armed = cq->arm.exchange(kArmOff) != kArmOff;
+			if ((armed || cq->event_due) && cq->fn)
+				cq->fn(cq->arg);
+			cq->event_due = false;
+		}
+	}
+	if (params.on_fatal)
+		params.on_fatal(params.fatal_arg);
+}
+
+void Engine::run_passes()
 {
 	uint64_t idle_since = 0;
 	bool pass = true; // run a progress pass before sleeping again
 	epoll_event evs[4];
-	while (!stop_.load()) {
+	while (!stop_.load() && !dead.load()) {
 		work_pending.store(false);
 		bool did = false, quiet;
 		uint64_t timer, now;
@@ -344,6 +405,8 @@ void Engine::run()
 
 bool Engine::progress_locked()
 {
+	if (params.fault)
+		params.fault();
 	bool did = false;
 	RxPacket pkts[Transport::kBatch];
 	for (int b = 0; b < 4; b++) {

@@ -63,6 +63,7 @@ public:
 	// WATCH, a CQ the caller polls, stays empty), else make sure someone
 	// will.
 	void kick(const Cq *watch = nullptr);
+	void kick_locked(const Cq *watch);
 	// An application thread polls: for the next IBV_COLL_EMU_APP_POLL_US
 	// its polls run the NIC and the engine thread keeps off the port.
 	void app_polled();
@@ -79,6 +80,10 @@ public:
 	std::atomic<uint32_t> *awake_word = nullptr;
 
 	bool progress_locked();
+	// An internal error (an exception out of a pass): the device fails
+	// for good, as NicParams::on_fatal says.  Without mu held.
+	void fail(const char *why);
+	std::atomic<bool> dead{false};
 	// Every counter, as one snapshot (the caller holds mu).
 	NicCounters snapshot_locked() const;
 	// Copy the counters into the shared-memory segment ibv_coll_stat(1)
@@ -136,6 +141,7 @@ public:
 
 private:
 	void run();
+	void run_passes();
 	void handle_packet(const RxPacket &rx);
 
 	// epfd_ watches the port, the doorbell and the timer; epq_ only the

@@ -24,6 +24,11 @@ int Nic::create(const NicParams &p, std::unique_ptr<Nic> *out)
 	return 0;
 }
 
+bool Nic::fatal() const
+{
+	return e_->dead.load();
+}
+
 uint16_t Nic::udp_port() const
 {
 	return e_->port->port();
@@ -53,6 +58,8 @@ int Nic::alloc_pd(uint32_t *pdn)
 
 int Nic::alloc_pd_in(DmaSpace space, uint32_t *pdn)
 {
+	if (fatal())
+		return EIO; // the device failed: only destroying goes on
 	if (space < 0)
 		return EINVAL;
 	std::lock_guard lk(e_->mu);
@@ -81,6 +88,8 @@ DmaSpace Nic::pd_space(uint32_t pdn) const
 
 int Nic::reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access, uint32_t *key)
 {
+	if (fatal())
+		return EIO; // the device failed: only destroying goes on
 	std::lock_guard lk(e_->mu);
 	if (!e_->pds.count(pdn))
 		return EINVAL;
@@ -89,6 +98,8 @@ int Nic::reg_mr(uint32_t pdn, const void *addr, uint64_t len, uint32_t access, u
 
 int Nic::reg_mr_keyed(uint32_t pdn, const void *addr, uint64_t len, uint32_t access, uint32_t key)
 {
+	if (fatal())
+		return EIO; // the device failed: only destroying goes on
 	std::lock_guard lk(e_->mu);
 	if (!e_->pds.count(pdn))
 		return EINVAL;
@@ -103,6 +114,8 @@ int Nic::dereg_mr(uint32_t key)
 
 int Nic::create_cq(Queue *ring, CqEventFn fn, void *arg, Cq **out, uint32_t *cqn)
 {
+	if (fatal())
+		return EIO; // the device failed: only destroying goes on
 	std::lock_guard lk(e_->mu);
 	if (e_->cqs.size() >= kMaxCqs)
 		return ENOMEM;
@@ -135,6 +148,8 @@ int Nic::destroy_cq(Cq *cq)
 
 int Nic::create_qp(const QpCreate &c, Qp **out, uint32_t *qpn)
 {
+	if (fatal())
+		return EIO; // the device failed: only destroying goes on
 	std::lock_guard lk(e_->mu);
 	if (!e_->pds.count(c.pdn) || !c.sq || !c.rq || !c.send_cq || !c.recv_cq)
 		return EINVAL;
@@ -178,6 +193,8 @@ int Nic::create_qp(const QpCreate &c, Qp **out, uint32_t *qpn)
 
 int Nic::modify_qp(Qp *qp, const QpAttr &a, uint32_t mask)
 {
+	if (fatal())
+		return EIO; // the device failed: only destroying goes on
 	std::lock_guard lk(e_->mu);
 	Engine &e = *e_;
 	// Check everything before changing anything.

@@ -17,6 +17,7 @@
 #include "util/clock.h"
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,6 +49,17 @@ struct NicParams {
 	// engine thread sleeps on the host's clock: a device on another is
 	// run by its owner's passes (CollService::progress), not the thread.
 	const util::Clock *clock = &util::host_clock();
+	// Called once, from the thread that found it, when the device fails
+	// for good (an internal error such as memory running out in the
+	// engine): by then every QP is in error, its WQEs completed with
+	// IBV_WC_WR_FLUSH_ERR and every armed CQ's event delivered, and posts
+	// fail with EIO (Device::fatal).  The provider turns it into
+	// IBV_EVENT_DEVICE_FATAL.
+	void (*on_fatal)(void *arg) = nullptr;
+	void *fatal_arg = nullptr;
+	// Fault injection, for tests: called at the start of every progress
+	// pass, under the engine lock; what it throws fails the device.
+	std::function<void()> fault;
 	// Opens the transport packets go through; empty: a UdpPort bound as
 	// udp_port, port_fallback and cfg say.
 	TransportFactory transport;
@@ -185,6 +197,9 @@ public:
 	// sleeps (engine.h awake_word): memory shared with processes that may
 	// then skip their doorbells.  Before the first doorbell.
 	void share_awake_word(std::atomic<uint32_t> *word);
+
+	// The engine failed (NicParams::on_fatal): posts fail with EIO.
+	bool fatal() const override;
 
 private:
 	Nic();

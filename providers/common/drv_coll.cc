@@ -281,6 +281,10 @@ int post_coll(Qp *qp, ibv_coll_send_wr *wr, ibv_coll_send_wr **bad)
 {
 	emu::Device *nic = qp->nic;
 	const uint32_t pdn = qp->pdn;
+	if (nic->fatal()) {
+		*bad = wr;
+		return EIO;
+	}
 	std::unique_lock lk(qp->sq_mu);
 	ibv_qp_state st = qp->pub.state;
 	if ((st != IBV_QPS_RTS && st != IBV_QPS_ERR) || !qp->have_job) {

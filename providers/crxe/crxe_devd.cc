@@ -8,8 +8,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
-
 #include <cstdio>
 #include <cstring>
 
@@ -21,6 +21,17 @@ devd::Server *g_server;
 
 void on_signal(int)
 {
+	if (g_server)
+		g_server->stop();
+}
+
+// The NIC's engine met an internal error (NicParams::on_fatal): the
+// daemon stops, and its clients, whose channel closes, fail their
+// devices with IBV_EVENT_DEVICE_FATAL.
+std::atomic<bool> g_nic_failed{false};
+void on_nic_fatal(void *)
+{
+	g_nic_failed = true;
 	if (g_server)
 		g_server->stop();
 }
@@ -76,6 +87,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ibv_coll_devd: %s: %s\n", netdev.c_str(), strerror(err));
 		return 1;
 	}
+	p.on_fatal = on_nic_fatal;
 	std::unique_ptr<emu::Nic> nic;
 	if ((err = emu::Nic::create(p, &nic))) {
 		fprintf(stderr, "ibv_coll_devd: %s: %s\n", p.name.c_str(), strerror(err));
@@ -104,7 +116,12 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, nullptr);
 	sigaction(SIGTERM, &sa, nullptr);
 	signal(SIGPIPE, SIG_IGN);
+	if (g_nic_failed) // before the server was there to stop
+		s->stop();
 	err = s->run();
 	g_server = nullptr;
-	return err ? 1 : 0;
+	if (g_nic_failed)
+		fprintf(stderr, "ibv_coll_devd: %s: the device failed (internal error)\n",
+			p.name.c_str());
+	return err || g_nic_failed ? 1 : 0;
 }

@@ -32,7 +32,9 @@ void discover(std::vector<ibv_coll_device *> &out)
 	}
 }
 
-// The shared device's daemon died (devd_client.cc flushed the work).
+// The device failed for good: the shared device's daemon died
+// (devd_client.cc flushed the work), or the engine of this process's NIC
+// met an internal error (nic/engine.cc flushed it).
 static void device_fatal(void *arg)
 {
 	ibv_coll_async_event ev{};
@@ -64,6 +66,8 @@ core::Context *open_device(ibv_coll_device *dev_)
 	} else if (!err) {
 		emu::NicParams p;
 		err = nic_params(dev->nd.name, &p);
+		p.on_fatal = device_fatal;
+		p.fatal_arg = ctx.get();
 		if (!err) {
 			// The address list may have changed since discovery.
 			dev->nd.addrs = p.gids;
