@@ -36,6 +36,12 @@ void Fabric::host_pass(uint32_t hi)
 	if (h.pass_at != now)
 		return; // superseded by an earlier one
 	h.pass_at = 0;
+	for (const FabricSpec::Stall &st : spec.stalls)
+		if (st.host == hi && now >= kStart + st.at_ns &&
+		    now < kStart + st.at_ns + st.for_ns) {
+			schedule_host(hi, kStart + st.at_ns + st.for_ns);
+			return;
+		}
 	while (!h.inbox.empty()) {
 		PktPtr p = std::move(h.inbox.front());
 		h.inbox.pop_front();
@@ -134,8 +140,11 @@ std::string Fabric::state() const
 	return s;
 }
 
-SimReport Simulator::run(uint64_t limit_ns)
+SimReport Simulator::run(
+	uint64_t limit_ns,
+	const std::function<void(uint64_t, uint64_t, uint32_t, uint32_t)> &progress)
 {
+	uint64_t next_report = progress ? util::now_ns() + 1000000000ull : UINT64_MAX;
 	Fabric &f = *f_;
 	SimReport r;
 	const uint64_t end = kStart + limit_ns;
@@ -156,6 +165,13 @@ SimReport Simulator::run(uint64_t limit_ns)
 				f.host_pass(e.id);
 			break;
 		case Ev::job: f.job_step(e.id); break;
+		}
+		if ((f.events & 0xffff) == 0 && util::now_ns() >= next_report) {
+			uint32_t done = 0;
+			for (auto &j : f.jobs)
+				done += j->finished;
+			progress(f.clock.now() - kStart, f.events, done, uint32_t(f.jobs.size()));
+			next_report = util::now_ns() + 1000000000ull;
 		}
 		bool all = true;
 		if (e.kind == Ev::job) {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,18 @@ struct FabricSpec {
 	uint32_t switch_units = 4096; // Seg units of each switch
 	uint32_t nic_units = 2048;    // Seg units of each host's NIC, shared by its jobs
 	uint32_t timeout_ms = 0;      // collective timeout (0: the device default)
+	// The least retransmission timeout and tail-loss probe time of the
+	// collective engine (IBV_COLL_EMU_COLL_RTO_US, _PROBE_US; rto 0 and
+	// probe -1: the device defaults, made for real hosts' scheduling).
+	uint32_t rto_us = 0;
+	int64_t probe_us = -1;
+	// A host descheduled: from at_ns for for_ns it runs no pass, and what
+	// reaches it waits (a host the operating system or another job took).
+	struct Stall {
+		uint32_t host;
+		uint64_t at_ns, for_ns;
+	};
+	std::vector<Stall> stalls;
 };
 
 enum class SimTopology : uint8_t { ring, sw, autosel };
@@ -101,8 +114,11 @@ public:
 	~Simulator();
 	// Checks a job against the fabric; false with *err naming the field.
 	bool add_job(const JobSpec &j, std::string *err);
-	// Runs every job to its end, or until limit_ns of virtual time.
-	SimReport run(uint64_t limit_ns);
+	// Runs every job to its end, or until limit_ns of virtual time;
+	// progress, when set, is called about every second of wall time.
+	SimReport run(uint64_t limit_ns,
+		      const std::function<void(uint64_t virt_ns, uint64_t events,
+					       uint32_t jobs_done, uint32_t jobs)> &progress = {});
 
 private:
 	std::unique_ptr<Fabric> f_;
@@ -118,5 +134,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 
 // nccl-tests-style tables, one per job.
 void print_report(FILE *out, const FabricSpec &f, const SimReport &r);
+// The same as one JSON document (for plots).
+std::string report_json(const FabricSpec &f, const SimReport &r);
 
 } // namespace ibv_coll::sim

@@ -217,7 +217,8 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		const json &fo = d["fabric"];
 		only(fo, "fabric.",
 		     {"nodes", "shape", "nodes_per_leaf", "link", "uplink", "loss", "jitter_us",
-		      "mtu", "switch_units", "nic_units", "timeout_ms"});
+		      "mtu", "switch_units", "nic_units", "timeout_ms", "rto_us", "probe_us",
+		      "stalls"});
 		FabricSpec fs;
 		if (!fo.contains("nodes"))
 			bad("fabric.nodes", "missing");
@@ -241,6 +242,24 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		fs.switch_units = num<uint32_t>(fo, "switch_units", "fabric.", 4096, 1, 1u << 20);
 		fs.nic_units = num<uint32_t>(fo, "nic_units", "fabric.", 2048, 64, 1u << 16);
 		fs.timeout_ms = num<uint32_t>(fo, "timeout_ms", "fabric.", 0, 0, 3600000);
+		fs.rto_us = num<uint32_t>(fo, "rto_us", "fabric.", 0, 0, 10000000);
+		fs.probe_us = num<int64_t>(fo, "probe_us", "fabric.", -1, 0, 10000000);
+		if (fo.contains("stalls")) {
+			const json &sl = fo["stalls"];
+			if (!sl.is_array())
+				bad("fabric.stalls", "a list of {\"host\", \"at_us\", \"for_us\"}");
+			for (size_t i = 0; i < sl.size(); i++) {
+				const std::string at = "fabric.stalls[" + std::to_string(i) + "].";
+				only(sl[i], at, {"host", "at_us", "for_us"});
+				FabricSpec::Stall st;
+				st.host = num<uint32_t>(sl[i], "host", at, 0, 0, fs.nodes - 1);
+				st.at_ns = uint64_t(num<double>(sl[i], "at_us", at, 0, 0, 1e9) *
+						    1000);
+				st.for_ns = uint64_t(num<double>(sl[i], "for_us", at, 0, 0, 1e9) *
+						     1000);
+				fs.stalls.push_back(st);
+			}
+		}
 		const std::string e = check_fabric(fs);
 		if (!e.empty())
 			throw Bad{e};
@@ -306,6 +325,48 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 		(unsigned long long)r.drops, (unsigned long long)r.marks);
 	if (r.stuck)
 		fprintf(out, "# STUCK: jobs left unfinished\n%s", r.state.c_str());
+}
+
+std::string report_json(const FabricSpec &f, const SimReport &r)
+{
+	json d;
+	d["fabric"] = {{"nodes", f.nodes},
+		       {"shape", f.shape == Shape::star ? "star" : "tree2"},
+		       {"nodes_per_leaf", f.nodes_per_leaf},
+		       {"rate_bps", f.host.rate_bps},
+		       {"delay_ns", f.host.delay_ns},
+		       {"queue_bytes", f.host.queue_bytes},
+		       {"loss", f.loss},
+		       {"mtu", f.mtu}};
+	json jobs = json::array();
+	for (const JobResult &j : r.jobs) {
+		json sizes = json::array();
+		for (const SizeResult &z : j.sizes)
+			sizes.push_back({{"bytes", z.bytes},
+					 {"count", z.count},
+					 {"time_ns", z.time_ns},
+					 {"algbw", z.algbw},
+					 {"busbw", z.busbw},
+					 {"bound", z.bound},
+					 {"wire_s", z.wire_s},
+					 {"wrong", z.wrong},
+					 {"failed", z.failed}});
+		jobs.push_back({{"name", j.spec.name},
+				{"topology", topo_name(j.spec.topology)},
+				{"ranks_per_node", j.spec.ranks_per_node},
+				{"done", j.done},
+				{"sizes", sizes}});
+	}
+	d["jobs"] = jobs;
+	d["virtual_ns"] = r.end_ns;
+	d["events"] = r.events;
+	d["packets"] = r.packets;
+	d["dropped"] = r.drops;
+	d["ce_marked"] = r.marks;
+	d["stuck"] = r.stuck;
+	if (r.stuck)
+		d["state"] = r.state;
+	return d.dump(1, '\t') + "\n";
 }
 
 } // namespace ibv_coll::sim

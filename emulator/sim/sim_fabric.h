@@ -323,6 +323,10 @@ public:
 			h.params.clock = &clock;
 			if (spec.timeout_ms)
 				h.params.cfg.coll_timeout_ms = spec.timeout_ms;
+			if (spec.rto_us)
+				h.params.cfg.coll_rto_us = spec.rto_us;
+			if (spec.probe_us >= 0)
+				h.params.cfg.coll_probe_us = uint32_t(spec.probe_us);
 			h.nic = std::make_unique<SimHost>(h.params, *this, i);
 			h.svc = emu::make_coll_service(*h.nic, spec.nic_units, emu::kSegUnitBytes);
 		}

@@ -6,6 +6,7 @@
 #include "ibvc_version.h"
 
 #include <getopt.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -34,13 +35,15 @@ int main(int argc, char **argv)
 	enum { OPT_VERSION = 256 };
 	static const option longs[] = {{"seed", 1, nullptr, 's'},
 				       {"limit", 1, nullptr, 'l'},
+				       {"json", 1, nullptr, 'j'},
 				       {"help", 0, nullptr, 'h'},
 				       {"version", 0, nullptr, OPT_VERSION},
 				       {nullptr, 0, nullptr, 0}};
 	long long seed = -1;
 	double limit_s = 600;
+	const char *json_path = nullptr;
 	int c;
-	while ((c = getopt_long(argc, argv, "s:l:h", longs, nullptr)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:l:j:h", longs, nullptr)) != -1) {
 		char *end = nullptr;
 		switch (c) {
 		case 's':
@@ -62,6 +65,7 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'j': json_path = optarg; break;
 		case 'h': usage(stdout); return 0;
 		case OPT_VERSION: return ibvc_print_version("ibv_coll_sim", nullptr);
 		default: usage(stderr); return 2;
@@ -94,8 +98,25 @@ int main(int argc, char **argv)
 			fprintf(stderr, "ibv_coll_sim: %s: %s\n", argv[optind], err.c_str());
 			return 2;
 		}
-	const SimReport r = sim.run(uint64_t(limit_s * 1e9));
+	// On a terminal, a line a second while it runs.
+	std::function<void(uint64_t, uint64_t, uint32_t, uint32_t)> progress;
+	if (isatty(STDERR_FILENO))
+		progress = [](uint64_t t, uint64_t ev, uint32_t done, uint32_t n) {
+			fprintf(stderr, "\r# virtual %.6f s, %llu events, %u/%u jobs done",
+				double(t) / 1e9, (unsigned long long)ev, done, n);
+		};
+	const SimReport r = sim.run(uint64_t(limit_s * 1e9), progress);
+	if (progress)
+		fprintf(stderr, "\r\033[K");
 	print_report(stdout, f, r);
+	if (json_path) {
+		FILE *jf = fopen(json_path, "w");
+		const std::string js = report_json(f, r);
+		if (!jf || fwrite(js.data(), 1, js.size(), jf) != js.size() || fclose(jf)) {
+			fprintf(stderr, "ibv_coll_sim: %s: %s\n", json_path, strerror(errno));
+			return 1;
+		}
+	}
 	bool ok = !r.stuck;
 	for (const JobResult &j : r.jobs)
 		for (const SizeResult &z : j.sizes)
