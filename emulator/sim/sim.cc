@@ -140,6 +140,23 @@ std::string Fabric::state() const
 	return s;
 }
 
+void Fabric::sample(std::vector<TraceRow> *out)
+{
+	TraceRow row;
+	row.t_ns = clock.now() - kStart;
+	for (const SwitchDev &d : sws)
+		row.switch_units.push_back(d.sw->units_busy());
+	for (const auto &j : jobs) {
+		const emu::CollJob *cj = j->qps.empty() ? nullptr : j->qps[0]->qp.job.get();
+		double w = 0;
+		if (cj && !j->finished)
+			w = j->spec.topology == SimTopology::ring ? cj->cc.cwnd()
+								  : cj->sw_cc.cwnd();
+		row.cwnd.push_back(w);
+	}
+	out->push_back(std::move(row));
+}
+
 SimReport Simulator::run(
 	uint64_t limit_ns,
 	const std::function<void(uint64_t, uint64_t, uint32_t, uint32_t)> &progress)
@@ -148,6 +165,8 @@ SimReport Simulator::run(
 	Fabric &f = *f_;
 	SimReport r;
 	const uint64_t end = kStart + limit_ns;
+	if (f.spec.trace_ns)
+		f.at(kStart, Ev::trace, 0);
 	while (!f.evq.empty()) {
 		const Event e = f.evq.top();
 		if (e.t > end)
@@ -165,6 +184,11 @@ SimReport Simulator::run(
 				f.host_pass(e.id);
 			break;
 		case Ev::job: f.job_step(e.id); break;
+		case Ev::trace:
+			f.sample(&r.trace);
+			if (!f.evq.empty()) // else nothing is left to trace
+				f.at(e.t + f.spec.trace_ns, Ev::trace, 0);
+			break;
 		}
 		if ((f.events & 0xffff) == 0 && util::now_ns() >= next_report) {
 			uint32_t done = 0;
@@ -181,6 +205,8 @@ SimReport Simulator::run(
 				break;
 		}
 	}
+	for (const SwitchDev &d : f.sws)
+		r.switch_peak.push_back(d.sw->units_high_water());
 	for (auto &j : f.jobs) {
 		r.jobs.push_back(j->res);
 		if (!j->finished)

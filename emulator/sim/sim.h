@@ -62,6 +62,9 @@ struct FabricSpec {
 		uint64_t at_ns, for_ns;
 	};
 	std::vector<Stall> stalls;
+	// Every trace_ns of virtual time while jobs run, the switches' Seg
+	// units in use and each job's congestion window are sampled (0: not).
+	uint64_t trace_ns = 0;
 };
 
 enum class SimTopology : uint8_t { ring, sw, autosel };
@@ -99,8 +102,19 @@ struct JobResult {
 	bool done = false;
 };
 
+// One sample of the trace (FabricSpec::trace_ns).
+struct TraceRow {
+	uint64_t t_ns;
+	std::vector<uint32_t> switch_units; // per switch: Seg units holding a block
+	// Per job: its first host's congestion window in blocks (the switch
+	// path's for switch jobs), 0 while it has none.
+	std::vector<double> cwnd;
+};
+
 struct SimReport {
 	std::vector<JobResult> jobs;
+	std::vector<TraceRow> trace;
+	std::vector<uint32_t> switch_peak; // per switch: most Seg units holding blocks at once
 	uint64_t end_ns = 0, events = 0, packets = 0, drops = 0, marks = 0;
 	bool stuck = false; // jobs left unfinished: no event was left, or the limit passed
 	std::string state;  // then: what every host and switch holds

@@ -218,7 +218,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		only(fo, "fabric.",
 		     {"nodes", "shape", "nodes_per_leaf", "link", "uplink", "loss", "jitter_us",
 		      "mtu", "switch_units", "nic_units", "timeout_ms", "rto_us", "probe_us",
-		      "stalls"});
+		      "stalls", "trace_us"});
 		FabricSpec fs;
 		if (!fo.contains("nodes"))
 			bad("fabric.nodes", "missing");
@@ -243,6 +243,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		fs.nic_units = num<uint32_t>(fo, "nic_units", "fabric.", 2048, 64, 1u << 16);
 		fs.timeout_ms = num<uint32_t>(fo, "timeout_ms", "fabric.", 0, 0, 3600000);
 		fs.rto_us = num<uint32_t>(fo, "rto_us", "fabric.", 0, 0, 10000000);
+		fs.trace_ns = uint64_t(num<double>(fo, "trace_us", "fabric.", 0, 0, 1e9) * 1000);
 		fs.probe_us = num<int64_t>(fo, "probe_us", "fabric.", -1, 0, 10000000);
 		if (fo.contains("stalls")) {
 			const json &sl = fo["stalls"];
@@ -319,6 +320,9 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 				(unsigned long long)z.wrong, (unsigned long long)z.failed);
 		}
 	}
+	for (size_t i = 0; i < r.switch_peak.size(); i++)
+		fprintf(out, "# switch %zu: at most %u Seg units held blocks at once\n", i,
+			r.switch_peak[i]);
 	fprintf(out,
 		"# virtual time %.6f s, %llu events, %llu packets on links, %llu dropped, %llu CE-marked\n",
 		double(r.end_ns) / 1e9, (unsigned long long)r.events, (unsigned long long)r.packets,
@@ -358,6 +362,16 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 				{"sizes", sizes}});
 	}
 	d["jobs"] = jobs;
+	d["switch_peak_units"] = r.switch_peak;
+	if (!r.trace.empty()) {
+		json t = json::array(), units = json::array(), cwnd = json::array();
+		for (const TraceRow &row : r.trace) {
+			t.push_back(row.t_ns);
+			units.push_back(row.switch_units);
+			cwnd.push_back(row.cwnd);
+		}
+		d["trace"] = {{"t_ns", t}, {"switch_units", units}, {"cwnd", cwnd}};
+	}
 	d["virtual_ns"] = r.end_ns;
 	d["events"] = r.events;
 	d["packets"] = r.packets;

@@ -85,7 +85,7 @@ struct Link {
 	uint64_t tx_bytes = 0, tx_packets = 0, drops = 0, marks = 0;
 };
 
-enum class Ev : uint8_t { link_done, arrive, pass, job };
+enum class Ev : uint8_t { link_done, arrive, pass, job, trace };
 
 struct Event {
 	uint64_t t, seq;
@@ -496,6 +496,7 @@ public:
 	}
 
 	void host_pass(uint32_t hi);
+	void sample(std::vector<TraceRow> *out);
 	void switch_pass(uint32_t s);
 	void job_step(uint32_t j);
 	void post(Job &j);

@@ -104,7 +104,10 @@ public:
 	uint64_t next_deadline() const;
 	// One job's counters; false when the switch holds no such job.
 	bool job_counters(uint32_t jid, SwitchCounters *out) const;
-	uint32_t units_in_use() const;
+	uint32_t units_in_use() const; // reserved by jobs
+	// Seg units holding a block now, and the most that ever did at once.
+	uint32_t units_busy() const { return uint32_t(pool_.in_use()); }
+	uint32_t units_high_water() const { return uint32_t(pool_.high_water()); }
 	// What STATS_REPLY carries: the totals, then the Seg units and jobs.
 	std::vector<NamedCounter> stat_records() const;
 

@@ -131,6 +131,19 @@ TEST(Sim, SameSeedSameRun)
 		EXPECT_EQ(a.jobs[0].sizes[i].time_ns, b.jobs[0].sizes[i].time_ns);
 	// Another seed draws other losses.
 	EXPECT_NE(a.end_ns, c.end_ns);
+	// A trace samples, and changes nothing of the run.
+	f.trace_ns = 100000;
+	SimReport t = run(f, {j}, 11);
+	EXPECT_EQ(t.jobs[0].sizes[1].time_ns, a.jobs[0].sizes[1].time_ns);
+	ASSERT_GT(t.trace.size(), 3u);
+	EXPECT_EQ(t.trace[1].t_ns, 100000u);
+	uint32_t most = 0;
+	for (const TraceRow &row : t.trace) {
+		ASSERT_EQ(row.switch_units.size(), 1u);
+		most = std::max(most, row.switch_units[0]);
+	}
+	EXPECT_GT(most, 0u);
+	EXPECT_LE(most, t.switch_peak.at(0));
 }
 
 // A run stopped by its limit says what every host holds.
