@@ -136,6 +136,7 @@ private:
 	void lead_leaves(Qp &qp, bool unregister);
 	// After a strategy ran: AUTO's fallback moves the message to the ring.
 	void settle(Qp &qp, CollJob &job, uint64_t now);
+	void start_ring(Qp &qp, CollJob &job, uint64_t now);
 	// The timeout of no progress every message is bound by.
 	void watchdog(Qp &qp, CollJob &job, uint64_t now);
 	// codec.cc

@@ -278,9 +278,32 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 			m.staging_voff = r.vbegin;
 		}
 	}
-	m.path = sw_.wanted(job) ? static_cast<CollPath *>(&sw_) : &ring_;
-	m.path->start(qp, job, now);
-	settle(qp, job, now);
+	if (sw_.wanted(job)) {
+		m.path = &sw_;
+		sw_.start(qp, job, now);
+		settle(qp, job, now);
+	} else {
+		start_ring(qp, job, now);
+	}
+}
+
+// The running message goes round the ring.  Why it does is execution
+// control's to say (the ring knows nothing of switches): AUTO with no
+// switch that served it, the switch refusing the job, or (time division)
+// this message.
+void CollEngine::start_ring(Qp &qp, CollJob &job, uint64_t now)
+{
+	Message &m = *job.active;
+	const JobConfig &c = job.cfg;
+	m.path = &ring_;
+	m.ran = 0;
+	if (c.topology == Topology::autosel && c.nodes() > 1)
+		m.ran |= kRanFallback;
+	if (job.sw_phase == CollJob::SwPhase::fallback)
+		m.ran |= job.sw_why;
+	if (m.admit_why)
+		m.ran |= kRanFallback | m.admit_why;
+	ring_.start(qp, job, now);
 }
 
 // The units a message holds while it runs: one per data block, at most
@@ -316,10 +339,8 @@ bool CollEngine::hold_units(CollJob &job, const Message &m)
 void CollEngine::settle(Qp &qp, CollJob &job, uint64_t now)
 {
 	if (job.active && qp.state == QpState::rts && job.active->path == &sw_ && !job.active->sw &&
-	    !job.active->waiting) {
-		job.active->path = &ring_;
-		ring_.start(qp, job, now);
-	}
+	    !job.active->waiting)
+		start_ring(qp, job, now);
 }
 
 bool CollEngine::progress(Qp &qp, uint64_t now)

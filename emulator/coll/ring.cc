@@ -104,13 +104,7 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
 	const JobConfig &c = job.cfg;
-	m.ran = c.nodes() == 1 ? kRanLocal : kRanRing;
-	if (c.topology == Topology::autosel && c.nodes() > 1)
-		m.ran |= kRanFallback; // no switch, or it refused or did not answer
-	if (job.sw_phase == CollJob::SwPhase::fallback)
-		m.ran |= job.sw_why; // the switch refused the job
-	if (m.admit_why)	     // tdm: the switch refused this message
-		m.ran |= kRanFallback | m.admit_why;
+	m.ran |= c.nodes() == 1 ? kRanLocal : kRanRing; // and why, as the caller set
 	if (c.nodes() == 1) {
 		// One node: the NIC reduces its ranks and writes the result back.
 		size_t need = 0;
