@@ -21,10 +21,12 @@ struct JobFixed {
 	uint32_t n_members = 0, n_leaf = 0, n_spine = 0, n_member_leaf = 0;
 };
 
-template <class T> void put(std::vector<uint8_t> *out, const T *p, size_t n)
+// n Ts at *at, which moves past them (the buffer is sized beforehand).
+template <class T> void put(uint8_t *&at, const T *p, size_t n)
 {
-	const auto *b = reinterpret_cast<const uint8_t *>(p);
-	out->insert(out->end(), b, b + n * sizeof(T));
+	if (n) // an empty vector's data() may be null
+		memcpy(at, p, n * sizeof(T));
+	at += n * sizeof(T);
 }
 
 template <class T> bool take(const uint8_t *&p, const uint8_t *end, std::vector<T> *v, size_t n)
@@ -64,12 +66,16 @@ void pack_job(const emu::JobConfig &j, std::vector<uint8_t> *out)
 	f.n_leaf = uint32_t(j.sw.leaf.size());
 	f.n_spine = uint32_t(j.sw.spine.size());
 	f.n_member_leaf = uint32_t(j.sw.member_leaf.size());
-	out->clear();
-	put(out, &f, 1);
-	put(out, j.members.data(), j.members.size());
-	put(out, j.sw.leaf.data(), j.sw.leaf.size());
-	put(out, j.sw.spine.data(), j.sw.spine.size());
-	put(out, j.sw.member_leaf.data(), j.sw.member_leaf.size());
+	out->assign(sizeof(f) + j.members.size() * sizeof(j.members[0]) +
+			    (j.sw.leaf.size() + j.sw.spine.size()) * sizeof(emu::Endpoint) +
+			    j.sw.member_leaf.size(),
+		    0);
+	uint8_t *at = out->data();
+	put(at, &f, 1);
+	put(at, j.members.data(), j.members.size());
+	put(at, j.sw.leaf.data(), j.sw.leaf.size());
+	put(at, j.sw.spine.data(), j.sw.spine.size());
+	put(at, j.sw.member_leaf.data(), j.sw.member_leaf.size());
 }
 
 int unpack_job(const uint8_t *p, size_t len, emu::JobConfig *j)
