@@ -1,11 +1,14 @@
 // ibv_coll_sim's description file (JSON) and its report tables.
 #include "sim/sim.h"
 
+#include "util/config.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <strings.h>
 
 namespace ibv_coll::sim {
 
@@ -22,7 +25,9 @@ struct Bad {
 	throw Bad{field + ": " + why};
 }
 
-// "64K", "1M", "1G" (powers of 1024), "4096": bytes.
+// "64K", "1M", "1G" (powers of 1024, as the IBV_COLL_* sizes are
+// written, util::parse_size), "4096", and "B" or "iB" after the unit
+// ("64KiB"): bytes.
 uint64_t parse_bytes(const json &v, const std::string &field)
 {
 	if (v.is_number_unsigned())
@@ -30,28 +35,19 @@ uint64_t parse_bytes(const json &v, const std::string &field)
 	if (!v.is_string())
 		bad(field, "a number of bytes or a string such as \"64K\"");
 	const std::string s = v.get<std::string>();
-	char *end = nullptr;
-	errno = 0;
-	const unsigned long long n = strtoull(s.c_str(), &end, 10);
-	if (end == s.c_str() || errno)
-		bad(field, "\"" + s + "\" is not a size");
-	std::string u(end);
-	for (char &c : u)
-		c = char(tolower(c));
-	uint64_t mul = 1;
-	if (u == "" || u == "b")
-		mul = 1;
-	else if (u == "k" || u == "kb" || u == "kib")
-		mul = 1ull << 10;
-	else if (u == "m" || u == "mb" || u == "mib")
-		mul = 1ull << 20;
-	else if (u == "g" || u == "gb" || u == "gib")
-		mul = 1ull << 30;
-	else
-		bad(field, "\"" + s + "\": unknown unit (K, M, G)");
-	if (n > UINT64_MAX / mul)
-		bad(field, "\"" + s + "\" is too large");
-	return n * mul;
+	std::string t = s;
+	for (const char *tail : {"ib", "b"}) {
+		const size_t n = strlen(tail);
+		if (t.size() > n + 1 && strcasecmp(t.c_str() + t.size() - n, tail) == 0 &&
+		    strchr("kKmMgG", t[t.size() - n - 1])) {
+			t.resize(t.size() - n);
+			break;
+		}
+	}
+	uint64_t x = 0;
+	if (!util::parse_size(t.c_str(), &x))
+		bad(field, "\"" + s + "\" is not a size (a number, or with K, M or G)");
+	return x;
 }
 
 // "400mbit", "100gbit", "10kbit" or a number of bits per second.

@@ -182,20 +182,22 @@ TEST(Sim, BadDescriptionNamesTheField)
 	    "fabric.shape");
 	bad(R"({"fabric": {"nodes": 4}, "jobs": []})", "jobs");
 	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": ["1X"]}]})", "jobs[0].sizes[0]");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": ["4B4"]}]})", "jobs[0].sizes[0]");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": ["iB"]}]})", "jobs[0].sizes[0]");
 	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4], "topology": "mesh"}]})",
 	    "jobs[0].topology");
 	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4], "collective": "alltoall"}]})",
 	    "jobs[0].collective");
 	EXPECT_TRUE(parse_description(
 		R"({"seed": 5, "fabric": {"nodes": 4, "link": {"rate": "25gbit", "queue": "512K"}},
-		    "jobs": [{"sizes": ["64K", 4096], "type": "int32"}]})",
+		    "jobs": [{"sizes": ["64K", 4096, "2MiB", "1kB"], "type": "int32"}]})",
 		&f, &jobs, &seed, &err))
 		<< err;
 	EXPECT_EQ(seed, 5u);
 	EXPECT_EQ(f.host.rate_bps, 25000000000ull);
 	EXPECT_EQ(f.host.queue_bytes, 512u << 10);
 	ASSERT_EQ(jobs.size(), 1u);
-	EXPECT_EQ(jobs[0].sizes, (std::vector<uint64_t>{65536, 4096}));
+	EXPECT_EQ(jobs[0].sizes, (std::vector<uint64_t>{65536, 4096, 2u << 20, 1024}));
 
 	// What only the fabric can say: hosts it does not have, a size that
 	// is no whole number of elements, more hosts than a switch serves.
