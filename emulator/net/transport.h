@@ -8,11 +8,13 @@
 #pragma once
 
 #include "net/impairment.h"
+#include "wire/icrc.h"
 
 #include <netinet/in.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -39,6 +41,28 @@ struct Endpoint {
 	uint32_t qpn = 0;
 	bool operator==(const Endpoint &o) const { return ip == o.ip && port == o.port; }
 };
+
+// The addresses and ports a packet's ICRC covers (wire/icrc.h): from src
+// at sport to dst; a received packet's from its source to this port.
+inline wire::UdpEndpoints udp_endpoints(const IpAddr &src, uint16_t sport, const Endpoint &dst)
+{
+	wire::UdpEndpoints ep;
+	memcpy(ep.src, src.b, 16);
+	memcpy(ep.dst, dst.ip.b, 16);
+	ep.sport = sport;
+	ep.dport = dst.port;
+	return ep;
+}
+
+inline wire::UdpEndpoints udp_endpoints(const Endpoint &src, const IpAddr &dst, uint16_t dport)
+{
+	wire::UdpEndpoints ep;
+	memcpy(ep.src, src.ip.b, 16);
+	memcpy(ep.dst, dst.b, 16);
+	ep.sport = src.port;
+	ep.dport = dport;
+	return ep;
+}
 
 struct PortCounters {
 	uint64_t tx_packets = 0, tx_bytes = 0, rx_packets = 0, rx_bytes = 0;

@@ -486,11 +486,7 @@ void Engine::handle_packet(const RxPacket &rx)
 		return;
 	}
 	size_t len = rx.len - kIcrcBytes;
-	UdpEndpoints ep;
-	memcpy(ep.src, rx.src.ip.b, 16);
-	memcpy(ep.dst, rx.dst.b, 16);
-	ep.sport = rx.src.port;
-	ep.dport = port->port();
+	const UdpEndpoints ep = udp_endpoints(rx.src, rx.dst, port->port());
 	// A collective packet's ICRC in two parts (wire/coll_codec.h), whose
 	// payload part a result passed on reuses; an RC packet's in one.
 	InPacket p;
@@ -638,16 +634,6 @@ void Engine::on_cnp(const InPacket &p)
 		return;
 	}
 	qp.cc.on_cnp(now);
-}
-
-static wire::UdpEndpoints udp_endpoints(const IpAddr &src, uint16_t sport, const Endpoint &dst)
-{
-	wire::UdpEndpoints ep;
-	memcpy(ep.src, src.b, 16);
-	memcpy(ep.dst, dst.ip.b, 16);
-	ep.sport = sport;
-	ep.dport = dst.port;
-	return ep;
 }
 
 void Engine::tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,

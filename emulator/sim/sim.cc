@@ -45,11 +45,7 @@ void Fabric::host_pass(uint32_t hi)
 	while (!h.inbox.empty()) {
 		PktPtr p = std::move(h.inbox.front());
 		h.inbox.pop_front();
-		wire::UdpEndpoints ep;
-		memcpy(ep.src, p->src.ip.b, 16);
-		memcpy(ep.dst, p->dst.b, 16);
-		ep.sport = p->src.port;
-		ep.dport = kPort;
+		const wire::UdpEndpoints ep = udp_endpoints(p->src, p->dst, kPort);
 		emu::InPacket ip{};
 		size_t len = p->bytes.size() - wire::kIcrcBytes;
 		if (p->bytes[0] == emu::kOpCnp) {

@@ -57,12 +57,7 @@ inline uint32_t v4(const IpAddr &a)
 
 inline wire::UdpEndpoints udp_eps(const IpAddr &src, const Endpoint &dst)
 {
-	wire::UdpEndpoints ep;
-	memcpy(ep.src, src.b, 16);
-	memcpy(ep.dst, dst.ip.b, 16);
-	ep.sport = kPort;
-	ep.dport = dst.port;
-	return ep;
+	return udp_endpoints(src, kPort, dst);
 }
 
 struct Pkt {

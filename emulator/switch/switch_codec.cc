@@ -19,11 +19,7 @@ using namespace wire;
 // packet of ours.
 bool Switch::parse(const RxPacket &rx, In &p)
 {
-	UdpEndpoints ep;
-	memcpy(ep.src, rx.src.ip.b, 16);
-	memcpy(ep.dst, rx.dst.b, 16);
-	ep.sport = rx.src.port;
-	ep.dport = port_->port();
+	const UdpEndpoints ep = udp_endpoints(rx.src, rx.dst, port_->port());
 	CollRx c;
 	switch (coll_decode(ep, rx.data, rx.len, &c)) {
 	case CollError::ok: break;
@@ -63,11 +59,7 @@ void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qp
 		h.inc = j.inc;
 	const uint32_t tlen = task ? uint32_t(sw::kTaskBytes) : 0;
 	const size_t hdr = coll_encode(buf, kind, qpn, h.sid, h, task, tlen, len);
-	UdpEndpoints ep;
-	memcpy(ep.src, src.b, 16);
-	memcpy(ep.dst, dst.ip.b, 16);
-	ep.sport = port_->port();
-	ep.dport = dst.port;
+	const UdpEndpoints ep = udp_endpoints(src, port_->port(), dst);
 	if (lend_crc && len) {
 		const uint32_t trailer = roce_seal_split(
 			ep, buf, hdr, static_cast<const uint8_t *>(payload), len, lend_crc);

@@ -47,11 +47,7 @@ void Switch::on_stats(const In &p)
 		store_be64(r + sw::kStatsKeyBytes, recs[first + i].second);
 	}
 	// Whole records only, so the length is a multiple of 4: no pad.
-	UdpEndpoints ep;
-	memcpy(ep.src, p.dst.b, 16);
-	memcpy(ep.dst, p.src.ip.b, 16);
-	ep.sport = port_->port();
-	ep.dport = p.src.port;
+	const UdpEndpoints ep = udp_endpoints(p.dst, port_->port(), p.src);
 	port_->tx_commit(roce_seal(ep, buf, hdr, paylen), p.src, p.dst);
 	IBVC_DEBUG("switch", "{}: stats to {}:{}, records {}..{} of {}", p_.name, p.src.ip.str(),
 		   p.src.port, first, first + n, recs.size());
