@@ -48,22 +48,6 @@ constexpr double kTargetRepSeconds = 0.02;
 	std::exit(rc);
 }
 
-size_t parse_size(const char *s)
-{
-	char *end = nullptr;
-	const unsigned long long v = std::strtoull(s, &end, 10);
-	size_t mult = 1;
-	if (*end == 'k' || *end == 'K')
-		mult = size_t{1} << 10;
-	else if (*end == 'm' || *end == 'M')
-		mult = size_t{1} << 20;
-	else if (*end == 'g' || *end == 'G')
-		mult = size_t{1} << 30;
-	else if (*end != '\0')
-		return 0;
-	return static_cast<size_t>(v) * mult;
-}
-
 Options parse_args(int argc, char **argv)
 {
 	Options o;
@@ -75,8 +59,8 @@ Options parse_args(int argc, char **argv)
 			return argv[++i];
 		};
 		if (a == "--size") {
-			const size_t s = parse_size(value());
-			if (s == 0)
+			uint64_t s = 0;
+			if (!ibv_coll::util::parse_size(value(), &s) || s == 0)
 				usage(argv[0], 2);
 			o.sizes.push_back(s);
 		} else if (a == "--iters") {
