@@ -9,7 +9,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -19,65 +18,94 @@ namespace {
 std::mutex g_mu;
 std::shared_ptr<spdlog::logger> g_logger;
 
+const struct {
+	const char *name;
+	spdlog::level::level_enum lvl;
+} kLevels[] = {
+	{"trace", spdlog::level::trace},  {"debug", spdlog::level::debug},
+	{"info", spdlog::level::info},	  {"warn", spdlog::level::warn},
+	{"warning", spdlog::level::warn}, {"error", spdlog::level::err},
+	{"err", spdlog::level::err},	  {"off", spdlog::level::off},
+	{"none", spdlog::level::off},
+};
+
+// The level a name gives, false when it names none.
+bool parse_level(const char *s, spdlog::level::level_enum *out)
+{
+	for (const auto &n : kLevels)
+		if (!strcasecmp(s, n.name))
+			return *out = n.lvl, true;
+	return false;
+}
+
+const char *check_level(const char *s)
+{
+	spdlog::level::level_enum l;
+	return parse_level(s, &l) ? nullptr : "expected trace, debug, info, warn, error or off";
+}
+
 // The logger's variables, read where the logger is made (below).
 const ConfigVar kVars[] = {
-	{"IBV_COLL_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off"},
+	{"IBV_COLL_LOG_LEVEL", "warn", "log level: trace, debug, info, warn, error or off",
+	 ConfigKind::string, 0, UINT64_MAX, check_level},
 	{"IBV_COLL_LOG_FILE", "", "write the log to this file instead of standard error"},
 };
 const ConfigRegistrar kRegistrar({"core (log)", kVars}, 0);
+const ConfigVar &kLevelVar = kVars[0];
+const ConfigVar &kFileVar = kVars[1];
 
-spdlog::level::level_enum parse_level(const char *s)
+// The configured level; a name that is none is warn, and said (once per
+// reading) on the logger itself, so a misspelt "debgu" is not silence.
+spdlog::level::level_enum configured_level(std::string *bad)
 {
-	if (!s || !*s)
-		return spdlog::level::warn;
-	static const struct {
-		const char *name;
-		spdlog::level::level_enum lvl;
-	} names[] = {
-		{"trace", spdlog::level::trace},  {"debug", spdlog::level::debug},
-		{"info", spdlog::level::info},	  {"warn", spdlog::level::warn},
-		{"warning", spdlog::level::warn}, {"error", spdlog::level::err},
-		{"err", spdlog::level::err},	  {"off", spdlog::level::off},
-		{"none", spdlog::level::off},
-	};
-	for (const auto &n : names)
-		if (!strcasecmp(s, n.name))
-			return n.lvl;
-	return spdlog::level::warn;
+	const std::string s = config_text(kLevelVar);
+	spdlog::level::level_enum l = spdlog::level::warn;
+	if (!s.empty() && !parse_level(s.c_str(), &l))
+		*bad = s;
+	return l;
 }
 
-std::shared_ptr<spdlog::logger> make_logger()
+void say_bad_level(spdlog::logger &l, const std::string &bad)
 {
-	std::shared_ptr<spdlog::logger> l;
-	const char *file = getenv("IBV_COLL_LOG_FILE");
+	if (!bad.empty())
+		l.warn("log: IBV_COLL_LOG_LEVEL={}: {}; logging at warn", bad,
+		       check_level(bad.c_str()));
+}
+
+// Points the logger at IBV_COLL_LOG_FILE (standard error when unset or
+// when it cannot be opened) at IBV_COLL_LOG_LEVEL, saying what it could
+// not use on the logger itself.
+void configure(spdlog::logger &l)
+{
+	const std::string file = config_text(kFileVar);
+	spdlog::sink_ptr sink;
 	int file_err = 0;
 	// spdlog's file sink creates missing directories; a misspelt path
 	// must not leave new directories behind, so open it ourselves first.
-	if (file && *file) {
-		if (FILE *f = fopen(file, "a"))
+	if (!file.empty()) {
+		if (FILE *f = fopen(file.c_str(), "a"))
 			fclose(f);
 		else
 			file_err = errno;
 	}
-	if (file && *file && !file_err) {
+	if (!file.empty() && !file_err) {
 		try {
-			auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file);
-			l = std::make_shared<spdlog::logger>("ibv_coll", sink);
+			sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file);
 		} catch (const spdlog::spdlog_ex &) {
-			l.reset();
+			file_err = EIO;
 		}
 	}
-	if (!l) {
-		auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-		l = std::make_shared<spdlog::logger>("ibv_coll", sink);
-	}
-	l->set_pattern("ibv_coll[%P] %L %H:%M:%S.%f %v");
-	l->set_level(parse_level(getenv("IBV_COLL_LOG_LEVEL")));
-	l->flush_on(spdlog::level::warn);
+	if (!sink)
+		sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+	l.sinks() = {sink};
+	l.set_pattern("ibv_coll[%P] %L %H:%M:%S.%f %v");
+	std::string bad;
+	l.set_level(configured_level(&bad));
+	l.flush_on(spdlog::level::warn);
+	say_bad_level(l, bad);
 	if (file_err)
-		l->error("log: IBV_COLL_LOG_FILE={}: {}; logging to standard error", file,
-			 errstr(file_err));
-	return l;
+		l.error("log: IBV_COLL_LOG_FILE={}: {}; logging to standard error", file,
+			errstr(file_err));
 }
 
 spdlog::logger &logger()
@@ -86,8 +114,10 @@ spdlog::logger &logger()
 	// no lock after the first call.
 	static spdlog::logger *fast = [] {
 		std::lock_guard lk(g_mu);
-		if (!g_logger)
-			g_logger = make_logger();
+		if (!g_logger) {
+			g_logger = std::make_shared<spdlog::logger>("ibv_coll");
+			configure(*g_logger);
+		}
 		g_log_level.store(int(g_logger->level()));
 		return g_logger.get();
 	}();
@@ -112,7 +142,7 @@ void log_reload()
 {
 	auto &l = logger(); // first, as its first call takes g_mu too
 	std::lock_guard lk(g_mu);
-	l.set_level(parse_level(getenv("IBV_COLL_LOG_LEVEL")));
+	configure(l);
 	g_log_level.store(int(l.level()));
 }
 

@@ -25,7 +25,8 @@ enum LogLevel : int {
 // warn) and IBV_COLL_LOG_FILE (default stderr); this creates it now.
 void log_init();
 
-// Re-read IBV_COLL_LOG_LEVEL / IBV_COLL_LOG_FILE (tests change them).
+// Re-read IBV_COLL_LOG_LEVEL / IBV_COLL_LOG_FILE (tests change them); not
+// while other threads log, as the logger's sink is replaced.
 void log_reload();
 
 // Text for an errno value, as %m would print it.

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace ibv_coll::util {
@@ -62,6 +63,39 @@ TEST_F(Log, LevelComesFromTheEnvironment)
 	EXPECT_EQ(enabled_after("trace"), "tdiwe");
 	EXPECT_EQ(enabled_after("off"), "");
 	EXPECT_EQ(enabled_after("loud"), "we"); // unknown: the default, warn
+}
+
+// A level that is none is said, in the log and in the listing, not
+// taken silently as warn.
+TEST_F(Log, AMisspeltLevelIsSaid)
+{
+	char path[] = "/tmp/ibvc_log_XXXXXX";
+	const int fd = mkstemp(path);
+	ASSERT_GE(fd, 0);
+	close(fd);
+	setenv("IBV_COLL_LOG_FILE", path, 1);
+	setenv("IBV_COLL_LOG_LEVEL", "debgu", 1);
+	log_reload();
+	unsetenv("IBV_COLL_LOG_FILE");
+	log_reload(); // back to standard error, which flushes and closes the file
+	FILE *f = fopen(path, "r");
+	ASSERT_NE(f, nullptr);
+	char buf[4096] = {};
+	const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	unlink(path);
+	EXPECT_NE(std::string(buf, n).find("IBV_COLL_LOG_LEVEL=debgu"), std::string::npos)
+		<< std::string(buf, n);
+
+	const ConfigVar *level = nullptr;
+	for (const ConfigTable &t : config_tables())
+		for (const ConfigVar &v : t.vars)
+			if (!strcmp(v.name, "IBV_COLL_LOG_LEVEL"))
+				level = &v;
+	ASSERT_NE(level, nullptr);
+	EXPECT_NE(config_problem(*level), "");
+	setenv("IBV_COLL_LOG_LEVEL", "Info", 1);
+	EXPECT_EQ(config_problem(*level), "");
 }
 
 TEST_F(Log, AMessageThatCannotBeFormattedDoesNotThrow)
