@@ -197,14 +197,19 @@ void Engine::kick(const Cq *watch)
 {
 	if (dead.load())
 		return;
-	if (mu.try_lock()) {
+	std::unique_lock lk(mu, std::try_to_lock);
+	if (lk.owns_lock()) {
+		// fail() takes mu itself: the guard is released first, whether
+		// kick_locked() threw before or after it let go.
 		try {
-			kick_locked(watch);
+			kick_locked(lk, watch);
 		} catch (const std::exception &e) {
-			mu.unlock();
+			if (lk.owns_lock())
+				lk.unlock();
 			fail(e.what());
 		} catch (...) {
-			mu.unlock();
+			if (lk.owns_lock())
+				lk.unlock();
 			fail("an unknown exception");
 		}
 		return;
@@ -214,8 +219,8 @@ void Engine::kick(const Cq *watch)
 		wake();
 }
 
-// kick() with mu taken; returns with it released.
-void Engine::kick_locked(const Cq *watch)
+// kick() with mu taken (lk); returns with it released.
+void Engine::kick_locked(std::unique_lock<std::mutex> &lk, const Cq *watch)
 {
 	// While passes find work and the watched CQ stays empty, run
 	// another: every return to the caller is, on a busy machine, a
@@ -233,7 +238,7 @@ void Engine::kick_locked(const Cq *watch)
 			break;
 	}
 	uint64_t d = next_deadline_locked();
-	mu.unlock();
+	lk.unlock();
 	const bool polled = watch || app_until.load() > util::now_ns();
 	if (!polled && (more || (d && d < armed_deadline.load()))) {
 		work_pending.store(true);

@@ -63,7 +63,7 @@ public:
 	// WATCH, a CQ the caller polls, stays empty), else make sure someone
 	// will.
 	void kick(const Cq *watch = nullptr);
-	void kick_locked(const Cq *watch);
+	void kick_locked(std::unique_lock<std::mutex> &lk, const Cq *watch);
 	// An application thread polls: for the next IBV_COLL_EMU_APP_POLL_US
 	// its polls run the NIC and the engine thread keeps off the port.
 	void app_polled();
