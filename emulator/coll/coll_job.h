@@ -67,6 +67,14 @@ struct JobConfig {
 	uint16_t my_count() const { return local_count ? local_count : members[node].ranks; }
 };
 
+// The job's shape checked, and what follows from it filled in (each
+// member's first_rank, total_ranks; local_count 0 for all of the node's
+// ranks): 0, or EINVAL with *why (when not null) naming what is wrong.
+// The only such check (coll/job_check.cc): providers, ibv_coll_devd, the
+// simulator and CollEngine::configure all call it; the engine adds only
+// what depends on the device (its Seg units, its address, the QP).
+int check_job(JobConfig &c, const char **why);
+
 // One link of the chain of block descriptors (seed 004): operator, end
 // marker, block size and source position.  Built once per message and
 // walked by both ring phases.

@@ -61,51 +61,31 @@ void CollEngine::release(Qp &qp)
 int CollEngine::configure(Qp &qp, const JobConfig &in)
 {
 	JobConfig c = in;
-	const uint32_t n = c.nodes();
-	if (!n || n > kMaxCollNodes || c.node >= n || !c.seg_count ||
-	    uint64_t(c.seg_base) + c.seg_count > segs_.size() || c.block_len > segs_.unit_bytes())
-		return EINVAL;
-	// The switch topologies need switches; a hierarchy needs leaves under
-	// spines, a single switch one leaf per plane.
-	if ((c.topology == Topology::sw || c.topology == Topology::hierarchy) && !c.sw.on)
-		return EINVAL;
-	if (c.sw.on) {
-		const SwitchConfig &s = c.sw;
-		if (!s.planes || s.planes > sw::kMaxPlanes || !s.leaves ||
-		    s.leaves > sw::kMaxLeaves || s.leaf.size() != size_t(s.planes) * s.leaves ||
-		    (s.leaves > 1 && (s.spine.size() != s.planes || s.member_leaf.size() != n)) ||
-		    (c.topology == Topology::sw && s.leaves != 1) ||
-		    (c.topology == Topology::hierarchy && s.leaves < 2) || c.seg_count < 2)
-			return EINVAL;
-		for (uint8_t l : s.member_leaf)
-			if (l >= s.leaves)
-				return EINVAL;
+	const char *why = nullptr;
+	auto gid = e_.params.gids.end();
+	if (check_job(c, &why) == 0) {
+		// What depends on this device: its units, and that our own
+		// entry names it (and this QP unless it joins the one it
+		// names, coll/join.cc), with addresses it can reach.
+		const JobMember &me = c.members[c.node];
+		gid = std::find(e_.params.gids.begin(), e_.params.gids.end(), me.ep.ip);
+		if (uint64_t(c.seg_base) + c.seg_count > segs_.size())
+			why = "seg_base + seg_count: beyond the device's Seg units";
+		else if (c.block_len > segs_.unit_bytes())
+			why = "block_len: larger than a Seg unit";
+		else if (gid == e_.params.gids.end() || me.ep.port != e_.udp_port())
+			why = "this node's member entry: not this device's address and port";
+		for (const JobMember &m : c.members)
+			if (!why &&
+			    (m.ep.ip.v4() != me.ep.ip.v4() || (!e_.ipv6() && !m.ep.ip.v4())))
+				why = "members: IPv4 and IPv6 mixed, or IPv6 on a device without it";
 	}
-	const uint16_t node_ranks = c.members[c.node].ranks;
-	if (c.local_count && uint32_t(c.local_first) + c.local_count > node_ranks)
+	if (why) {
+		IBVC_WARN("coll", "{}: QP {:#x}: job {} refused: {}", e_.params.name, qp.qpn,
+			  in.jid, why);
 		return EINVAL;
-	if (c.local_count == node_ranks)
-		c.local_count = 0; // all of them, as without a range
-	uint32_t rank = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		JobMember &m = c.members[i];
-		if (!m.ranks || m.ranks > kMaxCollRanks)
-			return EINVAL;
-		m.first_rank = rank;
-		rank += m.ranks;
 	}
-	c.total_ranks = rank;
-	// Our own entry must name this device, and this QP unless it joins
-	// the one it names (coll/join.cc).
-	const JobMember &me = c.members[c.node];
-	auto gid = std::find(e_.params.gids.begin(), e_.params.gids.end(), me.ep.ip);
-	if (gid == e_.params.gids.end() || me.ep.port != e_.udp_port())
-		return EINVAL;
-	const bool joins = me.qpn != qp.qpn;
-	for (uint32_t i = 0; i < n; i++)
-		if (c.members[i].ep.ip.v4() != me.ep.ip.v4() ||
-		    (!e_.ipv6() && !c.members[i].ep.ip.v4()))
-			return EINVAL;
+	const bool joins = c.members[c.node].qpn != qp.qpn;
 	CollJobPtr job(new CollJob());
 	job->cfg = std::move(c);
 	job->src_ip = *gid;

@@ -4,6 +4,8 @@
 // bytes that came.
 #include "devd/devd_proto.h"
 
+#include "util/log.h"
+
 #include <cstring>
 
 namespace ibv_coll::devd {
@@ -110,8 +112,13 @@ int unpack_job(const uint8_t *p, size_t len, emu::JobConfig *j)
 	    !take(p, end, &j->sw.spine, f.n_spine) ||
 	    !take(p, end, &j->sw.member_leaf, f.n_member_leaf) || p != end)
 		return EPROTO;
-	if (j->node >= j->members.size())
+	// The shape as every job's is checked (the engine checks it again
+	// when it installs the job, with what depends on the device).
+	const char *why = nullptr;
+	if (emu::check_job(*j, &why)) {
+		IBVC_WARN("devd", "job {} from a client refused: {}", j->jid, why);
 		return EINVAL;
+	}
 	return 0;
 }
 

@@ -117,6 +117,9 @@ int engine_counters(emu::Device &nic, ibv_coll_counters *o)
 	return 0;
 }
 
+// The public attribute translated into the engine's job, once: what
+// guards the reading of its arrays is checked here, the job's shape by
+// emu::check_job, as every other path that makes a job does.
 int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 {
 	if (!in ||
@@ -139,8 +142,6 @@ int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 	c.members.resize(in->num_nodes);
 	for (uint32_t i = 0; i < in->num_nodes; i++) {
 		const ibv_coll_member &m = in->members[i];
-		if (!m.num_ranks || m.num_ranks > emu::kMaxCollRanks)
-			return EINVAL;
 		memcpy(c.members[i].ep.ip.b, m.gid.raw, 16);
 		c.members[i].ep.port = m.udp_port ? m.udp_port : IBV_COLL_ROCE_UDP_PORT;
 		c.members[i].qpn = m.qp_num;
@@ -148,21 +149,13 @@ int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 	}
 	// The ranks this QP serves: all of its node's, or a range of them
 	// (the others' QPs join its node's lead QP).
-	const uint32_t node_ranks = in->members[in->node_index].num_ranks;
-	uint32_t mine = node_ranks;
 	if (in->comp_mask & IBV_COLL_JOB_ATTR_LOCAL) {
-		if (!in->local_count || in->local_first >= node_ranks ||
-		    in->local_count > node_ranks - in->local_first)
+		if (!in->local_count || in->local_first > UINT16_MAX ||
+		    in->local_count > UINT16_MAX)
 			return EINVAL;
 		c.local_first = uint16_t(in->local_first);
 		c.local_count = uint16_t(in->local_count);
-		mine = in->local_count;
 	}
-	// The QP was sized for cap.max_send_sge local ranks.
-	if (mine > qp->cap.max_send_sge)
-		return EINVAL;
-	if (in->block_len && in->block_len % 8)
-		return EINVAL; // a block holds whole elements of every type
 	if (in->comp_mask & IBV_COLL_JOB_ATTR_SWITCH) {
 		const ibv_coll_switch_attr *s = in->sw;
 		if (!s || !s->num_planes || s->num_planes > emu::sw::kMaxPlanes || !s->num_leaves ||
@@ -190,6 +183,17 @@ int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 		c.sw.window = s->window;
 		c.sw.inline_task = s->flags & IBV_COLL_SWITCH_INLINE;
 		c.sw.e2e_ack = s->flags & IBV_COLL_SWITCH_E2E_ACK;
+	}
+	const char *why = nullptr;
+	if (emu::check_job(c, &why)) {
+		IBVC_WARN("drv", "QP {:#x}: job {} refused: {}", qp->pub.qp_num, in->jid, why);
+		return EINVAL;
+	}
+	// The QP was sized for cap.max_send_sge local ranks.
+	if (c.my_count() > qp->cap.max_send_sge) {
+		IBVC_WARN("drv", "QP {:#x}: job {}: {} local ranks, the QP was made for {}",
+			  qp->pub.qp_num, in->jid, c.my_count(), qp->cap.max_send_sge);
+		return EINVAL;
 	}
 	*out = std::move(c);
 	return 0;

@@ -142,12 +142,9 @@ int modify_qp(core::Qp *q, ibv_coll_qp_attr *a, int mask)
 	if (mask & IBV_COLL_QP_JOB) {
 		qp->path_mtu = e.path_mtu;
 		qp->local_ranks = job.my_count();
-		qp->total_ranks = 0;
-		for (const emu::JobMember &m : job.members) {
-			if (&m == &job.members[job.node])
-				qp->first_rank = qp->total_ranks + job.local_first;
-			qp->total_ranks += m.ranks;
-		}
+		// As emu::check_job numbered them, which the engine does too.
+		qp->total_ranks = job.total_ranks;
+		qp->first_rank = job.members[job.node].first_rank + job.local_first;
 		qp->last_mid = 0;
 		qp->have_job = true;
 	}

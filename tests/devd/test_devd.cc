@@ -961,4 +961,13 @@ TEST(DevdJob, PackedJobComesBackWholeAndBadBytesAreRefused)
 	j.node = 3; // of 3 members
 	devd::pack_job(j, &b);
 	EXPECT_EQ(devd::unpack_job(b.data(), b.size(), &o), EINVAL);
+	// The shape is checked as the provider and the engine check it.
+	j.node = 2;
+	j.members[1].ranks = 0;
+	devd::pack_job(j, &b);
+	EXPECT_EQ(devd::unpack_job(b.data(), b.size(), &o), EINVAL);
+	j.members[1].ranks = 2;
+	j.sw.member_leaf = {0, 1, 2}; // a leaf the job does not have
+	devd::pack_job(j, &b);
+	EXPECT_EQ(devd::unpack_job(b.data(), b.size(), &o), EINVAL);
 }

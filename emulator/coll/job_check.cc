@@ -1,0 +1,73 @@
+// The one check of a job's shape, shared by everything that builds a
+// JobConfig: the verbs providers (from ibv_coll_job_attr), ibv_coll_devd
+// (from its wire form), the simulator and, last, the engine that installs
+// it.  A job one of them refuses, all of them refuse, for the same reason.
+#include "coll/coll_job.h"
+
+#include "wire/swproto.h"
+
+#include <cerrno>
+
+namespace ibv_coll::emu {
+
+int check_job(JobConfig &c, const char **why)
+{
+	const char *dummy;
+	const char *&w = why ? *why : dummy;
+	const uint32_t n = c.nodes();
+	if (!n || n > kMaxCollNodes)
+		return w = "nodes: 1 to 64 (the node bitmap)", EINVAL;
+	if (c.node >= n)
+		return w = "node: not one of the members", EINVAL;
+	if (!c.seg_count)
+		return w = "seg_count: 0", EINVAL;
+	if (uint64_t(c.seg_base) + c.seg_count > UINT32_MAX)
+		return w = "seg_base + seg_count: beyond 2^32 units", EINVAL;
+	if (c.block_len % 8)
+		return w = "block_len: not a multiple of 8 (whole elements of every type)", EINVAL;
+	if (uint8_t(c.topology) > uint8_t(Topology::autosel))
+		return w = "topology: unknown", EINVAL;
+	// The switch topologies need switches; a hierarchy needs leaves under
+	// spines, a single switch one leaf per plane.
+	if ((c.topology == Topology::sw || c.topology == Topology::hierarchy) && !c.sw.on)
+		return w = "topology: switch or hierarchy without switches", EINVAL;
+	if (c.sw.on) {
+		const SwitchConfig &s = c.sw;
+		if (!s.planes || s.planes > sw::kMaxPlanes)
+			return w = "switch planes: 1 to 8", EINVAL;
+		if (!s.leaves || s.leaves > sw::kMaxLeaves)
+			return w = "switch leaves: 1 to 64", EINVAL;
+		if (s.leaf.size() != size_t(s.planes) * s.leaves)
+			return w = "switch leaves: not planes x leaves addresses", EINVAL;
+		if (s.leaves > 1 && (s.spine.size() != s.planes || s.member_leaf.size() != n))
+			return w = "switch spines: one per plane, and a leaf per member", EINVAL;
+		if (c.topology == Topology::sw && s.leaves != 1)
+			return w = "topology: switch with more than one leaf (a hierarchy)", EINVAL;
+		if (c.topology == Topology::hierarchy && s.leaves < 2)
+			return w = "topology: hierarchy with one leaf", EINVAL;
+		if (c.seg_count < 2)
+			return w = "seg_count: the switch path needs 2 or more", EINVAL;
+		for (uint8_t l : s.member_leaf)
+			if (l >= s.leaves)
+				return w = "member_leaf: a leaf the job does not have", EINVAL;
+	}
+	uint32_t rank = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		JobMember &m = c.members[i];
+		if (!m.ranks || m.ranks > kMaxCollRanks)
+			return w = "member ranks: 1 to 64 per node", EINVAL;
+		m.first_rank = rank;
+		rank += m.ranks;
+	}
+	c.total_ranks = rank;
+	const uint16_t node_ranks = c.members[c.node].ranks;
+	if (c.local_count && uint32_t(c.local_first) + c.local_count > node_ranks)
+		return w = "local ranks: beyond the node's", EINVAL;
+	if (c.local_count == node_ranks)
+		c.local_count = 0; // all of them, as without a range
+	if (!c.local_count && c.local_first)
+		return w = "local ranks: a first without a count", EINVAL;
+	return 0;
+}
+
+} // namespace ibv_coll::emu

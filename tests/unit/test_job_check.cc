@@ -1,0 +1,107 @@
+// emu::check_job, the one check of a job's shape that the providers,
+// ibv_coll_devd, the simulator and the engine share: what it refuses, and
+// the rank numbering it fills in, against hand-computed values.
+#include "coll/coll_job.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <string>
+
+namespace ibv_coll::emu {
+namespace {
+
+JobConfig job(std::initializer_list<uint16_t> ranks)
+{
+	JobConfig c;
+	c.jid = 7;
+	c.seg_count = 4;
+	for (uint16_t r : ranks) {
+		JobMember m;
+		m.ranks = r;
+		m.first_rank = 999; // to be renumbered
+		c.members.push_back(m);
+	}
+	return c;
+}
+
+TEST(JobCheck, NumbersTheRanks)
+{
+	JobConfig c = job({3, 1, 4});
+	c.node = 2;
+	c.total_ranks = 1;
+	ASSERT_EQ(check_job(c, nullptr), 0);
+	EXPECT_EQ(c.members[0].first_rank, 0u);
+	EXPECT_EQ(c.members[1].first_rank, 3u);
+	EXPECT_EQ(c.members[2].first_rank, 4u);
+	EXPECT_EQ(c.total_ranks, 8u);
+	// All of the node's ranks, named as a range, is no range.
+	c.local_first = 0;
+	c.local_count = 4;
+	ASSERT_EQ(check_job(c, nullptr), 0);
+	EXPECT_EQ(c.local_count, 0);
+	c.local_first = 1;
+	c.local_count = 2;
+	ASSERT_EQ(check_job(c, nullptr), 0);
+	EXPECT_EQ(c.my_count(), 2);
+}
+
+// Each bad shape refused with a reason naming the field.
+TEST(JobCheck, RefusesWithAReason)
+{
+	struct Case {
+		const char *field;
+		void (*spoil)(JobConfig &);
+	} cases[] = {
+		{"nodes", [](JobConfig &c) { c.members.clear(); }},
+		{"nodes", [](JobConfig &c) { c.members.resize(65, c.members[0]); }},
+		{"node", [](JobConfig &c) { c.node = 2; }},
+		{"seg_count", [](JobConfig &c) { c.seg_count = 0; }},
+		{"block_len", [](JobConfig &c) { c.block_len = 1020; }},
+		{"topology", [](JobConfig &c) { c.topology = Topology(9); }},
+		{"topology", [](JobConfig &c) { c.topology = Topology::sw; }},
+		{"member ranks", [](JobConfig &c) { c.members[1].ranks = 0; }},
+		{"member ranks", [](JobConfig &c) { c.members[1].ranks = 65; }},
+		{"local ranks", [](JobConfig &c) { c.local_first = 1, c.local_count = 2; }},
+		{"local ranks", [](JobConfig &c) { c.local_first = 1; }},
+		{"switch planes",
+		 [](JobConfig &c) { c.sw.on = true, c.sw.planes = 9, c.sw.leaf.resize(9); }},
+		{"switch leaves", [](JobConfig &c) { c.sw.on = true; }},
+		{"topology",
+		 [](JobConfig &c) {
+			 c.sw.on = true, c.topology = Topology::hierarchy, c.sw.leaf.resize(1);
+		 }},
+		{"seg_count",
+		 [](JobConfig &c) { c.sw.on = true, c.sw.leaf.resize(1), c.seg_count = 1; }},
+		{"member_leaf",
+		 [](JobConfig &c) {
+			 c.sw.on = true, c.sw.leaves = 2, c.sw.leaf.resize(2), c.sw.spine.resize(1);
+			 c.sw.member_leaf = {0, 2};
+		 }},
+	};
+	for (const Case &k : cases) {
+		JobConfig c = job({2, 2});
+		ASSERT_EQ(check_job(c, nullptr), 0);
+		k.spoil(c);
+		const char *why = nullptr;
+		EXPECT_EQ(check_job(c, &why), EINVAL) << k.field;
+		ASSERT_NE(why, nullptr) << k.field;
+		EXPECT_EQ(std::string(why).rfind(k.field, 0), 0u) << k.field << ": " << why;
+	}
+	// Good switch shapes pass.
+	JobConfig one = job({2, 2});
+	one.sw.on = true;
+	one.sw.leaf.resize(1);
+	EXPECT_EQ(check_job(one, nullptr), 0);
+	JobConfig two = job({2, 2});
+	two.topology = Topology::hierarchy;
+	two.sw.on = true;
+	two.sw.leaves = 2;
+	two.sw.leaf.resize(2);
+	two.sw.spine.resize(1);
+	two.sw.member_leaf = {0, 1};
+	EXPECT_EQ(check_job(two, nullptr), 0);
+}
+
+} // namespace
+} // namespace ibv_coll::emu
