@@ -201,6 +201,38 @@ private:
 	uint64_t next_ = UINT64_MAX;
 };
 
+// The ring's state of a message (ring.cc, ring_loss.cc): per chunk, the
+// next block of its partials ([chunk]) and of its results ([chunks +
+// chunk]) expected from the previous node (a later one shows a gap: the
+// blocks between were lost upstream); when the tail-loss probe is due
+// next, and probes sent since the last progress; when a partial of the
+// message last passed through here (the ring is moving: no silence to
+// probe).
+struct RingMsg {
+	std::vector<uint32_t> next;
+	uint64_t probe_at = 0;
+	uint32_t probes = 0;
+	uint64_t heard = 0;
+};
+
+// The switch path's state of a message (swpath.cc, swadmit.cc): blocks
+// numbered across the job's messages.
+struct SwitchMsg {
+	bool on = false;      // the message runs through the switch (AUTO may leave it)
+	bool waiting = false; // for the switch's grant
+	uint8_t admit = 0;    // tdm: 1 asked the switch, 2 granted the pool
+	uint64_t admit_sent = 0;
+	uint16_t admit_why = 0; // tdm refused it: kRanBusy, kRanScored or kRanRefused
+	uint64_t gs0 = 0;	// the job's number for block 0
+	uint32_t base = 0;	// oldest block without its result
+	uint32_t next = 0;	// next block to send
+	// No result for a while: when the oldest blocks were last probed
+	// (ASKed), and how many probes since the last result.
+	uint64_t probe_at = 0;
+	uint32_t probes = 0;
+	std::vector<uint8_t> acked; // end-to-end mode: node 0 acknowledged the block
+};
+
 struct Message {
 	// From the WQE.
 	uint32_t idx = 0; // SQ index
@@ -262,31 +294,11 @@ struct Message {
 	// How it runs (coll/coll_path.h), chosen when it starts.
 	CollPath *path = nullptr;
 
-	// Round the ring (ring.cc): per chunk, the next block of its partials
-	// ([chunk]) and of its results ([chunks + chunk]) expected from the
-	// previous node (a later one shows a gap: the blocks between were
-	// lost upstream); when the tail-loss probe is due next, and probes
-	// sent since the last progress; when a partial of the message last
-	// passed through here (the ring is moving: no silence to probe).
-	std::vector<uint32_t> ring_next;
-	uint64_t ring_probe_at = 0;
-	uint32_t ring_probes = 0;
-	uint64_t ring_heard = 0;
-
-	// Through the switch: blocks numbered across the job's messages.
-	bool sw = false;
-	bool waiting = false; // for the switch's grant
-	uint8_t admit = 0;    // tdm: 1 asked the switch, 2 granted the pool
-	uint64_t admit_sent = 0;
-	uint16_t admit_why = 0; // tdm refused it: kRanBusy, kRanScored or kRanRefused
-	uint64_t gs0 = 0;	// the job's number for block 0
-	uint32_t sw_base = 0;	// oldest block without its result
-	uint32_t sw_next = 0;	// next block to send
-	// No result for a while: when the oldest blocks were last probed
-	// (ASKed), and how many probes since the last result.
-	uint64_t sw_probe_at = 0;
-	uint32_t sw_probes = 0;
-	std::vector<uint8_t> acked; // end-to-end mode: node 0 acknowledged the block
+	// Each strategy's own state of the message: only it reads or writes
+	// it (execution control reads the switch path's refusal, to report
+	// it in the completion).
+	RingMsg ring;
+	SwitchMsg sw;
 };
 
 // A block kept in a Seg unit because it came before its message started
@@ -311,6 +323,34 @@ struct MsgRecord {
 	uint32_t mid;
 	MsgState state;
 	uint32_t blocks;
+};
+
+// The switch path's state of a job (swpath.cc, swadmit.cc).  Execution
+// control reads phase and why, to start the ring on AUTO's fallback and
+// say so in the completion, and next_gs, which every member advances by
+// each message's blocks, whatever ran it.
+struct SwitchJob {
+	enum class Phase : uint8_t { none, configuring, ready, fallback, failed };
+	Phase phase = Phase::none;
+	std::vector<uint32_t> granted; // per plane (0: not yet)
+	std::vector<uint8_t> heard;    // per plane: its leaf has answered
+	uint32_t window = 0, span = 0; // see SwitchPath::ready
+	uint64_t cfg_start = 0, cfg_sent = 0;
+	// Once granted, CONFIG again this often (a third of the switch's idle
+	// timeout, which its CONFIG_ACK tells), so that a job whose members
+	// are silent for a while (computing, checking) stays known; 0: never.
+	uint64_t keep_ns = 0;
+	uint64_t next_gs = 0; // the job's number for the next message's block 0
+	CollStatus fail = CollStatus::success;
+	bool tdm = false; // the switch decides per message (--policy tdm)
+	// Blocks in flight through the switches (nic/cc.h): delay, NAKs and
+	// timeouts move it; the grant's window caps it.
+	CongestionCtl cc;
+	uint8_t why = 0; // kRanRefused: the switch refused the job
+	// AUTO, configuring: a member's ring packet of this message came (0:
+	// none); the switch's next answer says whether to follow it
+	// (SwitchPath::on_member_ring).
+	uint32_t ring_mid = 0;
 };
 
 struct CollJob {
@@ -375,28 +415,9 @@ struct CollJob {
 	CongestionCtl cc;
 	std::vector<uint64_t> cnp_at;
 
-	// The switch path's state.
-	enum class SwPhase : uint8_t { none, configuring, ready, fallback, failed };
-	SwPhase sw_phase = SwPhase::none;
-	std::vector<uint32_t> sw_granted;    // per plane (0: not yet)
-	std::vector<uint8_t> sw_heard;	     // per plane: its leaf has answered
-	uint32_t sw_window = 0, sw_span = 0; // see SwitchPath::ready
-	uint64_t sw_cfg_start = 0, sw_cfg_sent = 0;
-	// Once granted, CONFIG again this often (a third of the switch's idle
-	// timeout, which its CONFIG_ACK tells), so that a job whose members
-	// are silent for a while (computing, checking) stays known; 0: never.
-	uint64_t sw_keep_ns = 0;
-	uint64_t sw_next_gs = 0; // the job's number for the next message's block 0
-	CollStatus sw_fail = CollStatus::success;
-	bool sw_tdm = false; // the switch decides per message (--policy tdm)
-	// Blocks in flight through the switches (nic/cc.h): delay, NAKs and
-	// timeouts move it; the grant's window caps it.
-	CongestionCtl sw_cc;
-	uint8_t sw_why = 0; // kRanRefused: the switch refused the job
-	// AUTO, configuring: a member's ring packet of this message came (0:
-	// none); the switch's next answer says whether to follow it
-	// (SwitchPath::on_member_ring).
-	uint32_t sw_ring_mid = 0;
+	// The switch path's state of the job (swpath.cc, swadmit.cc).
+	SwitchJob sw;
+	using SwPhase = SwitchJob::Phase;
 
 	// A packet of message mid belongs to one this node has not reached
 	// yet.  Members are at most one message apart and a MID follows the

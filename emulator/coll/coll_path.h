@@ -6,7 +6,7 @@
 // (Message::path) and drives it: start, then on_timer every pass and
 // on_packet for each packet of the strategy's kinds, until done.  AUTO's
 // fallback is a change of strategy made by execution control: the switch
-// strategy only marks the message (Message::sw cleared while it is its
+// strategy only marks the message (Message::sw.on cleared while it is its
 // path), and execution control starts the ring on it (CollEngine::settle).
 //
 // Packets are routed by what they are, not by the running message's

@@ -279,10 +279,10 @@ void CollEngine::start_ring(Qp &qp, CollJob &job, uint64_t now)
 	m.ran = 0;
 	if (c.topology == Topology::autosel && c.nodes() > 1)
 		m.ran |= kRanFallback;
-	if (job.sw_phase == CollJob::SwPhase::fallback)
-		m.ran |= job.sw_why;
-	if (m.admit_why)
-		m.ran |= kRanFallback | m.admit_why;
+	if (job.sw.phase == CollJob::SwPhase::fallback)
+		m.ran |= job.sw.why;
+	if (m.sw.admit_why)
+		m.ran |= kRanFallback | m.sw.admit_why;
 	ring_.start(qp, job, now);
 }
 
@@ -315,11 +315,11 @@ bool CollEngine::hold_units(CollJob &job, const Message &m)
 }
 
 // AUTO: the switch path gave the message up (no switch answered, or it
-// refused the job) and cleared Message::sw; it runs round the ring.
+// refused the job) and cleared Message::sw.on; it runs round the ring.
 void CollEngine::settle(Qp &qp, CollJob &job, uint64_t now)
 {
-	if (job.active && qp.state == QpState::rts && job.active->path == &sw_ && !job.active->sw &&
-	    !job.active->waiting)
+	if (job.active && qp.state == QpState::rts && job.active->path == &sw_ &&
+	    !job.active->sw.on && !job.active->sw.waiting)
 		start_ring(qp, job, now);
 }
 
@@ -365,8 +365,8 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		settle(qp, job, now);
 		watchdog(qp, job, now);
 		if (job.active && qp.state == QpState::rts && job.active->path->done(job)) {
-			if (job.active->sw)
-				job.sw_next_gs += job.active->nblocks;
+			if (job.active->sw.on)
+				job.sw.next_gs += job.active->nblocks;
 			complete(qp, job, CollStatus::success);
 			did = true;
 		}

@@ -136,12 +136,12 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 	}
 	// Gaps are looked for from each chunk's first block on.
 	const size_t nc = m.chunks.size();
-	m.ring_next.assign(2 * nc, 0);
+	m.ring.next.assign(2 * nc, 0);
 	for (size_t k = 0; k < nc; k++)
-		m.ring_next[k] = m.ring_next[nc + k] = m.chunks[k].first_sid;
-	m.ring_probe_at = now;
-	m.ring_probes = 0;
-	m.ring_heard = 0;
+		m.ring.next[k] = m.ring.next[nc + k] = m.chunks[k].first_sid;
+	m.ring.probe_at = now;
+	m.ring.probes = 0;
+	m.ring.heard = 0;
 	// The blocks this node starts: its chunk's partials (as origin) or its
 	// chunk's results (allgather, broadcast).
 	for (const ChunkRole &r : m.chunks) {
@@ -305,7 +305,7 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 		reduce_fn(m.op, m.dtype)(acc, p.payload, local, b.elems);
 	}
 	u_.ctr.reductions++;
-	m.ring_heard = now;
+	m.ring.heard = now;
 	if (hop == uint32_t(n - 1)) {
 		finish_block(job, m, sid, acc, now, p.hold_on(now), p.queue_on(now));
 	} else {
@@ -378,7 +378,7 @@ void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
 	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", u_.e_.params.name,
 		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
-	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
+	if (job.active && p.h.mid == job.active->mid && !job.active->sw.waiting) {
 		data(job, *job.active, p, now);
 		if (!job.active->dma_error)
 			gaps(job, *job.active, p, 0);
@@ -406,7 +406,7 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}", u_.e_.params.name,
 		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
-	if (job.active && p.h.mid == job.active->mid && !job.active->waiting) {
+	if (job.active && p.h.mid == job.active->mid && !job.active->sw.waiting) {
 		result(job, *job.active, p, now);
 		if (!job.active->dma_error)
 			gaps(job, *job.active, p, 1);

@@ -72,10 +72,10 @@ void RingPath::gaps(CollJob &job, Message &m, const CollPacket &p, uint8_t phase
 {
 	const uint32_t sid = p.h.sid;
 	const size_t nc = m.chunks.size();
-	if (sid >= m.nblocks || m.ring_next.size() != 2 * nc)
+	if (sid >= m.nblocks || m.ring.next.size() != 2 * nc)
 		return;
 	const uint16_t chunk = m.chain[sid].chunk;
-	uint32_t &next = m.ring_next[phase * nc + chunk];
+	uint32_t &next = m.ring.next[phase * nc + chunk];
 	if (sid < next)
 		return;
 	const uint32_t first = next;
@@ -136,7 +136,7 @@ void RingPath::on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.malformed++;
 		return;
 	}
-	if (!job.active || p.h.mid != job.active->mid || job.active->waiting ||
+	if (!job.active || p.h.mid != job.active->mid || job.active->sw.waiting ||
 	    job.active->path != this) {
 		u_.ctr.stale_dropped++;
 		return;
@@ -192,7 +192,7 @@ uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 	// Backed off as the repeats of a block are (CollEngine::arm): a
 	// member late to post its collective holds every block, and each
 	// probe without progress only repeats the oldest.
-	pto = std::min(pto << std::min<uint32_t>(m.ring_probes, 16),
+	pto = std::min(pto << std::min<uint32_t>(m.ring.probes, 16),
 		       std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs));
 	// Due when no block completed here for that long (TCP's TLP), not by
 	// the oldest block's age: on a link with a queue that grows with the
@@ -201,7 +201,7 @@ uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 	// draining its queues, and this node's answers come behind them.
 	if (m.o_pending.empty() && m.f_pending.empty())
 		return UINT64_MAX;
-	return std::max({m.last_progress, m.ring_heard, m.ring_probe_at}) + pto;
+	return std::max({m.last_progress, m.ring.heard, m.ring.probe_at}) + pto;
 }
 
 void RingPath::probe(CollJob &job, Message &m, uint64_t now)
@@ -209,14 +209,14 @@ void RingPath::probe(CollJob &job, Message &m, uint64_t now)
 	const uint64_t pto = ring_pto(job,
 				      uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs,
 				      m.next_inject == m.inject_end, u_.rto_ns(job));
-	m.ring_probes = m.last_progress > m.ring_probe_at ? 0 : m.ring_probes + 1;
-	m.ring_probe_at = now;
+	m.ring.probes = m.last_progress > m.ring.probe_at ? 0 : m.ring.probes + 1;
+	m.ring.probe_at = now;
 	// The oldest blocks that have waited a probe's time, a few of each
 	// set: at a message's end several may be lost at once (the last of
 	// each chunk, the results of the last blocks), and one a probe would
 	// drain them a probe's time apart.  A probe after one that brought
 	// nothing repeats the oldest alone.
-	const uint32_t per_probe = m.ring_probes ? 1 : 8;
+	const uint32_t per_probe = m.ring.probes ? 1 : 8;
 	for (PendingSet *pend : {&m.o_pending, &m.f_pending}) {
 		uint32_t n = 0;
 		pend->for_before(m.nblocks, [&](uint32_t sid, PendingSet::Entry &e) {

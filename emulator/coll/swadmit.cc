@@ -33,11 +33,11 @@ void SwitchPath::admit_ask(CollJob &job, Message &m, uint64_t now)
 	h.rank_map = m.count * m.es;
 	h.node_map = 1ull << job.cfg.node;
 	h.job_key = job.cfg.key;
-	if (m.admit)
+	if (m.sw.admit)
 		h.flags |= kCethRetrans;
 	u_.send_ep(job, leaf(job, 0), leaf(job, 0).qpn, kCollConfig, h, nullptr, 0, {});
-	m.admit = 1;
-	m.admit_sent = now;
+	m.sw.admit = 1;
+	m.sw.admit_sent = now;
 	if (!m.last_progress)
 		m.last_progress = now;
 }
@@ -49,22 +49,22 @@ static_assert(unsigned(kRanBusy) == sw::kAdmitBusy && unsigned(kRanScored) == sw
 void SwitchPath::on_admit(Qp &qp, CollJob &job, const CollPacket &p)
 {
 	const uint64_t now = u_.e_.now();
-	if (!job.active || !job.active->sw || !job.active->waiting || job.active->admit != 1 ||
-	    p.h.mid != job.active->mid || !(leaf(job, 0) == p.src)) {
+	if (!job.active || !job.active->sw.on || !job.active->sw.waiting ||
+	    job.active->sw.admit != 1 || p.h.mid != job.active->mid || !(leaf(job, 0) == p.src)) {
 		u_.ctr.stale_dropped++;
 		return;
 	}
 	Message &m = *job.active;
 	m.last_progress = now;
 	if (!p.h.status) {
-		m.admit = 2;
+		m.sw.admit = 2;
 		return launch(qp, job, now);
 	}
 	// Refused: execution control moves it to the ring (CollEngine::settle),
 	// which flags it FALLBACK, and why.
-	m.waiting = false;
-	m.sw = false;
-	m.admit_why = p.h.phase & (kRanBusy | kRanScored | kRanRefused);
+	m.sw.waiting = false;
+	m.sw.on = false;
+	m.sw.admit_why = p.h.phase & (kRanBusy | kRanScored | kRanRefused);
 }
 
 void SwitchPath::admit_timers(Qp &qp, CollJob &job, uint64_t now)
@@ -75,7 +75,7 @@ void SwitchPath::admit_timers(Qp &qp, CollJob &job, uint64_t now)
 		return u_.fail(qp, job, CollStatus::timeout, true,
 			       "no admission decision from the switch within the timeout");
 	}
-	if (now - m.admit_sent > u_.rto_ns(job))
+	if (now - m.sw.admit_sent > u_.rto_ns(job))
 		admit_ask(job, m, now);
 }
 
@@ -135,8 +135,8 @@ void SwitchPath::tell_fallback(const CollJob &job)
 void SwitchPath::follow(Qp &qp, CollJob &job, const char *why, uint64_t now)
 {
 	IBVC_WARN("coll", "{}: job {}: {}: using the ring", u_.e_.params.name, job.cfg.jid, why);
-	job.sw_phase = CollJob::SwPhase::fallback;
-	if (job.active && job.active->waiting)
+	job.sw.phase = CollJob::SwPhase::fallback;
+	if (job.active && job.active->sw.waiting)
 		launch(qp, job, now);
 }
 
@@ -152,9 +152,9 @@ void SwitchPath::follow(Qp &qp, CollJob &job, const char *why, uint64_t now)
 bool SwitchPath::ring_seen_answer(Qp &qp, CollJob &job, bool pending, uint64_t now)
 {
 	const Message *m = job.active.get();
-	if (!job.sw_ring_mid || !m || m->mid != job.sw_ring_mid || !m->waiting)
+	if (!job.sw.ring_mid || !m || m->mid != job.sw.ring_mid || !m->sw.waiting)
 		return false;
-	if (!pending && (job.sw_phase != CollJob::SwPhase::ready || job.sw_tdm))
+	if (!pending && (job.sw.phase != CollJob::SwPhase::ready || job.sw.tdm))
 		return false;
 	follow(qp, job, "a member runs the message round the ring", now);
 	return true;
@@ -167,12 +167,12 @@ void SwitchPath::on_member_fallback(Qp &qp, CollJob &job, const CollPacket &p, u
 		u_.ctr.malformed++;
 		return;
 	}
-	if (job.sw_phase == CollJob::SwPhase::fallback) {
+	if (job.sw.phase == CollJob::SwPhase::fallback) {
 		u_.ctr.dup_dropped++; // a repeat, or we gave up on the switch too
 		return;
 	}
 	const Message *m = job.active.get();
-	if (m && m->mid == p.h.mid && m->path == this && m->sw && !m->waiting)
+	if (m && m->mid == p.h.mid && m->path == this && m->sw.on && !m->sw.waiting)
 		return u_.fail(qp, job, CollStatus::remote_abort, true,
 			       "a member heard no switch and runs the ring, this node runs the "
 			       "switch");
@@ -193,17 +193,17 @@ void SwitchPath::on_member_fallback(Qp &qp, CollJob &job, const CollPacket &p, u
 bool SwitchPath::on_member_ring(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
 	Message *m = job.active.get();
-	if (!m || m->mid != p.h.mid || m->path != this || !m->sw ||
+	if (!m || m->mid != p.h.mid || m->path != this || !m->sw.on ||
 	    job.cfg.topology != Topology::autosel)
 		return false;
-	if (job.sw_phase == CollJob::SwPhase::configuring) {
-		if (job.sw_ring_mid != m->mid) {
-			job.sw_ring_mid = m->mid;
+	if (job.sw.phase == CollJob::SwPhase::configuring) {
+		if (job.sw.ring_mid != m->mid) {
+			job.sw.ring_mid = m->mid;
 			send_config(job, now);
 		}
 		return false;
 	}
-	if (m->waiting)
+	if (m->sw.waiting)
 		return false;
 	u_.ctr.stale_dropped++;
 	u_.fail(qp, job, CollStatus::remote_abort, true,

@@ -42,7 +42,7 @@ bool SwitchPath::wanted(const CollJob &job) const
 {
 	const JobConfig &c = job.cfg;
 	return c.nodes() > 1 && c.sw.on && c.topology != Topology::ring &&
-	       job.sw_phase != CollJob::SwPhase::fallback;
+	       job.sw.phase != CollJob::SwPhase::fallback;
 }
 
 const Endpoint &SwitchPath::leaf(const CollJob &job, uint32_t plane) const
@@ -78,7 +78,7 @@ void SwitchPath::send_config(CollJob &job, uint64_t now, bool all)
 {
 	const JobConfig &c = job.cfg;
 	for (uint32_t p = 0; p < c.sw.planes; p++) {
-		if (job.sw_granted[p] && !all)
+		if (job.sw.granted[p] && !all)
 			continue;
 		uint8_t tb[sw::kTaskBytes];
 		task(job, p).store(tb);
@@ -90,15 +90,15 @@ void SwitchPath::send_config(CollJob &job, uint64_t now, bool all)
 		u_.send_ep(job, leaf(job, p), leaf(job, p).qpn, kCollConfig, h, tb, sw::kTaskBytes,
 			   {});
 	}
-	job.sw_cfg_sent = now;
+	job.sw.cfg_sent = now;
 }
 
 // Keepalive: a granted job CONFIGs its switches again when this is due
 // (0: never).
 uint64_t SwitchPath::keep_due(const CollJob &job) const
 {
-	return job.sw_keep_ns && job.sw_phase == CollJob::SwPhase::ready
-		       ? job.sw_cfg_sent + job.sw_keep_ns
+	return job.sw.keep_ns && job.sw.phase == CollJob::SwPhase::ready
+		       ? job.sw.cfg_sent + job.sw.keep_ns
 		       : 0;
 }
 
@@ -107,22 +107,22 @@ uint64_t SwitchPath::keep_due(const CollJob &job) const
 void SwitchPath::start(Qp &qp, CollJob &job, uint64_t now)
 {
 	const SwitchConfig &s = job.cfg.sw;
-	if (job.sw_phase == CollJob::SwPhase::none) {
-		job.sw_granted.assign(s.planes, 0);
-		job.sw_heard.assign(s.planes, 0);
+	if (job.sw.phase == CollJob::SwPhase::none) {
+		job.sw.granted.assign(s.planes, 0);
+		job.sw.heard.assign(s.planes, 0);
 		if (s.inline_task) {
-			job.sw_granted.assign(s.planes, request(job));
+			job.sw.granted.assign(s.planes, request(job));
 			ready(job);
 		} else {
-			job.sw_phase = CollJob::SwPhase::configuring;
-			job.sw_cfg_start = now;
+			job.sw.phase = CollJob::SwPhase::configuring;
+			job.sw.cfg_start = now;
 			send_config(job, now);
 		}
 	}
 	Message &m = *job.active;
-	m.sw = true;
-	if (job.sw_phase == CollJob::SwPhase::configuring) {
-		m.waiting = true;
+	m.sw.on = true;
+	if (job.sw.phase == CollJob::SwPhase::configuring) {
+		m.sw.waiting = true;
 		return;
 	}
 	launch(qp, job, now);
@@ -131,7 +131,7 @@ void SwitchPath::start(Qp &qp, CollJob &job, uint64_t now)
 void SwitchPath::ready(CollJob &job)
 {
 	const SwitchConfig &s = job.cfg.sw;
-	uint32_t g = *std::min_element(job.sw_granted.begin(), job.sw_granted.end());
+	uint32_t g = *std::min_element(job.sw.granted.begin(), job.sw.granted.end());
 	uint32_t w = std::min<uint64_t>(uint64_t(s.planes) * g / 2, UINT32_MAX);
 	uint32_t want = s.window ? s.window : u_.e_.params.cfg.coll_window;
 	// Blocks in flight are at most the window; the blocks between the
@@ -139,38 +139,38 @@ void SwitchPath::ready(CollJob &job)
 	// units (no two of them meet in one unit).  A block waiting for its
 	// repeat thus holds up the window only once the units run out, not
 	// once W blocks went after it (selective repeat, as IRN's).
-	job.sw_span = w;
-	job.sw_window = std::min(w, want);
-	job.sw_phase = CollJob::SwPhase::ready;
+	job.sw.span = w;
+	job.sw.window = std::min(w, want);
+	job.sw.phase = CollJob::SwPhase::ready;
 	IBVC_INFO("coll", "{}: job {} through the switch: {} plane(s), {} Seg units, window {}",
-		  u_.e_.params.name, job.cfg.jid, s.planes, g, job.sw_window);
+		  u_.e_.params.name, job.cfg.jid, s.planes, g, job.sw.window);
 }
 
 void SwitchPath::launch(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
-	m.waiting = false;
-	if (job.sw_phase == CollJob::SwPhase::fallback) {
+	m.sw.waiting = false;
+	if (job.sw.phase == CollJob::SwPhase::fallback) {
 		// Execution control moves it to the ring (CollEngine::settle).
-		m.sw = false;
+		m.sw.on = false;
 		return;
 	}
-	if (job.sw_phase == CollJob::SwPhase::failed)
-		return u_.fail(qp, job, job.sw_fail, false,
-			       job.sw_fail == CollStatus::denied ? "the switch refused the job"
+	if (job.sw.phase == CollJob::SwPhase::failed)
+		return u_.fail(qp, job, job.sw.fail, false,
+			       job.sw.fail == CollStatus::denied ? "the switch refused the job"
 								 : "no answer from the switch");
-	if (!job.sw_window)
+	if (!job.sw.window)
 		return u_.fail(qp, job, CollStatus::buffer_err, true,
 			       "the switch granted too few Seg units for a window");
-	if (job.sw_tdm && m.admit != 2) {
-		m.waiting = true; // for the switch's decision on this message
+	if (job.sw.tdm && m.sw.admit != 2) {
+		m.sw.waiting = true; // for the switch's decision on this message
 		return admit_ask(job, m, now);
 	}
 	m.ran = kRanSwitch | (job.cfg.sw.leaves > 1 ? kRanHierarchy : 0);
-	m.gs0 = job.sw_next_gs;
-	m.sw_base = m.sw_next = 0;
+	m.sw.gs0 = job.sw.next_gs;
+	m.sw.base = m.sw.next = 0;
 	if (job.cfg.sw.e2e_ack)
-		m.acked.assign(m.nblocks, job.cfg.node == 0 ? 1 : 0);
+		m.sw.acked.assign(m.nblocks, job.cfg.node == 0 ? 1 : 0);
 	m.last_progress = now;
 	pump(qp, job, now);
 }
@@ -191,7 +191,7 @@ void SwitchPath::send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now
 	const JobConfig &c = job.cfg;
 	const BlockDesc &b = m.chain[sid];
 	const uint32_t len = b.elems * m.es;
-	const uint64_t gs = m.gs0 + sid;
+	const uint64_t gs = m.sw.gs0 + sid;
 	const uint32_t plane = sw::plane_of(gs, c.sw.planes);
 	// The partial is reduced straight into the packet, or sent from the
 	// application's buffer when there is nothing to reduce.
@@ -219,7 +219,7 @@ void SwitchPath::send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now
 		pl.lend = true; // unless it is in place
 	}
 	Ceth h = u_.header(job, m, sid);
-	h.seg = uint16_t(sw::unit_of(gs, c.sw.planes, job.sw_granted[plane]));
+	h.seg = uint16_t(sw::unit_of(gs, c.sw.planes, job.sw.granted[plane]));
 	h.seq = uint32_t(gs); // what orders the uses of a unit (wire/swproto.h)
 	h.node_map = 1ull << c.node;
 	h.rank_map = bits(m.ranks);
@@ -252,11 +252,11 @@ void SwitchPath::send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now
 void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
-	CongestionCtl &cc = job.sw_cc;
+	CongestionCtl &cc = job.sw.cc;
 	if (!cc.ready()) {
 		// Blocks in flight (sent, no result) are the flow's units; the
 		// round trip crosses the way up and the way down at each level.
-		const uint32_t w = job.sw_window;
+		const uint32_t w = job.sw.window;
 		cc.init(&u_.e_.params.cfg.cc, &u_.e_.cc_counters(), std::max(1u, w / 4), w,
 			job.cfg.sw.leaves > 1 ? 4 : 2);
 	}
@@ -266,11 +266,11 @@ void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 	// cut and pace in turn, and the job crawls at a block every eight
 	// round trips (the rxe.vm coll_switch timeout).  The result that every
 	// member gets at once clocks them all, in step.
-	while (m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_span &&
-	       m.o_pending.size() < job.sw_window && !m.dma_error) {
+	while (m.sw.next < m.nblocks && m.sw.next < m.sw.base + job.sw.span &&
+	       m.o_pending.size() < job.sw.window && !m.dma_error) {
 		if (cc.enabled() && !cc.may_send(uint32_t(m.o_pending.size()), now))
 			break;
-		send_block(job, m, m.sw_next++, now, false);
+		send_block(job, m, m.sw.next++, now, false);
 		cc.on_send(now);
 	}
 	if (m.dma_error)
@@ -280,7 +280,7 @@ void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 // Every plane's leaf has answered (perhaps only "heard, wait").
 bool SwitchPath::all_heard(const CollJob &job) const
 {
-	return std::count(job.sw_heard.begin(), job.sw_heard.end(), uint8_t(0)) == 0;
+	return std::count(job.sw.heard.begin(), job.sw.heard.end(), uint8_t(0)) == 0;
 }
 
 // CONFIG goes again every retransmission timeout until every leaf has
@@ -301,44 +301,44 @@ void SwitchPath::config_timers(Qp &qp, CollJob &job, uint64_t now)
 {
 	if (!all_heard(job)) {
 		uint64_t limit = uint64_t(u_.e_.params.cfg.sw_config_ms) * util::kNsPerMs;
-		if (now - job.sw_cfg_start > limit) {
+		if (now - job.sw.cfg_start > limit) {
 			if (job.cfg.topology == Topology::autosel) {
 				IBVC_WARN("coll",
 					  "{}: job {}: no answer from the switch, using the ring",
 					  u_.e_.params.name, job.cfg.jid);
-				job.sw_phase = CollJob::SwPhase::fallback;
+				job.sw.phase = CollJob::SwPhase::fallback;
 				tell_fallback(job); // the others may have heard it (swadmit.cc)
 			} else {
-				job.sw_phase = CollJob::SwPhase::failed;
-				job.sw_fail = CollStatus::timeout;
+				job.sw.phase = CollJob::SwPhase::failed;
+				job.sw.fail = CollStatus::timeout;
 			}
-			if (job.active && job.active->waiting)
+			if (job.active && job.active->sw.waiting)
 				launch(qp, job, now);
 			return;
 		}
-	} else if (job.active && job.active->waiting && now > job.active->last_progress &&
+	} else if (job.active && job.active->sw.waiting && now > job.active->last_progress &&
 		   now - job.active->last_progress > u_.coll_timeout_ns(job)) {
 		u_.ctr.timeouts++;
 		return u_.fail(qp, job, CollStatus::timeout, true,
 			       "the switch still waits for other members of the job");
 	}
-	if (now - job.sw_cfg_sent > config_interval(job))
+	if (now - job.sw.cfg_sent > config_interval(job))
 		send_config(job, now);
 }
 
 void SwitchPath::timers(Qp &qp, CollJob &job, uint64_t now)
 {
-	if (job.sw_phase == CollJob::SwPhase::configuring)
+	if (job.sw.phase == CollJob::SwPhase::configuring)
 		return config_timers(qp, job, now);
-	if (job.active && job.active->waiting && job.active->admit == 1)
+	if (job.active && job.active->sw.waiting && job.active->sw.admit == 1)
 		return admit_timers(qp, job, now);
-	if (!job.active || job.active->waiting)
+	if (!job.active || job.active->sw.waiting)
 		return;
 	Message &m = *job.active;
 	bool lost = false;
 	m.o_pending.for_due(now, [&](uint32_t sid) {
 		const PendingSet::Entry &e = *m.o_pending.find(sid);
-		if (!m.final_[sid] && e.held && sid >= m.sw_base + 2 * job.cfg.sw.planes) {
+		if (!m.final_[sid] && e.held && sid >= m.sw.base + 2 * job.cfg.sw.planes) {
 			// The switch has our partial and waits for others': the
 			// oldest blocks' ASKs find a lost result, these need none.
 			u_.arm(job, m, m.o_pending, sid, now, true);
@@ -359,7 +359,7 @@ void SwitchPath::timers(Qp &qp, CollJob &job, uint64_t now)
 		}
 	});
 	if (lost)
-		job.sw_cc.on_loss(now);
+		job.sw.cc.on_loss(now);
 	if (!m.o_pending.empty() && now >= probe_due(job, m))
 		probe(job, m, now);
 	if (m.dma_error)
@@ -377,19 +377,19 @@ void SwitchPath::timers(Qp &qp, CollJob &job, uint64_t now)
 void SwitchPath::release_block(CollJob &job, Message &m, uint32_t sid, uint64_t now,
 			       Holding endpoint)
 {
-	if (!m.final_[sid] || (!m.acked.empty() && !m.acked[sid]))
+	if (!m.final_[sid] || (!m.sw.acked.empty() && !m.sw.acked[sid]))
 		return;
 	if (PendingSet::Entry *e = m.o_pending.find(sid)) {
 		if (!e->again && endpoint.known()) {
 			u_.rtt_sample(job, now - e->sent, endpoint);
-			job.sw_cc.on_rtt_sample(now - e->sent, endpoint, now);
+			job.sw.cc.on_rtt_sample(now - e->sent, endpoint, now);
 		}
-		job.sw_cc.on_ack(1, now);
+		job.sw.cc.on_ack(1, now);
 		m.o_pending.erase(sid);
 	}
-	while (m.sw_base < m.nblocks && m.final_[m.sw_base] &&
-	       (m.acked.empty() || m.acked[m.sw_base]))
-		m.sw_base++;
+	while (m.sw.base < m.nblocks && m.final_[m.sw.base] &&
+	       (m.sw.acked.empty() || m.sw.acked[m.sw.base]))
+		m.sw.base++;
 }
 
 // End-to-end mode: node 0 acknowledges block sid to node `to` (or, with
@@ -423,7 +423,7 @@ void SwitchPath::on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 		}
 		// Acknowledge it if we hold the result (or the message is over).
 		const Message *m = job.active ? job.active.get() : nullptr;
-		if ((m && m->sw && p.h.mid == m->mid && p.h.sid < m->nblocks &&
+		if ((m && m->sw.on && p.h.mid == m->mid && p.h.sid < m->nblocks &&
 		     m->final_[p.h.sid]) ||
 		    (m ? seq_after(m->mid, p.h.mid) : !job.ahead(p.h.mid)))
 			send_ack(job, p.h.mid, p.h.sid, p.h.src_node, false);
@@ -433,17 +433,17 @@ void SwitchPath::on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 		u_.ctr.malformed++;
 		return;
 	}
-	if (!job.active || !job.active->sw || job.active->waiting || p.h.mid != job.active->mid ||
-	    p.h.sid >= job.active->nblocks) {
+	if (!job.active || !job.active->sw.on || job.active->sw.waiting ||
+	    p.h.mid != job.active->mid || p.h.sid >= job.active->nblocks) {
 		u_.ctr.stale_dropped++;
 		return;
 	}
 	Message &m = *job.active;
-	if (m.acked[p.h.sid]) {
+	if (m.sw.acked[p.h.sid]) {
 		u_.ctr.dup_dropped++;
 		return;
 	}
-	m.acked[p.h.sid] = 1;
+	m.sw.acked[p.h.sid] = 1;
 	m.last_progress = now;
 	release_block(job, m, p.h.sid, now, p.holding(now));
 	pump(qp, job, now);
@@ -453,15 +453,15 @@ void SwitchPath::on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 void SwitchPath::on_config_ack(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
 	const SwitchConfig &s = job.cfg.sw;
-	if ((p.h.flags & kCethAdmit) && job.sw_phase != CollJob::SwPhase::configuring) {
+	if ((p.h.flags & kCethAdmit) && job.sw.phase != CollJob::SwPhase::configuring) {
 		// A decision names its message; MID 0 is a grant repeated (the
 		// answer to a keepalive), nothing new.
 		if (p.h.mid)
 			on_admit(qp, job, p);
 		return;
 	}
-	if (job.sw_phase != CollJob::SwPhase::configuring) {
-		if (p.h.status == uint8_t(CollStatus::denied) && job.active && job.active->sw) {
+	if (job.sw.phase != CollJob::SwPhase::configuring) {
+		if (p.h.status == uint8_t(CollStatus::denied) && job.active && job.active->sw.on) {
 			// Inline: the switch could not take the job.
 			u_.fail(qp, job, CollStatus::denied, true, "the switch refused the job");
 		}
@@ -474,14 +474,14 @@ void SwitchPath::on_config_ack(Qp &qp, CollJob &job, const CollPacket &p, uint64
 	if (plane == s.planes)
 		return;
 	if (p.h.flags & kCethPending) {
-		if (!job.sw_heard[plane])
+		if (!job.sw.heard[plane])
 			IBVC_DEBUG("coll", "{}: job {}: plane {}'s switch waits for other members",
 				   u_.e_.params.name, job.cfg.jid, plane);
-		job.sw_heard[plane] = 1;
+		job.sw.heard[plane] = 1;
 		ring_seen_answer(qp, job, true, now);
 		return;
 	}
-	job.sw_heard[plane] = 1;
+	job.sw.heard[plane] = 1;
 	on_grant(qp, job, p, plane, now);
 }
 
@@ -495,24 +495,24 @@ void SwitchPath::on_grant(Qp &qp, CollJob &job, const CollPacket &p, uint32_t pl
 		IBVC_WARN("coll", "{}: job {}: the switch refused it{}", u_.e_.params.name,
 			  job.cfg.jid,
 			  job.cfg.topology == Topology::autosel ? ", using the ring" : "");
-		job.sw_why = kRanRefused;
+		job.sw.why = kRanRefused;
 		if (job.cfg.topology == Topology::autosel) {
-			job.sw_phase = CollJob::SwPhase::fallback;
+			job.sw.phase = CollJob::SwPhase::fallback;
 		} else {
-			job.sw_phase = CollJob::SwPhase::failed;
-			job.sw_fail = CollStatus::denied;
+			job.sw.phase = CollJob::SwPhase::failed;
+			job.sw.fail = CollStatus::denied;
 		}
 	} else {
-		job.sw_tdm = p.h.flags & kCethAdmit;
-		job.sw_granted[plane] = p.h.seg;
+		job.sw.tdm = p.h.flags & kCethAdmit;
+		job.sw.granted[plane] = p.h.seg;
 		// CETH seq: the switch's idle timeout in ms (0: it does not say).
 		const uint64_t keep = uint64_t(p.h.seq) * util::kNsPerMs / 3;
-		if (keep && (!job.sw_keep_ns || keep < job.sw_keep_ns))
-			job.sw_keep_ns = keep;
-		if (std::count(job.sw_granted.begin(), job.sw_granted.end(), 0u) == 0)
+		if (keep && (!job.sw.keep_ns || keep < job.sw.keep_ns))
+			job.sw.keep_ns = keep;
+		if (std::count(job.sw.granted.begin(), job.sw.granted.end(), 0u) == 0)
 			ready(job);
 	}
-	if (job.sw_phase != CollJob::SwPhase::configuring && job.active && job.active->waiting &&
+	if (job.sw.phase != CollJob::SwPhase::configuring && job.active && job.active->sw.waiting &&
 	    !ring_seen_answer(qp, job, false, now))
 		launch(qp, job, now);
 }
@@ -523,8 +523,8 @@ bool SwitchPath::result_ok(const CollJob &job, const Message &m, const CollPacke
 {
 	const uint32_t sid = p.h.sid;
 	const uint32_t planes = job.cfg.sw.planes;
-	if (p.h.coll != uint8_t(m.coll) || p.h.seq != uint32_t(m.gs0 + sid) ||
-	    !(leaf(job, sw::plane_of(m.gs0 + sid, planes)) == p.src))
+	if (p.h.coll != uint8_t(m.coll) || p.h.seq != uint32_t(m.sw.gs0 + sid) ||
+	    !(leaf(job, sw::plane_of(m.sw.gs0 + sid, planes)) == p.src))
 		return false;
 	if (p.h.flags & kCethNak)
 		return p.paylen == 0;
@@ -540,7 +540,8 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 	const bool nak = p.h.flags & kCethNak;
 	if (!nak)
 		u_.ctr.rx_result++;
-	if (!job.active || !job.active->sw || job.active->waiting || p.h.mid != job.active->mid) {
+	if (!job.active || !job.active->sw.on || job.active->sw.waiting ||
+	    p.h.mid != job.active->mid) {
 		u_.ctr.stale_dropped++;
 		return;
 	}
@@ -581,7 +582,7 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 	m.final_[sid] = 1;
 	m.finals++;
 	m.last_progress = now;
-	if (job.sw_tdm && m.finals == m.nblocks)
+	if (job.sw.tdm && m.finals == m.nblocks)
 		admit_done(job, m);
 	if (job.cfg.sw.e2e_ack && job.cfg.node == 0)
 		for (uint16_t n = 1; n < job.cfg.nodes(); n++)
@@ -618,7 +619,7 @@ uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 	const uint64_t floor = uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs;
 	if (!floor)
 		return UINT64_MAX;
-	const uint64_t t = job.probe_time(floor, m.sw_next == m.nblocks);
+	const uint64_t t = job.probe_time(floor, m.sw.next == m.nblocks);
 	const uint64_t base = t ? t : u_.rto_ns(job) / 4;
 	// Due when no result came for that long (TCP's TLP): a block whose
 	// result is late while later ones come is found by the gaps it
@@ -627,9 +628,9 @@ uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 	// for a result on its way makes the switch send it twice).
 	if (m.o_pending.empty())
 		return UINT64_MAX;
-	if (m.last_progress >= m.sw_probe_at)
+	if (m.last_progress >= m.sw.probe_at)
 		return m.last_progress + base;
-	return m.sw_probe_at + (base << std::min<uint32_t>(m.sw_probes, 10));
+	return m.sw.probe_at + (base << std::min<uint32_t>(m.sw.probes, 10));
 }
 
 // ASK for the oldest blocks without a result (one round trip's worth of
@@ -639,11 +640,11 @@ uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 // after a block's first copy would cost its round trip sample (Karn).
 void SwitchPath::probe(CollJob &job, Message &m, uint64_t now)
 {
-	m.sw_probes = m.last_progress >= m.sw_probe_at ? 0 : m.sw_probes + 1;
-	m.sw_probe_at = now;
+	m.sw.probes = m.last_progress >= m.sw.probe_at ? 0 : m.sw.probes + 1;
+	m.sw.probe_at = now;
 	uint32_t n = 0;
 	const uint64_t rtt = job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 2;
-	for (uint32_t sid = m.sw_base; sid < m.sw_next && n < 2 * job.cfg.sw.planes; sid++) {
+	for (uint32_t sid = m.sw.base; sid < m.sw.next && n < 2 * job.cfg.sw.planes; sid++) {
 		const PendingSet::Entry *e = m.o_pending.find(sid);
 		if (m.final_[sid] || !e)
 			continue;
@@ -676,7 +677,7 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 		return;
 	}
 	if (e->asks)
-		job.sw_cc.on_loss(now);
+		job.sw.cc.on_loss(now);
 	send_block(job, m, sid, now, true);
 	// Otherwise no cut: a partial lost alone is no sign of a full queue
 	// (the round trip is; a timeout cuts).
@@ -696,7 +697,7 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 		if (sid < lag)
 			break;
 		const uint32_t g = sid - lag;
-		if (g < m.sw_base || m.final_[g] || !m.o_pending.find(g) ||
+		if (g < m.sw.base || m.final_[g] || !m.o_pending.find(g) ||
 		    recently_sent(job, m, g, now, false))
 			continue;
 		send_block(job, m, g, now, true, true);
@@ -720,7 +721,7 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 // at their idle timeout, so the job ID is free for the next run.
 void SwitchPath::release(const CollJob &job)
 {
-	if (job.sw_phase == CollJob::SwPhase::none)
+	if (job.sw.phase == CollJob::SwPhase::none)
 		return;
 	// Three times, as an ABORT goes: a lost RELEASE would hold the units
 	// until the switch's idle timeout, and refuse the job's next run.
@@ -756,31 +757,31 @@ void SwitchPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 void SwitchPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 {
 	timers(qp, job, now);
-	if (job.active && qp.state == QpState::rts && !job.active->waiting && job.active->sw)
+	if (job.active && qp.state == QpState::rts && !job.active->sw.waiting && job.active->sw.on)
 		pump(qp, job, now);
 }
 
 bool SwitchPath::done(const CollJob &job) const
 {
 	const Message &m = *job.active;
-	return m.sw && !m.waiting && m.finals == m.nblocks && m.o_pending.empty();
+	return m.sw.on && !m.sw.waiting && m.finals == m.nblocks && m.o_pending.empty();
 }
 
 uint64_t SwitchPath::next_deadline(const CollJob &job) const
 {
 	const Message &m = *job.active;
 	uint64_t d = m.last_progress + u_.coll_timeout_ns(job);
-	if (m.waiting && m.admit == 1) // tdm: the switch's decision
-		return std::min(d, m.admit_sent + u_.rto_ns(job));
-	if (m.waiting)
-		return std::min(d, job.sw_cfg_sent + config_interval(job));
+	if (m.sw.waiting && m.sw.admit == 1) // tdm: the switch's decision
+		return std::min(d, m.sw.admit_sent + u_.rto_ns(job));
+	if (m.sw.waiting)
+		return std::min(d, job.sw.cfg_sent + config_interval(job));
 	d = std::min({d, m.o_pending.next(), m.f_pending.next()});
 	if (!m.o_pending.empty())
 		d = std::min(d, probe_due(job, m));
 	// Pacing: the next block when the window has room and waits for time.
-	if (job.sw_cc.enabled() && m.sw_next < m.nblocks && m.sw_next < m.sw_base + job.sw_span &&
-	    m.o_pending.size() < std::min(job.sw_window, job.sw_cc.window())) {
-		if (const uint64_t t = job.sw_cc.next_send_time())
+	if (job.sw.cc.enabled() && m.sw.next < m.nblocks && m.sw.next < m.sw.base + job.sw.span &&
+	    m.o_pending.size() < std::min(job.sw.window, job.sw.cc.window())) {
+		if (const uint64_t t = job.sw.cc.next_send_time())
 			d = std::min(d, t);
 	}
 	return d;

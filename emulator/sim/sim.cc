@@ -147,7 +147,7 @@ void Fabric::sample(std::vector<TraceRow> *out)
 		double w = 0;
 		if (cj && !j->finished)
 			w = j->spec.topology == SimTopology::ring ? cj->cc.cwnd()
-								  : cj->sw_cc.cwnd();
+								  : cj->sw.cc.cwnd();
 		row.cwnd.push_back(w);
 	}
 	out->push_back(std::move(row));
