@@ -31,7 +31,7 @@ bool CollEngine::parse(const InPacket &p, CollPacket *out)
 	return true;
 }
 
-Ceth CollEngine::header(const CollJob &job, const Message &m, uint32_t sid) const
+Ceth CollCore::header(const CollJob &job, const Message &m, uint32_t sid) const
 {
 	Ceth h;
 	h.coll = uint8_t(m.coll);

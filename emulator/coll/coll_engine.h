@@ -8,7 +8,9 @@
 // (seg_pool.cc), data transmission (xmit.cc: the block chain and the DMA
 // from and to the local ranks) and status update (status.cc: CQEs).  The
 // strategies (coll/coll_path.h: the ring in ring.cc, the switch path in
-// swpath.cc) run messages on top of these shared services.
+// swpath.cc) run messages on top of these shared services, which they see
+// as CollCore: the engine derives from it privately, and its execution
+// control (jobs, joined QPs, the choice of strategy) is not theirs to call.
 #pragma once
 
 #include "coll/coll_job.h"
@@ -84,7 +86,78 @@ struct Payload {
 	}
 };
 
-class CollEngine final : public CollService {
+// What a strategy (coll/coll_path.h) may use of the engine: the device it
+// runs on, the Seg units, the counters, and the services the ring and the
+// switch path share (sending, timers and windows, the DMA from and to the
+// local ranks, failing the message).  Execution control, the job table and
+// the joined QPs are CollEngine's own: a strategy reaches them only
+// through the CollPath calls execution control makes.
+class CollCore {
+public:
+	CollCounters ctr;
+	CollHost &host() const { return e_; }
+	SegPool &segs() { return segs_; }
+	const SegPool &segs() const { return segs_; }
+	// A block's worth (or more, as the ring grows it) of scratch space.
+	std::vector<uint8_t> &scratch() { return scratch_; }
+
+	// codec.cc.  Every packet carries the job's incarnation, unless
+	// other_inc (an answer to a member of another incarnation, in its
+	// own).
+	void send(const CollJob &job, uint16_t to, uint8_t kind, const wire::Ceth &h,
+		  const Payload &pl = {}, bool other_inc = false);
+	void send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
+		     const wire::Ceth &h, const void *ext, uint32_t ext_len, const Payload &pl,
+		     bool other_inc = false);
+	// Where send()/send_ep() build the payload of the next packet with
+	// ext_len bytes of extension: a producer may write it there.
+	uint8_t *tx_payload(uint32_t ext_len = 0);
+	// Block sid of m's sources was just lent to a packet (see Message::src_lent).
+	void note_src_lent(Message &m, uint32_t sid)
+	{
+		if (m.inplace)
+			m.src_lent[sid] = lent_;
+	}
+	wire::Ceth header(const CollJob &job, const Message &m, uint32_t sid) const;
+	// xmit.cc
+	bool local_partial(const CollJob &job, Message &m, uint32_t sid, uint8_t *out);
+	// The same, read-only: with one local rank *out points into its buffer
+	// (no copy), else it is SCRATCH with the ranks' reduction in it.
+	bool local_data(const CollJob &job, Message &m, uint32_t sid, uint8_t *scratch,
+			const uint8_t **out);
+	bool write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data);
+	bool result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out);
+	// exec_ctrl.cc: timing and windows, shared by both strategies
+	uint64_t rto_ns(const CollJob &job) const;
+	uint64_t coll_timeout_ns(const CollJob &job) const;
+	void rtt_sample(CollJob &job, uint64_t rtt, Holding h);
+	void arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
+		 bool again);
+	uint32_t window(const CollJob &job) const;
+	// The unit of the running message's block sid (CollEngine::hold_units).
+	uint32_t seg_of(const CollJob &job, uint32_t sid) const
+	{
+		return job.run_base + sid % job.cfg.seg_count;
+	}
+	// status.cc: the message fails (tell_others: ABORT to the members),
+	// which is execution control's to carry out.
+	virtual void fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others,
+			  const char *why) = 0;
+
+protected:
+	CollCore(CollHost &e, uint32_t seg_units, uint32_t seg_bytes);
+	~CollCore() = default;
+	// Memory lent to queued packets is free again (before a completion
+	// hands buffers back, and before results overwrite a lent source).
+	void reclaim();
+
+	CollHost &e_;
+	SegPool segs_;
+	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
+	uint64_t lent_ = 0; // the port's lend mark of the last packet sent from lent memory
+};
+
+class CollEngine final : public CollService, private CollCore {
 public:
 	CollEngine(CollHost &host, uint32_t seg_units, uint32_t seg_bytes);
 
@@ -105,12 +178,10 @@ public:
 	uint32_t seg_in_use() const override { return segs_.in_use(); }
 	uint32_t seg_high_water() const override { return uint32_t(segs_.high_water()); }
 
-	SegPool &segs() { return segs_; }
-	CollCounters ctr;
+	using CollCore::ctr;
+	using CollCore::segs;
 
 private:
-	friend class RingPath;
-	friend class SwitchPath;
 	// A joined QP's WQE that a message of its lead runs.
 	struct Joined {
 		Qp *qp;
@@ -145,68 +216,26 @@ private:
 	void from_switch(Qp &qp, CollJob &job, const CollPacket &p);
 	void other_incarnation(Qp &qp, CollJob &job, const CollPacket &p);
 	void superseded(Qp &qp, CollJob &job);
-	// Every packet carries the job's incarnation, unless other_inc (an
-	// answer to a member of another incarnation, in its own).
-	void send(const CollJob &job, uint16_t to, uint8_t kind, const wire::Ceth &h,
-		  const Payload &pl = {}, bool other_inc = false);
-	void send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
-		     const wire::Ceth &h, const void *ext, uint32_t ext_len, const Payload &pl,
-		     bool other_inc = false);
-	// Where send()/send_ep() build the payload of the next packet with
-	// ext_len bytes of extension: a producer may write it there.
-	uint8_t *tx_payload(uint32_t ext_len = 0);
-	// Memory lent to queued packets is free again (before a completion
-	// hands buffers back, and before results overwrite a lent source).
-	void reclaim();
-	// Block sid of m's sources was just lent to a packet (see Message::src_lent).
-	void note_src_lent(Message &m, uint32_t sid)
-	{
-		if (m.inplace)
-			m.src_lent[sid] = lent_;
-	}
-	wire::Ceth header(const CollJob &job, const Message &m, uint32_t sid) const;
 	// xmit.cc
 	void build_chain(const CollJob &job, Message &m, uint32_t path_mtu);
-	bool local_partial(const CollJob &job, Message &m, uint32_t sid, uint8_t *out);
-	// The same, read-only: with one local rank *out points into its buffer
-	// (no copy), else it is SCRATCH with the ranks' reduction in it.
-	bool local_data(const CollJob &job, Message &m, uint32_t sid, uint8_t *scratch,
-			const uint8_t **out);
-	bool write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data);
-	bool result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out);
 	// status.cc
 	Cqe message_cqe(const CollJob &job, const Message &m, uint32_t qpn, uint64_t wr_id,
 			CollStatus st) const;
 	void fail_wqe(Qp &qp, uint32_t idx, CollStatus st);
 	void complete(Qp &qp, CollJob &job, CollStatus st);
 	void retire(Qp &qp); // consume the finished WQEs at the head of the SQ
-	void fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, const char *why);
+	void fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, const char *why) override;
 	void send_abort(const CollJob &job, uint32_t mid, CollStatus st);
-	// exec_ctrl.cc: timing and windows, shared by both strategies
-	uint64_t rto_ns(const CollJob &job) const;
-	uint64_t coll_timeout_ns(const CollJob &job) const;
-	void rtt_sample(CollJob &job, uint64_t rtt, Holding h);
-	void arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
-		 bool again);
-	uint32_t window(const CollJob &job) const;
+	// exec_ctrl.cc: the Seg units the running message holds
 	bool hold_units(CollJob &job, const Message &m);
-	// The unit of the running message's block sid (hold_units).
-	uint32_t seg_of(const CollJob &job, uint32_t sid) const
-	{
-		return job.run_base + sid % job.cfg.seg_count;
-	}
 
-	CollHost &e_;
 	RingPath ring_{*this};
 	SwitchPath sw_{*this};
-	SegPool segs_;
-	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
 	uint64_t next_owner_ = 1;
 	// Lead QPN -> the QPs that joined its job (coll/join.cc).
 	std::unordered_map<uint32_t, std::vector<uint32_t>> joins_;
 	std::vector<Qp *> join_parts_; // start_joined()'s scratch
 	std::vector<Joined> join_js_;
-	uint64_t lent_ = 0; // the port's lend mark of the last packet sent from lent memory
 };
 
 } // namespace ibv_coll::emu

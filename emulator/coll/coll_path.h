@@ -23,7 +23,7 @@
 
 namespace ibv_coll::emu {
 
-class CollEngine;
+class CollCore;
 class PendingSet;
 struct CollJob;
 struct Endpoint;
@@ -52,7 +52,7 @@ public:
 // Round the ring of member NICs (ring.cc).
 class RingPath final : public CollPath {
 public:
-	explicit RingPath(CollEngine &u) : u_(u) {}
+	explicit RingPath(CollCore &u) : u_(u) {}
 	const char *name() const override { return "ring"; }
 	void start(Qp &qp, CollJob &job, uint64_t now) override;
 	void on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now) override;
@@ -62,8 +62,8 @@ public:
 
 private:
 	// The services shared with the switch path (send, arm, fail, the DMA
-	// helpers, the counters) are the unit's.
-	CollEngine &u_;
+	// helpers, the counters): the engine's core, not its execution control.
+	CollCore &u_;
 	std::vector<uint32_t> gap_; // acked's lost blocks
 
 	void pump(Qp &qp, CollJob &job, uint64_t now);
@@ -98,7 +98,7 @@ private:
 // Through the job's switches, one or two levels (swpath.cc).
 class SwitchPath final : public CollPath {
 public:
-	explicit SwitchPath(CollEngine &u) : u_(u) {}
+	explicit SwitchPath(CollCore &u) : u_(u) {}
 	const char *name() const override { return "switch"; }
 	void start(Qp &qp, CollJob &job, uint64_t now) override;
 	void on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now) override;
@@ -157,7 +157,7 @@ private:
 	void tell_fallback(const CollJob &job);
 	void follow(Qp &qp, CollJob &job, const char *why, uint64_t now);
 
-	CollEngine &u_;
+	CollCore &u_;
 };
 
 } // namespace ibv_coll::emu

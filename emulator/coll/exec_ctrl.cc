@@ -24,8 +24,13 @@ std::unique_ptr<CollService> make_coll_service(CollHost &host, uint32_t seg_unit
 	return std::make_unique<CollEngine>(host, seg_units, seg_bytes);
 }
 
-CollEngine::CollEngine(CollHost &e, uint32_t seg_units, uint32_t seg_bytes)
+CollCore::CollCore(CollHost &e, uint32_t seg_units, uint32_t seg_bytes)
 	: e_(e), segs_(seg_units, seg_bytes), scratch_(2 * size_t(seg_bytes))
+{
+}
+
+CollEngine::CollEngine(CollHost &e, uint32_t seg_units, uint32_t seg_bytes)
+	: CollCore(e, seg_units, seg_bytes)
 {
 }
 
@@ -432,7 +437,7 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 // floor (IBV_COLL_EMU_COLL_RTO_US: on a loaded machine a node may not run
 // for several milliseconds, and a premature repeat only adds load) and at
 // most a second.
-uint64_t CollEngine::rto_ns(const CollJob &job) const
+uint64_t CollCore::rto_ns(const CollJob &job) const
 {
 	const uint64_t lo = uint64_t(e_.params.cfg.coll_rto_us) * util::kNsPerUs;
 	const uint64_t hi = std::max<uint64_t>(lo, 1000 * util::kNsPerMs);
@@ -441,13 +446,13 @@ uint64_t CollEngine::rto_ns(const CollJob &job) const
 
 // A collective fails after this long without progress: the job's
 // timeout_ms, or IBV_COLL_EMU_COLL_TIMEOUT_MS.
-uint64_t CollEngine::coll_timeout_ns(const CollJob &job) const
+uint64_t CollCore::coll_timeout_ns(const CollJob &job) const
 {
 	const uint32_t ms = job.cfg.timeout_ms ? job.cfg.timeout_ms : e_.params.cfg.coll_timeout_ms;
 	return uint64_t(ms) * util::kNsPerMs;
 }
 
-void CollEngine::rtt_sample(CollJob &job, uint64_t rtt, Holding h)
+void CollCore::rtt_sample(CollJob &job, uint64_t rtt, Holding h)
 {
 	if (h.known() && h.held < rtt) {
 		const uint64_t q = rtt - (h.held - std::min(h.queued, h.held));
@@ -481,8 +486,8 @@ void CollEngine::rtt_sample(CollJob &job, uint64_t rtt, Holding h)
 // busy) gets a few repeats, not a stream of them.  Any progress brings the
 // wait back to twice the timeout, so loss elsewhere does not slow
 // recovery.
-void CollEngine::arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
-		     bool again)
+void CollCore::arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
+		   bool again)
 {
 	const uint64_t rto = rto_ns(job);
 	if (!pend.find(sid)) {
@@ -514,7 +519,7 @@ void CollEngine::arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, u
 // Blocks one node keeps in flight.  A node that has not started a message
 // yet keeps what every other node sent it of that message in Seg units, so
 // the job's range must hold a window from each of them.
-uint32_t CollEngine::window(const CollJob &job) const
+uint32_t CollCore::window(const CollJob &job) const
 {
 	uint32_t others = std::max<uint32_t>(1, job.cfg.nodes() - 1u);
 	return std::min(job.cfg.seg_count / others, e_.params.cfg.coll_window);

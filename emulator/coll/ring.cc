@@ -110,9 +110,9 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 		size_t need = 0;
 		for (const BlockDesc &b : m.chain)
 			need = std::max<size_t>(need, size_t(b.elems) * m.es);
-		if (u_.scratch_.size() < need)
-			u_.scratch_.resize(need);
-		uint8_t *buf = u_.scratch_.data();
+		if (u_.scratch().size() < need)
+			u_.scratch().resize(need);
+		uint8_t *buf = u_.scratch().data();
 		for (uint32_t sid = 0; sid < m.nblocks; sid++) {
 			const BlockDesc &b = m.chain[sid];
 			bool ok;
@@ -179,7 +179,7 @@ void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool
 		u_.arm(job, m, m.o_pending, sid, now, again);
 		if (again) {
 			u_.ctr.retrans_data++;
-			u_.e_.cc_counters().retrans_bytes += len;
+			u_.host().cc_counters().retrans_bytes += len;
 		}
 		return;
 	}
@@ -208,7 +208,7 @@ void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool
 	u_.arm(job, m, m.f_pending, sid, now, again);
 	if (again) {
 		u_.ctr.retrans_result++;
-		u_.e_.cc_counters().retrans_bytes += len;
+		u_.host().cc_counters().retrans_bytes += len;
 	}
 }
 
@@ -246,7 +246,7 @@ void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t no
 		Payload::lent(src, m.result_data ? b.elems * m.es : 0));
 	u_.arm(job, m, m.f_pending, sid, now, true);
 	u_.ctr.retrans_result++;
-	u_.e_.cc_counters().retrans_bytes += m.result_data ? b.elems * m.es : 0;
+	u_.host().cc_counters().retrans_bytes += m.result_data ? b.elems * m.es : 0;
 }
 
 // A partial of the running message: reduce this node's data in and pass
@@ -285,23 +285,23 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 	// Both arrive in one pass: unit = op(partial, ranks).
 	uint32_t seg = u_.seg_of(job, sid);
 	const uint8_t *local;
-	if (!u_.local_data(job, m, sid, u_.scratch_.data() + u_.segs_.unit_bytes(), &local)) {
+	if (!u_.local_data(job, m, sid, u_.scratch().data() + u_.segs().unit_bytes(), &local)) {
 		m.dma_error = true;
 		return;
 	}
-	bool own = u_.segs_.acquire(seg, c.jid, m.mid, sid, m.op, m.dtype, len,
-				    1ull << p.h.src_node, rank_mask(m.ranks));
+	bool own = u_.segs().acquire(seg, c.jid, m.mid, sid, m.op, m.dtype, len,
+				     1ull << p.h.src_node, rank_mask(m.ranks));
 	uint8_t *acc;
 	if (own) {
 		// The unit's result goes on at once, so it is made where it
 		// goes: in the packet that carries it on.
 		acc = u_.tx_payload();
-		u_.segs_.contribute_node_and_ranks(seg, 1ull << p.h.src_node, p.payload,
-						   rank_mask(m.ranks), local, len, acc);
+		u_.segs().contribute_node_and_ranks(seg, 1ull << p.h.src_node, p.payload,
+						    rank_mask(m.ranks), local, len, acc);
 	} else {
 		// Held by an early block of a later message: work beside it.
 		u_.ctr.seg_busy++;
-		acc = u_.scratch_.data();
+		acc = u_.scratch().data();
 		reduce_fn(m.op, m.dtype)(acc, p.payload, local, b.elems);
 	}
 	u_.ctr.reductions++;
@@ -318,7 +318,7 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 		u_.send(job, next_node(c), kCollData, h, Payload::copied(acc, len));
 	}
 	if (own)
-		u_.segs_.release(seg); // both bitmaps are empty: the block has moved on
+		u_.segs().release(seg); // both bitmaps are empty: the block has moved on
 }
 
 // A result of the running message: write it here and pass it on.
@@ -374,8 +374,8 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 
 void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
 {
-	uint64_t now = u_.e_.now();
-	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", u_.e_.params.name,
+	uint64_t now = u_.host().now();
+	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", u_.host().params.name,
 		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->sw.waiting) {
@@ -402,9 +402,9 @@ void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
 
 void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 {
-	uint64_t now = u_.e_.now();
-	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}", u_.e_.params.name,
-		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
+	uint64_t now = u_.host().now();
+	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}",
+		   u_.host().params.name, p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
 	if (job.active && p.h.mid == job.active->mid && !job.active->sw.waiting) {
 		result(job, *job.active, p, now);
@@ -440,11 +440,11 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 void RingPath::early(CollJob &job, const CollPacket &p)
 {
 	const JobConfig &c = job.cfg;
-	if (p.paylen > u_.segs_.unit_bytes() || p.h.phase < 1 || p.h.phase >= c.nodes() ||
+	if (p.paylen > u_.segs().unit_bytes() || p.h.phase < 1 || p.h.phase >= c.nodes() ||
 	    p.h.src_node != prev_node(c)) {
 		u_.ctr.early_dropped++;
 		IBVC_DEBUG("coll", "{}: early mid {} sid {} kind {:#x} hop {} dropped",
-			   u_.e_.params.name, p.h.mid, p.h.sid, p.kind, p.h.phase);
+			   u_.host().params.name, p.h.mid, p.h.sid, p.kind, p.h.phase);
 		return;
 	}
 	auto forward = [&] {
@@ -453,8 +453,8 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 		Ceth h = p.h;
 		h.src_node = c.node;
 		h.phase = uint8_t(p.h.phase + 1);
-		h.hold = p.hold_on(u_.e_.now());
-		h.queue = p.queue_on(u_.e_.now());
+		h.hold = p.hold_on(u_.host().now());
+		h.queue = p.queue_on(u_.host().now());
 		u_.send(job, next_node(c), kCollResult, h,
 			Payload::lent(p.payload, h.phase == c.nodes() ? 0 : p.paylen, p.crc));
 	};
@@ -469,18 +469,18 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 	// The block's own unit, or the next free one of the job's range (the
 	// message finds its blocks again through job.early when it starts).
 	uint32_t seg = c.seg_base + p.h.sid % c.seg_count, tries = 0;
-	while (!u_.segs_.acquire(seg, c.jid, p.h.mid, p.h.sid, RedOp(p.h.op & 7), Dtype::uint8,
-				 p.paylen, 1ull << p.h.src_node, 0)) {
+	while (!u_.segs().acquire(seg, c.jid, p.h.mid, p.h.sid, RedOp(p.h.op & 7), Dtype::uint8,
+				  p.paylen, 1ull << p.h.src_node, 0)) {
 		if (++tries == c.seg_count) {
 			u_.ctr.early_dropped++;
 			IBVC_DEBUG("coll", "{}: no unit for early mid {} sid {} (in use {})",
-				   u_.e_.params.name, p.h.mid, p.h.sid, u_.segs_.in_use());
+				   u_.host().params.name, p.h.mid, p.h.sid, u_.segs().in_use());
 			return;
 		}
 		seg = c.seg_base + (seg - c.seg_base + 1) % c.seg_count;
 	}
-	SegUnit &u = u_.segs_.unit(seg);
-	u_.segs_.contribute(seg, 1ull << p.h.src_node, 0, p.payload, p.paylen);
+	SegUnit &u = u_.segs().unit(seg);
+	u_.segs().contribute(seg, 1ull << p.h.src_node, 0, p.payload, p.paylen);
 	u.kind = p.kind;
 	u.hop = p.h.phase;
 	u.src_node = p.h.src_node;
@@ -488,7 +488,7 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 	// Kept: its wait from here on is for this node's application, not a
 	// queue (CETH queue).
 	u.hold = p.h.hold;
-	u.queue = p.queue_on(u_.e_.now());
+	u.queue = p.queue_on(u_.host().now());
 	u.rx_ns = p.rx_ns;
 	u.rank_pending = 1; // waits for this node's message to start
 	job.early.emplace(key, seg);
@@ -501,7 +501,7 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 {
 	Message &m = *job.active;
 	const JobConfig &c = job.cfg;
-	uint64_t now = u_.e_.now();
+	uint64_t now = u_.host().now();
 	std::vector<uint32_t> mine;
 	for (auto it = job.early.begin(); it != job.early.end();) {
 		if (it->first.mid == m.mid) {
@@ -514,12 +514,12 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 	// In block order, as they arrived: what this node passes on goes in
 	// order too (the next node reads a gap as a loss, gaps()).
 	std::sort(mine.begin(), mine.end(), [&](uint32_t a, uint32_t b) {
-		return u_.segs_.unit(a).sid < u_.segs_.unit(b).sid;
+		return u_.segs().unit(a).sid < u_.segs().unit(b).sid;
 	});
 	for (uint32_t i : mine) {
 		if (!job.active)
 			return;
-		SegUnit &u = u_.segs_.unit(i);
+		SegUnit &u = u_.segs().unit(i);
 		CollPacket p;
 		p.kind = u.kind;
 		p.h = u_.header(job, m, u.sid);
@@ -537,7 +537,7 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 		// Free before use: what follows may take this very unit for the
 		// block, but then only to make its result in the packet (the
 		// unit's own memory is not written while we read it).
-		u_.segs_.release(i);
+		u_.segs().release(i);
 		if (p.kind == kCollData) {
 			data(job, m, p, now);
 		} else if (u.sid < m.nblocks && !m.final_[u.sid]) {
@@ -595,7 +595,7 @@ void RingPath::timers(Qp &qp, CollJob &job, uint64_t now)
 // a quarter of it; a round trip crosses each of the ring's N links once.
 void RingPath::cc_init(CollJob &job, uint32_t w)
 {
-	job.cc.init(&u_.e_.params.cfg.cc, &u_.e_.cc_counters(), std::max(1u, w / 4), w,
+	job.cc.init(&u_.host().params.cfg.cc, &u_.host().cc_counters(), std::max(1u, w / 4), w,
 		    job.cfg.nodes());
 	job.cnp_at.assign(job.cfg.nodes(), 0);
 }

@@ -52,7 +52,7 @@ void RingPath::acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, u
 	job.cc.on_loss(now, false);
 	for (uint32_t s : lost) {
 		pend.find(s)->fast = true;
-		u_.e_.cc_counters().fast_retrans++;
+		u_.host().cc_counters().fast_retrans++;
 		if (&pend == &m.o_pending || !m.chunks[m.chain[s].chunk].rs)
 			inject(job, m, s, now, true);
 		else
@@ -82,7 +82,7 @@ void RingPath::gaps(CollJob &job, Message &m, const CollPacket &p, uint8_t phase
 	next = sid + 1;
 	const ChunkRole &r = m.chunks[chunk];
 	const uint16_t to = phase ? r.fin : r.origin;
-	const uint64_t now = u_.e_.now();
+	const uint64_t now = u_.host().now();
 	for (uint32_t s = first; s < sid;) {
 		while (s < sid && m.final_[s])
 			s++;
@@ -120,7 +120,7 @@ void RingPath::again(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, u
 	const PendingSet::Entry *e = pend.find(sid);
 	if (!e || (e->again && now - e->sent < job.probe_rtt() / 2))
 		return;
-	u_.e_.cc_counters().fast_retrans++;
+	u_.host().cc_counters().fast_retrans++;
 	if (&pend == &m.o_pending || !m.chunks[m.chain[sid].chunk].rs)
 		inject(job, m, sid, now, true);
 	else
@@ -185,7 +185,7 @@ static uint64_t ring_pto(const CollJob &job, uint64_t floor, bool tail, uint64_t
 uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 {
 	const uint64_t rto = u_.rto_ns(job);
-	const uint64_t floor = uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs;
+	const uint64_t floor = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
 	if (!floor)
 		return UINT64_MAX;
 	uint64_t pto = ring_pto(job, floor, m.next_inject == m.inject_end, rto);
@@ -207,7 +207,7 @@ uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 void RingPath::probe(CollJob &job, Message &m, uint64_t now)
 {
 	const uint64_t pto = ring_pto(job,
-				      uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs,
+				      uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs,
 				      m.next_inject == m.inject_end, u_.rto_ns(job));
 	m.ring.probes = m.last_progress > m.ring.probe_at ? 0 : m.ring.probes + 1;
 	m.ring.probe_at = now;

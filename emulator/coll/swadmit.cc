@@ -48,7 +48,7 @@ static_assert(unsigned(kRanBusy) == sw::kAdmitBusy && unsigned(kRanScored) == sw
 
 void SwitchPath::on_admit(Qp &qp, CollJob &job, const CollPacket &p)
 {
-	const uint64_t now = u_.e_.now();
+	const uint64_t now = u_.host().now();
 	if (!job.active || !job.active->sw.on || !job.active->sw.waiting ||
 	    job.active->sw.admit != 1 || p.h.mid != job.active->mid || !(leaf(job, 0) == p.src)) {
 		u_.ctr.stale_dropped++;
@@ -134,7 +134,8 @@ void SwitchPath::tell_fallback(const CollJob &job)
 // switch leaves its path (CollEngine::settle starts it round the ring).
 void SwitchPath::follow(Qp &qp, CollJob &job, const char *why, uint64_t now)
 {
-	IBVC_WARN("coll", "{}: job {}: {}: using the ring", u_.e_.params.name, job.cfg.jid, why);
+	IBVC_WARN("coll", "{}: job {}: {}: using the ring", u_.host().params.name, job.cfg.jid,
+		  why);
 	job.sw.phase = CollJob::SwPhase::fallback;
 	if (job.active && job.active->sw.waiting)
 		launch(qp, job, now);

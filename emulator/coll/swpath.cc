@@ -133,7 +133,7 @@ void SwitchPath::ready(CollJob &job)
 	const SwitchConfig &s = job.cfg.sw;
 	uint32_t g = *std::min_element(job.sw.granted.begin(), job.sw.granted.end());
 	uint32_t w = std::min<uint64_t>(uint64_t(s.planes) * g / 2, UINT32_MAX);
-	uint32_t want = s.window ? s.window : u_.e_.params.cfg.coll_window;
+	uint32_t want = s.window ? s.window : u_.host().params.cfg.coll_window;
 	// Blocks in flight are at most the window; the blocks between the
 	// oldest without its result and the next to go, at most half the
 	// units (no two of them meet in one unit).  A block waiting for its
@@ -143,7 +143,7 @@ void SwitchPath::ready(CollJob &job)
 	job.sw.window = std::min(w, want);
 	job.sw.phase = CollJob::SwPhase::ready;
 	IBVC_INFO("coll", "{}: job {} through the switch: {} plane(s), {} Seg units, window {}",
-		  u_.e_.params.name, job.cfg.jid, s.planes, g, job.sw.window);
+		  u_.host().params.name, job.cfg.jid, s.planes, g, job.sw.window);
 }
 
 void SwitchPath::launch(Qp &qp, CollJob &job, uint64_t now)
@@ -245,7 +245,7 @@ void SwitchPath::send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now
 	e.asks = ask ? uint8_t(std::min(e.asks + 1, 255)) : 0;
 	if (again && !ask) {
 		u_.ctr.retrans_data++;
-		u_.e_.cc_counters().retrans_bytes += pl.len;
+		u_.host().cc_counters().retrans_bytes += pl.len;
 	}
 }
 
@@ -257,7 +257,7 @@ void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 		// Blocks in flight (sent, no result) are the flow's units; the
 		// round trip crosses the way up and the way down at each level.
 		const uint32_t w = job.sw.window;
-		cc.init(&u_.e_.params.cfg.cc, &u_.e_.cc_counters(), std::max(1u, w / 4), w,
+		cc.init(&u_.host().params.cfg.cc, &u_.host().cc_counters(), std::max(1u, w / 4), w,
 			job.cfg.sw.leaves > 1 ? 4 : 2);
 	}
 	// With nothing in flight a block goes whatever the window says: below
@@ -300,12 +300,12 @@ uint64_t SwitchPath::config_interval(const CollJob &job) const
 void SwitchPath::config_timers(Qp &qp, CollJob &job, uint64_t now)
 {
 	if (!all_heard(job)) {
-		uint64_t limit = uint64_t(u_.e_.params.cfg.sw_config_ms) * util::kNsPerMs;
+		uint64_t limit = uint64_t(u_.host().params.cfg.sw_config_ms) * util::kNsPerMs;
 		if (now - job.sw.cfg_start > limit) {
 			if (job.cfg.topology == Topology::autosel) {
 				IBVC_WARN("coll",
 					  "{}: job {}: no answer from the switch, using the ring",
-					  u_.e_.params.name, job.cfg.jid);
+					  u_.host().params.name, job.cfg.jid);
 				job.sw.phase = CollJob::SwPhase::fallback;
 				tell_fallback(job); // the others may have heard it (swadmit.cc)
 			} else {
@@ -415,7 +415,7 @@ void SwitchPath::on_ack(Qp &qp, CollJob &job, const CollPacket &p)
 		u_.ctr.malformed++;
 		return;
 	}
-	const uint64_t now = u_.e_.now();
+	const uint64_t now = u_.host().now();
 	if (job.cfg.node == 0) {
 		if (!(p.h.flags & kCethRetrans)) {
 			u_.ctr.malformed++;
@@ -476,7 +476,7 @@ void SwitchPath::on_config_ack(Qp &qp, CollJob &job, const CollPacket &p, uint64
 	if (p.h.flags & kCethPending) {
 		if (!job.sw.heard[plane])
 			IBVC_DEBUG("coll", "{}: job {}: plane {}'s switch waits for other members",
-				   u_.e_.params.name, job.cfg.jid, plane);
+				   u_.host().params.name, job.cfg.jid, plane);
 		job.sw.heard[plane] = 1;
 		ring_seen_answer(qp, job, true, now);
 		return;
@@ -492,7 +492,7 @@ void SwitchPath::on_grant(Qp &qp, CollJob &job, const CollPacket &p, uint32_t pl
 	// A switch sharing its pool by time serves one plane, no spine.
 	const bool tdm_unusable = (p.h.flags & kCethAdmit) && (s.planes != 1 || s.leaves != 1);
 	if (p.h.status || p.h.seg < 2 || tdm_unusable) {
-		IBVC_WARN("coll", "{}: job {}: the switch refused it{}", u_.e_.params.name,
+		IBVC_WARN("coll", "{}: job {}: the switch refused it{}", u_.host().params.name,
 			  job.cfg.jid,
 			  job.cfg.topology == Topology::autosel ? ", using the ring" : "");
 		job.sw.why = kRanRefused;
@@ -569,9 +569,9 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 		if (m.op == RedOp::avg &&
 		    (m.coll == CollOp::allreduce || m.coll == CollOp::reduce ||
 		     m.coll == CollOp::reduce_scatter)) {
-			memcpy(u_.scratch_.data(), p.payload, len);
-			avg_finalize(m.dtype, u_.scratch_.data(), b.elems, job.cfg.total_ranks);
-			data = u_.scratch_.data();
+			memcpy(u_.scratch().data(), p.payload, len);
+			avg_finalize(m.dtype, u_.scratch().data(), b.elems, job.cfg.total_ranks);
+			data = u_.scratch().data();
 		}
 		if (!u_.write_result(job, m, sid, data)) {
 			u_.fail(qp, job, CollStatus::local_err, true,
@@ -616,7 +616,7 @@ bool SwitchPath::recently_sent(const CollJob &job, Message &m, uint32_t sid, uin
 // sooner than IBV_COLL_EMU_COLL_PROBE_US (0: never).
 uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 {
-	const uint64_t floor = uint64_t(u_.e_.params.cfg.coll_probe_us) * util::kNsPerUs;
+	const uint64_t floor = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
 	if (!floor)
 		return UINT64_MAX;
 	const uint64_t t = job.probe_time(floor, m.sw.next == m.nblocks);
@@ -681,7 +681,7 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 	send_block(job, m, sid, now, true);
 	// Otherwise no cut: a partial lost alone is no sign of a full queue
 	// (the round trip is; a timeout cuts).
-	u_.e_.cc_counters().fast_retrans++;
+	u_.host().cc_counters().fast_retrans++;
 }
 
 // The result of block sid is here: an older block of its plane two blocks
@@ -708,7 +708,7 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 	// lost result, or a partial lost again somewhere.
 	uint32_t g = 0;
 	const PendingSet::Entry *e = m.o_pending.lowest(&g);
-	const uint64_t t = job.probe_time(uint64_t(u_.e_.params.cfg.coll_probe_us) *
+	const uint64_t t = job.probe_time(uint64_t(u_.host().params.cfg.coll_probe_us) *
 					  util::kNsPerUs);
 	if (e && g < sid && !m.final_[g] && t && now - e->sent >= t &&
 	    !recently_sent(job, m, g, now, false))

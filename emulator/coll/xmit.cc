@@ -114,7 +114,7 @@ static uint8_t *rank_bounce(size_t bytes)
 	return buf.data();
 }
 
-bool CollEngine::local_partial(const CollJob &job, Message &m, uint32_t sid, uint8_t *out)
+bool CollCore::local_partial(const CollJob &job, Message &m, uint32_t sid, uint8_t *out)
 {
 	(void)job;
 	const BlockDesc &b = m.chain[sid];
@@ -144,8 +144,8 @@ bool CollEngine::local_partial(const CollJob &job, Message &m, uint32_t sid, uin
 	return true;
 }
 
-bool CollEngine::local_data(const CollJob &job, Message &m, uint32_t sid, uint8_t *scratch,
-			    const uint8_t **out)
+bool CollCore::local_data(const CollJob &job, Message &m, uint32_t sid, uint8_t *scratch,
+			  const uint8_t **out)
 {
 	if (m.ranks != 1) {
 		*out = scratch;
@@ -214,7 +214,7 @@ static bool put_result(DmaSpace space, const Message &m, uint64_t dst, const uin
 	return dma_write(space, dst, src, len);
 }
 
-bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data)
+bool CollCore::write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data)
 {
 	if (m.inplace)
 		e_.tx_reclaim(m.src_lent[sid]);
@@ -267,7 +267,7 @@ bool CollEngine::write_result(const CollJob &job, Message &m, uint32_t sid, cons
 	return true;
 }
 
-bool CollEngine::result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out)
+bool CollCore::result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out)
 {
 	const JobConfig &c = job.cfg;
 	const BlockDesc &b = m.chain[sid];
@@ -320,8 +320,8 @@ bool CollEngine::result_source(const CollJob &job, Message &m, uint32_t sid, con
 
 using namespace wire;
 
-void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth &h,
-		      const Payload &pl, bool other_inc)
+void CollCore::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth &h, const Payload &pl,
+		    bool other_inc)
 {
 	const JobMember &dst = job.cfg.members[to];
 	send_ep(job, dst.ep, dst.qpn, kind, h, nullptr, 0, pl, other_inc);
@@ -329,21 +329,21 @@ void CollEngine::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth 
 
 static_assert(sw::kTaskBytes % 4 == 0, "the pad depends on the payload alone");
 
-void CollEngine::reclaim()
+void CollCore::reclaim()
 {
 	e_.tx_reclaim(lent_);
 }
 
-uint8_t *CollEngine::tx_payload(uint32_t ext_len)
+uint8_t *CollCore::tx_payload(uint32_t ext_len)
 {
 	return e_.tx_buf() + kBthBytes + kCethBytes + ext_len;
 }
 
 // ext (the task information, to a switch) goes between the CETH and the
 // payload.
-void CollEngine::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
-			 const Ceth &h0, const void *ext, uint32_t ext_len, const Payload &pl,
-			 bool other_inc)
+void CollCore::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uint8_t kind,
+		       const Ceth &h0, const void *ext, uint32_t ext_len, const Payload &pl,
+		       bool other_inc)
 {
 	uint8_t *buf = e_.tx_buf();
 	Ceth h = h0;
