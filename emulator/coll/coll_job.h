@@ -75,7 +75,7 @@ struct JobConfig {
 // what depends on the device (its Seg units, its address, the QP).
 int check_job(JobConfig &c, const char **why);
 
-// One link of the chain of block descriptors (seed 004): operator, end
+// One link of the chain of block descriptors: operator, end
 // marker, block size and source position.  Built once per message and
 // walked by both ring phases.
 struct BlockDesc {
