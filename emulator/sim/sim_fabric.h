@@ -55,11 +55,6 @@ inline uint32_t v4(const IpAddr &a)
 	return ntohl(x);
 }
 
-inline wire::UdpEndpoints udp_eps(const IpAddr &src, const Endpoint &dst)
-{
-	return udp_endpoints(src, kPort, dst);
-}
-
 struct Pkt {
 	std::vector<uint8_t> bytes; // BTH .. ICRC
 	Endpoint src;
@@ -116,14 +111,15 @@ public:
 	void tx_to(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
 		   uint32_t paylen) override
 	{
-		const size_t n = wire::roce_seal(udp_eps(src, dst), pkt, hdr_len, paylen);
+		const size_t n = wire::roce_seal(udp_endpoints(src, kPort, dst), pkt, hdr_len,
+						 paylen);
 		send(dst, src, pkt, n);
 	}
 	void tx_split(const Endpoint &dst, const IpAddr &src, uint8_t *pkt, size_t hdr_len,
 		      const uint8_t *payload, uint32_t paylen, const uint32_t *tail_crc) override
 	{
-		const uint32_t trailer = wire::roce_seal_split(udp_eps(src, dst), pkt, hdr_len,
-							       payload, paylen, tail_crc);
+		const uint32_t trailer = wire::roce_seal_split(udp_endpoints(src, kPort, dst), pkt,
+							       hdr_len, payload, paylen, tail_crc);
 		auto p = std::make_unique<Pkt>();
 		p->bytes.reserve(hdr_len + paylen + trailer);
 		p->bytes.assign(pkt, pkt + hdr_len);
