@@ -235,7 +235,9 @@ void CollEngine::superseded(Qp &qp, CollJob &job)
 		     "the job was given again to another member (a later incarnation)");
 }
 
-// A CNP from a member: the job's flows slow down (nic/cc.h).
+// A CNP from a member: the job's flows between members slow down
+// (nic/cc.h).  It may come before any of them ran (a job on the switch
+// path, a job with no message yet): then it only counts.
 bool CollEngine::on_cnp(Qp &qp, const Endpoint &src, uint64_t now)
 {
 	bool member = false;
@@ -243,9 +245,11 @@ bool CollEngine::on_cnp(Qp &qp, const Endpoint &src, uint64_t now)
 		return false; // a joined QP sends nothing
 	for (const JobMember &m : qp.job->cfg.members)
 		member |= m.ep == src;
-	if (member)
-		qp.job->cc.on_cnp(now);
-	return member;
+	if (!member)
+		return false;
+	e_.cc_counters().cnp_rcvd++;
+	qp.job->cc.on_cnp(now);
+	return true;
 }
 
 } // namespace ibv_coll::emu

@@ -226,7 +226,6 @@ void CongestionCtl::on_loss(uint64_t now, bool timeout)
 
 void CongestionCtl::on_cnp(uint64_t now)
 {
-	ctr_->cnp_rcvd++;
 	if (!enabled())
 		return;
 	const double g = 1.0 / double(1u << p_->dcqcn_g_shift);

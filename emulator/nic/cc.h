@@ -117,7 +117,8 @@ public:
 	// max_mdf), or found missing while later ones came through (a quarter
 	// of that: random loss is no sign of a full queue).
 	void on_loss(uint64_t now, bool timeout = true);
-	// A CNP arrived for this flow.
+	// A CNP arrived for this flow (its receiver counts it).  Before init
+	// the flow has sent nothing and there is nothing to slow.
 	void on_cnp(uint64_t now);
 	// A unit left now.
 	void on_send(uint64_t now);

@@ -638,6 +638,7 @@ void Engine::on_cnp(const InPacket &p)
 		ctr.rx_bad_src++;
 		return;
 	}
+	ctr.cc.cnp_rcvd++;
 	qp.cc.on_cnp(now);
 }
 

@@ -115,12 +115,15 @@ void nic_seeds()
 	add_record(r, 0, b, nullptr, rr.data(), rr.size());
 	put(t, "rc_read_resp", r);
 	r.clear();
-	// Congestion notifications (nic/cc.h): to the RC QP from its peer, and
-	// to the ring job's QP from a member.
+	// Congestion notifications (nic/cc.h): to the RC QP from its peer, to
+	// the ring job's QP from a member, and to the switch job's QP from a
+	// member (its ring flow never ran).
 	uint8_t cnp_rsvd[kCnpRsvdBytes] = {};
 	b.opcode = kOpCnp;
 	add_record(r, 0, b, nullptr, cnp_rsvd, sizeof(cnp_rsvd));
 	b.dqpn = kQpRing;
+	add_record(r, 1, b, nullptr, cnp_rsvd, sizeof(cnp_rsvd));
+	b.dqpn = kQpSw;
 	add_record(r, 1, b, nullptr, cnp_rsvd, sizeof(cnp_rsvd));
 	put(t, "cnp", r);
 	r.clear();

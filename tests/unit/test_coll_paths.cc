@@ -1029,6 +1029,29 @@ TEST(CollPathsForged, CountedAndHarmless)
 		expect_accounted(*c.nodes[n], n);
 }
 
+// A CNP from a member before any flow between members ran (a job on the
+// switch path, or before its first message) only counts, and one from a
+// stranger does not.  It once reached the counters of a congestion window
+// not yet set up (a null pointer; found by fuzz_nic_rx).
+TEST(CollPathsForged, ACnpBeforeAnyFlowOnlyCounts)
+{
+	for (Topology t : {Topology::ring, Topology::sw}) {
+		Cluster c({1, 1, 1}, t, 41, t != Topology::ring);
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			Node &nd = *c.nodes[n];
+			const Endpoint peer = c.nodes[(n + 1) % c.nodes.size()]->host_ep();
+			EXPECT_TRUE(nd.svc->on_cnp(nd.qp, peer, c.clock));
+			EXPECT_FALSE(
+				nd.svc->on_cnp(nd.qp, Endpoint{node_ip(50), kPort, 0}, c.clock));
+			EXPECT_EQ(nd.host->cc.cnp_rcvd, 1u);
+			EXPECT_EQ(nd.host->cc.cnp_cuts, 0u);
+		}
+		c.post_allreduce(1, 500, 5);
+		ASSERT_TRUE(c.run(1, 5000 * kMs));
+		expect_results(c, 1);
+	}
+}
+
 // Loss that costs what it should (loss recovery): at 5 % loss on every packet,
 // both ways, a 1 MiB allreduce of 4 nodes takes at most 1.6 times its
 // loss-free time, round the ring and through the switch, in the fake
