@@ -22,7 +22,11 @@
 namespace ibv_coll::emu {
 
 constexpr uint32_t kMaxCollRanks = 64; // rank bitmap width
-constexpr uint32_t kMaxCollNodes = 64; // node bitmap width
+// A job's nodes: CETH src_node is 16 bits; on the switch path (switch,
+// hierarchy, AUTO) the CETH's node bitmap, 64 bits, bounds them (a ring
+// of more sends no bitmap: its hop says whose data a block holds).
+constexpr uint32_t kMaxCollNodes = 65535;
+constexpr uint32_t kMaxSwitchNodes = 64;
 
 enum class Topology : uint8_t { ring = 0, sw = 1, hierarchy = 2, autosel = 3 };
 

@@ -16,7 +16,9 @@ int check_job(JobConfig &c, const char **why)
 	const char *&w = why ? *why : dummy;
 	const uint32_t n = c.nodes();
 	if (!n || n > kMaxCollNodes)
-		return w = "nodes: 1 to 64 (the node bitmap)", EINVAL;
+		return w = "nodes: 1 to 65535", EINVAL;
+	if (n > kMaxSwitchNodes && (c.topology != Topology::ring || c.sw.on))
+		return w = "nodes with a switch: 1 to 64 (the CETH's node bitmap)", EINVAL;
 	if (c.node >= n)
 		return w = "node: not one of the members", EINVAL;
 	if (!c.seg_count)

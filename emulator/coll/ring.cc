@@ -45,14 +45,39 @@ uint16_t prev_node(const JobConfig &c)
 	return uint16_t((c.node + c.nodes() - 1) % c.nodes());
 }
 
-// The nodes o, o+1, ..., o+h-1 (mod N) as a bitmap.
+// The nodes o, o+1, ..., o+h-1 (mod N) as the CETH's node bitmap; a
+// ring of more than 64 nodes sends none (0): the hop and the chunk's
+// origin say the same.
 uint64_t ring_bits(uint16_t o, uint32_t h, uint16_t n)
 {
+	if (n > kMaxSwitchNodes)
+		return 0;
 	uint64_t b = 0;
 	for (uint32_t i = 0; i < h; i++)
 		b |= 1ull << ((o + i) % n);
 	return b;
 }
+
+// A ring block's hop on the wire (ibv_coll_wire(7)): in the CETH's phase,
+// and beyond 255 whole in seq as well (phase then has it modulo 256; seq
+// is 0 below).  A packet where the two disagree has no hop (0), which
+// every check refuses.
+void set_hop(Ceth &h, uint32_t hop)
+{
+	h.phase = uint8_t(hop);
+	h.seq = hop > 0xff ? hop : 0;
+}
+
+uint32_t hop_of(const Ceth &h)
+{
+	if (!h.seq)
+		return h.phase;
+	return h.seq > 0xff && uint8_t(h.seq) == h.phase ? h.seq : 0;
+}
+
+// The bit a Seg unit on the ring waits for: the partial from upstream
+// (its sender is always the predecessor).
+constexpr uint64_t kUpstream = 1;
 
 // The endpoints' part of the round trip a result ends (acked()), or not
 // known when it is no round trip's: a result sent again by its finisher's
@@ -64,7 +89,7 @@ Holding sample_of(const CollPacket &p, uint64_t now)
 
 uint64_t all_nodes(uint16_t n)
 {
-	return n >= 64 ? ~0ull : (1ull << n) - 1;
+	return ring_bits(0, n, n);
 }
 
 uint64_t rank_mask(uint16_t k)
@@ -90,7 +115,7 @@ void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *dat
 	m.finals++;
 	m.last_progress = now;
 	Ceth h = u_.header(job, m, sid);
-	h.phase = 1;
+	set_hop(h, 1);
 	h.node_map = all_nodes(job.cfg.nodes());
 	h.hold = hold;
 	h.queue = queue;
@@ -169,8 +194,8 @@ void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool
 			return;
 		}
 		Ceth h = u_.header(job, m, sid);
-		h.phase = 1;
-		h.node_map = 1ull << job.cfg.node;
+		set_hop(h, 1);
+		h.node_map = ring_bits(job.cfg.node, 1, job.cfg.nodes());
 		h.rank_map = rank_mask(m.ranks);
 		if (again)
 			h.flags |= kCethRetrans;
@@ -199,7 +224,7 @@ void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool
 		m.last_progress = now;
 	}
 	Ceth h = u_.header(job, m, sid);
-	h.phase = 1;
+	set_hop(h, 1);
 	h.node_map = all_nodes(job.cfg.nodes());
 	if (again)
 		h.flags |= kCethRetrans;
@@ -239,7 +264,7 @@ void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t no
 		return;
 	}
 	Ceth h = u_.header(job, m, sid);
-	h.phase = 1;
+	set_hop(h, 1);
 	h.node_map = all_nodes(job.cfg.nodes());
 	h.flags |= kCethRetrans;
 	u_.send(job, next_node(job.cfg), kCollResult, h,
@@ -262,7 +287,7 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 	}
 	const BlockDesc &b = m.chain[sid];
 	const ChunkRole &r = m.chunks[b.chunk];
-	const uint32_t hop = p.h.phase;
+	const uint32_t hop = hop_of(p.h);
 	const uint32_t len = b.elems * m.es;
 	// Where a partial may come from and what it may hold are fixed by the
 	// ring: anything else is forged or damaged, and never reduced.
@@ -289,15 +314,15 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 		m.dma_error = true;
 		return;
 	}
-	bool own = u_.segs().acquire(seg, c.jid, m.mid, sid, m.op, m.dtype, len,
-				     1ull << p.h.src_node, rank_mask(m.ranks));
+	bool own = u_.segs().acquire(seg, c.jid, m.mid, sid, m.op, m.dtype, len, kUpstream,
+				     rank_mask(m.ranks));
 	uint8_t *acc;
 	if (own) {
 		// The unit's result goes on at once, so it is made where it
 		// goes: in the packet that carries it on.
 		acc = u_.tx_payload();
-		u_.segs().contribute_node_and_ranks(seg, 1ull << p.h.src_node, p.payload,
-						    rank_mask(m.ranks), local, len, acc);
+		u_.segs().contribute_node_and_ranks(seg, kUpstream, p.payload, rank_mask(m.ranks),
+						    local, len, acc);
 	} else {
 		// Held by an early block of a later message: work beside it.
 		u_.ctr.seg_busy++;
@@ -310,8 +335,8 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 		finish_block(job, m, sid, acc, now, p.hold_on(now), p.queue_on(now));
 	} else {
 		Ceth h = u_.header(job, m, sid);
-		h.phase = uint8_t(hop + 1);
-		h.node_map = p.h.node_map | 1ull << c.node;
+		set_hop(h, hop + 1);
+		h.node_map = ring_bits(r.origin, hop + 1, n);
 		h.rank_map = rank_mask(m.ranks);
 		h.hold = p.hold_on(now);
 		h.queue = p.queue_on(now);
@@ -333,7 +358,7 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 	}
 	const BlockDesc &b = m.chain[sid];
 	const ChunkRole &r = m.chunks[b.chunk];
-	const uint32_t hop = p.h.phase;
+	const uint32_t hop = hop_of(p.h);
 	const uint32_t len = m.result_data ? b.elems * m.es : 0;
 	// The last hop, home to fin, is a token: fin has the data.
 	if (hop < 1 || hop > n || (r.fin + hop) % n != c.node || p.h.src_node != prev_node(c) ||
@@ -365,11 +390,11 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 		acked(job, m, m.o_pending, sid, now, sample_of(p, now));
 	Ceth h = p.h;
 	h.src_node = c.node;
-	h.phase = uint8_t(hop + 1);
+	set_hop(h, hop + 1);
 	h.hold = p.hold_on(now);
 	h.queue = p.queue_on(now);
 	u_.send(job, next_node(c), kCollResult, h,
-		Payload::lent(p.payload, h.phase == n ? 0 : len, p.crc));
+		Payload::lent(p.payload, hop + 1 == n ? 0 : len, p.crc));
 }
 
 void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
@@ -421,14 +446,15 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 	}
 	// Over here, perhaps not downstream: pass it on until it is home.
 	const uint16_t n = job.cfg.nodes();
-	if (p.h.phase >= 1 && p.h.phase < n && p.h.src_node == prev_node(job.cfg)) {
+	const uint32_t hop = hop_of(p.h);
+	if (hop >= 1 && hop < n && p.h.src_node == prev_node(job.cfg)) {
 		Ceth h = p.h;
 		h.src_node = job.cfg.node;
-		h.phase = uint8_t(p.h.phase + 1);
+		set_hop(h, hop + 1);
 		h.hold = p.hold_on(now);
 		h.queue = p.queue_on(now);
 		u_.send(job, next_node(job.cfg), kCollResult, h,
-			Payload::lent(p.payload, h.phase == n ? 0 : p.paylen, p.crc));
+			Payload::lent(p.payload, hop + 1 == n ? 0 : p.paylen, p.crc));
 	} else {
 		u_.ctr.stale_dropped++;
 	}
@@ -440,7 +466,8 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 void RingPath::early(CollJob &job, const CollPacket &p)
 {
 	const JobConfig &c = job.cfg;
-	if (p.paylen > u_.segs().unit_bytes() || p.h.phase < 1 || p.h.phase >= c.nodes() ||
+	const uint32_t hop = hop_of(p.h);
+	if (p.paylen > u_.segs().unit_bytes() || hop < 1 || hop >= c.nodes() ||
 	    p.h.src_node != prev_node(c)) {
 		u_.ctr.early_dropped++;
 		IBVC_DEBUG("coll", "{}: early mid {} sid {} kind {:#x} hop {} dropped",
@@ -452,11 +479,11 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 			return;
 		Ceth h = p.h;
 		h.src_node = c.node;
-		h.phase = uint8_t(p.h.phase + 1);
+		set_hop(h, hop + 1);
 		h.hold = p.hold_on(u_.host().now());
 		h.queue = p.queue_on(u_.host().now());
 		u_.send(job, next_node(c), kCollResult, h,
-			Payload::lent(p.payload, h.phase == c.nodes() ? 0 : p.paylen, p.crc));
+			Payload::lent(p.payload, hop + 1 == c.nodes() ? 0 : p.paylen, p.crc));
 	};
 	// Held already (a repeat): a result is still passed on, in case the
 	// first copy was lost downstream.
@@ -470,7 +497,7 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 	// message finds its blocks again through job.early when it starts).
 	uint32_t seg = c.seg_base + p.h.sid % c.seg_count, tries = 0;
 	while (!u_.segs().acquire(seg, c.jid, p.h.mid, p.h.sid, RedOp(p.h.op & 7), Dtype::uint8,
-				  p.paylen, 1ull << p.h.src_node, 0)) {
+				  p.paylen, kUpstream, 0)) {
 		if (++tries == c.seg_count) {
 			u_.ctr.early_dropped++;
 			IBVC_DEBUG("coll", "{}: no unit for early mid {} sid {} (in use {})",
@@ -480,9 +507,9 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 		seg = c.seg_base + (seg - c.seg_base + 1) % c.seg_count;
 	}
 	SegUnit &u = u_.segs().unit(seg);
-	u_.segs().contribute(seg, 1ull << p.h.src_node, 0, p.payload, p.paylen);
+	u_.segs().contribute(seg, kUpstream, 0, p.payload, p.paylen);
 	u.kind = p.kind;
-	u.hop = p.h.phase;
+	u.hop = hop;
 	u.src_node = p.h.src_node;
 	u.node_map = p.h.node_map;
 	// Kept: its wait from here on is for this node's application, not a
@@ -524,7 +551,7 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 		p.kind = u.kind;
 		p.h = u_.header(job, m, u.sid);
 		p.h.src_node = u.src_node;
-		p.h.phase = u.hop;
+		set_hop(p.h, u.hop);
 		p.h.node_map = u.node_map;
 		p.h.hold = u.hold; // its wait here, from rx_ns, is added as it goes on
 		p.h.queue = u.queue;

@@ -342,6 +342,13 @@ public:
 			std::vector<uint8_t> job;
 			pack_job(*a.job, &job);
 			buf.insert(buf.end(), job.begin(), job.end());
+			if (sizeof(Hdr) + buf.size() > kMaxMsgBytes) {
+				IBVC_WARN("devd",
+					  "a job of {} nodes is more than one request to the "
+					  "daemon carries ({} bytes)",
+					  a.job->members.size(), kMaxMsgBytes);
+				return EINVAL;
+			}
 		}
 		int err = call(Op::modify_qp, buf.data(), buf.size(), nullptr, 0, nullptr, 0);
 		if (!err && (mask & emu::kQpJob) && a.job) {

@@ -27,7 +27,7 @@ struct SegUnit {
 	RedOp op = RedOp::sum;
 	Dtype dtype = Dtype::uint8;
 	uint8_t kind = 0;      // what the holder stored (protocol specific)
-	uint8_t hop = 0;       // protocol specific
+	uint32_t hop = 0;      // protocol specific
 	uint16_t src_node = 0; // protocol specific
 	uint32_t len = 0;      // payload bytes
 	uint64_t node_pending = 0;

@@ -295,8 +295,13 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 	}
 	if (j->hosts.size() < 2 || j->hosts.size() > emu::kMaxCollNodes) {
 		*err = at + "nodes: " + std::to_string(j->hosts.size()) +
-		       " hosts; a job has 2 to " + std::to_string(emu::kMaxCollNodes) +
-		       " (the engine's node bitmap)";
+		       " hosts; a job has 2 to " + std::to_string(emu::kMaxCollNodes);
+		return false;
+	}
+	if (js.topology != SimTopology::ring && j->hosts.size() > emu::kMaxSwitchNodes) {
+		*err = at + "nodes: " + std::to_string(j->hosts.size()) +
+		       " hosts; a job through a switch has 2 to " +
+		       std::to_string(emu::kMaxSwitchNodes) + " (the CETH's node bitmap)";
 		return false;
 	}
 	uint64_t mem = 0;

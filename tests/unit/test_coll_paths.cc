@@ -1003,11 +1003,12 @@ TEST(CollPathsForged, CountedAndHarmless)
 	for (const Pkt &p : flight) {
 		if (p.bytes[0] != wire::kCollData)
 			continue;
-		Pkt bad_key = p, no_qp = p, stranger = p;
+		Pkt bad_key = p, no_qp = p, stranger = p, bad_hop = p;
 		bad_key.bytes[wire::kBthBytes + 40] ^= 1;
 		no_qp.bytes[7] ^= 0x40; // BTH dest QP
 		stranger.src.ip = node_ip(50);
-		for (Pkt *q : {&bad_key, &no_qp, &stranger})
+		bad_hop.bytes[wire::kBthBytes + 54] = 1; // CETH seq 256: not the phase's hop
+		for (Pkt *q : {&bad_key, &no_qp, &stranger, &bad_hop})
 			c.net.queue.push_back(*q);
 		forged++;
 	}
@@ -1016,15 +1017,17 @@ TEST(CollPathsForged, CountedAndHarmless)
 	ASSERT_GT(forged, 0u);
 	ASSERT_TRUE(c.run(2, 5000 * kMs));
 	expect_results(c, 2);
-	uint64_t key = 0, noqp = 0, node = 0;
+	uint64_t key = 0, noqp = 0, node = 0, malformed = 0;
 	for (auto &nd : c.nodes) {
 		key += nd->svc->counters().bad_key;
 		node += nd->svc->counters().bad_node;
+		malformed += nd->svc->counters().malformed;
 		noqp += nd->host->no_qp;
 	}
 	EXPECT_EQ(key, forged);
 	EXPECT_EQ(noqp, forged);
 	EXPECT_EQ(node, forged);
+	EXPECT_EQ(malformed, forged);
 	for (size_t n = 0; n < c.nodes.size(); n++)
 		expect_accounted(*c.nodes[n], n);
 }

@@ -54,7 +54,17 @@ TEST(JobCheck, RefusesWithAReason)
 		void (*spoil)(JobConfig &);
 	} cases[] = {
 		{"nodes", [](JobConfig &c) { c.members.clear(); }},
-		{"nodes", [](JobConfig &c) { c.members.resize(65, c.members[0]); }},
+		{"nodes", [](JobConfig &c) { c.members.resize(65536, c.members[0]); }},
+		{"nodes with a switch",
+		 [](JobConfig &c) {
+			 c.members.resize(65, c.members[0]);
+			 c.sw.on = true, c.sw.leaf.resize(1);
+		 }},
+		{"nodes with a switch",
+		 [](JobConfig &c) {
+			 c.members.resize(65, c.members[0]);
+			 c.topology = Topology::autosel, c.sw.on = true, c.sw.leaf.resize(1);
+		 }},
 		{"node", [](JobConfig &c) { c.node = 2; }},
 		{"seg_count", [](JobConfig &c) { c.seg_count = 0; }},
 		{"block_len", [](JobConfig &c) { c.block_len = 1020; }},
@@ -88,6 +98,16 @@ TEST(JobCheck, RefusesWithAReason)
 		ASSERT_NE(why, nullptr) << k.field;
 		EXPECT_EQ(std::string(why).rfind(k.field, 0), 0u) << k.field << ": " << why;
 	}
+	// A ring may be as long as src_node counts; a switch takes 64.
+	JobConfig ring = job({2, 2});
+	ring.members.resize(65535, ring.members[0]);
+	EXPECT_EQ(check_job(ring, nullptr), 0);
+	EXPECT_EQ(ring.total_ranks, 2u * 65535);
+	JobConfig sw64 = job({2, 2});
+	sw64.members.resize(64, sw64.members[0]);
+	sw64.sw.on = true;
+	sw64.sw.leaf.resize(1);
+	EXPECT_EQ(check_job(sw64, nullptr), 0);
 	// Good switch shapes pass.
 	JobConfig one = job({2, 2});
 	one.sw.on = true;

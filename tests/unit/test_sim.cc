@@ -57,6 +57,24 @@ void expect_right(const SimReport &r)
 
 } // namespace
 
+// Round a ring of 300 hosts: more than the CETH's node bitmap (64) and
+// its 8-bit phase (255 hops) hold, so the hop travels in seq.  Every
+// result right, each block's packets as many as the ring says: N-1 DATA
+// and N RESULT, nothing sent twice (wire/S 2(N-1)/N, with headers).
+TEST(Sim, RingBeyondTheNodeBitmap)
+{
+	JobSpec j = job(SimTopology::ring, {8, 1 << 20});
+	j.iters = 1;
+	j.seg_units = 600; // two blocks from every other node
+	FabricSpec f = star(300, 100000000000ull, 1000);
+	f.host.queue_bytes = 1 << 20;
+	const SimReport r = run(f, {j}, 4);
+	expect_right(r);
+	const SizeResult &z = r.jobs.at(0).sizes.at(1);
+	EXPECT_GT(z.wire_s, 2.0 * 299 / 300);
+	EXPECT_LT(z.wire_s, 2.0 * 299 / 300 * 1.05);
+}
+
 // Loss-free, one switch: the switch path puts S on each host's link (plus
 // headers), the ring 2(N-1)/N S; both near the link's bound at 1.6 MiB.
 TEST(Sim, StarRingAndSwitchNearTheBound)
@@ -210,10 +228,14 @@ TEST(Sim, BadDescriptionNamesTheField)
 	j.sizes = {6};
 	EXPECT_FALSE(s.add_job(j, &err));
 	EXPECT_NE(err.find("jobs[0].sizes"), std::string::npos) << err;
-	// A job of more hosts than the engine's node bitmap holds (64).
+	// A job through a switch of more hosts than the CETH's node bitmap
+	// holds (64); round the ring they may be more.
 	Simulator big(star(80, 1000000000, 1000), 1);
-	EXPECT_FALSE(big.add_job(job(SimTopology::ring, {4096}), &err));
-	EXPECT_NE(err.find("jobs[0].nodes: 80 hosts"), std::string::npos) << err;
+	EXPECT_FALSE(big.add_job(job(SimTopology::sw, {4096}), &err));
+	EXPECT_NE(err.find("jobs[0].nodes: 80 hosts; a job through a switch has 2 to 64"),
+		  std::string::npos)
+		<< err;
+	EXPECT_FALSE(big.add_job(job(SimTopology::autosel, {4096}), &err));
 	JobSpec most = job(SimTopology::sw, {4096});
 	for (uint32_t h = 10; h < 74; h++)
 		most.nodes.push_back(h);
