@@ -131,10 +131,8 @@ public:
 	uint64_t rto_ns(const CollJob &job) const;
 	uint64_t coll_timeout_ns(const CollJob &job) const;
 	void rtt_sample(CollJob &job, uint64_t rtt, Holding h);
-	// rto_shift: the timeout times 2^rto_shift (a last resort behind
-	// another repair).
-	void arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now, bool again,
-		 uint32_t rto_shift = 0);
+	void arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
+		 bool again);
 	uint32_t window(const CollJob &job) const;
 	// The unit of the running message's block sid (CollEngine::hold_units).
 	uint32_t seg_of(const CollJob &job, uint32_t sid) const

@@ -217,34 +217,6 @@ struct RingMsg {
 	uint64_t probe_at = 0;
 	uint32_t probes = 0;
 	uint64_t heard = 0;
-	// Per-hop repair (an allreduce's, ring_loss.cc).  The Seg unit keeping
-	// each partial this node passed on until its result passes here
-	// (UINT32_MAX: none).  The link to the next node: packets of the
-	// message sent on it, and what each of the last kLinkLog was (by
-	// number modulo kLinkLog: number + 1, then phase << 31 | sid).  The
-	// link from the previous node: one past the highest number heard,
-	// when, and the NAKs of its tail since (each waits twice as long).
-	static constexpr uint32_t kLinkLog = 1024;
-	std::vector<uint32_t> kept;
-	uint32_t link_tx = 0;
-	std::vector<std::pair<uint32_t, uint32_t>> link_log;
-	// When each block's partial and result were last sent again on a NAK:
-	// a block goes again once per half NAK interval at most, however
-	// many NAKs name it (a late node's backlog of them, a tail NAK
-	// naming the repeats themselves).
-	std::vector<uint64_t> relayed_at;
-	uint32_t link_rx = 0;
-	std::vector<uint8_t> link_got; // by number modulo kLinkLog: came (or its repeat did)
-	uint32_t link_lo = 0;	       // below it, every number came
-	uint64_t link_heard = 0, link_nak_at = 0;
-	uint32_t link_naks = 0;
-	bool adopting = false;	       // early blocks are being taken in
-	std::vector<uint32_t> adopted; // their link numbers
-	// The next node has all it needs of this one (HAVE_ALL): until then
-	// this node may have to send it something again, and does not
-	// complete; when it last asked (ASK_ALL).
-	bool next_has_all = false, told_prev = false;
-	uint64_t asked_next_at = 0;
 };
 
 // The switch path's state of a message (swpath.cc, swadmit.cc): blocks

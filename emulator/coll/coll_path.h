@@ -16,7 +16,6 @@
 #pragma once
 
 #include "nic/cc.h"
-#include "wire/ceth.h"
 #include "wire/swproto.h"
 
 #include <cstdint>
@@ -48,9 +47,6 @@ public:
 	virtual bool done(const CollJob &job) const = 0;
 	// The active message's next timer.
 	virtual uint64_t next_deadline(const CollJob &job) const = 0;
-	// The active message ends (done, failed or flushed): what the path
-	// holds for it goes.
-	virtual void end(CollJob &job) { (void)job; }
 };
 
 // Round the ring of member NICs (ring.cc).
@@ -63,7 +59,6 @@ public:
 	void on_timer(Qp &qp, CollJob &job, uint64_t now) override;
 	bool done(const CollJob &job) const override;
 	uint64_t next_deadline(const CollJob &job) const override;
-	void end(CollJob &job) override;
 
 private:
 	// The services shared with the switch path (send, arm, fail, the DMA
@@ -93,31 +88,6 @@ private:
 	void gaps(CollJob &job, Message &m, const CollPacket &p, uint8_t phase);
 	void on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
 	void again(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now);
-	// Per-hop repair (an allreduce, ring_loss.cc): every packet of the
-	// message to the next node is numbered on that link (CETH seg); the
-	// next node NAKs the numbers it did not get (NAK phase 2), and this
-	// node sends those blocks again from what it holds.
-	// NAK phase 3 asks the next node whether it has all it needs of this
-	// one; phase 4 answers yes (and is sent unasked when it does).
-	// Phase 5 names blocks whose results this node lacks, for what the
-	// link's log no longer holds.
-	static constexpr uint8_t kNakLink = 2, kAskAll = 3, kHaveAll = 4, kNakResults = 5;
-	bool needs_nothing(const Message &m) const;
-	void tell_prev(CollJob &job, Message &m);
-	static bool hop_repair(const Message &m);
-	void stamp(Message &m, wire::Ceth &h, uint8_t phase, uint32_t sid);
-	void link_heard(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
-	void nak_link(CollJob &job, Message &m, uint32_t first, uint32_t n);
-	void link_tail(CollJob &job, Message &m, uint64_t now);
-	uint64_t link_wait(const CollJob &job, const Message &m) const;
-	uint64_t link_deadline(const CollJob &job, const Message &m) const;
-	void relay(CollJob &job, Message &m, uint8_t phase, uint32_t sid, uint64_t now,
-		   uint32_t repeat_of);
-	void relay_one(CollJob &job, Message &m, uint8_t phase, uint32_t sid, uint64_t now);
-	void link_mark(Message &m, uint32_t k);
-	// The link number the packets stamped now repeat (UINT32_MAX: none).
-	uint32_t repeat_of_ = UINT32_MAX;
-	void unkeep(Message &m, uint32_t sid);
 	uint64_t probe_due(const CollJob &job, const Message &m) const;
 	void probe(CollJob &job, Message &m, uint64_t now);
 	void finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now,

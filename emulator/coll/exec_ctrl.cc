@@ -487,9 +487,9 @@ void CollCore::rtt_sample(CollJob &job, uint64_t rtt, Holding h)
 // wait back to twice the timeout, so loss elsewhere does not slow
 // recovery.
 void CollCore::arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
-		   bool again, uint32_t rto_shift)
+		   bool again)
 {
-	const uint64_t rto = rto_ns(job) << rto_shift;
+	const uint64_t rto = rto_ns(job);
 	if (!pend.find(sid)) {
 		PendingSet::Entry &p = pend.add(sid);
 		p.deadline = now + rto;

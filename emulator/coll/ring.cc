@@ -10,9 +10,7 @@
 // first hop reaches o, so the result is o's acknowledgement; its return to
 // fin is fin's.  o keeps at most W blocks without their result and starts
 // them again when they are lost; fin sends a result again until it
-// returns (ring_loss.cc: gaps, probes, timeouts).  An allreduce instead
-// repairs each hop alone (ring_loss.cc, per-hop repair): its result does
-// not go home, and a node completes once the next one has every result.
+// returns (ring_loss.cc: gaps, probes, timeouts).
 // A node only ever recomputes a partial from its own (unchanged) source,
 // so a repeated block is never reduced twice: a DATA block whose result
 // this node already holds is dropped, and at fin answered with the result.
@@ -23,7 +21,6 @@
 // shares with the switch path (send, arm, fail, the DMA helpers, the
 // counters, the Seg pool) it reaches through its CollEngine.
 #include "coll/coll_engine.h"
-#include "coll/ring_hop.h"
 
 #include "nic/nic.h"
 #include "util/clock.h"
@@ -36,8 +33,71 @@ namespace ibv_coll::emu {
 
 using namespace wire;
 
-using namespace ring;
+namespace {
 
+uint16_t next_node(const JobConfig &c)
+{
+	return uint16_t((c.node + 1) % c.nodes());
+}
+
+uint16_t prev_node(const JobConfig &c)
+{
+	return uint16_t((c.node + c.nodes() - 1) % c.nodes());
+}
+
+// The nodes o, o+1, ..., o+h-1 (mod N) as the CETH's node bitmap; a
+// ring of more than 64 nodes sends none (0): the hop and the chunk's
+// origin say the same.
+uint64_t ring_bits(uint16_t o, uint32_t h, uint16_t n)
+{
+	if (n > kMaxSwitchNodes)
+		return 0;
+	uint64_t b = 0;
+	for (uint32_t i = 0; i < h; i++)
+		b |= 1ull << ((o + i) % n);
+	return b;
+}
+
+// A ring block's hop on the wire (ibv_coll_wire(7)): in the CETH's phase,
+// and beyond 255 whole in seq as well (phase then has it modulo 256; seq
+// is 0 below).  A packet where the two disagree has no hop (0), which
+// every check refuses.
+void set_hop(Ceth &h, uint32_t hop)
+{
+	h.phase = uint8_t(hop);
+	h.seq = hop > 0xff ? hop : 0;
+}
+
+uint32_t hop_of(const Ceth &h)
+{
+	if (!h.seq)
+		return h.phase;
+	return h.seq > 0xff && uint8_t(h.seq) == h.phase ? h.seq : 0;
+}
+
+// The bit a Seg unit on the ring waits for: the partial from upstream
+// (its sender is always the predecessor).
+constexpr uint64_t kUpstream = 1;
+
+// The endpoints' part of the round trip a result ends (acked()), or not
+// known when it is no round trip's: a result sent again by its finisher's
+// timer answers a block sent long before.
+Holding sample_of(const CollPacket &p, uint64_t now)
+{
+	return p.h.flags & kCethRetrans ? Holding::unknown() : p.holding(now);
+}
+
+uint64_t all_nodes(uint16_t n)
+{
+	return ring_bits(0, n, n);
+}
+
+uint64_t rank_mask(uint16_t k)
+{
+	return k >= 64 ? ~0ull : (1ull << k) - 1;
+}
+
+} // namespace
 
 // Complete block sid here: finish AVG, write the local destinations, and
 // send the result on its way round.
@@ -59,14 +119,10 @@ void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *dat
 	h.node_map = all_nodes(job.cfg.nodes());
 	h.hold = hold;
 	h.queue = queue;
-	stamp(m, h, 1, sid);
 	u_.send(job, next_node(job.cfg), kCollResult, h,
 		Payload::copied(m.result_data ? data : nullptr,
 				m.result_data ? b.elems * m.es : 0));
-	// Under per-hop repair the result needs no way home: each node
-	// completes only once the next one has every result (HAVE_ALL).
-	if (!hop_repair(m))
-		u_.arm(job, m, m.f_pending, sid, now, false);
+	u_.arm(job, m, m.f_pending, sid, now, false);
 }
 
 void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
@@ -111,13 +167,6 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 	m.ring.probe_at = now;
 	m.ring.probes = 0;
 	m.ring.heard = 0;
-	if (hop_repair(m)) {
-		m.ring.kept.assign(m.nblocks, UINT32_MAX);
-		m.ring.link_log.assign(RingMsg::kLinkLog, {0, 0});
-		m.ring.link_got.assign(RingMsg::kLinkLog, 0);
-		m.ring.relayed_at.assign(2 * size_t(m.nblocks), 0);
-		m.ring.link_heard = now;
-	}
 	// The blocks this node starts: its chunk's partials (as origin) or its
 	// chunk's results (allgather, broadcast).
 	for (const ChunkRole &r : m.chunks) {
@@ -150,14 +199,9 @@ void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool
 		h.rank_map = rank_mask(m.ranks);
 		if (again)
 			h.flags |= kCethRetrans;
-		stamp(m, h, 0, sid);
 		u_.send(job, next_node(job.cfg), kCollData, h, Payload::lent(buf, len));
 		u_.note_src_lent(m, sid);
-		// Under per-hop repair its timeout is the last resort: a
-		// block repaired on its way comes back late, and the queues a
-		// message builds are no longer in the round trips measured
-		// (no result comes home).
-		u_.arm(job, m, m.o_pending, sid, now, again, hop_repair(m) ? 1 : 0);
+		u_.arm(job, m, m.o_pending, sid, now, again);
 		if (again) {
 			u_.ctr.retrans_data++;
 			u_.host().cc_counters().retrans_bytes += len;
@@ -184,7 +228,6 @@ void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool
 	h.node_map = all_nodes(job.cfg.nodes());
 	if (again)
 		h.flags |= kCethRetrans;
-	stamp(m, h, 1, sid);
 	u_.send(job, next_node(job.cfg), kCollResult, h, Payload::lent(src, len));
 	u_.note_src_lent(m, sid);
 	u_.arm(job, m, m.f_pending, sid, now, again);
@@ -212,11 +255,6 @@ void RingPath::pump(Qp &qp, CollJob &job, uint64_t now)
 		u_.fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 }
 
-bool RingPath::hop_repair(const Message &m)
-{
-	return m.coll == CollOp::allreduce && m.result_data;
-}
-
 void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 {
 	const BlockDesc &b = m.chain[sid];
@@ -229,11 +267,9 @@ void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t no
 	set_hop(h, 1);
 	h.node_map = all_nodes(job.cfg.nodes());
 	h.flags |= kCethRetrans;
-	stamp(m, h, 1, sid);
 	u_.send(job, next_node(job.cfg), kCollResult, h,
 		Payload::lent(src, m.result_data ? b.elems * m.es : 0));
-	if (!hop_repair(m))
-		u_.arm(job, m, m.f_pending, sid, now, true);
+	u_.arm(job, m, m.f_pending, sid, now, true);
 	u_.ctr.retrans_result++;
 	u_.host().cc_counters().retrans_bytes += m.result_data ? b.elems * m.es : 0;
 }
@@ -260,13 +296,6 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 	    p.paylen != len || p.h.coll != uint8_t(m.coll) || p.h.op != uint8_t(m.op) ||
 	    p.h.dtype != uint8_t(m.dtype)) {
 		u_.ctr.malformed++;
-		return;
-	}
-	link_heard(job, m, p, now);
-	if ((p.h.status & kStatusHopRepair) &&
-	    (m.final_[sid] ||
-	     (m.ring.kept.size() == m.nblocks && m.ring.kept[sid] != UINT32_MAX))) {
-		u_.ctr.dup_dropped++; // passed on when it came first
 		return;
 	}
 	if (m.final_[sid]) {
@@ -310,16 +339,8 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 		h.node_map = ring_bits(r.origin, hop + 1, n);
 		h.rank_map = rank_mask(m.ranks);
 		h.hold = p.hold_on(now);
-		h.queue = p.h.status & kStatusHopRepair ? kHoldUnknown : p.queue_on(now);
-		stamp(m, h, 0, sid);
+		h.queue = p.queue_on(now);
 		u_.send(job, next_node(c), kCollData, h, Payload::copied(acc, len));
-		if (own && m.ring.kept.size() == m.nblocks && m.ring.kept[sid] == UINT32_MAX) {
-			// Kept until its result passes here: the next node may
-			// lose it (per-hop repair, ring_loss.cc).
-			memcpy(u_.segs().unit(seg).data, acc, len);
-			m.ring.kept[sid] = seg;
-			return;
-		}
 	}
 	if (own)
 		u_.segs().release(seg); // both bitmaps are empty: the block has moved on
@@ -346,8 +367,6 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 		u_.ctr.malformed++;
 		return;
 	}
-	link_heard(job, m, p, now);
-	unkeep(m, sid);
 	if (hop == n) {
 		// Back where it started: everyone has it.
 		if (m.f_pending.find(sid)) {
@@ -366,20 +385,14 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 		m.last_progress = now;
 	} else {
 		u_.ctr.dup_dropped++;
-		if (p.h.status & kStatusHopRepair)
-			return; // passed on when it came first
 	}
 	if (r.rs && r.origin == c.node)
 		acked(job, m, m.o_pending, sid, now, sample_of(p, now));
-	if (hop + 1 == n && hop_repair(m))
-		return; // no token home: see finish_block
 	Ceth h = p.h;
 	h.src_node = c.node;
 	set_hop(h, hop + 1);
 	h.hold = p.hold_on(now);
-	h.queue = p.h.status & kStatusHopRepair ? kHoldUnknown : p.queue_on(now);
-	h.status = 0;
-	stamp(m, h, 1, sid);
+	h.queue = p.queue_on(now);
 	u_.send(job, next_node(c), kCollResult, h,
 		Payload::lent(p.payload, hop + 1 == n ? 0 : len, p.crc));
 }
@@ -440,7 +453,6 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 		set_hop(h, hop + 1);
 		h.hold = p.hold_on(now);
 		h.queue = p.queue_on(now);
-		h.status = 0; // not numbered: the message is over here
 		u_.send(job, next_node(job.cfg), kCollResult, h,
 			Payload::lent(p.payload, hop + 1 == n ? 0 : p.paylen, p.crc));
 	} else {
@@ -470,7 +482,6 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 		set_hop(h, hop + 1);
 		h.hold = p.hold_on(u_.host().now());
 		h.queue = p.queue_on(u_.host().now());
-		h.status = 0; // not numbered: no message of this link here
 		u_.send(job, next_node(c), kCollResult, h,
 			Payload::lent(p.payload, hop + 1 == c.nodes() ? 0 : p.paylen, p.crc));
 	};
@@ -499,7 +510,6 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 	u_.segs().contribute(seg, kUpstream, 0, p.payload, p.paylen);
 	u.kind = p.kind;
 	u.hop = hop;
-	u.seq = uint32_t(p.h.status) << 16 | p.h.seg; // its number on the link, if any
 	u.src_node = p.h.src_node;
 	u.node_map = p.h.node_map;
 	// Kept: its wait from here on is for this node's application, not a
@@ -533,9 +543,6 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 	std::sort(mine.begin(), mine.end(), [&](uint32_t a, uint32_t b) {
 		return u_.segs().unit(a).sid < u_.segs().unit(b).sid;
 	});
-	// Their numbers on the link are looked at together, after (link_heard).
-	m.ring.adopting = true;
-	m.ring.adopted.clear();
 	for (uint32_t i : mine) {
 		if (!job.active)
 			return;
@@ -554,8 +561,6 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 		p.crc = nullptr;
 		p.rx_ns = u.rx_ns;
 		p.q_ns = now;
-		p.h.status = uint8_t(u.seq >> 16);
-		p.h.seg = uint16_t(u.seq);
 		// Free before use: what follows may take this very unit for the
 		// block, but then only to make its result in the packet (the
 		// unit's own memory is not written while we read it).
@@ -564,18 +569,12 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 			data(job, m, p, now);
 		} else if (u.sid < m.nblocks && !m.final_[u.sid]) {
 			// Already passed on when it arrived: only write it here.
-			link_heard(job, m, p, now);
 			const uint32_t len = m.result_data ? m.chain[u.sid].elems * m.es : 0;
 			if (p.paylen == len &&
 			    (!len || u_.write_result(job, m, u.sid, p.payload))) {
 				m.final_[u.sid] = 1;
 				m.finals++;
 				m.last_progress = now;
-				// Passed on unnumbered, before the link had the
-				// message: again, numbered, so that the next node
-				// can ask for it if that copy was lost.
-				if (hop_repair(m) && hop_of(p.h) + 1 < c.nodes())
-					relay(job, m, 1, u.sid, now, UINT32_MAX);
 			} else {
 				u_.ctr.malformed++;
 			}
@@ -589,27 +588,6 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 		if (job.active.get() == &m)
 			gaps(job, m, p, p.kind == kCollData ? 0 : 1);
 	}
-	// What the link lost before the message started here: the numbers
-	// between those taken in.
-	m.ring.adopting = false;
-	std::vector<uint32_t> &a = m.ring.adopted;
-	std::sort(a.begin(), a.end());
-	for (uint32_t k : a) {
-		if (int32_t(k - m.ring.link_rx) < 0) {
-			link_mark(m, k);
-			continue;
-		}
-		for (uint32_t j = m.ring.link_rx; j != k; j++)
-			m.ring.link_got[j % RingMsg::kLinkLog] = 0;
-		if (k != m.ring.link_rx)
-			nak_link(job, m, m.ring.link_rx, k - m.ring.link_rx);
-		m.ring.link_rx = k + 1;
-		m.ring.link_got[k % RingMsg::kLinkLog] = kLinkCame;
-		m.ring.link_heard = now;
-	}
-	if (!a.empty())
-		link_mark(m, UINT32_MAX);
-	a.clear();
 }
 
 void RingPath::timers(Qp &qp, CollJob &job, uint64_t now)
@@ -631,8 +609,6 @@ void RingPath::timers(Qp &qp, CollJob &job, uint64_t now)
 		job.cc.on_loss(now);
 	if (!m.dma_error && now >= probe_due(job, m))
 		probe(job, m, now);
-	if (!m.dma_error)
-		link_tail(job, m, now);
 	if (m.dma_error)
 		return u_.fail(qp, job, CollStatus::local_err, true,
 			       "a local buffer is not accessible");
@@ -654,7 +630,8 @@ void RingPath::cc_init(CollJob &job, uint32_t w)
 bool RingPath::done(const CollJob &job) const
 {
 	const Message &m = *job.active;
-	return needs_nothing(m) && (m.ring.link_log.empty() || m.ring.next_has_all);
+	return m.finals == m.nblocks && m.o_pending.empty() && m.f_pending.empty() &&
+	       m.next_inject == m.inject_end;
 }
 
 // The ring as a strategy (coll/coll_path.h).
@@ -675,19 +652,6 @@ void RingPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 		pump(qp, job, now);
 }
 
-// Per-hop repair's timer: HAVE_ALL to the previous node at once, then
-// ASK_ALL to the next or the link's tail NAK (ring_loss.cc).
-uint64_t RingPath::link_deadline(const CollJob &job, const Message &m) const
-{
-	if (m.ring.link_log.empty() || done(job))
-		return UINT64_MAX;
-	if (needs_nothing(m))
-		return m.ring.told_prev ? std::max(m.ring.asked_next_at, m.ring.link_heard) +
-						  link_wait(job, m)
-					: m.last_progress;
-	return std::max(m.ring.link_heard, m.ring.link_nak_at) + link_wait(job, m);
-}
-
 uint64_t RingPath::next_deadline(const CollJob &job) const
 {
 	const Message &m = *job.active;
@@ -699,8 +663,7 @@ uint64_t RingPath::next_deadline(const CollJob &job) const
 			pace = job.cc.next_send_time();
 	}
 	return std::min({m.last_progress + u_.coll_timeout_ns(job), m.o_pending.next(),
-			 m.f_pending.next(), pace ? pace : UINT64_MAX, probe_due(job, m),
-			 link_deadline(job, m)});
+			 m.f_pending.next(), pace ? pace : UINT64_MAX, probe_due(job, m)});
 }
 
 } // namespace ibv_coll::emu

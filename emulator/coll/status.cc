@@ -87,8 +87,6 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 	remember(job, m.mid, st == CollStatus::success ? MsgState::done : MsgState::failed,
 		 m.nblocks);
 	job.last_mid = m.mid;
-	if (m.path)
-		m.path->end(job);
 	IBVC_DEBUG("coll", "{}: job {} message {} done ({}), {} Seg units in use", e_.params.name,
 		   job.cfg.jid, m.mid, int(st), segs_.in_use());
 	job.active.reset();
@@ -189,8 +187,6 @@ bool CollEngine::flush(Qp &qp)
 	if (qp.job && qp.job->active) {
 		segs_.unreserve(qp.job->run_base, qp.job->run_count, qp.job->owner);
 		qp.job->run_count = 0;
-		if (qp.job->active->path)
-			qp.job->active->path->end(*qp.job);
 		qp.job->active.reset();
 	}
 	return did;

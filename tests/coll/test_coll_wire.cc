@@ -359,8 +359,6 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 				return false;
 			if (r->opcode == 0xe1 && r->h.sid == sid)
 				return true;
-			if (r->opcode == 0xe2 && (r->h.flags & 0x40) && r->h.phase >= 2)
-				continue; // per-hop repair asking us for what it lacks
 			EXPECT_EQ(r->opcode, 0xe0);
 			EXPECT_TRUE(r->h.flags & 2) << "a repeated partial is flagged";
 		}
@@ -387,25 +385,11 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	r0.node_map = 3;
 	r0.key = kKey;
 	fake.send(dev_port, 0xe1, qp->qp_num, r0, i32({17}));
-	// An allreduce repairs each hop (per-hop repair): no result goes back
-	// home; the device, which now holds every result, tells its
-	// predecessor so (ACK flagged NAK, phase 4: HAVE_ALL), and completes
-	// once that predecessor says the same.
-	auto next_have_all = [&](Packet *r) {
-		for (int i = 0; i < 40; i++) {
-			if (!fake.recv(r, dev_port))
-				return false;
-			if (r->opcode == 0xe2 && r->h.phase == 4)
-				return true;
-			EXPECT_NE(r->opcode, 0xe1) << "a result went home";
-		}
-		return false;
-	};
-	ASSERT_TRUE(next_have_all(&p));
-	EXPECT_TRUE(p.h.flags & 0x40);
-	EXPECT_TRUE(p.payload.empty());
-	// A RESULT with data at the hop home is refused (counted malformed) and
-	// does not complete.
+	ASSERT_TRUE(next_result(0, &p));
+	EXPECT_EQ(p.h.phase, 2) << "the result's second hop";
+	EXPECT_TRUE(p.payload.empty()) << "the hop home is a token: node 0 has the data";
+	// Node 0's own result comes home through us: hop 2, a token.  One
+	// carrying data is refused (counted malformed) and does not complete.
 	Ceth r1 = r0;
 	r1.sid = 1;
 	r1.phase = 2;
@@ -416,12 +400,8 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 		ASSERT_EQ(ibv_query_coll_counters(ctx, &c1), 0);
 	}
 	EXPECT_EQ(c1.coll_malformed, c0.coll_malformed + 1);
-	EXPECT_EQ(ibv_poll_coll_cq(cq, 1, &wc), 0) << "complete before node 0 has every result";
-	Ceth ha = r0;
-	ha.flags = 0x40;
-	ha.phase = 4;
-	ha.len = 0;
-	fake.send(dev_port, 0xe2, qp->qp_num, ha, {});
+	r1.len = 0;
+	fake.send(dev_port, 0xe1, qp->qp_num, r1, {});
 	wc = {};
 	for (int i = 0; i < 5000000 && ibv_poll_coll_cq(cq, 1, &wc) == 0; i++)
 		;
@@ -430,16 +410,6 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	EXPECT_EQ(buf[2], 17);
 	EXPECT_EQ(buf[3], 25);
 
-	// What follows skips the per-hop repair's last requests and answers.
-	auto recv_not_repair = [&](Packet *r) {
-		for (int i = 0; i < 40; i++) {
-			if (!fake.recv(r, dev_port))
-				return false;
-			if (!(r->opcode == 0xe2 && (r->h.flags & 0x40) && r->h.phase >= 2))
-				return true;
-		}
-		return false;
-	};
 	// Another incarnation's packets are never taken.  One from an earlier
 	// incarnation (a member not yet reset) is answered with an ABORT in
 	// that incarnation, flagged SUPERSEDED (0x10), so the sender need not
@@ -449,7 +419,7 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	old.inc = 0;
 	old.mid = 7;
 	fake.send(dev_port, 0xe0, qp->qp_num, old, i32({1000}));
-	ASSERT_TRUE(recv_not_repair(&p));
+	ASSERT_TRUE(fake.recv(&p, dev_port));
 	EXPECT_TRUE(p.icrc_ok);
 	EXPECT_EQ(p.opcode, 0xe3);
 	EXPECT_EQ(p.h.inc, 0u) << "in the receiver's incarnation";
@@ -476,7 +446,7 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 		;
 	EXPECT_EQ(wc.wr_id, 2u);
 	EXPECT_EQ(wc.coll_status, IBV_COLL_STATUS_REMOTE_ABORT);
-	ASSERT_TRUE(recv_not_repair(&p));
+	ASSERT_TRUE(fake.recv(&p, dev_port));
 	EXPECT_EQ(p.opcode, 0xe3);
 	EXPECT_EQ(p.h.inc, 1u);
 	EXPECT_EQ(p.h.mid, 2u);
@@ -692,16 +662,12 @@ TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 	r0.node_map = 3;
 	r0.key = kKey;
 	fa.send(dev_port, 0xe1, qa->qp_num, r0, i32({17}));
-	// No result goes home; each node says it has them all (HAVE_ALL).
-	bool told = false;
-	for (int i = 0; i < 40 && !told && fa.recv(&p, dev_port); i++)
-		told = p.opcode == 0xe2 && p.h.phase == 4;
-	ASSERT_TRUE(told);
-	Ceth ha = r0;
-	ha.flags = 0x40;
-	ha.phase = 4;
-	ha.len = 0;
-	fa.send(dev_port, 0xe2, qa->qp_num, ha, {});
+	ASSERT_TRUE(next_result(0, &p));
+	Ceth r1 = r0;
+	r1.sid = 1;
+	r1.phase = 2;
+	r1.len = 0;
+	fa.send(dev_port, 0xe1, qa->qp_num, r1, {});
 	wc = {};
 	for (int i = 0; i < 5000000 && ibv_poll_coll_cq(cq, 1, &wc) == 0; i++)
 		;
@@ -724,7 +690,7 @@ TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 	ibv_coll_counters e = {};
 	e.comp_mask = IBV_COLL_COUNTERS_EXT2;
 	ASSERT_EQ(ibv_query_coll_counters(ctx, &e), 0);
-	EXPECT_EQ(e.coll_delivered, 3u); // node 1's partial, the result, its HAVE_ALL
+	EXPECT_EQ(e.coll_delivered, 3u); // node 1's partial and the two results
 	EXPECT_EQ(e.coll_rx_packets, e.coll_delivered + e.coll_duplicates + e.coll_stale +
 					     e.coll_early + e.coll_early_dropped + e.coll_bad_key +
 					     e.coll_bad_job + e.coll_bad_block + e.coll_bad_node +
