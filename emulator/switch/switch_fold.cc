@@ -401,8 +401,12 @@ void Switch::on_result(const In &p)
 	if (!jp)
 		return;
 	Job &j = *jp;
-	if (!j.has_parent || !(p.src == j.parent) || p.h.seg >= j.granted) {
+	if (!j.has_parent || !(p.src == j.parent)) {
 		j.ctr.drop_node++;
+		return;
+	}
+	if (p.h.seg >= j.granted) {
+		j.ctr.drop_block++; // from the parent, but no unit of ours: as DATA's
 		return;
 	}
 	j.last_seen = now();
