@@ -21,12 +21,14 @@ namespace ibv_coll::emu {
 
 namespace {
 
-constexpr const char *kDtypeNames[kNumDtypes] = {"int8",    "int16",	"int32",   "int64",
-						 "uint8",   "uint16",	"uint32",  "uint64",
-						 "float16", "bfloat16", "float32", "float64"};
-constexpr size_t kDtypeSizes[kNumDtypes] = {1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8};
-constexpr const char *kRedOpNames[kNumRedOps] = {"sum", "prod", "min", "max",
-						 "avg", "band", "bor", "bxor"};
+constexpr const char *kDtypeNames[kNumDtypes] = {
+	"int8",		 "int16",	  "int32",	 "int64",	"uint8",      "uint16",
+	"uint32",	 "uint64",	  "float16",	 "bfloat16",	"float32",    "float64",
+	"float32_int32", "float64_int32", "int64_int32", "int32_int32", "int16_int32"};
+constexpr size_t kDtypeSizes[kNumDtypes] = {1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8, 8, 16, 16, 8, 8};
+constexpr const char *kRedOpNames[kNumRedOps] = {"sum",	 "prod", "min",	 "max",	   "avg",
+						 "band", "bor",	 "bxor", "maxloc", "minloc",
+						 "land", "lor",	 "lxor"};
 
 // reduce_many works on blocks of this many bytes per source: the dst block is re-read once per source and
 // stays in L1 (32 KiB or more on every x86 core of interest) next to the streaming source block.
@@ -220,6 +222,10 @@ bool op_supported(RedOp op, Dtype d)
 {
 	return detail::supported(op, d);
 }
+bool dtype_is_pair(Dtype d)
+{
+	return detail::is_pair(d);
+}
 
 const char *dtype_name(Dtype d)
 {
@@ -257,6 +263,7 @@ void avg_finalize(Dtype d, void *buf, size_t count, uint32_t divisor)
 	case Dtype::bfloat16: return finalize<Dtype::bfloat16>(buf, count, divisor);
 	case Dtype::float32: return finalize<Dtype::float32>(buf, count, divisor);
 	case Dtype::float64: return finalize<Dtype::float64>(buf, count, divisor);
+	default: break; // the pairs: avg is not theirs
 	}
 	throw std::invalid_argument("avg_finalize: invalid dtype " +
 				    std::to_string(static_cast<unsigned>(d)));

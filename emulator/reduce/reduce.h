@@ -29,6 +29,13 @@ enum class Dtype : uint8_t {
 	bfloat16 = 9,
 	float32 = 10,
 	float64 = 11,
+	// Value-index pairs for maxloc/minloc, laid out as the C struct { value; int32_t index; } (padded to the
+	// value's alignment, as MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_2INT and MPI_SHORT_INT are).
+	float32_int32 = 12, // 8 bytes
+	float64_int32 = 13, // 16 bytes, 4 of padding
+	int64_int32 = 14,   // 16 bytes, 4 of padding
+	int32_int32 = 15,   // 8 bytes
+	int16_int32 = 16,   // 8 bytes, 2 of padding after the value
 };
 
 enum class RedOp : uint8_t {
@@ -40,15 +47,22 @@ enum class RedOp : uint8_t {
 	band = 5,
 	bor = 6,
 	bxor = 7,
+	maxloc = 8, // value-index pairs only
+	minloc = 9,
+	land = 10, // logical ops: integer types only
+	lor = 11,
+	lxor = 12,
 };
 
-constexpr unsigned kNumDtypes = 12, kNumRedOps = 8;
+constexpr unsigned kNumDtypes = 17, kNumRedOps = 13;
 
 size_t dtype_size(Dtype); // bytes per element; 0 for an invalid value
 bool dtype_valid(uint8_t);
 bool redop_valid(uint8_t);
-// band/bor/bxor only on integer types; everything else on all 12 types.
+// band/bor/bxor and land/lor/lxor only on integer types; maxloc/minloc only on (and only they on) the pairs;
+// sum, prod, min, max and avg on the 12 numeric types.
 bool op_supported(RedOp, Dtype);
+bool dtype_is_pair(Dtype);
 const char *dtype_name(Dtype); // "int8", ..., "invalid" for out-of-range values
 const char *redop_name(RedOp);
 
@@ -62,6 +76,12 @@ const char *redop_name(RedOp);
 //    then a NaN b, else the smaller/larger value with -0.0 ordered below +0.0.
 //  * float16/bfloat16: both operands converted to float exactly, the float32 rule applied, result rounded to
 //    nearest even. NaN results are NaN, but their payload/sign is not part of the contract.
+//  * land/lor/lxor: 1 or 0 in the type, from each operand's truth (non-zero).
+//  * maxloc/minloc: the pair with the larger/smaller value; equal values give the lower index (MPI's rule). Values
+//    order as in max/min (-0.0 below +0.0) except that a NaN value beats every number in both (NaN propagates,
+//    as through max and min) and NaNs tie with each other. A full tie (the same value bits and index) keeps a.
+//    The result's padding bytes are zero. This is a total order, so the result does not depend on the order in
+//    which the network combines the ranks.
 using ReduceFn = void (*)(void *dst, const void *a, const void *b, size_t count);
 ReduceFn reduce_fn(RedOp, Dtype); // nullptr if !op_supported (or either value is out of range)
 

@@ -158,6 +158,31 @@ template <> struct DtypeTraits<Dtype::float64> {
 	using S = double;
 };
 
+// The value-index pairs: the C struct MPI's pair types describe.
+template <class V> struct LocPair {
+	V v;
+	int32_t k;
+};
+static_assert(sizeof(LocPair<float>) == 8 && sizeof(LocPair<double>) == 16 &&
+		      sizeof(LocPair<int64_t>) == 16 && sizeof(LocPair<int32_t>) == 8 &&
+		      sizeof(LocPair<int16_t>) == 8,
+	      "pair layouts are part of the ABI");
+template <> struct DtypeTraits<Dtype::float32_int32> {
+	using S = LocPair<float>;
+};
+template <> struct DtypeTraits<Dtype::float64_int32> {
+	using S = LocPair<double>;
+};
+template <> struct DtypeTraits<Dtype::int64_int32> {
+	using S = LocPair<int64_t>;
+};
+template <> struct DtypeTraits<Dtype::int32_int32> {
+	using S = LocPair<int32_t>;
+};
+template <> struct DtypeTraits<Dtype::int16_int32> {
+	using S = LocPair<int16_t>;
+};
+
 // Storage type of one element.
 template <Dtype D> using storage_t = typename DtypeTraits<D>::S;
 
@@ -169,12 +194,28 @@ constexpr bool is_bitwise(RedOp op)
 {
 	return op == RedOp::band || op == RedOp::bor || op == RedOp::bxor;
 }
+constexpr bool is_logical(RedOp op)
+{
+	return op == RedOp::land || op == RedOp::lor || op == RedOp::lxor;
+}
+constexpr bool is_loc(RedOp op)
+{
+	return op == RedOp::maxloc || op == RedOp::minloc;
+}
+constexpr bool is_pair(Dtype d)
+{
+	return static_cast<unsigned>(d) >= static_cast<unsigned>(Dtype::float32_int32) &&
+	       static_cast<unsigned>(d) < kNumDtypes;
+}
 
 constexpr bool supported(RedOp op, Dtype d)
 {
 	if (static_cast<unsigned>(op) >= kNumRedOps || static_cast<unsigned>(d) >= kNumDtypes)
 		return false;
-	return !is_bitwise(op) || static_cast<unsigned>(d) <= static_cast<unsigned>(Dtype::uint64);
+	if (is_loc(op) || is_pair(d))
+		return is_loc(op) && is_pair(d);
+	return !(is_bitwise(op) || is_logical(op)) ||
+	       static_cast<unsigned>(d) <= static_cast<unsigned>(Dtype::uint64);
 }
 
 // ---- scalar operations ----
@@ -229,8 +270,44 @@ template <RedOp Op, class T> inline T int_op(T a, T b)
 		return static_cast<T>(a & b);
 	else if constexpr (Op == RedOp::bor)
 		return static_cast<T>(a | b);
-	else
+	else if constexpr (Op == RedOp::bxor)
 		return static_cast<T>(a ^ b);
+	else if constexpr (Op == RedOp::land)
+		return static_cast<T>(a != 0 && b != 0);
+	else if constexpr (Op == RedOp::lor)
+		return static_cast<T>(a != 0 || b != 0);
+	else
+		return static_cast<T>((a != 0) != (b != 0));
+}
+
+// How the value of a beats that of b for maxloc (kMin false) or minloc: 1 a wins, -1 b wins, 0 a tie. A NaN
+// beats every number and ties with another NaN; -0.0 is below +0.0.
+template <bool kMin, class V> inline int loc_value_cmp(V a, V b)
+{
+	if constexpr (std::is_floating_point_v<V>) {
+		const bool na = a != a, nb = b != b;
+		if (na || nb)
+			return na && nb ? 0 : (na ? 1 : -1);
+		if (a == b) {
+			// Equal numbers differ in bits only as -0.0 and +0.0.
+			const bool sa = __builtin_signbit(a) != 0, sb = __builtin_signbit(b) != 0;
+			if (sa == sb)
+				return 0;
+			return (sa == kMin) ? 1 : -1;
+		}
+	} else if (a == b) {
+		return 0;
+	}
+	return (a < b) == kMin ? 1 : -1;
+}
+
+// The winner of a and b (the result is written field by field: its padding is zero).
+template <bool kMin, class P> inline const P &loc_op(const P &a, const P &b)
+{
+	int c = loc_value_cmp<kMin>(a.v, b.v);
+	if (c == 0)
+		c = b.k < a.k ? -1 : 1;
+	return c > 0 ? a : b;
 }
 
 template <Dtype D, RedOp Op> inline storage_t<D> scalar_op(storage_t<D> a, storage_t<D> b)
@@ -260,12 +337,25 @@ inline void scalar_loop(storage_t<D> *dst, const storage_t<D> *a, const storage_
 	auto *d = reinterpret_cast<unsigned char *>(dst);
 	auto *x = reinterpret_cast<const unsigned char *>(a);
 	auto *y = reinterpret_cast<const unsigned char *>(b);
-	for (size_t i = 0; i < count; ++i) {
-		S u, v;
-		std::memcpy(&u, x + i * sizeof(S), sizeof(S));
-		std::memcpy(&v, y + i * sizeof(S), sizeof(S));
-		const S r = scalar_op<D, Op>(u, v);
-		std::memcpy(d + i * sizeof(S), &r, sizeof(S));
+	if constexpr (is_pair(D)) {
+		for (size_t i = 0; i < count; ++i) {
+			S u, v;
+			std::memcpy(&u, x + i * sizeof(S), sizeof(S));
+			std::memcpy(&v, y + i * sizeof(S), sizeof(S));
+			const S &w = loc_op<Op == RedOp::minloc>(u, v);
+			unsigned char *e = d + i * sizeof(S);
+			__builtin_memset(e, 0, sizeof(S));
+			std::memcpy(e, &w.v, sizeof(w.v));
+			std::memcpy(e + offsetof(S, k), &w.k, sizeof(w.k));
+		}
+	} else {
+		for (size_t i = 0; i < count; ++i) {
+			S u, v;
+			std::memcpy(&u, x + i * sizeof(S), sizeof(S));
+			std::memcpy(&v, y + i * sizeof(S), sizeof(S));
+			const S r = scalar_op<D, Op>(u, v);
+			std::memcpy(d + i * sizeof(S), &r, sizeof(S));
+		}
 	}
 }
 
@@ -281,9 +371,12 @@ template <Dtype D, RedOp Op> struct ScalarKernel {
 // ---- table construction ----
 // K<D, Op>::run is the kernel for (D, Op); instantiated only for supported pairs.
 
+// The pairs and the logical ops have only the scalar kernel (they are rare, and compare-heavy).
 template <template <Dtype, RedOp> class K, RedOp Op, Dtype D> constexpr ReduceFn table_entry()
 {
-	if constexpr (supported(Op, D))
+	if constexpr (supported(Op, D) && (is_pair(D) || is_logical(Op)))
+		return &ScalarKernel<D, Op>::run;
+	else if constexpr (supported(Op, D))
 		return &K<D, Op>::run;
 	else
 		return nullptr;

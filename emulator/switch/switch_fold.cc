@@ -316,8 +316,7 @@ void Switch::on_data(const In &p0)
 	// node of the job, before send_result shifts by it (found by
 	// fuzz_switch_rx: phase 116).
 	if (p.h.seg >= j.granted || p.h.phase > j.nodes || p.paylen > pool_.unit_bytes() || !es ||
-	    p.paylen % es || p.h.op > uint8_t(RedOp::bxor) ||
-	    !reduce_fn(RedOp(p.h.op), Dtype(p.h.dtype))) {
+	    p.paylen % es || !redop_valid(p.h.op) || !reduce_fn(RedOp(p.h.op), Dtype(p.h.dtype))) {
 		j.ctr.drop_block++;
 		return;
 	}

@@ -39,11 +39,14 @@ local colls = {
 local ops = {
 	[0] = "SUM", [1] = "PROD", [2] = "MIN", [3] = "MAX",
 	[4] = "AVG", [5] = "BAND", [6] = "BOR", [7] = "BXOR",
+	[8] = "MAXLOC", [9] = "MINLOC", [10] = "LAND", [11] = "LOR", [12] = "LXOR",
 }
 local dtypes = {
 	[0] = "INT8", [1] = "INT16", [2] = "INT32", [3] = "INT64",
 	[4] = "UINT8", [5] = "UINT16", [6] = "UINT32", [7] = "UINT64",
 	[8] = "FLOAT16", [9] = "BFLOAT16", [10] = "FLOAT32", [11] = "FLOAT64",
+	[12] = "FLOAT32_INT32", [13] = "FLOAT64_INT32", [14] = "INT64_INT32",
+	[15] = "INT32_INT32", [16] = "INT16_INT32",
 }
 local statuses = {
 	[0] = "success", [1] = "buffer error", [2] = "timeout", [3] = "remote abort",

@@ -348,7 +348,19 @@ enum ibv_coll_op {
 	IBV_COLL_OP_AVG = 4,  /* sum, then divided by the number of ranks */
 	IBV_COLL_OP_BAND = 5, /* bitwise ops: integer types only */
 	IBV_COLL_OP_BOR = 6,
-	IBV_COLL_OP_BXOR = 7
+	IBV_COLL_OP_BXOR = 7,
+	/* value-index pairs only (the *_INT32 pair types, and only these ops
+	 * on them): the pair with the larger (smaller) value, the lower index
+	 * on equal values, as MPI_MAXLOC and MPI_MINLOC.  A NaN value wins over
+	 * any number (NaNs tie), -0.0 is below +0.0; the result's padding is
+	 * zero.  Since 1.3. */
+	IBV_COLL_OP_MAXLOC = 8,
+	IBV_COLL_OP_MINLOC = 9,
+	/* logical ops, integer types only: 1 or 0, from each value's truth
+	 * (non-zero), as MPI_LAND, MPI_LOR, MPI_LXOR.  Since 1.3. */
+	IBV_COLL_OP_LAND = 10,
+	IBV_COLL_OP_LOR = 11,
+	IBV_COLL_OP_LXOR = 12
 };
 
 enum ibv_coll_dtype {
@@ -363,7 +375,16 @@ enum ibv_coll_dtype {
 	IBV_COLL_DTYPE_FLOAT16 = 8,
 	IBV_COLL_DTYPE_BFLOAT16 = 9,
 	IBV_COLL_DTYPE_FLOAT32 = 10,
-	IBV_COLL_DTYPE_FLOAT64 = 11
+	IBV_COLL_DTYPE_FLOAT64 = 11,
+	/* value-index pairs for MAXLOC and MINLOC, each element the C struct
+	 * { value; int32_t index; } with its padding (the layout of MPI's
+	 * MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_2INT and
+	 * MPI_SHORT_INT on LP64).  Since 1.3. */
+	IBV_COLL_DTYPE_FLOAT32_INT32 = 12, /* 8 bytes */
+	IBV_COLL_DTYPE_FLOAT64_INT32 = 13, /* 16 bytes, 4 of them padding */
+	IBV_COLL_DTYPE_INT64_INT32 = 14,   /* 16 bytes, 4 of them padding */
+	IBV_COLL_DTYPE_INT32_INT32 = 15,   /* 8 bytes */
+	IBV_COLL_DTYPE_INT16_INT32 = 16	   /* 8 bytes, 2 of padding after the value */
 };
 
 /* Set in ibv_coll_caps.comp_mask by the library: which of the fields

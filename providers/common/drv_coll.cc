@@ -3,6 +3,7 @@
 // written as collective WQEs.
 #include "drv.h"
 
+#include "reduce/reduce.h"
 #include "wire/ceth.h"
 #include "wire/roce.h"
 #include "wire/seqnum.h"
@@ -26,8 +27,8 @@ int engine_caps(emu::Device &nic, ibv_coll_caps *caps)
 	memset(caps, 0, sizeof(*caps));
 	caps->comp_mask = IBV_COLL_CAPS_FLAGS; // flags: the provider adds its own
 	caps->opcodes = (1u << (IBV_COLL_WR_QUERY - IBV_COLL_WR_ALLREDUCE + 1)) - 1;
-	caps->ops = (1u << (IBV_COLL_OP_BXOR + 1)) - 1;
-	caps->dtypes = (1u << (IBV_COLL_DTYPE_FLOAT64 + 1)) - 1;
+	caps->ops = (1u << (IBV_COLL_OP_LXOR + 1)) - 1;
+	caps->dtypes = (1u << (IBV_COLL_DTYPE_INT16_INT32 + 1)) - 1;
 	caps->topologies = 1u << IBV_COLL_TOPO_RING | 1u << IBV_COLL_TOPO_SWITCH |
 			   1u << IBV_COLL_TOPO_HIERARCHY | 1u << IBV_COLL_TOPO_AUTO;
 	caps->max_seg_units = nic.seg_units();
@@ -201,17 +202,17 @@ int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 
 namespace {
 
+// The op and type of a collective: one the engine computes (the pairs only
+// with MAXLOC/MINLOC, bitwise and logical ops only on integers).
 bool op_valid_for(int op, int dtype)
 {
-	bool integer = dtype <= IBV_COLL_DTYPE_UINT64;
-	return op >= IBV_COLL_OP_SUM && op <= IBV_COLL_OP_BXOR && dtype >= IBV_COLL_DTYPE_INT8 &&
-	       dtype <= IBV_COLL_DTYPE_FLOAT64 && (integer || op < IBV_COLL_OP_BAND);
+	return op >= 0 && op < int(emu::kNumRedOps) && dtype >= 0 && dtype < int(emu::kNumDtypes) &&
+	       emu::op_supported(emu::RedOp(op), emu::Dtype(dtype));
 }
 
 size_t dtype_bytes(int dtype)
 {
-	static const uint8_t sz[] = {1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8};
-	return sz[dtype];
+	return emu::dtype_size(emu::Dtype(dtype));
 }
 
 struct Need {

@@ -118,6 +118,9 @@ const int kColls[] = {IBV_COLL_WR_ALLREDUCE, IBV_COLL_WR_REDUCE,	 IBV_COLL_WR_BC
 
 bool valid(int op, int dtype)
 {
+	const bool loc = op == IBV_COLL_OP_MAXLOC || op == IBV_COLL_OP_MINLOC;
+	if (loc || dtype >= IBV_COLL_DTYPE_FLOAT32_INT32)
+		return loc && dtype >= IBV_COLL_DTYPE_FLOAT32_INT32;
 	return dtype <= IBV_COLL_DTYPE_UINT64 || op < IBV_COLL_OP_BAND;
 }
 
@@ -138,10 +141,12 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 			v.push_back({c, IBV_COLL_OP_MAX, IBV_COLL_DTYPE_FLOAT16, 333, 0, 1});
 			v.push_back({c, IBV_COLL_OP_AVG, IBV_COLL_DTYPE_BFLOAT16, 257, K - 1, 0});
 			v.push_back({c, IBV_COLL_OP_BXOR, IBV_COLL_DTYPE_UINT8, 4099, 0, 0});
+			v.push_back({c, IBV_COLL_OP_MAXLOC, IBV_COLL_DTYPE_FLOAT64_INT32, 1001,
+				     K / 2, 1});
 		}
 		// Every valid (op, dtype) pair through allreduce, odd counts.
-		for (int d = IBV_COLL_DTYPE_INT8; d <= IBV_COLL_DTYPE_FLOAT64; d++)
-			for (int op = IBV_COLL_OP_SUM; op <= IBV_COLL_OP_BXOR; op++)
+		for (int d = IBV_COLL_DTYPE_INT8; d <= IBV_COLL_DTYPE_INT16_INT32; d++)
+			for (int op = IBV_COLL_OP_SUM; op <= IBV_COLL_OP_LXOR; op++)
 				if (valid(op, d))
 					v.push_back({IBV_COLL_WR_ALLREDUCE, op, d, 515, 0,
 						     d >= IBV_COLL_DTYPE_FLOAT16 &&
@@ -181,6 +186,9 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 			v.push_back({c, IBV_COLL_OP_AVG, IBV_COLL_DTYPE_BFLOAT16, 257, 1 % K, 0});
 			v.push_back({c, IBV_COLL_OP_BXOR, IBV_COLL_DTYPE_UINT16, 4099, 0, 0});
 			v.push_back({c, IBV_COLL_OP_MIN, IBV_COLL_DTYPE_FLOAT64, 1001, K / 2, 1});
+			v.push_back(
+				{c, IBV_COLL_OP_MINLOC, IBV_COLL_DTYPE_FLOAT32_INT32, 1001, 0, 1});
+			v.push_back({c, IBV_COLL_OP_LXOR, IBV_COLL_DTYPE_INT16, 999, 0, 2});
 		}
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
 			     1u << 20, 0, 0});

@@ -46,6 +46,32 @@ bool is_signed_int(int dtype)
 	return dtype >= IBV_COLL_DTYPE_INT8 && dtype <= IBV_COLL_DTYPE_INT64;
 }
 
+// The value-index pairs (MAXLOC/MINLOC): { value; int32_t index; } with
+// the C padding.
+bool is_pair_dtype(int dtype)
+{
+	return dtype >= IBV_COLL_DTYPE_FLOAT32_INT32 && dtype <= IBV_COLL_DTYPE_INT16_INT32;
+}
+int pair_value_dtype(int dtype)
+{
+	switch (dtype) {
+	case IBV_COLL_DTYPE_FLOAT32_INT32: return IBV_COLL_DTYPE_FLOAT32;
+	case IBV_COLL_DTYPE_FLOAT64_INT32: return IBV_COLL_DTYPE_FLOAT64;
+	case IBV_COLL_DTYPE_INT64_INT32: return IBV_COLL_DTYPE_INT64;
+	case IBV_COLL_DTYPE_INT32_INT32: return IBV_COLL_DTYPE_INT32;
+	default: return IBV_COLL_DTYPE_INT16;
+	}
+}
+// Where a pair's index lies: after the value, at int32_t alignment.
+size_t pair_index_at(int dtype)
+{
+	return std::max<size_t>(dtype_size(pair_value_dtype(dtype)), 4);
+}
+bool is_loc_op(int op)
+{
+	return op == IBV_COLL_OP_MAXLOC || op == IBV_COLL_OP_MINLOC;
+}
+
 bool is_reduction(int coll)
 {
 	return coll == IBV_COLL_WR_ALLREDUCE || coll == IBV_COLL_WR_REDUCE ||
@@ -236,10 +262,12 @@ public:
 		const unsigned bits = static_cast<unsigned>(dtype_size(dtype)) * 8;
 		mask_ = bits == 64 ? ~uint64_t(0) : (uint64_t(1) << bits) - 1;
 		bits_ = bits;
-		if (op < IBV_COLL_OP_SUM || op > IBV_COLL_OP_BXOR)
+		if (op < IBV_COLL_OP_SUM || op > IBV_COLL_OP_LXOR)
 			invalid("unknown op");
+		if (is_loc_op(op) != is_pair_dtype(dtype))
+			invalid("MAXLOC/MINLOC go with the pair types, and only they");
 		if (is_float_dtype(dtype) && op >= IBV_COLL_OP_BAND)
-			invalid("bitwise op on a floating type");
+			invalid("bitwise or logical op on a floating type");
 	}
 
 	uint64_t operator()(uint64_t a, uint64_t b) const
@@ -270,6 +298,9 @@ private:
 		}
 		case IBV_COLL_OP_BAND: return a & b;
 		case IBV_COLL_OP_BOR: return a | b;
+		case IBV_COLL_OP_LAND: return (a & mask_) != 0 && (b & mask_) != 0 ? 1 : 0;
+		case IBV_COLL_OP_LOR: return (a & mask_) != 0 || (b & mask_) != 0 ? 1 : 0;
+		case IBV_COLL_OP_LXOR: return ((a & mask_) != 0) != ((b & mask_) != 0) ? 1 : 0;
 		default: return a ^ b;
 		}
 	}
@@ -378,6 +409,90 @@ void check_mode(int mode)
 		invalid("unknown input mode");
 }
 
+// A pair's value as a double and its NaN-ness; its index.
+struct PairView {
+	double v;
+	bool nan;
+	int32_t k;
+};
+PairView pair_at(int dtype, const void *buf, uint64_t e)
+{
+	const size_t size = dtype_size(dtype);
+	const auto *p = static_cast<const uint8_t *>(buf) + e * size;
+	PairView r{};
+	std::memcpy(&r.k, p + pair_index_at(dtype), 4);
+	switch (pair_value_dtype(dtype)) {
+	case IBV_COLL_DTYPE_FLOAT32: {
+		float f;
+		std::memcpy(&f, p, 4);
+		r.v = f;
+		break;
+	}
+	case IBV_COLL_DTYPE_FLOAT64: std::memcpy(&r.v, p, 8); break;
+	case IBV_COLL_DTYPE_INT64: {
+		int64_t i;
+		std::memcpy(&i, p, 8);
+		r.v = static_cast<double>(i); // inputs stay within 2^53: exact
+		break;
+	}
+	case IBV_COLL_DTYPE_INT32: {
+		int32_t i;
+		std::memcpy(&i, p, 4);
+		r.v = i;
+		break;
+	}
+	default: {
+		int16_t i;
+		std::memcpy(&i, p, 2);
+		r.v = i;
+		break;
+	}
+	}
+	r.nan = std::isnan(r.v);
+	return r;
+}
+
+// MAXLOC/MINLOC over every rank, element by element, as MPI defines it
+// (the best value, the lowest index among equal values) and the device
+// documents what MPI leaves open (NaN beats every number and ties with
+// NaN; -0.0 is below +0.0).  With the indices fill_input() gives (distinct
+// across ranks) that is a total order, so no fold order is needed.  The
+// winner's value and index, padding zero.
+std::vector<uint8_t> reduce_pairs(const CollSpec &s, const std::vector<std::vector<uint8_t>> &srcs)
+{
+	const size_t size = dtype_size(s.dtype);
+	const size_t vsize = dtype_size(pair_value_dtype(s.dtype));
+	const uint32_t K = s.total_ranks();
+	const uint64_t L = src_elems(s);
+	const bool is_max = s.op == IBV_COLL_OP_MAXLOC;
+	std::vector<uint8_t> out(L * size, 0);
+	for (uint64_t e = 0; e < L; e++) {
+		uint32_t best = 0;
+		PairView b = pair_at(s.dtype, srcs[0].data(), e);
+		for (uint32_t g = 1; g < K; g++) {
+			const PairView c = pair_at(s.dtype, srcs[g].data(), e);
+			bool better;
+			if (c.nan || b.nan)
+				better = c.nan && (!b.nan || c.k < b.k);
+			else if (c.v != b.v)
+				better = is_max ? c.v > b.v : c.v < b.v;
+			else if (std::signbit(c.v) != std::signbit(b.v))
+				better = is_max ? !std::signbit(c.v) : std::signbit(c.v);
+			else
+				better = c.k < b.k;
+			if (better) {
+				best = g;
+				b = c;
+			}
+		}
+		const uint8_t *w = srcs[best].data() + e * size;
+		std::memcpy(out.data() + e * size, w, vsize);
+		const size_t ki = pair_index_at(s.dtype);
+		std::memcpy(out.data() + e * size + ki, w + ki, 4);
+	}
+	return out;
+}
+
 // The reduced vector every reduction's destinations are cut from: count
 // elements for ALLREDUCE/REDUCE, K*count for REDUCE_SCATTER.
 std::vector<uint8_t> reduce_all(const CollSpec &s, const std::vector<std::vector<uint8_t>> &srcs)
@@ -392,6 +507,8 @@ std::vector<uint8_t> reduce_all(const CollSpec &s, const std::vector<std::vector
 	for (uint32_t g = 0; g < K; g++)
 		if (srcs[g].size() < L * size)
 			invalid("source buffer too short");
+	if (is_pair_dtype(s.dtype))
+		return reduce_pairs(s, srcs);
 
 	std::vector<uint32_t> first(N);
 	for (uint32_t j = 0; j < N; j++)
@@ -627,6 +744,11 @@ size_t dtype_size(int dtype)
 	case IBV_COLL_DTYPE_INT64:
 	case IBV_COLL_DTYPE_UINT64:
 	case IBV_COLL_DTYPE_FLOAT64: return 8;
+	case IBV_COLL_DTYPE_FLOAT32_INT32:
+	case IBV_COLL_DTYPE_INT32_INT32:
+	case IBV_COLL_DTYPE_INT16_INT32: return 8;
+	case IBV_COLL_DTYPE_FLOAT64_INT32:
+	case IBV_COLL_DTYPE_INT64_INT32: return 16;
 	default: invalid("unknown dtype");
 	}
 }
@@ -648,10 +770,43 @@ uint16_t float_to_bf16(float f)
 	return float_to_narrow(f, 7, 8);
 }
 
+// Pairs: the value as its own type's input of the mode (small integers in
+// every third element, so that equal values meet), the index distinct
+// across ranks for each element: (g XOR a per-element mask) - 7, so the
+// lowest index is not always the lowest rank.  Padding zero.
+static void fill_pairs(const CollSpec &s, uint64_t seed, uint32_t g, void *buf, uint64_t elems,
+		       int mode)
+{
+	const size_t size = dtype_size(s.dtype);
+	CollSpec vs = s;
+	vs.dtype = pair_value_dtype(s.dtype);
+	const size_t vsize = dtype_size(vs.dtype);
+	std::vector<uint8_t> vals(elems * vsize), small(elems * vsize);
+	fill_input(vs, seed, g, vals.data(), elems, mode);
+	fill_input(vs, seed, g, small.data(), elems, kInputSmallInt);
+	auto *p = static_cast<uint8_t *>(buf);
+	for (uint64_t i = 0; i < elems; i++) {
+		const uint64_t h = mix64(seed ^ mix64(0x10c ^ i));
+		uint8_t *e = p + i * size;
+		std::memset(e, 0, size);
+		std::memcpy(e, (h % 3 == 0 ? small : vals).data() + i * vsize, vsize);
+		if (vs.dtype == IBV_COLL_DTYPE_INT64) { // keep within 2^53 (exact as a double)
+			int64_t v;
+			std::memcpy(&v, e, 8);
+			v >>= 11;
+			std::memcpy(e, &v, 8);
+		}
+		const int32_t k = static_cast<int32_t>(g ^ uint32_t((h >> 8) & 0x3f)) - 7;
+		std::memcpy(e + pair_index_at(s.dtype), &k, 4);
+	}
+}
+
 void fill_input(const CollSpec &s, uint64_t seed, uint32_t g, void *buf, uint64_t elems, int mode)
 {
 	const size_t size = dtype_size(s.dtype);
 	check_mode(mode);
+	if (is_pair_dtype(s.dtype))
+		return fill_pairs(s, seed, g, buf, elems, mode);
 	const uint64_t mask = size == 8 ? ~uint64_t(0) : (uint64_t(1) << (size * 8)) - 1;
 	const bool fp = is_float_dtype(s.dtype);
 	uint64_t base = mix64(seed ^ 0x6a09e667f3bcc908ull);
@@ -765,6 +920,13 @@ int64_t first_mismatch(const CollSpec &s, const void *got, const void *want, uin
 {
 	const size_t size = dtype_size(s.dtype);
 	const bool fp = is_float_dtype(s.dtype);
+	if (is_pair_dtype(s.dtype)) { // the winner's bits exactly, NaN payload and padding too
+		for (uint64_t i = 0; i < elems; i++)
+			if (std::memcmp(static_cast<const uint8_t *>(got) + i * size,
+					static_cast<const uint8_t *>(want) + i * size, size) != 0)
+				return static_cast<int64_t>(i);
+		return -1;
+	}
 	for (uint64_t i = 0; i < elems; i++) {
 		const uint64_t a = load_elem(got, i, size);
 		const uint64_t b = load_elem(want, i, size);
@@ -780,6 +942,14 @@ int64_t first_mismatch(const CollSpec &s, const void *got, const void *want, uin
 std::string format_elem(int dtype, const void *buf, uint64_t index)
 {
 	const size_t size = dtype_size(dtype);
+	if (is_pair_dtype(dtype)) {
+		const PairView v = pair_at(dtype, buf, index);
+		uint64_t lo = 0;
+		std::memcpy(&lo, static_cast<const uint8_t *>(buf) + index * size, 8);
+		char out[96];
+		std::snprintf(out, sizeof out, "(%.17g, %d) (0x%016" PRIx64 ")", v.v, v.k, lo);
+		return out;
+	}
 	const uint64_t bits = load_elem(buf, index, size);
 	const uint64_t mask = size == 8 ? ~uint64_t(0) : (uint64_t(1) << (size * 8)) - 1;
 	char out[96];

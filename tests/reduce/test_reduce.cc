@@ -48,6 +48,26 @@ bool is_bitwise(RedOp op)
 {
 	return op == RedOp::band || op == RedOp::bor || op == RedOp::bxor;
 }
+bool is_logical(RedOp op)
+{
+	return op == RedOp::land || op == RedOp::lor || op == RedOp::lxor;
+}
+bool is_loc(RedOp op)
+{
+	return op == RedOp::maxloc || op == RedOp::minloc;
+}
+bool is_pair(Dtype d)
+{
+	return static_cast<unsigned>(d) >= 12 && static_cast<unsigned>(d) <= 16;
+}
+// The numeric types (avg_finalize's, and sum's).
+std::vector<Dtype> numeric_dtypes()
+{
+	std::vector<Dtype> v;
+	for (unsigned i = 0; i < 12; ++i)
+		v.push_back(static_cast<Dtype>(i));
+	return v;
+}
 
 Isa best_isa()
 {
@@ -148,6 +168,10 @@ template <class T> T ref_int(RedOp op, T a, T b)
 	case RedOp::band: return static_cast<T>(a & b);
 	case RedOp::bor: return static_cast<T>(a | b);
 	case RedOp::bxor: return static_cast<T>(a ^ b);
+	case RedOp::land: return (a && b) ? 1 : 0;
+	case RedOp::lor: return (a || b) ? 1 : 0;
+	case RedOp::lxor: return (!a != !b) ? 1 : 0;
+	default: break;
 	}
 	ADD_FAILURE() << "bad op";
 	return 0;
@@ -208,6 +232,49 @@ void ref_small_loop(SmallFormat f, RedOp op, void *out, const void *a, const voi
 	}
 }
 
+// maxloc/minloc on the C struct { V value; int32_t index; }: written as MPI states it (the larger/smaller value,
+// the lower index on equal values), with the documented order on what MPI leaves open: NaN above every number in
+// maxloc and below every number in minloc (NaN propagates), NaNs equal to each other, -0.0 below +0.0. The result
+// is the winning struct with zero padding.
+template <class V> void ref_loc_loop(RedOp op, void *out, const void *a, const void *b, size_t n)
+{
+	struct P {
+		V v;
+		int32_t k;
+	};
+	const bool want_max = op == RedOp::maxloc;
+	for (size_t i = 0; i < n; ++i) {
+		const P x = load_at<P>(a, i), y = load_at<P>(b, i);
+		// rank: +1 when x's value is the better one, -1 when y's, 0 when they are equal.
+		int rank;
+		bool xn = false, yn = false;
+		if constexpr (std::is_floating_point_v<V>) {
+			xn = std::isnan(x.v);
+			yn = std::isnan(y.v);
+		}
+		if (xn && yn)
+			rank = 0;
+		else if (xn)
+			rank = 1;
+		else if (yn)
+			rank = -1;
+		else if (x.v > y.v)
+			rank = want_max ? 1 : -1;
+		else if (x.v < y.v)
+			rank = want_max ? -1 : 1;
+		else if (std::signbit(static_cast<double>(x.v)) ==
+			 std::signbit(static_cast<double>(y.v)))
+			rank = 0;
+		else // -0.0 against +0.0
+			rank = std::signbit(static_cast<double>(x.v)) == want_max ? -1 : 1;
+		const P &w = rank > 0 ? x : rank < 0 ? y : (y.k < x.k ? y : x);
+		unsigned char bytes[sizeof(P)] = {};
+		std::memcpy(bytes, &w.v, sizeof(V));
+		std::memcpy(bytes + offsetof(P, k), &w.k, sizeof(int32_t));
+		std::memcpy(static_cast<unsigned char *>(out) + i * sizeof(P), bytes, sizeof(P));
+	}
+}
+
 // out[i] = op(a[i], b[i]) by the reference rules. out may alias a or b.
 void ref_reduce(RedOp op, Dtype d, void *out, const void *a, const void *b, size_t n)
 {
@@ -224,6 +291,11 @@ void ref_reduce(RedOp op, Dtype d, void *out, const void *a, const void *b, size
 	case Dtype::bfloat16: return ref_small_loop(kBf16, op, out, a, b, n);
 	case Dtype::float32: return ref_float_loop<float>(op, out, a, b, n);
 	case Dtype::float64: return ref_float_loop<double>(op, out, a, b, n);
+	case Dtype::float32_int32: return ref_loc_loop<float>(op, out, a, b, n);
+	case Dtype::float64_int32: return ref_loc_loop<double>(op, out, a, b, n);
+	case Dtype::int64_int32: return ref_loc_loop<int64_t>(op, out, a, b, n);
+	case Dtype::int32_int32: return ref_loc_loop<int32_t>(op, out, a, b, n);
+	case Dtype::int16_int32: return ref_loc_loop<int16_t>(op, out, a, b, n);
 	}
 }
 
@@ -258,12 +330,14 @@ bool element_matches(Dtype d, const void *x, const void *y, size_t i)
 std::string hex_element(Dtype d, const void *p, size_t i)
 {
 	const size_t s = dtype_size(d);
-	uint64_t v = 0;
-	std::memcpy(&v, static_cast<const unsigned char *>(p) + i * s, s); // little-endian
-	char buf[32];
-	std::snprintf(buf, sizeof buf, "0x%0*llx", static_cast<int>(2 * s),
-		      static_cast<unsigned long long>(v));
-	return buf;
+	const auto *e = static_cast<const unsigned char *>(p) + i * s;
+	std::string out = "0x";
+	char buf[4];
+	for (size_t j = s; j-- > 0;) { // little-endian: the last byte first
+		std::snprintf(buf, sizeof buf, "%02x", e[j]);
+		out += buf;
+	}
+	return out;
 }
 
 // Compares n elements; reports the first few mismatches with operands.
@@ -318,8 +392,47 @@ private:
 
 // Mix of arbitrary bit patterns (NaN, Inf, denormals, ...) and tame values whose sums/products stay finite and
 // exercise rounding.
+void fill_random(Dtype d, void *dst, size_t n, std::mt19937_64 &rng);
+
+// Pairs: values drawn often from a few (ties, NaN, -0/+0) and otherwise at random; indices from a few (so
+// equal values meet equal and unequal indices) or at random. Padding bytes random too: they must not matter.
+void fill_random_pairs(Dtype d, void *dst, size_t n, std::mt19937_64 &rng)
+{
+	static const Dtype value_type[] = {Dtype::float32, Dtype::float64, Dtype::int64,
+					   Dtype::int32, Dtype::int16};
+	const Dtype vd = value_type[static_cast<unsigned>(d) - 12];
+	const size_t vs = dtype_size(vd), s = dtype_size(d);
+	auto *p = static_cast<unsigned char *>(dst);
+	for (size_t i = 0; i < n; ++i) {
+		unsigned char *e = p + i * s;
+		for (size_t j = 0; j < s; ++j)
+			e[j] = static_cast<unsigned char>(rng());
+		uint64_t bits;
+		switch (rng() % 4) {
+		case 0: fill_random(vd, &bits, 1, rng); break;
+		case 1: bits = rng() % 3; break;
+		default:
+			if (vd == Dtype::float32)
+				bits = std::vector<uint64_t>{0x7FC00000, 0x80000000, 0, 0x3F800000,
+							     0xFF800000}[rng() % 5];
+			else if (vd == Dtype::float64)
+				bits = std::vector<uint64_t>{0x7FF8000000000000, 0x8000000000000000,
+							     0, 0x3FF0000000000000,
+							     0xFFF0000000000000}[rng() % 5];
+			else
+				bits = rng() % 2 ? uint64_t(-1) : 5;
+		}
+		std::memcpy(e, &bits, vs);
+		const int32_t k = rng() % 2 ? static_cast<int32_t>(rng() % 3)
+					    : static_cast<int32_t>(static_cast<uint32_t>(rng()));
+		std::memcpy(e + std::max<size_t>(vs, 4), &k, 4); // the C layout: after the value
+	}
+}
+
 void fill_random(Dtype d, void *dst, size_t n, std::mt19937_64 &rng)
 {
+	if (is_pair(d))
+		return fill_random_pairs(d, dst, n, rng);
 	auto *p = static_cast<unsigned char *>(dst);
 	const size_t s = dtype_size(d);
 	for (size_t i = 0; i < n; ++i) {
@@ -531,12 +644,47 @@ std::vector<uint64_t> special_values(Dtype d)
 			0x0000000000000001, 0x8000000000000001, 0x000FFFFFFFFFFFFF,
 			0x0010000000000000, 0x7FEFFFFFFFFFFFFF, 0xFFEFFFFFFFFFFFFF,
 			0x3FF0000000000001, 0x3CA0000000000000, 0x3FD5555555555555};
+	default: break; // the pairs: special_pairs()
 	}
 	return {};
 }
 
+// The value part of a pair's special values, with indices that tie and that do not.
+std::vector<std::vector<unsigned char>> special_pairs(Dtype d)
+{
+	static const Dtype value_type[] = {Dtype::float32, Dtype::float64, Dtype::int64,
+					   Dtype::int32, Dtype::int16};
+	const Dtype vd = value_type[static_cast<unsigned>(d) - 12];
+	const size_t s = dtype_size(d);
+	std::vector<std::vector<unsigned char>> v;
+	for (uint64_t bits : special_values(vd)) {
+		for (int32_t k : {0, 1, INT32_MIN, INT32_MAX}) {
+			std::vector<unsigned char> e(s, 0);
+			std::memcpy(e.data(), &bits, dtype_size(vd));
+			std::memcpy(e.data() + std::max<size_t>(dtype_size(vd), 4), &k, 4);
+			v.push_back(e);
+		}
+	}
+	return v;
+}
+
 TEST_P(KernelTest, SpecialValuePairs)
 {
+	if (is_pair(dtype())) {
+		const auto sp = special_pairs(dtype());
+		const size_t n = sp.size() * sp.size(), es = esize();
+		std::vector<unsigned char> a(n * es), b(n * es), got(n * es), want(n * es);
+		for (size_t i = 0; i < sp.size(); ++i)
+			for (size_t j = 0; j < sp.size(); ++j) {
+				std::memcpy(&a[(i * sp.size() + j) * es], sp[i].data(), es);
+				std::memcpy(&b[(i * sp.size() + j) * es], sp[j].data(), es);
+			}
+		fn_(got.data(), a.data(), b.data(), n);
+		ref_reduce(op(), dtype(), want.data(), a.data(), b.data(), n);
+		EXPECT_TRUE(
+			matches_reference(dtype(), got.data(), want.data(), a.data(), b.data(), n));
+		return;
+	}
 	const std::vector<uint64_t> s = special_values(dtype());
 	const size_t n = s.size() * s.size();
 	const size_t es = esize();
@@ -726,21 +874,95 @@ TEST_P(IsaTest, HalfAndBf16Rounding)
 TEST_P(IsaTest, BitwiseUnsupportedOnFloats)
 {
 	for (Dtype d : all_dtypes()) {
-		for (RedOp op : {RedOp::band, RedOp::bor, RedOp::bxor}) {
+		for (RedOp op :
+		     {RedOp::band, RedOp::bor, RedOp::bxor, RedOp::land, RedOp::lor, RedOp::lxor}) {
 			EXPECT_EQ(op_supported(op, d), is_integer(d))
 				<< redop_name(op) << "/" << dtype_name(d);
 			EXPECT_EQ(reduce_fn(op, d) != nullptr, is_integer(d))
 				<< redop_name(op) << "/" << dtype_name(d);
 		}
 		for (RedOp op : {RedOp::sum, RedOp::prod, RedOp::min, RedOp::max, RedOp::avg}) {
-			EXPECT_TRUE(op_supported(op, d));
-			EXPECT_NE(reduce_fn(op, d), nullptr)
+			EXPECT_EQ(op_supported(op, d), !is_pair(d));
+			EXPECT_EQ(reduce_fn(op, d) != nullptr, !is_pair(d))
+				<< redop_name(op) << "/" << dtype_name(d);
+		}
+		for (RedOp op : {RedOp::maxloc, RedOp::minloc}) {
+			EXPECT_EQ(op_supported(op, d), is_pair(d));
+			EXPECT_EQ(reduce_fn(op, d) != nullptr, is_pair(d))
 				<< redop_name(op) << "/" << dtype_name(d);
 		}
 	}
-	EXPECT_EQ(reduce_fn(static_cast<RedOp>(8), Dtype::int32), nullptr);
-	EXPECT_EQ(reduce_fn(RedOp::sum, static_cast<Dtype>(12)), nullptr);
+	EXPECT_EQ(reduce_fn(static_cast<RedOp>(13), Dtype::int32), nullptr);
+	EXPECT_EQ(reduce_fn(RedOp::sum, static_cast<Dtype>(17)), nullptr);
 	EXPECT_EQ(reduce_fn(static_cast<RedOp>(255), static_cast<Dtype>(255)), nullptr);
+}
+
+// Hand-computed maxloc/minloc and logical results: MPI's tie rule, and the NaN and signed-zero order.
+TEST_P(IsaTest, LocAndLogical)
+{
+	struct FI {
+		float v;
+		int32_t k;
+	};
+	struct DI {
+		double v;
+		int32_t k;
+		int32_t pad;
+	};
+	const float fnan = std::numeric_limits<float>::quiet_NaN();
+	auto check_fi = [](RedOp op, FI a, FI b, uint32_t want_bits, int32_t want_k) {
+		FI out[3] = {};
+		FI va[3] = {a, a, a}, vb[3] = {b, b, b};
+		reduce_fn(op, Dtype::float32_int32)(out, va, vb, 3);
+		uint32_t bits;
+		std::memcpy(&bits, &out[2].v, 4);
+		EXPECT_EQ(bits, want_bits)
+			<< redop_name(op) << " " << a.v << "/" << a.k << " , " << b.v << "/" << b.k;
+		EXPECT_EQ(out[2].k, want_k) << redop_name(op);
+	};
+	for (int swap = 0; swap < 2; ++swap) {
+		FI x{3.0f, 7}, y{3.0f, 2}; // tie: the lower index
+		if (swap)
+			std::swap(x, y);
+		check_fi(RedOp::maxloc, x, y, 0x40400000, 2);
+		check_fi(RedOp::minloc, x, y, 0x40400000, 2);
+		FI p{1.0f, 0}, q{2.0f, 9};
+		if (swap)
+			std::swap(p, q);
+		check_fi(RedOp::maxloc, p, q, 0x40000000, 9);
+		check_fi(RedOp::minloc, p, q, 0x3F800000, 0);
+		FI n{fnan, 5}, m{INFINITY, 1}; // NaN wins in both
+		if (swap)
+			std::swap(n, m);
+		check_fi(RedOp::maxloc, n, m, 0x7FC00000, 5);
+		check_fi(RedOp::minloc, n, m, 0x7FC00000, 5);
+		FI z{-0.0f, 1}, pz{0.0f, 4}; // -0 below +0
+		if (swap)
+			std::swap(z, pz);
+		check_fi(RedOp::maxloc, z, pz, 0x00000000, 4);
+		check_fi(RedOp::minloc, z, pz, 0x80000000, 1);
+	}
+	// double_int: 16 bytes with 4 of padding, which comes out zero.
+	DI a{-1.5, 3, 0x55555555}, b{-1.5, -4, 0x11111111}, out{};
+	reduce_fn(RedOp::maxloc, Dtype::float64_int32)(&out, &a, &b, 1);
+	EXPECT_EQ(out.v, -1.5);
+	EXPECT_EQ(out.k, -4);
+	EXPECT_EQ(out.pad, 0);
+	struct SI {
+		int16_t v;
+		int32_t k;
+	} s1{-3, 1}, s2{-3, 0}, s3{};
+	reduce_fn(RedOp::minloc, Dtype::int16_int32)(&s3, &s1, &s2, 1);
+	EXPECT_EQ(s3.v, -3);
+	EXPECT_EQ(s3.k, 0);
+
+	expect_all<int32_t>(RedOp::land, Dtype::int32, 5, -1, 1);
+	expect_all<int32_t>(RedOp::land, Dtype::int32, 5, 0, 0);
+	expect_all<uint8_t>(RedOp::lor, Dtype::uint8, 0, 0x80, 1);
+	expect_all<uint8_t>(RedOp::lor, Dtype::uint8, 0, 0, 0);
+	expect_all<int64_t>(RedOp::lxor, Dtype::int64, INT64_MIN, 2, 0);
+	expect_all<int64_t>(RedOp::lxor, Dtype::int64, 0, 2, 1);
+	expect_all<uint16_t>(RedOp::lxor, Dtype::uint16, 0, 0, 0);
 }
 
 std::string isa_param_name(const ::testing::TestParamInfo<Isa> &info)
@@ -927,13 +1149,14 @@ void ref_avg_finalize(Dtype d, void *buf, size_t n, uint32_t div)
 	case Dtype::bfloat16: return ref_divide_small(kBf16, buf, n, div);
 	case Dtype::float32: return ref_divide<float>(buf, n, div);
 	case Dtype::float64: return ref_divide<double>(buf, n, div);
+	default: ADD_FAILURE() << "avg of a pair";
 	}
 }
 
 TEST(AvgFinalize, RandomAgainstReference)
 {
 	std::mt19937_64 rng(42);
-	for (Dtype d : all_dtypes()) {
+	for (Dtype d : numeric_dtypes()) {
 		for (uint32_t div : {1u, 2u, 3u, 7u, 1000u, 0xFFFFFFFFu}) {
 			SCOPED_TRACE(std::string(dtype_name(d)) + " / " + std::to_string(div));
 			constexpr size_t n = 257;
@@ -954,7 +1177,7 @@ TEST(AvgFinalize, RandomAgainstReference)
 TEST(AvgFinalize, AnyAlignment)
 {
 	std::mt19937_64 rng(43);
-	for (Dtype d : all_dtypes()) {
+	for (Dtype d : numeric_dtypes()) {
 		for (size_t off : {1u, 4u, 60u}) {
 			SCOPED_TRACE(std::string(dtype_name(d)) + " at offset " +
 				     std::to_string(off));
@@ -992,7 +1215,8 @@ TEST(AvgFinalize, RejectsZeroDivisorAndBadDtype)
 {
 	int32_t x[1] = {1};
 	EXPECT_THROW(avg_finalize(Dtype::int32, x, 1, 0), std::invalid_argument);
-	EXPECT_THROW(avg_finalize(static_cast<Dtype>(12), x, 1, 1), std::invalid_argument);
+	EXPECT_THROW(avg_finalize(static_cast<Dtype>(17), x, 1, 1), std::invalid_argument);
+	EXPECT_THROW(avg_finalize(Dtype::float32_int32, x, 1, 1), std::invalid_argument);
 	EXPECT_NO_THROW(avg_finalize(Dtype::int32, nullptr, 0, 1));
 }
 
@@ -1137,27 +1361,40 @@ TEST(Metadata, EnumValuesSizesAndNames)
 	EXPECT_EQ(static_cast<int>(Dtype::float64), 11);
 	EXPECT_EQ(static_cast<int>(RedOp::avg), 4);
 	EXPECT_EQ(static_cast<int>(RedOp::bxor), 7);
-	const size_t sizes[kNumDtypes] = {1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8};
+	EXPECT_EQ(static_cast<int>(RedOp::maxloc), 8);
+	EXPECT_EQ(static_cast<int>(RedOp::lxor), 12);
+	EXPECT_EQ(static_cast<int>(Dtype::float32_int32), 12);
+	EXPECT_EQ(static_cast<int>(Dtype::int16_int32), 16);
+	const size_t sizes[kNumDtypes] = {1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8, 8, 16, 16, 8, 8};
 	for (unsigned i = 0; i < kNumDtypes; ++i) {
 		EXPECT_EQ(dtype_size(dtype_at(i)), sizes[i]);
 		EXPECT_TRUE(dtype_valid(static_cast<uint8_t>(i)));
 	}
-	EXPECT_FALSE(dtype_valid(12));
+	EXPECT_FALSE(dtype_valid(17));
 	EXPECT_FALSE(dtype_valid(255));
-	EXPECT_TRUE(redop_valid(7));
-	EXPECT_FALSE(redop_valid(8));
-	EXPECT_EQ(dtype_size(static_cast<Dtype>(12)), 0u);
+	EXPECT_TRUE(redop_valid(12));
+	EXPECT_FALSE(redop_valid(13));
+	EXPECT_EQ(dtype_size(static_cast<Dtype>(17)), 0u);
 	EXPECT_STREQ(dtype_name(Dtype::bfloat16), "bfloat16");
 	EXPECT_STREQ(dtype_name(Dtype::uint64), "uint64");
+	EXPECT_STREQ(dtype_name(Dtype::float64_int32), "float64_int32");
 	EXPECT_STREQ(redop_name(RedOp::bor), "bor");
-	EXPECT_STREQ(redop_name(static_cast<RedOp>(9)), "invalid");
+	EXPECT_STREQ(redop_name(RedOp::minloc), "minloc");
+	EXPECT_STREQ(redop_name(static_cast<RedOp>(13)), "invalid");
 	EXPECT_STREQ(isa_name(Isa::avx512), "avx512");
 	for (unsigned o = 0; o < kNumRedOps; ++o)
-		for (unsigned d = 0; d < kNumDtypes; ++d)
-			EXPECT_EQ(op_supported(redop_at(o), dtype_at(d)),
-				  !is_bitwise(redop_at(o)) || is_integer(dtype_at(d)));
-	EXPECT_FALSE(op_supported(static_cast<RedOp>(8), Dtype::int8));
-	EXPECT_FALSE(op_supported(RedOp::sum, static_cast<Dtype>(12)));
+		for (unsigned d = 0; d < kNumDtypes; ++d) {
+			const RedOp op = redop_at(o);
+			const Dtype t = dtype_at(d);
+			const bool want = is_loc(op) || is_pair(t)
+						  ? is_loc(op) && is_pair(t)
+						  : !(is_bitwise(op) || is_logical(op)) ||
+							    is_integer(t);
+			EXPECT_EQ(op_supported(op, t), want)
+				<< redop_name(op) << "/" << dtype_name(t);
+		}
+	EXPECT_FALSE(op_supported(static_cast<RedOp>(13), Dtype::int8));
+	EXPECT_FALSE(op_supported(RedOp::sum, static_cast<Dtype>(17)));
 }
 
 TEST(IsaSelection, EnvironmentValues)

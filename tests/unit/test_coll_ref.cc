@@ -149,6 +149,88 @@ TEST(CollRef, RankNumberingAndSizes)
 		EXPECT_EQ(dtype_size(d), sizes[d]) << "dtype " << d;
 }
 
+// MAXLOC/MINLOC and the logical ops, hand-computed: four ranks on two
+// nodes, element by element.
+TEST(CollRef, LocAndLogicalByHand)
+{
+	struct DI {
+		double v;
+		int32_t k;
+		int32_t pad;
+	};
+	const double nan = std::nan("");
+	// element 0: a tie of 2.5 at indices 9 and 3; element 1: a NaN (index
+	// 8) beats everything in both; element 2: -0.0 (index 1) against +0.0
+	// (index 2); element 3: distinct values.
+	const DI in[4][4] = {
+		{{2.5, 9, 0}, {1.0, 0, 0}, {-0.0, 1, 0}, {4.0, 5, 0}},
+		{{2.5, 3, 0}, {nan, 8, 0}, {0.0, 2, 0}, {-4.0, 6, 0}},
+		{{1.5, 0, 0}, {7.0, 1, 0}, {-1.0, 3, 0}, {3.0, 7, 0}},
+		{{-2.0, 1, 0}, {-7.0, 2, 0}, {1.0, 4, 0}, {0.5, 8, 0}},
+	};
+	std::vector<std::vector<uint8_t>> srcs;
+	for (const auto &r : in)
+		srcs.emplace_back(reinterpret_cast<const uint8_t *>(r),
+				  reinterpret_cast<const uint8_t *>(r) + sizeof(r));
+	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_MAXLOC,
+			       IBV_COLL_DTYPE_FLOAT64_INT32, 4, {2, 2});
+	auto out = expected_output_from(s, srcs, 0);
+	ASSERT_EQ(out.size(), sizeof(DI) * 4);
+	DI got[4];
+	std::memcpy(got, out.data(), sizeof(got));
+	EXPECT_EQ(got[0].v, 2.5);
+	EXPECT_EQ(got[0].k, 3);
+	EXPECT_TRUE(std::isnan(got[1].v));
+	EXPECT_EQ(got[1].k, 8);
+	EXPECT_EQ(got[2].v, 1.0);
+	EXPECT_EQ(got[2].k, 4);
+	EXPECT_EQ(got[3].v, 4.0);
+	EXPECT_EQ(got[3].k, 5);
+	s.op = IBV_COLL_OP_MINLOC;
+	out = expected_output_from(s, srcs, 1);
+	std::memcpy(got, out.data(), sizeof(got));
+	EXPECT_EQ(got[0].v, -2.0);
+	EXPECT_EQ(got[0].k, 1);
+	EXPECT_TRUE(std::isnan(got[1].v));
+	EXPECT_EQ(got[2].v, -1.0);
+	EXPECT_EQ(got[2].k, 3);
+	EXPECT_EQ(got[3].v, -4.0);
+	EXPECT_EQ(got[3].k, 6);
+	for (const DI &d : got)
+		EXPECT_EQ(d.pad, 0);
+	// Signed zeros alone: -0.0 is below +0.0.
+	const DI z[2][1] = {{{0.0, 0, 0}}, {{-0.0, 1, 0}}};
+	std::vector<std::vector<uint8_t>> zs;
+	for (const auto &r : z)
+		zs.emplace_back(reinterpret_cast<const uint8_t *>(r),
+				reinterpret_cast<const uint8_t *>(r) + sizeof(r));
+	CollSpec zsp = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_MINLOC,
+				 IBV_COLL_DTYPE_FLOAT64_INT32, 1, {1, 1});
+	out = expected_output_from(zsp, zs, 0);
+	std::memcpy(got, out.data(), sizeof(DI));
+	EXPECT_EQ(got[0].k, 1);
+	zsp.op = IBV_COLL_OP_MAXLOC;
+	out = expected_output_from(zsp, zs, 0);
+	std::memcpy(got, out.data(), sizeof(DI));
+	EXPECT_EQ(got[0].k, 0);
+
+	const int32_t li[3][4] = {{0, 5, -1, 0}, {0, 0, 7, 0}, {0, 2, 3, 1}};
+	std::vector<std::vector<uint8_t>> ls;
+	for (const auto &r : li)
+		ls.emplace_back(reinterpret_cast<const uint8_t *>(r),
+				reinterpret_cast<const uint8_t *>(r) + sizeof(r));
+	CollSpec l = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_LAND, IBV_COLL_DTYPE_INT32, 4,
+			       {1, 2});
+	auto lo = from_bytes<int32_t>(expected_output_from(l, ls, 0));
+	EXPECT_EQ(lo, (std::vector<int32_t>{0, 0, 1, 0}));
+	l.op = IBV_COLL_OP_LOR;
+	lo = from_bytes<int32_t>(expected_output_from(l, ls, 0));
+	EXPECT_EQ(lo, (std::vector<int32_t>{0, 1, 1, 1}));
+	l.op = IBV_COLL_OP_LXOR;
+	lo = from_bytes<int32_t>(expected_output_from(l, ls, 0));
+	EXPECT_EQ(lo, (std::vector<int32_t>{0, 0, 1, 1}));
+}
+
 TEST(CollRef, InvalidSpecsThrow)
 {
 	const std::vector<std::vector<uint8_t>> none;
@@ -157,12 +239,22 @@ TEST(CollRef, InvalidSpecsThrow)
 	EXPECT_THROW(expected_output(s, 1, 0, kInputNormal), std::invalid_argument);
 	s.dtype = IBV_COLL_DTYPE_INT32;
 	EXPECT_NO_THROW(expected_output(s, 1, 0, kInputNormal));
-	s.dtype = 12;
+	s.dtype = 17;
 	EXPECT_THROW(dtype_size(s.dtype), std::invalid_argument);
 	EXPECT_THROW(expected_output(s, 1, 0, kInputNormal), std::invalid_argument);
 	s.dtype = IBV_COLL_DTYPE_INT32;
-	s.op = 8;
+	s.op = 13;
 	EXPECT_THROW(expected_output(s, 1, 0, kInputNormal), std::invalid_argument);
+	s.op = IBV_COLL_OP_MAXLOC; // only on the pairs
+	EXPECT_THROW(expected_output(s, 1, 0, kInputNormal), std::invalid_argument);
+	s.dtype = IBV_COLL_DTYPE_FLOAT32_INT32;
+	EXPECT_NO_THROW(expected_output(s, 1, 0, kInputNormal));
+	s.op = IBV_COLL_OP_SUM; // the pairs take only MAXLOC/MINLOC
+	EXPECT_THROW(expected_output(s, 1, 0, kInputNormal), std::invalid_argument);
+	s.op = IBV_COLL_OP_LAND;
+	s.dtype = IBV_COLL_DTYPE_FLOAT64;
+	EXPECT_THROW(expected_output(s, 1, 0, kInputNormal), std::invalid_argument);
+	s.op = IBV_COLL_OP_MAXLOC;
 	s.op = IBV_COLL_OP_SUM;
 	s.coll = IBV_COLL_WR_REDUCE;
 	s.root = 2;
