@@ -22,6 +22,11 @@ enum Coll {
 	kReduceScatter,
 	kBarrier,
 	kIallreduce,
+	kIbcast,
+	kIreduce,
+	kIallgather,
+	kIreduceScatter,
+	kIbarrier,
 	kNumColls
 };
 extern const char *const kCollNames[kNumColls];
@@ -84,6 +89,7 @@ struct Op {
 	size_t copy_bytes = 0;
 	ibv_coll_mr *mrs[2] = {}; // registered for this op alone
 	void *tmp = nullptr;	  // a private copy of the input (in place)
+	void *owned = nullptr;	  // the caller's copy of an in-place input, freed with the op
 	struct Job *job = nullptr;
 	Coll coll = kAllreduce;
 };

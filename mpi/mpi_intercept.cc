@@ -44,6 +44,13 @@ bool reduce_dtype(MPI_Datatype t, ibv_coll_dtype *out, bool *is_float)
 		{MPI_UNSIGNED_LONG_LONG, IBV_COLL_DTYPE_UINT64},
 		{MPI_FLOAT, IBV_COLL_DTYPE_FLOAT32},
 		{MPI_DOUBLE, IBV_COLL_DTYPE_FLOAT64},
+		// The value-index pairs of MPI_MAXLOC and MPI_MINLOC (the C
+		// structs; MPI_LONG_DOUBLE_INT has no device type).
+		{MPI_FLOAT_INT, IBV_COLL_DTYPE_FLOAT32_INT32},
+		{MPI_DOUBLE_INT, IBV_COLL_DTYPE_FLOAT64_INT32},
+		{MPI_LONG_INT, IBV_COLL_DTYPE_INT64_INT32},
+		{MPI_2INT, IBV_COLL_DTYPE_INT32_INT32},
+		{MPI_SHORT_INT, IBV_COLL_DTYPE_INT16_INT32},
 	};
 	for (const M &m : map)
 		if (m.t == t) {
@@ -54,24 +61,37 @@ bool reduce_dtype(MPI_Datatype t, ibv_coll_dtype *out, bool *is_float)
 	return false;
 }
 
-bool reduce_op(MPI_Op o, bool is_float, ibv_coll_op *out)
+bool is_pair(ibv_coll_dtype d)
 {
+	return d >= IBV_COLL_DTYPE_FLOAT32_INT32 && d <= IBV_COLL_DTYPE_INT16_INT32;
+}
+
+// The operation on the type: bitwise and logical ones on integers only,
+// MAXLOC/MINLOC on the pairs only (and only they on the pairs).
+bool reduce_op(MPI_Op o, ibv_coll_dtype d, bool is_float, ibv_coll_op *out)
+{
+	enum Kind { kArith, kInteger, kLoc };
 	struct M {
 		MPI_Op o;
 		ibv_coll_op op;
-		bool bitwise;
+		Kind kind;
 	};
 	const M map[] = {
-		{MPI_SUM, IBV_COLL_OP_SUM, false},  {MPI_PROD, IBV_COLL_OP_PROD, false},
-		{MPI_MIN, IBV_COLL_OP_MIN, false},  {MPI_MAX, IBV_COLL_OP_MAX, false},
-		{MPI_BAND, IBV_COLL_OP_BAND, true}, {MPI_BOR, IBV_COLL_OP_BOR, true},
-		{MPI_BXOR, IBV_COLL_OP_BXOR, true},
+		{MPI_SUM, IBV_COLL_OP_SUM, kArith},	{MPI_PROD, IBV_COLL_OP_PROD, kArith},
+		{MPI_MIN, IBV_COLL_OP_MIN, kArith},	{MPI_MAX, IBV_COLL_OP_MAX, kArith},
+		{MPI_BAND, IBV_COLL_OP_BAND, kInteger}, {MPI_BOR, IBV_COLL_OP_BOR, kInteger},
+		{MPI_BXOR, IBV_COLL_OP_BXOR, kInteger}, {MPI_LAND, IBV_COLL_OP_LAND, kInteger},
+		{MPI_LOR, IBV_COLL_OP_LOR, kInteger},	{MPI_LXOR, IBV_COLL_OP_LXOR, kInteger},
+		{MPI_MAXLOC, IBV_COLL_OP_MAXLOC, kLoc}, {MPI_MINLOC, IBV_COLL_OP_MINLOC, kLoc},
 	};
-	for (const M &m : map)
-		if (m.o == o && !(m.bitwise && is_float)) {
-			*out = m.op;
-			return true;
-		}
+	for (const M &m : map) {
+		if (m.o != o)
+			continue;
+		if ((m.kind == kLoc) != is_pair(d) || (m.kind == kInteger && is_float))
+			return false;
+		*out = m.op;
+		return true;
+	}
 	return false;
 }
 
@@ -130,19 +150,44 @@ Job *admit_reduction(Coll c, MPI_Datatype dt, MPI_Op op, int count, MPI_Comm com
 	bool fl;
 	if (!reduce_dtype(dt, d, &fl))
 		return refuse(c, kDatatype);
-	if (!reduce_op(op, fl, o))
+	if (!reduce_op(op, *d, fl, o))
 		return refuse(c, kOp);
 	if (count <= 0 || PMPI_Type_size(dt, sz) != MPI_SUCCESS)
 		return refuse(c, kSize);
+	if (is_pair(*d)) {
+		// A pair's buffer is an array of the C struct: its extent (16
+		// for MPI_DOUBLE_INT, whose size is 12) is the device's element.
+		MPI_Aint lb, extent;
+		if (PMPI_Type_get_extent(dt, &lb, &extent) != MPI_SUCCESS || lb != 0 ||
+		    extent !=
+			    (*d == IBV_COLL_DTYPE_FLOAT64_INT32 || *d == IBV_COLL_DTYPE_INT64_INT32
+				     ? 16
+				     : 8))
+			return refuse(c, kDatatype);
+		*sz = int(extent);
+	}
 	return admit(c, comm, size_t(count) * size_t(*sz), true);
 }
 
-int run(Job *j, const Request &r, Coll c, MPI_Comm comm)
+// A collective the device takes: its job, what it asks of the device, and
+// a copy of an in-place input that must live until it completes (freed
+// with the op).
+struct Call {
+	Job *j = nullptr;
+	Request r{};
+	void *owned = nullptr;
+};
+
+// The blocking call: post, wait, finish.
+int run(Call &k, Coll c, MPI_Comm comm)
 {
 	Op *op;
-	int rc = job_post(j, r, c, &op);
-	if (rc != MPI_SUCCESS)
+	int rc = job_post(k.j, k.r, c, &op);
+	if (rc != MPI_SUCCESS) {
+		free(k.owned);
 		return rc;
+	}
+	op->owned = k.owned;
 	job_wait(op);
 	return job_finish(op, comm);
 }
@@ -218,153 +263,147 @@ bool settle_all(int n, MPI_Request *reqs, bool block)
 	return any;
 }
 
-} // namespace
-
-EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
-			 MPI_Comm comm)
+// Each prep_*: the call's checks (refusals counted under c) and what it
+// asks of the device; false sends the call to PMPI.
+bool prep_allreduce(Coll c, const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt,
+		    MPI_Op op, MPI_Comm comm, Call *k)
 {
 	ibv_coll_dtype d;
 	ibv_coll_op o;
 	int sz = 0;
-	Job *j = admit_reduction(kAllreduce, dt, op, count, comm, &d, &o, &sz);
-	if (!j)
-		return PMPI_Allreduce(sendbuf, recvbuf, count, dt, op, comm);
+	if (!(k->j = admit_reduction(c, dt, op, count, comm, &d, &o, &sz)))
+		return false;
 	size_t b = size_t(count) * size_t(sz);
 	const void *src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-	return run(j, {IBV_COLL_WR_ALLREDUCE, src, recvbuf, b, b, uint64_t(count), o, d, 0},
-		   kAllreduce, comm);
+	k->r = {IBV_COLL_WR_ALLREDUCE, src, recvbuf, b, b, uint64_t(count), o, d, 0};
+	return true;
 }
 
-EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
-		      int root, MPI_Comm comm)
+bool prep_reduce(Coll c, const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
+		 int root, MPI_Comm comm, Call *k)
 {
 	ibv_coll_dtype d;
 	ibv_coll_op o;
 	int sz = 0, rank = 0, size = 0;
-	Job *j = admit_reduction(kReduce, dt, op, count, comm, &d, &o, &sz);
-	if (j) {
-		PMPI_Comm_rank(comm, &rank);
-		PMPI_Comm_size(comm, &size);
-	}
+	if (!(k->j = admit_reduction(c, dt, op, count, comm, &d, &o, &sz)))
+		return false;
+	PMPI_Comm_rank(comm, &rank);
+	PMPI_Comm_size(comm, &size);
 	// A bad root, or MPI_IN_PLACE off the root: PMPI reports the error.
-	if (!j || root < 0 || root >= size || (sendbuf == MPI_IN_PLACE && rank != root))
-		return PMPI_Reduce(sendbuf, recvbuf, count, dt, op, root, comm);
+	if (root < 0 || root >= size || (sendbuf == MPI_IN_PLACE && rank != root))
+		return false;
 	size_t b = size_t(count) * size_t(sz);
 	const void *src = sendbuf == MPI_IN_PLACE && rank == root ? recvbuf : sendbuf;
 	void *dst = rank == root ? recvbuf : nullptr;
-	return run(j, {IBV_COLL_WR_REDUCE, src, dst, b, b, uint64_t(count), o, d, uint32_t(root)},
-		   kReduce, comm);
+	k->r = {IBV_COLL_WR_REDUCE, src, dst, b, b, uint64_t(count), o, d, uint32_t(root)};
+	return true;
 }
 
-EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm)
+bool prep_bcast(Coll c, void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm, Call *k)
 {
 	size_t sz = 0;
 	int size = 0;
-	Job *j = nullptr;
 	if (!plain_type(dt, &sz))
-		refuse(kBcast, kDatatype);
+		refuse(c, kDatatype);
 	else if (count > 0)
-		j = admit(kBcast, comm, size_t(count) * sz, true);
+		k->j = admit(c, comm, size_t(count) * sz, true);
 	else
-		refuse(kBcast, kSize);
-	if (j)
-		PMPI_Comm_size(comm, &size);
-	if (!j || root < 0 || root >= size)
-		return PMPI_Bcast(buf, count, dt, root, comm);
+		refuse(c, kSize);
+	if (!k->j)
+		return false;
+	PMPI_Comm_size(comm, &size);
+	if (root < 0 || root >= size)
+		return false;
 	size_t b = size_t(count) * sz;
-	return run(j,
-		   {IBV_COLL_WR_BCAST, buf, buf, b, b, b, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8,
-		    uint32_t(root)},
-		   kBcast, comm);
+	k->r = {IBV_COLL_WR_BCAST,    buf,	     buf, b, b, b, IBV_COLL_OP_SUM,
+		IBV_COLL_DTYPE_UINT8, uint32_t(root)};
+	return true;
 }
 
-EXPORT int MPI_Allgather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf,
-			 int rcount, MPI_Datatype rtype, MPI_Comm comm)
+bool prep_allgather(Coll c, const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf,
+		    int rcount, MPI_Datatype rtype, MPI_Comm comm, Call *k)
 {
 	size_t ssz = 0, rsz = 0;
 	bool in_place = sendbuf == MPI_IN_PLACE;
-	Job *j = nullptr;
 	if (!plain_type(rtype, &rsz) || (!in_place && !plain_type(stype, &ssz)))
-		refuse(kAllgather, kDatatype);
+		refuse(c, kDatatype);
 	else if (rcount > 0 && (in_place || size_t(scount) * ssz == size_t(rcount) * rsz))
-		j = admit(kAllgather, comm, size_t(rcount) * rsz, true);
+		k->j = admit(c, comm, size_t(rcount) * rsz, true);
 	else
-		refuse(kAllgather, kSize);
-	if (!j)
-		return PMPI_Allgather(sendbuf, scount, stype, recvbuf, rcount, rtype, comm);
+		refuse(c, kSize);
+	if (!k->j)
+		return false;
 	int rank, size;
 	PMPI_Comm_rank(comm, &rank);
 	PMPI_Comm_size(comm, &size);
 	size_t b = size_t(rcount) * rsz;
 	// In place, our share sits inside the destination: read it from a copy.
-	void *copy = nullptr;
 	if (in_place) {
-		if (!(copy = malloc(b)))
-			return PMPI_Allgather(sendbuf, scount, stype, recvbuf, rcount, rtype, comm);
-		memcpy(copy, static_cast<char *>(recvbuf) + size_t(rank) * b, b);
+		if (!(k->owned = malloc(b)))
+			return false;
+		memcpy(k->owned, static_cast<char *>(recvbuf) + size_t(rank) * b, b);
 	}
-	int rc = run(j,
-		     {IBV_COLL_WR_ALLGATHER, in_place ? copy : sendbuf, recvbuf, b,
-		      b * size_t(size), b, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, 0},
-		     kAllgather, comm);
-	free(copy);
-	return rc;
+	k->r = {IBV_COLL_WR_ALLGATHER,
+		in_place ? k->owned : sendbuf,
+		recvbuf,
+		b,
+		b * size_t(size),
+		b,
+		IBV_COLL_OP_SUM,
+		IBV_COLL_DTYPE_UINT8,
+		0};
+	return true;
 }
 
-EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int rcount, MPI_Datatype dt,
-				    MPI_Op op, MPI_Comm comm)
+bool prep_reduce_scatter(Coll c, const void *sendbuf, void *recvbuf, int rcount, MPI_Datatype dt,
+			 MPI_Op op, MPI_Comm comm, Call *k)
 {
 	ibv_coll_dtype d;
 	ibv_coll_op o;
 	int sz = 0;
-	Job *j = admit_reduction(kReduceScatter, dt, op, rcount, comm, &d, &o, &sz);
-	if (!j)
-		return PMPI_Reduce_scatter_block(sendbuf, recvbuf, rcount, dt, op, comm);
+	if (!(k->j = admit_reduction(c, dt, op, rcount, comm, &d, &o, &sz)))
+		return false;
 	int size;
 	PMPI_Comm_size(comm, &size);
 	size_t b = size_t(rcount) * size_t(sz), all = b * size_t(size);
 	// In place, the input is the whole destination: reduce from a copy.
-	void *copy = nullptr;
 	if (sendbuf == MPI_IN_PLACE) {
-		if (!(copy = malloc(all)))
-			return PMPI_Reduce_scatter_block(sendbuf, recvbuf, rcount, dt, op, comm);
-		memcpy(copy, recvbuf, all);
+		if (!(k->owned = malloc(all)))
+			return false;
+		memcpy(k->owned, recvbuf, all);
 	}
-	int rc = run(j,
-		     {IBV_COLL_WR_REDUCE_SCATTER, copy ? copy : sendbuf, recvbuf, all, b,
-		      uint64_t(rcount), o, d, 0},
-		     kReduceScatter, comm);
-	free(copy);
-	return rc;
+	k->r = {IBV_COLL_WR_REDUCE_SCATTER,
+		k->owned ? k->owned : sendbuf,
+		recvbuf,
+		all,
+		b,
+		uint64_t(rcount),
+		o,
+		d,
+		0};
+	return true;
 }
 
-EXPORT int MPI_Barrier(MPI_Comm comm)
+bool prep_barrier(Coll c, MPI_Comm comm, Call *k)
 {
-	Job *j = admit(kBarrier, comm, 0, false);
-	if (!j)
-		return PMPI_Barrier(comm);
-	return run(j,
-		   {IBV_COLL_WR_BARRIER, nullptr, nullptr, 0, 0, 0, IBV_COLL_OP_SUM,
-		    IBV_COLL_DTYPE_UINT8, 0},
-		   kBarrier, comm);
+	if (!(k->j = admit(c, comm, 0, false)))
+		return false;
+	k->r = {IBV_COLL_WR_BARRIER,  nullptr, nullptr, 0, 0, 0, IBV_COLL_OP_SUM,
+		IBV_COLL_DTYPE_UINT8, 0};
+	return true;
 }
 
-EXPORT int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
-			  MPI_Comm comm, MPI_Request *req)
+// The nonblocking call: post, and hand out a generalized request that the
+// wait family completes once the device has.
+int start(Call &k, Coll c, MPI_Comm comm, MPI_Request *req)
 {
-	ibv_coll_dtype d;
-	ibv_coll_op o;
-	int sz = 0;
-	Job *j = admit_reduction(kIallreduce, dt, op, count, comm, &d, &o, &sz);
-	if (!j)
-		return PMPI_Iallreduce(sendbuf, recvbuf, count, dt, op, comm, req);
-	size_t b = size_t(count) * size_t(sz);
-	const void *src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
 	Op *p;
-	int rc = job_post(j, {IBV_COLL_WR_ALLREDUCE, src, recvbuf, b, b, uint64_t(count), o, d, 0},
-			  kIallreduce, &p);
-	if (rc != MPI_SUCCESS)
+	int rc = job_post(k.j, k.r, c, &p);
+	if (rc != MPI_SUCCESS) {
+		free(k.owned);
 		return PMPI_Comm_call_errhandler(comm, rc), rc;
+	}
+	p->owned = k.owned;
 	int *err = new int(MPI_SUCCESS);
 	if ((rc = PMPI_Grequest_start(query_fn, free_fn, cancel_fn, err, req)) != MPI_SUCCESS) {
 		job_wait(p);
@@ -374,6 +413,113 @@ EXPORT int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Dat
 	}
 	g_pending[*req] = {p, comm, err};
 	return MPI_SUCCESS;
+}
+
+} // namespace
+
+EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
+			 MPI_Comm comm)
+{
+	Call k;
+	if (!prep_allreduce(kAllreduce, sendbuf, recvbuf, count, dt, op, comm, &k))
+		return PMPI_Allreduce(sendbuf, recvbuf, count, dt, op, comm);
+	return run(k, kAllreduce, comm);
+}
+
+EXPORT int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
+		      int root, MPI_Comm comm)
+{
+	Call k;
+	if (!prep_reduce(kReduce, sendbuf, recvbuf, count, dt, op, root, comm, &k))
+		return PMPI_Reduce(sendbuf, recvbuf, count, dt, op, root, comm);
+	return run(k, kReduce, comm);
+}
+
+EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm)
+{
+	Call k;
+	if (!prep_bcast(kBcast, buf, count, dt, root, comm, &k))
+		return PMPI_Bcast(buf, count, dt, root, comm);
+	return run(k, kBcast, comm);
+}
+
+EXPORT int MPI_Allgather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf,
+			 int rcount, MPI_Datatype rtype, MPI_Comm comm)
+{
+	Call k;
+	if (!prep_allgather(kAllgather, sendbuf, scount, stype, recvbuf, rcount, rtype, comm, &k))
+		return PMPI_Allgather(sendbuf, scount, stype, recvbuf, rcount, rtype, comm);
+	return run(k, kAllgather, comm);
+}
+
+EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int rcount, MPI_Datatype dt,
+				    MPI_Op op, MPI_Comm comm)
+{
+	Call k;
+	if (!prep_reduce_scatter(kReduceScatter, sendbuf, recvbuf, rcount, dt, op, comm, &k))
+		return PMPI_Reduce_scatter_block(sendbuf, recvbuf, rcount, dt, op, comm);
+	return run(k, kReduceScatter, comm);
+}
+
+EXPORT int MPI_Barrier(MPI_Comm comm)
+{
+	Call k;
+	if (!prep_barrier(kBarrier, comm, &k))
+		return PMPI_Barrier(comm);
+	return run(k, kBarrier, comm);
+}
+
+EXPORT int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
+			  MPI_Comm comm, MPI_Request *req)
+{
+	Call k;
+	if (!prep_allreduce(kIallreduce, sendbuf, recvbuf, count, dt, op, comm, &k))
+		return PMPI_Iallreduce(sendbuf, recvbuf, count, dt, op, comm, req);
+	return start(k, kIallreduce, comm, req);
+}
+
+EXPORT int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
+		       int root, MPI_Comm comm, MPI_Request *req)
+{
+	Call k;
+	if (!prep_reduce(kIreduce, sendbuf, recvbuf, count, dt, op, root, comm, &k))
+		return PMPI_Ireduce(sendbuf, recvbuf, count, dt, op, root, comm, req);
+	return start(k, kIreduce, comm, req);
+}
+
+EXPORT int MPI_Ibcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
+		      MPI_Request *req)
+{
+	Call k;
+	if (!prep_bcast(kIbcast, buf, count, dt, root, comm, &k))
+		return PMPI_Ibcast(buf, count, dt, root, comm, req);
+	return start(k, kIbcast, comm, req);
+}
+
+EXPORT int MPI_Iallgather(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf,
+			  int rcount, MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req)
+{
+	Call k;
+	if (!prep_allgather(kIallgather, sendbuf, scount, stype, recvbuf, rcount, rtype, comm, &k))
+		return PMPI_Iallgather(sendbuf, scount, stype, recvbuf, rcount, rtype, comm, req);
+	return start(k, kIallgather, comm, req);
+}
+
+EXPORT int MPI_Ireduce_scatter_block(const void *sendbuf, void *recvbuf, int rcount,
+				     MPI_Datatype dt, MPI_Op op, MPI_Comm comm, MPI_Request *req)
+{
+	Call k;
+	if (!prep_reduce_scatter(kIreduceScatter, sendbuf, recvbuf, rcount, dt, op, comm, &k))
+		return PMPI_Ireduce_scatter_block(sendbuf, recvbuf, rcount, dt, op, comm, req);
+	return start(k, kIreduceScatter, comm, req);
+}
+
+EXPORT int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
+{
+	Call k;
+	if (!prep_barrier(kIbarrier, comm, &k))
+		return PMPI_Ibarrier(comm, req);
+	return start(k, kIbarrier, comm, req);
 }
 
 EXPORT int MPI_Wait(MPI_Request *req, MPI_Status *st)

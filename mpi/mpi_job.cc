@@ -436,6 +436,7 @@ void release(Op *op)
 	for (ibv_coll_mr *mr : op->mrs)
 		if (mr)
 			ibv_dereg_coll_mr(mr);
+	free(op->owned);
 	delete op;
 }
 

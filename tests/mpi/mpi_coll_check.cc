@@ -11,8 +11,11 @@
 // every rank finalizes: MPI_Finalize must not wait for ranks that never
 // touched the drop-in (it hung once).
 // --unsupported runs what the drop-in must leave to MPI (derived types,
-// MPI_Op_create, MPI_LAND, MPI_MAXLOC, an intercommunicator) and checks
+// MPI_Op_create, MPI_LONG_DOUBLE_INT, an intercommunicator) and checks
 // those results against PMPI and hand-computed values too.
+// MPI_MAXLOC/MPI_MINLOC on the pair types and the logical operations are
+// among the random collectives; what MPI leaves open for them (NaN,
+// signed zeros) is checked against the device's documented rule.
 // Exit 0 when every rank found every result right, else 1.
 #include <mpi.h>
 
@@ -20,6 +23,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -37,24 +41,42 @@ long g_wrong;
 struct Type {
 	MPI_Datatype t;
 	const char *name;
-	size_t size;
+	size_t size; // the extent: a pair's C struct, padding included
 	bool is_float, is_signed;
+	size_t pair_value = 0; // a value-index pair: the value's bytes (the index follows,
+			       // int-aligned)
+	bool pair_float = false;
 };
 const Type kTypes[] = {
-	{MPI_INT8_T, "int8", 1, false, true},	{MPI_UINT8_T, "uint8", 1, false, false},
-	{MPI_INT16_T, "int16", 2, false, true}, {MPI_UNSIGNED_SHORT, "ushort", 2, false, false},
-	{MPI_INT, "int", 4, false, true},	{MPI_UINT32_T, "uint32", 4, false, false},
-	{MPI_LONG, "long", 8, false, true},	{MPI_UINT64_T, "uint64", 8, false, false},
-	{MPI_FLOAT, "float", 4, true, true},	{MPI_DOUBLE, "double", 8, true, true},
+	{MPI_INT8_T, "int8", 1, false, true},
+	{MPI_UINT8_T, "uint8", 1, false, false},
+	{MPI_INT16_T, "int16", 2, false, true},
+	{MPI_UNSIGNED_SHORT, "ushort", 2, false, false},
+	{MPI_INT, "int", 4, false, true},
+	{MPI_UINT32_T, "uint32", 4, false, false},
+	{MPI_LONG, "long", 8, false, true},
+	{MPI_UINT64_T, "uint64", 8, false, false},
+	{MPI_FLOAT, "float", 4, true, true},
+	{MPI_DOUBLE, "double", 8, true, true},
+	{MPI_FLOAT_INT, "float_int", 8, false, true, 4, true},
+	{MPI_DOUBLE_INT, "double_int", 16, false, true, 8, true},
+	{MPI_LONG_INT, "long_int", 16, false, true, 8, false},
+	{MPI_2INT, "2int", 8, false, true, 4, false},
+	{MPI_SHORT_INT, "short_int", 8, false, true, 2, false},
 };
 struct OpT {
 	MPI_Op op;
 	const char *name;
-	bool bitwise;
+	bool bitwise; // integers only (the bitwise and logical ones)
 };
-const OpT kOps[] = {{MPI_SUM, "sum", false}, {MPI_PROD, "prod", false}, {MPI_MIN, "min", false},
-		    {MPI_MAX, "max", false}, {MPI_BAND, "band", true},	{MPI_BOR, "bor", true},
-		    {MPI_BXOR, "bxor", true}};
+// The first four on every type but the pairs, all but the last two on the
+// integers, the last two (MAXLOC, MINLOC) on the pairs only.
+const OpT kOps[] = {
+	{MPI_SUM, "sum", false},  {MPI_PROD, "prod", false},	 {MPI_MIN, "min", false},
+	{MPI_MAX, "max", false},  {MPI_BAND, "band", true},	 {MPI_BOR, "bor", true},
+	{MPI_BXOR, "bxor", true}, {MPI_LAND, "land", true},	 {MPI_LOR, "lor", true},
+	{MPI_LXOR, "lxor", true}, {MPI_MAXLOC, "maxloc", false}, {MPI_MINLOC, "minloc", false}};
+constexpr size_t kNumOps = std::size(kOps) - 2;
 
 void fail(const char *what, const std::string &ctx, size_t at)
 {
@@ -70,6 +92,28 @@ void fill(void *buf, size_t n, const Type &t, const OpT &o, std::mt19937_64 &rng
 	for (size_t e = 0; e < n; e++) {
 		uint64_t r = rng();
 		char *p = static_cast<char *>(buf) + e * t.size;
+		if (t.pair_value) {
+			// Values from five (so ranks tie), indices from seven (so
+			// the lower index decides, not the lower rank); no -0.0
+			// and no NaN, where MPI's answer depends on the order.
+			const int v = int(r % 5) - 2;
+			const int32_t k = int32_t((r >> 8) % 7);
+			memset(p, 0, t.size);
+			if (t.pair_float && t.pair_value == 4) {
+				float f = float(v);
+				memcpy(p, &f, 4);
+			} else if (t.pair_float) {
+				double d = v;
+				memcpy(p, &d, 8);
+			} else {
+				int64_t i = v;
+				memcpy(p, &i, t.pair_value); // little-endian: the low bytes
+			}
+			memcpy(p + std::max<size_t>(t.pair_value, 4), &k, 4);
+			continue;
+		}
+		if (o.op == MPI_LAND || o.op == MPI_LOR || o.op == MPI_LXOR)
+			r = r % 3 ? r : 0; // falsehood too
 		if (t.is_float) {
 			double v = o.op == MPI_PROD ? ((r & 3) == 0   ? 0.5
 						       : (r & 3) == 1 ? 2.0
@@ -96,6 +140,17 @@ void compare(const void *got, const void *want, size_t n, const Type &t, bool ex
 	     const std::string &ctx)
 {
 	const char *g = static_cast<const char *>(got), *w = static_cast<const char *>(want);
+	if (t.pair_value) { // the value and the index; MPI leaves the padding undefined
+		const size_t ki = std::max<size_t>(t.pair_value, 4);
+		for (size_t e = 0; e < n; e++) {
+			const char *x = g + e * t.size, *y = w + e * t.size;
+			if (memcmp(x, y, t.pair_value))
+				return fail("result (the value of a pair)", ctx, e * t.size);
+			if (memcmp(x + ki, y + ki, 4))
+				return fail("result (the index of a pair)", ctx, e * t.size + ki);
+		}
+		return;
+	}
 	if (exact || !t.is_float) {
 		for (size_t i = 0; i < n * t.size; i++)
 			if (g[i] != w[i]) {
@@ -132,11 +187,13 @@ void one(MPI_Comm comm, std::mt19937_64 &seq, std::mt19937_64 &mine, size_t max_
 	int rank, size;
 	MPI_Comm_rank(comm, &rank);
 	MPI_Comm_size(comm, &size);
-	const int coll = int(seq() % 7);
+	const int coll = int(seq() % 8);
 	const Type &t = kTypes[seq() % std::size(kTypes)];
-	const OpT *o = &kOps[seq() % std::size(kOps)];
+	const OpT *o = &kOps[seq() % kNumOps];
 	if (t.is_float && o->bitwise)
 		o = &kOps[seq() % 4];
+	if (t.pair_value)
+		o = &kOps[kNumOps + seq() % 2];
 	// Mostly small (the drop-in's copy path), sometimes large (registration).
 	size_t count = seq() % 4 ? 1 + seq() % 300 : 1 + seq() % max_count;
 	const int root = int(seq() % uint64_t(size));
@@ -240,6 +297,85 @@ void one(MPI_Comm comm, std::mt19937_64 &seq, std::mt19937_64 &mine, size_t max_
 			fail("point-to-point message beside iallreduce", ctx, 0);
 		break;
 	}
+	case 6: { // nonblocking ones outstanding together, a blocking one and point-to-point between
+		const char *kNames[] = {"ibcast",     "ireduce",
+					"iallgather", "ireduce_scatter_block",
+					"ibarrier",   "iallreduce"};
+		int kind[3];
+		std::vector<char> got[3], want[3];
+		size_t elems[3];
+		MPI_Request r[5];
+		std::vector<char> pr(8), ps(8, char(rank));
+		for (int i = 0; i < 3; i++) {
+			kind[i] = int(seq() % 6);
+			const bool whole = kind[i] == 2; // allgather: a share per rank
+			elems[i] = kind[i] == 4 ? 0 : whole ? count * size_t(size) : count;
+			got[i].assign(elems[i] * t.size + kGuard, 0x5a);
+			want[i] = got[i];
+			void *g = got[i].data();
+			switch (kind[i]) {
+			case 0:
+				memcpy(g, in.data(), sbytes);
+				MPI_Ibcast(g, n, t.t, root, comm, &r[i]);
+				break;
+			case 1: MPI_Ireduce(in.data(), g, n, t.t, o->op, root, comm, &r[i]); break;
+			case 2: MPI_Iallgather(in.data(), n, t.t, g, n, t.t, comm, &r[i]); break;
+			case 3:
+				MPI_Ireduce_scatter_block(in.data(), g, n, t.t, o->op, comm, &r[i]);
+				break;
+			case 4: MPI_Ibarrier(comm, &r[i]); break;
+			default: MPI_Iallreduce(in.data(), g, n, t.t, o->op, comm, &r[i]);
+			}
+			if (i == 1) { // a blocking collective while two are outstanding
+				MPI_Allreduce(in.data(), a.data(), n, t.t, o->op, comm);
+				PMPI_Allreduce(in.data(), b.data(), n, t.t, o->op, comm);
+				compare(a.data(), b.data(), count, t, exact,
+					ctx + " (blocking between)");
+			}
+		}
+		MPI_Irecv(pr.data(), 8, MPI_BYTE, (rank + size - 1) % size, 8, comm, &r[3]);
+		MPI_Isend(ps.data(), 8, MPI_BYTE, (rank + 1) % size, 8, comm, &r[4]);
+		switch (seq() % 4) {
+		case 0: MPI_Waitall(5, r, MPI_STATUSES_IGNORE); break;
+		case 1:
+			for (int i = 4; i >= 0; i--)
+				MPI_Wait(&r[i], MPI_STATUS_IGNORE);
+			break;
+		case 2: {
+			int done = 0;
+			while (!done)
+				MPI_Testall(5, r, &done, MPI_STATUSES_IGNORE);
+			break;
+		}
+		default:
+			for (int k = 0, idx; k < 5; k++)
+				MPI_Waitany(5, r, &idx, MPI_STATUS_IGNORE);
+		}
+		for (int i = 0; i < 3; i++) {
+			void *w = want[i].data();
+			switch (kind[i]) {
+			case 0:
+				memcpy(w, in.data(), sbytes);
+				PMPI_Bcast(w, n, t.t, root, comm);
+				break;
+			case 1: PMPI_Reduce(in.data(), w, n, t.t, o->op, root, comm); break;
+			case 2: PMPI_Allgather(in.data(), n, t.t, w, n, t.t, comm); break;
+			case 3: PMPI_Reduce_scatter_block(in.data(), w, n, t.t, o->op, comm); break;
+			case 4: break;
+			default: PMPI_Allreduce(in.data(), w, n, t.t, o->op, comm);
+			}
+			const std::string c = ctx + " (" + kNames[kind[i]] + " " +
+					      std::to_string(i) + ")";
+			const bool moved = kind[i] == 0 || kind[i] == 2;
+			compare(got[i].data(), want[i].data(), elems[i], t, exact || moved, c);
+			if (memcmp(got[i].data() + elems[i] * t.size,
+				   want[i].data() + elems[i] * t.size, kGuard))
+				fail("guard bytes", c, elems[i] * t.size);
+		}
+		if (pr[0] != char((rank + size - 1) % size))
+			fail("point-to-point message beside nonblocking collectives", ctx, 0);
+		break;
+	}
 	default: { // barrier: nobody leaves before the last arrives
 		// Entry and exit on one clock (the ranks of these tests share a
 		// machine): every exit must come after every entry.
@@ -325,18 +461,15 @@ void unsupported(MPI_Comm comm)
 	if (rank == 0 && a[0] != (size - 1) * 7)
 		fail("reduce with MPI_Op_create", "unsupported", 0);
 	MPI_Op_free(&absmax);
-	// Predefined operations the device lacks.
-	MPI_Allreduce(in.data(), a.data(), 30, MPI_INT, MPI_LAND, comm);
-	PMPI_Allreduce(in.data(), b.data(), 30, MPI_INT, MPI_LAND, comm);
-	if (a != b)
-		fail("allreduce with MPI_LAND", "unsupported", 0);
+	// A predefined pair type the device lacks (long double).
 	struct {
-		int v, at;
-	} mi = {rank * 3 % 5, rank}, mo{}, mr{};
-	MPI_Allreduce(&mi, &mo, 1, MPI_2INT, MPI_MAXLOC, comm);
-	PMPI_Allreduce(&mi, &mr, 1, MPI_2INT, MPI_MAXLOC, comm);
+		long double v;
+		int at;
+	} mi = {(long double)(rank * 3 % 5), rank}, mo{}, mr{};
+	MPI_Allreduce(&mi, &mo, 1, MPI_LONG_DOUBLE_INT, MPI_MAXLOC, comm);
+	PMPI_Allreduce(&mi, &mr, 1, MPI_LONG_DOUBLE_INT, MPI_MAXLOC, comm);
 	if (mo.v != mr.v || mo.at != mr.at)
-		fail("allreduce with MPI_MAXLOC", "unsupported", 0);
+		fail("allreduce of MPI_LONG_DOUBLE_INT with MPI_MAXLOC", "unsupported", 0);
 	// An intercommunicator between the even and the odd ranks.
 	if (size >= 2) {
 		MPI_Comm half, inter;
@@ -354,6 +487,42 @@ void unsupported(MPI_Comm comm)
 		MPI_Barrier(inter);
 		MPI_Comm_free(&inter);
 		MPI_Comm_free(&half);
+	}
+}
+
+// What MPI leaves open for MAXLOC and MINLOC, as the device defines it
+// (ibv_post_coll_send(3)): a NaN beats every number, NaNs tie (the lower
+// index wins), -0.0 is below +0.0; hand-computed per rank count.
+void loc_rules(MPI_Comm comm)
+{
+	int rank, size;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	if (size < 3)
+		return;
+	struct DI {
+		double v;
+		int k;
+	};
+	const double nan = std::nan("");
+	// 0: a NaN at the last two ranks (indices 2*size-r), the others' values
+	// r: both MAXLOC and MINLOC give the NaN with the lower index (size+1).
+	// 1: -0.0 at rank 0 and +0.0 elsewhere: MAXLOC +0.0 (index 1), MINLOC
+	// -0.0 (index 0).  2: ties at 5.0 with indices 9-r: the last rank's.
+	DI in[3] = {{rank >= size - 2 ? nan : double(rank), 2 * size - rank},
+		    {rank ? 0.0 : -0.0, rank},
+		    {5.0, 9 - rank}};
+	for (MPI_Op op : {MPI_MAXLOC, MPI_MINLOC}) {
+		const bool max = op == MPI_MAXLOC;
+		DI out[3] = {};
+		MPI_Allreduce(in, out, 3, MPI_DOUBLE_INT, op, comm);
+		const char *ctx = max ? "maxloc rules" : "minloc rules";
+		if (!std::isnan(out[0].v) || out[0].k != size + 1)
+			fail("NaN (a NaN wins; of two, the lower index)", ctx, 0);
+		if (out[1].v != 0.0 || std::signbit(out[1].v) == max || out[1].k != (max ? 1 : 0))
+			fail("signed zero (-0.0 below +0.0)", ctx, 16);
+		if (out[2].v != 5.0 || out[2].k != 9 - (size - 1))
+			fail("tie (the lower index)", ctx, 32);
 	}
 }
 
@@ -407,6 +576,7 @@ int main(int argc, char **argv)
 		MPI_Comm_split(MPI_COMM_WORLD, g_rank % 2, g_rank, &half);
 		MPI_Comm_split(MPI_COMM_WORLD, 0, g_size - g_rank, &rev);
 		MPI_Comm comms[] = {MPI_COMM_WORLD, dup, half, rev};
+		loc_rules(MPI_COMM_WORLD);
 		std::mt19937_64 seq(seed), mine(seed * 1000003 + uint64_t(g_rank));
 		for (int it = 0; it < iters; it++) {
 			// The communicator: same choice everywhere; halves choose alike too.
