@@ -27,6 +27,8 @@ enum Coll {
 	kIallgather,
 	kIreduceScatter,
 	kIbarrier,
+	kAllgatherv,	 // through the device's allgather, each share padded to the largest
+	kReduceScatterV, // MPI_Reduce_scatter: reduce-scatter of padded shares
 	kNumColls
 };
 extern const char *const kCollNames[kNumColls];

@@ -17,8 +17,9 @@
 namespace ibv_coll::mpi {
 
 const char *const kCollNames[kNumColls] = {
-	"allreduce",  "reduce", "bcast",   "allgather",	 "reduce_scatter_block",  "barrier",
-	"iallreduce", "ibcast", "ireduce", "iallgather", "ireduce_scatter_block", "ibarrier"};
+	"allreduce",  "reduce",	       "bcast",	  "allgather",	"reduce_scatter_block",	 "barrier",
+	"iallreduce", "ibcast",	       "ireduce", "iallgather", "ireduce_scatter_block", "ibarrier",
+	"allgatherv", "reduce_scatter"};
 const char *const kWhyNames[kNumWhy] = {"disabled", "comm", "datatype", "op", "size", "setup"};
 
 Config g_cfg;
@@ -98,10 +99,12 @@ bool parse_colls(const char *s, unsigned *out)
 const char *check_colls(const char *s)
 {
 	unsigned c;
-	return parse_colls(s, &c) ? nullptr
-				  : "expected a comma-separated list of allreduce, reduce, bcast, "
-				    "allgather, reduce_scatter_block, barrier, iallreduce, ibcast, "
-				    "ireduce, iallgather, ireduce_scatter_block, ibarrier or all";
+	return parse_colls(s, &c)
+		       ? nullptr
+		       : "expected a comma-separated list of allreduce, reduce, bcast, "
+			 "allgather, reduce_scatter_block, barrier, iallreduce, ibcast, "
+			 "ireduce, iallgather, ireduce_scatter_block, ibarrier, allgatherv, "
+			 "reduce_scatter or all";
 }
 
 bool parse_switches(const char *s, std::vector<ibv_coll_switch_addr> *out)
@@ -183,7 +186,7 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_MPI_COLLS", "all",
 	 "comma-separated collectives to offload: allreduce, reduce, bcast, allgather, "
 	 "reduce_scatter_block, barrier, iallreduce, ibcast, ireduce, iallgather, "
-	 "ireduce_scatter_block, ibarrier, all",
+	 "ireduce_scatter_block, ibarrier, allgatherv, reduce_scatter, all",
 	 ConfigKind::string, 0, UINT64_MAX, check_colls},
 	{"IBV_COLL_MPI_DEVICE", "",
 	 "the device each process opens (empty: crxe_lo when the whole job is on this host, else "

@@ -5,6 +5,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
@@ -122,7 +123,8 @@ Job *admit(Coll c, MPI_Comm comm, size_t bytes, bool has_data)
 {
 	// Allgather's destination and reduce-scatter's source hold one share
 	// per rank; the other collectives' buffers one.
-	const bool per_rank = c == kAllgather || c == kReduceScatter;
+	const bool per_rank = c == kAllgather || c == kReduceScatter || c == kIallgather ||
+			      c == kIreduceScatter || c == kAllgatherv || c == kReduceScatterV;
 	lib_init();
 	int inter = 0, size = 0;
 	if (!g_cfg.enable || !(g_cfg.colls & (1u << c)))
@@ -459,6 +461,156 @@ EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int rcou
 	if (!prep_reduce_scatter(kReduceScatter, sendbuf, recvbuf, rcount, dt, op, comm, &k))
 		return PMPI_Reduce_scatter_block(sendbuf, recvbuf, rcount, dt, op, comm);
 	return run(k, kReduceScatter, comm);
+}
+
+namespace {
+
+// Counts per rank: the largest, and whether all are equal; false when one
+// is negative or all are 0.
+bool counts_of(const int *counts, int size, int *largest, bool *equal)
+{
+	*largest = 0;
+	*equal = true;
+	for (int i = 0; i < size; i++) {
+		if (counts[i] < 0)
+			return false;
+		*largest = std::max(*largest, counts[i]);
+		*equal &= counts[i] == counts[0];
+	}
+	return *largest > 0;
+}
+
+// Blocking run of k through a private buffer, then out() copies the
+// result where MPI wants it; the buffer is freed after.
+template <class F> int run_padded(Call &k, Coll c, MPI_Comm comm, void *buf, F out)
+{
+	int rc = run(k, c, comm);
+	if (rc == MPI_SUCCESS)
+		out();
+	free(buf);
+	return rc;
+}
+
+} // namespace
+
+// Through the device's allgather with every share padded to the largest
+// count, into a private buffer whose shares are then copied to displs.
+// Equal counts at consecutive displacements need neither.
+EXPORT int MPI_Allgatherv(const void *sendbuf, int scount, MPI_Datatype stype, void *recvbuf,
+			  const int rcounts[], const int displs[], MPI_Datatype rtype,
+			  MPI_Comm comm)
+{
+	auto pmpi = [&] {
+		return PMPI_Allgatherv(sendbuf, scount, stype, recvbuf, rcounts, displs, rtype,
+				       comm);
+	};
+	int rank = 0, size = 0, largest = 0;
+	bool equal = true;
+	size_t ssz = 0, rsz = 0;
+	const bool in_place = sendbuf == MPI_IN_PLACE;
+	if (comm == MPI_COMM_NULL || PMPI_Comm_size(comm, &size) != MPI_SUCCESS ||
+	    PMPI_Comm_rank(comm, &rank) != MPI_SUCCESS || !rcounts || !displs)
+		return pmpi();
+	Job *j = nullptr;
+	if (!plain_type(rtype, &rsz) || (!in_place && !plain_type(stype, &ssz)))
+		refuse(kAllgatherv, kDatatype);
+	else if (!counts_of(rcounts, size, &largest, &equal) ||
+		 (!in_place && size_t(scount) * ssz != size_t(rcounts[rank]) * rsz))
+		refuse(kAllgatherv, kSize);
+	else
+		j = admit(kAllgatherv, comm, size_t(largest) * rsz, true);
+	if (!j)
+		return pmpi();
+	const size_t share = size_t(largest) * rsz, mine = size_t(rcounts[rank]) * rsz;
+	bool packed = equal;
+	for (int i = 0; i < size && packed; i++)
+		packed = displs[i] == i * largest;
+	auto at = [&](int i) { return static_cast<char *>(recvbuf) + size_t(displs[i]) * rsz; };
+	Call k;
+	k.j = j;
+	if (packed && !in_place) {
+		k.r = {IBV_COLL_WR_ALLGATHER,
+		       sendbuf,
+		       recvbuf,
+		       share,
+		       share * size_t(size),
+		       share,
+		       IBV_COLL_OP_SUM,
+		       IBV_COLL_DTYPE_UINT8,
+		       0};
+		return run(k, kAllgatherv, comm);
+	}
+	// [all shares | our padded share]
+	char *buf = static_cast<char *>(calloc(size_t(size) + 1, share));
+	if (!buf)
+		return pmpi();
+	char *src = buf + share * size_t(size);
+	memcpy(src, in_place ? at(rank) : sendbuf, mine);
+	k.r = {IBV_COLL_WR_ALLGATHER, src, buf, share, share * size_t(size), share, IBV_COLL_OP_SUM,
+	       IBV_COLL_DTYPE_UINT8,  0};
+	return run_padded(k, kAllgatherv, comm, buf, [&] {
+		for (int i = 0; i < size; i++)
+			if (!(in_place && i == rank))
+				memcpy(at(i), buf + size_t(i) * share, size_t(rcounts[i]) * rsz);
+	});
+}
+
+// Through the device's reduce-scatter with every rank's block padded to
+// the largest count (the padding is reduced too, and dropped).
+EXPORT int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int rcounts[],
+			      MPI_Datatype dt, MPI_Op op, MPI_Comm comm)
+{
+	auto pmpi = [&] { return PMPI_Reduce_scatter(sendbuf, recvbuf, rcounts, dt, op, comm); };
+	int rank = 0, size = 0, largest = 0, sz = 0;
+	bool equal = true;
+	if (comm == MPI_COMM_NULL || PMPI_Comm_size(comm, &size) != MPI_SUCCESS ||
+	    PMPI_Comm_rank(comm, &rank) != MPI_SUCCESS || !rcounts)
+		return pmpi();
+	if (!counts_of(rcounts, size, &largest, &equal)) {
+		refuse(kReduceScatterV, kSize);
+		return pmpi();
+	}
+	ibv_coll_dtype d;
+	ibv_coll_op o;
+	Job *j = admit_reduction(kReduceScatterV, dt, op, largest, comm, &d, &o, &sz);
+	if (!j)
+		return pmpi();
+	const size_t es = size_t(sz), share = size_t(largest) * es;
+	Call k;
+	k.j = j;
+	if (equal && sendbuf != MPI_IN_PLACE) {
+		k.r = {IBV_COLL_WR_REDUCE_SCATTER,
+		       sendbuf,
+		       recvbuf,
+		       share * size_t(size),
+		       share,
+		       uint64_t(largest),
+		       o,
+		       d,
+		       0};
+		return run(k, kReduceScatterV, comm);
+	}
+	// [the padded input | our padded result]
+	char *buf = static_cast<char *>(calloc(size_t(size) + 1, share));
+	if (!buf)
+		return pmpi();
+	const char *in = static_cast<const char *>(sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf);
+	for (int i = 0; i < size; i++) {
+		memcpy(buf + size_t(i) * share, in, size_t(rcounts[i]) * es);
+		in += size_t(rcounts[i]) * es;
+	}
+	char *out = buf + share * size_t(size);
+	k.r = {IBV_COLL_WR_REDUCE_SCATTER,
+	       buf,
+	       out,
+	       share * size_t(size),
+	       share,
+	       uint64_t(largest),
+	       o,
+	       d,
+	       0};
+	return run_padded(k, kReduceScatterV, comm, buf,
+			  [&] { memcpy(recvbuf, out, size_t(rcounts[rank]) * es); });
 }
 
 EXPORT int MPI_Barrier(MPI_Comm comm)

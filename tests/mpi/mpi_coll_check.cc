@@ -187,7 +187,7 @@ void one(MPI_Comm comm, std::mt19937_64 &seq, std::mt19937_64 &mine, size_t max_
 	int rank, size;
 	MPI_Comm_rank(comm, &rank);
 	MPI_Comm_size(comm, &size);
-	const int coll = int(seq() % 8);
+	const int coll = int(seq() % 9);
 	const Type &t = kTypes[seq() % std::size(kTypes)];
 	const OpT *o = &kOps[seq() % kNumOps];
 	if (t.is_float && o->bitwise)
@@ -374,6 +374,60 @@ void one(MPI_Comm comm, std::mt19937_64 &seq, std::mt19937_64 &mine, size_t max_
 		}
 		if (pr[0] != char((rank + size - 1) % size))
 			fail("point-to-point message beside nonblocking collectives", ctx, 0);
+		break;
+	}
+	case 7: { // allgatherv and reduce_scatter with counts per rank (some 0), gaps between shares
+		std::vector<int> counts(static_cast<size_t>(size)),
+			displs(static_cast<size_t>(size));
+		int total = 0, span = 0;
+		for (int i = 0; i < size; i++) {
+			counts[size_t(i)] = seq() % 5 ? int(seq() % (count + 1)) : n;
+			displs[size_t(i)] = span + int(seq() % 3);
+			total += counts[size_t(i)];
+			span = displs[size_t(i)] + counts[size_t(i)];
+		}
+		const bool packed = seq() % 2; // equal counts, no gaps: the plain allgather
+		if (packed)
+			for (int i = 0; i < size; i++)
+				counts[size_t(i)] = n, displs[size_t(i)] = i * n, span = size * n,
+				total = size * n;
+		const size_t vbytes = size_t(span) * t.size;
+		std::vector<char> va(vbytes + kGuard, 0x5a), vb(vbytes + kGuard, 0x5a);
+		const int mine = counts[size_t(rank)];
+		if (in_place) {
+			memcpy(va.data() + size_t(displs[size_t(rank)]) * t.size, in.data(),
+			       size_t(mine) * t.size);
+			memcpy(vb.data() + size_t(displs[size_t(rank)]) * t.size, in.data(),
+			       size_t(mine) * t.size);
+			MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, va.data(), counts.data(),
+				       displs.data(), t.t, comm);
+			PMPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, vb.data(),
+					counts.data(), displs.data(), t.t, comm);
+		} else {
+			MPI_Allgatherv(in.data(), mine, t.t, va.data(), counts.data(),
+				       displs.data(), t.t, comm);
+			PMPI_Allgatherv(in.data(), mine, t.t, vb.data(), counts.data(),
+					displs.data(), t.t, comm);
+		}
+		compare(va.data(), vb.data(), size_t(span) + kGuard / t.size, t, true,
+			ctx + " (allgatherv)");
+		// reduce_scatter: the input holds total elements (in has count * size).
+		if (in_place) {
+			std::vector<char> ra(size_t(total) * t.size + kGuard, 0x5a), rb = ra;
+			memcpy(ra.data(), in.data(), size_t(total) * t.size);
+			memcpy(rb.data(), in.data(), size_t(total) * t.size);
+			MPI_Reduce_scatter(MPI_IN_PLACE, ra.data(), counts.data(), t.t, o->op,
+					   comm);
+			PMPI_Reduce_scatter(MPI_IN_PLACE, rb.data(), counts.data(), t.t, o->op,
+					    comm);
+			compare(ra.data(), rb.data(), size_t(mine), t, exact,
+				ctx + " (reduce_scatter)");
+		} else {
+			MPI_Reduce_scatter(in.data(), a.data(), counts.data(), t.t, o->op, comm);
+			PMPI_Reduce_scatter(in.data(), b.data(), counts.data(), t.t, o->op, comm);
+			compare(a.data(), b.data(), size_t(mine) + kGuard / t.size, t, exact,
+				ctx + " (reduce_scatter)");
+		}
 		break;
 	}
 	default: { // barrier: nobody leaves before the last arrives
