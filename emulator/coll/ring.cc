@@ -48,14 +48,20 @@ uint16_t prev_node(const JobConfig &c)
 // The nodes o, o+1, ..., o+h-1 (mod N) as the CETH's node bitmap; a
 // ring of more than 64 nodes sends none (0): the hop and the chunk's
 // origin say the same.
+constexpr uint64_t low_bits(uint32_t k)
+{
+	return k >= 64 ? ~0ull : (1ull << k) - 1;
+}
+
 uint64_t ring_bits(uint16_t o, uint32_t h, uint16_t n)
 {
 	if (n > kMaxSwitchNodes)
 		return 0;
-	uint64_t b = 0;
-	for (uint32_t i = 0; i < h; i++)
-		b |= 1ull << ((o + i) % n);
-	return b;
+	if (h >= n)
+		return low_bits(n);
+	// h < n <= 64 and o < n: the run from o up to node n-1, then from 0.
+	const uint32_t first = std::min<uint32_t>(h, n - o);
+	return low_bits(first) << o | low_bits(h - first);
 }
 
 // A ring block's hop on the wire (ibv_coll_wire(7)): in the CETH's phase,

@@ -214,19 +214,7 @@ static bool switch_config(const Fabric &f, const std::vector<uint32_t> &hosts,
 	} else {
 		cfg.sw.member_leaf.clear();
 	}
-	// A switch serves at most 64 children of a job (the CETH's node map).
-	std::vector<uint32_t> under(leaves.size(), 0);
-	for (uint8_t l : cfg.sw.member_leaf)
-		under[l]++;
-	if (leaves.size() == 1)
-		under[0] = uint32_t(hosts.size());
-	for (uint32_t u : under)
-		if (u > 64) {
-			*err = at + "nodes: " + std::to_string(u) +
-			       " hosts of a switch job under one switch, at most 64";
-			return false;
-		}
-	return true;
+	return true; // the node limit is check_job's
 }
 
 // A job's collective QP on one host, as a NIC sets it up.
@@ -298,12 +286,6 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 		       " hosts; a job has 2 to " + std::to_string(emu::kMaxCollNodes);
 		return false;
 	}
-	if (js.topology != SimTopology::ring && j->hosts.size() > emu::kMaxSwitchNodes) {
-		*err = at + "nodes: " + std::to_string(j->hosts.size()) +
-		       " hosts; a job through a switch has 2 to " +
-		       std::to_string(emu::kMaxSwitchNodes) + " (the CETH's node bitmap)";
-		return false;
-	}
 	uint64_t mem = 0;
 	for (uint64_t s : js.sizes)
 		mem = std::max(mem, s);
@@ -334,6 +316,15 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 	}
 	if (cfg.topology != emu::Topology::ring && !switch_config(f, j->hosts, at, cfg, err))
 		return false;
+	// The device's own check of the job's shape, with its reason (the
+	// same on every host but for the node index).
+	emu::JobConfig probe = cfg;
+	const char *why = nullptr;
+	if (emu::check_job(probe, &why)) {
+		*err = at + "nodes: the device refuses a job of " +
+		       std::to_string(j->hosts.size()) + " hosts: " + (why ? why : "invalid");
+		return false;
+	}
 	for (uint32_t k = 0; k < j->hosts.size(); k++) {
 		Host &h = f.hosts[j->hosts[k]];
 		auto q = make_qp(ji, j->hosts[k], j->qpn, js.ranks_per_node, f.spec.mtu);

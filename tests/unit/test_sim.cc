@@ -232,8 +232,10 @@ TEST(Sim, BadDescriptionNamesTheField)
 	// holds (64); round the ring they may be more.
 	Simulator big(star(80, 1000000000, 1000), 1);
 	EXPECT_FALSE(big.add_job(job(SimTopology::sw, {4096}), &err));
-	EXPECT_NE(err.find("jobs[0].nodes: 80 hosts; a job through a switch has 2 to 64"),
-		  std::string::npos)
+	EXPECT_NE(
+		err.find(
+			"jobs[0].nodes: the device refuses a job of 80 hosts: nodes with a switch: 1 to 64"),
+		std::string::npos)
 		<< err;
 	EXPECT_FALSE(big.add_job(job(SimTopology::autosel, {4096}), &err));
 	JobSpec most = job(SimTopology::sw, {4096});
