@@ -19,6 +19,11 @@ if [ "${1:-}" != build ]; then
 	pkgs="$pkgs groff-base dpkg-dev file"
 	# The style check (scripts/check-format.sh, ctest label "style").
 	pkgs="$pkgs clang-format-14"
+	# Slurm on this host (tests/slurm, ctest label "slurm"): the daemons,
+	# srun, munge, and the mpi/pmix plugin (slurm-wlm-basic-plugins).  The
+	# test runs daemons of its own on free ports; the packaged services
+	# that systemd may start are not used.
+	pkgs="$pkgs slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge"
 	# The fuzz targets (libFuzzer, ASan and UBSan runtimes, the symbolizer).
 	pkgs="$pkgs clang-14 libclang-rt-14-dev llvm-14"
 	# The rxe VM test (tests/rxe): QEMU, a static busybox, libibverbs' rxe
