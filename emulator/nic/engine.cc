@@ -287,7 +287,8 @@ void Engine::run()
 
 void Engine::fail(const char *why)
 {
-	if (dead.exchange(true))
+	dead.store(true);
+	if (fail_reported_.exchange(true))
 		return;
 	IBVC_ERR("emu", "{}: internal error in the engine ({}): the device fails", params.name,
 		 why);
@@ -408,7 +409,22 @@ void Engine::run_passes()
 	}
 }
 
+// A pass that throws (memory ran out) may leave a collective half set up:
+// the device is marked failed before mu is let go, so that no other
+// thread's pass runs on it; the catcher then calls fail().
 bool Engine::progress_locked()
+{
+	if (dead.load())
+		return false;
+	try {
+		return pass_locked();
+	} catch (...) {
+		dead.store(true);
+		throw;
+	}
+}
+
+bool Engine::pass_locked()
 {
 	if (params.fault)
 		params.fault();
@@ -459,6 +475,8 @@ bool Engine::progress_locked()
 
 uint64_t Engine::next_deadline_locked() const
 {
+	if (dead.load())
+		return 0; // a failed device runs no timers (its state may be half changed)
 	// Packets a delay impairment holds leave when due, at the pass the
 	// timer wakes.
 	uint64_t d = port ? port->tx_next_due() : 0;

@@ -80,10 +80,12 @@ public:
 	std::atomic<uint32_t> *awake_word = nullptr;
 
 	bool progress_locked();
+	bool pass_locked(); // progress_locked()'s pass
 	// An internal error (an exception out of a pass): the device fails
 	// for good, as NicParams::on_fatal says.  Without mu held.
 	void fail(const char *why);
-	std::atomic<bool> dead{false};
+	std::atomic<bool> dead{false};		 // no pass runs (set under mu by a pass that threw)
+	std::atomic<bool> fail_reported_{false}; // fail()'s work done once
 	// Every counter, as one snapshot (the caller holds mu).
 	NicCounters snapshot_locked() const;
 	// Copy the counters into the shared-memory segment ibv_coll_stat(1)

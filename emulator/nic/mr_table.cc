@@ -62,8 +62,8 @@ int MrTable::remove(uint32_t key)
 	Entry &e = slots_[idx];
 	if (!e.valid || e.tag != uint8_t(key))
 		return EINVAL;
+	free_.push_back(idx); // may fail (allocation): before anything changes
 	e.valid = false;
-	free_.push_back(idx);
 	live_--;
 	return 0;
 }

@@ -167,11 +167,11 @@ int Nic::create_qp(const QpCreate &c, Qp **out, uint32_t *qpn)
 			return EEXIST;
 		}
 	}
+	const bool bound = n != 0;
 	if (!n) {
 		n = e_->next_qpn;
 		while (e_->qps.count(n) || n < 2)
 			n = (n + 1) & wire::kQpnMask;
-		e_->next_qpn = (n + 1) & wire::kQpnMask;
 	}
 	qp->qpn = n;
 	qp->pdn = c.pdn;
@@ -182,12 +182,23 @@ int Nic::create_qp(const QpCreate &c, Qp **out, uint32_t *qpn)
 	qp->rcq = c.recv_cq;
 	qp->sig_all = c.sig_all;
 	qp->coll = c.coll;
-	qp->meta.assign(c.sq->slots(), WqeMeta{});
+	Qp *q = qp.get();
+	// What can fail (allocation) comes before anything is changed: a
+	// call that fails changes nothing (the port's QPN given back).
+	try {
+		qp->meta.assign(c.sq->slots(), WqeMeta{});
+		e_->qps.emplace(n, std::move(qp));
+	} catch (...) {
+		if (bound)
+			e_->port->unbind_qpn(n);
+		throw;
+	}
+	if (!bound)
+		e_->next_qpn = (n + 1) & wire::kQpnMask;
 	c.send_cq->users++;
 	c.recv_cq->users++;
-	*out = qp.get();
+	*out = q;
 	*qpn = n;
-	e_->qps.emplace(n, std::move(qp));
 	return 0;
 }
 
