@@ -112,27 +112,6 @@ Engine::~Engine()
 	}
 }
 
-NicCounters Engine::snapshot_locked() const
-{
-	NicCounters c = ctr;
-	c.port = port->counters();
-	c.coll = coll->counters();
-	c.seg_units = coll->seg_units();
-	c.seg_in_use = coll->seg_in_use();
-	c.seg_high_water = coll->seg_high_water();
-	return c;
-}
-
-void Engine::publish_stats(uint64_t now, bool force)
-{
-	if (!stats_.is_open() || (!force && now - stats_at_ < util::kNsPerMs))
-		return;
-	stats_at_ = now;
-	uint64_t v[kNicStatCount];
-	nic_stat_values(snapshot_locked(), v);
-	stats_.publish(v);
-}
-
 int Engine::start()
 {
 	int err = open_transport(params.transport, &port, params.udp_port, params.port_fallback,

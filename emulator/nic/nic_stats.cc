@@ -2,6 +2,7 @@
 // ibv_coll_stat(8) shows and its man page lists.  Grouped as the tool
 // groups them: the port, RC, the collective engine, drops by reason, Seg
 // units.
+#include "nic/engine.h"
 #include "nic/nic.h"
 
 #include <iterator>
@@ -119,6 +120,27 @@ void nic_stat_values(const NicCounters &c, uint64_t out[kNicStatCount])
 {
 	for (size_t i = 0; i < kNicStatCount; i++)
 		out[i] = kFields[i].get(c);
+}
+
+NicCounters Engine::snapshot_locked() const
+{
+	NicCounters c = ctr;
+	c.port = port->counters();
+	c.coll = coll->counters();
+	c.seg_units = coll->seg_units();
+	c.seg_in_use = coll->seg_in_use();
+	c.seg_high_water = coll->seg_high_water();
+	return c;
+}
+
+void Engine::publish_stats(uint64_t now, bool force)
+{
+	if (!stats_.is_open() || (!force && now - stats_at_ < util::kNsPerMs))
+		return;
+	stats_at_ = now;
+	uint64_t v[kNicStatCount];
+	nic_stat_values(snapshot_locked(), v);
+	stats_.publish(v);
 }
 
 } // namespace ibv_coll::emu
