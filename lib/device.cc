@@ -25,11 +25,17 @@ IBV_COLL_EXPORT ibv_coll_device **ibv_get_coll_device_list(int *num_devices)
 		"ibv_get_coll_device_list", [&]() -> ibv_coll_device ** {
 			util::log_init();
 			std::vector<ibv_coll_device *> all;
-			for (const Provider *p : providers()) {
-				size_t before = all.size();
-				p->discover(all);
-				for (size_t i = before; i < all.size(); i++)
-					all[i]->ops = p->ops;
+			try {
+				for (const Provider *p : providers()) {
+					size_t before = all.size();
+					p->discover(all);
+					for (size_t i = before; i < all.size(); i++)
+						all[i]->ops = p->ops;
+				}
+			} catch (...) { // memory ran out: the devices found so far go
+				for (auto *d : all)
+					put_device(d);
+				throw;
 			}
 			auto **list = static_cast<ibv_coll_device **>(
 				calloc(all.size() + 1, sizeof(void *)));

@@ -123,11 +123,20 @@ int Nic::create_cq(Queue *ring, CqEventFn fn, void *arg, Cq **out, uint32_t *cqn
 	cq->ring = ring;
 	cq->fn = fn;
 	cq->arg = arg;
-	cq->cqn = e_->next_cqn++;
-	*out = cq.get();
-	*cqn = cq->cqn;
-	e_->cqs.push_back(cq.get());
-	e_->cqs_owner.insert(std::move(cq));
+	cq->cqn = e_->next_cqn;
+	Cq *c = cq.get();
+	// Both tables or neither (an allocation may fail): the engine's
+	// passes walk cqs.
+	e_->cqs.push_back(c);
+	try {
+		e_->cqs_owner.insert(std::move(cq));
+	} catch (...) {
+		e_->cqs.pop_back();
+		throw;
+	}
+	e_->next_cqn++;
+	*out = c;
+	*cqn = c->cqn;
 	return 0;
 }
 

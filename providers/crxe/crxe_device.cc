@@ -24,11 +24,12 @@ void discover(std::vector<ibv_coll_device *> &out)
 			continue;
 		if (!nd.up || nd.addrs.empty() || !active_mtu_for(nd.mtu))
 			continue;
-		auto *d = new Device();
+		auto d = std::make_unique<Device>();
 		d->ops = provider.ops;
 		d->name = "crxe_" + nd.name;
 		d->nd = std::move(nd);
-		out.push_back(d);
+		out.push_back(d.get());
+		d.release(); // out owns it now
 	}
 }
 

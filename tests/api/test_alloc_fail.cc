@@ -39,6 +39,11 @@
 #include <thread>
 #include <vector>
 
+// The replaced operators below pair operator new with malloc and operator
+// delete with free, by design; GCC, seeing both inlined, would call it a
+// mismatch.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 namespace {
 
 // <0: off.  Otherwise decremented by every allocation; the one that takes
@@ -50,7 +55,7 @@ std::thread::id g_test_thread;
 // The test's own allocations (its vectors, strings, gtest) do not count:
 // in the test's thread only those inside a library call do.
 thread_local bool t_in_call = false;
-bool g_only_device = false; // count the device's threads' allocations only
+std::atomic<bool> g_only_device{false}; // count the device's threads' allocations only
 thread_local const char *t_call = nullptr;
 std::atomic<const char *> g_fired_in{nullptr}; // the call it fired in, in the test's thread
 
