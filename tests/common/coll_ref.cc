@@ -259,7 +259,9 @@ class Arith {
 public:
 	Arith(int op, int dtype) : op_(op == IBV_COLL_OP_AVG ? IBV_COLL_OP_SUM : op), dtype_(dtype)
 	{
-		const unsigned bits = static_cast<unsigned>(dtype_size(dtype)) * 8;
+		// The pairs (16 bytes at most) are not computed here (reduce_pairs):
+		// only their op is checked.
+		const unsigned bits = std::min(static_cast<unsigned>(dtype_size(dtype)) * 8, 64u);
 		mask_ = bits == 64 ? ~uint64_t(0) : (uint64_t(1) << bits) - 1;
 		bits_ = bits;
 		if (op < IBV_COLL_OP_SUM || op > IBV_COLL_OP_LXOR)
