@@ -2,6 +2,7 @@
 #include "nic/cc.h"
 
 #include "util/clock.h"
+#include "util/log.h"
 
 #include <algorithm>
 #include <cmath>
@@ -41,7 +42,7 @@ void CongestionCtl::init(const CcParams *p, CcCounters *ctr, double init_win, do
 	srtt_ = last_cut_ = next_tx_ = 0;
 	base_cur_ = base_prev_ = epoch_at_ = jitter_ = 0;
 	cut_delay_ = rebased_from_ = no_rebase_until_ = 0;
-	futile_ = 0;
+	futile_ = cut_win_ = 0;
 	standing_ = win_min_ = win_start_ = win_sum_ = 0;
 	win_n_ = 0;
 	below_ = slow_start_ = true;
@@ -82,8 +83,14 @@ bool CongestionCtl::may_cut(uint64_t now) const
 	return !last_cut_ || now - last_cut_ >= std::max(srtt_, kMinCutGapNs);
 }
 
-void CongestionCtl::cut(double factor, uint64_t now)
+void CongestionCtl::cut(double factor, uint64_t now, const char *why)
 {
+	IBVC_DEBUG(
+		"cc",
+		"{}: {} cut x{:.2f}: window {:.1f}, delay {} us over a base of {} us (target {} us)",
+		static_cast<const void *>(this), why, factor, cwnd_,
+		std::min(standing_, win_min_) / util::kNsPerUs, base_delay() / util::kNsPerUs,
+		target_delay() / util::kNsPerUs);
 	// The first cut of a run (no growth between them) remembers where
 	// the window was: growth below half of it is fast (see on_ack).
 	if (grew_ || !w_max_)
@@ -153,15 +160,29 @@ void CongestionCtl::on_rtt_sample(uint64_t rtt, Holding h, uint64_t now)
 	// queues) or that became longer, measured against the least it ever
 	// showed.  After three in a row the least seen is no longer the
 	// base: the delay now is, less half the target.
-	// A window at its floor cannot be cut: that says nothing.
-	if (cwnd_ >= 2) {
+	// A window at its floor has no queue of its own to cut: every round
+	// trip there above the target is futile, whatever its delay does
+	// (with one unit in flight and a noisy path, one sample a round trip
+	// is all there is, and it never settles).
+	// A cut that left the whole units in flight as they were could not
+	// lower it either, and says nothing; nor does a window that grew since.
+	const uint32_t w = uint32_t(cwnd_);
+	const bool floor = w < 2;
+	if (floor)
+		futile_++;
+	else if (!cut_delay_ || w < cut_win_)
 		futile_ = cut_delay_ && q + q / 16 >= cut_delay_ ? futile_ + 1 : 0;
-		cut_delay_ = q;
-	}
+	else if (w > cut_win_)
+		futile_ = 0;
+	cut_delay_ = q;
+	cut_win_ = w;
 	// Not after a loss undid a move this epoch: a queue that others fill
 	// as fast as we drain it (a bottleneck shared with other flows) did
-	// look like a longer path, until it overflowed.
-	if (futile_ >= kFutileCuts && (!no_rebase_until_ || now >= no_rebase_until_)) {
+	// look like a longer path, until it overflowed.  Except at the floor:
+	// a flow with one unit in flight fills no one's queue, and waiting
+	// there for the epoch (10 s) is a stall (a spurious timeout on a path
+	// with jitter undid a move and held a ring at one block a round trip).
+	if (futile_ >= kFutileCuts && (floor || !no_rebase_until_ || now >= no_rebase_until_)) {
 		if (!rebased_from_)
 			rebased_from_ = base_delay();
 		base_cur_ = base_prev_ = q - target_delay() / 2;
@@ -169,11 +190,13 @@ void CongestionCtl::on_rtt_sample(uint64_t rtt, Holding h, uint64_t now)
 		futile_ = 0;
 		cut_delay_ = 0;
 		ctr_->rebases++;
+		IBVC_DEBUG("cc", "{}: the base moves up to {} us (window {:.1f})",
+			   static_cast<const void *>(this), base_cur_ / util::kNsPerUs, cwnd_);
 		return;
 	}
 	const double excess = double(q - target) / double(q);
 	const double mdf = p_->max_mdf_pct / 100.0;
-	cut(std::max(1 - kBeta * excess, 1 - mdf), now);
+	cut(std::max(1 - kBeta * excess, 1 - mdf), now, "delay");
 	ctr_->delay_cuts++;
 }
 
@@ -205,10 +228,15 @@ void CongestionCtl::on_loss(uint64_t now, bool timeout)
 {
 	if (!enabled())
 		return;
-	// A loss after the base moved up: it was a queue after all (one that
-	// other flows kept full), and this one overflowed.  Back to the least
-	// delay seen, and no move for an epoch.
-	if (rebased_from_) {
+	// A loss after the base moved up, with the delay above the moved base:
+	// it was a queue after all (one that other flows kept full), and this
+	// one overflowed.  Back to the least delay seen, and no move for an
+	// epoch.  With the delay at the moved base the loss is the path's (a
+	// repeat on a timeout that jitter made spurious; a queue that
+	// overflows fills first) and keeps the move.
+	if (rebased_from_ && queued()) {
+		IBVC_DEBUG("cc", "{}: a loss moves the base back to {} us",
+			   static_cast<const void *>(this), rebased_from_ / util::kNsPerUs);
 		base_cur_ = base_prev_ = rebased_from_;
 		epoch_at_ = now;
 		rebased_from_ = 0;
@@ -220,7 +248,7 @@ void CongestionCtl::on_loss(uint64_t now, bool timeout)
 	}
 	if (!may_cut(now))
 		return;
-	cut(1 - p_->max_mdf_pct / (timeout ? 100.0 : 400.0), now);
+	cut(1 - p_->max_mdf_pct / (timeout ? 100.0 : 400.0), now, timeout ? "timeout" : "loss");
 	ctr_->loss_cuts++;
 }
 
@@ -241,7 +269,7 @@ void CongestionCtl::on_cnp(uint64_t now)
 	if (!may_cut(now))
 		return;
 	target_ = cwnd_;
-	cut(1 - alpha_ / 2, now);
+	cut(1 - alpha_ / 2, now, "cnp");
 	ctr_->cnp_cuts++;
 	recovering_ = true;
 	stage_ = 0;

@@ -29,8 +29,11 @@
 // half round trip, as Copa takes it).  Three delay cuts in a row that do
 // not lower it were not cutting a queue of this flow's (a path whose
 // delay varies, or that became longer): the base moves up to the delay
-// now, less half the target; a loss then moves it back (it was a queue
-// other flows kept full) for an epoch.
+// now, less half the target; a loss with the delay above the moved base
+// then moves it back (it was a queue other flows kept full) for an epoch.
+// At the window's floor every round trip above the target counts as such
+// a cut, and the epoch does not hold: one unit in flight queues nothing,
+// and the floor never traps.
 // A second window, the endpoint window (Swift's; off unless host_target_us
 // is set, IBV_COLL_EMU_CC_HOST_TARGET_US), follows the endpoint delay the
 // same way against its own target (host_target_us per host the round trip
@@ -141,7 +144,7 @@ public:
 	double rate() const;
 
 private:
-	void cut(double factor, uint64_t now);
+	void cut(double factor, uint64_t now, const char *why);
 	void recover_step(uint64_t now);
 	bool queued() const; // the fabric delay shows a queue
 	bool may_cut(uint64_t now) const;
@@ -172,6 +175,7 @@ private:
 	// lower it (see on_rtt_sample).
 	uint64_t cut_delay_ = 0;
 	uint32_t futile_ = 0;
+	uint32_t cut_win_ = 0; // whole units of the window at the last delay cut
 	// The base before it moved up (0: it has not), and until when it may
 	// not move again (a loss undid a move).
 	uint64_t rebased_from_ = 0, no_rebase_until_ = 0;

@@ -22,7 +22,7 @@ pids=""
 cleanup() {
 	for p in $pids; do kill -9 "$p" 2>/dev/null; done
 	wait 2>/dev/null
-	rm -rf "$tmp"
+	[ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
@@ -61,7 +61,7 @@ run() {
 		IBV_COLL_EMU_CC=$cc IBV_COLL_EMU_IMPAIR=$imp timeout 300 "$node" \
 			--boot "unix:$tmp/boot.$seed.$cc.sock" --node $i --nodes "$nodes" \
 			--ranks "$ranks" --scenario heavy --seed "$seed" --jid $((seed % 65536 + 1)) \
-			--timeout-ms 5000 -v $targs >"$tmp/n$i.log" 2>&1 &
+			--timeout-ms 5000 -v $targs >"$tmp/n$i.cc$cc.log" 2>&1 &
 		npids="$npids $!"
 		i=$((i + 1))
 	done
@@ -79,7 +79,7 @@ run() {
 		wait "$swpid" 2>/dev/null
 	fi
 	awk '/ case .*: [0-9.]+ ms$/ { t += $(NF - 1) } END { printf "%.0f\n", t }' \
-		"$tmp/n0.log" >"$tmp/ms"
+		"$tmp/n0.cc$cc.log" >"$tmp/ms"
 }
 
 total_on=0 total_off=0

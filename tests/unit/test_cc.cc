@@ -54,20 +54,26 @@ struct Flow {
 
 // However deep the queue, the window stays at one unit at least, and a
 // flow with nothing in flight may always send (ibv_coll(7), LIVENESS).
+// At the floor the one unit's own 20 ms is all the delay there is: it
+// becomes the base (once), and the window stays within a few units of
+// the floor, each unit more adding another 20 ms.
 TEST(Cc, WindowNeverBelowOneUnit)
 {
 	Flow f;
 	f.round(100 * kUs);
-	uint32_t low = 64;
+	uint32_t low = 64, high = 0;
 	for (int i = 0; i < 200; i++) {
 		f.queue_round(100 * kUs, 20 * kMs); // 20 ms a unit, 100 times the target
 		low = std::min(low, f.cc.window());
+		if (i >= 100)
+			high = std::max(high, f.cc.window());
 		EXPECT_GE(f.cc.cwnd(), 1.0);
 		EXPECT_TRUE(f.cc.may_send(0, f.now));
 	}
 	EXPECT_GT(f.ctr.delay_cuts, 5u);
 	EXPECT_EQ(low, 1u);
-	EXPECT_LE(f.cc.window(), 2u);
+	EXPECT_LE(high, 4u);
+	EXPECT_EQ(f.ctr.rebases, 1u) << "the base moved up more than the one unit's delay";
 	for (int i = 0; i < 20; i++)
 		f.cc.on_loss(f.now += 60 * kMs, true);
 	EXPECT_EQ(f.cc.window(), 1u);
@@ -247,4 +253,102 @@ TEST(Cc, DelayThatCutsCannotLowerMovesTheBase)
 		f.round(base + uint64_t(f.cc.cwnd()) * 100 * kUs);
 	EXPECT_GT(f.ctr.delay_cuts, 3u);
 	EXPECT_LT(f.cc.window(), 64u);
+}
+
+namespace {
+
+// A ring's round trips on a path whose every hop adds 0-4 ms: 10 ms and
+// up to 8 ms more, each unit its own (seeded).
+struct NoisyPath {
+	Flow &f;
+	std::mt19937 rng;
+	void round()
+	{
+		const uint32_t w = f.cc.window();
+		std::vector<uint64_t> rtts(w);
+		uint64_t worst = 0;
+		for (uint64_t &r : rtts)
+			worst = std::max(worst, r = 10 * kMs + rng() % (8 * kMs));
+		f.now += worst;
+		for (uint64_t r : rtts) {
+			f.cc.on_rtt_sample(r, Holding{}, f.now);
+			f.cc.on_ack(1, f.now);
+		}
+	}
+	// A few short round trips set a low base; the long ones' delay does
+	// not fall when the window is cut, and the base moves up.
+	void until_the_base_moves()
+	{
+		for (int i = 0; i < 5; i++)
+			f.round(2 * kMs);
+		for (int i = 0; i < 100 && !f.ctr.rebases; i++)
+			round();
+	}
+};
+
+} // namespace
+
+// The stall of coll.liveness_ring_jitter (seed 7, 1 run in ~30): after the
+// base moved up on a noisy path, a loss moved it back for an epoch and
+// the delay cuts took the window to one unit.  There a round trip gives
+// one sample, never near the base, and no cut can lower it: the flow ran
+// a block a round trip for the rest of the epoch (10 s; the collective
+// took 5.7 s against 0.4 s without the controller).  At the floor every
+// round trip above the target counts as a futile cut and the base moves
+// again, the epoch notwithstanding.
+TEST(Cc, NoisyPathAtTheFloorMovesTheBaseAgain)
+{
+	Flow f(32, 64, 6);
+	f.p.target_us = 1000; // the device default
+	NoisyPath path{f, std::mt19937(7)};
+	path.until_the_base_moves();
+	ASSERT_EQ(f.ctr.rebases, 1u) << "the noisy path never moved the base";
+	// A queue above the moved base, then a loss: the base goes back.
+	for (int i = 0; i < 2; i++)
+		f.round(40 * kMs);
+	f.cc.on_loss(f.now, true);
+	ASSERT_LT(f.cc.base_delay(), 3 * kMs) << "the loss did not move the base back";
+	uint32_t low = 64, high = 0;
+	for (int i = 0; i < 200; i++) {
+		path.round();
+		low = std::min(low, f.cc.window());
+		if (i >= 150)
+			high = std::max(high, f.cc.window());
+	}
+	EXPECT_EQ(low, 1u) << "the delay cuts took the window to the floor";
+	EXPECT_GE(f.ctr.rebases, 2u);
+	// 200 round trips (3 s) of a path nothing queues on: the window is
+	// back near its cap, not at one unit a round trip.
+	EXPECT_GE(high, 32u) << "the window stayed at the floor";
+}
+
+// What started that stall: the loss was a repeat on a timeout that the
+// jitter made spurious, with the delay at the moved base.  A queue that
+// overflows fills first; a loss without one is the path's and keeps the
+// move (and, like any loss without a queue, cuts nothing).
+TEST(Cc, LossAtTheMovedBaseKeepsTheMove)
+{
+	Flow f(32, 64, 6);
+	f.p.target_us = 1000;
+	NoisyPath path{f, std::mt19937(7)};
+	path.until_the_base_moves();
+	ASSERT_EQ(f.ctr.rebases, 1u);
+	const uint64_t moved = f.cc.base_delay();
+	ASSERT_GT(moved, 5 * kMs);
+	// Round trips at the moved base, a window that has grown back.
+	for (int i = 0; i < 20; i++)
+		f.round(moved + 100 * kUs);
+	const uint32_t w = f.cc.window();
+	ASSERT_GE(w, 32u);
+	const uint64_t cuts = f.ctr.rate_cuts;
+	f.cc.on_loss(f.now, true);
+	EXPECT_EQ(f.cc.base_delay(), moved);
+	EXPECT_EQ(f.ctr.rate_cuts, cuts);
+	EXPECT_EQ(f.cc.window(), w);
+	// With a queue above the moved base a loss does move it back.
+	f.round(moved + 20 * kMs);
+	f.round(moved + 20 * kMs);
+	f.cc.on_loss(f.now, true);
+	EXPECT_LT(f.cc.base_delay(), 3 * kMs);
+	EXPECT_EQ(f.ctr.rate_cuts, cuts + 1);
 }
