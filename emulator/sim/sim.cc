@@ -173,6 +173,7 @@ SimReport Simulator::run(
 		switch (e.kind) {
 		case Ev::link_done: f.link_done(e.id); break;
 		case Ev::arrive: f.arrive(e.id); break;
+		case Ev::held: f.held(e.id); break;
 		case Ev::pass:
 			if (f.is_switch(e.id))
 				f.switch_pass(e.id - uint32_t(f.hosts.size()));

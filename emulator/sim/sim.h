@@ -46,6 +46,12 @@ struct FabricSpec {
 	// Each packet a host or a switch sends is lost with this probability
 	// (as IBV_COLL_EMU_IMPAIR drop= on every port).
 	double loss = 0;
+	// Each packet a host or a switch sends is held port_delay_ns, give or take
+	// up to port_jitter_ns (uniformly drawn), before it reaches its link
+	// (as IBV_COLL_EMU_IMPAIR delay=,jitter= on every port: packets that
+	// leave one after the other may arrive in the other order).
+	uint64_t port_delay_ns = 0, port_jitter_ns = 0;
+	bool cc = true;		      // the hosts' congestion control (IBV_COLL_EMU_CC)
 	uint32_t mtu = 4096;	      // the collective QPs' path MTU
 	uint32_t switch_units = 4096; // Seg units of each switch
 	uint32_t nic_units = 2048;    // Seg units of each host's NIC, shared by its jobs

@@ -134,6 +134,16 @@ std::string str(const json &o, const char *key, const std::string &at, const cha
 	return it->get<std::string>();
 }
 
+bool boolean(const json &o, const char *key, const std::string &at, bool def)
+{
+	auto it = o.find(key);
+	if (it == o.end())
+		return def;
+	if (!it->is_boolean())
+		bad(at + key, "true or false");
+	return it->get<bool>();
+}
+
 JobSpec parse_job(const json &o, const std::string &at)
 {
 	only(o, at,
@@ -213,8 +223,8 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		const json &fo = d["fabric"];
 		only(fo, "fabric.",
 		     {"nodes", "shape", "nodes_per_leaf", "link", "uplink", "loss", "jitter_us",
-		      "mtu", "switch_units", "nic_units", "timeout_ms", "rto_us", "probe_us",
-		      "stalls", "trace_us"});
+		      "port_delay_us", "port_jitter_us", "cc", "mtu", "switch_units", "nic_units",
+		      "timeout_ms", "rto_us", "probe_us", "stalls", "trace_us"});
 		FabricSpec fs;
 		if (!fo.contains("nodes"))
 			bad("fabric.nodes", "missing");
@@ -234,6 +244,13 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		fs.up = fo.contains("uplink") ? parse_link(fo["uplink"], "fabric.uplink.", up) : up;
 		fs.loss = num<double>(fo, "loss", "fabric.", 0, 0, 0.99);
 		fs.jitter_ns = uint64_t(num<double>(fo, "jitter_us", "fabric.", 0, 0, 1e6) * 1000);
+		fs.port_delay_ns = uint64_t(num<double>(fo, "port_delay_us", "fabric.", 0, 0, 1e7) *
+					    1000);
+		fs.port_jitter_ns = uint64_t(
+			num<double>(fo, "port_jitter_us", "fabric.", 0, 0, 1e7) * 1000);
+		if (fs.port_jitter_ns > fs.port_delay_ns)
+			bad("fabric.port_jitter_us", "larger than port_delay_us");
+		fs.cc = boolean(fo, "cc", "fabric.", true);
 		fs.mtu = num<uint32_t>(fo, "mtu", "fabric.", 4096, 256, 4096);
 		fs.switch_units = num<uint32_t>(fo, "switch_units", "fabric.", 4096, 1, 1u << 20);
 		fs.nic_units = num<uint32_t>(fo, "nic_units", "fabric.", 2048, 64, 1u << 16);
@@ -284,9 +301,13 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 	fprintf(out, "# fabric: %u hosts, %s", f.nodes, f.shape == Shape::star ? "star" : "tree2");
 	if (f.shape == Shape::tree2)
 		fprintf(out, " (%u per leaf)", f.nodes_per_leaf);
-	fprintf(out, ", links %.3f Gbit/s, %.3f us, queue %llu B, loss %g, mtu %u\n",
+	fprintf(out, ", links %.3f Gbit/s, %.3f us, queue %llu B, loss %g, mtu %u",
 		double(f.host.rate_bps) / 1e9, double(f.host.delay_ns) / 1e3,
 		(unsigned long long)f.host.queue_bytes, f.loss, f.mtu);
+	if (f.port_delay_ns)
+		fprintf(out, ", each packet held %.3f +- %.3f us", double(f.port_delay_ns) / 1e3,
+			double(f.port_jitter_ns) / 1e3);
+	fprintf(out, "%s\n", f.cc ? "" : ", congestion control off");
 	for (const JobResult &j : r.jobs) {
 		const JobSpec &s = j.spec;
 		fprintf(out,
@@ -337,6 +358,9 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 		       {"delay_ns", f.host.delay_ns},
 		       {"queue_bytes", f.host.queue_bytes},
 		       {"loss", f.loss},
+		       {"port_delay_ns", f.port_delay_ns},
+		       {"port_jitter_ns", f.port_jitter_ns},
+		       {"cc", f.cc},
 		       {"mtu", f.mtu}};
 	json jobs = json::array();
 	for (const JobResult &j : r.jobs) {

@@ -75,7 +75,7 @@ struct Link {
 	uint64_t tx_bytes = 0, tx_packets = 0, drops = 0, marks = 0;
 };
 
-enum class Ev : uint8_t { link_done, arrive, pass, job, trace };
+enum class Ev : uint8_t { link_done, arrive, held, pass, job, trace };
 
 struct Event {
 	uint64_t t, seq;
@@ -318,6 +318,7 @@ public:
 				h.params.cfg.coll_rto_us = spec.rto_us;
 			if (spec.probe_us >= 0)
 				h.params.cfg.coll_probe_us = uint32_t(spec.probe_us);
+			h.params.cfg.cc.on = spec.cc;
 			h.nic = std::make_unique<SimHost>(h.params, *this, i);
 			h.svc = emu::make_coll_service(*h.nic, spec.nic_units, emu::kSegUnitBytes);
 		}
@@ -378,7 +379,39 @@ public:
 			lost++;
 			return;
 		}
+		if (spec.port_delay_ns) {
+			// Held first, as the port's delay line holds it.
+			uint64_t d = spec.port_delay_ns;
+			if (spec.port_jitter_ns)
+				d = d - spec.port_jitter_ns +
+				    uint64_t(u(rng) * double(2 * spec.port_jitter_ns));
+			p->link = from;
+			at(clock.now() + d, Ev::held, park(std::move(p)));
+			return;
+		}
 		forward(from, std::move(p));
+	}
+	// A packet's delay at the port it left is over.
+	void held(uint32_t slot)
+	{
+		PktPtr p = std::move(flying[slot]);
+		free_slots.push_back(slot);
+		const uint32_t from = p->link;
+		forward(from, std::move(p));
+	}
+	// A packet in flight (on a link, or held at a port) waits in a slot.
+	uint32_t park(PktPtr p)
+	{
+		uint32_t slot;
+		if (free_slots.empty()) {
+			slot = uint32_t(flying.size());
+			flying.emplace_back();
+		} else {
+			slot = free_slots.back();
+			free_slots.pop_back();
+		}
+		flying[slot] = std::move(p);
+		return slot;
 	}
 	void forward(uint32_t from, PktPtr p)
 	{
@@ -426,17 +459,8 @@ public:
 		l.tx_bytes += w;
 		l.tx_packets++;
 		packets++;
-		uint32_t slot;
-		if (free_slots.empty()) {
-			slot = uint32_t(flying.size());
-			flying.emplace_back();
-		} else {
-			slot = free_slots.back();
-			free_slots.pop_back();
-		}
 		p->link = li;
-		flying[slot] = std::move(p);
-		at(clock.now() + l.spec.delay_ns, Ev::arrive, slot);
+		at(clock.now() + l.spec.delay_ns, Ev::arrive, park(std::move(p)));
 		if (!l.q.empty())
 			start(li);
 		else

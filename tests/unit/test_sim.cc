@@ -198,6 +198,9 @@ TEST(Sim, BadDescriptionNamesTheField)
 	bad(R"({"fabric": {"nodes": 5000}, "jobs": [{"sizes": [4]}]})", "fabric.nodes");
 	bad(R"({"fabric": {"nodes": 4, "shape": "torus"}, "jobs": [{"sizes": [4]}]})",
 	    "fabric.shape");
+	bad(R"({"fabric": {"nodes": 4, "port_delay_us": 10, "port_jitter_us": 20}, "jobs": [{"sizes": [4]}]})",
+	    "fabric.port_jitter_us");
+	bad(R"({"fabric": {"nodes": 4, "cc": 0}, "jobs": [{"sizes": [4]}]})", "fabric.cc");
 	bad(R"({"fabric": {"nodes": 4}, "jobs": []})", "jobs");
 	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": ["1X"]}]})", "jobs[0].sizes[0]");
 	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": ["4B4"]}]})", "jobs[0].sizes[0]");
@@ -216,6 +219,16 @@ TEST(Sim, BadDescriptionNamesTheField)
 	EXPECT_EQ(f.host.queue_bytes, 512u << 10);
 	ASSERT_EQ(jobs.size(), 1u);
 	EXPECT_EQ(jobs[0].sizes, (std::vector<uint64_t>{65536, 4096, 2u << 20, 1024}));
+	EXPECT_EQ(f.port_delay_ns, 0u);
+	EXPECT_TRUE(f.cc);
+	EXPECT_TRUE(parse_description(
+		R"({"fabric": {"nodes": 4, "port_delay_us": 2000, "port_jitter_us": 500, "cc": false},
+		    "jobs": [{"sizes": [4]}]})",
+		&f, &jobs, &seed, &err))
+		<< err;
+	EXPECT_EQ(f.port_delay_ns, 2000000u);
+	EXPECT_EQ(f.port_jitter_ns, 500000u);
+	EXPECT_FALSE(f.cc);
 
 	// What only the fabric can say: hosts it does not have, a size that
 	// is no whole number of elements, more hosts than a switch serves.
