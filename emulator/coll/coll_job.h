@@ -214,6 +214,16 @@ private:
 // probe).
 struct RingMsg {
 	std::vector<uint32_t> next;
+	// Blocks missing from what the previous node passed on (gaps()): by
+	// phase and block, when the gap showed (0: none, or it came); and the
+	// gaps not NAKed yet, in the order they showed.
+	struct Hole {
+		uint32_t s, e;
+		uint8_t phase;
+		uint64_t at;
+	};
+	std::vector<uint64_t> hole_at;
+	std::deque<Hole> holes;
 	uint64_t probe_at = 0;
 	uint32_t probes = 0;
 	uint64_t heard = 0;
@@ -385,6 +395,11 @@ struct CollJob {
 	// Round trip of a block round the ring (smoothed, and its variation),
 	// from which the retransmission timeout follows, as TCP's does.
 	uint64_t srtt = 0, rttvar = 0;
+	// How long a gap in what the previous node passes on may wait before
+	// it is NAKed (RACK's reordering window): 0 until a block that a gap
+	// showed missing came after all, not a repeat (the path reorders);
+	// then the longest such wait, at most a round trip.
+	uint64_t reo_wnd = 0;
 	// The same without the time blocks waited (for an application to post
 	// its collective, for other members' partials at a switch): how long
 	// an answer takes when no one is waited for, which paces probes.

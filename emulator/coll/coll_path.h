@@ -86,12 +86,14 @@ private:
 	// the last blocks of a chunk, which no later block shows lost, are
 	// probed (probe).
 	void gaps(CollJob &job, Message &m, const CollPacket &p, uint8_t phase);
+	void nak(CollJob &job, Message &m, uint8_t phase, uint32_t s, uint32_t e, uint64_t now);
+	void holes_due(CollJob &job, Message &m, uint64_t now);
 	void on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
 	void again(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now);
 	uint64_t probe_due(const CollJob &job, const Message &m) const;
 	void probe(CollJob &job, Message &m, uint64_t now);
 	void finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now,
-			  uint32_t hold, uint32_t queue);
+			  uint32_t hold, uint32_t queue, uint8_t retrans);
 	void resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now);
 };
 

@@ -107,8 +107,10 @@ uint64_t rank_mask(uint16_t k)
 
 // Complete block sid here: finish AVG, write the local destinations, and
 // send the result on its way round.
+// retrans: the partial that completed it was a repeat (kCethRetrans),
+// and so is its result, for the gaps the nodes after look for (gaps()).
 void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now,
-			    uint32_t hold, uint32_t queue)
+			    uint32_t hold, uint32_t queue, uint8_t retrans)
 {
 	const BlockDesc &b = m.chain[sid];
 	if (m.op == RedOp::avg)
@@ -125,6 +127,7 @@ void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *dat
 	h.node_map = all_nodes(job.cfg.nodes());
 	h.hold = hold;
 	h.queue = queue;
+	h.flags |= retrans;
 	u_.send(job, next_node(job.cfg), kCollResult, h,
 		Payload::copied(m.result_data ? data : nullptr,
 				m.result_data ? b.elems * m.es : 0));
@@ -168,6 +171,9 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 	// Gaps are looked for from each chunk's first block on.
 	const size_t nc = m.chunks.size();
 	m.ring.next.assign(2 * nc, 0);
+	m.ring.hole_at.assign(2 * size_t(m.nblocks), 0);
+	m.ring.holes.clear();
+	job.reo_wnd -= job.reo_wnd / 8; // what the path did lately counts most
 	for (size_t k = 0; k < nc; k++)
 		m.ring.next[k] = m.ring.next[nc + k] = m.chunks[k].first_sid;
 	m.ring.probe_at = now;
@@ -338,7 +344,8 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 	u_.ctr.reductions++;
 	m.ring.heard = now;
 	if (hop == uint32_t(n - 1)) {
-		finish_block(job, m, sid, acc, now, p.hold_on(now), p.queue_on(now));
+		finish_block(job, m, sid, acc, now, p.hold_on(now), p.queue_on(now),
+			     p.h.flags & kCethRetrans);
 	} else {
 		Ceth h = u_.header(job, m, sid);
 		set_hop(h, hop + 1);
@@ -346,6 +353,7 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 		h.rank_map = rank_mask(m.ranks);
 		h.hold = p.hold_on(now);
 		h.queue = p.queue_on(now);
+		h.flags |= p.h.flags & kCethRetrans; // a repeat all the way (gaps())
 		u_.send(job, next_node(c), kCollData, h, Payload::copied(acc, len));
 	}
 	if (own)
@@ -599,6 +607,7 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 void RingPath::timers(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
+	holes_due(job, m, now);
 	bool lost = false;
 	m.o_pending.for_due(now, [&](uint32_t sid) {
 		inject(job, m, sid, now, true);
@@ -668,8 +677,10 @@ uint64_t RingPath::next_deadline(const CollJob &job) const
 		if ((rs ? m.o_pending.size() : m.f_pending.size()) < job.cc.window())
 			pace = job.cc.next_send_time();
 	}
+	const uint64_t hole = m.ring.holes.empty() ? UINT64_MAX
+						   : m.ring.holes.front().at + job.reo_wnd;
 	return std::min({m.last_progress + u_.coll_timeout_ns(job), m.o_pending.next(),
-			 m.f_pending.next(), pace ? pace : UINT64_MAX, probe_due(job, m)});
+			 m.f_pending.next(), pace ? pace : UINT64_MAX, probe_due(job, m), hole});
 }
 
 } // namespace ibv_coll::emu

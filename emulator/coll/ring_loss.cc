@@ -63,37 +63,66 @@ void RingPath::acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, u
 // A partial (phase 0) or a result (phase 1) of the running message came
 // from the previous node, which passes each chunk's blocks on in order:
 // the blocks of the chunk between the last it passed on and this one, not
-// here, were lost upstream.  They are NAKed at once to whoever sends them
-// again, the chunk's origin (partials) or finisher (results), instead of
-// waiting for its timeout (every node after the loss sees the gap and
-// NAKs it: the sender repeats a block once a half round trip at most).
-// A repeat comes out of order and shows nothing.
+// here, were lost upstream -- or are late, on a path that reorders.  They
+// are NAKed to whoever sends them again, the chunk's origin (partials) or
+// finisher (results), instead of waiting for its timeout (every node after
+// the loss sees the gap and NAKs it: the sender repeats a block once a
+// half round trip at most): at once until the path has been seen to
+// reorder, then when they are still missing after the reordering window
+// (holes_due()).  A block that fills a gap, not a repeat, shows the path
+// reorders, and by how much.
 void RingPath::gaps(CollJob &job, Message &m, const CollPacket &p, uint8_t phase)
 {
 	const uint32_t sid = p.h.sid;
 	const size_t nc = m.chunks.size();
-	if (sid >= m.nblocks || m.ring.next.size() != 2 * nc)
+	if (sid >= m.nblocks || m.ring.next.size() != 2 * nc ||
+	    m.ring.hole_at.size() != 2 * size_t(m.nblocks))
 		return;
 	const uint16_t chunk = m.chain[sid].chunk;
 	uint32_t &next = m.ring.next[phase * nc + chunk];
-	if (sid < next)
+	const uint64_t now = u_.host().now();
+	uint64_t &mark = m.ring.hole_at[phase * size_t(m.nblocks) + sid];
+	if (sid < next) {
+		// A repeat, or a late block: a repeat shows nothing.
+		if (mark && !(p.h.flags & kCethRetrans)) {
+			job.reo_wnd = std::max(job.reo_wnd, now - mark);
+			if (job.srtt)
+				job.reo_wnd = std::min(job.reo_wnd, job.srtt);
+		}
+		mark = 0;
 		return;
+	}
 	const uint32_t first = next;
 	next = sid + 1;
-	const ChunkRole &r = m.chunks[chunk];
+	if (first == sid)
+		return;
+	for (uint32_t k = first; k < sid; k++)
+		if (!m.final_[k])
+			m.ring.hole_at[phase * size_t(m.nblocks) + k] = now;
+	if (job.reo_wnd)
+		m.ring.holes.push_back(RingMsg::Hole{first, sid, phase, now});
+	else
+		nak(job, m, phase, first, sid, now);
+}
+
+// NAK the blocks of [s, e) (one chunk's) that are still missing here.
+void RingPath::nak(CollJob &job, Message &m, uint8_t phase, uint32_t s, uint32_t e, uint64_t now)
+{
+	const ChunkRole &r = m.chunks[m.chain[s].chunk];
 	const uint16_t to = phase ? r.fin : r.origin;
-	const uint64_t now = u_.host().now();
-	for (uint32_t s = first; s < sid;) {
-		while (s < sid && m.final_[s])
+	const uint64_t *at = m.ring.hole_at.data() + phase * size_t(m.nblocks);
+	auto missing = [&](uint32_t k) { return at[k] && !m.final_[k]; };
+	while (s < e) {
+		while (s < e && !missing(s))
 			s++;
-		uint32_t e = s;
-		while (e < sid && !m.final_[e])
-			e++;
-		if (e == s)
+		uint32_t t = s;
+		while (t < e && missing(t))
+			t++;
+		if (t == s)
 			break;
 		if (to == job.cfg.node) {
 			// Our own results that did not come home: again now.
-			for (uint32_t k = s; k < e; k++)
+			for (uint32_t k = s; k < t; k++)
 				again(job, m, m.f_pending, k, now);
 		} else {
 			Ceth h;
@@ -101,14 +130,25 @@ void RingPath::gaps(CollJob &job, Message &m, const CollPacket &p, uint8_t phase
 			h.jid = job.cfg.jid;
 			h.mid = m.mid;
 			h.sid = s;
-			h.seq = e - s;
+			h.seq = t - s;
 			h.phase = phase;
 			h.flags = kCethNak;
 			h.job_key = job.cfg.key;
 			u_.send(job, to, kCollAck, h);
 			u_.ctr.naks_sent++;
 		}
-		s = e;
+		s = t;
+	}
+}
+
+// The gaps that waited the reordering window: what is still missing is
+// NAKed now.
+void RingPath::holes_due(CollJob &job, Message &m, uint64_t now)
+{
+	while (!m.ring.holes.empty() && now - m.ring.holes.front().at >= job.reo_wnd) {
+		const RingMsg::Hole h = m.ring.holes.front();
+		m.ring.holes.pop_front();
+		nak(job, m, h.phase, h.s, h.e, now);
 	}
 }
 
