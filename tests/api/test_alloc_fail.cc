@@ -239,21 +239,6 @@ template <class F> auto retry(Run &r, const char *what, F call) -> decltype(call
 	return v;
 }
 
-ibv_coll_context *open_dev()
-{
-	int n = 0;
-	ibv_coll_context *ctx = nullptr;
-	ibv_coll_device **l = ibv_get_coll_device_list(&n);
-	for (int i = 0; l && i < n && !ctx; i++)
-		if (test_device_name() == ibv_get_coll_device_name(l[i]))
-			ctx = ibv_open_coll_device(l[i]);
-	if (l)
-		ibv_free_coll_device_list(l);
-	else
-		errno = errno ? errno : ENOMEM;
-	return ctx;
-}
-
 // One node's objects for the scenario.
 struct Node {
 	ibv_coll_context *ctx = nullptr;
@@ -280,7 +265,7 @@ Run scenario(size_t nodes)
 	std::vector<Node> ns(nodes);
 	for (size_t i = 0; i < nodes; i++) {
 		Node &n = ns[i];
-		n.ctx = retry(r, "ibv_open_coll_device", open_dev);
+		n.ctx = retry(r, "ibv_open_coll_device", open_test_device);
 		if (!n.ctx) {
 			r.problem = "no device";
 			return r;

@@ -6,17 +6,15 @@
 // job's key or from an address that is not a member never change a job's
 // state or result while two jobs share the switch, and that members of one
 // address and port (one shared device) are told apart by their QPs.
-#include "ref_icrc.h"
+#include "switch_peer.h"
 
 #include "switch/switch.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstring>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 using namespace ibvc_test;
@@ -25,148 +23,6 @@ using ibv_coll::emu::SwitchCounters;
 using ibv_coll::emu::SwitchParams;
 
 namespace {
-
-const uint8_t kLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
-
-void put(std::vector<uint8_t> &v, uint64_t x, int bytes)
-{
-	for (int s = 8 * (bytes - 1); s >= 0; s -= 8)
-		v.push_back(uint8_t(x >> s));
-}
-
-struct Hdr {
-	uint8_t opcode = 0xe0; // DATA
-	uint8_t tver = 0;
-	uint16_t pkey = 0xffff;
-	uint8_t coll = 0x40, op = 0 /* SUM */, dtype = 2 /* INT32 */, flags = 0, status = 0;
-	uint8_t phase = 0;
-	uint16_t src_node = 0;
-	uint32_t jid = 1, mid = 1, sid = 0;
-	uint16_t seg = 0;
-	int len = -1; // -1: the payload's
-	uint64_t node_map = 1, rank_map = 1, key = 0;
-	uint32_t inc = 1; // the job's first incarnation
-	uint32_t seq = 0; // the block's number in the job: all tests use block 0
-	uint32_t hold = 0;
-};
-
-// Task information (wire/swproto.h's layout, written out here).
-std::vector<uint8_t> task(uint16_t node, uint16_t nodes, uint64_t members, uint32_t seg_req,
-			  uint32_t qpn = 0x77)
-{
-	std::vector<uint8_t> t;
-	put(t, node, 2);
-	put(t, nodes, 2);
-	put(t, qpn, 4);
-	put(t, members, 8);
-	put(t, members, 8); // subtree: a single switch serves them all
-	put(t, seg_req, 4);
-	put(t, 0, 2);
-	put(t, 0, 2);
-	t.insert(t.end(), 16, 0);
-	return t;
-}
-
-std::vector<uint8_t> i32(int32_t x)
-{
-	std::vector<uint8_t> b(4);
-	memcpy(b.data(), &x, 4); // reduced in host order
-	return b;
-}
-
-class Peer {
-public:
-	Peer()
-	{
-		fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-		sockaddr_in a{};
-		a.sin_family = AF_INET;
-		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof(a));
-		socklen_t l = sizeof(a);
-		getsockname(fd_, reinterpret_cast<sockaddr *>(&a), &l);
-		port_ = ntohs(a.sin_port);
-	}
-	~Peer() { close(fd_); }
-	Peer(const Peer &) = delete;
-	Peer &operator=(const Peer &) = delete;
-
-	void raw(uint16_t to, const std::vector<uint8_t> &b) const
-	{
-		sockaddr_in a{};
-		a.sin_family = AF_INET;
-		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		a.sin_port = htons(to);
-		sendto(fd_, b.data(), b.size(), 0, reinterpret_cast<sockaddr *>(&a), sizeof(a));
-	}
-	void send(uint16_t to, const Hdr &h, const std::vector<uint8_t> &payload,
-		  bool bad_icrc = false) const
-	{
-		std::vector<uint8_t> r;
-		uint32_t pad = (4 - (payload.size() & 3)) & 3;
-		r.push_back(h.opcode);
-		r.push_back(uint8_t(0x40 | pad << 4 | h.tver));
-		put(r, h.pkey, 2);
-		put(r, 0, 4);
-		put(r, 0, 4);
-		for (uint8_t x : {h.coll, h.op, h.dtype, h.flags, h.status, h.phase})
-			r.push_back(x);
-		put(r, h.src_node, 2);
-		put(r, h.jid, 4);
-		put(r, h.mid, 4);
-		put(r, h.sid, 4);
-		put(r, h.seg, 2);
-		put(r, h.len < 0 ? payload.size() : size_t(h.len), 2);
-		put(r, h.node_map, 8);
-		put(r, h.rank_map, 8);
-		put(r, h.key, 8);
-		put(r, h.inc, 4);
-		put(r, h.seq, 4);
-		put(r, h.hold, 4);
-		put(r, 0, 4); // queue
-		r.insert(r.end(), payload.begin(), payload.end());
-		r.insert(r.end(), pad, 0);
-		uint32_t crc = ref_icrc(false, kLo, kLo, port_, to, r) ^ (bad_icrc ? 1 : 0);
-		for (int i = 0; i < 4; i++)
-			r.push_back(uint8_t(crc >> (8 * i)));
-		raw(to, r);
-	}
-	// The next packet to us: its opcode, CETH status/seg and payload, and
-	// the BTH's destination QP.
-	bool recv(uint8_t *opcode, std::vector<uint8_t> *payload, uint16_t *seg = nullptr,
-		  uint8_t *status = nullptr, int timeout_ms = 0, uint32_t *dqpn = nullptr) const
-	{
-		uint8_t b[9000];
-		pollfd pf{fd_, POLLIN, 0};
-		if (poll(&pf, 1, timeout_ms) != 1)
-			return false;
-		ssize_t n = ::recv(fd_, b, sizeof(b), 0);
-		if (n < 12 + 64 + 4)
-			return false;
-		*opcode = b[0];
-		uint32_t pad = (b[1] >> 4) & 3;
-		payload->assign(b + 12 + 64, b + n - 4 - pad);
-		if (seg)
-			*seg = uint16_t(b[12 + 20] << 8 | b[12 + 21]);
-		if (status)
-			*status = b[12 + 4];
-		if (dqpn)
-			*dqpn = uint32_t(b[5]) << 16 | uint32_t(b[6]) << 8 | b[7];
-		return true;
-	}
-	void drain() const
-	{
-		uint8_t op;
-		std::vector<uint8_t> p;
-		while (recv(&op, &p))
-			;
-	}
-	uint16_t port() const { return port_; }
-
-private:
-	int fd_;
-	uint16_t port_;
-};
 
 uint64_t drops(const SwitchCounters &c)
 {
@@ -208,17 +64,15 @@ protected:
 			h.key = key;
 			h.src_node = n;
 			h.node_map = 1u << n;
-			m[n]->send(sw_->port(), h, task(n, 2, 3, 8));
+			m[n]->send(sw_->port(), h, task({.node = n}));
 		}
 		sent_ += 2;
 		pump(sent_);
 		for (const Peer *p : m) {
-			uint8_t op = 0, st = 1;
-			uint16_t seg = 0;
-			std::vector<uint8_t> pl;
+			Pkt pk;
 			bool granted = false;
-			while (p->recv(&op, &pl, &seg, &st, 200))
-				granted |= op == 0xe5 && st == 0 && seg >= 2;
+			while (p->recv(&pk, 200))
+				granted |= pk.opcode == 0xe5 && pk.status == 0 && pk.seg >= 2;
 			ASSERT_TRUE(granted) << "no grant for job " << jid;
 		}
 	}
@@ -309,16 +163,13 @@ TEST_F(SwitchAcct, EveryDatagramCountedOnce)
 	b.send(to, e, i32(7));
 	pump(++sent_);
 	for (const Peer *p : {&a, &b}) {
-		uint8_t op = 0;
-		std::vector<uint8_t> pl;
+		Pkt pk;
 		bool got = false;
-		while (!got && p->recv(&op, &pl, nullptr, nullptr, 200))
-			got = op == 0xe1;
+		while (!got && p->recv(&pk, 200))
+			got = pk.opcode == 0xe1;
 		ASSERT_TRUE(got);
-		ASSERT_EQ(pl.size(), 4u);
-		int32_t r;
-		memcpy(&r, pl.data(), 4);
-		EXPECT_EQ(r, 12);
+		ASSERT_EQ(pk.payload.size(), 4u);
+		EXPECT_EQ(pk.value(), 12);
 	}
 	// Both RELEASE, then once more: the job is gone, the repeat counted.
 	x = d;
@@ -369,7 +220,7 @@ TEST_F(SwitchAcct, ForgedAcrossTenantsChangeNothing)
 	a1.send(to, g, {}); // job 1's member, wrong key
 	g = f;
 	g.opcode = 0xe4; // a second CONFIG for node 1 from elsewhere
-	stranger.send(to, g, task(1, 2, 3, 8));
+	stranger.send(to, g, task({.node = 1}));
 	sent_ += 9;
 	pump(sent_);
 	SwitchCounters c1 = sw_->totals();
@@ -378,9 +229,8 @@ TEST_F(SwitchAcct, ForgedAcrossTenantsChangeNothing)
 	EXPECT_EQ(c1.releases, c0.releases);
 	EXPECT_EQ(c1.rx_packets, c1.delivered + drops(c1));
 	for (const Peer *p : {&a0, &a1, &b0, &b1}) {
-		uint8_t op;
-		std::vector<uint8_t> pl;
-		EXPECT_FALSE(p->recv(&op, &pl, nullptr, nullptr, 50) && op == 0xe1)
+		Pkt pk;
+		EXPECT_FALSE(p->recv(&pk, 50) && pk.opcode == 0xe1)
 			<< "a result before the real members all sent";
 	}
 	// The real node-1 partials complete both blocks exactly.
@@ -392,14 +242,10 @@ TEST_F(SwitchAcct, ForgedAcrossTenantsChangeNothing)
 	sent_ += 2;
 	pump(sent_);
 	auto result = [](const Peer &p) {
-		uint8_t op = 0;
-		std::vector<uint8_t> pl;
-		while (p.recv(&op, &pl, nullptr, nullptr, 200))
-			if (op == 0xe1 && pl.size() == 4) {
-				int32_t r;
-				memcpy(&r, pl.data(), 4);
-				return r;
-			}
+		Pkt pk;
+		while (p.recv(&pk, 200))
+			if (pk.opcode == 0xe1 && pk.payload.size() == 4)
+				return pk.value();
 		return INT32_MIN;
 	};
 	EXPECT_EQ(result(a0), 101);
@@ -422,16 +268,12 @@ TEST_F(SwitchAcct, TaskWithNodeIndexBeyondTheJobIsRefused)
 	d.jid = 5;
 	d.key = kKeyA;
 	const std::vector<uint8_t> v = i32(1);
-	std::vector<uint8_t> pl = task(0, 2, 3, 4);
-	pl.insert(pl.end(), v.begin(), v.end());
-	a.send(to, d, pl); // node 0, as it should: makes the job, waits for node 1
+	// Node 0, as it should: makes the job, waits for node 1.
+	a.send(to, d, cat(task({.seg_req = 4}), v));
 	d.src_node = 1;
 	d.node_map = 2;
-	for (uint16_t bad : {uint16_t(65), uint16_t(129)}) {
-		std::vector<uint8_t> f = task(bad, 2, 3, 4);
-		f.insert(f.end(), v.begin(), v.end());
-		stranger.send(to, d, f); // node 1's share under another index
-	}
+	for (uint16_t bad : {uint16_t(65), uint16_t(129)}) // node 1's share under another index
+		stranger.send(to, d, cat(task({.node = bad, .seg_req = 4}), v));
 	sent_ += 3;
 	pump(sent_);
 	SwitchCounters c = sw_->totals();
@@ -502,11 +344,10 @@ TEST_F(SwitchAcct, TdmAdmissionRequestsCountedOnce)
 	EXPECT_EQ(c.rx_packets, c.delivered + drops(c));
 	// Both members hear the same decision, twice for a.
 	for (const Peer *m : {&a, &b}) {
-		uint8_t op = 0, st = 9;
-		std::vector<uint8_t> pl;
+		Pkt pk;
 		int answers = 0;
-		while (m->recv(&op, &pl, nullptr, &st, 200))
-			answers += op == 0xe5 && st == 0;
+		while (m->recv(&pk, 200))
+			answers += pk.opcode == 0xe5 && pk.status == 0;
 		EXPECT_EQ(answers, m == &a ? 2 : 1);
 	}
 }
@@ -529,7 +370,7 @@ TEST_F(SwitchAcct, MembersOfOneEndpointAreToldApartByQpn)
 		h.key = kKeyA;
 		h.src_node = n;
 		h.node_map = 1u << n;
-		dev.send(to, h, task(n, 2, 3, 8, qpn[n]));
+		dev.send(to, h, task({.node = n, .qpn = qpn[n]}));
 	}
 	sent_ += 2;
 	pump(sent_);
@@ -537,14 +378,12 @@ TEST_F(SwitchAcct, MembersOfOneEndpointAreToldApartByQpn)
 	EXPECT_EQ(c.drop_node, 0u);
 	EXPECT_EQ(c.grants, 1u);
 	// Both QPs granted, each at its own QP: the BTH names it.
-	uint8_t op = 0, st = 0;
-	uint16_t seg = 0;
-	uint32_t dqpn = 0;
-	std::vector<uint8_t> pl;
+	Pkt pk;
 	int grants[2] = {0, 0};
-	while (dev.recv(&op, &pl, &seg, &st, 200, &dqpn))
+	while (dev.recv(&pk, 200))
 		for (int n = 0; n < 2; n++)
-			grants[n] += op == 0xe5 && st == 0 && seg >= 2 && dqpn == qpn[n];
+			grants[n] += pk.opcode == 0xe5 && pk.status == 0 && pk.seg >= 2 &&
+				     pk.dqpn == qpn[n];
 	EXPECT_EQ(grants[0], 1);
 	EXPECT_EQ(grants[1], 1);
 
@@ -554,7 +393,7 @@ TEST_F(SwitchAcct, MembersOfOneEndpointAreToldApartByQpn)
 	h.key = kKeyA;
 	h.src_node = 1;
 	h.node_map = 2;
-	dev.send(to, h, task(1, 2, 3, 8, 0x13));
+	dev.send(to, h, task({.node = 1, .qpn = 0x13}));
 	pump(++sent_);
 	EXPECT_EQ(sw_->totals().drop_node, 1u) << "a second QP took node 1's place";
 	dev.drain();
@@ -569,15 +408,13 @@ TEST_F(SwitchAcct, MembersOfOneEndpointAreToldApartByQpn)
 	sent_ += 2;
 	pump(sent_);
 	int results[2] = {0, 0}, others = 0;
-	while (dev.recv(&op, &pl, nullptr, nullptr, 200, &dqpn)) {
-		if (op != 0xe1)
+	while (dev.recv(&pk, 200)) {
+		if (pk.opcode != 0xe1)
 			continue;
-		int32_t r = 0;
-		ASSERT_EQ(pl.size(), 4u);
-		memcpy(&r, pl.data(), 4);
-		EXPECT_EQ(r, 12);
-		if (dqpn == qpn[0] || dqpn == qpn[1])
-			results[dqpn == qpn[1]]++;
+		ASSERT_EQ(pk.payload.size(), 4u);
+		EXPECT_EQ(pk.value(), 12);
+		if (pk.dqpn == qpn[0] || pk.dqpn == qpn[1])
+			results[pk.dqpn == qpn[1]]++;
 		else
 			others++;
 	}

@@ -8,17 +8,13 @@
 // class's own counter moved by one, the port's by the datagram, those the
 // page names with it (data, what is sent in answer) by what it says, and
 // no other.  Then the job still reduces a block.
-#include "ref_icrc.h"
+#include "switch_peer.h"
 
 #include "switch/switch.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -33,8 +29,6 @@ using ibv_coll::emu::SwitchParams;
 
 namespace {
 
-const uint8_t kLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
-
 // Opcodes and CETH flags of ibv_coll_wire(7).
 constexpr uint8_t kData = 0xe0, kResult = 0xe1, kAck = 0xe2, kAbort = 0xe3, kConfig = 0xe4,
 		  kConfigAck = 0xe5, kRelease = 0xe6, kStats = 0xe7, kStatsReply = 0xe8;
@@ -42,200 +36,11 @@ constexpr uint8_t kInline = 1 << 0, kSuperseded = 1 << 4, kAdmit = 1 << 5, kNak 
 		  kAsk = 1 << 7;
 constexpr uint16_t kSwitchNode = 0xffff;
 constexpr uint64_t kKey = 0x1111222233334444ull, kOtherKey = 0x5555666677778888ull;
-constexpr size_t kBare = 12 + 64 + 4;	  // BTH, CETH, ICRC: a packet without payload
 constexpr size_t kTaskBytes = 48;	  // task information
 constexpr uint32_t kGrant = 8;		  // the Seg units the members ask for (the pool has 64)
 constexpr uint32_t kUnitBytes = 4096;	  // a Seg unit
 constexpr uint32_t kLastSeq = kGrant - 1; // the block still_serves() reduces: no test uses its unit
-
-void put(std::vector<uint8_t> &v, uint64_t x, int bytes)
-{
-	for (int s = 8 * (bytes - 1); s >= 0; s -= 8)
-		v.push_back(uint8_t(x >> s));
-}
-
-struct Hdr {
-	uint8_t opcode = kData;
-	uint8_t tver = 0;
-	uint16_t pkey = 0xffff;
-	int pad = -1; // -1: the payload's
-	uint8_t coll = 0x40, op = 0 /* SUM */, dtype = 2 /* INT32 */, flags = 0, status = 0;
-	uint8_t phase = 0;
-	uint16_t src_node = 0;
-	uint32_t jid = 1, mid = 1, sid = 0;
-	uint16_t seg = 0;
-	int len = -1; // -1: the payload's
-	uint64_t node_map = 1, rank_map = 1, key = kKey;
-	uint32_t inc = 1; // the job's first incarnation
-	uint32_t seq = 0;
-	uint32_t hold = 0;
-};
-
-// Task information (wire/swproto.h's layout, written out here).
-struct Task {
-	uint16_t node = 0, nodes = 2;
-	uint32_t qpn = 0x77;
-	uint64_t members = 3, subtree = 3;
-	uint32_t seg_req = kGrant;
-	uint16_t plane = 0, parent_port = 0; // a parent on the loopback address
-};
-
-std::vector<uint8_t> task(const Task &t)
-{
-	std::vector<uint8_t> v;
-	put(v, t.node, 2);
-	put(v, t.nodes, 2);
-	put(v, t.qpn, 4);
-	put(v, t.members, 8);
-	put(v, t.subtree, 8);
-	put(v, t.seg_req, 4);
-	put(v, t.plane, 2);
-	put(v, t.parent_port, 2);
-	if (t.parent_port)
-		v.insert(v.end(), kLo, kLo + 16);
-	else
-		v.insert(v.end(), 16, 0);
-	return v;
-}
-
-std::vector<uint8_t> task_of(uint16_t node, uint16_t parent_port = 0)
-{
-	Task t;
-	t.node = node;
-	t.qpn = 0x77 + node;
-	t.parent_port = parent_port;
-	return task(t);
-}
-
-std::vector<uint8_t> i32(int32_t x)
-{
-	std::vector<uint8_t> b(4);
-	memcpy(b.data(), &x, 4); // reduced in host order
-	return b;
-}
-
-std::vector<uint8_t> cat(std::vector<uint8_t> a, const std::vector<uint8_t> &b)
-{
-	a.insert(a.end(), b.begin(), b.end());
-	return a;
-}
-
-// A packet the switch sent, as the test reads it.
-struct Pkt {
-	uint8_t opcode = 0, flags = 0, status = 0;
-	uint16_t seg = 0;
-	std::vector<uint8_t> payload;
-	int32_t value() const
-	{
-		int32_t v = INT32_MIN;
-		if (payload.size() == 4)
-			memcpy(&v, payload.data(), 4);
-		return v;
-	}
-};
-
-class Peer {
-public:
-	Peer()
-	{
-		fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-		sockaddr_in a{};
-		a.sin_family = AF_INET;
-		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof(a));
-		socklen_t l = sizeof(a);
-		getsockname(fd_, reinterpret_cast<sockaddr *>(&a), &l);
-		port_ = ntohs(a.sin_port);
-	}
-	~Peer() { close(fd_); }
-	Peer(const Peer &) = delete;
-	Peer &operator=(const Peer &) = delete;
-
-	size_t raw(uint16_t to, const std::vector<uint8_t> &b) const
-	{
-		sockaddr_in a{};
-		a.sin_family = AF_INET;
-		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		a.sin_port = htons(to);
-		sendto(fd_, b.data(), b.size(), 0, reinterpret_cast<sockaddr *>(&a), sizeof(a));
-		return b.size();
-	}
-	// The datagram, ICRC included (or with a wrong one).
-	std::vector<uint8_t> build(uint16_t to, const Hdr &h, const std::vector<uint8_t> &payload,
-				   bool bad_icrc = false) const
-	{
-		std::vector<uint8_t> r;
-		const uint32_t fill = (4 - (payload.size() & 3)) & 3;
-		const uint32_t pad = h.pad < 0 ? fill : uint32_t(h.pad);
-		r.push_back(h.opcode);
-		r.push_back(uint8_t(0x40 | pad << 4 | h.tver));
-		put(r, h.pkey, 2);
-		put(r, 0, 4);
-		put(r, 0, 4);
-		for (uint8_t x : {h.coll, h.op, h.dtype, h.flags, h.status, h.phase})
-			r.push_back(x);
-		put(r, h.src_node, 2);
-		put(r, h.jid, 4);
-		put(r, h.mid, 4);
-		put(r, h.sid, 4);
-		put(r, h.seg, 2);
-		put(r, h.len < 0 ? payload.size() : size_t(h.len), 2);
-		put(r, h.node_map, 8);
-		put(r, h.rank_map, 8);
-		put(r, h.key, 8);
-		put(r, h.inc, 4);
-		put(r, h.seq, 4);
-		put(r, h.hold, 4);
-		put(r, 0, 4); // queue
-		r.insert(r.end(), payload.begin(), payload.end());
-		r.insert(r.end(), fill, 0);
-		const uint32_t crc = ref_icrc(false, kLo, kLo, port_, to, r) ^ (bad_icrc ? 1 : 0);
-		for (int i = 0; i < 4; i++)
-			r.push_back(uint8_t(crc >> (8 * i)));
-		return r;
-	}
-	size_t send(uint16_t to, const Hdr &h, const std::vector<uint8_t> &payload,
-		    bool bad_icrc = false) const
-	{
-		return raw(to, build(to, h, payload, bad_icrc));
-	}
-	bool recv(Pkt *p, int timeout_ms = 0) const
-	{
-		uint8_t b[9000];
-		pollfd pf{fd_, POLLIN, 0};
-		if (poll(&pf, 1, timeout_ms) != 1)
-			return false;
-		const ssize_t n = ::recv(fd_, b, sizeof(b), 0);
-		if (n < ssize_t(kBare))
-			return false;
-		const uint32_t pad = (b[1] >> 4) & 3;
-		p->opcode = b[0];
-		p->status = b[12 + 4];
-		p->flags = b[12 + 3];
-		p->seg = uint16_t(b[12 + 20] << 8 | b[12 + 21]);
-		p->payload.assign(b + 12 + 64, b + n - 4 - pad);
-		return true;
-	}
-	// The next packet of this opcode (others skipped), within 200 ms.
-	bool next(uint8_t opcode, Pkt *p) const
-	{
-		while (recv(p, 200))
-			if (p->opcode == opcode)
-				return true;
-		return false;
-	}
-	void drain() const
-	{
-		Pkt p;
-		while (recv(&p))
-			;
-	}
-	uint16_t port() const { return port_; }
-
-private:
-	int fd_;
-	uint16_t port_;
-};
+static_assert(Task{}.seg_req == kGrant, "a task asks for kGrant units");
 
 // Every counter by name: the test's own list, not the switch's.
 struct Field {
@@ -347,6 +152,7 @@ protected:
 	{
 		Hdr h;
 		h.opcode = kConfig;
+		h.key = kKey;
 		h.src_node = n;
 		h.node_map = 1ull << n;
 		return h;
@@ -355,6 +161,7 @@ protected:
 	static Hdr data(uint16_t n, uint32_t seq = 0)
 	{
 		Hdr h;
+		h.key = kKey;
 		h.src_node = n;
 		h.node_map = 1ull << n;
 		h.seq = seq;
