@@ -54,6 +54,20 @@ SizeResult run1(const FabricSpec &f, const JobSpec &j, uint64_t seed = 1)
 	return z;
 }
 
+// 6 hosts at 10 Gb/s whose every port holds each packet 2 ms, give or
+// take 2 ms: packets arrive out of order.
+FabricSpec reordering_ports()
+{
+	FabricSpec f;
+	f.nodes = 6;
+	f.host.rate_bps = 10000000000ull;
+	f.host.delay_ns = 1000;
+	f.host.queue_bytes = 4 << 20;
+	f.port_delay_ns = 2000000;
+	f.port_jitter_ns = 2000000;
+	return f;
+}
+
 } // namespace
 
 // 64 hosts on one switch: S on each link (plus headers), and the bound
@@ -122,13 +136,7 @@ TEST(SimGate, StalledHostCompletes)
 // every gap at once: 2.3x, 4.6 and 5.3).  The floors kept.
 TEST(SimGate, ReorderingPortsRingWithTheControllerOnAndOff)
 {
-	FabricSpec f;
-	f.nodes = 6;
-	f.host.rate_bps = 10000000000ull; // 10 Gb/s
-	f.host.delay_ns = 1000;
-	f.host.queue_bytes = 4 << 20;
-	f.port_delay_ns = 2000000;
-	f.port_jitter_ns = 2000000;
+	FabricSpec f = reordering_ports();
 	JobSpec j = job(SimTopology::ring, 3 << 20);
 	j.warmup = 0;
 	j.iters = 5;
@@ -152,13 +160,7 @@ TEST(SimGate, ReorderingPortsRingWithTheControllerOnAndOff)
 // A miss, reported; the floor kept.
 TEST(SimGate, ReorderingPortsSwitchWithTheControllerOnAndOff)
 {
-	FabricSpec f;
-	f.nodes = 6;
-	f.host.rate_bps = 10000000000ull;
-	f.host.delay_ns = 1000;
-	f.host.queue_bytes = 4 << 20;
-	f.port_delay_ns = 2000000;
-	f.port_jitter_ns = 2000000;
+	FabricSpec f = reordering_ports();
 	JobSpec j = job(SimTopology::sw, 3 << 20);
 	j.warmup = 0;
 	j.iters = 5;
