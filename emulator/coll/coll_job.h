@@ -119,6 +119,11 @@ public:
 		uint8_t asks = 0;
 		bool held = false;
 		bool on = false;
+		// Switch path: when the partial itself last went, and (not 0)
+		// if that copy went on a NAK, how long after the copy before
+		// (SwitchPath::on_nak, spurious()).
+		uint32_t nak_lead = 0;
+		uint64_t data_sent = 0;
 	};
 	void init(uint32_t nblocks)
 	{
@@ -360,6 +365,11 @@ struct SwitchJob {
 	// Blocks in flight through the switches (nic/cc.h): delay, NAKs and
 	// timeouts move it; the grant's window caps it.
 	CongestionCtl cc;
+	// How long after a partial left a NAK of it may still be answered by
+	// that partial on its way (RACK's reordering window, for ASKs that
+	// overtake partials and partials that overtake each other): 0 until
+	// a repeat sent on a NAK turned out needless (SwitchPath::spurious).
+	uint64_t reo_wnd = 0;
 	uint8_t why = 0; // kRanRefused: the switch refused the job
 	// AUTO, configuring: a member's ring packet of this message came (0:
 	// none); the switch's next answer says whether to follow it

@@ -147,6 +147,7 @@ private:
 	void on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
 	bool result_ok(const CollJob &job, const Message &m, const CollPacket &p) const;
 	void on_nak(CollJob &job, const CollPacket &p, uint64_t now);
+	void spurious(CollJob &job, const PendingSet::Entry &e, Holding h, uint64_t now);
 	void find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now);
 	uint64_t probe_due(const CollJob &job, const Message &m) const;
 	void probe(CollJob &job, Message &m, uint64_t now);

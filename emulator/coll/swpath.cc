@@ -169,6 +169,7 @@ void SwitchPath::launch(Qp &qp, CollJob &job, uint64_t now)
 	m.ran = kRanSwitch | (job.cfg.sw.leaves > 1 ? kRanHierarchy : 0);
 	m.sw.gs0 = job.sw.next_gs;
 	m.sw.base = m.sw.next = 0;
+	job.sw.reo_wnd -= job.sw.reo_wnd / 8; // what the path did lately counts most
 	if (job.cfg.sw.e2e_ack)
 		m.sw.acked.assign(m.nblocks, job.cfg.node == 0 ? 1 : 0);
 	m.last_progress = now;
@@ -243,6 +244,10 @@ void SwitchPath::send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now
 	u_.arm(job, m, m.o_pending, sid, now, again);
 	PendingSet::Entry &e = *m.o_pending.find(sid);
 	e.asks = ask ? uint8_t(std::min(e.asks + 1, 255)) : 0;
+	if (!ask) {
+		e.data_sent = now;
+		e.nak_lead = 0;
+	}
 	if (again && !ask) {
 		u_.ctr.retrans_data++;
 		u_.host().cc_counters().retrans_bytes += pl.len;
@@ -587,6 +592,8 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 	if (job.cfg.sw.e2e_ack && job.cfg.node == 0)
 		for (uint16_t n = 1; n < job.cfg.nodes(); n++)
 			send_ack(job, m.mid, sid, n, false);
+	if (const PendingSet::Entry *e = m.o_pending.find(sid))
+		spurious(job, *e, p.holding(now), now);
 	find_gaps(job, m, sid, now);
 	release_block(job, m, sid, now, p.holding(now));
 	pump(qp, job, now);
@@ -676,12 +683,42 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.dup_dropped++;
 		return;
 	}
+	// On a path that reorders, the partial may still be on its way (behind
+	// the ASK that the NAK answers, or behind our later partials that
+	// completed later blocks): within the reordering window it goes
+	// again only when a later NAK says so (the next ASK's: a later
+	// result, a probe, the timer).
+	if (now - e->data_sent < job.sw.reo_wnd) {
+		u_.host().cc_counters().reorder_waits++;
+		return;
+	}
 	if (e->asks)
 		job.sw.cc.on_loss(now);
+	const uint64_t lead = now - e->data_sent;
 	send_block(job, m, sid, now, true);
+	m.o_pending.find(sid)->nak_lead = uint32_t(std::clamp<uint64_t>(lead, 1, UINT32_MAX));
 	// Otherwise no cut: a partial lost alone is no sign of a full queue
 	// (the round trip is; a timeout cuts).
 	u_.host().cc_counters().fast_retrans++;
+}
+
+// Block sid's result is here after its partial went again on a NAK: if
+// the switch had our partial before that repeat left (the result's hold
+// says how long ago it came), the first copy was late, not lost, and the
+// path reorders by more than we waited.  As RACK's window grows on a
+// DSACK, ours grows to twice that NAK's lead over the first copy (the
+// lateness seen is not the most there is), at most the retransmission
+// timeout; it shrinks by an eighth each message.  Without it a path that
+// holds packets for milliseconds at random cost a repeat and a halved
+// window for every ASK that overtook its partial (test_sim_gates'
+// switch gate: 13x the time with the controller off).
+void SwitchPath::spurious(CollJob &job, const PendingSet::Entry &e, Holding h, uint64_t now)
+{
+	if (!e.nak_lead || !h.known() || h.held < now - e.data_sent)
+		return;
+	u_.host().cc_counters().spurious_retrans++;
+	job.sw.reo_wnd = std::max(job.sw.reo_wnd,
+				  std::min(2 * uint64_t(e.nak_lead), u_.rto_ns(job)));
 }
 
 // The result of block sid is here: an older block of its plane two blocks

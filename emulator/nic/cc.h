@@ -92,7 +92,10 @@ struct CcCounters {
 	// The base delay moved up: three delay cuts in a row lowered nothing.
 	uint64_t rebases = 0;
 	uint64_t cnp_rcvd = 0, cnp_sent = 0;
-	uint64_t fast_retrans = 0;  // sent again on a gap, before the timeout
+	uint64_t fast_retrans = 0; // sent again on a gap, before the timeout
+	// A NAK of a unit that may still be on its way (the path reorders),
+	// waited out; a repeat that was needless (the original arrived).
+	uint64_t reorder_waits = 0, spurious_retrans = 0;
 	uint64_t retrans_bytes = 0; // payload bytes sent again (ring, switch path, RC)
 	// Losses that cut nothing: the fabric showed no queue.
 	uint64_t loss_no_queue = 0;

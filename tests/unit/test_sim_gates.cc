@@ -153,11 +153,13 @@ TEST(SimGate, ReorderingPortsRingWithTheControllerOnAndOff)
 }
 
 // The same ports through one switch.  Target: on within 2x of off.
-// Today: on 13x off (934 ms against 71 ms for five 3 MiB allreduces,
-// seed 1; wire/S 1.06 and 1.15, so nothing is sent twice: the members'
-// windows stay small).  Traced (IBV_COLL_LOG_LEVEL=debug, [cc]): 430
-// delay cuts and 96 timeout cuts, the base moved up and back 42 times.
-// A miss, reported; the floor kept.
+// Before the switch path's reordering window (SwitchPath::spurious) on
+// was 13x off (934 ms against 71 ms for five 3 MiB allreduces, seed 1):
+// every ASK that overtook its partial came back as a NAK naming us, and
+// cost a repeat and a halved window.  Today seed 1: 1.44x (102 ms);
+// seeds 1-8: 1.03x-2.97x, six of eight within 1.5x (the rest: one
+// member's delay cuts, its samples too few a round trip to see past
+// the noise).  wire/S 1.05 on and off: nothing is sent twice.
 TEST(SimGate, ReorderingPortsSwitchWithTheControllerOnAndOff)
 {
 	FabricSpec f = reordering_ports();
@@ -169,6 +171,6 @@ TEST(SimGate, ReorderingPortsSwitchWithTheControllerOnAndOff)
 	const SizeResult off = run1(f, j);
 	const double x = double(on.time_ns) / double(off.time_ns);
 	RecordProperty("on_over_off", std::to_string(x));
-	EXPECT_LE(x, 15.0);
-	EXPECT_LE(on.wire_s, 1.3 * kPerByte);
+	EXPECT_LE(x, 2.0);
+	EXPECT_LE(on.wire_s, 1.1 * kPerByte);
 }
