@@ -1,0 +1,172 @@
+// The switch path's loss recovery (swpath.cc has the protocol): a NAK
+// from the switch sends a partial again (on_nak), unless the path
+// reorders and the partial may still be on its way (spurious() learns
+// that); results that show a gap ASK for the blocks before them
+// (find_gaps); a message without results for a while probes its oldest
+// blocks (probe), before their timeout (SwitchPath::timers), which stays
+// the last resort.
+#include "coll/coll_engine.h"
+
+#include "nic/nic.h"
+#include "util/clock.h"
+
+#include <algorithm>
+
+namespace ibv_coll::emu {
+
+using namespace wire;
+
+// Block sid was sent again (with its partial, or as an ASK unless
+// partial) less than a round trip ago: a NAK or a gap seen now may
+// predate that repeat, which then answers it already.
+bool SwitchPath::recently_sent(const CollJob &job, Message &m, uint32_t sid, uint64_t now,
+			       bool partial)
+{
+	// A NAK that left the switch after our repeat reached it comes three
+	// quarters of a round trip after the repeat at the earliest (the way
+	// there, and back).
+	const PendingSet::Entry *e = m.o_pending.find(sid);
+	const uint64_t rtt = job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 2;
+	return e && e->again && !(partial && e->asks) && now - e->sent < 3 * rtt / 4;
+}
+
+// No result for two round trips (a lost block at the end of the message,
+// where no later result shows the gap, or a window stalled behind one):
+// probe, as TCP's tail loss probe does, before the timeout.  Without
+// progress each probe waits twice as long as the last.  The round trip
+// takes in the hosts' delays (a member descheduled, the slowest member's
+// partial), so a busy machine probes later, not in vain; an ASK carries
+// no payload, and a probe that was not needed costs its answer.  No
+// sooner than IBV_COLL_EMU_COLL_PROBE_US (0: never).
+uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
+{
+	const uint64_t floor = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
+	if (!floor)
+		return UINT64_MAX;
+	const uint64_t t = job.probe_time(floor, m.sw.next == m.nblocks);
+	const uint64_t base = t ? t : u_.rto_ns(job) / 4;
+	// Due when no result came for that long (TCP's TLP): a block whose
+	// result is late while later ones come is found by the gaps it
+	// leaves (find_gaps) and the NAKs other members' ASKs bring, not by
+	// its age, which on a link with a queue grows with the queue (an ASK
+	// for a result on its way makes the switch send it twice).
+	if (m.o_pending.empty())
+		return UINT64_MAX;
+	if (m.last_progress >= m.sw.probe_at)
+		return m.last_progress + base;
+	return m.sw.probe_at + (base << std::min<uint32_t>(m.sw.probes, 10));
+}
+
+// ASK for the oldest blocks without a result (one round trip's worth of
+// them per plane at most): the switch answers with the result, or NAKs
+// the missing partial.  A block sent (or asked for) less than a round
+// trip ago is not asked: its answer cannot be here yet, and an ASK right
+// after a block's first copy would cost its round trip sample (Karn).
+void SwitchPath::probe(CollJob &job, Message &m, uint64_t now)
+{
+	m.sw.probes = m.last_progress >= m.sw.probe_at ? 0 : m.sw.probes + 1;
+	m.sw.probe_at = now;
+	uint32_t n = 0;
+	const uint64_t rtt = job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 2;
+	for (uint32_t sid = m.sw.base; sid < m.sw.next && n < 2 * job.cfg.sw.planes; sid++) {
+		const PendingSet::Entry *e = m.o_pending.find(sid);
+		if (m.final_[sid] || !e)
+			continue;
+		n++;
+		if (now - e->sent >= rtt)
+			send_block(job, m, sid, now, true, true);
+	}
+}
+
+// The switch lacks our partial of the block (wire/swproto.h, Loss): it
+// goes again now, the only copy that does.  A NAK that does not name us
+// answers our ASK: the switch holds our partial and waits for others'.
+// A NAK that names us in answer to the ASK of a timed-out block is that
+// timeout's loss, and cuts the window.
+void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
+{
+	Message &m = *job.active;
+	const uint32_t sid = p.h.sid;
+	PendingSet::Entry *e = m.o_pending.find(sid);
+	if (e && !(p.h.node_map & (1ull << job.cfg.node))) {
+		e->held = true;
+		return;
+	}
+	// Our first copy too may still be on its way (another member's probe
+	// had the switch NAK us): the same wait before it counts as lost.
+	const uint64_t rtt = job.probe_rtt();
+	if (!e || recently_sent(job, m, sid, now, true) ||
+	    (!e->again && rtt && now - e->sent < 3 * rtt / 4)) {
+		u_.ctr.dup_dropped++;
+		return;
+	}
+	// On a path that reorders, the partial may still be on its way (behind
+	// the ASK that the NAK answers, or behind our later partials that
+	// completed later blocks): within the reordering window it goes
+	// again only when a later NAK says so (the next ASK's: a later
+	// result, a probe, the timer).
+	if (now - e->data_sent < job.sw.reo_wnd) {
+		u_.host().cc_counters().reorder_waits++;
+		return;
+	}
+	if (e->asks)
+		job.sw.cc.on_loss(now);
+	const uint64_t lead = now - e->data_sent;
+	send_block(job, m, sid, now, true);
+	m.o_pending.find(sid)->nak_lead = uint32_t(std::clamp<uint64_t>(lead, 1, UINT32_MAX));
+	// Otherwise no cut: a partial lost alone is no sign of a full queue
+	// (the round trip is; a timeout cuts).
+	u_.host().cc_counters().fast_retrans++;
+}
+
+// Block sid's result is here after its partial went again on a NAK: if
+// the switch had our partial before that repeat left (the result's hold
+// says how long ago it came), the first copy was late, not lost, and the
+// path reorders by more than we waited.  As RACK's window grows on a
+// DSACK, ours grows to twice that NAK's lead over the first copy (the
+// lateness seen is not the most there is), at most the retransmission
+// timeout; it shrinks by an eighth each message.  Without it a path that
+// holds packets for milliseconds at random cost a repeat and a halved
+// window for every ASK that overtook its partial (test_sim_gates'
+// switch gate: 13x the time with the controller off).
+void SwitchPath::spurious(CollJob &job, const PendingSet::Entry &e, Holding h, uint64_t now)
+{
+	if (!e.nak_lead || !h.known() || h.held < now - e.data_sent)
+		return;
+	u_.host().cc_counters().spurious_retrans++;
+	job.sw.reo_wnd = std::max(job.sw.reo_wnd,
+				  std::min(2 * uint64_t(e.nak_lead), u_.rto_ns(job)));
+}
+
+// The result of block sid is here: an older block of its plane two blocks
+// back whose result is not is a lost result, or a partial the switch
+// will NAK; ask for it (no payload).  Blocks further back (8 and 32) are
+// looked at too: an ASK or its answer lost in turn is asked again as
+// results go on coming, a round trip apart at least, long before a probe
+// or a timeout would.
+void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
+{
+	for (uint32_t d : {2u, 8u, 32u}) {
+		const uint32_t lag = d * job.cfg.sw.planes;
+		if (sid < lag)
+			break;
+		const uint32_t g = sid - lag;
+		if (g < m.sw.base || m.final_[g] || !m.o_pending.find(g) ||
+		    recently_sent(job, m, g, now, false))
+			continue;
+		send_block(job, m, g, now, true, true);
+	}
+	// And the oldest block without its result, as RACK does: results come
+	// in block order, so one after it here while it waits longer than a
+	// round trip allows (ASKed, or sent, once a round trip at most) is a
+	// lost result, or a partial lost again somewhere.
+	uint32_t g = 0;
+	const PendingSet::Entry *e = m.o_pending.lowest(&g);
+	const uint64_t t = job.probe_time(uint64_t(u_.host().params.cfg.coll_probe_us) *
+					  util::kNsPerUs);
+	if (e && g < sid && !m.final_[g] && t && now - e->sent >= t &&
+	    !recently_sent(job, m, g, now, false))
+		send_block(job, m, g, now, true, true);
+}
+
+} // namespace ibv_coll::emu
