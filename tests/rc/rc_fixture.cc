@@ -14,6 +14,10 @@ extern char **environ;
 
 namespace ibvc_test {
 
+// The peer's path, kept whole in the binary (tests/rxe/run-rxe-vm.sh looks
+// for it there; a literal used in place may be built from pieces).
+[[gnu::used]] static const char kRcPeerPath[] = RC_PEER_PATH;
+
 void RcFixture::start(const RcOptions &o, const std::vector<std::string> &peer_env,
 		      const std::vector<std::string> &peer_args)
 {
@@ -25,7 +29,7 @@ void RcFixture::start(const RcOptions &o, const std::vector<std::string> &peer_e
 	const char *ns = getenv("IBV_COLL_TEST_PEER_NETNS");
 	if (ns && *ns)
 		args = {"ip", "netns", "exec", ns};
-	args.push_back(RC_PEER_PATH);
+	args.push_back(kRcPeerPath);
 	args.insert(args.end(), {"--oob", oob_path, "--mtu", std::to_string(int(o.mtu)), "--size",
 				 std::to_string(o.buf_size)});
 	const char *pdev = getenv("IBV_COLL_TEST_PEER_DEV");
