@@ -61,6 +61,9 @@ static MPI_Op mpi_op(int op)
 	case PD_BAND: return MPI_BAND;
 	case PD_BOR: return MPI_BOR;
 	case PD_BXOR: return MPI_BXOR;
+	case PD_LAND: return MPI_LAND;
+	case PD_LOR: return MPI_LOR;
+	case PD_LXOR: return MPI_LXOR;
 	default: return MPI_OP_NULL; /* avg */
 	}
 }

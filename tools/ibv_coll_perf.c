@@ -39,7 +39,20 @@ _Static_assert((int)PD_INT8 == (int)IBV_COLL_DTYPE_INT8 &&
 	       "perf_data types follow enum ibv_coll_dtype");
 _Static_assert((int)PD_SUM == (int)IBV_COLL_OP_SUM && (int)PD_AVG == (int)IBV_COLL_OP_AVG &&
 		       (int)PD_BXOR == (int)IBV_COLL_OP_BXOR,
-	       "perf_data operations follow enum ibv_coll_op");
+	       "perf_data operations follow enum ibv_coll_op up to bxor");
+
+/* The library's op for a perf_data one: the same value up to bxor; the
+ * logical ops come after MAXLOC and MINLOC there (value-index pairs, which
+ * perf_data does not generate). */
+static enum ibv_coll_op coll_op(int op)
+{
+	switch (op) {
+	case PD_LAND: return IBV_COLL_OP_LAND;
+	case PD_LOR: return IBV_COLL_OP_LOR;
+	case PD_LXOR: return IBV_COLL_OP_LXOR;
+	default: return (enum ibv_coll_op)op;
+	}
+}
 
 
 static double now_us(void)
@@ -252,7 +265,7 @@ static void make_wr(struct perf *p, size_t count, int inplace, struct ibv_coll_s
 	wr->num_sge = ci->op == IBV_COLL_WR_BARRIER ? 0 : p->o.ranks;
 	wr->wr.coll.dst_list = p->dst;
 	wr->wr.coll.count = count;
-	wr->wr.coll.op = (enum ibv_coll_op)p->o.op;
+	wr->wr.coll.op = coll_op(p->o.op);
 	wr->wr.coll.dtype = (enum ibv_coll_dtype)p->o.type;
 	wr->wr.coll.root = (uint32_t)p->o.root;
 }

@@ -71,7 +71,21 @@ enum pd_type {
 	PD_NTYPES
 };
 
-enum pd_op { PD_SUM, PD_PROD, PD_MIN, PD_MAX, PD_AVG, PD_BAND, PD_BOR, PD_BXOR, PD_NOPS };
+/* The bitwise and logical operations (integer types only) come last. */
+enum pd_op {
+	PD_SUM,
+	PD_PROD,
+	PD_MIN,
+	PD_MAX,
+	PD_AVG,
+	PD_BAND,
+	PD_BOR,
+	PD_BXOR,
+	PD_LAND,
+	PD_LOR,
+	PD_LXOR,
+	PD_NOPS
+};
 
 struct pd_type_info {
 	const char *name;  /* as nccl-tests prints it */
@@ -96,8 +110,8 @@ static const struct pd_type_info pd_types[PD_NTYPES] = {
 	{"double", "float64", 8, 1, 1, 1LL << 53},
 };
 
-static const char *const pd_op_names[PD_NOPS] = {"sum", "prod", "min", "max",
-						 "avg", "band", "bor", "bxor"};
+static const char *const pd_op_names[PD_NOPS] = {"sum", "prod", "min",	"max", "avg", "band",
+						 "bor", "bxor", "land", "lor", "lxor"};
 
 static inline int pd_type_by_name(const char *s)
 {
@@ -165,6 +179,16 @@ static inline struct pd_val pd_input(int t, int op, uint32_t K, uint64_t g, uint
 		break;
 	case PD_BOR: v = (int64_t)((1ull << (h & 63)) | (1ull << ((h >> 8) % 61))); break;
 	case PD_BXOR: v = (int64_t)(h >> 1); break;
+	case PD_LAND: /* false at one rank in 8, at 7 in 8 for LOR: both results come */
+	case PD_LOR:
+	case PD_LXOR:
+		if ((h & 7) < (op == PD_LAND ? 1u : op == PD_LOR ? 7u : 4u))
+			v = 0;
+		else /* true: a value from -100 to 100 but 0, or a high bit alone */
+			v = (h >> 3) % 16 == 0
+				    ? (int64_t)(1ull << (pd_types[t].size * 8 - 1))
+				    : (int64_t)((h >> 8) % 100 + 1) * ((h >> 16) & 1 ? -1 : 1);
+		break;
 	default: { /* SUM, AVG, MIN, MAX, and the copies */
 		int64_t r = pd_range(t, K);
 		v = (int64_t)(h % (uint64_t)(2 * r + 1)) - r;
@@ -187,6 +211,14 @@ static inline int pd_less(int t, struct pd_val a, struct pd_val b)
 /* The reduction over all K ranks of element i. */
 static inline struct pd_val pd_expect(int t, int op, uint32_t K, uint64_t i)
 {
+	if (op >= PD_LAND) { /* 1 or 0, from each value's truth */
+		uint32_t n = 0;
+		for (uint32_t q = 0; q < K; q++)
+			n += pd_input(t, op, K, q, i).i != 0;
+		int r = op == PD_LAND ? n == K : op == PD_LOR ? n > 0 : (int)(n & 1);
+		struct pd_val b = {(uint64_t)r, (double)r};
+		return b;
+	}
 	struct pd_val acc = pd_input(t, op, K, 0, i);
 	for (uint32_t q = 1; q < K; q++) {
 		struct pd_val x = pd_input(t, op, K, q, i);
