@@ -65,13 +65,16 @@ int Impairment::parse(const std::string &spec, Impairment *out, std::string *why
 			r.seed = s;
 			continue;
 		}
-		if (k == "delay" || k == "jitter") {
+		if (k == "delay" || k == "jitter" || k == "after" || k == "for") {
 			uint64_t ns;
 			if (!parse_duration(v, &ns))
 				return bad(k + "=" + v +
 					   ": expected a time with a unit (s, ms, us, ns), "
 					   "at most 3600 s");
-			(k == "delay" ? r.delay_ns : r.jitter_ns) = ns;
+			(k == "delay"	 ? r.delay_ns
+			 : k == "jitter" ? r.jitter_ns
+			 : k == "after"	 ? r.after_ns
+					 : r.for_ns) = ns;
 			continue;
 		}
 		double x = strtod(v.c_str(), &end);
@@ -86,8 +89,9 @@ int Impairment::parse(const std::string &spec, Impairment *out, std::string *why
 		else if (k == "ce")
 			r.ce = x;
 		else
-			return bad("unknown impairment '" + k +
-				   "' (drop, loss, dup, reorder, delay, jitter, ce, seed)");
+			return bad(
+				"unknown impairment '" + k +
+				"' (drop, loss, dup, reorder, delay, jitter, ce, seed, after, for)");
 	}
 	if (r.jitter_ns > r.delay_ns)
 		return bad("jitter is larger than delay");
@@ -101,6 +105,8 @@ std::string Impairment::str() const
 	o << "drop=" << drop << ",dup=" << dup << ",reorder=" << reorder
 	  << ",delay=" << delay_ns / 1e3 << "us,jitter=" << jitter_ns / 1e3 << "us,ce=" << ce
 	  << ",seed=" << seed;
+	if (after_ns || for_ns)
+		o << ",after=" << after_ns / 1e6 << "ms,for=" << for_ns / 1e6 << "ms";
 	return o.str();
 }
 

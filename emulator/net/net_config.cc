@@ -22,7 +22,8 @@ const ConfigVar kVars[kCount] = {
 	 ConfigKind::uint, 0, 1},
 	{"IBV_COLL_EMU_IMPAIR", "",
 	 "test only: impair transmitted packets: drop=P,dup=P,reorder=P (probabilities), "
-	 "delay=T,jitter=T (one-way, e.g. 5ms, 200us), ce=P (fraction sent CE-marked), seed=N; "
+	 "delay=T,jitter=T (one-way, e.g. 5ms, 200us), ce=P (fraction sent CE-marked), seed=N, after=T,for=T (drop, dup, reorder and ce "
+	 "only in that window after the port opened); "
 	 "e.g. drop=0.01,delay=2ms,ce=0.05,seed=7",
 	 ConfigKind::string},
 };

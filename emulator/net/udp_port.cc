@@ -191,6 +191,7 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 	}
 
 	imp_ = imp;
+	opened_ns_ = util::now_ns();
 	rng_.seed(imp.seed * 0x9e3779b97f4a7c15ull + port_);
 	dl_.clear();
 	dl_buf_.clear();
@@ -223,7 +224,11 @@ uint8_t *UdpPort::tx_buf()
 
 bool UdpPort::roll(double p)
 {
-	return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p;
+	if (p <= 0)
+		return false;
+	if ((imp_.after_ns || imp_.for_ns) && !imp_.in_burst(util::now_ns() - opened_ns_))
+		return false;
+	return std::uniform_real_distribution<double>(0, 1)(rng_) < p;
 }
 
 // The next slot, addressed to dst from src; the caller sets its iovecs.

@@ -95,6 +95,7 @@ private:
 	uint16_t port_ = 0;
 	bool v6_ = false;
 	Impairment imp_;
+	uint64_t opened_ns_ = 0; // when open() ran: the origin of a burst's after=
 	std::mt19937_64 rng_;
 	// kBatch + 1 packet buffers used round: the one being built
 	// (tx_cur_) is never one a queued packet uses, so a flush between

@@ -121,10 +121,18 @@ TEST(Impair, ParserTakesEveryKeyAndRefusesNonsense)
 	EXPECT_EQ(imp("delay=1500ns").delay_ns, 1500u);
 	EXPECT_FALSE(imp("delay=0").active());
 	EXPECT_TRUE(imp("ce=0.1").active());
+	Impairment b = imp("dup=0.5,after=2s,for=250ms");
+	EXPECT_EQ(b.after_ns, 2000000000u);
+	EXPECT_EQ(b.for_ns, 250000000u);
+	EXPECT_FALSE(b.in_burst(1999999999));
+	EXPECT_TRUE(b.in_burst(2000000000));
+	EXPECT_TRUE(b.in_burst(2249999999));
+	EXPECT_FALSE(b.in_burst(2250000000));
+	EXPECT_TRUE(imp("drop=1,after=1ms").in_burst(3600000000000));
 
 	for (const char *bad :
 	     {"delay=5", "delay=5xs", "delay=-1ms", "delay=4000s", "ce=1.5", "ce=x", "jitter=2ms",
-	      "delay=1ms,jitter=2ms", "latency=1ms", "delay", "seed=-3"}) {
+	      "delay=1ms,jitter=2ms", "latency=1ms", "delay", "seed=-3", "after=2", "for=-1s"}) {
 		Impairment out;
 		std::string why;
 		EXPECT_EQ(Impairment::parse(bad, &out, &why), EINVAL) << bad;
@@ -180,6 +188,37 @@ TEST(Impair, CeMarksAtTheConfiguredFractionAreCounted)
 	EXPECT_EQ(other, 0u) << "datagrams neither ECT(0) nor CE";
 	EXPECT_EQ(ce, tx2.counters().impair_ce);
 	EXPECT_NEAR(double(ce), kN * kP, bound);
+}
+
+// A burst (after=, for=): every packet is dropped inside the window, none
+// before or after it.  Times are measured, and a phase the machine made
+// late (a stalled test runner) is skipped rather than misjudged.
+TEST(Impair, BurstDropsOnlyInItsWindow)
+{
+	UdpPort rx, tx;
+	ASSERT_EQ(rx.open(0, false, Impairment{}, 1 << 20), 0);
+	ASSERT_EQ(tx.open(0, false, imp("drop=1,after=1s,for=1s"), 1 << 20), 0);
+	const uint64_t t0 = now_ns();
+	const Endpoint dst{kLo, rx.port()};
+	auto phase = [&](uint64_t from_ms, uint64_t to_ms) {
+		while (now_ns() - t0 < from_ms * 1000000)
+			std::this_thread::sleep_for(std::chrono::milliseconds(10));
+		send_n(tx, dst, 20);
+		if (now_ns() - t0 >= to_ms * 1000000)
+			return -1; // late: it may have straddled an edge
+		return int(drain(rx, 20, 300).size());
+	};
+	const int before = phase(0, 900), inside = phase(1300, 1800), after = phase(2300, 3000);
+	if (before >= 0) {
+		EXPECT_EQ(before, 20);
+	}
+	if (inside >= 0) {
+		EXPECT_EQ(inside, 0);
+	}
+	if (after >= 0) {
+		EXPECT_EQ(after, 20);
+	}
+	EXPECT_EQ(tx.counters().impair_dropped, inside >= 0 ? 20u : tx.counters().impair_dropped);
 }
 
 // A delayed packet is held (tx_flush returns at once), announced by
