@@ -26,7 +26,7 @@ echo "== build and test: release"
 # where it finds more (leaks on each failure path); the switch's runs here
 # only.
 run build "-E AllocFail.TwoNodeRingEveryAllocation"
-# The 64 MiB runs (n4k2_big, n4k2_switchbig) spend their time in the scalar
+# The 16 MiB runs (n4k2_big, n4k2_switchbig) spend their time in the scalar
 # reference; under the sanitizers they would take most of the budget, and
 # the same code paths run there at smaller sizes.  So do the eight-node
 # switch runs (n8k2_switch_*, four minutes of the sanitized pass): their
