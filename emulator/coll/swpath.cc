@@ -94,12 +94,29 @@ void SwitchPath::send_config(CollJob &job, uint64_t now, bool all)
 }
 
 // Keepalive: a granted job CONFIGs its switches again when this is due
-// (0: never).
+// (0: never).  Besides the switch's third of its idle timeout, a message
+// on the switch path that has completed nothing for a while CONFIGs
+// again, at first kStallNs after its last progress, then at twice the
+// stall so far, at most every kStallMaxNs: a switch that restarted knows
+// no job and drops its DATA, and learns it again from these (a live
+// switch answers its grant again, and the members lose nothing), within
+// about a second of coming back rather than at the next keepalive (20 s
+// with the switch's default idle timeout), inside the job's timeout.
 uint64_t SwitchPath::keep_due(const CollJob &job) const
 {
-	return job.sw.keep_ns && job.sw.phase == CollJob::SwPhase::ready
-		       ? job.sw.cfg_sent + job.sw.keep_ns
-		       : 0;
+	if (job.sw.phase != CollJob::SwPhase::ready)
+		return 0;
+	uint64_t due = job.sw.keep_ns ? job.sw.cfg_sent + job.sw.keep_ns : 0;
+	const Message *m = job.active.get();
+	if (m && m->sw.on && !m->sw.waiting) {
+		constexpr uint64_t kStallNs = 100 * util::kNsPerMs,
+				   kStallMaxNs = 800 * util::kNsPerMs;
+		const uint64_t p = m->last_progress, sent = job.sw.cfg_sent;
+		const uint64_t stall = sent > p ? std::clamp(sent - p, kStallNs, kStallMaxNs) : 0;
+		const uint64_t d = sent > p ? sent + stall : p + kStallNs;
+		due = due && due < d ? due : d;
+	}
+	return due;
 }
 
 // The switch path's first message: ask for Seg units (or, inline, assume

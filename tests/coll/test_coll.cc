@@ -34,6 +34,9 @@ struct NodeSet {
 	// (its extra flags); "@i" in args becomes switch i's port.
 	std::vector<std::string> switches = {};
 	std::vector<std::string> sw_env = {};
+	// Kill switch 0 this long after the nodes start and start a new one
+	// on its port 300 ms later (0: never).
+	int restart_sw_ms = 0;
 };
 
 std::vector<char *> cstrs(std::vector<std::string> &v)
@@ -65,12 +68,13 @@ std::vector<int> launch(const NodeSet &r, std::string *logs, std::string *sw_sta
 	// The switches, each on a free port it reports through a file.
 	std::vector<pid_t> sw_pids;
 	std::vector<std::string> sw_ports, sw_outs;
-	for (size_t i = 0; i < r.switches.size(); i++) {
+	// Switch i on a port (0: a free one, reported through a file).
+	auto start_switch = [&](size_t i, const std::string &on_port) {
 		std::string pf = "/tmp/ibvc_sw_" + tag + "_" + std::to_string(i) + ".port";
 		std::string out = "/tmp/ibvc_sw_" + tag + "_" + std::to_string(i) + ".log";
 		unlink(pf.c_str());
 		std::vector<std::string> a = {
-			SWITCHD_PATH, "-p", "0", "-P", pf, "-n", "sw" + std::to_string(i)};
+			SWITCHD_PATH, "-p", on_port, "-P", pf, "-n", "sw" + std::to_string(i)};
 		std::stringstream ss(r.switches[i]);
 		for (std::string w; ss >> w;)
 			a.push_back(w);
@@ -81,15 +85,14 @@ std::vector<int> launch(const NodeSet &r, std::string *logs, std::string *sw_sta
 		auto argv = cstrs(a), envp = cstrs(env_s);
 		posix_spawn_file_actions_t fa;
 		posix_spawn_file_actions_init(&fa);
-		posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-						 0644);
+		posix_spawn_file_actions_addopen(
+			&fa, 1, out.c_str(),
+			O_WRONLY | O_CREAT | (on_port == "0" ? O_TRUNC : O_APPEND), 0644);
 		posix_spawn_file_actions_adddup2(&fa, 1, 2);
 		pid_t pid;
 		int err = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
 		posix_spawn_file_actions_destroy(&fa);
 		EXPECT_EQ(err, 0);
-		sw_pids.push_back(err ? -1 : pid);
-		sw_outs.push_back(out);
 		std::string port;
 		for (int t = 0; t < 500 && port.empty(); t++) {
 			std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -98,9 +101,17 @@ std::vector<int> launch(const NodeSet &r, std::string *logs, std::string *sw_sta
 				port.pop_back();
 		}
 		EXPECT_FALSE(port.empty()) << "switch " << i << " did not start";
-		sw_ports.push_back(port);
 		unlink(pf.c_str());
-	}
+		if (i == sw_pids.size()) {
+			sw_pids.push_back(err ? -1 : pid);
+			sw_outs.push_back(out);
+			sw_ports.push_back(port);
+		} else {
+			sw_pids[i] = err ? -1 : pid;
+		}
+	};
+	for (size_t i = 0; i < r.switches.size(); i++)
+		start_switch(i, "0");
 	for (int i = 0; i < r.nodes; i++) {
 		std::vector<std::string> a = {COLL_NODE_PATH,
 					      "--boot",
@@ -142,7 +153,18 @@ std::vector<int> launch(const NodeSet &r, std::string *logs, std::string *sw_sta
 	std::vector<int> status(size_t(r.nodes), -1);
 	auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(r.timeout_s);
 	size_t left = pids.size();
+	const auto restart_at = std::chrono::steady_clock::now() +
+				std::chrono::milliseconds(r.restart_sw_ms);
+	bool restarted = !r.restart_sw_ms;
 	while (left && std::chrono::steady_clock::now() < deadline) {
+		if (!restarted && std::chrono::steady_clock::now() >= restart_at) {
+			restarted = true;
+			kill(sw_pids[0], SIGKILL);
+			int st;
+			waitpid(sw_pids[0], &st, 0);
+			std::this_thread::sleep_for(std::chrono::milliseconds(300));
+			start_switch(0, sw_ports[0]);
+		}
 		for (size_t i = 0; i < pids.size(); i++) {
 			int st;
 			if (pids[i] > 0 && waitpid(pids[i], &st, WNOHANG) == pids[i]) {
@@ -205,7 +227,7 @@ std::vector<NodeSet> runs()
 	v.push_back({8, "1", "full", {}, {}, 240, ""});
 	v.push_back({8, "2", "full", {}, {}, 240, ""});
 	v.push_back({4, "2", "full", {}, {"--mtu", "5"}, 240, "mtu4096"});
-	// (Each node checks its 64 MiB results against the scalar reference
+	// (Each node checks its 16 MiB results against the scalar reference
 	// before it starts the next collective, for tens of seconds on 2 busy
 	// cores; the nodes meet before each (coll_node), and a long job
 	// timeout leaves room for a descheduled member.)
@@ -505,6 +527,33 @@ TEST(CollSwitchFailure, DeadSwitchGivesEveryoneAnErrorWithinTheBound)
 		EXPECT_EQ(st[size_t(i)], 0) << "node " << i;
 	EXPECT_LT(dt, std::chrono::seconds(8));
 	std::cout << logs;
+}
+
+TEST(CollSwitchFailure, RestartedSwitchLearnsTheJobWithinTheTimeout)
+{
+	// The switch is killed 1 s into a run of collectives (50 ms apart) and
+	// a new one starts on its port 300 ms later, knowing no job, with the
+	// default idle timeout (the members' keepalive every 20 s): the
+	// members must configure it again on their own, within the job's 3 s
+	// timeout, and every collective completes, right (coll_node checks
+	// each against the reference).
+	NodeSet r{4,
+		  "1",
+		  "switch",
+		  {},
+		  {"--topology", "1", "--leaves", "@0", "--timeout-ms", "3000", "--pause-ms", "50"},
+		  120,
+		  "",
+		  {""}};
+	r.restart_sw_ms = 1000;
+	std::string logs, stats;
+	std::vector<int> st = launch(r, &logs, &stats);
+	for (int i = 0; i < 4; i++)
+		EXPECT_EQ(st[size_t(i)], 0) << "node " << i;
+	// The new switch (the old one, killed, printed nothing) served them.
+	EXPECT_GT(total_counter(stats, "delivered"), 0u);
+	if (HasFailure())
+		std::cout << logs;
 }
 
 TEST(CollSwitchFailure, MemberLaterThanTheTimeoutFailsTheFirstCollectiveInBound)

@@ -74,11 +74,12 @@ sw_ns() { eval echo "\$FABRIC_SW_NS_$1"; }
 sw_ip() { eval echo "\$FABRIC_SW_IP_$1"; }
 host_ns() { eval echo "\$FABRIC_NS_$1"; }
 start_switch() { # J
-	ip netns exec "$(sw_ns "$1")" "$switchd" -p $port -n "chaos$1" -I 3000 \
+	ip netns exec "$(sw_ns "$1")" "$switchd" -p $port -n "chaos$1" \
 		>>"$tmp/sw$1.log" 2>&1 &
 	swpid[$1]=$!
 }
 fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
+rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 ms_now() { date +%s%3N; }
 
 for j in 0 1 2; do start_switch $j; done
@@ -86,13 +87,16 @@ sleep 0.3
 sw_fds0=$(($(fds "${swpid[0]}") + $(fds "${swpid[1]}") + $(fds "${swpid[2]}")))
 fault_list=(${faults//,/ })
 start=$(date +%s)
+last_sample=$start rss_base= rss_last=
 round=0 ncases=0 nfailed=0 nrecover=0
 echo "chaos: $hosts hosts, ${secs} s from seed $seed, faults ${faults}"
 while [ $(($(date +%s) - start)) -lt "$secs" ]; do
 	round=$((round + 1))
 	rs=$((seed * 1000 + round))
+	# Faults and topologies in turn, each at its own pace: with five kinds
+	# of fault, every pair in 20 rounds.
 	fault=${fault_list[$(((round - 1) % ${#fault_list[@]}))]}
-	topo=$(((round - 1) / ${#fault_list[@]} % 4)) # 0 ring, 1 switch, 2 hierarchy, 3 AUTO
+	topo=$(((round - 1) % 4)) # 0 ring, 1 switch, 2 hierarchy, 3 AUTO
 	# A switch fault needs a switch; devd rounds take every topology.
 	[ "$fault" = switch ] && [ $topo -eq 0 ] && topo=3
 	case $topo in
@@ -150,6 +154,7 @@ while [ $(($(date +%s) - start)) -lt "$secs" ]; do
 		wait "${swpid[$j]}" 2>/dev/null
 		sleep "$(awk -v m="$d" 'BEGIN { printf "%.3f", m / 1000 }')"
 		start_switch $j
+		restart_at=$(ms_now)
 		what="switch $j killed, a new one after $d ms"
 		;;
 	devd)
@@ -196,6 +201,11 @@ while [ $(($(date +%s) - start)) -lt "$secs" ]; do
 	printf "round %2d topology %d: %s at %d ms: %d failed attempts, %d recoveries, done at %d ms\n" \
 		"$round" "$topo" "$what" "$fault_ms" "$f" "$r" "$tail"
 	sed -n 's/^\(node 0: \)/    \1/p' "$tmp/n0.log"
+	if [ "$fault" = switch ]; then
+		# From the new switch's start to the first collective it served.
+		first=$(awk -v t="$restart_at" '/via switch/ && $NF >= t { print $NF; exit }' "$tmp/n0.log")
+		[ -n "$first" ] && echo "    first collective through the new switch $((first - restart_at)) ms after its start"
+	fi
 	grep -h "attempt [0-9]*: " "$tmp"/n*.log | grep -v ": ok via" | sed 's/^/    /' | head -6
 	if [ "$fault" = switch ] && [ $topo -eq 3 ]; then
 		last=$(grep "case $((c - 1)) attempt" "$tmp/n0.log" | tail -1)
@@ -212,7 +222,22 @@ while [ $(($(date +%s) - start)) -lt "$secs" ]; do
 	for j in 0 1 2; do
 		kill -0 "${swpid[$j]}" 2>/dev/null || fail "switch $j died (not killed by chaos)"
 	done
+	# Each minute: the switches' memory and descriptors (switch 0 is the
+	# one restarted; 1 and 2 live through the whole run).
+	if [ $(($(date +%s) - last_sample)) -ge 60 ]; then
+		last_sample=$(date +%s)
+		printf "sample at %d s: %d rounds, %d collectives; switch rss KiB %s %s %s, descriptors %s %s %s\n" \
+			$((last_sample - start)) "$round" "$ncases" "$(rss "${swpid[0]}")" "$(rss "${swpid[1]}")" \
+			"$(rss "${swpid[2]}")" "$(fds "${swpid[0]}")" "$(fds "${swpid[1]}")" "$(fds "${swpid[2]}")"
+		[ -n "$rss_base" ] || rss_base=$(($(rss "${swpid[1]}") + $(rss "${swpid[2]}")))
+		rss_last=$(($(rss "${swpid[1]}") + $(rss "${swpid[2]}")))
+	fi
 done
+# Memory of the switches that lived throughout: at most 25 % + 8 MiB over
+# the first minute's (allocator noise, not a leak per job).
+if [ -n "$rss_base" ] && [ "$rss_last" -gt $((rss_base + rss_base / 4 + 8192)) ]; then
+	fail "switch memory grew from $rss_base to $rss_last KiB"
+fi
 sw_fds1=$(($(fds "${swpid[0]}") + $(fds "${swpid[1]}") + $(fds "${swpid[2]}")))
 [ "$sw_fds1" -le "$sw_fds0" ] || fail "switch descriptors grew from $sw_fds0 to $sw_fds1"
 echo "chaos: PASS: $round rounds, $ncases collectives checked, $nfailed failed attempts recovered ($nrecover recoveries at node 0), switch descriptors $sw_fds0 -> $sw_fds1"

@@ -124,8 +124,8 @@ bool valid(int op, int dtype)
 // the seed; mostly small, sometimes a few hundred blocks.
 std::vector<Case> make_cases(const Opts &o, uint32_t K)
 {
-	static const int colls[] = {IBV_COLL_WR_ALLREDUCE, IBV_COLL_WR_REDUCE,
-				    IBV_COLL_WR_BCAST,	   IBV_COLL_WR_ALLGATHER,
+	static const int colls[] = {IBV_COLL_WR_ALLREDUCE,	IBV_COLL_WR_REDUCE,
+				    IBV_COLL_WR_BCAST,		IBV_COLL_WR_ALLGATHER,
 				    IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_WR_BARRIER};
 	std::mt19937_64 g(o.seed);
 	std::vector<Case> v;
@@ -315,15 +315,14 @@ enum Outcome : int32_t { kOk = 0, kFailed = 1, kDeviceLost = 2 };
 int main(int argc, char **argv)
 {
 	Opts o;
-	static const option lo[] = {
-		{"boot", 1, nullptr, 'b'},	  {"node", 1, nullptr, 'i'},
-		{"nodes", 1, nullptr, 'n'},	  {"seed", 1, nullptr, 'S'},
-		{"dev", 1, nullptr, 'd'},	  {"timeout-ms", 1, nullptr, 't'},
-		{"topology", 1, nullptr, 'T'},	  {"leaves", 1, nullptr, 'L'},
-		{"spines", 1, nullptr, 'P'},	  {"member-leaf", 1, nullptr, 'M'},
-		{"cases", 1, nullptr, 'c'},	  {"pause-ms", 1, nullptr, 'Z'},
-		{"jid", 1, nullptr, 'J'},	  {"attempts", 1, nullptr, 'a'},
-		{nullptr, 0, nullptr, 0}};
+	static const option lo[] = {{"boot", 1, nullptr, 'b'},	   {"node", 1, nullptr, 'i'},
+				    {"nodes", 1, nullptr, 'n'},	   {"seed", 1, nullptr, 'S'},
+				    {"dev", 1, nullptr, 'd'},	   {"timeout-ms", 1, nullptr, 't'},
+				    {"topology", 1, nullptr, 'T'}, {"leaves", 1, nullptr, 'L'},
+				    {"spines", 1, nullptr, 'P'},   {"member-leaf", 1, nullptr, 'M'},
+				    {"cases", 1, nullptr, 'c'},	   {"pause-ms", 1, nullptr, 'Z'},
+				    {"jid", 1, nullptr, 'J'},	   {"attempts", 1, nullptr, 'a'},
+				    {nullptr, 0, nullptr, 0}};
 	for (int c; (c = getopt_long(argc, argv, "", lo, nullptr)) != -1;) {
 		switch (c) {
 		case 'b': o.boot = optarg; break;
@@ -347,8 +346,9 @@ int main(int argc, char **argv)
 		}
 	}
 	if (o.boot.empty() || o.nodes < 2 || o.node < 0 || o.node >= o.nodes || o.cases < 1) {
-		fprintf(stderr, "usage: chaos_node --boot ADDR --node I --nodes N [--seed S] "
-				"[--topology T --leaves IP:PORT,... --spines ... --member-leaf ...]\n");
+		fprintf(stderr,
+			"usage: chaos_node --boot ADDR --node I --nodes N [--seed S] "
+			"[--topology T --leaves IP:PORT,... --spines ... --member-leaf ...]\n");
 		return 2;
 	}
 
@@ -450,27 +450,35 @@ int main(int argc, char **argv)
 				if (wc.status != IBV_WC_SUCCESS)
 					// A collective alone on its QP is flushed only by
 					// a device that died: then the event follows.
-					outcome = device_fatal(m.ctx, wc.status == IBV_WC_WR_FLUSH_ERR
-									      ? 2000
-									      : 0)
+					outcome = device_fatal(m.ctx,
+							       wc.status == IBV_WC_WR_FLUSH_ERR
+								       ? 2000
+								       : 0)
 							  ? kDeviceLost
 							  : kFailed;
 			}
 			const double took = ms();
 			const bool sw = outcome == kOk && (wc.wc_flags & IBV_COLL_WC_SWITCH);
-			printf("node %d case %zu attempt %d: %s%s in %.0f ms\n", o.node, ci, attempt,
-			       outcome == kOk ? "ok" : what,
+			// The wall clock's milliseconds, for chaos.sh to set beside
+			// the fault's.
+			const long long wall =
+				std::chrono::duration_cast<std::chrono::milliseconds>(
+					std::chrono::system_clock::now().time_since_epoch())
+					.count();
+			printf("node %d case %zu attempt %d: %s%s in %.0f ms, done at %lld\n",
+			       o.node, ci, attempt, outcome == kOk ? "ok" : what,
 			       outcome != kOk ? ""
 			       : sw	      ? " via switch"
 					      : " via ring",
-			       took);
+			       took, wall);
 			if (outcome == kOk) {
 				via_switch += sw;
 				worst_ok_ms = std::max(worst_ok_ms, took);
 				s.tree = sw;
 				std::vector<uint8_t> want = expected_output(s, o.seed + ci, me,
 									    kInputNormal);
-				int64_t at = want.empty() ? -1 : first_mismatch(s, dst, want.data(), de);
+				int64_t at = want.empty() ? -1
+							  : first_mismatch(s, dst, want.data(), de);
 				if (last && o.topology != IBV_COLL_TOPO_RING && !sw) {
 					fprintf(stderr,
 						"chaos_node %d: the job given again ran on the ring, "
@@ -482,8 +490,8 @@ int main(int argc, char **argv)
 					fprintf(stderr,
 						"chaos_node %d case %zu (coll %#x op %d dtype %d count "
 						"%lu root %u): element %ld WRONG\n",
-						o.node, ci, s.coll, s.op, s.dtype, (unsigned long)s.count,
-						s.root, (long)at);
+						o.node, ci, s.coll, s.op, s.dtype,
+						(unsigned long)s.count, s.root, (long)at);
 					wrong++;
 				}
 			} else {
@@ -500,7 +508,8 @@ int main(int argc, char **argv)
 			fflush(stdout);
 			// Agree: every member's outcome.
 			std::vector<int32_t> all(size_t(o.nodes));
-			if (int err = ibvc_boot_allgather(boot, &outcome, sizeof(outcome), all.data()))
+			if (int err = ibvc_boot_allgather(boot, &outcome, sizeof(outcome),
+							  all.data()))
 				die(o, "agree", err);
 			int32_t worst = kOk;
 			for (int32_t x : all)
@@ -513,7 +522,8 @@ int main(int argc, char **argv)
 				break;
 			}
 			if (attempt >= o.attempts) {
-				fprintf(stderr, "chaos_node %d case %zu: still failing after %d attempts\n",
+				fprintf(stderr,
+					"chaos_node %d case %zu: still failing after %d attempts\n",
 					o.node, ci, attempt);
 				return 1;
 			}
@@ -538,11 +548,11 @@ int main(int argc, char **argv)
 	printf("node %d: %zu cases, %d wrong, %d failed attempts (slowest failure %.0f ms, "
 	       "success %.0f ms), %d recoveries, %d device reopens, %d via switch; descriptors %d -> %d, rss %ld -> %ld "
 	       "KiB\n",
-	       o.node, cases.size(), wrong, failed, worst_fail_ms, worst_ok_ms, recoveries, reopens, via_switch,
-	       fd0, fd1, rss0, rss1);
+	       o.node, cases.size(), wrong, failed, worst_fail_ms, worst_ok_ms, recoveries, reopens,
+	       via_switch, fd0, fd1, rss0, rss1);
 	if (fd0 >= 0 && fd1 != fd0) {
-		fprintf(stderr, "chaos_node %d: descriptors %d -> %d across the faults\n", o.node, fd0,
-			fd1);
+		fprintf(stderr, "chaos_node %d: descriptors %d -> %d across the faults\n", o.node,
+			fd0, fd1);
 		wrong++;
 	}
 	ibvc_boot_barrier(boot);
