@@ -90,6 +90,11 @@ struct JobSpec {
 	// (the ring's window is these units' bytes).
 	uint32_t seg_units = 256;
 	std::vector<uint32_t> nodes; // the hosts it runs on (empty: all)
+	// Through switches: blocks a host keeps in flight (0: as the grant
+	// allows), and windows that slide on node 0's end-to-end ACK instead
+	// of on the result (ibv_coll_switch_attr's window, IBV_COLL_SWITCH_E2E_ACK).
+	uint32_t window = 0;
+	bool e2e_ack = false;
 };
 
 // One size of one job: the mean of its timed iterations.

@@ -148,7 +148,7 @@ JobSpec parse_job(const json &o, const std::string &at)
 {
 	only(o, at,
 	     {"name", "topology", "ranks_per_node", "collective", "type", "op", "sizes", "iters",
-	      "warmup", "start_us", "nodes", "seg_units"});
+	      "warmup", "start_us", "nodes", "seg_units", "window", "e2e_ack"});
 	JobSpec j;
 	j.name = str(o, "name", at, "");
 	const std::string topo = str(o, "topology", at, "switch");
@@ -183,6 +183,8 @@ JobSpec parse_job(const json &o, const std::string &at)
 	j.iters = num<uint32_t>(o, "iters", at, 1, 1, 1000000);
 	j.warmup = num<uint32_t>(o, "warmup", at, 0, 0, 1000000);
 	j.seg_units = num<uint32_t>(o, "seg_units", at, 256, 2, 1u << 16);
+	j.window = num<uint32_t>(o, "window", at, 0, 0, 1u << 16);
+	j.e2e_ack = boolean(o, "e2e_ack", at, false);
 	j.start_ns = uint64_t(num<double>(o, "start_us", at, 0, 0, 1e9) * 1000);
 	if (!o.contains("sizes"))
 		bad(at + "sizes", "missing");

@@ -314,6 +314,8 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 		rank += js.ranks_per_node;
 		cfg.members.push_back(m);
 	}
+	cfg.sw.window = js.window;
+	cfg.sw.e2e_ack = js.e2e_ack;
 	if (cfg.topology != emu::Topology::ring && !switch_config(f, j->hosts, at, cfg, err))
 		return false;
 	// The device's own check of the job's shape, with its reason (the

@@ -94,6 +94,46 @@ TEST(Sim, StarRingAndSwitchNearTheBound)
 	EXPECT_GT(g.busbw / g.bound, 0.9);
 }
 
+// A job's switch window and end-to-end ACK (the claim 001 experiment,
+// bench/claims/001-result-ack.sh): 8 hosts, 100 us links (a round trip
+// host - switch - host of two, 200 us), a window of 16 blocks: with the
+// result as the ACK each round trip moves 16 blocks, so 1,024 blocks take
+// about 64 round trips (12.8 ms); sliding on node 0's ACK, which comes
+// another round trip later, twice that; and node 0's ACKs ride its link
+// (wire/S above the result's 1.03).
+TEST(Sim, SwitchWindowAndEndToEndAck)
+{
+	FabricSpec f = star(8, 100000000000ull, 100000);
+	f.host.queue_bytes = 16 << 20;
+	JobSpec rack = job(SimTopology::sw, {4 << 20});
+	rack.window = 16;
+	rack.iters = 1;
+	JobSpec e2e = rack;
+	e2e.e2e_ack = true;
+	e2e.start_ns = 200000000;
+	const SimReport r = run(f, {rack, e2e}, 1);
+	expect_right(r);
+	const SizeResult &a = r.jobs.at(0).sizes.at(0), &b = r.jobs.at(1).sizes.at(0);
+	EXPECT_NEAR(double(a.time_ns), 64 * 200e3, 64 * 200e3 * 0.1);
+	EXPECT_NEAR(double(b.time_ns), 2 * double(a.time_ns), 0.2 * double(a.time_ns));
+	EXPECT_NEAR(a.wire_s, 1.03, 0.01);
+	EXPECT_GT(b.wire_s, 1.1);
+	FabricSpec pf;
+	std::vector<JobSpec> jobs;
+	uint64_t seed;
+	std::string err;
+	ASSERT_TRUE(parse_description(
+		R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4], "window": 8, "e2e_ack": true}]})",
+		&pf, &jobs, &seed, &err))
+		<< err;
+	EXPECT_EQ(jobs.at(0).window, 8u);
+	EXPECT_TRUE(jobs.at(0).e2e_ack);
+	EXPECT_FALSE(parse_description(
+		R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4], "e2e_ack": 1}]})", &pf, &jobs,
+		&seed, &err));
+	EXPECT_NE(err.find("jobs[0].e2e_ack"), std::string::npos) << err;
+}
+
 // Every packet a host or the switch sends lost at 5 %, several ranks per
 // host, int32 max: both strategies recover and stay right.
 TEST(Sim, LossyStarCompletesRight)

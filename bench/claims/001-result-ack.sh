@@ -1,0 +1,77 @@
+#!/bin/bash
+# Claim 001 - the result is the acknowledgement.  A node's window of blocks
+# in flight through the switch slides when the block's result comes back
+# (ours), or only on node 0's end-to-end ACK after the result
+# (IBV_COLL_SWITCH_E2E_ACK).  For each one-way link delay and window W,
+# ibv_coll_sim runs one allreduce through one switch (after one untimed,
+# which configures the switch): time, busbw against its bound, wire/S.
+# Prints, and
+# writes to docs/claims/ (OUT_DIR), 001-result-ack.csv, .md and .png.
+#
+#   bench/claims/001-result-ack.sh [-n HOSTS] [-s SIZE] [-r RATE]
+#       -n  hosts on one switch (8), -s  bytes a rank (16M), -r  link rate
+#       (100gbit); delays 1, 10, 100, 1000 us a link (a round trip host -
+#       switch - host crosses two), W = 1 ... 2048 blocks of 4 KiB.  Deterministic (seed 1).
+set -euo pipefail
+n=8 size=16M rate=100gbit
+while getopts "n:s:r:h" o; do
+	case $o in
+	n) n=$OPTARG ;;
+	s) size=$OPTARG ;;
+	r) rate=$OPTARG ;;
+	h) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) exit 2 ;;
+	esac
+done
+. "$(dirname "$0")/claims-common.sh"
+claims_init 001-result-ack
+csv=$out/001-result-ack.csv
+echo "ack,delay_us,window,time_us,busbw_bound,wire_s" >"$csv"
+for ack in result e2e; do
+	e2e=false
+	[ $ack = e2e ] && e2e=true
+	for d in 1 10 100 1000; do
+		for w in 1 2 4 8 16 32 64 128 256 512 1024 2048; do
+			cat >"$tmp/d.json" <<EOF
+{"seed": 1,
+ "fabric": {"nodes": $n, "link": {"rate": "$rate", "delay_us": $d, "queue": "64M"},
+            "switch_units": 65536, "nic_units": 8192},
+ "jobs": [{"name": "j", "topology": "switch", "sizes": ["$size"], "iters": 1, "warmup": 1,
+           "window": $w, "e2e_ack": $e2e, "seg_units": 4096}]}
+EOF
+			read -r t bb ws _ < <(sim_row "$tmp/d.json")
+			echo "$ack,$d,$w,$t,$bb,$ws" >>"$csv"
+		done
+	done
+done
+md_table "$csv" >"$out/001-result-ack.md"
+{
+	echo
+	echo "Smallest window reaching 95 % of the bound (busbw/bound >= 0.95):"
+	echo
+	echo "| ack | delay (us) | window |"
+	echo "| --- | --- | --- |"
+	for ack in result e2e; do
+		for d in 1 10 100 1000; do
+			awk -F, -v a=$ack -v d=$d '$1 == a && $2 == d { if ($5 >= 0.95 && !w) w = $3; if ($5 > b) b = $5 }
+				END { print "| " a " | " d " | " (w ? w : "not reached (best " b ")") " |" }' "$csv"
+		done
+	done
+} >>"$out/001-result-ack.md"
+cat "$out/001-result-ack.md"
+if command -v gnuplot >/dev/null; then
+	gnuplot <<EOF
+set terminal pngcairo size 900,560 noenhanced
+set output "$out/001-result-ack.png"
+set datafile separator ","
+set logscale x 2
+set xlabel "window (blocks of 4 KiB in flight per host)"
+set ylabel "busbw / bound"
+set yrange [0:1.05]
+set key left top
+set title "Claim 001: result as ACK (solid) vs end-to-end ACK (dashed), $n hosts, $rate, $size a rank"
+plot for [d in "1 10 100 1000"] "$csv" using (strcol(1) eq "result" && strcol(2) eq d ? \$3 : 1/0):5 with linespoints lw 2 title "result, ".d." us", \
+     for [d in "1 10 100 1000"] "$csv" using (strcol(1) eq "e2e" && strcol(2) eq d ? \$3 : 1/0):5 with linespoints dt 2 title "e2e, ".d." us"
+EOF
+	echo "plot: $out/001-result-ack.png"
+fi

@@ -1,0 +1,50 @@
+# claims-common - what the claim scripts (bench/claims/*.sh) share; source
+# it, do not run it.
+#
+#   claims_init NAME      sets $sim (ibv_coll_sim of BUILD_DIR, default
+#                         build), $out (OUT_DIR, default docs/claims, made)
+#                         and $tmp (removed at exit); installs gnuplot
+#                         (gnuplot-nox) when it is missing and this is root
+#   sim_row DESC.json     runs the simulator; prints "time_us busbw_bound
+#                         wire_s units" of the description's one job and
+#                         one size (units: the most Seg units of switch 0
+#                         that held blocks at once, 0 without a switch);
+#                         exits 1 on a wrong or failed result
+#   md_table CSV          the CSV as a Markdown table
+
+claims_init() {
+	claim=$1
+	here=$(cd "$(dirname "$0")" && pwd)
+	root=$(cd "$here/../.." && pwd)
+	sim=${BUILD_DIR:-$root/build}/emulator/ibv_coll_sim
+	out=${OUT_DIR:-$root/docs/claims}
+	[ -x "$sim" ] || { echo "$claim: $sim: not built (cmake --build build --target ibv_coll_sim)" >&2; exit 2; }
+	mkdir -p "$out"
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	if ! command -v gnuplot >/dev/null; then
+		if [ "$(id -u)" -eq 0 ]; then
+			apt-get install -y -q gnuplot-nox >/dev/null 2>&1 ||
+				{ apt-get update -q >/dev/null 2>&1 && apt-get install -y -q gnuplot-nox >/dev/null; } ||
+				echo "$claim: no gnuplot: tables only" >&2
+		else
+			echo "$claim: no gnuplot (apt-get install gnuplot-nox): tables only" >&2
+		fi
+	fi
+}
+
+sim_row() {
+	local o
+	o=$("$sim" "$1") || { echo "$claim: the simulation of $1 failed:" >&2; echo "$o" >&2; exit 1; }
+	echo "$o" | awk '
+		/^ +[0-9]+ +[0-9]+ / { t = $3; bb = $6; w = $7; if ($8 != 0 || $9 != 0) bad = 1 }
+		/^# switch 0: at most/ { u = $6 }
+		END { if (bad || t == "") exit 1; printf "%s %s %s %d\n", t, bb, w, u }' ||
+		{ echo "$claim: wrong or failed result in $1:" >&2; echo "$o" >&2; exit 1; }
+}
+
+md_table() {
+	awk -F, 'NR == 1 { h = "|"; s = "|"; for (i = 1; i <= NF; i++) { h = h " " $i " |"; s = s " --- |" }
+		print h; print s; next }
+		{ r = "|"; for (i = 1; i <= NF; i++) r = r " " $i " |"; print r }' "$1"
+}
