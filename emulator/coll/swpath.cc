@@ -108,7 +108,9 @@ uint64_t SwitchPath::keep_due(const CollJob &job) const
 		return 0;
 	uint64_t due = job.sw.keep_ns ? job.sw.cfg_sent + job.sw.keep_ns : 0;
 	const Message *m = job.active.get();
-	if (m && m->sw.on && !m->sw.waiting) {
+	// (An inline job's DATA carries its task: a new switch learns it
+	// from them.)
+	if (m && m->sw.on && !m->sw.waiting && !job.cfg.sw.inline_task) {
 		constexpr uint64_t kStallNs = 100 * util::kNsPerMs,
 				   kStallMaxNs = 800 * util::kNsPerMs;
 		const uint64_t p = m->last_progress, sent = job.sw.cfg_sent;

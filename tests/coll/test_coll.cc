@@ -546,14 +546,22 @@ TEST(CollSwitchFailure, RestartedSwitchLearnsTheJobWithinTheTimeout)
 		  "",
 		  {""}};
 	r.restart_sw_ms = 1000;
-	std::string logs, stats;
-	std::vector<int> st = launch(r, &logs, &stats);
-	for (int i = 0; i < 4; i++)
-		EXPECT_EQ(st[size_t(i)], 0) << "node " << i;
-	// The new switch (the old one, killed, printed nothing) served them.
-	EXPECT_GT(total_counter(stats, "delivered"), 0u);
-	if (HasFailure())
-		std::cout << logs;
+	// Configured, and inline (the task in every DATA: the new switch
+	// learns the job from those).
+	for (bool inl : {false, true}) {
+		SCOPED_TRACE(inl ? "inline" : "configured");
+		NodeSet ri = r;
+		if (inl)
+			ri.args.push_back("--inline");
+		std::string logs, stats;
+		std::vector<int> st = launch(ri, &logs, &stats);
+		for (int i = 0; i < 4; i++)
+			EXPECT_EQ(st[size_t(i)], 0) << "node " << i;
+		// The new switch (the old one, killed, printed nothing) served them.
+		EXPECT_GT(total_counter(stats, "delivered"), 0u);
+		if (HasFailure())
+			std::cout << logs;
+	}
 }
 
 TEST(CollSwitchFailure, MemberLaterThanTheTimeoutFailsTheFirstCollectiveInBound)
