@@ -611,10 +611,11 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 	if (job.cfg.sw.e2e_ack && job.cfg.node == 0)
 		for (uint16_t n = 1; n < job.cfg.nodes(); n++)
 			send_ack(job, m.mid, sid, n, false);
+	const Holding held = p.holding(now);
 	if (const PendingSet::Entry *e = m.o_pending.find(sid))
-		spurious(job, *e, p.holding(now), now);
+		spurious(job, *e, held, now);
 	find_gaps(job, m, sid, now);
-	release_block(job, m, sid, now, p.holding(now));
+	release_block(job, m, sid, now, held);
 	pump(qp, job, now);
 }
 
