@@ -47,6 +47,11 @@ static MPI_Datatype mpi_type(int t)
 	case PD_UINT64: return MPI_UINT64_T;
 	case PD_FLOAT: return MPI_FLOAT;
 	case PD_DOUBLE: return MPI_DOUBLE;
+	case PD_FLOAT_INT: return MPI_FLOAT_INT;
+	case PD_DOUBLE_INT: return MPI_DOUBLE_INT;
+	case PD_LONG_INT: return MPI_LONG_INT;
+	case PD_2INT: return MPI_2INT;
+	case PD_SHORT_INT: return MPI_SHORT_INT;
 	default: return MPI_DATATYPE_NULL; /* half, bfloat16: not in MPI */
 	}
 }
@@ -64,6 +69,8 @@ static MPI_Op mpi_op(int op)
 	case PD_LAND: return MPI_LAND;
 	case PD_LOR: return MPI_LOR;
 	case PD_LXOR: return MPI_LXOR;
+	case PD_MAXLOC: return MPI_MAXLOC;
+	case PD_MINLOC: return MPI_MINLOC;
 	default: return MPI_OP_NULL; /* avg */
 	}
 }
@@ -104,7 +111,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		}
 	}
 	if (mpi_type(o->type) == MPI_DATATYPE_NULL || mpi_op(o->op) == MPI_OP_NULL ||
-	    (pd_types[o->type].is_float && o->op >= PD_BAND)) {
+	    (pd_types[o->type].is_float && o->op >= PD_BAND && o->op <= PD_LXOR) ||
+	    (o->op == PD_MAXLOC || o->op == PD_MINLOC) != pd_is_pair(o->type)) {
 		if (rank == 0)
 			fprintf(stderr, "mpi_allreduce_perf: MPI has no %s %s\n",
 				pd_types[o->type].name, pd_op_names[o->op]);

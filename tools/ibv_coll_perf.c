@@ -41,12 +41,18 @@ _Static_assert((int)PD_SUM == (int)IBV_COLL_OP_SUM && (int)PD_AVG == (int)IBV_CO
 		       (int)PD_BXOR == (int)IBV_COLL_OP_BXOR,
 	       "perf_data operations follow enum ibv_coll_op up to bxor");
 
+_Static_assert((int)PD_FLOAT_INT == (int)IBV_COLL_DTYPE_FLOAT32_INT32 &&
+		       (int)PD_SHORT_INT == (int)IBV_COLL_DTYPE_INT16_INT32,
+	       "perf_data's pairs follow enum ibv_coll_dtype");
+
 /* The library's op for a perf_data one: the same value up to bxor; the
- * logical ops come after MAXLOC and MINLOC there (value-index pairs, which
- * perf_data does not generate). */
+ * logical ops come after MAXLOC and MINLOC there, which perf_data lists
+ * last. */
 static enum ibv_coll_op coll_op(int op)
 {
 	switch (op) {
+	case PD_MAXLOC: return IBV_COLL_OP_MAXLOC;
+	case PD_MINLOC: return IBV_COLL_OP_MINLOC;
 	case PD_LAND: return IBV_COLL_OP_LAND;
 	case PD_LOR: return IBV_COLL_OP_LOR;
 	case PD_LXOR: return IBV_COLL_OP_LXOR;
@@ -212,7 +218,7 @@ static uint64_t check(struct perf *p, size_t count, int inplace, uint64_t *oob)
 	if (ci->op == IBV_COLL_WR_BARRIER)
 		return 0;
 	for (size_t e = 0; e < dn; e++) {
-		struct pd_val common = {0, 0};
+		struct pd_val common = {0, 0, 0};
 		if (ci->op == IBV_COLL_WR_ALLREDUCE || ci->op == IBV_COLL_WR_REDUCE)
 			common = pd_expect(t, op, K, e);
 		else if (ci->op == IBV_COLL_WR_BCAST)

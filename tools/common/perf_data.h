@@ -68,6 +68,13 @@ enum pd_type {
 	PD_BF16,
 	PD_FLOAT,
 	PD_DOUBLE,
+	/* value-index pairs, as MPI_FLOAT_INT ... MPI_SHORT_INT lay them out:
+	 * the value, then a 32-bit index (for MAXLOC and MINLOC) */
+	PD_FLOAT_INT,
+	PD_DOUBLE_INT,
+	PD_LONG_INT,
+	PD_2INT,
+	PD_SHORT_INT,
 	PD_NTYPES
 };
 
@@ -84,6 +91,8 @@ enum pd_op {
 	PD_LAND,
 	PD_LOR,
 	PD_LXOR,
+	PD_MAXLOC, /* value-index pairs only: the largest value, and its index */
+	PD_MINLOC, /* ties: the lower index, as MPI defines */
 	PD_NOPS
 };
 
@@ -92,26 +101,39 @@ struct pd_type_info {
 	const char *alias; /* another name accepted */
 	unsigned size;
 	unsigned is_float, is_signed;
-	int64_t exact; /* floats: integers up to this are exact */
+	int64_t exact;	  /* floats: integers up to this are exact */
+	int val;	  /* pairs: the value's type; else the type itself */
+	unsigned idx_off; /* pairs: the index's offset in the element */
 };
 
 static const struct pd_type_info pd_types[PD_NTYPES] = {
-	{"int8", "char", 1, 0, 1, 0},
-	{"int16", "short", 2, 0, 1, 0},
-	{"int32", "int", 4, 0, 1, 0},
-	{"int64", "long", 8, 0, 1, 0},
-	{"uint8", "uchar", 1, 0, 0, 0},
-	{"uint16", "ushort", 2, 0, 0, 0},
-	{"uint32", "uint", 4, 0, 0, 0},
-	{"uint64", "ulong", 8, 0, 0, 0},
-	{"half", "float16", 2, 1, 1, 2048},
-	{"bfloat16", "bf16", 2, 1, 1, 256},
-	{"float", "float32", 4, 1, 1, 1L << 24},
-	{"double", "float64", 8, 1, 1, 1LL << 53},
+	{"int8", "char", 1, 0, 1, 0, PD_INT8, 0},
+	{"int16", "short", 2, 0, 1, 0, PD_INT16, 0},
+	{"int32", "int", 4, 0, 1, 0, PD_INT32, 0},
+	{"int64", "long", 8, 0, 1, 0, PD_INT64, 0},
+	{"uint8", "uchar", 1, 0, 0, 0, PD_UINT8, 0},
+	{"uint16", "ushort", 2, 0, 0, 0, PD_UINT16, 0},
+	{"uint32", "uint", 4, 0, 0, 0, PD_UINT32, 0},
+	{"uint64", "ulong", 8, 0, 0, 0, PD_UINT64, 0},
+	{"half", "float16", 2, 1, 1, 2048, PD_HALF, 0},
+	{"bfloat16", "bf16", 2, 1, 1, 256, PD_BF16, 0},
+	{"float", "float32", 4, 1, 1, 1L << 24, PD_FLOAT, 0},
+	{"double", "float64", 8, 1, 1, 1LL << 53, PD_DOUBLE, 0},
+	{"float_int", "float32_int32", 8, 1, 1, 1L << 24, PD_FLOAT, 4},
+	{"double_int", "float64_int32", 16, 1, 1, 1LL << 53, PD_DOUBLE, 8},
+	{"long_int", "int64_int32", 16, 0, 1, 0, PD_INT64, 8},
+	{"2int", "int32_int32", 8, 0, 1, 0, PD_INT32, 4},
+	{"short_int", "int16_int32", 8, 0, 1, 0, PD_INT16, 4},
 };
 
-static const char *const pd_op_names[PD_NOPS] = {"sum", "prod", "min",	"max", "avg", "band",
-						 "bor", "bxor", "land", "lor", "lxor"};
+static inline int pd_is_pair(int t)
+{
+	return t >= PD_FLOAT_INT;
+}
+
+static const char *const pd_op_names[PD_NOPS] = {"sum",	 "prod",   "min",   "max",  "avg",
+						 "band", "bor",	   "bxor",  "land", "lor",
+						 "lxor", "maxloc", "minloc"};
 
 static inline int pd_type_by_name(const char *s)
 {
@@ -130,10 +152,12 @@ static inline int pd_op_by_name(const char *s)
 }
 
 /* One element's value: integers in i (sign-extended or zero-extended to 64
- * bits as the type says), floating-point values in f. */
+ * bits as the type says), floating-point values in f; a pair's index in
+ * idx. */
 struct pd_val {
 	uint64_t i;
 	double f;
+	int64_t idx;
 };
 
 static inline uint64_t pd_mix(uint64_t g, uint64_t i)
@@ -172,6 +196,13 @@ static inline struct pd_val pd_input(int t, int op, uint32_t K, uint64_t g, uint
 {
 	uint64_t h = pd_mix(g, i);
 	int64_t v;
+	if (pd_is_pair(t)) {
+		/* Values from -3 to 3, so that ranks tie often; the index is
+		 * the rank, as MPI programs pass it. */
+		v = (int64_t)(h % 7) - 3;
+		struct pd_val out = {pd_wrap(pd_types[t].val, (uint64_t)v), (double)v, (int64_t)g};
+		return out;
+	}
 	switch (op) {
 	case PD_PROD: v = g == i % K ? 2 : h % 5 == 0 ? -1 : 1; break;
 	case PD_BAND: /* each rank clears one bit, or two */
@@ -194,7 +225,7 @@ static inline struct pd_val pd_input(int t, int op, uint32_t K, uint64_t g, uint
 		v = (int64_t)(h % (uint64_t)(2 * r + 1)) - r;
 	}
 	}
-	struct pd_val out = {pd_wrap(t, (uint64_t)v), (double)v};
+	struct pd_val out = {pd_wrap(t, (uint64_t)v), (double)v, 0};
 	return out;
 }
 
@@ -211,12 +242,22 @@ static inline int pd_less(int t, struct pd_val a, struct pd_val b)
 /* The reduction over all K ranks of element i. */
 static inline struct pd_val pd_expect(int t, int op, uint32_t K, uint64_t i)
 {
+	if (op == PD_MAXLOC || op == PD_MINLOC) { /* ranks in order: a tie keeps the first */
+		int vt = pd_types[t].val;
+		struct pd_val acc = pd_input(t, op, K, 0, i);
+		for (uint32_t q = 1; q < K; q++) {
+			struct pd_val x = pd_input(t, op, K, q, i);
+			if (op == PD_MAXLOC ? pd_less(vt, acc, x) : pd_less(vt, x, acc))
+				acc = x;
+		}
+		return acc;
+	}
 	if (op >= PD_LAND) { /* 1 or 0, from each value's truth */
 		uint32_t n = 0;
 		for (uint32_t q = 0; q < K; q++)
 			n += pd_input(t, op, K, q, i).i != 0;
 		int r = op == PD_LAND ? n == K : op == PD_LOR ? n > 0 : (int)(n & 1);
-		struct pd_val b = {(uint64_t)r, (double)r};
+		struct pd_val b = {(uint64_t)r, (double)r, 0};
 		return b;
 	}
 	struct pd_val acc = pd_input(t, op, K, 0, i);
@@ -325,6 +366,13 @@ static inline float pd_bf16_to_float(uint16_t b)
 static inline void pd_store(int t, void *buf, size_t idx, struct pd_val v)
 {
 	char *p = (char *)buf + idx * pd_types[t].size;
+	if (pd_is_pair(t)) { /* the value, the padding zero, the index */
+		int32_t x = (int32_t)v.idx;
+		memset(p, 0, pd_types[t].size);
+		pd_store(pd_types[t].val, p, 0, v);
+		memcpy(p + pd_types[t].idx_off, &x, 4);
+		return;
+	}
 	float f = (float)v.f;
 	uint16_t h;
 	switch (t) {
@@ -357,7 +405,14 @@ static inline void pd_store(int t, void *buf, size_t idx, struct pd_val v)
 static inline struct pd_val pd_load(int t, const void *buf, size_t idx)
 {
 	const char *p = (const char *)buf + idx * pd_types[t].size;
-	struct pd_val v = {0, 0};
+	struct pd_val v = {0, 0, 0};
+	if (pd_is_pair(t)) {
+		int32_t x;
+		v = pd_load(pd_types[t].val, p, 0);
+		memcpy(&x, p + pd_types[t].idx_off, 4);
+		v.idx = x;
+		return v;
+	}
 	uint8_t b1;
 	uint16_t b2;
 	uint32_t b4;
@@ -400,6 +455,10 @@ static inline struct pd_val pd_load(int t, const void *buf, size_t idx)
 /* Does element idx of buf hold exactly v (v rounded to the type)? */
 static inline int pd_matches(int t, const void *buf, size_t idx, struct pd_val v)
 {
+	if (pd_is_pair(t)) /* the value and the index; the padding may be anything */
+		return pd_matches(pd_types[t].val, (const char *)buf + idx * pd_types[t].size, 0,
+				  v) &&
+		       pd_load(t, buf, idx).idx == v.idx;
 	struct pd_val got = pd_load(t, buf, idx);
 	if (!pd_types[t].is_float)
 		return got.i == v.i;

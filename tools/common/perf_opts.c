@@ -287,7 +287,16 @@ static int check_opts(struct perf_opts *o)
 		const char *tty = getenv("IBVC_RUN_STDERR_TTY");
 		o->progress = isatty(2) || (tty && !strcmp(tty, "1"));
 	}
-	if (colls[o->coll].reduces && pd_types[o->type].is_float && o->op >= PD_BAND) {
+	if (colls[o->coll].reduces &&
+	    (o->op == PD_MAXLOC || o->op == PD_MINLOC) != pd_is_pair(o->type)) {
+		fprintf(stderr,
+			PROG ": -o %s with -d %s: maxloc and minloc go with the pairs "
+			     "(float_int, double_int, long_int, 2int, short_int), and only they\n",
+			pd_op_names[o->op], pd_types[o->type].name);
+		return -1;
+	}
+	if (colls[o->coll].reduces && pd_types[o->type].is_float && o->op >= PD_BAND &&
+	    o->op <= PD_LXOR) {
 		fprintf(stderr, PROG ": -o %s needs an integer type, not %s\n", pd_op_names[o->op],
 			pd_types[o->type].name);
 		return -1;
