@@ -54,8 +54,12 @@ struct FabricSpec {
 	bool cc = true;		      // the hosts' congestion control (IBV_COLL_EMU_CC)
 	uint32_t mtu = 4096;	      // the collective QPs' path MTU
 	uint32_t switch_units = 4096; // Seg units of each switch
-	uint32_t nic_units = 2048;    // Seg units of each host's NIC, shared by its jobs
-	uint32_t timeout_ms = 0;      // collective timeout (0: the device default)
+	// How the jobs on a switch share its pool (ibv_coll_switchd --policy:
+	// 0 spatial, 1 exclusive, 2 tdm), and spatial's shares (0: as asked).
+	uint8_t switch_policy = 0;
+	uint32_t switch_shares = 0;
+	uint32_t nic_units = 2048; // Seg units of each host's NIC, shared by its jobs
+	uint32_t timeout_ms = 0;   // collective timeout (0: the device default)
 	// The least retransmission timeout and tail-loss probe time of the
 	// collective engine (IBV_COLL_EMU_COLL_RTO_US, _PROBE_US; rto 0 and
 	// probe -1: the device defaults, made for real hosts' scheduling).

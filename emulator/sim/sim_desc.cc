@@ -223,10 +223,13 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		if (!d.contains("fabric"))
 			bad("fabric", "missing");
 		const json &fo = d["fabric"];
-		only(fo, "fabric.",
-		     {"nodes", "shape", "nodes_per_leaf", "link", "uplink", "loss", "jitter_us",
-		      "port_delay_us", "port_jitter_us", "cc", "mtu", "switch_units", "nic_units",
-		      "timeout_ms", "rto_us", "probe_us", "stalls", "trace_us"});
+		only(fo, "fabric.", {"nodes",	   "shape",	    "nodes_per_leaf",
+				     "link",	   "uplink",	    "loss",
+				     "jitter_us",  "port_delay_us", "port_jitter_us",
+				     "cc",	   "mtu",	    "switch_units",
+				     "nic_units",  "switch_policy", "switch_shares",
+				     "timeout_ms", "rto_us",	    "probe_us",
+				     "stalls",	   "trace_us"});
 		FabricSpec fs;
 		if (!fo.contains("nodes"))
 			bad("fabric.nodes", "missing");
@@ -256,6 +259,16 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		fs.mtu = num<uint32_t>(fo, "mtu", "fabric.", 4096, 256, 4096);
 		fs.switch_units = num<uint32_t>(fo, "switch_units", "fabric.", 4096, 1, 1u << 20);
 		fs.nic_units = num<uint32_t>(fo, "nic_units", "fabric.", 2048, 64, 1u << 16);
+		const std::string pol = str(fo, "switch_policy", "fabric.", "spatial");
+		if (pol == "spatial")
+			fs.switch_policy = 0;
+		else if (pol == "exclusive")
+			fs.switch_policy = 1;
+		else if (pol == "tdm")
+			fs.switch_policy = 2;
+		else
+			bad("fabric.switch_policy", "\"" + pol + "\": spatial, exclusive or tdm");
+		fs.switch_shares = num<uint32_t>(fo, "switch_shares", "fabric.", 0, 0, 1u << 16);
 		fs.timeout_ms = num<uint32_t>(fo, "timeout_ms", "fabric.", 0, 0, 3600000);
 		fs.rto_us = num<uint32_t>(fo, "rto_us", "fabric.", 0, 0, 10000000);
 		fs.trace_ns = uint64_t(num<double>(fo, "trace_us", "fabric.", 0, 0, 1e9) * 1000);

@@ -152,6 +152,29 @@ TEST(Sim, LossyStarCompletesRight)
 
 // Two leaves under a spine: the job aggregates through both levels; a job
 // under one leaf stays there; a ring job crosses the spine.
+// The switch's sharing policy (claim 003, bench/claims/003-time-division.sh):
+// with "exclusive" the first AUTO job holds the pool and goes through the
+// switch (wire/S 1.03), the second is refused and runs the ring (wire/S
+// 2(N-1)/N = 1.5 for 4 hosts, with headers); with "spatial" both go
+// through the switch.
+TEST(Sim, SwitchPolicyDecidesWhoRunsTheRing)
+{
+	for (uint8_t pol : {uint8_t(0), uint8_t(1)}) {
+		SCOPED_TRACE(pol ? "exclusive" : "spatial");
+		FabricSpec f = star(8, 10000000000ull, 1000);
+		f.switch_policy = pol;
+		JobSpec a = job(SimTopology::autosel, {1 << 20});
+		a.nodes = {0, 1, 2, 3};
+		JobSpec b = a;
+		b.nodes = {4, 5, 6, 7};
+		b.start_ns = 10000;
+		const SimReport r = run(f, {a, b}, 1);
+		expect_right(r);
+		EXPECT_NEAR(r.jobs.at(0).sizes.at(0).wire_s, 1.03, 0.02);
+		EXPECT_NEAR(r.jobs.at(1).sizes.at(0).wire_s, pol ? 1.55 : 1.03, 0.05);
+	}
+}
+
 TEST(Sim, TwoLevelTree)
 {
 	FabricSpec f;
@@ -269,6 +292,15 @@ TEST(Sim, BadDescriptionNamesTheField)
 	EXPECT_EQ(f.port_delay_ns, 2000000u);
 	EXPECT_EQ(f.port_jitter_ns, 500000u);
 	EXPECT_FALSE(f.cc);
+	EXPECT_TRUE(parse_description(
+		R"({"fabric": {"nodes": 4, "switch_policy": "tdm", "switch_shares": 3},
+		    "jobs": [{"sizes": [4]}]})",
+		&f, &jobs, &seed, &err))
+		<< err;
+	EXPECT_EQ(f.switch_policy, 2u);
+	EXPECT_EQ(f.switch_shares, 3u);
+	bad(R"({"fabric": {"nodes": 4, "switch_policy": "fifo"}, "jobs": [{"sizes": [4]}]})",
+	    "fabric.switch_policy");
 
 	// What only the fabric can say: hosts it does not have, a size that
 	// is no whole number of elements, more hosts than a switch serves.

@@ -1,0 +1,94 @@
+#!/bin/bash
+# Claim 003 - time division: K jobs share one switch's Seg pool.  spatial
+# gives each job its own range (the pool over K shares); exclusive gives
+# the whole pool to the first job and sends the others to the ring; tdm
+# gives the whole pool to one message at a time, the others running the
+# ring meanwhile.  For each K, pool size and policy, ibv_coll_sim runs K
+# AUTO jobs of 4 hosts each on one switch, arriving at exponential gaps
+# (seeded), each a training-like mix of allreduces (16 MiB and 4 MiB
+# gradient buckets, 256 KiB and 64 KiB small ones, each twice): every
+# job's completion time (the sum of its collectives' times) over that of
+# the same job alone on the whole pool, mean and worst over the jobs.
+# Prints, and writes to docs/claims/ (OUT_DIR), 003-time-division.csv,
+# .md and .png.
+#
+#   bench/claims/003-time-division.sh [-r RATE] [-d DELAY_US] [-g GAP_US]
+#       -r  link rate (100gbit), -d  one-way link delay (10: 64 units of
+#       4 KiB are a host's bandwidth-delay product), -g  mean gap between
+#       arrivals (200); K = 2, 4, 8; pools of 64, 256 and 1024 units.
+#       Deterministic (seed 1).
+set -euo pipefail
+rate=100gbit delay=10 gap=200
+while getopts "r:d:g:h" o; do
+	case $o in
+	r) rate=$OPTARG ;;
+	d) delay=$OPTARG ;;
+	g) gap=$OPTARG ;;
+	h) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) exit 2 ;;
+	esac
+done
+. "$(dirname "$0")/claims-common.sh"
+claims_init 003-time-division
+csv=$out/003-time-division.csv
+sizes='"16M", "4M", "256K", "64K"'
+# jobs K POOL POLICY: the description of K jobs.
+desc() {
+	local k=$1 pool=$2 pol=$3 j h start=0 nodes
+	printf '{"seed": 1, "fabric": {"nodes": %d, "link": {"rate": "%s", "delay_us": %s, "queue": "16M"},\n' \
+		$((4 * k)) "$rate" "$delay"
+	printf ' "switch_units": %d, "switch_policy": "%s", "switch_shares": %d, "nic_units": 4096},\n "jobs": [\n' \
+		"$pool" "$pol" "$k"
+	for ((j = 0; j < k; j++)); do
+		nodes=$((4 * j)),$((4 * j + 1)),$((4 * j + 2)),$((4 * j + 3))
+		printf '  {"name": "j%d", "topology": "auto", "nodes": [%s], "sizes": [%s], "iters": 2,\n' \
+			"$j" "$nodes" "$sizes"
+		printf '   "seg_units": 1024, "start_us": %s}%s\n' "$start" "$([ $j -lt $((k - 1)) ] && echo ,)"
+		start=$(awk -v s="$start" -v g="$gap" -v j="$j" 'BEGIN { srand(7 + j); printf "%.1f", s - g * log(1 - rand()) }')
+	done
+	printf ' ]}\n'
+}
+# jct FILE: each job's completion time in us, one per line.
+jct() {
+	awk '/^# job / { if (n) print t; n++; t = 0 } /^ +[0-9]+ +[0-9]+ / { t += $3 * 2; if ($8 || $9) exit 1 }
+		END { if (n) print t }' "$1"
+}
+# The same job alone, on the whole pool.
+alone() { # POOL
+	desc 1 "$1" spatial | sed 's/"switch_shares": 1/"switch_shares": 0/' >"$tmp/a.json"
+	"$sim" "$tmp/a.json" >"$tmp/a.out" 2>/dev/null || { cat "$tmp/a.out" >&2; exit 1; }
+	jct "$tmp/a.out"
+}
+echo "jobs,pool_units,policy,mean_slowdown,worst_slowdown,jobs_on_the_ring" >"$csv"
+for pool in 64 256 1024; do
+	base=$(alone "$pool")
+	for pol in spatial exclusive tdm; do # (each line's points together for gnuplot)
+		for k in 2 4 8; do
+			desc "$k" "$pool" "$pol" >"$tmp/d.json"
+			"$sim" "$tmp/d.json" >"$tmp/d.out" 2>"$tmp/d.err" ||
+				{ cat "$tmp/d.out" "$tmp/d.err" >&2; echo "003: the simulation failed" >&2; exit 1; }
+			jct "$tmp/d.out" >"$tmp/j" || { cat "$tmp/d.out" >&2; echo "003: a wrong result" >&2; exit 1; }
+			ring=$(grep -c "the switch refused it, using the ring" "$tmp/d.err" || true)
+			awk -v b="$base" -v k="$k" -v p="$pool" -v pol="$pol" -v r="$((ring / 4))" \
+				'{ s += $1 / b; if ($1 / b > w) w = $1 / b; n++ }
+				END { printf "%d,%d,%s,%.2f,%.2f,%d\n", k, p, pol, s / n, w, r }' "$tmp/j" >>"$csv"
+		done
+	done
+done
+md_table "$csv" >"$out/003-time-division.md"
+cat "$out/003-time-division.md"
+if command -v gnuplot >/dev/null; then
+	gnuplot <<EOF
+set terminal pngcairo size 900,560 noenhanced
+set output "$out/003-time-division.png"
+set datafile separator ","
+set logscale x 2
+set xlabel "jobs sharing the switch"
+set ylabel "mean job completion time / alone"
+set key left top
+set title "Claim 003: sharing one switch's pool, $rate, $delay us links (solid 64 units, dashed 1024)"
+plot for [pol in "spatial exclusive tdm"] "$csv" using (strcol(3) eq pol && \$2 == 64 ? \$1 : 1/0):4 with linespoints lw 2 title pol.", 64 units", \
+     for [pol in "spatial exclusive tdm"] "$csv" using (strcol(3) eq pol && \$2 == 1024 ? \$1 : 1/0):4 with linespoints dt 2 title pol.", 1024 units"
+EOF
+	echo "plot: $out/003-time-division.png"
+fi
