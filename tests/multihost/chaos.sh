@@ -17,9 +17,9 @@
 # succeeds when run again after the members agree and recover (the job
 # given again; a device that died opened again); no result is ever wrong;
 # no member hangs; a member's descriptors are the same after its last
-# recovery as before the first fault; a job given again after the round
-# (a new incarnation) runs through its switch again, restarted or not,
-# and in AUTO after a fallback to the ring.  The
+# recovery as before the first fault; a job given again once the fault is
+# over (a new incarnation) runs through its switch again, restarted or
+# not, and in AUTO after a fallback to the ring.  The
 # switches that live through every round must not grow in descriptors.
 #
 #   chaos.sh [-B BUILD] [-n HOSTS] [-t SECONDS] [-S SEED] [-f FAULTS]
@@ -132,7 +132,7 @@ while [ $(($(date +%s) - start)) -lt "$secs" ]; do
 		ip netns exec "$(host_ns $i)" env "${env_extra[@]}" IBV_COLL_EMU_IMPAIR=$imp \
 			IBV_COLL_EMU_COLL_RTO_US=20000 timeout 150 "$node" --boot "$boot" --node $i \
 			--nodes "$hosts" --seed "$rs" --jid "$round" --timeout-ms 3000 --cases 20 \
-			--pause-ms 200 "${targs[@]}" >"$tmp/n$i.log" 2>&1 &
+			--pause-ms 200 --settled "$tmp/settled$round" "${targs[@]}" >"$tmp/n$i.log" 2>&1 &
 		npids+=($!)
 	done
 	# The fault.
@@ -183,6 +183,9 @@ while [ $(($(date +%s) - start)) -lt "$secs" ]; do
 		;;
 	burst) what="host $victim duplicates and reorders 30 % for a while" ;;
 	esac
+	# The fault is over (a burst's window ends within 1.5 s of its start).
+	[ "$fault" = burst ] && sleep 1.5
+	touch "$tmp/settled$round"
 	status=0
 	for ((i = 0; i < hosts; i++)); do
 		wait "${npids[$i]}"

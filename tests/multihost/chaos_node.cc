@@ -45,6 +45,7 @@ namespace {
 
 struct Opts {
 	std::string boot, dev = "crxe_eth0";
+	std::string settled; // the last case waits for this file: the faults are over
 	int node = 0, nodes = 0, topology = 0, timeout_ms = 3000, cases = 12, pause_ms = 100;
 	int attempts = 8;
 	uint32_t jid = 1;
@@ -322,7 +323,7 @@ int main(int argc, char **argv)
 				    {"spines", 1, nullptr, 'P'},   {"member-leaf", 1, nullptr, 'M'},
 				    {"cases", 1, nullptr, 'c'},	   {"pause-ms", 1, nullptr, 'Z'},
 				    {"jid", 1, nullptr, 'J'},	   {"attempts", 1, nullptr, 'a'},
-				    {nullptr, 0, nullptr, 0}};
+				    {"settled", 1, nullptr, 'D'},  {nullptr, 0, nullptr, 0}};
 	for (int c; (c = getopt_long(argc, argv, "", lo, nullptr)) != -1;) {
 		switch (c) {
 		case 'b': o.boot = optarg; break;
@@ -342,6 +343,7 @@ int main(int argc, char **argv)
 		case 'Z': o.pause_ms = atoi(optarg); break;
 		case 'J': o.jid = uint32_t(strtoul(optarg, nullptr, 0)); break;
 		case 'a': o.attempts = atoi(optarg); break;
+		case 'D': o.settled = optarg; break;
 		default: return 2;
 		}
 	}
@@ -357,8 +359,9 @@ int main(int argc, char **argv)
 	spec.leaf_of = o.member_leaf;
 	const uint32_t K = spec.total_ranks(), me = uint32_t(o.node);
 	std::vector<Case> cases = make_cases(o, K);
-	// The last: after the job is given again once more, everywhere, an
-	// allreduce that must run through the switch when the job has one
+	// The last: once the faults are over (--settled) and the job is given
+	// again everywhere, an allreduce that must run through the switch when
+	// the job has one
 	// (AUTO that fell back to the ring returns to it with a new
 	// incarnation; a restarted switch serves it).
 	cases.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 5000, 0});
@@ -391,6 +394,13 @@ int main(int argc, char **argv)
 		const uint64_t se = src_elems(s), de = dst_elems(s);
 		const bool last = ci + 1 == cases.size();
 		if (last) {
+			// The faults over (chaos.sh says so), every member gives
+			// its QP the job again.
+			for (int t = 0;
+			     !o.settled.empty() && access(o.settled.c_str(), F_OK) && t < 600; t++)
+				usleep(100000);
+			if (int err = ibvc_boot_barrier(boot))
+				die(o, "barrier", err);
 			if (int err = m.install())
 				die(o, "give the job again", err);
 			if (int err = ibvc_boot_barrier(boot))
