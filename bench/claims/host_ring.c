@@ -1,0 +1,364 @@
+/*
+ * host_ring - claim 004's experiment: the host's CPU per allreduce when the
+ * whole collective is one work request on a collective QP (the device runs
+ * it), against the same ring driven by the host step by step over RC QPs
+ * (one SEND to the right neighbour and one receive from the left per step,
+ * the host reducing each received chunk and starting the next step), as
+ * libraries without offload do.  One process per node, under ibv_coll_run
+ * (or a PMIx launcher); fp32 sum; every result checked against a scalar
+ * loop.  Both wait for completions on a completion channel (blocking), so
+ * the CPU time measured is the work each model asks of the application's
+ * thread (CLOCK_THREAD_CPUTIME_ID around the collective; the emulated
+ * NIC's engine thread is the device's, not the host's).
+ *
+ *   ibv_coll_run -n N -- host_ring [-m host|device] [-s BYTES] [-i ITERS]
+ *
+ * Prints one line: mode, nodes, bytes, and per collective the wall time,
+ * the application thread's CPU time and its wake-ups (completion events),
+ * medians over the iterations after two untimed ones.
+ */
+#define _GNU_SOURCE
+#include "ibvc_boot.h"
+
+#include <ibv_coll/ibv_coll.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int node, nodes;
+
+static void die(const char *what, int err)
+{
+	fprintf(stderr, "host_ring %d: %s: %s\n", node, what, strerror(err));
+	exit(2);
+}
+
+static double now_us(clockid_t c)
+{
+	struct timespec ts;
+	clock_gettime(c, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static struct ibv_coll_cq *cq;
+static struct ibv_coll_comp_channel *ch;
+static unsigned wakeups;
+
+/* One completion, blocking on the channel when there is none; it must be
+ * a success. */
+static void wait_wc(struct ibv_coll_wc *wc)
+{
+	for (;;) {
+		int n = ibv_poll_coll_cq(cq, 1, wc);
+		if (n < 0)
+			die("poll", -n);
+		if (n == 0) {
+			if (ibv_req_notify_coll_cq(cq, 0))
+				die("notify", errno);
+			n = ibv_poll_coll_cq(cq, 1, wc);
+		}
+		if (n > 0) {
+			if (wc->status != IBV_WC_SUCCESS) {
+				fprintf(stderr, "host_ring %d: completion %s\n", node,
+					ibv_coll_wc_status_str(wc->status));
+				exit(1);
+			}
+			return;
+		}
+		struct ibv_coll_cq *ecq;
+		void *ectx;
+		if (ibv_get_coll_cq_event(ch, &ecq, &ectx))
+			die("cq event", errno);
+		ibv_ack_coll_cq_events(ecq, 1);
+		wakeups++;
+	}
+}
+
+struct addr {
+	union ibv_gid gid;
+	uint16_t port;
+	uint32_t qpn_r, qpn_l, qpn_c; /* RC to the right, RC to the left, collective */
+};
+
+static void rc_connect(struct ibv_coll_qp *qp, const struct addr *peer, uint32_t qpn)
+{
+	struct ibv_coll_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+	int err = ibv_modify_coll_qp(qp, &a,
+				     IBV_COLL_QP_STATE | IBV_COLL_QP_PORT | IBV_COLL_QP_ACCESS_FLAGS);
+	if (err)
+		die("RC INIT", err);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_4096;
+	a.dest_qp_num = qpn;
+	a.rq_psn = 0;
+	a.min_rnr_timer = 1;
+	a.max_dest_rd_atomic = 1;
+	a.ah_attr.dgid = peer->gid;
+	a.ah_attr.udp_port = peer->port;
+	err = ibv_modify_coll_qp(qp, &a,
+				 IBV_COLL_QP_STATE | IBV_COLL_QP_AV | IBV_COLL_QP_PATH_MTU |
+					 IBV_COLL_QP_DEST_QPN | IBV_COLL_QP_RQ_PSN |
+					 IBV_COLL_QP_MIN_RNR_TIMER | IBV_COLL_QP_MAX_DEST_RD_ATOMIC);
+	if (err)
+		die("RC RTR", err);
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 0;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	err = ibv_modify_coll_qp(qp, &a,
+				 IBV_COLL_QP_STATE | IBV_COLL_QP_SQ_PSN | IBV_COLL_QP_TIMEOUT |
+					 IBV_COLL_QP_RETRY_CNT | IBV_COLL_QP_RNR_RETRY |
+					 IBV_COLL_QP_MAX_QP_RD_ATOMIC);
+	if (err)
+		die("RC RTS", err);
+}
+
+static struct ibv_coll_qp *make_qp(struct ibv_coll_pd *pd, enum ibv_coll_qp_type t)
+{
+	struct ibv_coll_qp_init_attr ia;
+	memset(&ia, 0, sizeof(ia));
+	ia.send_cq = ia.recv_cq = cq;
+	ia.qp_type = t;
+	ia.cap.max_send_wr = 64;
+	ia.cap.max_send_sge = 1;
+	if (t == IBV_COLL_QPT_RC) {
+		ia.cap.max_recv_wr = 64;
+		ia.cap.max_recv_sge = 1;
+	}
+	struct ibv_coll_qp *qp = ibv_create_coll_qp(pd, &ia);
+	if (!qp)
+		die("create qp", errno);
+	return qp;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = "device", *addr;
+	size_t bytes = 1 << 20;
+	int iters = 20, c;
+	while ((c = getopt(argc, argv, "m:s:i:")) != -1) {
+		switch (c) {
+		case 'm': mode = optarg; break;
+		case 's': bytes = strtoull(optarg, NULL, 0); break;
+		case 'i': iters = atoi(optarg); break;
+		default: return 2;
+		}
+	}
+	const int host = !strcmp(mode, "host");
+	if ((!host && strcmp(mode, "device")) || iters < 1) {
+		fprintf(stderr, "usage: host_ring [-m host|device] [-s BYTES] [-i ITERS]\n");
+		return 2;
+	}
+	if (ibvc_boot_from_env(&addr, &node, &nodes))
+		die("no launcher (run under ibv_coll_run)", ENOENT);
+	const size_t n = bytes / 4 / (size_t)nodes * (size_t)nodes, chunk = n / (size_t)nodes;
+	if (nodes < 2 || chunk == 0)
+		die("at least 2 nodes and a float per node", EINVAL);
+	struct ibvc_boot *boot;
+	if (ibvc_boot_open(addr, node, nodes, 60000, &boot))
+		die("bootstrap", EIO);
+
+	const char *dev = getenv("IBV_COLL_TEST_DEV") ? getenv("IBV_COLL_TEST_DEV") : "crxe_lo";
+	int nd = 0;
+	struct ibv_coll_device **list = ibv_get_coll_device_list(&nd);
+	struct ibv_coll_context *ctx = NULL;
+	for (int i = 0; list && i < nd && !ctx; i++)
+		if (!strcmp(ibv_get_coll_device_name(list[i]), dev))
+			ctx = ibv_open_coll_device(list[i]);
+	ibv_free_coll_device_list(list);
+	if (!ctx)
+		die("open device", ENODEV);
+	struct ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
+	ch = ibv_create_coll_comp_channel(ctx);
+	cq = ch ? ibv_create_coll_cq(ctx, 256, NULL, ch, 0) : NULL;
+	if (!pd || !cq)
+		die("pd/channel/cq", errno);
+	/* data (n floats), the result (device mode), the received chunks */
+	float *mem = calloc(2 * n + (size_t)nodes * chunk, sizeof(float));
+	float *data = mem, *out = mem + n, *tmp = mem + 2 * n;
+	struct ibv_coll_mr *mr = ibv_reg_coll_mr(pd, mem, (2 * n + (size_t)nodes * chunk) * 4,
+						 IBV_ACCESS_LOCAL_WRITE);
+	if (!mem || !mr)
+		die("memory", errno);
+
+	struct addr me, *all = calloc((size_t)nodes, sizeof(*all));
+	memset(&me, 0, sizeof(me));
+	struct ibv_coll_port_attr pa;
+	if (ibv_query_coll_port(ctx, 1, &pa) || ibv_query_coll_gid(ctx, 1, 0, &me.gid))
+		die("port", errno);
+	me.port = pa.udp_port;
+	struct ibv_coll_qp *qr = NULL, *ql = NULL, *qc = NULL;
+	if (host) {
+		qr = make_qp(pd, IBV_COLL_QPT_RC);
+		ql = make_qp(pd, IBV_COLL_QPT_RC);
+		me.qpn_r = qr->qp_num;
+		me.qpn_l = ql->qp_num;
+	} else {
+		qc = make_qp(pd, IBV_COLL_QPT_COLL);
+		me.qpn_c = qc->qp_num;
+	}
+	if (ibvc_boot_allgather(boot, &me, sizeof(me), all))
+		die("exchange", EIO);
+	const int right = (node + 1) % nodes, left = (node + nodes - 1) % nodes;
+	struct ibv_coll_member *mem_list = calloc((size_t)nodes, sizeof(*mem_list));
+	struct ibv_coll_job_attr job;
+	if (host) {
+		rc_connect(qr, &all[right], all[right].qpn_l);
+		rc_connect(ql, &all[left], all[left].qpn_r);
+	} else {
+		for (int i = 0; i < nodes; i++) {
+			mem_list[i].gid = all[i].gid;
+			mem_list[i].udp_port = all[i].port;
+			mem_list[i].num_ranks = 1;
+			mem_list[i].qp_num = all[i].qpn_c;
+		}
+		memset(&job, 0, sizeof(job));
+		job.jid = 4;
+		job.node_index = (uint32_t)node;
+		job.num_nodes = (uint32_t)nodes;
+		job.members = mem_list;
+		job.topology = IBV_COLL_TOPO_RING;
+		job.seg_count = 256;
+		job.job_key = 0x4004;
+		struct ibv_coll_qp_attr a;
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_INIT;
+		a.port_num = 1;
+		if (ibv_modify_coll_qp(qc, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT))
+			die("INIT", errno);
+		a.qp_state = IBV_QPS_RTR;
+		a.path_mtu = IBV_MTU_4096;
+		a.job = &job;
+		if (ibv_modify_coll_qp(qc, &a,
+				       IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU))
+			die("RTR", errno);
+		a.qp_state = IBV_QPS_RTS;
+		if (ibv_modify_coll_qp(qc, &a, IBV_COLL_QP_STATE))
+			die("RTS", errno);
+	}
+	ibvc_boot_barrier(boot);
+
+	double *wall = calloc((size_t)iters, sizeof(double)), *cpu = calloc((size_t)iters, sizeof(double));
+	unsigned *wk = calloc((size_t)iters, sizeof(unsigned));
+	long wrong = 0;
+	for (int it = -2; it < iters; it++) {
+		/* Inputs: small integers, exact in any order of summation. */
+		for (size_t e = 0; e < n; e++)
+			data[e] = (float)((node + 1) * ((int)(e % 7) - 3) + it);
+		struct ibv_coll_wc wc;
+		struct ibv_sge sge;
+		if (host) /* every step's receive posted before anyone sends */
+			for (int s = 0; s < 2 * (nodes - 1); s++) {
+				size_t at = s < nodes - 1
+						    ? (size_t)s * chunk /* tmp: one chunk a step */
+						    : (size_t)((node - (s - (nodes - 1)) + 2 * nodes) % nodes) *
+							      chunk;
+				float *dst = s < nodes - 1 ? tmp + at : data + at;
+				sge = (struct ibv_sge){(uintptr_t)dst, (uint32_t)(chunk * 4), mr->lkey};
+				struct ibv_coll_recv_wr rw, *bad;
+				memset(&rw, 0, sizeof(rw));
+				rw.wr_id = (uint64_t)s;
+				rw.sg_list = &sge;
+				rw.num_sge = 1;
+				if (ibv_post_coll_recv(ql, &rw, &bad))
+					die("post recv", errno);
+			}
+		ibvc_boot_barrier(boot);
+		wakeups = 0;
+		const double w0 = now_us(CLOCK_MONOTONIC), c0 = now_us(CLOCK_THREAD_CPUTIME_ID);
+		if (host) {
+			int sends = 0, recvs = 0;
+			for (int s = 0; s < 2 * (nodes - 1); s++) {
+				/* Reduce-scatter: send chunk node - s (reduced so far),
+				 * take chunk node - s - 1 from the left and add ours.
+				 * Allgather: send chunk node + 1 - s', take node - s'. */
+				const int rs = s < nodes - 1, k = rs ? s : s - (nodes - 1);
+				const size_t send_c = (size_t)((node - k + (rs ? 0 : 1) + 2 * nodes) % nodes);
+				sge = (struct ibv_sge){(uintptr_t)(data + send_c * chunk),
+						       (uint32_t)(chunk * 4), mr->lkey};
+				struct ibv_coll_send_wr sw, *bad;
+				memset(&sw, 0, sizeof(sw));
+				sw.wr_id = 1000 + (uint64_t)s;
+				sw.opcode = IBV_COLL_WR_SEND;
+				sw.send_flags = IBV_COLL_SEND_SIGNALED;
+				sw.sg_list = &sge;
+				sw.num_sge = 1;
+				if (ibv_post_coll_send(qr, &sw, &bad))
+					die("post send", errno);
+				/* This step's send done and its chunk in (the left may be
+				 * ahead: receives complete in order, counted). */
+				while (sends <= s || recvs <= s) {
+					wait_wc(&wc);
+					if (wc.wr_id >= 1000)
+						sends++;
+					else
+						recvs++;
+				}
+				if (rs) {
+					const size_t rc = (size_t)((node - k - 1 + 2 * nodes) % nodes);
+					float *d = data + rc * chunk, *t = tmp + (size_t)k * chunk;
+					for (size_t e = 0; e < chunk; e++)
+						d[e] += t[e];
+				}
+			}
+		} else {
+			struct ibv_sge ss = {(uintptr_t)data, (uint32_t)(n * 4), mr->lkey};
+			struct ibv_sge ds = {(uintptr_t)out, (uint32_t)(n * 4), mr->lkey};
+			struct ibv_coll_send_wr wr, *bad;
+			memset(&wr, 0, sizeof(wr));
+			wr.opcode = IBV_COLL_WR_ALLREDUCE;
+			wr.send_flags = IBV_COLL_SEND_SIGNALED;
+			wr.sg_list = &ss;
+			wr.num_sge = 1;
+			wr.wr.coll.dst_list = &ds;
+			wr.wr.coll.count = n;
+			wr.wr.coll.op = IBV_COLL_OP_SUM;
+			wr.wr.coll.dtype = IBV_COLL_DTYPE_FLOAT32;
+			if (ibv_post_coll_send(qc, &wr, &bad))
+				die("post", errno);
+			wait_wc(&wc);
+		}
+		const double c1 = now_us(CLOCK_THREAD_CPUTIME_ID), w1 = now_us(CLOCK_MONOTONIC);
+		const float *res = host ? data : out;
+		for (size_t e = 0; e < n; e++) {
+			float want = (float)(nodes * (nodes + 1) / 2 * ((int)(e % 7) - 3) + nodes * it);
+			wrong += res[e] != want;
+		}
+		if (it >= 0) {
+			wall[it] = w1 - w0;
+			cpu[it] = c1 - c0;
+			wk[it] = wakeups;
+		}
+	}
+	ibvc_boot_barrier(boot);
+	double wk_sum = 0;
+	for (int i = 0; i < iters; i++)
+		wk_sum += wk[i];
+	qsort(wall, (size_t)iters, sizeof(double), cmp_double);
+	qsort(cpu, (size_t)iters, sizeof(double), cmp_double);
+	if (node == 0)
+		printf("%s,%d,%zu,%.1f,%.1f,%.1f,%ld\n", mode, nodes, n * 4, wall[iters / 2],
+		       cpu[iters / 2], wk_sum / iters, wrong);
+	else if (wrong)
+		fprintf(stderr, "host_ring %d: %ld wrong elements\n", node, wrong);
+	ibvc_boot_close(boot);
+	return wrong ? 1 : 0;
+}
