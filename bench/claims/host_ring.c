@@ -92,8 +92,8 @@ static void rc_connect(struct ibv_coll_qp *qp, const struct addr *peer, uint32_t
 	a.qp_state = IBV_QPS_INIT;
 	a.port_num = 1;
 	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
-	int err = ibv_modify_coll_qp(qp, &a,
-				     IBV_COLL_QP_STATE | IBV_COLL_QP_PORT | IBV_COLL_QP_ACCESS_FLAGS);
+	int err = ibv_modify_coll_qp(
+		qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT | IBV_COLL_QP_ACCESS_FLAGS);
 	if (err)
 		die("RC INIT", err);
 	memset(&a, 0, sizeof(a));
@@ -108,7 +108,8 @@ static void rc_connect(struct ibv_coll_qp *qp, const struct addr *peer, uint32_t
 	err = ibv_modify_coll_qp(qp, &a,
 				 IBV_COLL_QP_STATE | IBV_COLL_QP_AV | IBV_COLL_QP_PATH_MTU |
 					 IBV_COLL_QP_DEST_QPN | IBV_COLL_QP_RQ_PSN |
-					 IBV_COLL_QP_MIN_RNR_TIMER | IBV_COLL_QP_MAX_DEST_RD_ATOMIC);
+					 IBV_COLL_QP_MIN_RNR_TIMER |
+					 IBV_COLL_QP_MAX_DEST_RD_ATOMIC);
 	if (err)
 		die("RC RTR", err);
 	a.qp_state = IBV_QPS_RTS;
@@ -149,6 +150,198 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The job: everything one process holds. */
+static struct ibvc_boot *boot;
+static struct ibv_coll_mr *mr;
+static struct ibv_coll_qp *qr, *ql, *qc; /* RC right, RC left, collective */
+static float *data, *out, *tmp;
+static size_t n, chunk;
+static struct ibv_coll_member *members;
+static struct ibv_coll_job_attr job;
+
+static struct ibv_coll_context *open_device(void)
+{
+	const char *dev = getenv("IBV_COLL_TEST_DEV") ? getenv("IBV_COLL_TEST_DEV") : "crxe_lo";
+	int nd = 0;
+	struct ibv_coll_device **list = ibv_get_coll_device_list(&nd);
+	struct ibv_coll_context *ctx = NULL;
+	for (int i = 0; list && i < nd && !ctx; i++)
+		if (!strcmp(ibv_get_coll_device_name(list[i]), dev))
+			ctx = ibv_open_coll_device(list[i]);
+	ibv_free_coll_device_list(list);
+	if (!ctx)
+		die("open device", ENODEV);
+	return ctx;
+}
+
+/* The collective QP given the ring job of every node's address. */
+static void install_job(const struct addr *all)
+{
+	members = calloc((size_t)nodes, sizeof(*members));
+	for (int i = 0; i < nodes; i++) {
+		members[i].gid = all[i].gid;
+		members[i].udp_port = all[i].port;
+		members[i].num_ranks = 1;
+		members[i].qp_num = all[i].qpn_c;
+	}
+	memset(&job, 0, sizeof(job));
+	job.jid = 4;
+	job.node_index = (uint32_t)node;
+	job.num_nodes = (uint32_t)nodes;
+	job.members = members;
+	job.topology = IBV_COLL_TOPO_RING;
+	job.seg_count = 256;
+	job.job_key = 0x4004;
+	struct ibv_coll_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	int err = ibv_modify_coll_qp(qc, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT);
+	if (err)
+		die("INIT", err);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_4096;
+	a.job = &job;
+	err = ibv_modify_coll_qp(qc, &a,
+				 IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU);
+	if (err)
+		die("RTR", err);
+	a.qp_state = IBV_QPS_RTS;
+	err = ibv_modify_coll_qp(qc, &a, IBV_COLL_QP_STATE);
+	if (err)
+		die("RTS", err);
+}
+
+/* Device, memory, QPs, and the others met: RC QPs connected to the
+ * neighbours, or the collective QP given the job. */
+static void setup(int host)
+{
+	struct ibv_coll_context *ctx = open_device();
+	struct ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
+	ch = ibv_create_coll_comp_channel(ctx);
+	cq = ch ? ibv_create_coll_cq(ctx, 256, NULL, ch, 0) : NULL;
+	if (!pd || !cq)
+		die("pd/channel/cq", errno);
+	/* data (n floats), the result (device mode), the received chunks */
+	const size_t floats = 2 * n + (size_t)nodes * chunk;
+	data = calloc(floats, sizeof(float));
+	if (!data)
+		die("memory", ENOMEM);
+	out = data + n;
+	tmp = data + 2 * n;
+	mr = ibv_reg_coll_mr(pd, data, floats * 4, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		die("register", errno);
+	struct addr me, *all = calloc((size_t)nodes, sizeof(*all));
+	memset(&me, 0, sizeof(me));
+	struct ibv_coll_port_attr pa;
+	if (ibv_query_coll_port(ctx, 1, &pa) || ibv_query_coll_gid(ctx, 1, 0, &me.gid))
+		die("port", EIO);
+	me.port = pa.udp_port;
+	if (host) {
+		qr = make_qp(pd, IBV_COLL_QPT_RC);
+		ql = make_qp(pd, IBV_COLL_QPT_RC);
+		me.qpn_r = qr->qp_num;
+		me.qpn_l = ql->qp_num;
+	} else {
+		qc = make_qp(pd, IBV_COLL_QPT_COLL);
+		me.qpn_c = qc->qp_num;
+	}
+	if (ibvc_boot_allgather(boot, &me, sizeof(me), all))
+		die("exchange", EIO);
+	const int right = (node + 1) % nodes, left = (node + nodes - 1) % nodes;
+	if (host) {
+		rc_connect(qr, &all[right], all[right].qpn_l);
+		rc_connect(ql, &all[left], all[left].qpn_r);
+	} else {
+		install_job(all);
+	}
+	free(all);
+	ibvc_boot_barrier(boot);
+}
+
+/* Host-driven: every step's receive, posted before anyone sends. */
+static void post_receives(void)
+{
+	for (int s = 0; s < 2 * (nodes - 1); s++) {
+		const int rs = s < nodes - 1;
+		float *dst = rs ? tmp + (size_t)s * chunk /* one chunk a step */
+				: data + (size_t)((node - (s - (nodes - 1)) + 2 * nodes) % nodes) *
+						     chunk;
+		struct ibv_sge sge = {(uintptr_t)dst, (uint32_t)(chunk * 4), mr->lkey};
+		struct ibv_coll_recv_wr rw, *bad;
+		memset(&rw, 0, sizeof(rw));
+		rw.wr_id = (uint64_t)s;
+		rw.sg_list = &sge;
+		rw.num_sge = 1;
+		int err = ibv_post_coll_recv(ql, &rw, &bad);
+		if (err)
+			die("post recv", err);
+	}
+}
+
+/* The ring driven by the host.  Reduce-scatter step k: send chunk node - k
+ * (reduced so far), take chunk node - k - 1 from the left and add ours.
+ * Allgather step k: send chunk node + 1 - k, take chunk node - k. */
+static void host_allreduce(void)
+{
+	int sends = 0, recvs = 0;
+	for (int s = 0; s < 2 * (nodes - 1); s++) {
+		const int rs = s < nodes - 1, k = rs ? s : s - (nodes - 1);
+		const size_t send_c = (size_t)((node - k + (rs ? 0 : 1) + 2 * nodes) % nodes);
+		struct ibv_sge sge = {(uintptr_t)(data + send_c * chunk), (uint32_t)(chunk * 4),
+				      mr->lkey};
+		struct ibv_coll_send_wr sw, *bad;
+		memset(&sw, 0, sizeof(sw));
+		sw.wr_id = 1000 + (uint64_t)s;
+		sw.opcode = IBV_COLL_WR_SEND;
+		sw.send_flags = IBV_COLL_SEND_SIGNALED;
+		sw.sg_list = &sge;
+		sw.num_sge = 1;
+		int err = ibv_post_coll_send(qr, &sw, &bad);
+		if (err)
+			die("post send", err);
+		/* This step's send done and its chunk in (the left may be
+		 * ahead: receives complete in order, counted). */
+		while (sends <= s || recvs <= s) {
+			struct ibv_coll_wc wc;
+			wait_wc(&wc);
+			if (wc.wr_id >= 1000)
+				sends++;
+			else
+				recvs++;
+		}
+		if (rs) {
+			float *d = data + (size_t)((node - k - 1 + 2 * nodes) % nodes) * chunk;
+			const float *t = tmp + (size_t)k * chunk;
+			for (size_t e = 0; e < chunk; e++)
+				d[e] += t[e];
+		}
+	}
+}
+
+/* The same allreduce as one collective work request. */
+static void device_allreduce(void)
+{
+	struct ibv_sge ss = {(uintptr_t)data, (uint32_t)(n * 4), mr->lkey};
+	struct ibv_sge ds = {(uintptr_t)out, (uint32_t)(n * 4), mr->lkey};
+	struct ibv_coll_send_wr wr, *bad;
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = IBV_COLL_WR_ALLREDUCE;
+	wr.send_flags = IBV_COLL_SEND_SIGNALED;
+	wr.sg_list = &ss;
+	wr.num_sge = 1;
+	wr.wr.coll.dst_list = &ds;
+	wr.wr.coll.count = n;
+	wr.wr.coll.op = IBV_COLL_OP_SUM;
+	wr.wr.coll.dtype = IBV_COLL_DTYPE_FLOAT32;
+	int err = ibv_post_coll_send(qc, &wr, &bad);
+	if (err)
+		die("post", err);
+	struct ibv_coll_wc wc;
+	wait_wc(&wc);
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = "device", *addr;
@@ -169,194 +362,50 @@ int main(int argc, char **argv)
 	}
 	if (ibvc_boot_from_env(&addr, &node, &nodes))
 		die("no launcher (run under ibv_coll_run)", ENOENT);
-	const size_t n = bytes / 4 / (size_t)nodes * (size_t)nodes, chunk = n / (size_t)nodes;
+	n = bytes / 4 / (size_t)nodes * (size_t)nodes;
+	chunk = n / (size_t)nodes;
 	if (nodes < 2 || chunk == 0)
 		die("at least 2 nodes and a float per node", EINVAL);
-	struct ibvc_boot *boot;
 	if (ibvc_boot_open(addr, node, nodes, 60000, &boot))
 		die("bootstrap", EIO);
+	setup(host);
 
-	const char *dev = getenv("IBV_COLL_TEST_DEV") ? getenv("IBV_COLL_TEST_DEV") : "crxe_lo";
-	int nd = 0;
-	struct ibv_coll_device **list = ibv_get_coll_device_list(&nd);
-	struct ibv_coll_context *ctx = NULL;
-	for (int i = 0; list && i < nd && !ctx; i++)
-		if (!strcmp(ibv_get_coll_device_name(list[i]), dev))
-			ctx = ibv_open_coll_device(list[i]);
-	ibv_free_coll_device_list(list);
-	if (!ctx)
-		die("open device", ENODEV);
-	struct ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
-	ch = ibv_create_coll_comp_channel(ctx);
-	cq = ch ? ibv_create_coll_cq(ctx, 256, NULL, ch, 0) : NULL;
-	if (!pd || !cq)
-		die("pd/channel/cq", errno);
-	/* data (n floats), the result (device mode), the received chunks */
-	float *mem = calloc(2 * n + (size_t)nodes * chunk, sizeof(float));
-	float *data = mem, *out = mem + n, *tmp = mem + 2 * n;
-	struct ibv_coll_mr *mr = ibv_reg_coll_mr(pd, mem, (2 * n + (size_t)nodes * chunk) * 4,
-						 IBV_ACCESS_LOCAL_WRITE);
-	if (!mem || !mr)
-		die("memory", errno);
-
-	struct addr me, *all = calloc((size_t)nodes, sizeof(*all));
-	memset(&me, 0, sizeof(me));
-	struct ibv_coll_port_attr pa;
-	if (ibv_query_coll_port(ctx, 1, &pa) || ibv_query_coll_gid(ctx, 1, 0, &me.gid))
-		die("port", errno);
-	me.port = pa.udp_port;
-	struct ibv_coll_qp *qr = NULL, *ql = NULL, *qc = NULL;
-	if (host) {
-		qr = make_qp(pd, IBV_COLL_QPT_RC);
-		ql = make_qp(pd, IBV_COLL_QPT_RC);
-		me.qpn_r = qr->qp_num;
-		me.qpn_l = ql->qp_num;
-	} else {
-		qc = make_qp(pd, IBV_COLL_QPT_COLL);
-		me.qpn_c = qc->qp_num;
-	}
-	if (ibvc_boot_allgather(boot, &me, sizeof(me), all))
-		die("exchange", EIO);
-	const int right = (node + 1) % nodes, left = (node + nodes - 1) % nodes;
-	struct ibv_coll_member *mem_list = calloc((size_t)nodes, sizeof(*mem_list));
-	struct ibv_coll_job_attr job;
-	if (host) {
-		rc_connect(qr, &all[right], all[right].qpn_l);
-		rc_connect(ql, &all[left], all[left].qpn_r);
-	} else {
-		for (int i = 0; i < nodes; i++) {
-			mem_list[i].gid = all[i].gid;
-			mem_list[i].udp_port = all[i].port;
-			mem_list[i].num_ranks = 1;
-			mem_list[i].qp_num = all[i].qpn_c;
-		}
-		memset(&job, 0, sizeof(job));
-		job.jid = 4;
-		job.node_index = (uint32_t)node;
-		job.num_nodes = (uint32_t)nodes;
-		job.members = mem_list;
-		job.topology = IBV_COLL_TOPO_RING;
-		job.seg_count = 256;
-		job.job_key = 0x4004;
-		struct ibv_coll_qp_attr a;
-		memset(&a, 0, sizeof(a));
-		a.qp_state = IBV_QPS_INIT;
-		a.port_num = 1;
-		if (ibv_modify_coll_qp(qc, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT))
-			die("INIT", errno);
-		a.qp_state = IBV_QPS_RTR;
-		a.path_mtu = IBV_MTU_4096;
-		a.job = &job;
-		if (ibv_modify_coll_qp(qc, &a,
-				       IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU))
-			die("RTR", errno);
-		a.qp_state = IBV_QPS_RTS;
-		if (ibv_modify_coll_qp(qc, &a, IBV_COLL_QP_STATE))
-			die("RTS", errno);
-	}
-	ibvc_boot_barrier(boot);
-
-	double *wall = calloc((size_t)iters, sizeof(double)), *cpu = calloc((size_t)iters, sizeof(double));
-	unsigned *wk = calloc((size_t)iters, sizeof(unsigned));
+	double *wall = calloc((size_t)iters, sizeof(double));
+	double *cpu = calloc((size_t)iters, sizeof(double));
+	double wk = 0;
 	long wrong = 0;
 	for (int it = -2; it < iters; it++) {
 		/* Inputs: small integers, exact in any order of summation. */
 		for (size_t e = 0; e < n; e++)
 			data[e] = (float)((node + 1) * ((int)(e % 7) - 3) + it);
-		struct ibv_coll_wc wc;
-		struct ibv_sge sge;
-		if (host) /* every step's receive posted before anyone sends */
-			for (int s = 0; s < 2 * (nodes - 1); s++) {
-				size_t at = s < nodes - 1
-						    ? (size_t)s * chunk /* tmp: one chunk a step */
-						    : (size_t)((node - (s - (nodes - 1)) + 2 * nodes) % nodes) *
-							      chunk;
-				float *dst = s < nodes - 1 ? tmp + at : data + at;
-				sge = (struct ibv_sge){(uintptr_t)dst, (uint32_t)(chunk * 4), mr->lkey};
-				struct ibv_coll_recv_wr rw, *bad;
-				memset(&rw, 0, sizeof(rw));
-				rw.wr_id = (uint64_t)s;
-				rw.sg_list = &sge;
-				rw.num_sge = 1;
-				if (ibv_post_coll_recv(ql, &rw, &bad))
-					die("post recv", errno);
-			}
+		if (host)
+			post_receives();
 		ibvc_boot_barrier(boot);
 		wakeups = 0;
 		const double w0 = now_us(CLOCK_MONOTONIC), c0 = now_us(CLOCK_THREAD_CPUTIME_ID);
-		if (host) {
-			int sends = 0, recvs = 0;
-			for (int s = 0; s < 2 * (nodes - 1); s++) {
-				/* Reduce-scatter: send chunk node - s (reduced so far),
-				 * take chunk node - s - 1 from the left and add ours.
-				 * Allgather: send chunk node + 1 - s', take node - s'. */
-				const int rs = s < nodes - 1, k = rs ? s : s - (nodes - 1);
-				const size_t send_c = (size_t)((node - k + (rs ? 0 : 1) + 2 * nodes) % nodes);
-				sge = (struct ibv_sge){(uintptr_t)(data + send_c * chunk),
-						       (uint32_t)(chunk * 4), mr->lkey};
-				struct ibv_coll_send_wr sw, *bad;
-				memset(&sw, 0, sizeof(sw));
-				sw.wr_id = 1000 + (uint64_t)s;
-				sw.opcode = IBV_COLL_WR_SEND;
-				sw.send_flags = IBV_COLL_SEND_SIGNALED;
-				sw.sg_list = &sge;
-				sw.num_sge = 1;
-				if (ibv_post_coll_send(qr, &sw, &bad))
-					die("post send", errno);
-				/* This step's send done and its chunk in (the left may be
-				 * ahead: receives complete in order, counted). */
-				while (sends <= s || recvs <= s) {
-					wait_wc(&wc);
-					if (wc.wr_id >= 1000)
-						sends++;
-					else
-						recvs++;
-				}
-				if (rs) {
-					const size_t rc = (size_t)((node - k - 1 + 2 * nodes) % nodes);
-					float *d = data + rc * chunk, *t = tmp + (size_t)k * chunk;
-					for (size_t e = 0; e < chunk; e++)
-						d[e] += t[e];
-				}
-			}
-		} else {
-			struct ibv_sge ss = {(uintptr_t)data, (uint32_t)(n * 4), mr->lkey};
-			struct ibv_sge ds = {(uintptr_t)out, (uint32_t)(n * 4), mr->lkey};
-			struct ibv_coll_send_wr wr, *bad;
-			memset(&wr, 0, sizeof(wr));
-			wr.opcode = IBV_COLL_WR_ALLREDUCE;
-			wr.send_flags = IBV_COLL_SEND_SIGNALED;
-			wr.sg_list = &ss;
-			wr.num_sge = 1;
-			wr.wr.coll.dst_list = &ds;
-			wr.wr.coll.count = n;
-			wr.wr.coll.op = IBV_COLL_OP_SUM;
-			wr.wr.coll.dtype = IBV_COLL_DTYPE_FLOAT32;
-			if (ibv_post_coll_send(qc, &wr, &bad))
-				die("post", errno);
-			wait_wc(&wc);
-		}
+		if (host)
+			host_allreduce();
+		else
+			device_allreduce();
 		const double c1 = now_us(CLOCK_THREAD_CPUTIME_ID), w1 = now_us(CLOCK_MONOTONIC);
 		const float *res = host ? data : out;
 		for (size_t e = 0; e < n; e++) {
-			float want = (float)(nodes * (nodes + 1) / 2 * ((int)(e % 7) - 3) + nodes * it);
+			float want = (float)(nodes * (nodes + 1) / 2 * ((int)(e % 7) - 3) +
+					     nodes * it);
 			wrong += res[e] != want;
 		}
 		if (it >= 0) {
 			wall[it] = w1 - w0;
 			cpu[it] = c1 - c0;
-			wk[it] = wakeups;
+			wk += wakeups;
 		}
 	}
 	ibvc_boot_barrier(boot);
-	double wk_sum = 0;
-	for (int i = 0; i < iters; i++)
-		wk_sum += wk[i];
 	qsort(wall, (size_t)iters, sizeof(double), cmp_double);
 	qsort(cpu, (size_t)iters, sizeof(double), cmp_double);
 	if (node == 0)
 		printf("%s,%d,%zu,%.1f,%.1f,%.1f,%ld\n", mode, nodes, n * 4, wall[iters / 2],
-		       cpu[iters / 2], wk_sum / iters, wrong);
+		       cpu[iters / 2], wk / iters, wrong);
 	else if (wrong)
 		fprintf(stderr, "host_ring %d: %ld wrong elements\n", node, wrong);
 	ibvc_boot_close(boot);
