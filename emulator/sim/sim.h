@@ -19,6 +19,10 @@
 #include <string>
 #include <vector>
 
+namespace ibv_coll::emu {
+enum class Policy : uint8_t; // switch/switch.h
+}
+
 namespace ibv_coll::sim {
 
 // One direction of a link.
@@ -54,9 +58,9 @@ struct FabricSpec {
 	bool cc = true;		      // the hosts' congestion control (IBV_COLL_EMU_CC)
 	uint32_t mtu = 4096;	      // the collective QPs' path MTU
 	uint32_t switch_units = 4096; // Seg units of each switch
-	// How the jobs on a switch share its pool (ibv_coll_switchd --policy:
-	// 0 spatial, 1 exclusive, 2 tdm), and spatial's shares (0: as asked).
-	uint8_t switch_policy = 0;
+	// How the jobs on a switch share its pool (ibv_coll_switchd --policy;
+	// {} is spatial), and spatial's shares (0: as asked).
+	emu::Policy switch_policy{};
 	uint32_t switch_shares = 0;
 	uint32_t nic_units = 2048; // Seg units of each host's NIC, shared by its jobs
 	uint32_t timeout_ms = 0;   // collective timeout (0: the device default)

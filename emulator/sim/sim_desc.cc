@@ -1,5 +1,6 @@
 // ibv_coll_sim's description file (JSON) and its report tables.
 #include "sim/sim.h"
+#include "switch/switch.h"
 
 #include "util/config.h"
 
@@ -260,13 +261,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		fs.switch_units = num<uint32_t>(fo, "switch_units", "fabric.", 4096, 1, 1u << 20);
 		fs.nic_units = num<uint32_t>(fo, "nic_units", "fabric.", 2048, 64, 1u << 16);
 		const std::string pol = str(fo, "switch_policy", "fabric.", "spatial");
-		if (pol == "spatial")
-			fs.switch_policy = 0;
-		else if (pol == "exclusive")
-			fs.switch_policy = 1;
-		else if (pol == "tdm")
-			fs.switch_policy = 2;
-		else
+		if (!emu::parse_policy(pol.c_str(), &fs.switch_policy))
 			bad("fabric.switch_policy", "\"" + pol + "\": spatial, exclusive or tdm");
 		fs.switch_shares = num<uint32_t>(fo, "switch_shares", "fabric.", 0, 0, 1u << 16);
 		fs.timeout_ms = num<uint32_t>(fo, "timeout_ms", "fabric.", 0, 0, 3600000);

@@ -291,9 +291,7 @@ public:
 			emu::SwitchParams p;
 			p.name = d.leaf == UINT32_MAX ? "spine" : "leaf" + std::to_string(s);
 			p.units = spec.switch_units;
-			p.policy = spec.switch_policy == 1   ? emu::Policy::exclusive
-				   : spec.switch_policy == 2 ? emu::Policy::tdm
-							     : emu::Policy::spatial;
+			p.policy = spec.switch_policy;
 			p.shares = spec.switch_shares;
 			p.clock = &clock;
 			const uint32_t dev = dev_of_switch(s);

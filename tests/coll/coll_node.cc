@@ -122,13 +122,6 @@ constexpr bool kSanitized = false;
 const int kColls[] = {IBV_COLL_WR_ALLREDUCE, IBV_COLL_WR_REDUCE,	 IBV_COLL_WR_BCAST,
 		      IBV_COLL_WR_ALLGATHER, IBV_COLL_WR_REDUCE_SCATTER, IBV_COLL_WR_BARRIER};
 
-bool valid(int op, int dtype)
-{
-	const bool loc = op == IBV_COLL_OP_MAXLOC || op == IBV_COLL_OP_MINLOC;
-	if (loc || dtype >= IBV_COLL_DTYPE_FLOAT32_INT32)
-		return loc && dtype >= IBV_COLL_DTYPE_FLOAT32_INT32;
-	return dtype <= IBV_COLL_DTYPE_UINT64 || op < IBV_COLL_OP_BAND;
-}
 
 std::vector<Case> scenario(const Opts &o, uint32_t K)
 {
@@ -153,7 +146,7 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 		// Every valid (op, dtype) pair through allreduce, odd counts.
 		for (int d = IBV_COLL_DTYPE_INT8; d <= IBV_COLL_DTYPE_INT16_INT32; d++)
 			for (int op = IBV_COLL_OP_SUM; op <= IBV_COLL_OP_LXOR; op++)
-				if (valid(op, d))
+				if (op_valid(op, d))
 					v.push_back({IBV_COLL_WR_ALLREDUCE, op, d, 515, 0,
 						     d >= IBV_COLL_DTYPE_FLOAT16 &&
 								     op != IBV_COLL_OP_PROD
@@ -253,7 +246,7 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 		const size_t n = 8 + g() % 16;
 		for (size_t i = 0; i < n; i++) {
 			int c = kColls[g() % 6], d = int(g() % 12), op = int(g() % 8);
-			if (!valid(op, d))
+			if (!op_valid(op, d))
 				op = IBV_COLL_OP_SUM;
 			// Mostly small, sometimes many blocks.
 			uint64_t count = g() % 4 ? g() % 3000 : g() % 200000;
@@ -270,7 +263,7 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 		const size_t n = 3 + g() % 4;
 		for (size_t i = 0; i < n; i++) {
 			int c = kColls[g() % 6], d = int(g() % 12), op = int(g() % 8);
-			if (!valid(op, d))
+			if (!op_valid(op, d))
 				op = IBV_COLL_OP_SUM;
 			const uint64_t top = 1ull << (10 + g() % 13); // 1 Ki .. 4 Mi
 			uint64_t count = top / 2 + g() % (top / 2 + 1);

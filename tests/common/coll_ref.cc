@@ -254,6 +254,17 @@ template <typename F> bool minmax_picks_b(F a, F b, bool is_max)
 	return is_max ? b > a : b < a;
 }
 
+} // namespace
+
+bool op_valid(int op, int dtype)
+{
+	if (op < IBV_COLL_OP_SUM || op > IBV_COLL_OP_LXOR || is_loc_op(op) != is_pair_dtype(dtype))
+		return false;
+	return !is_float_dtype(dtype) || op < IBV_COLL_OP_BAND;
+}
+
+namespace {
+
 // op(a, b) on raw bits, a being the accumulator.  AVG folds as SUM.
 class Arith {
 public:
@@ -268,7 +279,7 @@ public:
 			invalid("unknown op");
 		if (is_loc_op(op) != is_pair_dtype(dtype))
 			invalid("MAXLOC/MINLOC go with the pair types, and only they");
-		if (is_float_dtype(dtype) && op >= IBV_COLL_OP_BAND)
+		if (!op_valid(op, dtype))
 			invalid("bitwise or logical op on a floating type");
 	}
 

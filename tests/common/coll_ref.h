@@ -40,6 +40,11 @@ struct CollSpec {
 // Bytes per element.
 size_t dtype_size(int dtype);
 
+// Whether the reference (and the device) take op on dtype: MAXLOC and
+// MINLOC with the value-index pairs and only they, bitwise and logical ops
+// on integer types only.
+bool op_valid(int op, int dtype);
+
 // Input modes for fill_input().
 enum {
 	// integers: uniformly random over the full range (sums and products wrap);

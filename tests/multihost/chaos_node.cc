@@ -113,13 +113,6 @@ struct Case {
 	uint32_t root;
 };
 
-bool valid(int op, int dtype)
-{
-	const bool loc = op == IBV_COLL_OP_MAXLOC || op == IBV_COLL_OP_MINLOC;
-	if (loc || dtype >= IBV_COLL_DTYPE_FLOAT32_INT32)
-		return loc && dtype >= IBV_COLL_DTYPE_FLOAT32_INT32;
-	return dtype <= IBV_COLL_DTYPE_UINT64 || op < IBV_COLL_OP_BAND;
-}
 
 // The same list on every member: kinds, ops, types, counts and roots from
 // the seed; mostly small, sometimes a few hundred blocks.
@@ -132,7 +125,7 @@ std::vector<Case> make_cases(const Opts &o, uint32_t K)
 	std::vector<Case> v;
 	for (int i = 0; i < o.cases; i++) {
 		int c = colls[g() % 6], d = int(g() % 12), op = int(g() % 8);
-		if (!valid(op, d))
+		if (!op_valid(op, d))
 			op = IBV_COLL_OP_SUM;
 		uint64_t count = g() % 4 ? 1 + g() % 3000 : 1 + g() % 100000;
 		v.push_back({c, op, d, count, uint32_t(g() % K)});

@@ -4,6 +4,7 @@
 // that the runs complete, are right, are the same for the same seed, and
 // that a bad description is refused naming its field.
 #include "sim/sim.h"
+#include "switch/switch.h"
 
 #include <gtest/gtest.h>
 
@@ -159,8 +160,10 @@ TEST(Sim, LossyStarCompletesRight)
 // through the switch.
 TEST(Sim, SwitchPolicyDecidesWhoRunsTheRing)
 {
-	for (uint8_t pol : {uint8_t(0), uint8_t(1)}) {
-		SCOPED_TRACE(pol ? "exclusive" : "spatial");
+	for (ibv_coll::emu::Policy pol :
+	     {ibv_coll::emu::Policy::spatial, ibv_coll::emu::Policy::exclusive}) {
+		const bool excl = pol == ibv_coll::emu::Policy::exclusive;
+		SCOPED_TRACE(excl ? "exclusive" : "spatial");
 		FabricSpec f = star(8, 10000000000ull, 1000);
 		f.switch_policy = pol;
 		JobSpec a = job(SimTopology::autosel, {1 << 20});
@@ -171,7 +174,7 @@ TEST(Sim, SwitchPolicyDecidesWhoRunsTheRing)
 		const SimReport r = run(f, {a, b}, 1);
 		expect_right(r);
 		EXPECT_NEAR(r.jobs.at(0).sizes.at(0).wire_s, 1.03, 0.02);
-		EXPECT_NEAR(r.jobs.at(1).sizes.at(0).wire_s, pol ? 1.55 : 1.03, 0.05);
+		EXPECT_NEAR(r.jobs.at(1).sizes.at(0).wire_s, excl ? 1.55 : 1.03, 0.05);
 	}
 }
 
@@ -297,7 +300,7 @@ TEST(Sim, BadDescriptionNamesTheField)
 		    "jobs": [{"sizes": [4]}]})",
 		&f, &jobs, &seed, &err))
 		<< err;
-	EXPECT_EQ(f.switch_policy, 2u);
+	EXPECT_EQ(f.switch_policy, ibv_coll::emu::Policy::tdm);
 	EXPECT_EQ(f.switch_shares, 3u);
 	bad(R"({"fabric": {"nodes": 4, "switch_policy": "fifo"}, "jobs": [{"sizes": [4]}]})",
 	    "fabric.switch_policy");
