@@ -4,7 +4,8 @@
 # (ours), or only on node 0's end-to-end ACK after the result
 # (IBV_COLL_SWITCH_E2E_ACK).  For each one-way link delay and window W,
 # ibv_coll_sim runs one allreduce through one switch (after one untimed,
-# which configures the switch): time, busbw against its bound, wire/S.
+# which configures the switch): time, busbw against its bound, wire/S, and
+# the most Seg units waiting for partials at once.
 # Prints, and
 # writes to docs/claims/ (OUT_DIR), 001-result-ack.csv, .md and .png.
 #
@@ -26,7 +27,7 @@ done
 . "$(dirname "$0")/claims-common.sh"
 claims_init 001-result-ack
 csv=$out/001-result-ack.csv
-echo "ack,delay_us,window,time_us,busbw_bound,wire_s" >"$csv"
+echo "ack,delay_us,window,time_us,busbw_bound,wire_s,peak_waiting_units" >"$csv"
 for ack in result e2e; do
 	e2e=false
 	[ $ack = e2e ] && e2e=true
@@ -39,8 +40,8 @@ for ack in result e2e; do
  "jobs": [{"name": "j", "topology": "switch", "sizes": ["$size"], "iters": 1, "warmup": 1,
            "window": $w, "e2e_ack": $e2e, "seg_units": 4096}]}
 EOF
-			read -r t bb ws _ < <(sim_row "$tmp/d.json")
-			echo "$ack,$d,$w,$t,$bb,$ws" >>"$csv"
+			read -r t bb ws _ q < <(sim_row "$tmp/d.json")
+			echo "$ack,$d,$w,$t,$bb,$ws,$q" >>"$csv"
 		done
 	done
 done

@@ -8,9 +8,15 @@
 # (seeded), each a training-like mix of allreduces (16 MiB and 4 MiB
 # gradient buckets, 256 KiB and 64 KiB small ones, each twice): every
 # job's completion time (the sum of its collectives' times) over that of
-# the same job alone on the whole pool, mean and worst over the jobs.
-# Prints, and writes to docs/claims/ (OUT_DIR), 003-time-division.csv,
-# .md and .png.
+# the same job alone on the whole pool, mean and worst over the jobs;
+# the jobs sent to the ring for good (exclusive), the share of messages
+# refused the pool and the most of one job refused in a row (tdm, against
+# ibv_coll_switchd(8)'s bound 4 + (K - 1) r), and the load of the busiest
+# switch (the bytes it took in over what its ports can take in over the
+# run).  On one switch (star) and on a two-level tree (tree2: leaves of 2
+# hosts, so every job crosses the spine, where the jobs meet; each switch
+# has the pool).  Prints, and writes to docs/claims/ (OUT_DIR),
+# 003-time-division.csv, .md and .png.
 #
 #   bench/claims/003-time-division.sh [-r RATE] [-d DELAY_US] [-g GAP_US]
 #       -r  link rate (100gbit), -d  one-way link delay (10: 64 units of
@@ -32,11 +38,12 @@ done
 claims_init 003-time-division
 csv=$out/003-time-division.csv
 sizes='"16M", "4M", "256K", "64K"'
-# jobs K POOL POLICY: the description of K jobs.
+# desc K POOL POLICY [SHAPE]: the description of K jobs.
 desc() {
-	local k=$1 pool=$2 pol=$3 j h start=0 nodes
-	printf '{"seed": 1, "fabric": {"nodes": %d, "link": {"rate": "%s", "delay_us": %s, "queue": "16M"},\n' \
-		$((4 * k)) "$rate" "$delay"
+	local k=$1 pool=$2 pol=$3 shape=${4:-star} j h start=0 nodes tree=
+	[ "$shape" = tree2 ] && tree='"shape": "tree2", "nodes_per_leaf": 2, '
+	printf '{"seed": 1, "fabric": {"nodes": %d, %s"link": {"rate": "%s", "delay_us": %s, "queue": "16M"},\n' \
+		$((4 * k)) "$tree" "$rate" "$delay"
 	printf ' "switch_units": %d, "switch_policy": "%s", "switch_shares": %d, "nic_units": 4096},\n "jobs": [\n' \
 		"$pool" "$pol" "$k"
 	for ((j = 0; j < k; j++)); do
@@ -54,24 +61,37 @@ jct() {
 		END { if (n) print t }' "$1"
 }
 # The same job alone, on the whole pool.
-alone() { # POOL
-	desc 1 "$1" spatial | sed 's/"switch_shares": 1/"switch_shares": 0/' >"$tmp/a.json"
+alone() { # POOL SHAPE
+	desc 1 "$1" spatial "$2" | sed 's/"switch_shares": 1/"switch_shares": 0/' >"$tmp/a.json"
 	"$sim" "$tmp/a.json" >"$tmp/a.out" 2>/dev/null || { cat "$tmp/a.out" >&2; exit 1; }
 	jct "$tmp/a.out"
 }
-echo "jobs,pool_units,policy,mean_slowdown,worst_slowdown,jobs_on_the_ring" >"$csv"
-for pool in 64 256 1024; do
-	base=$(alone "$pool")
-	for pol in spatial exclusive tdm; do # (each line's points together for gnuplot)
-		for k in 2 4 8; do
-			desc "$k" "$pool" "$pol" >"$tmp/d.json"
-			"$sim" "$tmp/d.json" >"$tmp/d.out" 2>"$tmp/d.err" ||
-				{ cat "$tmp/d.out" "$tmp/d.err" >&2; echo "003: the simulation failed" >&2; exit 1; }
-			jct "$tmp/d.out" >"$tmp/j" || { cat "$tmp/d.out" >&2; echo "003: a wrong result" >&2; exit 1; }
-			ring=$(grep -c "the switch refused it, using the ring" "$tmp/d.err" || true)
-			awk -v b="$base" -v k="$k" -v p="$pool" -v pol="$pol" -v r="$((ring / 4))" \
-				'{ s += $1 / b; if ($1 / b > w) w = $1 / b; n++ }
-				END { printf "%d,%d,%s,%.2f,%.2f,%d\n", k, p, pol, s / n, w, r }' "$tmp/j" >>"$csv"
+# use FILE: "refused_share most_in_a_row load" over the run's switches
+# (tdm's refusals over its decisions; the busiest switch's load).
+use() {
+	awk '/^# switch [0-9]+: at most/ { for (i = 1; i <= NF; i++) if ($i == "took") { l = $(i + 2) + 0; if (l > L) L = l } }
+		/^# switch [0-9]+: tdm:/ { g += $5; r += $10; if ($14 > s) s = $14 }
+		END { printf "%s %d %.1f\n", (g + r ? sprintf("%.2f", r / (g + r)) : "-"), s, L }' "$1"
+}
+echo "shape,jobs,pool_units,policy,mean_slowdown,worst_slowdown,jobs_on_the_ring,refused_share,most_refused_in_a_row,load_pct" >"$csv"
+for shape in star tree2; do
+	for pool in 64 256 1024; do
+		[ $shape = tree2 ] && [ $pool = 256 ] && continue
+		base=$(alone "$pool" "$shape")
+		for pol in spatial exclusive tdm; do # (each line's points together for gnuplot)
+			for k in 2 4 8; do
+				desc "$k" "$pool" "$pol" "$shape" >"$tmp/d.json"
+				"$sim" "$tmp/d.json" >"$tmp/d.out" 2>"$tmp/d.err" ||
+					{ cat "$tmp/d.out" "$tmp/d.err" >&2; echo "003: the simulation failed" >&2; exit 1; }
+				jct "$tmp/d.out" >"$tmp/j" || { cat "$tmp/d.out" >&2; echo "003: a wrong result" >&2; exit 1; }
+				ring=$(grep -c "the switch refused it, using the ring" "$tmp/d.err" || true)
+				read -r share streak load < <(use "$tmp/d.out")
+				[ $pol = tdm ] || share=- # (the others' refusals are of jobs, not messages)
+				awk -v b="$base" -v k="$k" -v p="$pool" -v pol="$pol" -v r="$((ring / 4))" -v sh="$shape" \
+					-v u="$share,$streak,$load" \
+					'{ s += $1 / b; if ($1 / b > w) w = $1 / b; n++ }
+					END { printf "%s,%d,%d,%s,%.2f,%.2f,%d,%s\n", sh, k, p, pol, s / n, w, r, u }' "$tmp/j" >>"$csv"
+			done
 		done
 	done
 done
@@ -86,9 +106,9 @@ set logscale x 2
 set xlabel "jobs sharing the switch"
 set ylabel "mean job completion time / alone"
 set key left top
-set title "Claim 003: sharing one switch's pool, $rate, $delay us links (solid 64 units, dashed 1024)"
-plot for [pol in "spatial exclusive tdm"] "$csv" using (strcol(3) eq pol && \$2 == 64 ? \$1 : 1/0):4 with linespoints lw 2 title pol.", 64 units", \
-     for [pol in "spatial exclusive tdm"] "$csv" using (strcol(3) eq pol && \$2 == 1024 ? \$1 : 1/0):4 with linespoints dt 2 title pol.", 1024 units"
+set title "Claim 003: sharing one switch's pool (star), $rate, $delay us links (solid 64 units, dashed 1024)"
+plot for [pol in "spatial exclusive tdm"] "$csv" using (strcol(1) eq "star" && strcol(4) eq pol && \$3 == 64 ? \$2 : 1/0):5 with linespoints lw 2 title pol.", 64 units", \
+     for [pol in "spatial exclusive tdm"] "$csv" using (strcol(1) eq "star" && strcol(4) eq pol && \$3 == 1024 ? \$2 : 1/0):5 with linespoints dt 2 title pol.", 1024 units"
 EOF
 	echo "plot: $out/003-time-division.png"
 fi

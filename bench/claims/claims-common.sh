@@ -6,9 +6,11 @@
 #                         and $tmp (removed at exit); installs gnuplot
 #                         (gnuplot-nox) when it is missing and this is root
 #   sim_row DESC.json     runs the simulator; prints "time_us busbw_bound
-#                         wire_s units" of the description's one job and
-#                         one size (units: the most Seg units of switch 0
-#                         that held blocks at once, 0 without a switch);
+#                         wire_s units waiting" of the description's one
+#                         job and one size (units: the most Seg units of
+#                         switch 0 that held blocks at once, waiting: the
+#                         most still waiting for partials; 0 without a
+#                         switch);
 #                         exits 1 on a wrong or failed result
 #   md_table CSV          the CSV as a Markdown table
 
@@ -38,8 +40,8 @@ sim_row() {
 	o=$("$sim" "$1") || { echo "$claim: the simulation of $1 failed:" >&2; echo "$o" >&2; exit 1; }
 	echo "$o" | awk '
 		/^ +[0-9]+ +[0-9]+ / { t = $3; bb = $6; w = $7; if ($8 != 0 || $9 != 0) bad = 1 }
-		/^# switch 0: at most/ { u = $6 }
-		END { if (bad || t == "") exit 1; printf "%s %s %s %d\n", t, bb, w, u }' ||
+		/^# switch 0: at most/ { u = $6; q = $13 }
+		END { if (bad || t == "") exit 1; printf "%s %s %s %d %d\n", t, bb, w, u, q }' ||
 		{ echo "$claim: wrong or failed result in $1:" >&2; echo "$o" >&2; exit 1; }
 }
 

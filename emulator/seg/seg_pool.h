@@ -56,6 +56,7 @@ public:
 	uint32_t in_use() const { return in_use_; }
 	uint64_t high_water() const { return high_water_; }
 	SegUnit &unit(uint32_t i) { return units_[i]; }
+	const SegUnit &unit(uint32_t i) const { return units_[i]; }
 
 	// Take unit i for (jid, mid, sid): false if it is busy.
 	bool acquire(uint32_t i, uint32_t jid, uint32_t mid, uint32_t sid, RedOp op, Dtype dt,

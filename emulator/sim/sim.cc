@@ -98,6 +98,7 @@ void Fabric::switch_pass(uint32_t s)
 	d.pass_at = 0;
 	while (d.sw->poll_once() || !d.port->rx.empty()) {
 	}
+	d.peak_collecting = std::max(d.peak_collecting, d.sw->units_collecting());
 	if (uint64_t t = d.sw->next_deadline())
 		schedule_switch(s, std::max(t, now + 1));
 }
@@ -202,8 +203,24 @@ SimReport Simulator::run(
 				break;
 		}
 	}
-	for (const SwitchDev &d : f.sws)
+	const uint64_t run_ns = f.clock.now() - kStart;
+	for (const SwitchDev &d : f.sws) {
 		r.switch_peak.push_back(d.sw->units_high_water());
+		const emu::SwitchCounters c = d.sw->totals();
+		SwitchUse u;
+		u.peak_collecting = d.peak_collecting;
+		double cap = 0; // bits per second its ports can take in
+		for (uint32_t l : d.down)
+			cap += double(f.links[l].spec.rate_bps);
+		if (d.up != UINT32_MAX)
+			cap += double(f.links[d.up].spec.rate_bps);
+		u.load = cap > 0 && run_ns ? double(c.rx_bytes) * 8e9 / (cap * double(run_ns)) : 0;
+		u.adm_grants = c.adm_grants;
+		u.adm_refusals = c.adm_busy + c.adm_scored + c.adm_refused;
+		u.adm_streak = c.adm_streak;
+		u.pool_us = c.pool_us;
+		r.switch_use.push_back(u);
+	}
 	for (auto &j : f.jobs) {
 		r.jobs.push_back(j->res);
 		if (!j->finished)

@@ -130,10 +130,23 @@ struct TraceRow {
 	std::vector<double> cwnd;
 };
 
+// What one switch's pool did over the run.
+struct SwitchUse {
+	uint32_t peak_collecting = 0; // most units waiting for partials at once
+	// The bytes it took in (UDP payloads) over what its ports can take in
+	// over the run: the share of its capacity the jobs used.
+	double load = 0;
+	// Admission per message (tdm): grants, refusals (busy, scored out or
+	// refused), the most of one job's messages refused in a row, and the
+	// time messages held the pool.
+	uint64_t adm_grants = 0, adm_refusals = 0, adm_streak = 0, pool_us = 0;
+};
+
 struct SimReport {
 	std::vector<JobResult> jobs;
 	std::vector<TraceRow> trace;
 	std::vector<uint32_t> switch_peak; // per switch: most Seg units holding blocks at once
+	std::vector<SwitchUse> switch_use; // per switch
 	uint64_t end_ns = 0, events = 0, packets = 0, drops = 0, marks = 0;
 	bool stuck = false; // jobs left unfinished: no event was left, or the limit passed
 	std::string state;  // then: what every host and switch holds

@@ -347,9 +347,20 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 				(unsigned long long)z.wrong, (unsigned long long)z.failed);
 		}
 	}
-	for (size_t i = 0; i < r.switch_peak.size(); i++)
-		fprintf(out, "# switch %zu: at most %u Seg units held blocks at once\n", i,
-			r.switch_peak[i]);
+	for (size_t i = 0; i < r.switch_peak.size(); i++) {
+		const SwitchUse &u = r.switch_use[i];
+		fprintf(out,
+			"# switch %zu: at most %u Seg units held blocks at once, %u waiting for "
+			"partials; it took in %.1f %% of what its ports can\n",
+			i, r.switch_peak[i], u.peak_collecting, 100 * u.load);
+		if (f.switch_policy == emu::Policy::tdm)
+			fprintf(out,
+				"# switch %zu: tdm: %llu message(s) granted the pool, %llu refused, "
+				"at most %llu of one job in a row; the pool held %.6f s\n",
+				i, (unsigned long long)u.adm_grants,
+				(unsigned long long)u.adm_refusals,
+				(unsigned long long)u.adm_streak, double(u.pool_us) / 1e6);
+	}
 	fprintf(out,
 		"# virtual time %.6f s, %llu events, %llu packets on links, %llu dropped, %llu CE-marked\n",
 		double(r.end_ns) / 1e9, (unsigned long long)r.events, (unsigned long long)r.packets,
@@ -393,6 +404,15 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 	}
 	d["jobs"] = jobs;
 	d["switch_peak_units"] = r.switch_peak;
+	json use = json::array();
+	for (const SwitchUse &u : r.switch_use)
+		use.push_back({{"peak_collecting", u.peak_collecting},
+			       {"load", u.load},
+			       {"adm_grants", u.adm_grants},
+			       {"adm_refusals", u.adm_refusals},
+			       {"adm_streak", u.adm_streak},
+			       {"pool_us", u.pool_us}});
+	d["switch_use"] = use;
 	if (!r.trace.empty()) {
 		json t = json::array(), units = json::array(), cwnd = json::array();
 		for (const TraceRow &row : r.trace) {

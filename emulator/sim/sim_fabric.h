@@ -236,6 +236,9 @@ struct SwitchDev {
 	uint32_t up = UINT32_MAX;   // link to the spine (a leaf of tree2)
 	std::vector<uint32_t> down; // per host (star) or per leaf (spine): link
 	uint64_t pass_at = 0;
+	// Its units waiting for partials (they change only in its passes),
+	// the most at once.
+	uint32_t peak_collecting = 0;
 };
 
 struct Job {

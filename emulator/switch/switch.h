@@ -75,6 +75,9 @@ struct SwitchCounters {
 	// reason, and the time the job's messages held the pool.
 	uint64_t adm_grants = 0, adm_busy = 0, adm_scored = 0, adm_refused = 0;
 	uint64_t pool_us = 0;
+	// The most messages of one job refused in a row (tdm): a maximum,
+	// not a sum, in totals and STATS.
+	uint64_t adm_streak = 0;
 	void add(const SwitchCounters &o);
 };
 
@@ -108,6 +111,10 @@ public:
 	// Seg units holding a block now, and the most that ever did at once.
 	uint32_t units_busy() const { return uint32_t(pool_.in_use()); }
 	uint32_t units_high_water() const { return uint32_t(pool_.high_water()); }
+	// Of those, the units still waiting for partials (or for the parent's
+	// result): a unit holding its result is kept only to answer repeats
+	// and is taken by the next block at once.  Walks the pool.
+	uint32_t units_collecting() const;
 	// What STATS_REPLY carries: the totals, then the Seg units and jobs.
 	std::vector<NamedCounter> stat_records() const;
 

@@ -2,6 +2,7 @@
 // and the answer to STATS (wire/swproto.h) for ibv_coll_stat(8), in a
 // reply no longer than the request.
 #include "switch/switch.h"
+#include "switch/switch_impl.h"
 
 #include "util/log.h"
 #include "wire/coll_codec.h"
@@ -90,6 +91,7 @@ void SwitchCounters::add(const SwitchCounters &o)
 	adm_scored += o.adm_scored;
 	adm_refused += o.adm_refused;
 	pool_us += o.pool_us;
+	adm_streak = std::max(adm_streak, o.adm_streak);
 }
 
 SwitchCounters Switch::totals() const
@@ -112,6 +114,16 @@ bool Switch::job_counters(uint32_t jid, SwitchCounters *out) const
 		return false;
 	*out = it->second.ctr;
 	return true;
+}
+
+uint32_t Switch::units_collecting() const
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < p_.units; i++) {
+		const SegUnit &u = pool_.unit(i);
+		n += u.busy && u.kind != swimpl::kUnitDone;
+	}
+	return n;
 }
 
 uint32_t Switch::units_in_use() const
@@ -162,6 +174,7 @@ std::vector<NamedCounter> named_counters(const SwitchCounters &c)
 		{"adm_scored", c.adm_scored},
 		{"adm_refused", c.adm_refused},
 		{"pool_us", c.pool_us},
+		{"adm_streak", c.adm_streak},
 	};
 }
 

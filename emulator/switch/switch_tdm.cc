@@ -225,6 +225,7 @@ void Switch::on_admit(const In &p)
 			j.starved = 0;
 		} else {
 			j.starved++;
+			j.ctr.adm_streak = std::max<uint64_t>(j.ctr.adm_streak, j.starved);
 			if (why == sw::kAdmitBusy)
 				j.ctr.adm_busy++;
 			else if (why == sw::kAdmitScored)

@@ -178,6 +178,46 @@ TEST(Sim, SwitchPolicyDecidesWhoRunsTheRing)
 	}
 }
 
+// What the switch's pool did, against the description: one switch job of
+// 4 hosts on 8 ports takes in its hosts' S per message (a warm-up and two
+// iterations), with each 4 KiB block's headers, over 8 ports x R x the
+// run; hosts alike send each block together, so few units wait at once.
+// Under tdm, two like jobs: messages refused, none more than
+// ibv_coll_switchd(8)'s bound in a row (4 + (K - 1) r, r = 1 here: a
+// message refused runs the ring, slower than the switch).
+TEST(Sim, SwitchLoadAndTdmStreak)
+{
+	FabricSpec f = star(8, 10000000000ull, 1000);
+	JobSpec a = job(SimTopology::sw, {1 << 20});
+	a.nodes = {0, 1, 2, 3};
+	SimReport r = run(f, {a}, 1);
+	expect_right(r);
+	ASSERT_EQ(r.switch_use.size(), 1u);
+	const double bits = 4.0 * (1 << 20) * 3 * 8;
+	const double want = bits / (8 * 10e9 * (double(r.end_ns) / 1e9));
+	EXPECT_GE(r.switch_use[0].load, want);
+	EXPECT_LE(r.switch_use[0].load, want * 1.03);
+	EXPECT_GE(r.switch_use[0].peak_collecting, 1u);
+	EXPECT_LE(r.switch_use[0].peak_collecting, 4u);
+	EXPECT_EQ(r.switch_use[0].adm_grants + r.switch_use[0].adm_refusals, 0u);
+
+	f.switch_policy = ibv_coll::emu::Policy::tdm;
+	a = job(SimTopology::autosel, {1 << 20, 256 << 10});
+	a.nodes = {0, 1, 2, 3};
+	JobSpec b = a;
+	b.nodes = {4, 5, 6, 7};
+	b.start_ns = 10000;
+	r = run(f, {a, b}, 1);
+	expect_right(r);
+	const SwitchUse &u = r.switch_use.at(0);
+	EXPECT_GT(u.adm_grants, 0u);
+	EXPECT_GT(u.adm_refusals, 0u);
+	EXPECT_EQ(u.adm_grants + u.adm_refusals, 2u * 2 * 3); // jobs x sizes x messages
+	EXPECT_GE(u.adm_streak, 1u);
+	EXPECT_LE(u.adm_streak, 4u + 1);
+	EXPECT_GT(u.pool_us, 0u);
+}
+
 TEST(Sim, TwoLevelTree)
 {
 	FabricSpec f;

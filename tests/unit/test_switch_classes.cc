@@ -84,6 +84,7 @@ const Field kFields[] = {
 	{"adm_scored", &C::adm_scored},
 	{"adm_refused", &C::adm_refused},
 	{"pool_us", &C::pool_us},
+	{"adm_streak", &C::adm_streak},
 };
 static_assert(sizeof(SwitchCounters) == std::size(kFields) * sizeof(uint64_t),
 	      "a counter the test does not check: add it to kFields");
