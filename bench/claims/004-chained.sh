@@ -14,10 +14,10 @@
 # 004-chained.csv, .md and .png.
 #
 #   bench/claims/004-chained.sh [-N "N..."] [-S "BYTES..."] [-i ITERS]
-#       defaults: -N "2 4", -S "4096 65536 1048576 16777216", -i 20
+#       defaults: -N "2 4 8 16", -S "4096 65536 1048576 16777216", -i 20
 #       (medians over the iterations after two untimed ones)
 set -euo pipefail
-ns="2 4" sizes="4096 65536 1048576 16777216" iters=20
+ns="2 4 8 16" sizes="4096 65536 1048576 16777216" iters=20
 while getopts "N:S:i:h" o; do
 	case $o in
 	N) ns=$OPTARG ;;
