@@ -6,10 +6,12 @@
 # message.  For each pool size P (the switch's units, all of them granted
 # to the job, which asks for more), hosts N and message size S,
 # ibv_coll_sim runs one allreduce through one switch (after one untimed):
-# busbw against its bound.
+# busbw against its bound, wire/S.  block: ours.  message: the switch
+# buffers whole messages (switch_whole_grant, ibv_coll_switchd
+# --whole-grant): the AUTO job asks for S / 4 KiB units and gets them all
+# or is refused and runs the NIC ring.
 # Prints, and writes to docs/claims/ (OUT_DIR), 000-seg-units.csv, .md,
-# .png.  (Measured: ours only; the switch has no message-granularity
-# mode, whose need, S / 4 KiB units, is stated, not run.)
+# .png.
 #
 #   bench/claims/000-seg-units.sh [-r RATE] [-d DELAY_US]
 #       -r  link rate (100gbit), -d  one-way link delay (1); N = 8 and 32,
@@ -28,33 +30,45 @@ done
 . "$(dirname "$0")/claims-common.sh"
 claims_init 000-seg-units
 csv=$out/000-seg-units.csv
-echo "hosts,bytes,units,time_us,busbw_bound" >"$csv"
-for n in 8 32; do
-	for s in 262144 4194304; do
-		for p in 4 8 16 32 64 128 256 512 1024 2048 4096; do
-			cat >"$tmp/d.json" <<EOF
+echo "mode,hosts,bytes,units,time_us,busbw_bound,wire_s" >"$csv"
+for mode in block message; do
+	for n in 8 32; do
+		for s in 262144 4194304; do
+			for p in 4 8 16 32 64 128 256 512 1024 2048 4096; do
+				if [ $mode = block ]; then
+					topo=switch want=4096 whole=false
+				else
+					topo=auto want=$((s / 4096)) whole=true
+				fi
+				cat >"$tmp/d.json" <<EOF
 {"seed": 1,
  "fabric": {"nodes": $n, "link": {"rate": "$rate", "delay_us": $delay, "queue": "16M"},
-            "switch_units": $p, "nic_units": 8192},
- "jobs": [{"name": "j", "topology": "switch", "sizes": [$s], "iters": 1, "warmup": 1,
-           "seg_units": 4096}]}
+            "switch_units": $p, "switch_whole_grant": $whole, "nic_units": 8192},
+ "jobs": [{"name": "j", "topology": "$topo", "sizes": [$s], "iters": 1, "warmup": 1,
+           "seg_units": $want}]}
 EOF
-			read -r t bb _ _ < <(sim_row "$tmp/d.json")
-			echo "$n,$s,$p,$t,$bb" >>"$csv"
+				read -r t bb ws _ < <(sim_row "$tmp/d.json")
+				echo "$mode,$n,$s,$p,$t,$bb,$ws" >>"$csv"
+			done
 		done
 	done
 done
 md_table "$csv" >"$out/000-seg-units.md"
 {
 	echo
-	echo "Smallest pool reaching 95 % of the bound (busbw/bound >= 0.95), against what a buffer holding the whole message needs:"
+	echo "Smallest pool reaching 95 % of the best busbw any pool gave that many hosts and bytes (its busbw/bound in brackets), blocks freed one by one (ours) against a buffer holding the whole message:"
 	echo
-	echo "| hosts | bytes | units (ours) | units holding the message (S / 4 KiB) |"
+	echo "| hosts | bytes | units, freed per block | units, whole message |"
 	echo "| --- | --- | --- | --- |"
 	for n in 8 32; do
 		for s in 262144 4194304; do
-			awk -F, -v n=$n -v s=$s '$1 == n && $2 == s { if ($5 >= 0.95 && !u) u = $3; if ($5 > b) b = $5 }
-				END { print "| " n " | " s " | " (u ? u : "not reached (best " b ")") " | " s / 4096 " |" }' "$csv"
+			best=$(awk -F, -v n=$n -v s=$s '$2 == n && $3 == s && $6 > b { b = $6 } END { print b + 0 }' "$csv")
+			row="| $n | $s |"
+			for mode in block message; do
+				row="$row $(awk -F, -v m=$mode -v n=$n -v s=$s -v b="$best" '$1 == m && $2 == n && $3 == s && $6 >= 0.95 * b && !u { u = $4 }
+					END { printf "%s (%s)", u, b }' "$csv") |"
+			done
+			echo "${row% |} (S / 4 KiB: $((s / 4096))) |"
 		done
 	done
 } >>"$out/000-seg-units.md"
@@ -65,13 +79,15 @@ set terminal pngcairo size 900,560 noenhanced
 set output "$out/000-seg-units.png"
 set datafile separator ","
 set logscale x 2
-set xlabel "switch Seg units (4 KiB each) granted to the job"
+set xlabel "switch Seg units (4 KiB each) in the pool"
 set ylabel "busbw / bound"
 set yrange [0:1.05]
 set key right bottom
-set title "Claim 000: Seg units freed per block, one switch, $rate, $delay us links"
-plot for [n in "8 32"] for [s in "262144 4194304"] "$csv" using (strcol(1) eq n && strcol(2) eq s ? \$3 : 1/0):5 \
-     with linespoints lw 2 title n." hosts, ".s." B"
+set title "Claim 000: Seg units freed per block vs a whole-message buffer, one switch, $rate, $delay us links"
+plot for [s in "262144 4194304"] "$csv" using (strcol(1) eq "block" && strcol(2) eq "8" && strcol(3) eq s ? \$4 : 1/0):6 \
+     with linespoints lw 2 title "freed per block, 8 hosts, ".s." B", \
+     for [s in "262144 4194304"] "$csv" using (strcol(1) eq "message" && strcol(2) eq "8" && strcol(3) eq s ? \$4 : 1/0):6 \
+     with linespoints dt 2 lw 2 title "whole message, 8 hosts, ".s." B"
 EOF
 	echo "plot: $out/000-seg-units.png"
 fi

@@ -62,8 +62,9 @@ struct FabricSpec {
 	// {} is spatial), and spatial's shares (0: as asked).
 	emu::Policy switch_policy{};
 	uint32_t switch_shares = 0;
-	uint32_t nic_units = 2048; // Seg units of each host's NIC, shared by its jobs
-	uint32_t timeout_ms = 0;   // collective timeout (0: the device default)
+	bool switch_whole_grant = false; // a job gets all it asks for or is refused
+	uint32_t nic_units = 2048;	 // Seg units of each host's NIC, shared by its jobs
+	uint32_t timeout_ms = 0;	 // collective timeout (0: the device default)
 	// The least retransmission timeout and tail-loss probe time of the
 	// collective engine (IBV_COLL_EMU_COLL_RTO_US, _PROBE_US; rto 0 and
 	// probe -1: the device defaults, made for real hosts' scheduling).

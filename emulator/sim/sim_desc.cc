@@ -224,13 +224,28 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		if (!d.contains("fabric"))
 			bad("fabric", "missing");
 		const json &fo = d["fabric"];
-		only(fo, "fabric.", {"nodes",	   "shape",	    "nodes_per_leaf",
-				     "link",	   "uplink",	    "loss",
-				     "jitter_us",  "port_delay_us", "port_jitter_us",
-				     "cc",	   "mtu",	    "switch_units",
-				     "nic_units",  "switch_policy", "switch_shares",
-				     "timeout_ms", "rto_us",	    "probe_us",
-				     "stalls",	   "trace_us"});
+		only(fo, "fabric.",
+		     {"nodes",
+		      "shape",
+		      "nodes_per_leaf",
+		      "link",
+		      "uplink",
+		      "loss",
+		      "jitter_us",
+		      "port_delay_us",
+		      "port_jitter_us",
+		      "cc",
+		      "mtu",
+		      "switch_units",
+		      "nic_units",
+		      "switch_policy",
+		      "switch_shares",
+		      "switch_whole_grant",
+		      "timeout_ms",
+		      "rto_us",
+		      "probe_us",
+		      "stalls",
+		      "trace_us"});
 		FabricSpec fs;
 		if (!fo.contains("nodes"))
 			bad("fabric.nodes", "missing");
@@ -264,6 +279,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		if (!emu::parse_policy(pol.c_str(), &fs.switch_policy))
 			bad("fabric.switch_policy", "\"" + pol + "\": spatial, exclusive or tdm");
 		fs.switch_shares = num<uint32_t>(fo, "switch_shares", "fabric.", 0, 0, 1u << 16);
+		fs.switch_whole_grant = boolean(fo, "switch_whole_grant", "fabric.", false);
 		fs.timeout_ms = num<uint32_t>(fo, "timeout_ms", "fabric.", 0, 0, 3600000);
 		fs.rto_us = num<uint32_t>(fo, "rto_us", "fabric.", 0, 0, 10000000);
 		fs.trace_ns = uint64_t(num<double>(fo, "trace_us", "fabric.", 0, 0, 1e9) * 1000);

@@ -296,6 +296,7 @@ public:
 			p.units = spec.switch_units;
 			p.policy = spec.switch_policy;
 			p.shares = spec.switch_shares;
+			p.whole_grant = spec.switch_whole_grant;
 			p.clock = &clock;
 			const uint32_t dev = dev_of_switch(s);
 			p.transport = [this, dev, &d](std::unique_ptr<emu::Transport> *out) {

@@ -40,6 +40,10 @@ struct SwitchParams {
 	uint32_t job_idle_ms = 60000; // a job silent this long is forgotten
 	Policy policy = Policy::spatial;
 	uint32_t shares = 0; // spatial: the pool split in this many (0: as asked)
+	// A job gets every unit it asks for (at most max_job_units) or is
+	// refused, as a switch that buffers whole messages must: a job asking
+	// for its message's blocks then never reuses a unit within it.
+	bool whole_grant = false;
 	Impairment impair;
 	// The clock of its timers and of the holds it reports: the host's,
 	// or a simulator's virtual one (then its owner calls poll_once()).

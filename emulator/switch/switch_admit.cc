@@ -41,7 +41,7 @@ bool Switch::alloc_units(Job &j, uint32_t want)
 			break;
 		i = k + 1;
 	}
-	if (best_len < 2 || (j.inline_mode && best_len < want))
+	if (best_len < 2 || ((j.inline_mode || p_.whole_grant) && best_len < want))
 		return false;
 	for (uint32_t i = best; i < best + best_len; i++)
 		range_used_[i] = 1;

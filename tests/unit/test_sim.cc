@@ -218,6 +218,29 @@ TEST(Sim, SwitchLoadAndTdmStreak)
 	EXPECT_GT(u.pool_us, 0u);
 }
 
+// A switch that buffers whole messages (switch_whole_grant): a job asking
+// for more units than the pool has is refused and, AUTO, runs the ring
+// (wire/S 2(N-1)/N = 1.5 at 4 hosts, with headers); by default it gets
+// the pool and runs through the switch (wire/S 1, with headers); with a
+// pool that holds its request, the switch either way.
+TEST(Sim, WholeGrantRefusesWhatThePoolCannotHold)
+{
+	for (uint32_t pool : {16u, 64u}) {
+		for (bool whole : {false, true}) {
+			SCOPED_TRACE(std::to_string(pool) + (whole ? " units, whole" : " units"));
+			FabricSpec f = star(4, 10000000000ull, 1000);
+			f.switch_units = pool;
+			f.switch_whole_grant = whole;
+			JobSpec a = job(SimTopology::autosel, {256 << 10});
+			a.seg_units = 64;
+			const SimReport r = run(f, {a}, 1);
+			expect_right(r);
+			const bool ring = whole && pool < 64;
+			EXPECT_NEAR(r.jobs.at(0).sizes.at(0).wire_s, ring ? 1.55 : 1.03, 0.05);
+		}
+	}
+}
+
 TEST(Sim, TwoLevelTree)
 {
 	FabricSpec f;
