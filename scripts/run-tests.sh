@@ -53,11 +53,13 @@ run build "-E AllocFail.TwoNodeRingEveryAllocation"
 # (multihost.coll_hier_8x1) run in the release pass: their code paths run
 # sanitized in the other CollPaths cases, the lossy node matrices and the
 # four-host trees.
+# The style checks (label style) read the sources, not the build: the
+# release pass runs them.
 # Leaks that are not ours: tests/lsan.supp.
 echo "== build and test: AddressSanitizer + UndefinedBehaviorSanitizer"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp print_suppressions=0" \
-	run build-asan "-E _big|switchbig|n8k2_switch_|AllocFail.TwoNodeSwitch|CostsAFractionOfTheLossFreeTime|DescheduledHostsStallNothing|coll_hier_8x1|multihost.chaos|mpi\.(check|unsupported|finalize|netns|shared|slurm) -LE rxe|pkg|liveness|perf" \
+	run build-asan "-E _big|switchbig|n8k2_switch_|AllocFail.TwoNodeSwitch|CostsAFractionOfTheLossFreeTime|DescheduledHostsStallNothing|coll_hier_8x1|multihost.chaos|mpi\.(check|unsupported|finalize|netns|shared|slurm) -LE rxe|pkg|liveness|perf|style" \
 	-DIBV_COLL_SANITIZE=ON
 
 # ThreadSanitizer: the library, the emulator and the suites
