@@ -149,6 +149,7 @@ private:
 	void on_nak(CollJob &job, const CollPacket &p, uint64_t now);
 	void spurious(CollJob &job, const PendingSet::Entry &e, Holding h, uint64_t now);
 	void find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now);
+	bool late_within_window(const CollJob &job, const PendingSet::Entry &e, uint64_t now) const;
 	uint64_t probe_due(const CollJob &job, const Message &m) const;
 	void probe(CollJob &job, Message &m, uint64_t now);
 	bool recently_sent(const CollJob &job, Message &m, uint32_t sid, uint64_t now,

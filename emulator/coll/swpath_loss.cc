@@ -151,8 +151,9 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 		if (sid < lag)
 			break;
 		const uint32_t g = sid - lag;
-		if (g < m.sw.base || m.final_[g] || !m.o_pending.find(g) ||
-		    recently_sent(job, m, g, now, false))
+		const PendingSet::Entry *pe = m.o_pending.find(g);
+		if (g < m.sw.base || m.final_[g] || !pe || recently_sent(job, m, g, now, false) ||
+		    late_within_window(job, *pe, now))
 			continue;
 		send_block(job, m, g, now, true, true);
 	}
@@ -165,8 +166,23 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 	const uint64_t t = job.probe_time(uint64_t(u_.host().params.cfg.coll_probe_us) *
 					  util::kNsPerUs);
 	if (e && g < sid && !m.final_[g] && t && now - e->sent >= t &&
-	    !recently_sent(job, m, g, now, false))
+	    !recently_sent(job, m, g, now, false) && !late_within_window(job, *e, now))
 		send_block(job, m, g, now, true, true);
+}
+
+// On a path that reorders (the job's switch reordering window is open),
+// a result is missing only once a round trip and the window have passed
+// since its partial left, as RACK declares a packet lost: before, it is
+// late, and an ASK for it costs a repeated result (the switch answers
+// from its shadow copy) or, when the ASK overtakes our own partial, a NAK
+// and a halved window.  A path that has not reordered asks at once.
+bool SwitchPath::late_within_window(const CollJob &job, const PendingSet::Entry &e,
+				    uint64_t now) const
+{
+	if (!job.sw.reo_wnd)
+		return false;
+	const uint64_t rtt = job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 2;
+	return now - e.data_sent < rtt + job.sw.reo_wnd;
 }
 
 } // namespace ibv_coll::emu
