@@ -26,6 +26,14 @@ echo "== build and test: release"
 # where it finds more (leaks on each failure path); the switch's runs here
 # only.
 run build "-E AllocFail.TwoNodeRingEveryAllocation"
+# The release pass ran every switch at its default, a worker per core (two
+# here); the switch's tests once more against switches of four workers,
+# more than this machine has cores.
+echo "== switch tests: switches of 4 workers"
+(cd build && IBV_COLL_SWITCH_THREADS=4 ctest -j "$jobs" --output-on-failure --timeout 600 \
+	-L "switch|tools|capture|stat|multihost" $CTEST_ARGS)
+(cd build && IBV_COLL_SWITCH_THREADS=4 ctest -j "$jobs" --output-on-failure --timeout 600 \
+	-R "CollSwitch|CollMid|CollRecover|SwitchFailure|SwitchAcct|SwitchStats|liveness_switch" $CTEST_ARGS)
 # The 16 MiB runs (n4k2_big, n4k2_switchbig) spend their time in the scalar
 # reference; under the sanitizers they would take most of the budget, and
 # the same code paths run there at smaller sizes.  So do the eight-node
@@ -74,10 +82,10 @@ echo "== build and test: ThreadSanitizer (threaded suites)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="$G1" \
 	-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$G1" -DIBV_COLL_TSAN=ON >/dev/null
 cmake --build build-tsan -j "$jobs" --target test_api test_c_abi test_version test_rc rc_peer test_rc_self \
-	test_coll_wire test_switch_acct test_coll coll_node
+	test_coll_wire test_switch_acct test_switch_workers test_coll coll_node
 (cd build-tsan && TSAN_OPTIONS="suppressions=$PWD/../tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
 	ctest --output-on-failure --timeout 300 \
-	-R '^(api\.|rc\.Rc\.|rc\.RcSelf\.|rc\.RcImpaired\.ManyWrsInFlight|rc\.Mtus/RcMtu\.(WriteAndSendWithImmediate|ReadEverySize/mtu4096)|coll\.CollWire\.|emu\.SwitchAcct\.|coll\.Loopback/Coll\.EveryNodeMatchesTheReference/n2k2_full)')
+	-R '^(api\.|rc\.Rc\.|rc\.RcSelf\.|rc\.RcImpaired\.ManyWrsInFlight|rc\.Mtus/RcMtu\.(WriteAndSendWithImmediate|ReadEverySize/mtu4096)|coll\.CollWire\.|emu\.SwitchAcct\.|emu\.SwitchWorkers\.|coll\.Loopback/Coll\.EveryNodeMatchesTheReference/n2k2_full)')
 
 # libFuzzer: every target of tests/fuzz for IBV_COLL_FUZZ_SECONDS
 # (10 here) from its committed seeds, under ASan and UBSan; longer runs:
@@ -93,7 +101,8 @@ cmake --build build-fuzz -j "$jobs" --target fuzz_targets
 # long-running switches, every result checked, their memory, descriptors
 # and counters watched; an hour with scripts/soak.sh -t 3600.  Here seed
 # 15 for 45 s (about 35 rounds; its round 34 found the switch forgetting
-# a job whose members were silent while checking a large result).
-echo "== soak: seed 15, 45 s"
-sh scripts/soak.sh -B build -t 45 -S 15
+# a job whose members were silent while checking a large result), its
+# switches of four workers each.
+echo "== soak: seed 15, 45 s, switches of 4 workers"
+IBV_COLL_SWITCH_THREADS=4 sh scripts/soak.sh -B build -t 45 -S 15
 echo "== all tests passed"

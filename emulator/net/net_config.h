@@ -14,6 +14,9 @@ struct NetConfig {
 	uint32_t sockbuf = 4u << 20; // UDP socket buffer bytes
 	bool gso = true;	     // UDP segmentation offload and GRO
 	Impairment impair;
+	// ibv_coll_switchd's workers when --threads is not given (0: the
+	// cores its CPU affinity allows).
+	uint32_t switch_threads = 0;
 };
 
 std::span<const util::ConfigVar> net_config_vars();

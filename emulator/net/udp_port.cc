@@ -98,7 +98,8 @@ static int try_bind(int fd, bool v6, uint16_t port)
 	return bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) ? errno : 0;
 }
 
-int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf, bool gso)
+int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf, bool gso,
+		  bool reuseport)
 {
 	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	v6_ = fd >= 0;
@@ -119,6 +120,13 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 	}
 	fd_.reset(fd);
 
+	int on = 1;
+	if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on))) {
+		int err = errno;
+		IBVC_ERR("port", "SO_REUSEPORT: {}", util::errstr(err));
+		fd_.reset();
+		return err;
+	}
 	int err = try_bind(fd, v6_, port);
 	if (err == EADDRINUSE && fallback && port) {
 		IBVC_INFO("port", "udp port {} is in use, taking a free one", port);
@@ -145,7 +153,6 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 	// Learn each datagram's destination address (the ICRC covers it), and
 	// send with DF set and IP identification 0, so the IPv4 header the
 	// ICRC covers is the one on the wire.
-	int on = 1;
 	setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on));
 	int probe = IP_PMTUDISC_PROBE;
 	setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &probe, sizeof(probe));

@@ -32,9 +32,10 @@ public:
 	~UdpPort() override;
 	// Bind the port on every local address (IPv6 dual-stack when the host
 	// has IPv6).  port 0 picks a free one; with fallback, a busy port falls
-	// back to a free one instead of failing.
+	// back to a free one instead of failing.  With reuseport, other sockets
+	// of this user may bind it too (SO_REUSEPORT): a switch's workers.
 	int open(uint16_t port, bool fallback, const Impairment &imp, unsigned sockbuf,
-		 bool gso = true);
+		 bool gso = true, bool reuseport = false);
 	int fd() const override { return fd_.get(); }
 	uint16_t port() const override { return port_; }
 	bool ipv6() const override { return v6_; }

@@ -33,8 +33,10 @@ bool SegPool::acquire(uint32_t i, uint32_t jid, uint32_t mid, uint32_t sid, RedO
 	u.len = len;
 	u.node_pending = node_pending;
 	u.rank_pending = rank_pending;
-	if (++in_use_ > high_water_)
-		high_water_ = in_use_;
+	const uint32_t n = in_use_.fetch_add(1, std::memory_order_relaxed) + 1;
+	uint32_t hw = high_water_.load(std::memory_order_relaxed);
+	while (n > hw && !high_water_.compare_exchange_weak(hw, n, std::memory_order_relaxed)) {
+	}
 	return true;
 }
 
@@ -42,7 +44,7 @@ void SegPool::release(uint32_t i)
 {
 	if (units_[i].busy) {
 		units_[i].busy = false;
-		in_use_--;
+		in_use_.fetch_sub(1, std::memory_order_relaxed);
 	}
 }
 

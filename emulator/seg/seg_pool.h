@@ -12,6 +12,7 @@
 
 #include "reduce/reduce.h"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -53,8 +54,8 @@ public:
 	SegPool(uint32_t units, uint32_t unit_bytes);
 	uint32_t size() const { return uint32_t(units_.size()); }
 	uint32_t unit_bytes() const { return unit_bytes_; }
-	uint32_t in_use() const { return in_use_; }
-	uint64_t high_water() const { return high_water_; }
+	uint32_t in_use() const { return in_use_.load(std::memory_order_relaxed); }
+	uint64_t high_water() const { return high_water_.load(std::memory_order_relaxed); }
 	SegUnit &unit(uint32_t i) { return units_[i]; }
 	const SegUnit &unit(uint32_t i) const { return units_[i]; }
 
@@ -109,8 +110,10 @@ private:
 	std::vector<Reservation> reserved_, keep_; // keep_: unreserve's scratch
 	std::unique_ptr<uint8_t[]> mem_;
 	uint32_t unit_bytes_;
-	uint32_t in_use_ = 0;
-	uint32_t high_water_ = 0;
+	// Counted atomically: a switch's workers take and release units of
+	// their own at once.
+	std::atomic<uint32_t> in_use_{0};
+	std::atomic<uint32_t> high_water_{0};
 };
 
 } // namespace ibv_coll::emu

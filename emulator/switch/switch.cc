@@ -1,106 +1,323 @@
-// The emulated aggregation switch: its life (open, the poll loop), the
-// dispatch of packets, its table of jobs and their children.  Admission is
-// in switch_admit.cc, the data path in switch_fold.cc, expiry in
-// switch_expire.cc, the packet codec in switch_codec.cc, the counters in
-// switch_stats.cc.  See wire/swproto.h for the protocol and
-// ibv_coll_switchd(8) for the program around it.
+// The emulated aggregation switch: its life (open, the workers and their
+// poll loop), the dispatch of packets, its table of jobs and their
+// children.  Admission is in switch_admit.cc, the data path in
+// switch_fold.cc, expiry in switch_expire.cc, the packet codec in
+// switch_codec.cc, the counters in switch_stats.cc.  See wire/swproto.h
+// for the protocol and ibv_coll_switchd(8) for the program around it.
 #include "switch/switch.h"
 #include "switch/switch_impl.h"
 
+#include "net/udp_port.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "wire/roce.h"
 
+#include <linux/filter.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 namespace ibv_coll::emu {
 
 using namespace wire;
 using namespace swimpl;
 
+namespace {
+
+// Consecutive Seg units one worker serves (steer()).
+constexpr uint32_t kSteerRun = 16;
+
+// The worker the running thread is, of which switch.
+thread_local const Switch *tl_switch = nullptr;
+thread_local unsigned tl_worker = 0;
+
+} // namespace
+
+unsigned affinity_cores()
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return 1;
+	return unsigned(std::max(1, CPU_COUNT(&set)));
+}
+
+RwLock::RwLock()
+{
+	pthread_rwlockattr_t a;
+	pthread_rwlockattr_init(&a);
+	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&l_, &a);
+	pthread_rwlockattr_destroy(&a);
+}
+
+// What a worker's pass holds of the switch's lock, taken as its packets
+// ask: shared for the data path, exclusive for the rest.  Nothing with one
+// worker.
+class Switch::Section {
+public:
+	explicit Section(const Switch &s) : s_(s), on_(s.multi()) {}
+	~Section() { drop(); }
+	Section(const Section &) = delete;
+	Section &operator=(const Section &) = delete;
+	void shared()
+	{
+		if (!on_ || mode_ != 0)
+			return;
+		s_.mu_.lock_shared();
+		mode_ = 1;
+	}
+	void exclusive()
+	{
+		if (!on_ || mode_ == 2)
+			return;
+		drop();
+		s_.mu_.lock();
+		mode_ = 2;
+	}
+	void drop()
+	{
+		if (mode_ == 1)
+			s_.mu_.unlock_shared();
+		else if (mode_ == 2)
+			s_.mu_.unlock();
+		mode_ = 0;
+	}
+
+private:
+	const Switch &s_;
+	const bool on_;
+	int mode_ = 0; // 1 shared, 2 exclusive
+};
+
 Switch::Switch(const SwitchParams &p) : p_(p), pool_(p.units, p.unit_bytes), range_used_(p.units, 0)
 {
+	// A transport we are given is one queue: one worker serves it.
+	const unsigned n = p.transport ? 1 : std::clamp(p.threads, 1u, 256u);
+	for (unsigned k = 0; k < n; k++)
+		w_.push_back(std::make_unique<Worker>());
+	if (n > 1)
+		unit_mu_ = std::make_unique<UnitLock[]>(p.units);
+}
+
+Switch::~Switch()
+{
+	quit_ = true;
+	for (auto &w : w_)
+		if (w->th.joinable())
+			w->th.join();
+}
+
+unsigned Switch::me() const
+{
+	return tl_switch == this ? tl_worker : 0;
+}
+
+// Steer each datagram to a worker's socket: a block's DATA (not inline)
+// and RESULT to the worker of its unit's run of kSteerRun units (CETH seg
+// / kSteerRun, modulo the workers), the rest (control, inline jobs,
+// anything short or foreign) to worker 0.  A run, not a unit: one worker
+// completes consecutive blocks in order, as members expect their results
+// (a result overtaken by a later one looks lost to them, and they ask),
+// and a run of packets sent at once (GSO) stays with the worker of its
+// first.  A program that cannot be attached leaves the kernel's hash to
+// spread them: every worker handles every packet correctly, only less
+// well placed.
+static int steer(int fd, unsigned workers)
+{
+#ifdef SO_ATTACH_REUSEPORT_CBPF
+	const uint32_t flags = kBthBytes + 3, seg = kBthBytes + 20;
+	sock_filter code[] = {
+		BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0), // the BTH opcode: our kind
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kCollData, 0, 2),
+		BPF_STMT(BPF_LD | BPF_B | BPF_ABS, flags),
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, kCethInline, 5, 1),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kCollResult, 0, 4),
+		BPF_STMT(BPF_LD | BPF_H | BPF_ABS, seg),
+		BPF_STMT(BPF_ALU | BPF_DIV | BPF_K, kSteerRun),
+		BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, workers),
+		BPF_STMT(BPF_RET | BPF_A, 0),
+		BPF_STMT(BPF_RET | BPF_K, 0),
+	};
+	sock_fprog prog{uint16_t(sizeof(code) / sizeof(code[0])), code};
+	if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog)))
+		return errno;
+	return 0;
+#else
+	(void)fd;
+	(void)workers;
+	return ENOTSUP;
+#endif
 }
 
 int Switch::open()
 {
-	int err = open_transport(p_.transport, &port_, p_.port, false, p_.impair, p_.sockbuf,
-				 p_.gso);
-	if (err)
-		return err;
-	if (port_->fd() < 0) {
+	const unsigned n = workers();
+	for (unsigned k = 0; k < n; k++) {
+		Worker &w = *w_[k];
+		int err;
+		if (k == 0 && (p_.transport || n == 1)) {
+			err = open_transport(p_.transport, &w.port, p_.port, false, p_.impair,
+					     p_.sockbuf, p_.gso);
+		} else {
+			auto udp = std::make_unique<UdpPort>();
+			err = udp->open(k ? port() : p_.port, false, p_.impair, p_.sockbuf, p_.gso,
+					true);
+			w.port = std::move(udp);
+		}
+		if (err)
+			return err;
+	}
+	if (w_[0]->port->fd() < 0) {
 		// A transport without a descriptor (a simulator's): its owner
 		// runs poll_once() when packets or next_deadline() are due.
 		IBVC_INFO("switch", "{}: {} port {}, {} Seg units of {} bytes", p_.name,
-			  port_->kind(), port_->port(), p_.units, p_.unit_bytes);
+			  w_[0]->port->kind(), port(), p_.units, p_.unit_bytes);
 		return 0;
 	}
-	epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
-	if (!epfd_)
-		return errno;
-	epoll_event ev{};
-	ev.events = EPOLLIN;
-	ev.data.fd = port_->fd();
-	if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, port_->fd(), &ev))
-		return errno;
-	IBVC_INFO("switch", "{}: {} port {}, {} Seg units of {} bytes", p_.name, port_->kind(),
-		  port_->port(), p_.units, p_.unit_bytes);
+	if (n > 1)
+		if (int err = steer(w_[0]->port->fd(), n))
+			IBVC_WARN("switch",
+				  "{}: no steering program ({}): the kernel spreads "
+				  "packets over the workers by address",
+				  p_.name, util::errstr(err));
+	for (auto &w : w_) {
+		w->epfd.reset(epoll_create1(EPOLL_CLOEXEC));
+		if (!w->epfd)
+			return errno;
+		epoll_event ev{};
+		ev.events = EPOLLIN;
+		ev.data.fd = w->port->fd();
+		if (epoll_ctl(w->epfd.get(), EPOLL_CTL_ADD, w->port->fd(), &ev))
+			return errno;
+	}
+	IBVC_INFO("switch", "{}: {} port {}, {} Seg units of {} bytes, {} worker{}", p_.name,
+		  w_[0]->port->kind(), port(), p_.units, p_.unit_bytes, n, n > 1 ? "s" : "");
 	return 0;
+}
+
+void Switch::start()
+{
+	for (unsigned k = 1; k < workers(); k++)
+		if (!w_[k]->th.joinable())
+			w_[k]->th = std::thread([this, k] { serve(k); });
+}
+
+void Switch::serve(unsigned k)
+{
+	tl_switch = this;
+	tl_worker = k;
+	uint64_t idle_since = 0;
+	const uint64_t spin_ns = uint64_t(p_.poll_us) * 1000;
+	while (!quit_.load(std::memory_order_relaxed)) {
+		bool did = false;
+		try {
+			did = pass(k);
+		} catch (const std::bad_alloc &) {
+			// The packets of this pass are lost, as a full queue's
+			// are: their senders recover them.
+			IBVC_ERR("switch", "{}: worker {}: out of memory", p_.name, k);
+		}
+		if (did) {
+			idle_since = 0;
+			continue;
+		}
+		// Nothing arrived: keep looking for a short while (the next
+		// partial of a block is usually close behind), then block.
+		const uint64_t now = util::now_ns();
+		if (!idle_since)
+			idle_since = now;
+		if (now - idle_since < spin_ns)
+			sched_yield();
+		else
+			wait_on(k, 200);
+	}
+	Section s(*this);
+	s.shared();
+	w_[k]->port->tx_flush();
 }
 
 void Switch::run(const std::atomic<bool> &stop)
 {
+	start();
 	while (!stop.load())
 		if (!poll_once())
 			wait(200);
-	port_->tx_flush();
+	Section s(*this);
+	s.shared();
+	tx().tx_flush();
 }
 
 void Switch::wait(int ms)
+{
+	wait_on(0, ms);
+}
+
+void Switch::wait_on(unsigned k, int ms)
 {
 	// Sleep no later than packets a delay impairment holds are due, to
 	// the nanosecond: ppoll on the epoll descriptor, which is readable
 	// when the port is.
 	uint64_t wait_ns = uint64_t(ms) * util::kNsPerMs;
-	if (uint64_t due = port_->tx_next_due()) {
+	if (uint64_t due = w_[k]->port->tx_next_due()) {
 		uint64_t now = util::now_ns();
 		wait_ns = std::min(wait_ns, due > now ? due - now : 0);
 	}
 	timespec ts{time_t(wait_ns / 1000000000ull), long(wait_ns % 1000000000ull)};
-	pollfd pfd{epfd_.get(), POLLIN, 0};
+	pollfd pfd{w_[k]->epfd.get(), POLLIN, 0};
 	ppoll(&pfd, 1, &ts, nullptr);
 }
 
 bool Switch::poll_once()
 {
+	return pass(0);
+}
+
+bool Switch::pass(unsigned k)
+{
+	Transport &port = *w_[k]->port;
 	RxPacket pkts[Transport::kBatch];
 	bool did = false;
+	Section s(*this);
 	for (int b = 0; b < 8; b++) {
-		unsigned n = port_->rx_batch(pkts);
+		s.shared();
+		unsigned n = port.rx_batch(pkts);
 		for (unsigned i = 0; i < n; i++)
-			handle(pkts[i]);
+			handle(pkts[i], s);
 		if (!n)
 			break;
 		did = true;
 	}
-	port_->tx_flush();
-	uint64_t now = Switch::now();
-	hold_expire(now);
+	s.shared();
+	port.tx_flush();
+	if (k == 0)
+		timers(s);
+	return did;
+}
+
+// Worker 0's timers: the pool's holder (tdm), the forgetting of idle jobs.
+void Switch::timers(Section &s)
+{
+	const uint64_t now = Switch::now();
+	if (p_.policy == Policy::tdm) {
+		s.exclusive();
+		hold_expire(now);
+	}
 	if (now - last_expire_ > 1000 * util::kNsPerMs) {
+		s.exclusive();
 		last_expire_ = now;
 		expire(now);
 	}
-	return did;
 }
 
 uint64_t Switch::next_deadline() const
 {
-	uint64_t d = port_->tx_next_due();
+	uint64_t d = w_[0]->port->tx_next_due();
 	auto sooner = [&d](uint64_t t) { d = !d || t < d ? t : d; };
 	if (!jobs_.empty())
 		sooner(last_expire_ + 1000 * util::kNsPerMs + 1);
@@ -113,11 +330,23 @@ uint64_t Switch::next_deadline() const
 	return d;
 }
 
-void Switch::handle(const RxPacket &rx)
+// The packets the data path handles under the shared lock: a block's
+// partial, ASK or result of a configured job.  An inline partial may make
+// its job (or a child of it), so it changes the table.
+bool Switch::is_data(const In &p)
+{
+	return (p.kind == kCollData && !(p.h.flags & kCethInline)) || p.kind == kCollResult;
+}
+
+void Switch::handle(const RxPacket &rx, Section &s)
 {
 	In p;
 	if (!parse(rx, p))
 		return;
+	if (is_data(p))
+		s.shared();
+	else
+		s.exclusive();
 	switch (p.kind) {
 	case kCollConfig:
 		if (p.h.flags & kCethAdmit)
@@ -137,9 +366,34 @@ void Switch::handle(const RxPacket &rx)
 	case kCollStats: on_stats(p); break;
 	case kCollAbort: on_abort(p); break;
 	default:
-		gone_.drop_kind++; // ACK is between NICs
+		gone().drop_kind++; // ACK is between NICs
 		break;
 	}
+}
+
+// A job is alive: noted at once by a single worker, at most every
+// millisecond by several (each note writes a line they all read).
+bool Switch::touch(Job &j, uint64_t now)
+{
+	if (multi() && now < j.last_seen + util::kNsPerMs)
+		return false;
+	j.last_seen = now;
+	return true;
+}
+
+// Every child's arrival time of every unit's block, sized when the job
+// is granted (the data path of several workers only writes its entries).
+void Switch::size_arrive(Job &j)
+{
+	j.arrive.assign(size_t(j.granted) * j.children.size(), 0);
+}
+
+SwitchCounters Switch::job_total(const Job &j)
+{
+	SwitchCounters t;
+	for (const SwitchCounters &c : j.ctr)
+		t.add(c);
+	return t;
 }
 
 // A job as its first packet (CONFIG, or inline DATA) describes it.
@@ -148,6 +402,7 @@ bool Switch::init_job(Job &j, const In &p, const sw::Task &t)
 	if (!t.nodes || t.nodes > 64 || !t.subtree || (t.subtree & ~t.members) ||
 	    t.plane >= sw::kMaxPlanes)
 		return false;
+	j.ctr.assign(workers(), {});
 	j.jid = p.h.jid;
 	j.inc = p.h.inc;
 	j.key = p.h.job_key;
@@ -179,47 +434,47 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 	auto it = jobs_.find(p.h.jid);
 	if (it == jobs_.end()) {
 		if (!create || !t) {
-			gone_.drop_job++;
+			gone().drop_job++;
 			return nullptr;
 		}
 		Job j;
 		if (!init_job(j, p, *t)) {
-			gone_.drop_malformed++;
+			gone().drop_malformed++;
 			return nullptr;
 		}
 		return &(jobs_[p.h.jid] = std::move(j));
 	}
 	Job &j = it->second;
 	if (p.h.job_key != j.key) {
-		j.ctr.drop_key++;
+		ctr(j).drop_key++;
 		IBVC_DEBUG("switch", "{}: job {}: wrong key from {}:{}", p_.name, j.jid,
 			   p.src.ip.str(), p.src.port);
 		return nullptr;
 	}
 	if (p.h.inc != j.inc) {
 		if (!create || !t || !seq_after(p.h.inc, j.inc)) {
-			j.ctr.drop_incarnation++;
+			ctr(j).drop_incarnation++;
 			if (seq_after(j.inc, p.h.inc))
 				tell_superseded(j, p, t);
 			return nullptr;
 		}
 		Job fresh;
 		if (!init_job(fresh, p, *t)) {
-			j.ctr.drop_malformed++;
+			ctr(j).drop_malformed++;
 			return nullptr;
 		}
 		IBVC_INFO("switch", "{}: job {}: incarnation {} replaces {}", p_.name, j.jid,
 			  p.h.inc, j.inc);
 		free_units(j);
 		fresh.ctr = j.ctr;
-		fresh.ctr.incarnations++;
+		ctr(fresh).incarnations++;
 		fresh.retired = std::move(j.children);
 		j = std::move(fresh);
 		return &j;
 	}
 	if (t && (t->members != j.members || t->subtree != j.subtree || t->nodes != j.nodes ||
 		  t->plane != j.plane)) {
-		j.ctr.drop_malformed++;
+		ctr(j).drop_malformed++;
 		return nullptr;
 	}
 	return &j;
@@ -287,12 +542,12 @@ int Switch::add_child(Job &j, const In &p, const sw::Task &t)
 	// count (found by fuzz_switch_rx: a task naming node 100).
 	if (!cover || (cover & ~j.subtree) ||
 	    (!is_switch && (t.node >= j.nodes || cover != 1ull << t.node))) {
-		j.ctr.drop_node++;
+		ctr(j).drop_node++;
 		return EINVAL;
 	}
 	if (Child *c = child_of(j, p, &t)) {
 		if (c->cover != cover) {
-			j.ctr.drop_node++;
+			ctr(j).drop_node++;
 			return EINVAL;
 		}
 		return 0;
@@ -301,7 +556,7 @@ int Switch::add_child(Job &j, const In &p, const sw::Task &t)
 		// Another child already serves these nodes: another member, or
 		// another QP (perhaps of the same device) claiming its node,
 		// which must not take its results.
-		j.ctr.drop_node++;
+		ctr(j).drop_node++;
 		return EINVAL;
 	}
 	if (j.children.empty())
@@ -329,10 +584,10 @@ void Switch::on_abort(const In &p)
 		return;
 	Job &j = *jp;
 	if (!j.has_parent || !(p.src == j.parent) || !(p.h.flags & kCethSuperseded)) {
-		j.ctr.drop_node++;
+		ctr(j).drop_node++;
 		return;
 	}
-	j.ctr.delivered++;
+	ctr(j).delivered++;
 	for (const Child &c : j.children) {
 		Ceth h;
 		h.src_node = sw::kNodeSwitch;

@@ -1,7 +1,13 @@
 // The emulated in-network aggregation switch: a UDP port speaking the
 // switch protocol (wire/swproto.h), a pool of Seg units (the NIC's
-// SegPool), the reduce kernels, and a table of jobs.  One thread drives it
-// (Switch::run); it blocks in epoll when there is nothing to do.
+// SegPool), the reduce kernels, and a table of jobs.  Its workers each
+// serve a socket of the port (SO_REUSEPORT; a steering program gives a
+// block's packets to the worker of its unit, the rest to worker 0): the
+// caller's thread is worker 0 (poll_once, run), the others are threads of
+// their own (start).  Each blocks in epoll when there is nothing to do.
+// The data path runs under a shared lock with one lock per Seg unit; what
+// changes a job (configuration, admission, release, expiry, STATS) takes
+// the lock exclusively.  With one worker there are no locks at all.
 #pragma once
 
 #include "net/transport.h"
@@ -11,12 +17,16 @@
 #include "wire/ceth.h"
 #include "wire/swproto.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -53,6 +63,50 @@ struct SwitchParams {
 	// Opens the transport (UdTransport on a verbs device); empty: a
 	// UdpPort on port.
 	TransportFactory transport;
+	// Workers, each with its own socket of the port (SO_REUSEPORT): 1
+	// without a port of our own (a transport above, or a simulator's).
+	unsigned threads = 1;
+	// A worker thread keeps polling (yielding the processor) this long
+	// once idle before it blocks.
+	uint32_t poll_us = 2000;
+};
+
+// The cores this process may run on (its CPU affinity): the workers
+// ibv_coll_switchd starts by default.
+unsigned affinity_cores();
+
+// A time that several workers may note at once (relaxed: one of them wins).
+class SharedTime {
+public:
+	SharedTime(uint64_t t = 0) : v_(t) {}
+	SharedTime(const SharedTime &o) : v_(uint64_t(o)) {}
+	SharedTime &operator=(const SharedTime &o) { return *this = uint64_t(o); }
+	SharedTime &operator=(uint64_t t)
+	{
+		v_.store(t, std::memory_order_relaxed);
+		return *this;
+	}
+	operator uint64_t() const { return v_.load(std::memory_order_relaxed); }
+
+private:
+	std::atomic<uint64_t> v_;
+};
+
+// A readers-writer lock that prefers its writer: the workers' data path
+// reads, a control packet writes and must not wait out a stream of reads.
+class RwLock {
+public:
+	RwLock();
+	~RwLock() { pthread_rwlock_destroy(&l_); }
+	RwLock(const RwLock &) = delete;
+	RwLock &operator=(const RwLock &) = delete;
+	void lock() { pthread_rwlock_wrlock(&l_); }
+	void unlock() { pthread_rwlock_unlock(&l_); }
+	void lock_shared() { pthread_rwlock_rdlock(&l_); }
+	void unlock_shared() { pthread_rwlock_unlock(&l_); }
+
+private:
+	pthread_rwlock_t l_;
 };
 
 struct SwitchCounters {
@@ -93,14 +147,22 @@ std::vector<NamedCounter> named_counters(const SwitchCounters &c);
 class Switch {
 public:
 	explicit Switch(const SwitchParams &p);
+	~Switch();
+	// Open the port: one socket per worker.
 	int open();
-	uint16_t port() const { return port_->port(); }
+	// Start workers 1.. (threads serving their sockets until the switch
+	// is destroyed); worker 0 is whoever calls poll_once() or run().
+	void start();
+	unsigned workers() const { return unsigned(w_.size()); }
+	uint16_t port() const { return w_[0]->port->port(); }
 	// Serve until stop becomes true (checked at least every 200 ms).
 	void run(const std::atomic<bool> &stop);
-	// One pass: take in what has arrived, without blocking.
+	// One pass of worker 0: take in what has arrived, without blocking.
 	bool poll_once();
-	// Block until a packet arrives or ms milliseconds pass.
+	// Block until a packet for worker 0 arrives or ms milliseconds pass.
 	void wait(int ms);
+	// Packets each worker's socket took in and sent.
+	std::vector<std::pair<uint64_t, uint64_t>> worker_packets() const;
 	// Per-job and total counters, as text (or JSON).
 	void print_stats(FILE *f, bool json) const;
 	SwitchCounters totals() const;
@@ -139,6 +201,8 @@ private:
 		uint64_t cover;
 		std::vector<uint8_t> data;
 	};
+	// A worker's counters of a job, on cache lines of their own.
+	struct alignas(64) WorkerCounters : SwitchCounters {};
 	struct Job {
 		uint32_t jid = 0;
 		uint32_t inc = 0; // the incarnation it serves (wire::Ceth::inc)
@@ -164,10 +228,10 @@ private:
 		// children + child): what the result to it then says it was held
 		// here (the CETH hold, for the member's congestion control).
 		std::vector<uint64_t> arrive;
-		uint64_t last_seen = 0;
-		uint32_t released = 0;	    // children that said goodbye
-		std::vector<Child> retired; // the previous incarnation's children
-		SwitchCounters ctr;
+		SharedTime last_seen;
+		uint32_t released = 0;		 // children that said goodbye
+		std::vector<Child> retired;	 // the previous incarnation's children
+		std::vector<WorkerCounters> ctr; // one per worker: Switch::ctr()
 		// tdm: what the switch decided for each recent message (kept
 		// until every child heard it, and a while after), and what it
 		// observed of the job's messages (switch_admit.cc).
@@ -191,8 +255,26 @@ private:
 	struct Holder {
 		bool on = false;
 		uint32_t jid = 0, mid = 0;
-		uint64_t since = 0, last = 0;
+		uint64_t since = 0;
+		SharedTime last;
 	};
+	// A worker: its socket of the port, and what only it touches.
+	struct Worker {
+		std::unique_ptr<Transport> port;
+		util::UniqueFd epfd;
+		// Buffers of stashed partials, kept for the next ones: a
+		// partial that arrives before its turn costs a copy, not an
+		// allocation.
+		std::vector<std::vector<uint8_t>> spare;
+		SwitchCounters gone; // packets of no job (or of jobs forgotten)
+		std::thread th;
+	};
+	struct alignas(64) UnitLock {
+		std::mutex m;
+	};
+	// The lock a pass of a worker holds: shared for the data path,
+	// exclusive for what changes a job; none with one worker.
+	class Section;
 	struct In {
 		uint8_t kind;
 		wire::Ceth h;
@@ -204,7 +286,28 @@ private:
 		uint64_t rx_ns;	   // RxPacket::rx_ns, or when it was taken in
 	};
 
-	void handle(const RxPacket &rx);
+	// Which worker this thread is (0 for any thread that is not one).
+	unsigned me() const;
+	Worker &wk() { return *w_[me()]; }
+	Transport &tx() { return *wk().port; }
+	SwitchCounters &ctr(Job &j) { return j.ctr[me()]; }
+	SwitchCounters &gone() { return wk().gone; }
+	static SwitchCounters job_total(const Job &j);
+	bool multi() const { return w_.size() > 1; }
+	std::mutex *unit_lock(const Job &j, uint32_t unit)
+	{
+		return multi() ? &unit_mu_[j.seg_base + unit].m : nullptr;
+	}
+	void size_arrive(Job &j);
+	bool touch(Job &j, uint64_t now); // notes the job alive; true when it wrote
+	bool pass(unsigned k);		  // one pass of worker k
+	void serve(unsigned k);		  // worker k's thread
+	void wait_on(unsigned k, int ms);
+	void timers(Section &s);
+	SwitchCounters totals_locked() const;
+	std::vector<NamedCounter> stat_records_locked() const;
+	void handle(const RxPacket &rx, Section &s);
+	static bool is_data(const In &p);
 	bool parse(const RxPacket &rx, In &p); // switch_codec.cc
 	Job *job_for(const In &p, const sw::Task *t, bool create);
 	bool init_job(Job &j, const In &p, const sw::Task &t);
@@ -261,17 +364,15 @@ private:
 	Job::Decision *decision(Job &j, uint32_t mid);
 
 	SwitchParams p_;
-	std::unique_ptr<Transport> port_;
+	std::vector<std::unique_ptr<Worker>> w_;
 	SegPool pool_;
 	std::vector<uint8_t> range_used_; // per unit: taken by a job
-	// Buffers of stashed partials, kept for the next ones: a partial that
-	// arrives before its turn costs a copy, not an allocation.
-	std::vector<std::vector<uint8_t>> spare_;
 	std::map<uint32_t, Job> jobs_;
-	SwitchCounters gone_; // counters of jobs forgotten
-	util::UniqueFd epfd_;
 	uint64_t last_expire_ = 0;
 	Holder hold_;
+	mutable RwLock mu_;
+	std::unique_ptr<UnitLock[]> unit_mu_; // with several workers
+	std::atomic<bool> quit_{false};
 };
 
 } // namespace ibv_coll::emu

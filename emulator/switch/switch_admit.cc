@@ -115,7 +115,7 @@ void Switch::try_grant(Job &j)
 	if (p_.policy == Policy::tdm) {
 		// The pool is lent whole: no range can be set aside for a job
 		// that cannot ask per message.
-		j.ctr.adm_refused++;
+		ctr(j).adm_refused++;
 		deny(j,
 		     "tdm serves jobs with one switch and a configuration, not inline, under a spine or on several planes");
 		return;
@@ -123,7 +123,7 @@ void Switch::try_grant(Job &j)
 	if (p_.policy == Policy::exclusive) {
 		for (const auto &kv : jobs_) {
 			if (kv.first != j.jid && kv.second.have_units) {
-				j.ctr.adm_refused++;
+				ctr(j).adm_refused++;
 				deny(j, "another job owns the pool (exclusive)");
 				return;
 			}
@@ -133,7 +133,7 @@ void Switch::try_grant(Job &j)
 	if (p_.policy == Policy::spatial && p_.shares)
 		want = std::min(want, std::max(2u, p_.units / p_.shares));
 	if (!alloc_units(j, want)) {
-		j.ctr.adm_refused++;
+		ctr(j).adm_refused++;
 		deny(j, "no free Seg units");
 		return;
 	}
@@ -151,7 +151,9 @@ void Switch::try_grant(Job &j)
 
 void Switch::grant_children(Job &j)
 {
-	j.ctr.grants++;
+	if (j.arrive.size() != size_t(j.granted) * j.children.size())
+		size_arrive(j);
+	ctr(j).grants++;
 	for (const Child &c : j.children) {
 		Ceth h;
 		h.src_node = sw::kNodeSwitch;
@@ -169,7 +171,7 @@ void Switch::deny(Job &j, const char *why)
 {
 	IBVC_WARN("switch", "{}: job {} refused: {}", p_.name, j.jid, why);
 	j.state = State::denied;
-	j.ctr.denials++;
+	ctr(j).denials++;
 	free_units(j);
 	for (const Child &c : j.children) {
 		Ceth h;
@@ -185,7 +187,7 @@ void Switch::deny(Job &j, const char *why)
 void Switch::on_config(const In &p)
 {
 	if (p.paylen != sw::kTaskBytes) {
-		gone_.drop_malformed++;
+		gone().drop_malformed++;
 		return;
 	}
 	sw::Task t = sw::Task::load(p.payload);
@@ -195,8 +197,8 @@ void Switch::on_config(const In &p)
 	j->last_seen = now();
 	if (add_child(*j, p, t))
 		return;
-	j->ctr.configs++;
-	j->ctr.delivered++;
+	ctr(*j).configs++;
+	ctr(*j).delivered++;
 	switch (j->state) {
 	case State::collecting:
 		try_grant(*j);
@@ -253,11 +255,11 @@ void Switch::on_config_ack(const In &p)
 	if (!j)
 		return;
 	if (!j->has_parent || !(p.src == j->parent)) {
-		j->ctr.drop_node++;
+		ctr(*j).drop_node++;
 		return;
 	}
 	j->last_seen = now();
-	j->ctr.delivered++;
+	ctr(*j).delivered++;
 	if (p.h.flags & kCethPending)
 		return; // the parent waits for other leaves
 	if (p.h.status || p.h.seg < 2) {
@@ -278,32 +280,32 @@ void Switch::on_release(const In &p)
 {
 	auto it = jobs_.find(p.h.jid);
 	if (it == jobs_.end()) {
-		gone_.drop_job++;
+		gone().drop_job++;
 		return;
 	}
 	Job &j = it->second;
 	if (p.h.job_key != j.key) {
-		j.ctr.drop_key++;
+		ctr(j).drop_key++;
 		return;
 	}
 	if (p.h.inc != j.inc) {
 		// A member of the old incarnation leaves while others already
 		// configure the new one: the new one stays.
-		j.ctr.drop_incarnation++;
+		ctr(j).drop_incarnation++;
 		return;
 	}
 	Child *c = child_of(j, p);
 	if (!c) {
-		j.ctr.drop_node++;
+		ctr(j).drop_node++;
 		return;
 	}
 	if (c->released) {
-		j.ctr.duplicates++;
+		ctr(j).duplicates++;
 		return;
 	}
 	c->released = true;
-	j.ctr.releases++;
-	j.ctr.delivered++;
+	ctr(j).releases++;
+	ctr(j).delivered++;
 	if (++j.released < j.children.size())
 		return;
 	IBVC_INFO("switch", "{}: job {} released", p_.name, j.jid);
@@ -316,7 +318,7 @@ void Switch::on_release(const In &p)
 		send_to(j, j.parent, j.parent_local, 0, kCollRelease, h, nullptr, nullptr, 0);
 	}
 	free_units(j);
-	gone_.add(j.ctr);
+	gone().add(job_total(j));
 	jobs_.erase(it);
 }
 

@@ -19,20 +19,20 @@ using namespace wire;
 // packet of ours.
 bool Switch::parse(const RxPacket &rx, In &p)
 {
-	const UdpEndpoints ep = udp_endpoints(rx.src, rx.dst, port_->port());
+	const UdpEndpoints ep = udp_endpoints(rx.src, rx.dst, tx().port());
 	CollRx c;
 	switch (coll_decode(ep, rx.data, rx.len, &c)) {
 	case CollError::ok: break;
-	case CollError::empty: gone_.drop_empty++; return false;
-	case CollError::truncated: gone_.drop_short++; return false;
+	case CollError::empty: gone().drop_empty++; return false;
+	case CollError::truncated: gone().drop_short++; return false;
 	case CollError::bad_icrc:
-		gone_.drop_icrc++;
+		gone().drop_icrc++;
 		IBVC_DEBUG("switch", "{}: bad icrc from {}:{}", p_.name, rx.src.ip.str(),
 			   rx.src.port);
 		return false;
-	case CollError::bad_kind: gone_.drop_kind++; return false;
+	case CollError::bad_kind: gone().drop_kind++; return false;
 	case CollError::bad_header:
-	case CollError::bad_length: gone_.drop_malformed++; return false;
+	case CollError::bad_length: gone().drop_malformed++; return false;
 	}
 	p.kind = c.bth.opcode;
 	p.h = c.h;
@@ -49,9 +49,9 @@ void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qp
 		     const Ceth &h0, const void *task, const void *payload, uint32_t len,
 		     const uint32_t *lend_crc)
 {
-	j.ctr.tx_packets++;
-	j.ctr.tx_bytes += len;
-	uint8_t *buf = port_->tx_buf();
+	ctr(j).tx_packets++;
+	ctr(j).tx_bytes += len;
+	uint8_t *buf = tx().tx_buf();
 	Ceth h = h0;
 	// Every packet carries the incarnation the switch serves, but the
 	// ABORT that tells a member of an older one so, which carries its.
@@ -59,17 +59,23 @@ void Switch::send_to(Job &j, const Endpoint &dst, const IpAddr &src, uint32_t qp
 		h.inc = j.inc;
 	const uint32_t tlen = task ? uint32_t(sw::kTaskBytes) : 0;
 	const size_t hdr = coll_encode(buf, kind, qpn, h.sid, h, task, tlen, len);
-	const UdpEndpoints ep = udp_endpoints(src, port_->port(), dst);
+	const UdpEndpoints ep = udp_endpoints(src, tx().port(), dst);
 	if (lend_crc && len) {
 		const uint32_t trailer = roce_seal_split(
 			ep, buf, hdr, static_cast<const uint8_t *>(payload), len, lend_crc);
-		port_->tx_commit_split(hdr, static_cast<const uint8_t *>(payload), len, trailer,
-				       dst, src);
+		// Lent while one worker sends from the unit; copied when
+		// another may take the unit before this one's queue leaves.
+		if (multi())
+			tx().Transport::tx_commit_split(hdr, static_cast<const uint8_t *>(payload),
+							len, trailer, dst, src);
+		else
+			tx().tx_commit_split(hdr, static_cast<const uint8_t *>(payload), len,
+					     trailer, dst, src);
 		return;
 	}
 	if (len)
 		memcpy(buf + hdr, payload, len);
-	port_->tx_commit(roce_seal(ep, buf, hdr, len), dst, src);
+	tx().tx_commit(roce_seal(ep, buf, hdr, len), dst, src);
 }
 
 void Switch::seal(SegUnit &u)

@@ -12,7 +12,7 @@ void Switch::expire(uint64_t now)
 		if (now - it->second.last_seen > uint64_t(p_.job_idle_ms) * util::kNsPerMs) {
 			IBVC_INFO("switch", "{}: job {} idle, forgotten", p_.name, it->first);
 			free_units(it->second);
-			gone_.add(it->second.ctr);
+			gone().add(job_total(it->second));
 			it = jobs_.erase(it);
 		} else {
 			++it;

@@ -23,9 +23,9 @@ void Switch::fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, ui
 	std::vector<Stash> &v = j.stash[unit];
 	if (lowest(cover) != lowest(u.node_pending)) {
 		std::vector<uint8_t> buf;
-		if (!spare_.empty()) {
-			buf.swap(spare_.back());
-			spare_.pop_back();
+		if (!wk().spare.empty()) {
+			buf.swap(wk().spare.back());
+			wk().spare.pop_back();
 		}
 		buf.assign(data, data + len);
 		v.push_back(Stash{cover, std::move(buf)});
@@ -33,7 +33,7 @@ void Switch::fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, ui
 	}
 	pool_.contribute_nodes(j.seg_base + unit, cover, data, len);
 	if (len)
-		j.ctr.reductions++;
+		ctr(j).reductions++;
 	while (!v.empty() && u.node_pending) {
 		auto s = std::find_if(v.begin(), v.end(), [&](const Stash &x) {
 			return lowest(x.cover) == lowest(u.node_pending);
@@ -43,8 +43,8 @@ void Switch::fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, ui
 		pool_.contribute_nodes(j.seg_base + unit, s->cover, s->data.data(),
 				       uint32_t(s->data.size()));
 		if (!s->data.empty())
-			j.ctr.reductions++;
-		spare_.push_back(std::move(s->data));
+			ctr(j).reductions++;
+		wk().spare.push_back(std::move(s->data));
 		v.erase(s);
 	}
 	if (!u.node_pending)
@@ -54,7 +54,7 @@ void Switch::fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, ui
 void Switch::unstash(Job &j, uint32_t unit)
 {
 	for (Stash &s : j.stash[unit])
-		spare_.push_back(std::move(s.data));
+		wk().spare.push_back(std::move(s.data));
 	j.stash[unit].clear();
 }
 
@@ -85,7 +85,7 @@ void Switch::complete_unit(Job &j, uint32_t unit)
 		send_up(j, unit);
 	} else {
 		u.kind = kUnitDone;
-		j.ctr.results++;
+		ctr(j).results++;
 		for (const Child &c : j.children)
 			send_result(j, unit, c, now);
 	}
@@ -95,8 +95,14 @@ void Switch::complete_unit(Job &j, uint32_t unit)
 // Unit `unit` just completed: its children sent this block's partials, so
 // a unit a few blocks back on this plane still collecting lacks partials
 // they sent before (lost, or very late): NAK them (wire/swproto.h, Loss).
+// That order holds on one socket only: with several workers a block's
+// partials reach the sockets of different workers, each in its own time,
+// and a unit behind is as likely only behind in another worker's queue.
+// There the children's ASKs find what was lost (on_ask NAKs it).
 void Switch::find_missing(Job &j, uint32_t unit)
 {
+	if (multi())
+		return;
 	const SegUnit &u = pool_.unit(j.seg_base + unit);
 	for (uint32_t d : sw::kNakLag) {
 		if (2 * d >= j.granted)
@@ -147,15 +153,18 @@ void Switch::send_up(Job &j, uint32_t unit)
 		send_to(j, j.parent, j.parent_local, 0, kCollData, h, nullptr, u.data, u.len,
 			&u.crc);
 	}
-	u.lent = port_->tx_lend_mark();
+	u.lent = multi() ? 0 : tx().tx_lend_mark();
 }
 
 // A child's partial of the unit's block is here (its first copy).
 void Switch::note_arrival(Job &j, uint32_t unit, const Child &c, uint64_t at)
 {
 	const size_t nc = j.children.size();
-	if (j.arrive.size() != size_t(j.granted) * nc)
-		j.arrive.assign(size_t(j.granted) * nc, 0);
+	if (j.arrive.size() != size_t(j.granted) * nc) {
+		if (multi())
+			return; // sized at the grant; not resized under other workers
+		size_arrive(j);
+	}
 	j.arrive[unit * nc + size_t(&c - j.children.data())] = at;
 }
 
@@ -179,7 +188,7 @@ void Switch::send_result(Job &j, uint32_t unit, const Child &c, uint64_t now)
 	}
 	bool data = u.src_node == 0 || (c.cover >> (u.src_node - 1) & 1);
 	send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, u.data, data ? u.len : 0, &u.crc);
-	u.lent = port_->tx_lend_mark();
+	u.lent = multi() ? 0 : tx().tx_lend_mark();
 }
 
 // A NAK to child c: the partials of the nodes in `missing` (of its cover)
@@ -209,7 +218,7 @@ void Switch::send_naks(Job &j, uint32_t unit, uint64_t only)
 			continue;
 		Ceth n = h;
 		n.node_map = c.cover & missing;
-		j.ctr.naks++;
+		ctr(j).naks++;
 		send_to(j, c.ep, c.local, c.qpn, kCollResult, n, nullptr, nullptr, 0);
 	}
 }
@@ -224,27 +233,27 @@ void Switch::on_ask(Job &j, Child &c, const In &p)
 	SegUnit &u = pool_.unit(j.seg_base + unit);
 	const bool holds = u.busy && u.seq == p.h.seq;
 	if (p.paylen || (holds && (u.mid != p.h.mid || u.sid != p.h.sid))) {
-		j.ctr.drop_block++;
+		ctr(j).drop_block++;
 		return;
 	}
 	if (u.busy && !holds && !seq_after(p.h.seq, u.seq)) {
-		j.ctr.drop_stale++; // an older block: every node has its result
+		ctr(j).drop_stale++; // an older block: every node has its result
 		return;
 	}
-	j.ctr.asks++;
-	j.ctr.rx_packets++;
-	j.ctr.delivered++;
+	ctr(j).asks++;
+	ctr(j).rx_packets++;
+	ctr(j).delivered++;
 	if (!holds) {
 		Ceth h = nak_header(p.h, c.cover);
 		h.jid = j.jid;
 		h.job_key = j.key;
-		j.ctr.naks++;
+		ctr(j).naks++;
 		send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, nullptr, 0);
 	} else if (u.kind == kUnitDone) {
-		j.ctr.retrans_answered++;
+		ctr(j).retrans_answered++;
 		send_result(j, unit, c, now());
 	} else if (u.kind == kUnitUp) {
-		j.ctr.resent_up++;
+		ctr(j).resent_up++;
 		send_up(j, unit); // the parent may have lost ours, or we its result
 	} else {
 		// Still collecting: a NAK to the asker, naming it if its
@@ -260,7 +269,7 @@ void Switch::on_ask(Job &j, Child &c, const In &p)
 			missing &= ~s.cover;
 		const uint64_t mine = missing & c.cover;
 		Ceth h = nak_header(unit_header(u, j.jid, j.key, unit), mine ? mine : missing);
-		j.ctr.naks++;
+		ctr(j).naks++;
 		send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, nullptr, 0);
 		if (!mine)
 			send_naks(j, unit, ~c.cover);
@@ -274,7 +283,7 @@ void Switch::on_data(const In &p0)
 	bool inl = p.h.flags & kCethInline;
 	if (inl) {
 		if (p.paylen < sw::kTaskBytes) {
-			gone_.drop_malformed++;
+			gone().drop_malformed++;
 			return;
 		}
 		t = sw::Task::load(p.payload);
@@ -285,7 +294,7 @@ void Switch::on_data(const In &p0)
 	if (!jp)
 		return;
 	Job &j = *jp;
-	j.last_seen = now();
+	touch(j, now());
 	if (inl) {
 		if (add_child(j, p, t))
 			return;
@@ -293,11 +302,11 @@ void Switch::on_data(const In &p0)
 	}
 	Child *c = child_of(j, p, inl ? &t : nullptr);
 	if (!c || c->cover != p.h.node_map) {
-		j.ctr.drop_node++;
+		ctr(j).drop_node++;
 		return;
 	}
 	if (j.state != State::granted) {
-		j.ctr.drop_busy++;
+		ctr(j).drop_busy++;
 		if (j.state == State::denied) {
 			Ceth h;
 			h.src_node = sw::kNodeSwitch;
@@ -317,9 +326,13 @@ void Switch::on_data(const In &p0)
 	// fuzz_switch_rx: phase 116).
 	if (p.h.seg >= j.granted || p.h.phase > j.nodes || p.paylen > pool_.unit_bytes() || !es ||
 	    p.paylen % es || !redop_valid(p.h.op) || !reduce_fn(RedOp(p.h.op), Dtype(p.h.dtype))) {
-		j.ctr.drop_block++;
+		ctr(j).drop_block++;
 		return;
 	}
+	// The unit is this worker's until its packet is handled.
+	std::unique_lock<std::mutex> held;
+	if (std::mutex *m = unit_lock(j, p.h.seg))
+		held = std::unique_lock<std::mutex>(*m);
 	if (p.h.flags & kCethAsk)
 		return on_ask(j, *c, p);
 	take_partial(j, *c, p);
@@ -329,14 +342,14 @@ void Switch::on_data(const In &p0)
 // a repeat, or claim the unit for a newer block.
 void Switch::take_partial(Job &j, const Child &c, const In &p)
 {
-	j.ctr.data++;
-	j.ctr.rx_packets++;
-	j.ctr.rx_bytes += p.paylen;
+	ctr(j).data++;
+	ctr(j).rx_packets++;
+	ctr(j).rx_bytes += p.paylen;
 	const uint32_t unit = p.h.seg;
 	SegUnit &u = pool_.unit(j.seg_base + unit);
 	if (u.busy && u.seq == p.h.seq) {
 		if (u.mid != p.h.mid || u.sid != p.h.sid) {
-			j.ctr.drop_block++; // one block number, two blocks: not a member's
+			ctr(j).drop_block++; // one block number, two blocks: not a member's
 			return;
 		}
 		if ((u.node_pending & p.h.node_map) == p.h.node_map) {
@@ -346,39 +359,39 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 				stashed |= s.cover == p.h.node_map;
 			if (!stashed) {
 				if (p.paylen && p.paylen != u.len && u.len) {
-					j.ctr.drop_block++;
+					ctr(j).drop_block++;
 					return;
 				}
 				if (p.paylen && !u.len)
 					u.len = p.paylen;
-				j.ctr.delivered++;
+				ctr(j).delivered++;
 				note_arrival(j, unit, c, p.rx_ns);
 				fold(j, unit, p.h.node_map, p.payload, p.paylen);
 				return;
 			}
 		}
 		// A repeat: never reduced again.  Answer it from what we have.
-		j.ctr.duplicates++;
+		ctr(j).duplicates++;
 		if (u.kind == kUnitDone) {
-			j.ctr.retrans_answered++;
+			ctr(j).retrans_answered++;
 			send_result(j, unit, c, now());
 		} else if (u.kind == kUnitUp) {
-			j.ctr.resent_up++;
+			ctr(j).resent_up++;
 			send_up(j, unit); // the parent may have lost ours
 		}
 		return;
 	}
 	if (u.busy && !seq_after(p.h.seq, u.seq)) {
-		j.ctr.drop_stale++; // an older block: every node has its result
+		ctr(j).drop_stale++; // an older block: every node has its result
 		return;
 	}
 	if (u.busy && u.kind != kUnitDone) {
 		// A newer block while this one is unfinished: not possible for
 		// members keeping the window.
-		j.ctr.drop_busy++;
+		ctr(j).drop_busy++;
 		return;
 	}
-	port_->tx_reclaim(u.lent); // packets may still be sent from its last result
+	tx().tx_reclaim(u.lent); // packets may still be sent from its last result
 	pool_.release(j.seg_base + unit);
 	unstash(j, unit);
 	pool_.acquire(j.seg_base + unit, j.jid, p.h.mid, p.h.sid, RedOp(p.h.op), Dtype(p.h.dtype),
@@ -388,7 +401,7 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 	u.hop = p.h.coll;
 	u.src_node = p.h.phase;
 	u.len = p.paylen;
-	j.ctr.delivered++;
+	ctr(j).delivered++;
 	note_arrival(j, unit, c, p.rx_ns);
 	fold(j, unit, p.h.node_map, p.payload, p.paylen);
 }
@@ -401,42 +414,45 @@ void Switch::on_result(const In &p)
 		return;
 	Job &j = *jp;
 	if (!j.has_parent || !(p.src == j.parent)) {
-		j.ctr.drop_node++;
+		ctr(j).drop_node++;
 		return;
 	}
 	if (p.h.seg >= j.granted) {
-		j.ctr.drop_block++; // from the parent, but no unit of ours: as DATA's
+		ctr(j).drop_block++; // from the parent, but no unit of ours: as DATA's
 		return;
 	}
-	j.last_seen = now();
+	touch(j, now());
+	std::unique_lock<std::mutex> held;
+	if (std::mutex *m = unit_lock(j, p.h.seg))
+		held = std::unique_lock<std::mutex>(*m);
 	SegUnit &u = pool_.unit(j.seg_base + p.h.seg);
 	if (!u.busy || u.seq != p.h.seq || u.mid != p.h.mid || u.sid != p.h.sid) {
-		j.ctr.drop_stale++;
+		ctr(j).drop_stale++;
 		return;
 	}
 	if (p.h.flags & kCethNak) {
 		// The parent lacks our partial: up again, if it is ours to send.
 		if (u.kind != kUnitUp || p.paylen) {
-			j.ctr.drop_stale++;
+			ctr(j).drop_stale++;
 			return;
 		}
-		j.ctr.delivered++;
-		j.ctr.resent_up++;
+		ctr(j).delivered++;
+		ctr(j).resent_up++;
 		send_up(j, p.h.seg);
 		return;
 	}
 	if (u.kind == kUnitDone) {
-		j.ctr.duplicates++;
+		ctr(j).duplicates++;
 		return;
 	}
 	if (u.kind != kUnitUp || p.paylen > pool_.unit_bytes()) {
-		j.ctr.drop_block++;
+		ctr(j).drop_block++;
 		return;
 	}
-	j.ctr.rx_packets++;
-	j.ctr.rx_bytes += p.paylen;
-	j.ctr.delivered++;
-	port_->tx_reclaim(u.lent); // our partial may still be on its way up from it
+	ctr(j).rx_packets++;
+	ctr(j).rx_bytes += p.paylen;
+	ctr(j).delivered++;
+	tx().tx_reclaim(u.lent); // our partial may still be on its way up from it
 	if (p.paylen)
 		memcpy(u.data, p.payload, p.paylen);
 	const uint32_t len = std::max(u.len, p.paylen);
@@ -454,7 +470,7 @@ void Switch::on_result(const In &p)
 							   : hold_add(0, up - p.h.hold);
 	u.queue = hold_add(u.queue, p.h.queue);
 	u.rx_ns = p.rx_ns; // ready here
-	j.ctr.results++;
+	ctr(j).results++;
 	const uint64_t now = Switch::now();
 	for (const Child &c : j.children)
 		send_result(j, p.h.seg, c, now);

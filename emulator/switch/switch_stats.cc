@@ -20,17 +20,17 @@ void Switch::on_stats(const In &p)
 {
 	// Room for the name at least; the reply's headers are the request's.
 	if (p.paylen < sw::kStatsNameBytes) {
-		gone_.drop_malformed++;
+		gone().drop_malformed++;
 		return;
 	}
-	gone_.delivered++;
-	const std::vector<NamedCounter> recs = stat_records();
+	gone().delivered++;
+	const std::vector<NamedCounter> recs = stat_records_locked();
 	const size_t fit = (p.paylen - sw::kStatsNameBytes) / sw::kStatsRecordBytes;
 	const size_t first = std::min<size_t>(p.h.sid, recs.size());
 	const size_t n = std::min(fit, recs.size() - first);
 	const uint32_t paylen = uint32_t(sw::kStatsNameBytes + n * sw::kStatsRecordBytes);
 
-	uint8_t *buf = port_->tx_buf();
+	uint8_t *buf = tx().tx_buf();
 	Ceth h;
 	h.src_node = sw::kNodeSwitch;
 	h.mid = p.h.mid;
@@ -48,8 +48,8 @@ void Switch::on_stats(const In &p)
 		store_be64(r + sw::kStatsKeyBytes, recs[first + i].second);
 	}
 	// Whole records only, so the length is a multiple of 4: no pad.
-	const UdpEndpoints ep = udp_endpoints(p.dst, port_->port(), p.src);
-	port_->tx_commit(roce_seal(ep, buf, hdr, paylen), p.src, p.dst);
+	const UdpEndpoints ep = udp_endpoints(p.dst, tx().port(), p.src);
+	tx().tx_commit(roce_seal(ep, buf, hdr, paylen), p.src, p.dst);
 	IBVC_DEBUG("switch", "{}: stats to {}:{}, records {}..{} of {}", p_.name, p.src.ip.str(),
 		   p.src.port, first, first + n, recs.size());
 }
@@ -94,25 +94,67 @@ void SwitchCounters::add(const SwitchCounters &o)
 	adm_streak = std::max(adm_streak, o.adm_streak);
 }
 
+// With several workers, a reader from outside their passes holds the
+// switch's lock: the counters it sums are the workers' own, written under
+// the shared lock.
+namespace {
+struct ReadLock {
+	ReadLock(RwLock &l, bool on) : l_(on ? &l : nullptr)
+	{
+		if (l_)
+			l_->lock();
+	}
+	~ReadLock()
+	{
+		if (l_)
+			l_->unlock();
+	}
+	ReadLock(const ReadLock &) = delete;
+	ReadLock &operator=(const ReadLock &) = delete;
+	RwLock *l_;
+};
+} // namespace
+
 SwitchCounters Switch::totals() const
 {
-	SwitchCounters t = gone_;
+	ReadLock l(mu_, multi());
+	return totals_locked();
+}
+
+SwitchCounters Switch::totals_locked() const
+{
+	SwitchCounters t;
+	for (const auto &w : w_)
+		t.add(w->gone);
 	for (const auto &kv : jobs_)
-		t.add(kv.second.ctr);
-	const PortCounters &pc = port_->counters();
-	t.rx_packets = pc.rx_packets;
-	t.rx_bytes = pc.rx_bytes;
-	t.tx_packets = pc.tx_packets;
-	t.tx_bytes = pc.tx_bytes;
+		t.add(job_total(kv.second));
+	t.rx_packets = t.rx_bytes = t.tx_packets = t.tx_bytes = 0;
+	for (const auto &w : w_) {
+		const PortCounters &pc = w->port->counters();
+		t.rx_packets += pc.rx_packets;
+		t.rx_bytes += pc.rx_bytes;
+		t.tx_packets += pc.tx_packets;
+		t.tx_bytes += pc.tx_bytes;
+	}
 	return t;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> Switch::worker_packets() const
+{
+	ReadLock l(mu_, multi());
+	std::vector<std::pair<uint64_t, uint64_t>> v;
+	for (const auto &w : w_)
+		v.emplace_back(w->port->counters().rx_packets, w->port->counters().tx_packets);
+	return v;
 }
 
 bool Switch::job_counters(uint32_t jid, SwitchCounters *out) const
 {
+	ReadLock l(mu_, multi());
 	auto it = jobs_.find(jid);
 	if (it == jobs_.end())
 		return false;
-	*out = it->second.ctr;
+	*out = job_total(it->second);
 	return true;
 }
 
@@ -180,7 +222,13 @@ std::vector<NamedCounter> named_counters(const SwitchCounters &c)
 
 std::vector<NamedCounter> Switch::stat_records() const
 {
-	std::vector<NamedCounter> v = named_counters(totals());
+	ReadLock l(mu_, multi());
+	return stat_records_locked();
+}
+
+std::vector<NamedCounter> Switch::stat_records_locked() const
+{
+	std::vector<NamedCounter> v = named_counters(totals_locked());
 	v.emplace_back("units", p_.units);
 	v.emplace_back("units_in_use", units_in_use());
 	v.emplace_back("jobs", jobs_.size());
@@ -211,13 +259,18 @@ nlohmann::ordered_json json_ctr(const SwitchCounters &c)
 
 void Switch::print_stats(FILE *f, bool json) const
 {
-	SwitchCounters t = totals();
+	ReadLock l(mu_, multi());
+	SwitchCounters t = totals_locked();
 	if (json) {
 		// Through a JSON library: a name may hold quotes, backslashes or
 		// bytes that are not UTF-8 (replaced, not rejected).
 		nlohmann::ordered_json o;
 		o["switch"] = p_.name;
-		o["port"] = port_->port();
+		o["port"] = port();
+		o["workers"] = nlohmann::ordered_json::array();
+		for (const auto &w : w_)
+			o["workers"].push_back({{"rx_packets", w->port->counters().rx_packets},
+						{"tx_packets", w->port->counters().tx_packets}});
 		o["units"] = p_.units;
 		o["units_in_use"] = units_in_use();
 		o["total"] = json_ctr(t);
@@ -227,21 +280,31 @@ void Switch::print_stats(FILE *f, bool json) const
 			j["jid"] = kv.first;
 			j["units"] = kv.second.granted;
 			j["children"] = kv.second.children.size();
-			j.update(json_ctr(kv.second.ctr));
+			j.update(json_ctr(job_total(kv.second)));
 			o["jobs"].push_back(std::move(j));
 		}
 		fprintf(f, "%s\n",
 			o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 	} else {
-		fprintf(f, "%s: port %u, Seg units %u, in use %u\n", p_.name.c_str(), port_->port(),
-			p_.units, units_in_use());
+		fprintf(f, "%s: port %u, workers %zu, Seg units %u, in use %u\n", p_.name.c_str(),
+			port(), w_.size(), p_.units, units_in_use());
+		if (w_.size() > 1) {
+			fprintf(f, "  packets per worker (in/out):");
+			for (const auto &w : w_)
+				fprintf(f, " %llu/%llu",
+					static_cast<unsigned long long>(
+						w->port->counters().rx_packets),
+					static_cast<unsigned long long>(
+						w->port->counters().tx_packets));
+			fprintf(f, "\n");
+		}
 		fprintf(f, "  total: ");
 		print_ctr(f, t);
 		fprintf(f, "\n");
 		for (const auto &kv : jobs_) {
 			fprintf(f, "  job %u (%u units, %zu children): ", kv.first,
 				kv.second.granted, kv.second.children.size());
-			print_ctr(f, kv.second.ctr);
+			print_ctr(f, job_total(kv.second));
 			fprintf(f, "\n");
 		}
 	}

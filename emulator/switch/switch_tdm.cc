@@ -136,7 +136,7 @@ void Switch::hold_end(uint64_t now, const char *why)
 	if (it == jobs_.end())
 		return;
 	Job &j = it->second;
-	j.ctr.pool_us += (now - hold_.since) / 1000;
+	ctr(j).pool_us += (now - hold_.since) / 1000;
 	ewma(j.dur_ns, double(now - hold_.since));
 	IBVC_DEBUG("switch", "{}: job {} message {} leaves the pool: {}", p_.name, j.jid, hold_.mid,
 		   why);
@@ -167,10 +167,11 @@ void Switch::hold_expire(uint64_t now)
 bool Switch::tdm_holds(Job &j)
 {
 	if (!hold_.on || hold_.jid != j.jid) {
-		j.ctr.drop_busy++;
+		ctr(j).drop_busy++;
 		return false;
 	}
-	hold_.last = j.last_seen;
+	if (!multi() || hold_.last + util::kNsPerMs <= j.last_seen)
+		hold_.last = uint64_t(j.last_seen);
 	return true;
 }
 
@@ -184,7 +185,7 @@ void Switch::on_admit(const In &p)
 	Job &j = *jp;
 	Child *c = child_of(j, p);
 	if (!c || c->cover != p.h.node_map || !j.tdm || j.state != State::granted) {
-		j.ctr.drop_node++;
+		ctr(j).drop_node++;
 		return;
 	}
 	const uint64_t now = Switch::now();
@@ -194,9 +195,9 @@ void Switch::on_admit(const In &p)
 	// counted once.
 	Job::Decision *d = decision(j, p.h.mid);
 	if (d && (d->heard & c->cover))
-		j.ctr.duplicates++;
+		ctr(j).duplicates++;
 	else
-		j.ctr.delivered++;
+		ctr(j).delivered++;
 	if (!d) {
 		uint8_t why;
 		if (j.any_mid && !seq_after(p.h.mid, j.last_mid)) {
@@ -215,23 +216,23 @@ void Switch::on_admit(const In &p)
 		if (!why) {
 			if (hold_.on && hold_.jid == j.jid) {
 				// The job's next message: its units' order carries on.
-				j.ctr.pool_us += (now - hold_.since) / 1000;
+				ctr(j).pool_us += (now - hold_.since) / 1000;
 				ewma(j.dur_ns, double(now - hold_.since));
 			} else {
-				take_pool(pool_, *port_, p_.units);
+				take_pool(pool_, tx(), p_.units);
 			}
 			hold_ = Holder{true, j.jid, p.h.mid, now, now};
-			j.ctr.adm_grants++;
+			ctr(j).adm_grants++;
 			j.starved = 0;
 		} else {
 			j.starved++;
-			j.ctr.adm_streak = std::max<uint64_t>(j.ctr.adm_streak, j.starved);
+			ctr(j).adm_streak = std::max<uint64_t>(ctr(j).adm_streak, j.starved);
 			if (why == sw::kAdmitBusy)
-				j.ctr.adm_busy++;
+				ctr(j).adm_busy++;
 			else if (why == sw::kAdmitScored)
-				j.ctr.adm_scored++;
+				ctr(j).adm_scored++;
 			else
-				j.ctr.adm_refused++;
+				ctr(j).adm_refused++;
 		}
 		j.decided.push_back(Job::Decision{p.h.mid, why, 0, 0});
 		if (j.decided.size() > kKeepDecisions)
@@ -262,10 +263,10 @@ void Switch::on_admit_done(const In &p)
 	Job &j = *jp;
 	Child *c = child_of(j, p);
 	if (!c || c->cover != p.h.node_map || !j.tdm) {
-		j.ctr.drop_node++;
+		ctr(j).drop_node++;
 		return;
 	}
-	j.ctr.delivered++;
+	ctr(j).delivered++;
 	Job::Decision *d = decision(j, p.h.mid);
 	if (!d || d->why)
 		return;

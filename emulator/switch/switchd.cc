@@ -61,6 +61,8 @@ void usage(FILE *f, const char *argv0)
 		"  -n, --name NAME        name in logs and counters (default switch)\n"
 		"  -W, --poll-us US       keep polling (yielding the processor between looks) this\n"
 		"                         long before blocking (default 2000)\n"
+		"  -T, --threads N        workers, each with its own socket of the port (default\n"
+		"                         IBV_COLL_SWITCH_THREADS, else the cores it may run on)\n"
 		"  -V, --verbs DEV        serve on the libibverbs device DEV (rxe0, mlx5_0) in UD\n"
 		"                         datagrams instead of a UDP port; prints 'verbs DEV gid\n"
 		"                         GID qpn QPN' on stdout once ready\n"
@@ -102,6 +104,7 @@ void write_file(const std::string &path, const std::string &text)
 struct Options {
 	emu::SwitchParams p;
 	uint32_t stats_s = 0, port = 4791, poll_us = 2000;
+	uint32_t threads = 0; // 0: IBV_COLL_SWITCH_THREADS, else the cores
 	uint64_t fail_after = 0;
 	bool json = false;
 	std::string stats_file, port_file, verbs_dev;
@@ -129,6 +132,7 @@ bool take_option(int c, const char *arg, Options &o)
 	case 'P': o.port_file = arg; return true;
 	case 'n': p.name = arg; return true;
 	case 'W': return parse_u32(arg, &o.poll_us) && o.poll_us <= 1000000;
+	case 'T': return parse_u32(arg, &o.threads) && o.threads >= 1 && o.threads <= 256;
 	case 'X': return util::parse_uint(arg, &o.fail_after) && o.fail_after > 0;
 	case 'V': o.verbs_dev = arg; return true;
 	case 'g': return parse_u32(arg, &o.gid_index) && o.gid_index < 256;
@@ -141,37 +145,28 @@ bool take_option(int c, const char *arg, Options &o)
 int parse_args(int argc, char **argv, Options &o)
 {
 	static const option opts[] = {
-		{"port", 1, nullptr, 'p'},
-		{"units", 1, nullptr, 'u'},
-		{"unit-bytes", 1, nullptr, 'b'},
-		{"max-job-units", 1, nullptr, 'm'},
-		{"idle-ms", 1, nullptr, 'I'},
-		{"stats", 1, nullptr, 'i'},
-		{"json", 0, nullptr, 'j'},
-		{"stats-file", 1, nullptr, 'f'},
-		{"port-file", 1, nullptr, 'P'},
-		{"name", 1, nullptr, 'n'},
-		{"fail-after", 1, nullptr, 'X'},
-		{"poll-us", 1, nullptr, 'W'},
-		{"verbs", 1, nullptr, 'V'},
-		{"gid-index", 1, nullptr, 'g'},
-		{"policy", 1, nullptr, 'O'},
-		{"shares", 1, nullptr, 'S'},
-		{"whole-grant", 0, nullptr, 'G'},
-		{"help", 0, nullptr, 'h'},
-		{"version", 0, nullptr, OPT_VERSION},
+		{"port", 1, nullptr, 'p'},	  {"units", 1, nullptr, 'u'},
+		{"unit-bytes", 1, nullptr, 'b'},  {"max-job-units", 1, nullptr, 'm'},
+		{"idle-ms", 1, nullptr, 'I'},	  {"stats", 1, nullptr, 'i'},
+		{"json", 0, nullptr, 'j'},	  {"stats-file", 1, nullptr, 'f'},
+		{"port-file", 1, nullptr, 'P'},	  {"name", 1, nullptr, 'n'},
+		{"fail-after", 1, nullptr, 'X'},  {"poll-us", 1, nullptr, 'W'},
+		{"verbs", 1, nullptr, 'V'},	  {"gid-index", 1, nullptr, 'g'},
+		{"policy", 1, nullptr, 'O'},	  {"shares", 1, nullptr, 'S'},
+		{"whole-grant", 0, nullptr, 'G'}, {"threads", 1, nullptr, 'T'},
+		{"help", 0, nullptr, 'h'},	  {"version", 0, nullptr, OPT_VERSION},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:W:V:g:O:S:Gh", opts, nullptr)) !=
-	       -1) {
+	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:W:V:g:O:S:GT:h", opts,
+				nullptr)) != -1) {
 		switch (c) {
 		case 'h': usage(stdout, argv[0]); return 0;
 		case OPT_VERSION: return ibvc_print_version("ibv_coll_switchd", nullptr);
 		case '?':
 		case ':': usage(stderr, argv[0]); return 2;
 		}
-		if (c <= 0 || !strchr("pubmOSIijfPnWXVg", c)) {
+		if (c <= 0 || !strchr("pubmOSGIijfPnWXVgT", c)) {
 			usage(stderr, argv[0]);
 			return 2;
 		}
@@ -195,6 +190,15 @@ int parse_args(int argc, char **argv, Options &o)
 	o.p.impair = cfg.impair;
 	o.p.sockbuf = std::max<unsigned>(cfg.sockbuf, 8u << 20);
 	o.p.gso = cfg.gso;
+	if (o.threads > 1 && !o.verbs_dev.empty()) {
+		fprintf(stderr, "%s: --threads %u: a verbs device is served by one worker\n",
+			argv[0], o.threads);
+		return 2;
+	}
+	if (!o.threads)
+		o.threads = cfg.switch_threads ? cfg.switch_threads : emu::affinity_cores();
+	o.p.threads = o.verbs_dev.empty() ? o.threads : 1;
+	o.p.poll_us = o.poll_us;
 	return -1;
 }
 
@@ -363,10 +367,13 @@ int main(int argc, char **argv)
 			argv[0], o.p.name.c_str(), o.verbs_dev.c_str(), v.ud->qpn(), o.p.units,
 			o.p.unit_bytes);
 	else
-		fprintf(stderr, "%s: %s serving udp port %u with %u Seg units of %u bytes\n",
-			argv[0], o.p.name.c_str(), sw->port(), o.p.units, o.p.unit_bytes);
+		fprintf(stderr,
+			"%s: %s serving udp port %u with %u Seg units of %u bytes, %u worker%s\n",
+			argv[0], o.p.name.c_str(), sw->port(), o.p.units, o.p.unit_bytes,
+			sw->workers(), sw->workers() > 1 ? "s" : "");
 	if (!o.port_file.empty())
 		write_file(o.port_file, std::to_string(sw->port()) + "\n");
+	sw->start();
 	serve(argv[0], *sw, o);
 	return 0;
 }

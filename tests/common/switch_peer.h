@@ -107,6 +107,7 @@ inline std::vector<uint8_t> cat(std::vector<uint8_t> a, const std::vector<uint8_
 struct Pkt {
 	uint8_t opcode = 0, flags = 0, status = 0;
 	uint16_t seg = 0;
+	uint32_t seq = 0;  // the block's number in its job
 	uint32_t dqpn = 0; // the BTH's destination QP
 	std::vector<uint8_t> payload;
 	int32_t value() const
@@ -200,6 +201,8 @@ public:
 		p->status = b[12 + 4];
 		p->flags = b[12 + 3];
 		p->seg = uint16_t(b[12 + 20] << 8 | b[12 + 21]);
+		p->seq = uint32_t(b[12 + 52]) << 24 | uint32_t(b[12 + 53]) << 16 |
+			 uint32_t(b[12 + 54]) << 8 | b[12 + 55];
 		p->payload.assign(b + 12 + 64, b + n - 4 - pad);
 		return true;
 	}
