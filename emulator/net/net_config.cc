@@ -11,7 +11,7 @@ namespace {
 using util::ConfigKind;
 using util::ConfigVar;
 
-enum { kSockbuf, kGso, kImpair, kSwitchThreads, kCount };
+enum { kSockbuf, kGso, kImpair, kCount };
 
 const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_EMU_SOCKBUF", "4194304", "UDP socket send and receive buffer bytes",
@@ -26,13 +26,21 @@ const ConfigVar kVars[kCount] = {
 	 "only in that window after the port opened); "
 	 "e.g. drop=0.01,delay=2ms,ce=0.05,seed=7",
 	 ConfigKind::string},
+};
+
+const util::ConfigRegistrar kRegistrar({"emu transport (UDP port, switch port)", kVars}, 150);
+
+// The switch program's own: in the library's registry, so that setting it
+// in a job's environment (one that also starts switches) is not taken for
+// a misspelt variable.
+const ConfigVar kSwitchVars[] = {
 	{"IBV_COLL_SWITCH_THREADS", "0",
 	 "ibv_coll_switchd's workers, each with its own socket of the switch port, when --threads "
 	 "is not given (0: the cores its CPU affinity allows)",
 	 ConfigKind::uint, 0, 256},
 };
 
-const util::ConfigRegistrar kRegistrar({"emu transport (UDP port, switch port)", kVars}, 150);
+const util::ConfigRegistrar kSwitchRegistrar({"switch (ibv_coll_switchd)", kSwitchVars}, 160);
 
 } // namespace
 
@@ -52,7 +60,7 @@ int load_net_config(NetConfig *out)
 	if ((err = util::config_uint(kVars[kGso], &v)))
 		return err;
 	c.gso = v != 0;
-	if ((err = util::config_uint(kVars[kSwitchThreads], &v)))
+	if ((err = util::config_uint(kSwitchVars[0], &v)))
 		return err;
 	c.switch_threads = uint32_t(v);
 	std::string imp = util::config_text(kVars[kImpair]), why;
