@@ -26,9 +26,9 @@ echo "== build and test: release"
 # where it finds more (leaks on each failure path); the switch's runs here
 # only.
 run build "-E AllocFail.TwoNodeRingEveryAllocation"
-# The release pass ran every switch at its default, a worker per core (two
-# here); the switch's tests once more against switches of four workers,
-# more than this machine has cores.
+# The release pass ran every switch at its default (one worker on a 2-core
+# machine: at most half the cores); the switch's tests once more against
+# switches of four workers, more than this machine has cores.
 echo "== switch tests: switches of 4 workers"
 (cd build && IBV_COLL_SWITCH_THREADS=4 ctest -j "$jobs" --output-on-failure --timeout 600 \
 	-L "switch|tools|capture|stat|multihost" $CTEST_ARGS)

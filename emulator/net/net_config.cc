@@ -36,7 +36,7 @@ const util::ConfigRegistrar kRegistrar({"emu transport (UDP port, switch port)",
 const ConfigVar kSwitchVars[] = {
 	{"IBV_COLL_SWITCH_THREADS", "0",
 	 "ibv_coll_switchd's workers, each with its own socket of the switch port, when --threads "
-	 "is not given (0: the cores its CPU affinity allows)",
+	 "is not given (0: the cores its CPU affinity allows, at most half the host's)",
 	 ConfigKind::uint, 0, 256},
 };
 

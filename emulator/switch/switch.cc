@@ -17,6 +17,7 @@
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -39,12 +40,14 @@ thread_local unsigned tl_worker = 0;
 
 } // namespace
 
-unsigned affinity_cores()
+unsigned default_workers()
 {
 	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof(set), &set))
-		return 1;
-	return unsigned(std::max(1, CPU_COUNT(&set)));
+	int mine = 1;
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		mine = std::max(1, CPU_COUNT(&set));
+	const long online = sysconf(_SC_NPROCESSORS_ONLN);
+	return unsigned(std::max(1L, std::min<long>(mine, online > 1 ? online / 2 : 1)));
 }
 
 RwLock::RwLock()

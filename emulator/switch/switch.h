@@ -71,9 +71,11 @@ struct SwitchParams {
 	uint32_t poll_us = 2000;
 };
 
-// The cores this process may run on (its CPU affinity): the workers
-// ibv_coll_switchd starts by default.
-unsigned affinity_cores();
+// The workers ibv_coll_switchd starts by default: the cores its CPU
+// affinity allows, at most half the host's (the members of jobs on the
+// same host need the rest: on 2 cores, 4 members and a second worker
+// took 10-25 % off the switch's busbw and latency).
+unsigned default_workers();
 
 // A time that several workers may note at once (relaxed: one of them wins).
 class SharedTime {

@@ -62,7 +62,8 @@ void usage(FILE *f, const char *argv0)
 		"  -W, --poll-us US       keep polling (yielding the processor between looks) this\n"
 		"                         long before blocking (default 2000)\n"
 		"  -T, --threads N        workers, each with its own socket of the port (default\n"
-		"                         IBV_COLL_SWITCH_THREADS, else the cores it may run on)\n"
+		"                         IBV_COLL_SWITCH_THREADS, else the cores it may run\n"
+		"                         on, at most half the host's)\n"
 		"  -V, --verbs DEV        serve on the libibverbs device DEV (rxe0, mlx5_0) in UD\n"
 		"                         datagrams instead of a UDP port; prints 'verbs DEV gid\n"
 		"                         GID qpn QPN' on stdout once ready\n"
@@ -196,7 +197,7 @@ int parse_args(int argc, char **argv, Options &o)
 		return 2;
 	}
 	if (!o.threads)
-		o.threads = cfg.switch_threads ? cfg.switch_threads : emu::affinity_cores();
+		o.threads = cfg.switch_threads ? cfg.switch_threads : emu::default_workers();
 	o.p.threads = o.verbs_dev.empty() ? o.threads : 1;
 	o.p.poll_us = o.poll_us;
 	return -1;
