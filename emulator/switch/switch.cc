@@ -104,6 +104,7 @@ Switch::Switch(const SwitchParams &p) : p_(p), pool_(p.units, p.unit_bytes), ran
 	const unsigned n = p.transport ? 1 : std::clamp(p.threads, 1u, 256u);
 	for (unsigned k = 0; k < n; k++)
 		w_.push_back(std::make_unique<Worker>());
+	one_ = n == 1;
 	if (n > 1)
 		unit_mu_ = std::make_unique<UnitLock[]>(p.units);
 }
@@ -116,7 +117,7 @@ Switch::~Switch()
 			w->th.join();
 }
 
-unsigned Switch::me() const
+unsigned Switch::me_threaded() const
 {
 	return tl_switch == this ? tl_worker : 0;
 }
@@ -284,7 +285,7 @@ bool Switch::poll_once()
 bool Switch::pass(unsigned k)
 {
 	Transport &port = *w_[k]->port;
-	RxPacket pkts[Transport::kBatch];
+	RxPacket *pkts = w_[k]->rx.data();
 	bool did = false;
 	Section s(*this);
 	for (int b = 0; b < 8; b++) {

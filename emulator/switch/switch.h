@@ -269,6 +269,9 @@ private:
 		// allocation.
 		std::vector<std::vector<uint8_t>> spare;
 		SwitchCounters gone; // packets of no job (or of jobs forgotten)
+		// What a receive returns, made once (not 64 packets' worth on
+		// every pass).
+		std::vector<RxPacket> rx = std::vector<RxPacket>(Transport::kBatch);
 		std::thread th;
 	};
 	struct alignas(64) UnitLock {
@@ -288,14 +291,16 @@ private:
 		uint64_t rx_ns;	   // RxPacket::rx_ns, or when it was taken in
 	};
 
-	// Which worker this thread is (0 for any thread that is not one).
-	unsigned me() const;
+	// Which worker this thread is (0 for any thread that is not one); no
+	// thread-local look-up on every counter of a switch of one worker.
+	unsigned me() const { return one_ ? 0 : me_threaded(); }
+	unsigned me_threaded() const;
 	Worker &wk() { return *w_[me()]; }
 	Transport &tx() { return *wk().port; }
 	SwitchCounters &ctr(Job &j) { return j.ctr[me()]; }
 	SwitchCounters &gone() { return wk().gone; }
 	static SwitchCounters job_total(const Job &j);
-	bool multi() const { return w_.size() > 1; }
+	bool multi() const { return !one_; }
 	std::mutex *unit_lock(const Job &j, uint32_t unit)
 	{
 		return multi() ? &unit_mu_[j.seg_base + unit].m : nullptr;
@@ -375,6 +380,7 @@ private:
 	mutable RwLock mu_;
 	std::unique_ptr<UnitLock[]> unit_mu_; // with several workers
 	std::atomic<bool> quit_{false};
+	bool one_ = true; // one worker
 };
 
 } // namespace ibv_coll::emu
