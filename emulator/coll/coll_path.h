@@ -148,6 +148,9 @@ private:
 	bool result_ok(const CollJob &job, const Message &m, const CollPacket &p) const;
 	void on_nak(CollJob &job, const CollPacket &p, uint64_t now);
 	void spurious(CollJob &job, const PendingSet::Entry &e, Holding h, uint64_t now);
+	// The job's round trip through the switch, or half the timeout
+	// before it has one.
+	uint64_t round_trip(const CollJob &job) const;
 	void find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now);
 	bool late_within_window(const CollJob &job, const PendingSet::Entry &e, uint64_t now) const;
 	uint64_t probe_due(const CollJob &job, const Message &m) const;

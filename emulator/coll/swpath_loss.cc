@@ -26,7 +26,7 @@ bool SwitchPath::recently_sent(const CollJob &job, Message &m, uint32_t sid, uin
 	// quarters of a round trip after the repeat at the earliest (the way
 	// there, and back).
 	const PendingSet::Entry *e = m.o_pending.find(sid);
-	const uint64_t rtt = job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 2;
+	const uint64_t rtt = round_trip(job);
 	return e && e->again && !(partial && e->asks) && now - e->sent < 3 * rtt / 4;
 }
 
@@ -67,7 +67,7 @@ void SwitchPath::probe(CollJob &job, Message &m, uint64_t now)
 	m.sw.probes = m.last_progress >= m.sw.probe_at ? 0 : m.sw.probes + 1;
 	m.sw.probe_at = now;
 	uint32_t n = 0;
-	const uint64_t rtt = job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 2;
+	const uint64_t rtt = round_trip(job);
 	for (uint32_t sid = m.sw.base; sid < m.sw.next && n < 2 * job.cfg.sw.planes; sid++) {
 		const PendingSet::Entry *e = m.o_pending.find(sid);
 		if (m.final_[sid] || !e)
@@ -138,6 +138,11 @@ void SwitchPath::spurious(CollJob &job, const PendingSet::Entry &e, Holding h, u
 				  std::min(2 * uint64_t(e.nak_lead), u_.rto_ns(job)));
 }
 
+uint64_t SwitchPath::round_trip(const CollJob &job) const
+{
+	return job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 2;
+}
+
 // The result of block sid is here: an older block of its plane two blocks
 // back whose result is not is a lost result, or a partial the switch
 // will NAK; ask for it (no payload).  Blocks further back (8 and 32) are
@@ -181,7 +186,7 @@ bool SwitchPath::late_within_window(const CollJob &job, const PendingSet::Entry 
 {
 	if (!job.sw.reo_wnd)
 		return false;
-	const uint64_t rtt = job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 2;
+	const uint64_t rtt = round_trip(job);
 	return now - e.data_sent < rtt + job.sw.reo_wnd;
 }
 
