@@ -48,4 +48,12 @@ private:
 
 constexpr uint64_t kNsPerUs = 1000, kNsPerMs = 1000000;
 
+// How long after `then` `now` is: 0 when it is not later, as when `now`
+// was read before another thread stamped `then` (unsigned, now - then
+// would be centuries).
+constexpr uint64_t elapsed_ns(uint64_t now, uint64_t then)
+{
+	return now > then ? now - then : 0;
+}
+
 } // namespace ibv_coll::util

@@ -305,15 +305,18 @@ bool Switch::pass(unsigned k)
 }
 
 // Worker 0's timers: the pool's holder (tdm), the forgetting of idle jobs.
+// The clock is read once the exclusive lock is held: the other workers
+// stamp jobs under the shared one, and a time read before waiting for it
+// may be older than their stamps.
 void Switch::timers(Section &s)
 {
-	const uint64_t now = Switch::now();
 	if (p_.policy == Policy::tdm) {
 		s.exclusive();
-		hold_expire(now);
+		hold_expire(Switch::now());
 	}
-	if (now - last_expire_ > 1000 * util::kNsPerMs) {
+	if (util::elapsed_ns(Switch::now(), last_expire_) > 1000 * util::kNsPerMs) {
 		s.exclusive();
+		const uint64_t now = Switch::now();
 		last_expire_ = now;
 		expire(now);
 	}

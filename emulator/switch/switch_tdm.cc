@@ -136,8 +136,8 @@ void Switch::hold_end(uint64_t now, const char *why)
 	if (it == jobs_.end())
 		return;
 	Job &j = it->second;
-	ctr(j).pool_us += (now - hold_.since) / 1000;
-	ewma(j.dur_ns, double(now - hold_.since));
+	ctr(j).pool_us += util::elapsed_ns(now, hold_.since) / 1000;
+	ewma(j.dur_ns, double(util::elapsed_ns(now, hold_.since)));
 	IBVC_DEBUG("switch", "{}: job {} message {} leaves the pool: {}", p_.name, j.jid, hold_.mid,
 		   why);
 	for (uint32_t i = 0; i < j.stash.size(); i++)
@@ -153,7 +153,7 @@ void Switch::hold_expire(uint64_t now)
 	auto it = jobs_.find(hold_.jid);
 	uint64_t limit = (it != jobs_.end() && it->second.hold_ms ? it->second.hold_ms : 1000) *
 			 util::kNsPerMs; // as next_deadline() expects
-	if (now - hold_.last > limit) {
+	if (util::elapsed_ns(now, hold_.last) > limit) {
 		if (it != jobs_.end())
 			IBVC_WARN("switch",
 				  "{}: job {} message {}: members silent, the pool is free",
@@ -207,7 +207,7 @@ void Switch::on_admit(const In &p)
 				j.hold_ms = p.h.seq;
 			ewma(j.bytes, double(p.h.rank_map));
 			if (j.any_mid)
-				ewma(j.period_ns, double(now - j.last_start));
+				ewma(j.period_ns, double(util::elapsed_ns(now, j.last_start)));
 			j.last_start = now;
 			j.last_mid = p.h.mid;
 			j.any_mid = true;
@@ -216,8 +216,8 @@ void Switch::on_admit(const In &p)
 		if (!why) {
 			if (hold_.on && hold_.jid == j.jid) {
 				// The job's next message: its units' order carries on.
-				ctr(j).pool_us += (now - hold_.since) / 1000;
-				ewma(j.dur_ns, double(now - hold_.since));
+				ctr(j).pool_us += util::elapsed_ns(now, hold_.since) / 1000;
+				ewma(j.dur_ns, double(util::elapsed_ns(now, hold_.since)));
 			} else {
 				take_pool(pool_, tx(), p_.units);
 			}

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -349,6 +350,89 @@ TEST_F(SwitchAcct, TdmAdmissionRequestsCountedOnce)
 		while (m->recv(&pk, 200))
 			answers += pk.opcode == 0xe5 && pk.status == 0;
 		EXPECT_EQ(answers, m == &a ? 2 : 1);
+	}
+}
+
+// A clock the test may turn back: what worker 0's clock reading is when
+// it waited for the exclusive lock while other workers stamped a job with
+// later times under the shared one.
+class TurnedClock final : public ibv_coll::util::Clock {
+public:
+	uint64_t now() const override { return t.load(); }
+	std::atomic<uint64_t> t{10'000'000'000ull};
+};
+
+// Regression (tools.switch_tenants with 4 workers on a loaded host): worker
+// 0 read the clock, then waited for the exclusive lock while the others
+// stamped the job's packets later, and took now - last, unsigned, for
+// centuries: the tdm pool's holder was found silent and the job idle and
+// forgotten in the middle of its message, and the next job timed out.  A
+// time older than a stamp is no time at all.
+TEST_F(SwitchAcct, TimeReadBeforeAStampNeitherFreesThePoolNorForgetsTheJob)
+{
+	constexpr uint64_t kMs = 1000000;
+	TurnedClock clk;
+	SwitchParams p;
+	p.port = 0;
+	p.units = 64;
+	p.gso = false;
+	p.policy = ibv_coll::emu::Policy::tdm;
+	p.clock = &clk;
+	sw_ = std::make_unique<Switch>(p);
+	ASSERT_EQ(sw_->open(), 0);
+	Peer a, b;
+	configure(a, b, 1, kKeyA);
+	const uint16_t to = sw_->port();
+	// Message 1 takes the pool; its members' timeout is 5 s.
+	Hdr ad;
+	ad.opcode = 0xe4; // CONFIG
+	ad.flags = 0x20;  // ADMIT
+	ad.key = kKeyA;
+	ad.seq = 5000;
+	ad.rank_map = 4;
+	a.send(to, ad, {});
+	ad.src_node = 1;
+	ad.node_map = 2;
+	b.send(to, ad, {});
+	sent_ += 2;
+	pump(sent_);
+	for (const Peer *m : {&a, &b}) {
+		Pkt pk;
+		bool admitted = false;
+		while (m->recv(&pk, 200))
+			admitted |= pk.opcode == 0xe5 && pk.status == 0;
+		ASSERT_TRUE(admitted);
+	}
+	// a's partial 1.5 s on stamps the job; then the timers run with a
+	// time read 0.3 s before that stamp (and more than a second after
+	// the last look for idle jobs).
+	clk.t += 1500 * kMs;
+	Hdr d;
+	d.key = kKeyA;
+	a.send(to, d, i32(5));
+	sent_++;
+	pump(sent_);
+	clk.t -= 300 * kMs;
+	sw_->poll_once();
+	clk.t += 400 * kMs;
+	// b's partial completes the block: the job is still known and still
+	// holds the pool, and both members get 5 + 7.
+	Hdr e = d;
+	e.src_node = 1;
+	e.node_map = 2;
+	b.send(to, e, i32(7));
+	sent_++;
+	pump(sent_);
+	const SwitchCounters c = sw_->totals();
+	EXPECT_EQ(c.drop_job, 0u);
+	EXPECT_EQ(c.drop_busy, 0u);
+	for (const Peer *m : {&a, &b}) {
+		Pkt pk;
+		int32_t got = INT32_MIN;
+		while (m->recv(&pk, 200))
+			if (pk.opcode == 0xe1)
+				got = pk.value();
+		EXPECT_EQ(got, 12);
 	}
 }
 
