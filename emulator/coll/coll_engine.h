@@ -127,6 +127,10 @@ public:
 			const uint8_t **out);
 	bool write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data);
 	bool result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out);
+	// The results write_result() kept for ranks in other processes, still
+	// to be written there: before the message completes.  False: some
+	// rank's memory could not be written.
+	bool flush_results(Message &m);
 	// exec_ctrl.cc: timing and windows, shared by both strategies
 	uint64_t rto_ns(const CollJob &job) const;
 	uint64_t coll_timeout_ns(const CollJob &job) const;
@@ -146,6 +150,9 @@ public:
 
 protected:
 	CollCore(CollHost &e, uint32_t seg_units, uint32_t seg_bytes);
+	// xmit.cc: copies from and to other processes in runs of blocks.
+	bool read_ahead(Message &m, const BlockDesc &b);
+	bool stage_result(Message &m, uint32_t sid, const uint8_t *data);
 	~CollCore() = default;
 	// Memory lent to queued packets is free again (before a completion
 	// hands buffers back, and before results overwrite a lent source).

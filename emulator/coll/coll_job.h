@@ -298,10 +298,20 @@ struct Message {
 	std::vector<uint8_t> staging;
 	uint64_t staging_voff = 0;
 	std::vector<uint8_t> zeros; // barrier input
-	// Buffers in another process (DmaSpace): results sent from where they
-	// are read into here first, by vector offset, and stay until the
-	// message completes (they are lent to queued packets).
+	// Buffers in another process (DmaSpace) are reached by a system call
+	// per copy, which costs what copying 16 KiB does: so copies move runs
+	// of blocks (coll/xmit.cc).  Results and sources sent from there are
+	// kept here by vector offset until the message completes (they are
+	// lent to queued packets): in_bounce[sid] says block sid is.  Results
+	// are written to the ranks in runs: [wrun_b, wrun_e) (elements) are
+	// staged here, not written yet.
 	std::vector<uint8_t> bounce;
+	std::vector<uint8_t> in_bounce;
+	uint64_t wrun_b = 0, wrun_e = 0;
+	// The ranks' sources read ahead for the reductions: elements
+	// [ahead_b, ahead_e) of each rank, ahead_stride bytes apart.
+	std::vector<uint8_t> ahead;
+	uint64_t ahead_b = 0, ahead_e = 0, ahead_stride = 0;
 	uint8_t ran = 0;	// CollRan
 	bool dma_error = false; // a local buffer failed its check
 	// A destination may be its source (in place): block i's result must
@@ -394,6 +404,8 @@ struct CollJob {
 	// another job's collective holds part of it, as many free elsewhere.
 	uint32_t run_base = 0, run_count = 0;
 	std::unique_ptr<Message> active;
+	// The last message's bounce buffer, for the next (no zeroing again).
+	std::vector<uint8_t> spare_bounce;
 	uint32_t inc = 0;	  // incarnation: the QP's count of jobs given it (wire::Ceth::inc)
 	uint32_t last_mid = 0;	  // most recent finished (or failed) message; 0: none yet
 	uint32_t aborted_mid = 0; // a member aborted this message before we ran it (0: none)

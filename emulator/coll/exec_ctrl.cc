@@ -245,6 +245,8 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	if (c.nodes() == 1 && !w->block_len && !c.block_len)
 		mtu = kLocalBlockBytes;
 	build_chain(job, m, mtu);
+	if (m.remote)
+		m.bounce = std::move(job.spare_bounce);
 	if (!hold_units(job, m))
 		return fail(qp, job, CollStatus::buffer_err, true,
 			    "no Seg units free for it: other jobs' collectives hold them");
@@ -372,7 +374,13 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		if (job.active && qp.state == QpState::rts && job.active->path->done(job)) {
 			if (job.active->sw.on)
 				job.sw.next_gs += job.active->nblocks;
-			complete(qp, job, CollStatus::success);
+			if (flush_results(*job.active)) {
+				complete(qp, job, CollStatus::success);
+			} else {
+				job.active->dma_error = true;
+				fail(qp, job, CollStatus::local_err, false,
+				     "a local buffer is not accessible");
+			}
 			did = true;
 		}
 		did |= e_.tx_packets() != before;

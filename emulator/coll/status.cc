@@ -87,6 +87,8 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 	remember(job, m.mid, st == CollStatus::success ? MsgState::done : MsgState::failed,
 		 m.nblocks);
 	job.last_mid = m.mid;
+	if (!m.bounce.empty())
+		job.spare_bounce = std::move(m.bounce);
 	IBVC_DEBUG("coll", "{}: job {} message {} done ({}), {} Seg units in use", e_.params.name,
 		   job.cfg.jid, m.mid, int(st), segs_.in_use());
 	job.active.reset();
