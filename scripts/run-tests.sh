@@ -75,8 +75,10 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # polling (the hand-off, the rings' hand-written ordering): the C API,
 # RC between processes but the long transfers (which TSan's slowdown
 # turns into retry timeouts), the collective wire tests in process, and
-# the two-node collective matrix between processes (n2k2_full; the
-# switch itself is one thread, and its cases take a minute under TSan).
+# the two-node collective matrix between processes (n2k2_full; its
+# switch cases take a minute under TSan), and the switch's own threads:
+# its workers against each other (SwitchWorkers) and its receive path
+# (SwitchAcct).
 # Suppressions, each with its reason, in tests/tsan.supp.
 echo "== build and test: ThreadSanitizer (threaded suites)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="$G1" \
