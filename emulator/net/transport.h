@@ -68,7 +68,10 @@ struct PortCounters {
 	uint64_t tx_packets = 0, tx_bytes = 0, rx_packets = 0, rx_bytes = 0;
 	uint64_t tx_errors = 0, rx_errors = 0;
 	uint64_t tx_syscalls = 0, rx_syscalls = 0; // sendmmsg/recvmmsg (or post/poll) calls
-	uint64_t tx_gso = 0, rx_gro = 0;	   // super-packets sent/received
+	// Receive calls that returned datagrams, and the datagrams (a GRO
+	// super-packet is one): the batches a receiver really gets.
+	uint64_t rx_busy_syscalls = 0, rx_datagrams = 0;
+	uint64_t tx_gso = 0, rx_gro = 0; // super-packets sent/received
 	uint64_t impair_dropped = 0, impair_duplicated = 0, impair_reordered = 0;
 	uint64_t impair_delayed = 0, impair_delay_overflow = 0, impair_ce = 0;
 	uint64_t rx_ce = 0; // packets received with ECN CE, for congestion control

@@ -544,16 +544,9 @@ unsigned UdpPort::rx_batch(RxPacket *out)
 	return unsigned(n);
 }
 
-// One recvmmsg; a GRO super-packet is split back into its datagrams.
-unsigned UdpPort::rx_fill()
+// Each receive slot's buffer, address and control space in msgs.
+void UdpPort::rx_prepare(mmsghdr *msgs)
 {
-	// Queued packets may carry payloads from the buffers about to be
-	// overwritten.
-	if (rx_lent_)
-		tx_flush();
-	rx_pending_.clear();
-	rx_next_ = 0;
-	mmsghdr msgs[kRxMsgs];
 	for (unsigned i = 0; i < kRxMsgs; i++) {
 		Slot &s = rx_[i];
 		s.iov[0].iov_base = rx_arena_.data() + size_t(i) * kRxBuf;
@@ -567,6 +560,19 @@ unsigned UdpPort::rx_fill()
 		m.msg_control = s.cbuf;
 		m.msg_controllen = sizeof(s.cbuf);
 	}
+}
+
+// One recvmmsg; a GRO super-packet is split back into its datagrams.
+unsigned UdpPort::rx_fill()
+{
+	// Queued packets may carry payloads from the buffers about to be
+	// overwritten.
+	if (rx_lent_)
+		tx_flush();
+	rx_pending_.clear();
+	rx_next_ = 0;
+	mmsghdr msgs[kRxMsgs];
+	rx_prepare(msgs);
 	int n = recvmmsg(fd_.get(), msgs, kRxMsgs, MSG_DONTWAIT, nullptr);
 	ctr_.rx_syscalls++;
 	if (n <= 0) {
@@ -576,6 +582,8 @@ unsigned UdpPort::rx_fill()
 		}
 		return 0;
 	}
+	ctr_.rx_busy_syscalls++;
+	ctr_.rx_datagrams += unsigned(n);
 	// Socket timestamps are on the realtime clock: each becomes an age,
 	// then a point on the monotonic clock every timer uses.
 	const uint64_t mono = util::now_ns();

@@ -85,6 +85,7 @@ private:
 	void delay_release();
 	void send_queued();
 	unsigned rx_fill();
+	void rx_prepare(struct mmsghdr *msgs);
 	void group_by_peer();
 	void queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src,
 		   bool ce = false);

@@ -312,6 +312,8 @@ private:
 	void wait_on(unsigned k, int ms);
 	void timers(Section &s);
 	SwitchCounters totals_locked() const;
+	// The text output's line of the workers' receive and send batches.
+	void print_batches(FILE *f) const;
 	std::vector<NamedCounter> stat_records_locked() const;
 	void handle(const RxPacket &rx, Section &s);
 	static bool is_data(const In &p);

@@ -257,6 +257,28 @@ nlohmann::ordered_json json_ctr(const SwitchCounters &c)
 
 } // namespace
 
+// What one receive call brought, on the calls that brought anything (of
+// UdpPort::kRxMsgs datagrams at most; a GRO datagram holds several
+// packets), and what one send call carried.
+void Switch::print_batches(FILE *f) const
+{
+	uint64_t calls = 0, dgrams = 0, rx = 0, tx_calls = 0, tx = 0;
+	for (const auto &w : w_) {
+		const PortCounters &pc = w->port->counters();
+		calls += pc.rx_busy_syscalls;
+		dgrams += pc.rx_datagrams;
+		rx += pc.rx_packets;
+		tx_calls += pc.tx_syscalls;
+		tx += pc.tx_packets;
+	}
+	auto per = [](uint64_t a, uint64_t b) { return b ? double(a) / double(b) : 0.0; };
+	fprintf(f,
+		"  per system call: in %.1f packets (%.1f datagrams) in %llu calls, out %.1f "
+		"packets in %llu calls\n",
+		per(rx, calls), per(dgrams, calls), static_cast<unsigned long long>(calls),
+		per(tx, tx_calls), static_cast<unsigned long long>(tx_calls));
+}
+
 void Switch::print_stats(FILE *f, bool json) const
 {
 	ReadLock l(mu_, multi());
@@ -268,9 +290,14 @@ void Switch::print_stats(FILE *f, bool json) const
 		o["switch"] = p_.name;
 		o["port"] = port();
 		o["workers"] = nlohmann::ordered_json::array();
-		for (const auto &w : w_)
-			o["workers"].push_back({{"rx_packets", w->port->counters().rx_packets},
-						{"tx_packets", w->port->counters().tx_packets}});
+		for (const auto &w : w_) {
+			const PortCounters &pc = w->port->counters();
+			o["workers"].push_back({{"rx_packets", pc.rx_packets},
+						{"tx_packets", pc.tx_packets},
+						{"rx_calls", pc.rx_busy_syscalls},
+						{"rx_datagrams", pc.rx_datagrams},
+						{"tx_calls", pc.tx_syscalls}});
+		}
 		o["units"] = p_.units;
 		o["units_in_use"] = units_in_use();
 		o["total"] = json_ctr(t);
@@ -298,6 +325,7 @@ void Switch::print_stats(FILE *f, bool json) const
 						w->port->counters().tx_packets));
 			fprintf(f, "\n");
 		}
+		print_batches(f);
 		fprintf(f, "  total: ");
 		print_ctr(f, t);
 		fprintf(f, "\n");

@@ -13,8 +13,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -206,8 +209,39 @@ void interleaved(unsigned threads)
 	// Every worker's socket took some of them.
 	const auto per = s.sw().worker_packets();
 	ASSERT_EQ(per.size(), size_t(threads));
-	for (size_t k = 0; k < per.size(); k++)
+	uint64_t rx = 0;
+	for (size_t k = 0; k < per.size(); k++) {
 		EXPECT_GT(per[k].first, 0u) << "worker " << k << " took in nothing";
+		rx += per[k].first;
+	}
+	// The batches the sockets really gave: at least a datagram and at most
+	// a receive call's 32 on each call that gave any, and the packets over
+	// the calls those the workers counted.
+	char *text = nullptr;
+	size_t text_len = 0;
+	FILE *f = open_memstream(&text, &text_len);
+	ASSERT_NE(f, nullptr);
+	s.sw().print_stats(f, false);
+	fclose(f);
+	const std::string out(text, text_len);
+	free(text);
+	const size_t at = out.find("  per system call: in ");
+	ASSERT_NE(at, std::string::npos) << out;
+	double in = 0, dgrams = 0, tx = 0;
+	unsigned long long calls = 0, tx_calls = 0;
+	ASSERT_EQ(sscanf(out.c_str() + at,
+			 "  per system call: in %lf packets (%lf datagrams) in %llu calls, out %lf "
+			 "packets in %llu calls",
+			 &in, &dgrams, &calls, &tx, &tx_calls),
+		  5)
+		<< out;
+	EXPECT_GT(calls, 0u);
+	EXPECT_GE(dgrams, 1.0);
+	EXPECT_LE(dgrams, 32.0);
+	EXPECT_GE(in, dgrams);
+	EXPECT_NEAR(in * double(calls), double(rx), 0.05 * double(calls) + 1);
+	EXPECT_GT(tx_calls, 0u);
+	EXPECT_GE(tx, 1.0);
 }
 
 } // namespace
