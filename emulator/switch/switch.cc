@@ -100,8 +100,8 @@ private:
 
 Switch::Switch(const SwitchParams &p) : p_(p), pool_(p.units, p.unit_bytes), range_used_(p.units, 0)
 {
-	// A transport we are given is one queue: one worker serves it.
-	const unsigned n = p.transport ? 1 : std::clamp(p.threads, 1u, 256u);
+	// Given a transport, each worker gets one of its own from the factory.
+	const unsigned n = std::clamp(p.threads, 1u, 256u);
 	for (unsigned k = 0; k < n; k++)
 		w_.push_back(std::make_unique<Worker>());
 	one_ = n == 1;
@@ -165,7 +165,7 @@ int Switch::open()
 	for (unsigned k = 0; k < n; k++) {
 		Worker &w = *w_[k];
 		int err;
-		if (k == 0 && (p_.transport || n == 1)) {
+		if (p_.transport || n == 1) {
 			err = open_transport(p_.transport, &w.port, p_.port, false, p_.impair,
 					     p_.sockbuf, p_.gso);
 		} else {
@@ -184,7 +184,7 @@ int Switch::open()
 			  w_[0]->port->kind(), port(), p_.units, p_.unit_bytes);
 		return 0;
 	}
-	if (n > 1)
+	if (n > 1 && !p_.transport)
 		if (int err = steer(w_[0]->port->fd(), n))
 			IBVC_WARN("switch",
 				  "{}: no steering program ({}): the kernel spreads "
@@ -280,6 +280,18 @@ void Switch::wait_on(unsigned k, int ms)
 bool Switch::poll_once()
 {
 	return pass(0);
+}
+
+bool Switch::poll_worker(unsigned k)
+{
+	const Switch *s = tl_switch;
+	const unsigned w = tl_worker;
+	tl_switch = this;
+	tl_worker = k;
+	const bool did = pass(k);
+	tl_switch = s;
+	tl_worker = w;
+	return did;
 }
 
 bool Switch::pass(unsigned k)

@@ -61,10 +61,11 @@ struct SwitchParams {
 	unsigned sockbuf = 8u << 20;
 	bool gso = true;
 	// Opens the transport (UdTransport on a verbs device); empty: a
-	// UdpPort on port.
+	// UdpPort on port.  Called once per worker.
 	TransportFactory transport;
-	// Workers, each with its own socket of the port (SO_REUSEPORT): 1
-	// without a port of our own (a transport above, or a simulator's).
+	// Workers, each with its own socket of the port (SO_REUSEPORT), or
+	// with its own transport from the factory (whoever gives it serves
+	// them: poll_worker()).
 	unsigned threads = 1;
 	// A worker thread keeps polling (yielding the processor) this long
 	// once idle before it blocks.
@@ -161,6 +162,11 @@ public:
 	void run(const std::atomic<bool> &stop);
 	// One pass of worker 0: take in what has arrived, without blocking.
 	bool poll_once();
+	// One pass of worker k < workers() in the caller's thread, as that
+	// worker: for transports given (SwitchParams::transport), which the
+	// caller serves in turn (a fuzz target's several workers), not with
+	// start().
+	bool poll_worker(unsigned k);
 	// Block until a packet for worker 0 arrives or ms milliseconds pass.
 	void wait(int ms);
 	// Packets each worker's socket took in and sent.

@@ -6,7 +6,8 @@
 // big-endian length and that many bytes: a packet from the BTH to the end
 // of the payload (a last record shorter than its length takes what is
 // left).  The framing byte picks the source address (low two bits, an
-// index into the target's table of peers) and, with bit 7, keeps the
+// index into the target's table of peers), for the switch's target the
+// worker (bits 2-3, fuzz_switch_rx.cc) and, with bit 7, keeps the
 // packet as it is; otherwise the ICRC the packet needs is appended (by the
 // tests' own reference, tests/common/ref_icrc.h), since a fuzzer cannot
 // guess a CRC-32 and every parser past it would stay unexplored.  Each
