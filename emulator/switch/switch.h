@@ -7,7 +7,8 @@
 // their own (start).  Each blocks in epoll when there is nothing to do.
 // The data path runs under a shared lock with one lock per Seg unit; what
 // changes a job (configuration, admission, release, expiry, STATS) takes
-// the lock exclusively.  With one worker there are no locks at all.
+// the lock exclusively.  With one worker there are no locks at all: its
+// counters and stats are read in worker 0's thread, or once it stopped.
 #pragma once
 
 #include "net/transport.h"

@@ -60,7 +60,10 @@ public:
 		if (ok_)
 			th_ = std::thread([this] { sw_->run(stop_); });
 	}
-	~Served()
+	~Served() { stop(); }
+	// Worker 0 stops (its thread joined): with one worker, nothing else
+	// may read the switch while it runs (only several workers lock).
+	void stop()
 	{
 		stop_ = true;
 		if (th_.joinable())
@@ -195,6 +198,7 @@ void interleaved(unsigned threads)
 	ASSERT_TRUE(configure(to, a, b, 3));
 	blocks += run_windows(to, a, b, 3, 0, 6);
 
+	s.stop();
 	const SwitchCounters c = s.sw().totals();
 	EXPECT_EQ(c.reductions, 2u * blocks) << "a partial reduced twice or lost";
 	EXPECT_EQ(c.results, uint64_t(blocks));
