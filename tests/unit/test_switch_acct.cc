@@ -34,12 +34,18 @@ uint64_t drops(const SwitchCounters &c)
 
 class SwitchAcct : public ::testing::Test {
 protected:
-	void SetUp() override
+	void SetUp() override { open_switch(); }
+	// A fresh switch on a loopback port, under `policy`, on `clock`.
+	void open_switch(ibv_coll::emu::Policy policy = ibv_coll::emu::Policy::spatial,
+			 const ibv_coll::util::Clock *clock = nullptr)
 	{
 		SwitchParams p;
 		p.port = 0;
 		p.units = 64;
 		p.gso = false;
+		p.policy = policy;
+		if (clock)
+			p.clock = clock;
 		sw_ = std::make_unique<Switch>(p);
 		ASSERT_EQ(sw_->open(), 0);
 	}
@@ -314,13 +320,7 @@ TEST_F(SwitchAcct, PhaseNamingANodeBeyondTheJobIsRefused)
 // delivered, its repeat a duplicate, and every datagram counted once.
 TEST_F(SwitchAcct, TdmAdmissionRequestsCountedOnce)
 {
-	SwitchParams p;
-	p.port = 0;
-	p.units = 64;
-	p.gso = false;
-	p.policy = ibv_coll::emu::Policy::tdm;
-	sw_ = std::make_unique<Switch>(p);
-	ASSERT_EQ(sw_->open(), 0);
+	open_switch(ibv_coll::emu::Policy::tdm);
 	Peer a, b;
 	configure(a, b, 1, kKeyA);
 	const SwitchCounters c0 = sw_->totals();
@@ -372,14 +372,7 @@ TEST_F(SwitchAcct, TimeReadBeforeAStampNeitherFreesThePoolNorForgetsTheJob)
 {
 	constexpr uint64_t kMs = 1000000;
 	TurnedClock clk;
-	SwitchParams p;
-	p.port = 0;
-	p.units = 64;
-	p.gso = false;
-	p.policy = ibv_coll::emu::Policy::tdm;
-	p.clock = &clk;
-	sw_ = std::make_unique<Switch>(p);
-	ASSERT_EQ(sw_->open(), 0);
+	open_switch(ibv_coll::emu::Policy::tdm, &clk);
 	Peer a, b;
 	configure(a, b, 1, kKeyA);
 	const uint16_t to = sw_->port();
