@@ -3,16 +3,14 @@
 // printed at MPI_Finalize.
 #include "coll_mpi.h"
 
+#include "switch_list.h"
 #include "util/config.h"
-
-#include <arpa/inet.h>
 
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 
 namespace ibv_coll::mpi {
 
@@ -38,42 +36,13 @@ void log_line(const char *fmt, ...)
 
 namespace {
 
+using addon::check_switches;
+using addon::check_topology;
+using addon::parse_switches;
+using addon::parse_topology;
+using addon::words;
 using util::ConfigKind;
 using util::ConfigVar;
-
-// HOST:PORT with an IPv4 or IPv6 host ([v6]:port), as a switch address.
-bool parse_switch(const std::string &w, ibv_coll_switch_addr *a)
-{
-	size_t colon = w.rfind(':');
-	if (colon == std::string::npos || colon == 0)
-		return false;
-	std::string host = w.substr(0, colon);
-	if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-		host = host.substr(1, host.size() - 2);
-	*a = {};
-	in_addr v4;
-	if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
-		a->gid.raw[10] = a->gid.raw[11] = 0xff; // IPv4-mapped
-		memcpy(&a->gid.raw[12], &v4, 4);
-	} else if (inet_pton(AF_INET6, host.c_str(), a->gid.raw) != 1)
-		return false;
-	uint64_t port;
-	if (!util::parse_uint(w.c_str() + colon + 1, &port) || port > 65535)
-		return false;
-	a->udp_port = uint16_t(port);
-	return true;
-}
-
-std::vector<std::string> words(const char *s)
-{
-	std::vector<std::string> out;
-	std::stringstream ss(s);
-	std::string w;
-	while (std::getline(ss, w, ','))
-		if (!w.empty())
-			out.push_back(w);
-	return out;
-}
 
 // The string variables' syntaxes, each a parser and the registry's check
 // (which lets ibv_coll_print_config mark a bad value).
@@ -105,42 +74,6 @@ const char *check_colls(const char *s)
 			 "allgather, reduce_scatter_block, barrier, iallreduce, ibcast, "
 			 "ireduce, iallgather, ireduce_scatter_block, ibarrier, allgatherv, "
 			 "reduce_scatter or all";
-}
-
-bool parse_switches(const char *s, std::vector<ibv_coll_switch_addr> *out)
-{
-	std::vector<ibv_coll_switch_addr> sw;
-	for (const std::string &w : words(s)) {
-		ibv_coll_switch_addr a;
-		if (!parse_switch(w, &a) || sw.size() == 8)
-			return false;
-		sw.push_back(a);
-	}
-	*out = std::move(sw);
-	return true;
-}
-
-const char *check_switches(const char *s)
-{
-	std::vector<ibv_coll_switch_addr> sw;
-	return parse_switches(s, &sw) ? nullptr
-				      : "expected HOST:PORT[,HOST:PORT...], at most 8, IPv4 or "
-					"[IPv6]:PORT";
-}
-
-// -2: not a topology; -1: unset or empty (auto with a switch, else ring).
-int parse_topology(const char *s)
-{
-	return !*s		      ? -1
-	       : !strcmp(s, "ring")   ? IBV_COLL_TOPO_RING
-	       : !strcmp(s, "switch") ? IBV_COLL_TOPO_SWITCH
-	       : !strcmp(s, "auto")   ? IBV_COLL_TOPO_AUTO
-				      : -2;
-}
-
-const char *check_topology(const char *s)
-{
-	return parse_topology(s) == -2 ? "expected ring, switch or auto" : nullptr;
 }
 
 constexpr uint64_t kMaxSpinUs = 10000000;

@@ -18,6 +18,7 @@
 // through an ibv_coll_switchd (IBV_COLL_TEST_SWITCHD names the program)
 // started by the test.
 #include "coll_qp.h"
+#include "switchd_proc.h"
 
 #include <ibv_coll/ibv_coll.h>
 
@@ -491,56 +492,12 @@ TEST(AllocFail, TwoNodeRingDeviceThreads)
 	g_only_device = false;
 }
 
-// ibv_coll_switchd on an ephemeral loopback port, for the test's life.
-class Switchd {
-public:
-	explicit Switchd(const char *prog)
-	{
-		char dir[] = "/tmp/ivcaf.XXXXXX";
-		if (!mkdtemp(dir))
-			return;
-		dir_ = dir;
-		const std::string port_file = dir_ + "/port";
-		pid_ = fork();
-		if (pid_ == 0) {
-			execl(prog, prog, "-p", "0", "-P", port_file.c_str(), (char *)nullptr);
-			_exit(127);
-		}
-		for (int i = 0; i < 100 && !port_; i++) {
-			std::this_thread::sleep_for(std::chrono::milliseconds(50));
-			if (FILE *f = fopen(port_file.c_str(), "r")) {
-				unsigned p = 0;
-				if (fscanf(f, "%u", &p) == 1)
-					port_ = uint16_t(p);
-				fclose(f);
-			}
-		}
-	}
-	~Switchd()
-	{
-		if (pid_ > 0) {
-			kill(pid_, SIGTERM);
-			waitpid(pid_, nullptr, 0);
-		}
-		if (!dir_.empty()) {
-			unlink((dir_ + "/port").c_str());
-			rmdir(dir_.c_str());
-		}
-	}
-	uint16_t port() const { return port_; }
-
-private:
-	pid_t pid_ = -1;
-	uint16_t port_ = 0;
-	std::string dir_;
-};
-
 TEST(AllocFail, TwoNodeSwitchEveryAllocation)
 {
 	const char *prog = getenv("IBV_COLL_TEST_SWITCHD");
 	if (!prog || !*prog)
 		GTEST_SKIP() << "IBV_COLL_TEST_SWITCHD names no ibv_coll_switchd";
-	Switchd sw(prog);
+	ibvc_test::Switchd sw(prog);
 	ASSERT_NE(sw.port(), 0) << "the switch did not start";
 	g_switch_port = sw.port();
 	sweep(2);
