@@ -29,10 +29,13 @@ class HostClock final : public Clock {
 public:
 	uint64_t now() const override { return now_ns(); }
 };
+// Never destroyed: a device's engine thread may still read it while the
+// process exits (a library, such as the NCCL plugin, whose device stays
+// open until then).
 inline const Clock &host_clock()
 {
-	static const HostClock c;
-	return c;
+	static const HostClock *const c = new HostClock;
+	return *c;
 }
 
 // A clock that moves only when told to: a simulator's.
