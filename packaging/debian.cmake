@@ -3,6 +3,7 @@
 #   libibv-coll-dev  headers, the name link, pkg-config, CMake package, the
 #                    functions' manual pages, the examples' sources (dev)
 #   ibv-coll-utils   the programs and their manual pages (utils)
+#   libnccl-net-ibv-coll  the NCCL net and CollNet plugin and its page (nccl)
 # `cpack -G DEB` (or `cmake --build build --target package`) in the build
 # directory writes them; tests/pkg checks them in a root of their own.
 set(CPACK_GENERATOR DEB)
@@ -11,7 +12,7 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "libibverbs-style verbs with collective offload")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
-set(CPACK_COMPONENTS_ALL lib dev utils)
+set(CPACK_COMPONENTS_ALL lib dev utils nccl)
 set(IBV_COLL_DEB_MAINTAINER "ibv_coll developers <ibv-coll@localhost>" CACHE STRING
   "Maintainer field of the Debian packages")
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${IBV_COLL_DEB_MAINTAINER}")
@@ -64,5 +65,16 @@ set(CPACK_DEBIAN_UTILS_PACKAGE_SHLIBDEPS ON)
 # component's is its sibling.  It finds libibv_coll.so.1 there (CPack
 # passes --ignore-missing-info: the exact Depends above covers it).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "../lib/usr/${CMAKE_INSTALL_LIBDIR}")
+
+set(CPACK_DEBIAN_NCCL_PACKAGE_NAME libnccl-net-ibv-coll)
+set(CPACK_DEBIAN_NCCL_PACKAGE_SECTION libs)
+set(CPACK_COMPONENT_NCCL_DESCRIPTION "NCCL net and CollNet plugin for ibv_coll
+ libnccl-net-ibv_coll.so: with NCCL_NET_PLUGIN=ibv_coll and
+ NCCL_COLLNET_ENABLE=1, NCCL (PyTorch, JAX) hands its CollNet allreduce,
+ allgather and reduce-scatter to the ibv_coll offload engine, through an
+ aggregation switch or round the ring, and its point-to-point traffic to
+ RC queue pairs of the same device.")
+set(CPACK_DEBIAN_NCCL_PACKAGE_DEPENDS "${_ibvc_lib_pkg} (= ${_ibvc_exact})")
+set(CPACK_DEBIAN_NCCL_PACKAGE_SHLIBDEPS ON)
 
 include(CPack)

@@ -2,7 +2,7 @@
 # Build the Debian packages, install them into a clean root and run the
 # installed programs from there.
 #
-# "Clean root" here: the three .debs are unpacked with dpkg-deb -x into an
+# "Clean root" here: the four .debs are unpacked with dpkg-deb -x into an
 # empty directory (no chroot: that would need a Debian base system and
 # root).  What makes it honest instead:
 #  - every NEEDED library of every ELF file in the root resolves either to
@@ -39,7 +39,8 @@ arch=$(dpkg --print-architecture)
 lib=$work/debs/libibv-coll1_${version}-1_$arch.deb
 dev=$work/debs/libibv-coll-dev_${version}-1_$arch.deb
 utils=$work/debs/ibv-coll-utils_${version}-1_$arch.deb
-for d in "$lib" "$dev" "$utils"; do
+nccl=$work/debs/libnccl-net-ibv-coll_${version}-1_$arch.deb
+for d in "$lib" "$dev" "$utils" "$nccl"; do
 	[ -f "$d" ] || { ls "$work/debs"; fail "no $(basename "$d")"; }
 	echo "== $(basename "$d")"
 	dpkg-deb -f "$d" Package Version Depends Section
@@ -67,9 +68,13 @@ for f in /bin/ibv_coll_devinfo /bin/ibv_coll_perf /bin/ibv_coll_run /bin/ibv_col
 	files "$utils" | grep -q "$f$" || fail "ibv-coll-utils lacks $f"
 done
 field "$utils" Depends | grep -q "libibv-coll1 (= $version-1)" || fail "utils Depends"
+for f in "/libnccl-net-ibv_coll\.so$" /man7/ibv_coll_nccl.7; do
+	files "$nccl" | grep -q "$f" || fail "libnccl-net-ibv-coll lacks $f"
+done
+field "$nccl" Depends | grep -q "libibv-coll1 (= $version-1)" || fail "nccl plugin Depends"
 
 # 3. Into the empty root; the SONAME and the file name agree.
-for d in "$lib" "$dev" "$utils"; do
+for d in "$lib" "$dev" "$utils" "$nccl"; do
 	dpkg-deb -x "$d" "$root" || fail "dpkg-deb -x $d"
 done
 so=$(find "$root" -name "libibv_coll.so.$version")
@@ -81,7 +86,7 @@ libdir=$(dirname "$so")
 deps_of() { # the package names in a Depends field, alternatives included
 	field "$1" Depends | tr ',|' '\n\n' | sed 's/(.*//; s/ //g' | grep -v '^$'
 }
-for d in "$lib" "$utils"; do
+for d in "$lib" "$utils" "$nccl"; do
 	for f in $(files "$d" | grep -v '/$'); do
 		file -L "$root$f" | grep -q ELF || continue
 		if readelf -d "$root$f" | grep -E "R(UN)?PATH" | grep -v '\$ORIGIN' | grep -q .; then
@@ -192,4 +197,11 @@ CEOF
 	[ "$(LD_LIBRARY_PATH=$libdir "$work/cm/b/v")" = "$version $version 1" ] ||
 		fail "the program built with the CMake package"
 fi
+# 7. The plugin from the root: NCCL's loader finds its tables by name.
+plugin=$(find "$root" -name libnccl-net-ibv_coll.so)
+[ -n "$plugin" ] || fail "no plugin in the root"
+syms=$(nm -D --defined-only "$plugin" | awk '{print $3}' | sort | tr '\n' ' ')
+[ "$syms" = "ncclCollNetPlugin_v10 ncclCollNetPlugin_v11 ncclCollNetPlugin_v12 ncclNetPlugin_v10 ncclNetPlugin_v11 ncclNetPlugin_v12 " ] ||
+	fail "the plugin exports: $syms"
+
 echo "PASS: packages built, installed into $root and run from there"

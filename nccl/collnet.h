@@ -1,0 +1,81 @@
+// The CollNet side of libnccl-net-ibv_coll.so: one collective QP (one job
+// of the device) per CollNet communicator, every NCCL request one
+// collective WR on it.  collnet.cc brings communicators up and down and
+// holds NCCL's tables; collnet_ops.cc posts and completes the requests.
+#pragma once
+
+#include "plugin.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ibv_coll::nccl {
+
+// A registration: NCCL's mhandle.
+struct CollMr {
+	uint32_t magic;
+	ibv_coll_mr *mr;
+	const char *base;
+	size_t len;
+};
+
+// A staging buffer for windowed allgather and reduce-scatter, kept by its
+// slot and grown on demand.
+struct Stage {
+	char *buf = nullptr;
+	size_t len = 0;
+	ibv_coll_mr *mr = nullptr;
+};
+
+struct CollComm;
+
+// One NCCL request: a posted WR, and what to copy out of the staging
+// buffer when it completes.
+struct CollReq {
+	CollComm *comm = nullptr;
+	bool busy = false, done = false;
+	uint64_t wr_id = 0;
+	ibv_wc_status status = IBV_WC_SUCCESS;
+	ibv_coll_status coll_status = IBV_COLL_STATUS_SUCCESS;
+	size_t bytes = 0; // reported by test()
+	struct Copy {
+		char *to;
+		size_t from, len; // offset in the slot's destination stage
+	};
+	std::vector<Copy> copies;
+	Stage src, dst;
+	const char *what = "";
+};
+
+struct CollComm {
+	uint32_t magic;
+	int rank = 0, nranks = 0;
+	ibv_coll_cq *cq = nullptr;
+	ibv_coll_qp *qp = nullptr;
+	uint64_t next_wr = 1;
+	CollReq reqs[NCCL_NET_MAX_REQUESTS];
+	unsigned inflight = 0;
+};
+
+constexpr uint32_t kMrMagic = 0x6d72636e, kCommMagic = 0x636f6d6d;
+
+// NCCL's request posters and test, on a connected communicator.
+ncclResult_t coll_iallreduce(void *comm, void *send, void *recv, size_t count, ncclDataType_t dt,
+			     ncclRedOp_t op, void *smh, void *rmh, void **request);
+ncclResult_t coll_iallgather(void *comm, void *send, int nparts, ncclNetSGE_v10_t *parts,
+			     size_t per_rank, size_t win_off, size_t win_bytes, void *smh,
+			     void **request);
+ncclResult_t coll_ireducescatter(void *comm, int nparts, ncclNetSGE_v10_t *parts, void *recv,
+				 size_t per_rank, size_t win_off, size_t win_bytes,
+				 ncclDataType_t dt, ncclRedOp_t op, void *rmh, void **request);
+ncclResult_t coll_test(void *request, int *done, int *size);
+// Whether the device reduces op on dt, and the device's names for them.
+bool coll_map(ncclDataType_t dt, ncclRedOp_t op, ibv_coll_dtype *cdt, ibv_coll_op *cop);
+// Post a barrier and wait for it (connect's last step).
+ncclResult_t coll_barrier(CollComm *c, int timeout_ms);
+// Give back a staging buffer, a request slot's two (close).
+void coll_free_stage(Stage *s);
+void coll_free_stages(CollReq *r);
+
+} // namespace ibv_coll::nccl

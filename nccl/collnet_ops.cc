@@ -1,0 +1,402 @@
+// CollNet requests (collnet.h): each iallreduce, iallgather and
+// ireducescatter one collective WR on the communicator's QP.  A window of
+// an allgather or reduce-scatter that is not the whole collective goes
+// through the device as an allreduce of the window, staged: NCCL's window
+// holds unequal shares of the ranks (most of it often one rank's), which
+// the device's allgather and reduce-scatter, equal shares by contract,
+// cannot express; the whole collective goes straight through.
+#include "collnet.h"
+
+#include <poll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace ibv_coll::nccl {
+
+namespace {
+
+size_t dtype_bytes(ncclDataType_t dt)
+{
+	switch (dt) {
+	case ncclInt8:
+	case ncclUint8: return 1;
+	case ncclFloat16:
+	case ncclBfloat16: return 2;
+	case ncclInt32:
+	case ncclUint32:
+	case ncclFloat32: return 4;
+	case ncclInt64:
+	case ncclUint64:
+	case ncclFloat64: return 8;
+	default: return 0;
+	}
+}
+
+CollComm *comm_of(void *p)
+{
+	auto *c = static_cast<CollComm *>(p);
+	return c && c->magic == kCommMagic && c->qp ? c : nullptr;
+}
+
+// The registration covering [p, p + n), or nullptr after a WARN.
+const CollMr *mr_for(void *mh, const void *p, size_t n, const char *what)
+{
+	auto *m = static_cast<const CollMr *>(mh);
+	auto *c = static_cast<const char *>(p);
+	if (!m || m->magic != kMrMagic) {
+		NCCL_PLUGIN_WARN("%s: memory handle %p is not a registration of this plugin", what,
+				 mh);
+		return nullptr;
+	}
+	if (n && (!c || c < m->base || size_t(c - m->base) > m->len ||
+		  n > m->len - size_t(c - m->base))) {
+		NCCL_PLUGIN_WARN("%s: %zu bytes at %p lie outside their registration (%zu at %p)",
+				 what, n, p, m->len, static_cast<const void *>(m->base));
+		return nullptr;
+	}
+	return m;
+}
+
+// A free request slot, or nullptr after a WARN: NCCL keeps at most
+// NCCL_NET_MAX_REQUESTS in flight per comm, as getProperties says.
+CollReq *take_req(CollComm *c, const char *what)
+{
+	for (CollReq &r : c->reqs)
+		if (!r.busy) {
+			r.busy = true;
+			r.done = false;
+			r.comm = c;
+			r.copies.clear();
+			r.bytes = 0;
+			r.status = IBV_WC_SUCCESS;
+			r.coll_status = IBV_COLL_STATUS_SUCCESS;
+			r.what = what;
+			c->inflight++;
+			return &r;
+		}
+	NCCL_PLUGIN_WARN("%s: more than %d requests in flight on one communicator", what,
+			 NCCL_NET_MAX_REQUESTS);
+	return nullptr;
+}
+
+void give_back(CollReq *r)
+{
+	r->busy = false;
+	r->comm->inflight--;
+}
+
+// Make the stage at least n bytes, registered.  false after a WARN.
+bool grow(Stage *s, size_t n)
+{
+	if (s->len >= n)
+		return true;
+	coll_free_stage(s);
+	size_t len = (n + 4095) & ~size_t(4095);
+	s->buf = static_cast<char *>(aligned_alloc(4096, len));
+	if (!s->buf ||
+	    !(s->mr = ibv_reg_coll_mr(device().pd, s->buf, len, IBV_ACCESS_LOCAL_WRITE))) {
+		NCCL_PLUGIN_WARN("staging buffer of %zu bytes: %s", len,
+				 strerror(errno ? errno : ENOMEM));
+		free(s->buf);
+		*s = {};
+		return false;
+	}
+	s->len = len;
+	return true;
+}
+
+ncclResult_t post(CollReq *r, ibv_coll_wr_opcode opc, ibv_sge src, ibv_sge dst, uint64_t count,
+		  ibv_coll_op op, ibv_coll_dtype dt, void **request)
+{
+	CollComm *c = r->comm;
+	ibv_coll_send_wr wr{}, *bad;
+	r->wr_id = uint64_t(r - c->reqs) | (c->next_wr++ << 8);
+	wr.wr_id = r->wr_id;
+	wr.opcode = opc;
+	wr.send_flags = IBV_COLL_SEND_SIGNALED;
+	wr.sg_list = &src;
+	wr.num_sge = 1;
+	wr.wr.coll.dst_list = &dst;
+	wr.wr.coll.count = count;
+	wr.wr.coll.op = op;
+	wr.wr.coll.dtype = dt;
+	if (int err = ibv_post_coll_send(c->qp, &wr, &bad)) {
+		NCCL_PLUGIN_WARN("%s of %lu elements: post: %s", r->what, (unsigned long)count,
+				 strerror(err));
+		give_back(r);
+		return ncclSystemError;
+	}
+	*request = r;
+	return ncclSuccess;
+}
+
+bool fits_sge(size_t n, const char *what)
+{
+	if (n <= UINT32_MAX)
+		return true;
+	NCCL_PLUGIN_WARN("%s: %zu bytes in one request, more than maxCollBytes", what, n);
+	return false;
+}
+
+// This rank's share of a window [off, off + len) of the whole output
+// (nranks shares of per_rank bytes): [*lo, *hi) in whole-output offsets.
+void my_share(const CollComm *c, size_t per_rank, size_t off, size_t len, size_t *lo, size_t *hi)
+{
+	size_t a = size_t(c->rank) * per_rank, b = a + per_rank;
+	*lo = off > a ? off : a;
+	*hi = off + len < b ? off + len : b;
+	if (*hi < *lo)
+		*hi = *lo;
+}
+
+void drain(CollComm *c)
+{
+	ibv_coll_wc wc[16];
+	int n;
+	while ((n = ibv_poll_coll_cq(c->cq, 16, wc)) > 0)
+		for (int i = 0; i < n; i++) {
+			uint64_t slot = wc[i].wr_id & 0xff;
+			if (slot >= NCCL_NET_MAX_REQUESTS)
+				continue; // connect's barrier
+			CollReq &r = c->reqs[slot];
+			if (!r.busy || r.wr_id != wc[i].wr_id)
+				continue;
+			r.done = true;
+			r.status = wc[i].status;
+			r.coll_status = wc[i].coll_status;
+		}
+}
+
+} // namespace
+
+void coll_free_stage(Stage *s)
+{
+	if (s->mr)
+		ibv_dereg_coll_mr(s->mr);
+	free(s->buf);
+	*s = {};
+}
+
+void coll_free_stages(CollReq *r)
+{
+	coll_free_stage(&r->src);
+	coll_free_stage(&r->dst);
+}
+
+bool coll_map(ncclDataType_t dt, ncclRedOp_t op, ibv_coll_dtype *cdt, ibv_coll_op *cop)
+{
+	// In NCCL's order (nccl_abi.h): int8, uint8, int32, uint32, int64,
+	// uint64, fp16, fp32, fp64, bf16; sum, prod, max, min.
+	static const ibv_coll_dtype kTypes[] = {IBV_COLL_DTYPE_INT8,	IBV_COLL_DTYPE_UINT8,
+						IBV_COLL_DTYPE_INT32,	IBV_COLL_DTYPE_UINT32,
+						IBV_COLL_DTYPE_INT64,	IBV_COLL_DTYPE_UINT64,
+						IBV_COLL_DTYPE_FLOAT16, IBV_COLL_DTYPE_FLOAT32,
+						IBV_COLL_DTYPE_FLOAT64, IBV_COLL_DTYPE_BFLOAT16};
+	static const ibv_coll_op kOps[] = {IBV_COLL_OP_SUM, IBV_COLL_OP_PROD, IBV_COLL_OP_MAX,
+					   IBV_COLL_OP_MIN};
+	if (unsigned(dt) > ncclBfloat16 || unsigned(op) > ncclMin)
+		return false; // fp8 (no such type in the device), AVG, user ops
+	const ibv_coll_caps &caps = device().caps;
+	*cdt = kTypes[dt];
+	*cop = kOps[op];
+	return (caps.dtypes >> *cdt & 1) && (caps.ops >> *cop & 1);
+}
+
+ncclResult_t coll_iallreduce(void *comm, void *send, void *recv, size_t count, ncclDataType_t dt,
+			     ncclRedOp_t op, void *smh, void *rmh, void **request)
+{
+	*request = nullptr;
+	CollComm *c = comm_of(comm);
+	ibv_coll_dtype cdt;
+	ibv_coll_op cop;
+	if (!c || !coll_map(dt, op, &cdt, &cop)) {
+		NCCL_PLUGIN_WARN("iallreduce: %s", c ? "type or op the device does not reduce"
+						     : "not a connected collective communicator");
+		return ncclInvalidArgument;
+	}
+	size_t n = count * dtype_bytes(dt);
+	const CollMr *s = mr_for(smh, send, n, "iallreduce source"),
+		     *d = s ? mr_for(rmh, recv, n, "iallreduce destination") : nullptr;
+	if (!d || !fits_sge(n, "iallreduce"))
+		return ncclInvalidArgument;
+	CollReq *r = take_req(c, "iallreduce");
+	if (!r)
+		return ncclInternalError;
+	r->bytes = n;
+	return post(r, IBV_COLL_WR_ALLREDUCE, {uintptr_t(send), uint32_t(n), s->mr->lkey},
+		    {uintptr_t(recv), uint32_t(n), d->mr->lkey}, count, cop, cdt, request);
+}
+
+ncclResult_t coll_iallgather(void *comm, void *send, int nparts, ncclNetSGE_v10_t *parts,
+			     size_t per_rank, size_t win_off, size_t win_bytes, void *smh,
+			     void **request)
+{
+	*request = nullptr;
+	CollComm *c = comm_of(comm);
+	size_t total = 0, lo, hi;
+	for (int i = 0; c && parts && i < nparts; i++)
+		total += parts[i].size;
+	if (!c || nparts < 1 || !parts || total != win_bytes ||
+	    win_off + win_bytes > per_rank * size_t(c->nranks)) {
+		NCCL_PLUGIN_WARN(
+			"iallgather: a window of %zu bytes at %zu over %d parts of %zu bytes "
+			"does not fit %d ranks of %zu bytes",
+			win_bytes, win_off, nparts, total, c ? c->nranks : 0, per_rank);
+		return ncclInvalidArgument;
+	}
+	my_share(c, per_rank, win_off, win_bytes, &lo, &hi);
+	const CollMr *s = mr_for(smh, send, hi - lo, "iallgather source");
+	for (int i = 0; s && i < nparts; i++)
+		if (!mr_for(parts[i].mhandle, parts[i].address, parts[i].size,
+			    "iallgather destination"))
+			s = nullptr;
+	if (!s || !fits_sge(win_bytes, "iallgather"))
+		return ncclInvalidArgument;
+	CollReq *r = take_req(c, "iallgather");
+	if (!r)
+		return ncclInternalError;
+	r->bytes = win_bytes;
+	auto *d0 = static_cast<const CollMr *>(parts[0].mhandle);
+	if (win_off == 0 && win_bytes == per_rank * size_t(c->nranks) && nparts == 1)
+		return post(r, IBV_COLL_WR_ALLGATHER,
+			    {uintptr_t(send), uint32_t(per_rank), s->mr->lkey},
+			    {uintptr_t(parts[0].address), uint32_t(win_bytes), d0->mr->lkey},
+			    per_rank, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, request);
+	// The window as an OR of windows that are zero outside each rank's share.
+	if (!grow(&r->src, win_bytes) || !grow(&r->dst, win_bytes)) {
+		give_back(r);
+		return ncclSystemError;
+	}
+	memset(r->src.buf, 0, win_bytes);
+	if (hi > lo)
+		memcpy(r->src.buf + (lo - win_off), send, hi - lo);
+	for (size_t i = 0, at = 0; i < size_t(nparts); at += parts[i++].size)
+		r->copies.push_back({static_cast<char *>(parts[i].address), at, parts[i].size});
+	return post(r, IBV_COLL_WR_ALLREDUCE,
+		    {uintptr_t(r->src.buf), uint32_t(win_bytes), r->src.mr->lkey},
+		    {uintptr_t(r->dst.buf), uint32_t(win_bytes), r->dst.mr->lkey}, win_bytes,
+		    IBV_COLL_OP_BOR, IBV_COLL_DTYPE_UINT8, request);
+}
+
+ncclResult_t coll_ireducescatter(void *comm, int nparts, ncclNetSGE_v10_t *parts, void *recv,
+				 size_t per_rank, size_t win_off, size_t win_bytes,
+				 ncclDataType_t dt, ncclRedOp_t op, void *rmh, void **request)
+{
+	*request = nullptr;
+	CollComm *c = comm_of(comm);
+	ibv_coll_dtype cdt;
+	ibv_coll_op cop;
+	size_t es = dtype_bytes(dt), total = 0, lo, hi;
+	for (int i = 0; c && parts && i < nparts; i++)
+		total += parts[i].size;
+	if (!c || !coll_map(dt, op, &cdt, &cop) || nparts < 1 || !parts || total != win_bytes ||
+	    win_off + win_bytes > per_rank * size_t(c->nranks) || win_bytes % es || win_off % es ||
+	    per_rank % es) {
+		NCCL_PLUGIN_WARN(
+			"ireducescatter: type %d, op %d, a window of %zu bytes at %zu over "
+			"%d parts of %zu bytes, %d ranks of %zu bytes: not a reduce-scatter "
+			"the device runs",
+			int(dt), int(op), win_bytes, win_off, nparts, total, c ? c->nranks : 0,
+			per_rank);
+		return ncclInvalidArgument;
+	}
+	my_share(c, per_rank, win_off, win_bytes, &lo, &hi);
+	const CollMr *d = mr_for(rmh, recv, hi - lo, "ireducescatter destination");
+	for (int i = 0; d && i < nparts; i++)
+		if (!mr_for(parts[i].mhandle, parts[i].address, parts[i].size,
+			    "ireducescatter source"))
+			d = nullptr;
+	if (!d || !fits_sge(win_bytes, "ireducescatter"))
+		return ncclInvalidArgument;
+	CollReq *r = take_req(c, "ireducescatter");
+	if (!r)
+		return ncclInternalError;
+	r->bytes = hi - lo;
+	auto *s0 = static_cast<const CollMr *>(parts[0].mhandle);
+	if (win_off == 0 && win_bytes == per_rank * size_t(c->nranks) && nparts == 1)
+		return post(r, IBV_COLL_WR_REDUCE_SCATTER,
+			    {uintptr_t(parts[0].address), uint32_t(win_bytes), s0->mr->lkey},
+			    {uintptr_t(recv), uint32_t(per_rank), d->mr->lkey}, per_rank / es, cop,
+			    cdt, request);
+	if (!grow(&r->src, win_bytes) || !grow(&r->dst, win_bytes)) {
+		give_back(r);
+		return ncclSystemError;
+	}
+	for (size_t i = 0, at = 0; i < size_t(nparts); at += parts[i++].size)
+		memcpy(r->src.buf + at, parts[i].address, parts[i].size);
+	if (hi > lo)
+		r->copies.push_back({static_cast<char *>(recv), lo - win_off, hi - lo});
+	return post(r, IBV_COLL_WR_ALLREDUCE,
+		    {uintptr_t(r->src.buf), uint32_t(win_bytes), r->src.mr->lkey},
+		    {uintptr_t(r->dst.buf), uint32_t(win_bytes), r->dst.mr->lkey}, win_bytes / es,
+		    cop, cdt, request);
+}
+
+ncclResult_t coll_test(void *request, int *done, int *size)
+{
+	auto *r = static_cast<CollReq *>(request);
+	*done = 0;
+	if (!r || !r->busy || !r->comm) {
+		NCCL_PLUGIN_WARN("test: %p is not a request in flight", request);
+		return ncclInvalidArgument;
+	}
+	if (!r->done)
+		drain(r->comm);
+	if (!r->done)
+		return ncclSuccess;
+	*done = 1;
+	ncclResult_t res = ncclSuccess;
+	if (r->status != IBV_WC_SUCCESS) {
+		NCCL_PLUGIN_WARN("%s failed: %s (%s)", r->what, ibv_coll_wc_status_str(r->status),
+				 ibv_coll_status_str(r->coll_status));
+		res = r->coll_status == IBV_COLL_STATUS_TIMEOUT ? ncclRemoteError : ncclSystemError;
+	} else
+		for (const CollReq::Copy &k : r->copies)
+			memcpy(k.to, r->dst.buf + k.from, k.len);
+	if (size)
+		*size = int(r->bytes);
+	give_back(r);
+	return res;
+}
+
+ncclResult_t coll_barrier(CollComm *c, int timeout_ms)
+{
+	ibv_coll_send_wr wr{}, *bad;
+	wr.wr_id = ~0ull; // no request slot has it
+	wr.opcode = IBV_COLL_WR_BARRIER;
+	wr.send_flags = IBV_COLL_SEND_SIGNALED;
+	if (int err = ibv_post_coll_send(c->qp, &wr, &bad)) {
+		NCCL_PLUGIN_WARN("connect: barrier: post: %s", strerror(err));
+		return ncclSystemError;
+	}
+	timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		ibv_coll_wc wc;
+		int n = ibv_poll_coll_cq(c->cq, 1, &wc);
+		if (n > 0 && wc.wr_id == ~0ull) {
+			if (wc.status == IBV_WC_SUCCESS)
+				return ncclSuccess;
+			NCCL_PLUGIN_WARN(
+				"connect: the communicator's first barrier failed: %s (%s)",
+				ibv_coll_wc_status_str(wc.status),
+				ibv_coll_status_str(wc.coll_status));
+			return ncclRemoteError;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >
+		    timeout_ms) {
+			NCCL_PLUGIN_WARN("connect: the other ranks did not come within %d ms",
+					 timeout_ms);
+			return ncclRemoteError;
+		}
+		usleep(100);
+	}
+}
+
+} // namespace ibv_coll::nccl

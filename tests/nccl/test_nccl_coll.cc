@@ -1,0 +1,386 @@
+// The NCCL plugin's CollNet, driven as NCCL's CollNet setup and proxy drive
+// it: the plugin is dlopen()ed and its ncclCollNetPlugin_v10/v11/v12 table
+// looked up by name, N forked processes each init, listen and publish their
+// handle, connect with every rank's handle, register memory, keep many
+// requests in flight and test() them, run windowed allgathers and
+// reduce-scatters with NCCL's SGE and window arguments, and close.  Results
+// are checked against tests/common/coll_ref (allreduce) and scalar loops
+// written here (the windows); bad arguments must give NCCL's error codes.
+// It links neither the plugin nor libibv_coll: it loads the plugin as NCCL
+// does.
+#include "coll_ref.h"
+#include "collnet_driver.h"
+#include "switchd_proc.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace ibvc_nccl;
+
+// NCCL's types in ibv_coll's numbering, for the reference (written here
+// from nccl_abi.h and ibv_coll.h, independently of the plugin's table).
+int ref_dtype(int nccl)
+{
+	static const int m[] = {IBV_COLL_DTYPE_INT8,	IBV_COLL_DTYPE_UINT8,
+				IBV_COLL_DTYPE_INT32,	IBV_COLL_DTYPE_UINT32,
+				IBV_COLL_DTYPE_INT64,	IBV_COLL_DTYPE_UINT64,
+				IBV_COLL_DTYPE_FLOAT16, IBV_COLL_DTYPE_FLOAT32,
+				IBV_COLL_DTYPE_FLOAT64, IBV_COLL_DTYPE_BFLOAT16};
+	return m[nccl];
+}
+int ref_op(int nccl)
+{
+	static const int m[] = {IBV_COLL_OP_SUM, IBV_COLL_OP_PROD, IBV_COLL_OP_MAX,
+				IBV_COLL_OP_MIN};
+	return m[nccl];
+}
+
+#define CHECK(cond, ...)                                                                     \
+	do {                                                                                 \
+		if (!(cond)) {                                                               \
+			fprintf(stderr, "[rank %d] %s:%d: %s: ", g_rank, __FILE__, __LINE__, \
+				#cond);                                                      \
+			fprintf(stderr, __VA_ARGS__);                                        \
+			fputc('\n', stderr);                                                 \
+			return false;                                                        \
+		}                                                                            \
+	} while (0)
+
+struct Ctx {
+	const Api *a;
+	void *cc;
+	bool tree;
+};
+
+// Wait for every request, as NCCL's proxy does: test() until done.
+bool wait_all(const Ctx &x, std::vector<void *> &reqs)
+{
+	for (void *&r : reqs) {
+		int done = 0, size = 0;
+		for (int spin = 0; !done; spin++) {
+			CHECK(x.a->test(r, &done, &size) == ncclSuccess, "test failed");
+			CHECK(spin < 20000000, "a request never completed");
+			if (!done && spin > 1000)
+				usleep(20);
+		}
+	}
+	reqs.clear();
+	return true;
+}
+
+// Every type and op: reduceSupport says yes exactly for the device's set,
+// and each supported pair's allreduce matches the reference.  Eight
+// requests in flight at a time (four ops, two buffers each).
+bool allreduces(const Ctx &x)
+{
+	for (int dt = 0; dt < ncclNumTypes; dt++)
+		for (int op = 0; op < ncclNumOps; op++) {
+			int sup = -1;
+			CHECK(x.a->reduceSupport(ncclDataType_t(dt), ncclRedOp_t(op), &sup) ==
+				      ncclSuccess,
+			      "reduceSupport");
+			CHECK(sup == (dt <= ncclBfloat16 && op <= ncclMin), "type %d op %d: %d", dt,
+			      op, sup);
+		}
+	const uint64_t counts[2] = {1021, 3};
+	for (int dt = 0; dt <= ncclBfloat16; dt++) {
+		ibvc_test::CollSpec s[8];
+		std::vector<uint8_t> in[8], out[8];
+		void *mh[8][2];
+		std::vector<void *> reqs;
+		for (int k = 0; k < 8; k++) {
+			s[k].coll = IBV_COLL_WR_ALLREDUCE;
+			s[k].op = ref_op(k % 4);
+			s[k].dtype = ref_dtype(dt);
+			s[k].count = counts[k / 4];
+			s[k].ranks.assign(size_t(g_n), 1);
+			s[k].tree = x.tree;
+			in[k] = ibvc_test::make_input(s[k], 7 + k, uint32_t(g_rank),
+						      ibvc_test::kInputNormal);
+			out[k].assign(in[k].size(), 0xa5);
+			CHECK(x.a->regMr(x.cc, in[k].data(), in[k].size(), NCCL_PTR_HOST,
+					 &mh[k][0]) == ncclSuccess &&
+				      x.a->regMr(x.cc, out[k].data(), out[k].size(), NCCL_PTR_HOST,
+						 &mh[k][1]) == ncclSuccess,
+			      "regMr");
+			void *r = nullptr;
+			CHECK(x.a->iallreduce(x.cc, in[k].data(), out[k].data(), s[k].count,
+					      ncclDataType_t(dt), ncclRedOp_t(k % 4), mh[k][0],
+					      mh[k][1], &r) == ncclSuccess &&
+				      r,
+			      "iallreduce type %d op %d", dt, k % 4);
+			reqs.push_back(r);
+		}
+		if (!wait_all(x, reqs))
+			return false;
+		for (int k = 0; k < 8; k++) {
+			auto want = ibvc_test::expected_output(s[k], 7 + k, uint32_t(g_rank),
+							       ibvc_test::kInputNormal);
+			int64_t bad = ibvc_test::first_mismatch(s[k], out[k].data(), want.data(),
+								s[k].count);
+			CHECK(bad < 0,
+			      "allreduce type %d op %d count %lu: element %ld is %s, want %s", dt,
+			      k % 4, (unsigned long)s[k].count, (long)bad,
+			      ibvc_test::format_elem(s[k].dtype, out[k].data(), uint64_t(bad))
+				      .c_str(),
+			      ibvc_test::format_elem(s[k].dtype, want.data(), uint64_t(bad))
+				      .c_str());
+			x.a->deregMr(x.cc, mh[k][0]);
+			x.a->deregMr(x.cc, mh[k][1]);
+		}
+	}
+	return true;
+}
+
+uint8_t pattern(int rank, size_t i)
+{
+	return uint8_t(rank * 37 + i * 11 + (i >> 8));
+}
+
+// Allgathers as NCCL's proxy posts them: the whole collective at once,
+// then in windows that cut across the ranks' shares, each window's
+// destination in two parts and this rank's source the share of the window
+// that is its own.
+bool allgathers(const Ctx &x)
+{
+	const size_t per = 1000, all = per * size_t(g_n);
+	std::vector<uint8_t> src(per), dst(all), want(all);
+	for (size_t i = 0; i < per; i++)
+		src[i] = pattern(g_rank, i);
+	for (int r = 0; r < g_n; r++)
+		for (size_t i = 0; i < per; i++)
+			want[size_t(r) * per + i] = pattern(r, i);
+	void *smh, *dmh;
+	CHECK(x.a->regMr(x.cc, src.data(), per, NCCL_PTR_HOST, &smh) == ncclSuccess &&
+		      x.a->regMr(x.cc, dst.data(), all, NCCL_PTR_HOST, &dmh) == ncclSuccess,
+	      "regMr");
+	for (size_t win : {all, size_t(384), size_t(1000), size_t(77)}) {
+		std::fill(dst.begin(), dst.end(), 0);
+		std::vector<void *> reqs;
+		for (size_t off = 0; off < all; off += win) {
+			size_t len = std::min(win, all - off);
+			size_t lo = std::max(off, size_t(g_rank) * per);
+			ncclNetSGE_v10_t parts[2] = {
+				{dmh, dst.data() + off, len / 2},
+				{dmh, dst.data() + off + len / 2, len - len / 2}};
+			int nparts = win == all ? 1 : 2;
+			if (nparts == 1)
+				parts[0].size = len;
+			void *r = nullptr;
+			CHECK(x.a->iallgather(x.cc, src.data() + (lo - size_t(g_rank) * per) % per,
+					      nparts, parts, per, off, len, smh,
+					      &r) == ncclSuccess &&
+				      r,
+			      "iallgather window %zu at %zu", len, off);
+			reqs.push_back(r);
+			if (reqs.size() == 8 && !wait_all(x, reqs))
+				return false;
+		}
+		if (!wait_all(x, reqs))
+			return false;
+		for (size_t i = 0; i < all; i++)
+			CHECK(dst[i] == want[i],
+			      "allgather in windows of %zu: byte %zu is %u, want %u", win, i,
+			      dst[i], want[i]);
+	}
+	x.a->deregMr(x.cc, smh);
+	x.a->deregMr(x.cc, dmh);
+	return true;
+}
+
+// Reduce-scatters of int32 sums (exact in any order): whole, then in
+// windows; this rank's destination gets the reduced part of its share
+// that each window holds.
+bool reduce_scatters(const Ctx &x)
+{
+	const size_t per_el = 250, per = per_el * 4, all = per * size_t(g_n);
+	std::vector<int32_t> src(per_el * size_t(g_n)), dst(per_el), want(per_el, 0);
+	for (size_t i = 0; i < src.size(); i++)
+		src[i] = int32_t(pattern(g_rank, i)) * (g_rank + 1) - 300;
+	for (int r = 0; r < g_n; r++)
+		for (size_t i = 0; i < per_el; i++) {
+			size_t j = size_t(g_rank) * per_el + i;
+			want[i] = int32_t(uint32_t(want[i]) +
+					  uint32_t(int32_t(pattern(r, j)) * (r + 1) - 300));
+		}
+	void *smh, *dmh;
+	CHECK(x.a->regMr(x.cc, src.data(), all, NCCL_PTR_HOST, &smh) == ncclSuccess &&
+		      x.a->regMr(x.cc, dst.data(), per, NCCL_PTR_HOST, &dmh) == ncclSuccess,
+	      "regMr");
+	for (size_t win : {all, size_t(640), size_t(1000), size_t(36)}) {
+		std::fill(dst.begin(), dst.end(), 0);
+		std::vector<void *> reqs;
+		for (size_t off = 0; off < all; off += win) {
+			size_t len = std::min(win, all - off);
+			size_t mine = size_t(g_rank) * per, lo = std::max(off, mine);
+			char *base = reinterpret_cast<char *>(src.data()) + off;
+			ncclNetSGE_v10_t parts[2] = {{smh, base, len / 8 * 4},
+						     {smh, base + len / 8 * 4, len - len / 8 * 4}};
+			int nparts = win == all ? 1 : 2;
+			if (nparts == 1)
+				parts[0].size = len;
+			char *to = reinterpret_cast<char *>(dst.data()) + (lo - mine) % per;
+			void *r = nullptr;
+			CHECK(x.a->ireducescatter(x.cc, nparts, parts, to, per, off, len, ncclInt32,
+						  ncclSum, dmh, &r) == ncclSuccess &&
+				      r,
+			      "ireducescatter window %zu at %zu", len, off);
+			reqs.push_back(r);
+			if (reqs.size() == 8 && !wait_all(x, reqs))
+				return false;
+		}
+		if (!wait_all(x, reqs))
+			return false;
+		for (size_t i = 0; i < per_el; i++)
+			CHECK(dst[i] == want[i],
+			      "reduce-scatter in windows of %zu: element %zu is %d, "
+			      "want %d",
+			      win, i, dst[i], want[i]);
+	}
+	x.a->deregMr(x.cc, smh);
+	x.a->deregMr(x.cc, dmh);
+	return true;
+}
+
+// Bad arguments give NCCL's error codes, with a WARN line each, and leave
+// the communicator working; then NCCL's request limit.
+bool bad_arguments(const Ctx &x)
+{
+	std::vector<float> a(64, 1.0f), b(64);
+	void *amh, *bmh, *r = nullptr, *m = nullptr;
+	CHECK(x.a->regMr(x.cc, a.data(), 256, NCCL_PTR_HOST, &amh) == ncclSuccess &&
+		      x.a->regMr(x.cc, b.data(), 256, NCCL_PTR_HOST, &bmh) == ncclSuccess,
+	      "regMr");
+	int w = g_warns;
+	CHECK(x.a->regMr(x.cc, a.data(), 256, NCCL_PTR_CUDA, &m) == ncclInvalidArgument && !m,
+	      "regMr of CUDA memory");
+	CHECK(x.a->regMrDmaBuf(x.cc, a.data(), 256, NCCL_PTR_CUDA, 0, 3, &m) == ncclInvalidArgument,
+	      "regMrDmaBuf");
+	CHECK(x.a->iallreduce(x.cc, a.data(), b.data(), 64, ncclFloat8e4m3, ncclSum, amh, bmh,
+			      &r) == ncclInvalidArgument &&
+		      !r,
+	      "fp8");
+	CHECK(x.a->iallreduce(x.cc, a.data(), b.data(), 64, ncclFloat32, ncclAvg, amh, bmh, &r) ==
+		      ncclInvalidArgument,
+	      "avg");
+	CHECK(x.a->iallreduce(x.cc, a.data(), b.data(), 64, ncclDataType_t(42), ncclSum, amh, bmh,
+			      &r) == ncclInvalidArgument,
+	      "unknown type");
+	CHECK(x.a->iallreduce(x.cc, a.data(), b.data(), 64, ncclFloat32, ncclSum, nullptr, bmh,
+			      &r) == ncclInvalidArgument,
+	      "no memory handle");
+	CHECK(x.a->iallreduce(x.cc, a.data(), b.data(), 65, ncclFloat32, ncclSum, amh, bmh, &r) ==
+		      ncclInvalidArgument,
+	      "beyond the registration");
+	CHECK(x.a->iallreduce(x.cc, b.data(), a.data(), 64, ncclFloat32, ncclSum, amh, bmh, &r) ==
+		      ncclInvalidArgument,
+	      "another buffer's registration");
+	CHECK(g_warns - w == 8, "%d WARN lines for 8 bad calls", g_warns - w);
+	std::vector<void *> reqs;
+	for (int k = 0; k < NCCL_NET_MAX_REQUESTS; k++) {
+		CHECK(x.a->iallreduce(x.cc, a.data(), b.data(), 64, ncclFloat32, ncclSum, amh, bmh,
+				      &r) == ncclSuccess &&
+			      r,
+		      "request %d of %d", k, NCCL_NET_MAX_REQUESTS);
+		reqs.push_back(r);
+	}
+	r = nullptr;
+	CHECK(x.a->iallreduce(x.cc, a.data(), b.data(), 64, ncclFloat32, ncclSum, amh, bmh, &r) ==
+			      ncclInternalError &&
+		      !r,
+	      "a request beyond NCCL_NET_MAX_REQUESTS");
+	if (!wait_all(x, reqs))
+		return false;
+	for (float v : b)
+		CHECK(v == float(g_n), "allreduce after the bad calls: %g, want %d", v, g_n);
+	CHECK(x.a->iflush(x.cc, b.data(), 256, bmh, &r) == ncclSuccess && !r, "iflush");
+	x.a->deregMr(x.cc, amh);
+	x.a->deregMr(x.cc, bmh);
+	return true;
+}
+
+bool rank_main(const Api &a, bool tree)
+{
+	void *ctx = nullptr, *lc = nullptr, *cc = nullptr;
+	int ndev = 0, ptr = 0, multi = 0;
+	size_t most = 0;
+	CHECK(a.init(&ctx) == ncclSuccess, "init");
+	CHECK(a.devices(&ndev) == ncclSuccess && ndev == 1, "devices: %d", ndev);
+	CHECK(a.props(&ptr, &most, &multi) == ncclSuccess && ptr == NCCL_PTR_HOST &&
+		      most >= (1u << 20) && multi == 1,
+	      "getProperties: ptrSupport %d, maxCollBytes %zu", ptr, most);
+	CHECK(a.listen(ctx, g_sh->handles[g_rank], &lc) == ncclSuccess && lc, "listen");
+	CHECK(barrier(0), "not every rank listened");
+	void *handles[kMaxRanks];
+	for (int r = 0; r < g_n; r++)
+		handles[r] = g_sh->handles[r];
+	CHECK(a.connect(handles, g_n, g_rank, lc, &cc) == ncclSuccess && cc, "connect");
+	CHECK(a.closeListen(lc) == ncclSuccess, "closeListen");
+	Ctx x{&a, cc, tree};
+	bool ok = allreduces(x) && allgathers(x) && reduce_scatters(x) && bad_arguments(x);
+	// Everyone done before any QP goes: a peer may still need a repeat.
+	CHECK(barrier(1), "not every rank finished");
+	CHECK(a.closeColl(cc) == ncclSuccess, "closeColl");
+	CHECK(a.finalize(ctx) == ncclSuccess, "finalize");
+	return ok;
+}
+
+struct Param {
+	int version, ranks;
+};
+
+class CollNet : public ::testing::TestWithParam<Param> {};
+
+void run_ranks(int version, int n, bool tree)
+{
+	void *lib = nullptr;
+	Api a;
+	std::string err;
+	ASSERT_TRUE(ibvc_nccl::load(NCCL_PLUGIN_PATH, version, &lib, &a, &err)) << err;
+	std::vector<int> st = ibvc_nccl::run_ranks(n, 120, version > 10,
+						   [&] { return rank_main(a, tree); });
+	for (int r = 0; r < n; r++)
+		EXPECT_EQ(st[size_t(r)], 0)
+			<< "rank " << r << (st[size_t(r)] < 0 ? " hung: killed" : " failed");
+	dlclose(lib);
+}
+
+TEST_P(CollNet, EveryCallAsNcclMakesIt)
+{
+	setenv("IBV_COLL_NCCL_DEVICE", "crxe_lo", 1);
+	unsetenv("IBV_COLL_NCCL_SWITCH");
+	run_ranks(GetParam().version, GetParam().ranks, false);
+}
+
+// Through an aggregation switch: the switch folds the ranks' partials in
+// rank order (coll_ref's tree).
+TEST(CollNetSwitch, FourRanksThroughTheSwitch)
+{
+	const char *prog = getenv("IBV_COLL_TEST_SWITCHD");
+	if (!prog || !*prog)
+		GTEST_SKIP() << "IBV_COLL_TEST_SWITCHD names no ibv_coll_switchd";
+	ibvc_test::Switchd sw(prog);
+	ASSERT_NE(sw.port(), 0) << "the switch did not start";
+	setenv("IBV_COLL_NCCL_DEVICE", "crxe_lo", 1);
+	setenv("IBV_COLL_NCCL_SWITCH", ("127.0.0.1:" + std::to_string(sw.port())).c_str(), 1);
+	setenv("IBV_COLL_NCCL_TOPOLOGY", "switch", 1);
+	run_ranks(12, 4, true);
+	unsetenv("IBV_COLL_NCCL_SWITCH");
+	unsetenv("IBV_COLL_NCCL_TOPOLOGY");
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, CollNet,
+			 ::testing::Values(Param{10, 2}, Param{11, 4}, Param{12, 2}, Param{12, 4},
+					   Param{12, 8}),
+			 [](const ::testing::TestParamInfo<Param> &i) {
+				 return "v" + std::to_string(i.param.version) + "_" +
+					std::to_string(i.param.ranks) + "ranks";
+			 });
+
+} // namespace
