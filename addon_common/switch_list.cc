@@ -1,10 +1,9 @@
 // The add-on libraries' shared configuration syntaxes (switch_list.h).
 #include "switch_list.h"
 
-#include "util/config.h"
-
 #include <arpa/inet.h>
 
+#include <cerrno>
 #include <cstring>
 #include <sstream>
 
@@ -76,6 +75,35 @@ int parse_topology(const char *s)
 const char *check_topology(const char *s)
 {
 	return parse_topology(s) == -2 ? "expected ring, switch or auto" : nullptr;
+}
+
+bool topology_for(const char *s, bool have_switches, int *out)
+{
+	int t = parse_topology(s);
+	if (t == -1)
+		t = have_switches ? IBV_COLL_TOPO_AUTO : IBV_COLL_TOPO_RING;
+	*out = t;
+	return t == IBV_COLL_TOPO_RING || have_switches;
+}
+
+int VarReader::check(std::string *err) const
+{
+	for (const util::ConfigVar &v : vars_) {
+		std::string why = util::config_problem(v);
+		if (!why.empty()) {
+			*err = std::string(v.name) + "=" + util::config_text(v) +
+			       ": not understood (" + why + ")";
+			return EINVAL;
+		}
+	}
+	return 0;
+}
+
+uint64_t VarReader::size(int i) const
+{
+	uint64_t x = 0;
+	util::parse_size(text(i).c_str(), &x);
+	return x;
 }
 
 } // namespace ibv_coll::addon

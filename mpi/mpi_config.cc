@@ -39,7 +39,6 @@ namespace {
 using addon::check_switches;
 using addon::check_topology;
 using addon::parse_switches;
-using addon::parse_topology;
 using addon::words;
 using util::ConfigKind;
 using util::ConfigVar;
@@ -172,40 +171,26 @@ int load_config(Config *c, std::string *err)
 {
 	// Every value against its syntax and range first, so that a bad one
 	// is reported before anything is taken from the others.
-	for (const ConfigVar &v : kVars) {
-		std::string why = util::config_problem(v);
-		if (!why.empty()) {
-			*err = std::string(v.name) + "=" + util::config_text(v) +
-			       ": not understood (" + why + ")";
-			return EINVAL;
-		}
-	}
-	auto text = [](int i) { return util::config_text(kVars[i]); };
-	auto size = [&](int i) {
-		uint64_t x = 0;
-		util::parse_size(text(i).c_str(), &x);
-		return x;
-	};
+	addon::VarReader r(kVars);
+	if (int e = r.check(err))
+		return e;
 	Config n;
-	util::parse_bool(text(kEnable).c_str(), &n.enable);
-	util::parse_bool(text(kStats).c_str(), &n.stats);
-	n.device = text(kDevice);
-	parse_colls(text(kColls).c_str(), &n.colls);
-	parse_switches(text(kSwitch).c_str(), &n.switches);
-	n.topology = parse_topology(text(kTopology).c_str());
-	if (n.topology == -1)
-		n.topology = n.switches.empty() ? IBV_COLL_TOPO_RING : IBV_COLL_TOPO_AUTO;
-	else if (n.topology != IBV_COLL_TOPO_RING && n.switches.empty()) {
-		*err = "IBV_COLL_MPI_TOPOLOGY=" + text(kTopology) +
+	util::parse_bool(r.text(kEnable).c_str(), &n.enable);
+	util::parse_bool(r.text(kStats).c_str(), &n.stats);
+	n.device = r.text(kDevice);
+	parse_colls(r.text(kColls).c_str(), &n.colls);
+	parse_switches(r.text(kSwitch).c_str(), &n.switches);
+	if (!addon::topology_for(r.text(kTopology).c_str(), !n.switches.empty(), &n.topology)) {
+		*err = "IBV_COLL_MPI_TOPOLOGY=" + r.text(kTopology) +
 		       ": not understood (switch and auto need IBV_COLL_MPI_SWITCH)";
 		return EINVAL;
 	}
-	n.min_bytes = size_t(size(kMinBytes));
-	n.max_bytes = size_t(size(kMaxBytes));
-	n.min_ranks = int(size(kMinRanks));
-	n.seg_units = uint32_t(size(kSegUnits));
-	n.timeout_ms = uint32_t(size(kTimeoutMs));
-	parse_spin(text(kSpinUs).c_str(), &n.spin_us);
+	n.min_bytes = size_t(r.size(kMinBytes));
+	n.max_bytes = size_t(r.size(kMaxBytes));
+	n.min_ranks = int(r.size(kMinRanks));
+	n.seg_units = uint32_t(r.size(kSegUnits));
+	n.timeout_ms = uint32_t(r.size(kTimeoutMs));
+	parse_spin(r.text(kSpinUs).c_str(), &n.spin_us);
 	*c = std::move(n);
 	return 0;
 }

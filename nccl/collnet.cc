@@ -348,52 +348,41 @@ using namespace ibv_coll::nccl;
 
 #define IBVC_EXPORT extern "C" __attribute__((visibility("default")))
 
-// Every call behind E<>: no exception reaches NCCL.
-IBVC_EXPORT const ncclCollNet_v10_t ncclCollNetPlugin_v10 = {
-	"ibv_coll",
-	E<init_v10>,
-	E<devices>,
-	E<get_properties<ncclNetProperties_v10_t>>,
-	E<listen_v10>,
-	E<connect>,
-	E<reduce_support>,
-	E<reg_mr>,
-	E<reg_mr_dmabuf>,
-	E<dereg_mr>,
-	E<coll_iallreduce>,
-	E<coll_iallgather>,
-	E<coll_ireducescatter>,
-	E<iflush>,
-	E<coll_test>,
-	E<close_coll>,
-	E<close_listen>,
-	E<make_vdevice<ncclNetVDeviceProps_v10_t>>};
-
-// v11 and v12: the same calls, a context in init and listen, finalize.
-template <typename T, typename Props, typename VProps> constexpr T collnet_v11()
+// A version's table, every call behind E<> (no exception reaches NCCL).
+// v11 and v12 take a context in init and listen and have finalize.
+template <typename T, typename Props, typename VProps> constexpr T collnet_table()
 {
-	return {"ibv_coll",
-		E<init_v11>,
-		E<devices>,
-		E<get_properties<Props>>,
-		E<listen_v11>,
-		E<connect>,
-		E<reduce_support>,
-		E<reg_mr>,
-		E<reg_mr_dmabuf>,
-		E<dereg_mr>,
-		E<coll_iallreduce>,
-		E<coll_iallgather>,
-		E<coll_ireducescatter>,
-		E<iflush>,
-		E<coll_test>,
-		E<close_coll>,
-		E<close_listen>,
-		E<make_vdevice<VProps>>,
-		E<finalize>};
+	T t{};
+	t.name = "ibv_coll";
+	t.devices = E<devices>;
+	t.getProperties = E<get_properties<Props>>;
+	t.connect = E<connect>;
+	t.reduceSupport = E<reduce_support>;
+	t.regMr = E<reg_mr>;
+	t.regMrDmaBuf = E<reg_mr_dmabuf>;
+	t.deregMr = E<dereg_mr>;
+	t.iallreduce = E<coll_iallreduce>;
+	t.iallgather = E<coll_iallgather>;
+	t.ireducescatter = E<coll_ireducescatter>;
+	t.iflush = E<iflush>;
+	t.test = E<coll_test>;
+	t.closeColl = E<close_coll>;
+	t.closeListen = E<close_listen>;
+	t.makeVDevice = E<make_vdevice<VProps>>;
+	if constexpr (requires { t.finalize; }) {
+		t.init = E<init_v11>;
+		t.listen = E<listen_v11>;
+		t.finalize = E<finalize>;
+	} else {
+		t.init = E<init_v10>;
+		t.listen = E<listen_v10>;
+	}
+	return t;
 }
 
+IBVC_EXPORT const ncclCollNet_v10_t ncclCollNetPlugin_v10 =
+	collnet_table<ncclCollNet_v10_t, ncclNetProperties_v10_t, ncclNetVDeviceProps_v10_t>();
 IBVC_EXPORT const ncclCollNet_v11_t ncclCollNetPlugin_v11 =
-	collnet_v11<ncclCollNet_v11_t, ncclNetProperties_v11_t, ncclNetVDeviceProps_v11_t>();
+	collnet_table<ncclCollNet_v11_t, ncclNetProperties_v11_t, ncclNetVDeviceProps_v11_t>();
 IBVC_EXPORT const ncclCollNet_v12_t ncclCollNetPlugin_v12 =
-	collnet_v11<ncclCollNet_v12_t, ncclNetProperties_v12_t, ncclNetVDeviceProps_v12_t>();
+	collnet_table<ncclCollNet_v12_t, ncclNetProperties_v12_t, ncclNetVDeviceProps_v12_t>();

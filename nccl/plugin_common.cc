@@ -71,34 +71,20 @@ void vlog(ncclDebugLogLevel level, unsigned long flags, const char *file, int li
 
 int load_config(Config *c, std::string *err)
 {
-	for (const ConfigVar &v : kVars) {
-		std::string why = util::config_problem(v);
-		if (!why.empty()) {
-			*err = std::string(v.name) + "=" + util::config_text(v) +
-			       ": not understood (" + why + ")";
-			return EINVAL;
-		}
-	}
-	auto text = [](int i) { return util::config_text(kVars[i]); };
-	auto size = [&](int i) {
-		uint64_t x = 0;
-		util::parse_size(text(i).c_str(), &x);
-		return x;
-	};
+	addon::VarReader r(kVars);
+	if (int e = r.check(err))
+		return e;
 	Config n;
-	n.device = text(kDevice);
-	addon::parse_switches(text(kSwitch).c_str(), &n.switches);
-	n.topology = addon::parse_topology(text(kTopology).c_str());
-	if (n.topology == -1)
-		n.topology = n.switches.empty() ? IBV_COLL_TOPO_RING : IBV_COLL_TOPO_AUTO;
-	else if (n.topology != IBV_COLL_TOPO_RING && n.switches.empty()) {
-		*err = "IBV_COLL_NCCL_TOPOLOGY=" + text(kTopology) +
+	n.device = r.text(kDevice);
+	addon::parse_switches(r.text(kSwitch).c_str(), &n.switches);
+	if (!addon::topology_for(r.text(kTopology).c_str(), !n.switches.empty(), &n.topology)) {
+		*err = "IBV_COLL_NCCL_TOPOLOGY=" + r.text(kTopology) +
 		       ": not understood (switch and auto need IBV_COLL_NCCL_SWITCH)";
 		return EINVAL;
 	}
-	n.seg_units = uint32_t(size(kSegUnits));
-	n.timeout_ms = uint32_t(size(kTimeoutMs));
-	n.max_bytes = size(kMaxBytes);
+	n.seg_units = uint32_t(r.size(kSegUnits));
+	n.timeout_ms = uint32_t(r.size(kTimeoutMs));
+	n.max_bytes = r.size(kMaxBytes);
 	*c = std::move(n);
 	return 0;
 }

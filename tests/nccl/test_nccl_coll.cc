@@ -10,6 +10,7 @@
 // does.
 #include "coll_ref.h"
 #include "collnet_driver.h"
+#include "rank_check.h"
 #include "switchd_proc.h"
 
 #include <gtest/gtest.h>
@@ -41,16 +42,6 @@ int ref_op(int nccl)
 	return m[nccl];
 }
 
-#define CHECK(cond, ...)                                                                     \
-	do {                                                                                 \
-		if (!(cond)) {                                                               \
-			fprintf(stderr, "[rank %d] %s:%d: %s: ", g_rank, __FILE__, __LINE__, \
-				#cond);                                                      \
-			fprintf(stderr, __VA_ARGS__);                                        \
-			fputc('\n', stderr);                                                 \
-			return false;                                                        \
-		}                                                                            \
-	} while (0)
 
 struct Ctx {
 	const Api *a;
@@ -356,6 +347,34 @@ TEST_P(CollNet, EveryCallAsNcclMakesIt)
 	setenv("IBV_COLL_NCCL_DEVICE", "crxe_lo", 1);
 	unsetenv("IBV_COLL_NCCL_SWITCH");
 	run_ranks(GetParam().version, GetParam().ranks, false);
+}
+
+// A misspelt setting: init fails with ncclInvalidArgument and one WARN
+// naming the variable, and opens nothing.
+TEST(CollNetConfig, BadValuesFailInitWithOneWarning)
+{
+	void *lib = nullptr;
+	Api a;
+	std::string err;
+	ASSERT_TRUE(ibvc_nccl::load(NCCL_PLUGIN_PATH, 12, &lib, &a, &err)) << err;
+	const char *cases[][2] = {{"IBV_COLL_NCCL_SWITCH", "10.0.0.1"},
+				  {"IBV_COLL_NCCL_SWITCH", "host:4791"},
+				  {"IBV_COLL_NCCL_TOPOLOGY", "tree"},
+				  {"IBV_COLL_NCCL_TOPOLOGY", "switch"}, // without a switch
+				  {"IBV_COLL_NCCL_SEG_UNITS", "0"}};
+	for (auto &c : cases) {
+		SCOPED_TRACE(std::string(c[0]) + "=" + c[1]);
+		setenv(c[0], c[1], 1);
+		std::vector<int> st = ibvc_nccl::run_ranks(1, 30, true, [&] {
+			void *ctx = nullptr;
+			int ndev = -1;
+			return a.init(&ctx) == ncclInvalidArgument && g_warns == 1 &&
+			       a.devices(&ndev) == ncclSuccess && ndev == 0;
+		});
+		EXPECT_EQ(st[0], 0);
+		unsetenv(c[0]);
+	}
+	dlclose(lib);
 }
 
 // Through an aggregation switch: the switch folds the ranks' partials in

@@ -9,6 +9,7 @@
 // give NCCL's error codes with one WARN each.  It links neither the
 // plugin nor libibv_coll: it loads the plugin as NCCL does.
 #include "nccl_abi.h"
+#include "rank_check.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -87,16 +88,6 @@ bool barrier(Shared *sh, int phase, int n)
 	return sh->arrived[phase].load() >= n;
 }
 
-#define CHECK(cond, ...)                                                                     \
-	do {                                                                                 \
-		if (!(cond)) {                                                               \
-			fprintf(stderr, "[rank %d] %s:%d: %s: ", g_rank, __FILE__, __LINE__, \
-				#cond);                                                      \
-			fprintf(stderr, __VA_ARGS__);                                        \
-			fputc('\n', stderr);                                                 \
-			return false;                                                        \
-		}                                                                            \
-	} while (0)
 
 template <typename Net> struct PropsOf;
 template <> struct PropsOf<ncclNet_v10_t> {
