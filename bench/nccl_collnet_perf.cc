@@ -74,13 +74,8 @@ bool run_size(const Api &a, void *cc, const Opts &o, float *src, float *dst, voi
 
 bool rank_main(const Api &a, const Opts &o)
 {
-	void *ctx = nullptr, *lc = nullptr, *cc = nullptr, *smh, *dmh;
-	if (a.init(&ctx) || a.listen(ctx, g_sh->handles[g_rank], &lc) || !barrier(0))
-		return false;
-	void *handles[kMaxRanks];
-	for (int r = 0; r < g_n; r++)
-		handles[r] = g_sh->handles[r];
-	if (a.connect(handles, g_n, g_rank, lc, &cc) || a.closeListen(lc))
+	void *ctx = nullptr, *cc, *smh, *dmh;
+	if (a.init(&ctx) || !(cc = connect_comm(a, ctx, 0, 0)))
 		return false;
 	std::vector<float> src(o.max / 4 + 1), dst(o.max / 4 + 1);
 	for (size_t i = 0; i < src.size(); i++)

@@ -31,7 +31,7 @@ inline constexpr int kMaxRanks = 8;
 // barriers.
 struct Shared {
 	std::atomic<int> arrived[64];
-	char handles[kMaxRanks][NCCL_NET_HANDLE_MAXSIZE];
+	char handles[2][kMaxRanks][NCCL_NET_HANDLE_MAXSIZE]; // two communicators
 };
 
 inline Shared *g_sh;
@@ -125,6 +125,23 @@ template <typename T, typename Props> Api api_of(void *sym)
 	a.closeColl = t->closeColl;
 	a.closeListen = t->closeListen;
 	return a;
+}
+
+// A CollNet communicator of every rank, as NCCL's setup makes one:
+// listen, all-gather the handles (slot 0 or 1 of the shared table,
+// barrier `phase`), connect, close the listen comm.  NULL on failure.
+inline void *connect_comm(const Api &a, void *ctx, int slot, int phase)
+{
+	void *lc = nullptr, *cc = nullptr;
+	if (a.listen(ctx, g_sh->handles[slot][g_rank], &lc) != ncclSuccess || !lc)
+		return nullptr;
+	bool all = barrier(phase);
+	void *handles[kMaxRanks];
+	for (int r = 0; r < g_n; r++)
+		handles[r] = g_sh->handles[slot][r];
+	if (!all || a.connect(handles, g_n, g_rank, lc, &cc) != ncclSuccess)
+		cc = nullptr;
+	return a.closeListen(lc) == ncclSuccess ? cc : nullptr;
 }
 
 // The plugin's CollNet table of `version` (10, 11, 12), or false with *err.

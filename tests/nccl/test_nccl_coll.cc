@@ -298,7 +298,7 @@ bool bad_arguments(const Ctx &x)
 
 bool rank_main(const Api &a, bool tree)
 {
-	void *ctx = nullptr, *lc = nullptr, *cc = nullptr;
+	void *ctx = nullptr, *cc = nullptr;
 	int ndev = 0, ptr = 0, multi = 0;
 	size_t most = 0;
 	CHECK(a.init(&ctx) == ncclSuccess, "init");
@@ -306,13 +306,7 @@ bool rank_main(const Api &a, bool tree)
 	CHECK(a.props(&ptr, &most, &multi) == ncclSuccess && ptr == NCCL_PTR_HOST &&
 		      most >= (1u << 20) && multi == 1,
 	      "getProperties: ptrSupport %d, maxCollBytes %zu", ptr, most);
-	CHECK(a.listen(ctx, g_sh->handles[g_rank], &lc) == ncclSuccess && lc, "listen");
-	CHECK(barrier(0), "not every rank listened");
-	void *handles[kMaxRanks];
-	for (int r = 0; r < g_n; r++)
-		handles[r] = g_sh->handles[r];
-	CHECK(a.connect(handles, g_n, g_rank, lc, &cc) == ncclSuccess && cc, "connect");
-	CHECK(a.closeListen(lc) == ncclSuccess, "closeListen");
+	CHECK((cc = connect_comm(a, ctx, 0, 0)), "listen, connect, closeListen");
 	Ctx x{&a, cc, tree};
 	bool ok = allreduces(x) && allgathers(x) && reduce_scatters(x) && bad_arguments(x);
 	// Everyone done before any QP goes: a peer may still need a repeat.
@@ -320,6 +314,75 @@ bool rank_main(const Api &a, bool tree)
 	CHECK(a.closeColl(cc) == ncclSuccess, "closeColl");
 	CHECK(a.finalize(ctx) == ncclSuccess, "finalize");
 	return ok;
+}
+
+// Two CollNet communicators of the same ranks at once (two NCCL
+// communicators, or process groups): two jobs on each device.  Each
+// rank posts to them in its own order (odd ranks the second first); each
+// communicator's requests are in the same order on every rank, as NCCL
+// keeps them.
+bool two_comms_main(const Api &a)
+{
+	void *ctx = nullptr, *cc[2];
+	CHECK(a.init(&ctx) == ncclSuccess, "init");
+	CHECK((cc[0] = connect_comm(a, ctx, 0, 0)) && (cc[1] = connect_comm(a, ctx, 1, 1)),
+	      "two communicators");
+	constexpr int kEach = 6;
+	constexpr size_t kCount = 4099;
+	std::vector<int32_t> in[2][kEach], out[2][kEach];
+	void *mh[2][kEach][2], *reqs[2][kEach];
+	for (int k = 0; k < 2 * kEach; k++) {
+		int c = (k + g_rank) % 2, i = k / 2;
+		in[c][i].assign(kCount, 0);
+		for (size_t e = 0; e < kCount; e++)
+			in[c][i][e] = int32_t(e * 3 + size_t(g_rank) * 1000 + size_t(c) * 77 +
+					      size_t(i));
+		out[c][i].assign(kCount, -1);
+		CHECK(a.regMr(cc[c], in[c][i].data(), kCount * 4, NCCL_PTR_HOST, &mh[c][i][0]) ==
+				      ncclSuccess &&
+			      a.regMr(cc[c], out[c][i].data(), kCount * 4, NCCL_PTR_HOST,
+				      &mh[c][i][1]) == ncclSuccess,
+		      "regMr");
+		CHECK(a.iallreduce(cc[c], in[c][i].data(), out[c][i].data(), kCount, ncclInt32,
+				   ncclSum, mh[c][i][0], mh[c][i][1], &reqs[c][i]) == ncclSuccess &&
+			      reqs[c][i],
+		      "iallreduce on communicator %d", c);
+	}
+	for (int c = 0; c < 2; c++) {
+		std::vector<void *> r(reqs[c], reqs[c] + kEach);
+		CHECK(wait_all(Ctx{&a, cc[c], false}, r), "communicator %d", c);
+		for (int i = 0; i < kEach; i++) {
+			for (size_t e = 0; e < kCount; e++) {
+				int32_t want = 0;
+				for (int q = 0; q < g_n; q++)
+					want += int32_t(e * 3 + size_t(q) * 1000 + size_t(c) * 77 +
+							size_t(i));
+				CHECK(out[c][i][e] == want,
+				      "communicator %d request %d element %zu: %d, want %d", c, i,
+				      e, out[c][i][e], want);
+			}
+			a.deregMr(cc[c], mh[c][i][0]);
+			a.deregMr(cc[c], mh[c][i][1]);
+		}
+	}
+	CHECK(barrier(2), "not every rank finished");
+	CHECK(a.closeColl(cc[0]) == ncclSuccess && a.closeColl(cc[1]) == ncclSuccess, "closeColl");
+	CHECK(a.finalize(ctx) == ncclSuccess, "finalize");
+	return true;
+}
+
+TEST(CollNetTwo, TwoCommunicatorsOfTheSameRanksAtOnce)
+{
+	void *lib = nullptr;
+	Api a;
+	std::string err;
+	ASSERT_TRUE(ibvc_nccl::load(NCCL_PLUGIN_PATH, 12, &lib, &a, &err)) << err;
+	setenv("IBV_COLL_NCCL_DEVICE", "crxe_lo", 1);
+	unsetenv("IBV_COLL_NCCL_SWITCH");
+	std::vector<int> st = ibvc_nccl::run_ranks(4, 120, true, [&] { return two_comms_main(a); });
+	for (int r = 0; r < 4; r++)
+		EXPECT_EQ(st[size_t(r)], 0) << "rank " << r;
+	dlclose(lib);
 }
 
 struct Param {
