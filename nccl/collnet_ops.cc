@@ -1,10 +1,11 @@
 // CollNet requests (collnet.h): each iallreduce, iallgather and
-// ireducescatter one collective WR on the communicator's QP.  A window of
-// an allgather or reduce-scatter that is not the whole collective goes
-// through the device as an allreduce of the window, staged: NCCL's window
-// holds unequal shares of the ranks (most of it often one rank's), which
-// the device's allgather and reduce-scatter, equal shares by contract,
-// cannot express; the whole collective goes straight through.
+// ireducescatter one collective WR on the communicator's QP.  NCCL's
+// proxy posts allgathers and reduce-scatters in windows, which hold
+// unequal shares of the ranks, and the device's allgather and
+// reduce-scatter take equal shares by contract.  So: the whole collective
+// goes straight through; a window inside one rank's share is a broadcast
+// from it (allgather) or a reduce to it (reduce-scatter); a window across
+// shares is an allreduce of the window, staged.
 #include "collnet.h"
 
 #include <poll.h>
@@ -111,7 +112,7 @@ bool grow(Stage *s, size_t n)
 }
 
 ncclResult_t post(CollReq *r, ibv_coll_wr_opcode opc, ibv_sge src, ibv_sge dst, uint64_t count,
-		  ibv_coll_op op, ibv_coll_dtype dt, void **request)
+		  ibv_coll_op op, ibv_coll_dtype dt, void **request, uint32_t root = 0)
 {
 	CollComm *c = r->comm;
 	ibv_coll_send_wr wr{}, *bad;
@@ -125,6 +126,7 @@ ncclResult_t post(CollReq *r, ibv_coll_wr_opcode opc, ibv_sge src, ibv_sge dst, 
 	wr.wr.coll.count = count;
 	wr.wr.coll.op = op;
 	wr.wr.coll.dtype = dt;
+	wr.wr.coll.root = root;
 	if (int err = ibv_post_coll_send(c->qp, &wr, &bad)) {
 		NCCL_PLUGIN_WARN("%s of %lu elements: post: %s", r->what, (unsigned long)count,
 				 strerror(err));
@@ -241,7 +243,7 @@ ncclResult_t coll_iallgather(void *comm, void *send, int nparts, ncclNetSGE_v10_
 	size_t total = 0, lo, hi;
 	for (int i = 0; c && parts && i < nparts; i++)
 		total += parts[i].size;
-	if (!c || nparts < 1 || !parts || total != win_bytes ||
+	if (!c || nparts < 1 || !parts || total != win_bytes || !win_bytes ||
 	    win_off + win_bytes > per_rank * size_t(c->nranks)) {
 		NCCL_PLUGIN_WARN(
 			"iallgather: a window of %zu bytes at %zu over %d parts of %zu bytes "
@@ -267,7 +269,20 @@ ncclResult_t coll_iallgather(void *comm, void *send, int nparts, ncclNetSGE_v10_
 			    {uintptr_t(send), uint32_t(per_rank), s->mr->lkey},
 			    {uintptr_t(parts[0].address), uint32_t(win_bytes), d0->mr->lkey},
 			    per_rank, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, request);
-	// The window as an OR of windows that are zero outside each rank's share.
+	// A window inside one rank's share (most of NCCL's steps when the
+	// shares are large): a broadcast from that rank straight into the
+	// destination, the window's bytes once.
+	const size_t owner = win_off / per_rank;
+	if (nparts == 1 && (win_off + win_bytes - 1) / per_rank == owner) {
+		ibv_sge dst{uintptr_t(parts[0].address), uint32_t(win_bytes), d0->mr->lkey};
+		ibv_sge src = owner == size_t(c->rank)
+				      ? ibv_sge{uintptr_t(send), uint32_t(win_bytes), s->mr->lkey}
+				      : dst;
+		return post(r, IBV_COLL_WR_BCAST, src, dst, win_bytes, IBV_COLL_OP_SUM,
+			    IBV_COLL_DTYPE_UINT8, request, uint32_t(owner));
+	}
+	// Else the window as an OR of windows that are zero outside each
+	// rank's share.
 	if (!grow(&r->src, win_bytes) || !grow(&r->dst, win_bytes)) {
 		give_back(r);
 		return ncclSystemError;
@@ -295,8 +310,8 @@ ncclResult_t coll_ireducescatter(void *comm, int nparts, ncclNetSGE_v10_t *parts
 	for (int i = 0; c && parts && i < nparts; i++)
 		total += parts[i].size;
 	if (!c || !coll_map(dt, op, &cdt, &cop) || nparts < 1 || !parts || total != win_bytes ||
-	    win_off + win_bytes > per_rank * size_t(c->nranks) || win_bytes % es || win_off % es ||
-	    per_rank % es) {
+	    !win_bytes || win_off + win_bytes > per_rank * size_t(c->nranks) || win_bytes % es ||
+	    win_off % es || per_rank % es) {
 		NCCL_PLUGIN_WARN(
 			"ireducescatter: type %d, op %d, a window of %zu bytes at %zu over "
 			"%d parts of %zu bytes, %d ranks of %zu bytes: not a reduce-scatter "
@@ -323,16 +338,34 @@ ncclResult_t coll_ireducescatter(void *comm, int nparts, ncclNetSGE_v10_t *parts
 			    {uintptr_t(parts[0].address), uint32_t(win_bytes), s0->mr->lkey},
 			    {uintptr_t(recv), uint32_t(per_rank), d->mr->lkey}, per_rank / es, cop,
 			    cdt, request);
-	if (!grow(&r->src, win_bytes) || !grow(&r->dst, win_bytes)) {
+	// The window's source in one piece: NCCL's part, or staged.
+	ibv_sge src{uintptr_t(parts[0].address), uint32_t(win_bytes), s0->mr->lkey};
+	if (nparts > 1) {
+		if (!grow(&r->src, win_bytes)) {
+			give_back(r);
+			return ncclSystemError;
+		}
+		for (size_t i = 0, at = 0; i < size_t(nparts); at += parts[i++].size)
+			memcpy(r->src.buf + at, parts[i].address, parts[i].size);
+		src = {uintptr_t(r->src.buf), uint32_t(win_bytes), r->src.mr->lkey};
+	}
+	// A window inside one rank's share: reduced to that rank alone (a
+	// reduce writes no other rank's destination: its source stands in).
+	const size_t owner = win_off / per_rank;
+	if ((win_off + win_bytes - 1) / per_rank == owner) {
+		ibv_sge dst = owner == size_t(c->rank)
+				      ? ibv_sge{uintptr_t(recv), uint32_t(win_bytes), d->mr->lkey}
+				      : src;
+		return post(r, IBV_COLL_WR_REDUCE, src, dst, win_bytes / es, cop, cdt, request,
+			    uint32_t(owner));
+	}
+	if (!grow(&r->dst, win_bytes)) {
 		give_back(r);
 		return ncclSystemError;
 	}
-	for (size_t i = 0, at = 0; i < size_t(nparts); at += parts[i++].size)
-		memcpy(r->src.buf + at, parts[i].address, parts[i].size);
 	if (hi > lo)
 		r->copies.push_back({static_cast<char *>(recv), lo - win_off, hi - lo});
-	return post(r, IBV_COLL_WR_ALLREDUCE,
-		    {uintptr_t(r->src.buf), uint32_t(win_bytes), r->src.mr->lkey},
+	return post(r, IBV_COLL_WR_ALLREDUCE, src,
 		    {uintptr_t(r->dst.buf), uint32_t(win_bytes), r->dst.mr->lkey}, win_bytes / es,
 		    cop, cdt, request);
 }

@@ -151,7 +151,11 @@ bool allgathers(const Ctx &x)
 	CHECK(x.a->regMr(x.cc, src.data(), per, NCCL_PTR_HOST, &smh) == ncclSuccess &&
 		      x.a->regMr(x.cc, dst.data(), all, NCCL_PTR_HOST, &dmh) == ncclSuccess,
 	      "regMr");
-	for (size_t win : {all, size_t(384), size_t(1000), size_t(77)}) {
+	// (window, parts): whole; across shares; inside one share (a
+	// broadcast from its rank when in one part); windows of both kinds.
+	const std::pair<size_t, int> windows[] = {{all, 1}, {384, 2}, {384, 1}, {1000, 1},
+						  {250, 1}, {77, 2},  {77, 1}};
+	for (auto [win, np] : windows) {
 		std::fill(dst.begin(), dst.end(), 0);
 		std::vector<void *> reqs;
 		for (size_t off = 0; off < all; off += win) {
@@ -160,7 +164,7 @@ bool allgathers(const Ctx &x)
 			ncclNetSGE_v10_t parts[2] = {
 				{dmh, dst.data() + off, len / 2},
 				{dmh, dst.data() + off + len / 2, len - len / 2}};
-			int nparts = win == all ? 1 : 2;
+			int nparts = np;
 			if (nparts == 1)
 				parts[0].size = len;
 			void *r = nullptr;
@@ -204,7 +208,11 @@ bool reduce_scatters(const Ctx &x)
 	CHECK(x.a->regMr(x.cc, src.data(), all, NCCL_PTR_HOST, &smh) == ncclSuccess &&
 		      x.a->regMr(x.cc, dst.data(), per, NCCL_PTR_HOST, &dmh) == ncclSuccess,
 	      "regMr");
-	for (size_t win : {all, size_t(640), size_t(1000), size_t(36)}) {
+	// (window, parts): whole; across shares; inside one share (a reduce
+	// to its rank); windows of both kinds.
+	const std::pair<size_t, int> windows[] = {{all, 1}, {640, 2}, {640, 1}, {1000, 1},
+						  {200, 1}, {36, 2},  {36, 1}};
+	for (auto [win, np] : windows) {
 		std::fill(dst.begin(), dst.end(), 0);
 		std::vector<void *> reqs;
 		for (size_t off = 0; off < all; off += win) {
@@ -213,7 +221,7 @@ bool reduce_scatters(const Ctx &x)
 			char *base = reinterpret_cast<char *>(src.data()) + off;
 			ncclNetSGE_v10_t parts[2] = {{smh, base, len / 8 * 4},
 						     {smh, base + len / 8 * 4, len - len / 8 * 4}};
-			int nparts = win == all ? 1 : 2;
+			int nparts = np;
 			if (nparts == 1)
 				parts[0].size = len;
 			char *to = reinterpret_cast<char *>(dst.data()) + (lo - mine) % per;
