@@ -44,6 +44,11 @@ struct FabricSpec {
 	uint32_t nodes_per_leaf = 0; // tree2: hosts under each leaf
 	LinkSpec host;		     // host <-> its leaf, each way
 	LinkSpec up;		     // leaf <-> spine (rate 0: host rate x nodes_per_leaf)
+	// Planes (rails): that many copies of the switches side by side, each
+	// host with a link of its own to each; a switch job spreads its blocks
+	// over them (ibv_coll_switch_attr.num_planes).  Host-to-host traffic
+	// (the ring) takes plane 0.
+	uint32_t planes = 1;
 	// Each host pass starts up to this much later than it is due,
 	// uniformly drawn: a host that is busy with other work.
 	uint64_t jitter_ns = 0;

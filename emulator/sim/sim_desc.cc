@@ -228,6 +228,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		     {"nodes",
 		      "shape",
 		      "nodes_per_leaf",
+		      "planes",
 		      "link",
 		      "uplink",
 		      "loss",
@@ -258,6 +259,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		else
 			bad("fabric.shape", "\"" + shape + "\": star or tree2");
 		fs.nodes_per_leaf = num<uint32_t>(fo, "nodes_per_leaf", "fabric.", 0, 0, 65536);
+		fs.planes = num<uint32_t>(fo, "planes", "fabric.", 1, 1, 8);
 		if (fo.contains("link"))
 			fs.host = parse_link(fo["link"], "fabric.link.", fs.host);
 		LinkSpec up = fs.host;
@@ -327,6 +329,8 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 	fprintf(out, "# fabric: %u hosts, %s", f.nodes, f.shape == Shape::star ? "star" : "tree2");
 	if (f.shape == Shape::tree2)
 		fprintf(out, " (%u per leaf)", f.nodes_per_leaf);
+	if (f.planes > 1)
+		fprintf(out, ", %u planes", f.planes);
 	fprintf(out, ", links %.3f Gbit/s, %.3f us, queue %llu B, loss %g, mtu %u",
 		double(f.host.rate_bps) / 1e9, double(f.host.delay_ns) / 1e3,
 		(unsigned long long)f.host.queue_bytes, f.loss, f.mtu);
@@ -344,9 +348,12 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 			: s.op == SimOp::max ? "max"
 					     : "min",
 			s.iters, s.warmup);
+		const bool ring = s.topology == SimTopology::ring;
 		fprintf(out,
-			"# busbw/bound: against R%s; wire/S: bytes its first host put on its link per message / S\n",
-			s.topology == SimTopology::ring ? "" : " x 2(N-1)/N");
+			"# busbw/bound: against R%s%s; wire/S: bytes its first host put on its link%s per "
+			"message / S\n",
+			!ring && f.planes > 1 ? " x planes" : "", ring ? "" : " x 2(N-1)/N",
+			f.planes > 1 ? "s" : "");
 		fprintf(out, "%12s %12s %12s %10s %10s %12s %8s %7s %7s\n", "size(B)", "count",
 			"time(us)", "algbw", "busbw", "busbw/bound", "wire/S", "#wrong", "#failed");
 		for (const SizeResult &z : j.sizes) {
@@ -391,6 +398,7 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 	d["fabric"] = {{"nodes", f.nodes},
 		       {"shape", f.shape == Shape::star ? "star" : "tree2"},
 		       {"nodes_per_leaf", f.nodes_per_leaf},
+		       {"planes", f.planes},
 		       {"rate_bps", f.host.rate_bps},
 		       {"delay_ns", f.host.delay_ns},
 		       {"queue_bytes", f.host.queue_bytes},

@@ -224,15 +224,17 @@ struct Host {
 	std::unique_ptr<emu::CollService> svc;
 	std::vector<std::unique_ptr<JobQp>> qps;
 	std::deque<PktPtr> inbox;
-	uint32_t up = 0;	 // its link to its leaf
-	uint32_t units_used = 0; // Seg units the jobs configured so far took
-	uint64_t pass_at = 0;	 // a pass is scheduled then (0: none)
+	uint32_t up = 0;	   // its link to its leaf (of plane 0)
+	std::vector<uint32_t> ups; // per plane
+	uint32_t units_used = 0;   // Seg units the jobs configured so far took
+	uint64_t pass_at = 0;	   // a pass is scheduled then (0: none)
 };
 
 struct SwitchDev {
 	std::unique_ptr<emu::Switch> sw;
 	SimPort *port = nullptr;
-	uint32_t leaf = 0;	    // tree2: its leaf index (spine: UINT32_MAX)
+	uint32_t plane = 0;
+	uint32_t leaf = 0;	    // tree2: its leaf index in its plane (spine: UINT32_MAX)
 	uint32_t up = UINT32_MAX;   // link to the spine (a leaf of tree2)
 	std::vector<uint32_t> down; // per host (star) or per leaf (spine): link
 	uint64_t pass_at = 0;
@@ -274,46 +276,41 @@ public:
 	std::vector<PktPtr> flying;
 	std::vector<uint32_t> free_slots;
 
+	uint32_t per_plane = 1; // switches of each plane: plane p's are [p * per_plane, +per_plane)
 	uint32_t dev_of_switch(uint32_t s) const { return uint32_t(hosts.size()) + s; }
+	// Bytes host h has sent, over its links to every plane.
+	uint64_t host_tx(uint32_t h) const
+	{
+		uint64_t b = 0;
+		for (uint32_t l : hosts[h].ups)
+			b += links[l].tx_bytes;
+		return b;
+	}
 	bool is_switch(uint32_t dev) const { return dev >= hosts.size(); }
 
 	void at(uint64_t t, Ev k, uint32_t id) { evq.push(Event{t, seq++, k, id}); }
 
 	void build()
 	{
-		const uint32_t n = spec.nodes;
+		const uint32_t n = spec.nodes, planes = std::max(spec.planes, 1u);
 		hosts.resize(n);
 		const uint32_t leaves = spec.shape == Shape::star ? 1
 								  : (n + spec.nodes_per_leaf - 1) /
 									    spec.nodes_per_leaf;
-		const uint32_t nsw = spec.shape == Shape::star ? 1 : leaves + 1;
-		sws.resize(nsw);
-		for (uint32_t s = 0; s < nsw; s++) {
-			SwitchDev &d = sws[s];
-			d.leaf = spec.shape == Shape::tree2 && s == leaves ? UINT32_MAX : s;
-			emu::SwitchParams p;
-			p.name = d.leaf == UINT32_MAX ? "spine" : "leaf" + std::to_string(s);
-			p.units = spec.switch_units;
-			p.policy = spec.switch_policy;
-			p.shares = spec.switch_shares;
-			p.whole_grant = spec.switch_whole_grant;
-			p.clock = &clock;
-			const uint32_t dev = dev_of_switch(s);
-			p.transport = [this, dev, &d](std::unique_ptr<emu::Transport> *out) {
-				auto port = std::make_unique<SimPort>(*this, dev);
-				d.port = port.get();
-				*out = std::move(port);
-				return 0;
-			};
-			d.sw = std::make_unique<emu::Switch>(p);
-			d.sw->open();
-		}
+		per_plane = spec.shape == Shape::star ? 1 : leaves + 1;
+		sws.resize(size_t(per_plane) * planes);
+		for (uint32_t s = 0; s < sws.size(); s++)
+			make_switch(s, leaves);
 		for (uint32_t i = 0; i < n; i++) {
 			const uint32_t leaf = spec.shape == Shape::star ? 0
 									: i / spec.nodes_per_leaf;
 			Host &h = hosts[i];
-			h.up = add_link(spec.host, dev_of_switch(leaf));
-			sws[leaf].down.push_back(add_link(spec.host, i));
+			for (uint32_t p = 0; p < planes; p++) {
+				h.ups.push_back(
+					add_link(spec.host, dev_of_switch(p * per_plane + leaf)));
+				sws[p * per_plane + leaf].down.push_back(add_link(spec.host, i));
+			}
+			h.up = h.ups[0];
 			h.params.name = "host" + std::to_string(i);
 			h.params.gids = {host_ip(i)};
 			h.params.udp_port = kPort;
@@ -332,12 +329,41 @@ public:
 			LinkSpec up = spec.up;
 			if (!up.rate_bps)
 				up.rate_bps = spec.host.rate_bps * spec.nodes_per_leaf;
-			const uint32_t spine = leaves;
-			for (uint32_t l = 0; l < leaves; l++) {
-				sws[l].up = add_link(up, dev_of_switch(spine));
-				sws[spine].down.push_back(add_link(up, dev_of_switch(l)));
+			for (uint32_t p = 0; p < planes; p++) {
+				const uint32_t spine = p * per_plane + leaves;
+				for (uint32_t l = p * per_plane; l < spine; l++) {
+					sws[l].up = add_link(up, dev_of_switch(spine));
+					sws[spine].down.push_back(add_link(up, dev_of_switch(l)));
+				}
 			}
 		}
+	}
+
+	// Switch s: plane s / per_plane; in it, a leaf or (tree2's last) the spine.
+	void make_switch(uint32_t s, uint32_t leaves)
+	{
+		SwitchDev &d = sws[s];
+		const uint32_t in = s % per_plane;
+		d.plane = s / per_plane;
+		d.leaf = spec.shape == Shape::tree2 && in == leaves ? UINT32_MAX : in;
+		emu::SwitchParams p;
+		p.name = d.leaf == UINT32_MAX ? "spine" : "leaf" + std::to_string(in);
+		if (spec.planes > 1)
+			p.name = "plane" + std::to_string(d.plane) + "." + p.name;
+		p.units = spec.switch_units;
+		p.policy = spec.switch_policy;
+		p.shares = spec.switch_shares;
+		p.whole_grant = spec.switch_whole_grant;
+		p.clock = &clock;
+		const uint32_t dev = dev_of_switch(s);
+		p.transport = [this, dev, &d](std::unique_ptr<emu::Transport> *out) {
+			auto port = std::make_unique<SimPort>(*this, dev);
+			d.port = port.get();
+			*out = std::move(port);
+			return 0;
+		};
+		d.sw = std::make_unique<emu::Switch>(p);
+		d.sw->open();
 	}
 
 	uint32_t add_link(const LinkSpec &s, uint32_t to)
@@ -355,14 +381,19 @@ public:
 		const uint32_t a = v4(dst);
 		const bool to_switch = (a >> 24) == 0x0b;
 		const uint32_t idx = (a & 0xffffff) - 1;
-		if (!is_switch(at))
-			return hosts[at].up;
-		const SwitchDev &s = sws[at - hosts.size()];
+		if (!is_switch(at)) // to a switch: its plane's link; to a host: plane 0's
+			return to_switch && idx < sws.size() ? hosts[at].ups[idx / per_plane]
+							     : hosts[at].up;
+		const uint32_t me = at - uint32_t(hosts.size());
+		const SwitchDev &s = sws[me];
 		if (to_switch) {
-			if (idx == at - hosts.size())
+			if (idx == me)
 				return UINT32_MAX;
+			if (idx >= sws.size() || idx / per_plane != s.plane)
+				return UINT32_MAX - 1; // planes are not connected
+			const uint32_t in = idx % per_plane;
 			if (s.leaf == UINT32_MAX) // spine: down to that leaf
-				return idx < s.down.size() ? s.down[idx] : UINT32_MAX - 1;
+				return in < s.down.size() ? s.down[in] : UINT32_MAX - 1;
 			return s.up != UINT32_MAX ? s.up : UINT32_MAX - 1;
 		}
 		if (idx >= hosts.size())

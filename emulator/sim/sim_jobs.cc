@@ -119,7 +119,7 @@ void Fabric::job_step(uint32_t ji)
 			sr.time_ns += now - j.posted_at;
 		j.iter++;
 		if (j.iter == j.spec.warmup)
-			j.wire0 = links[hosts[j.hosts[0]].up].tx_bytes;
+			j.wire0 = host_tx(j.hosts[0]);
 		if (j.iter == j.spec.warmup + j.spec.iters) {
 			const uint32_t n = uint32_t(j.hosts.size());
 			sr.time_ns /= j.spec.iters;
@@ -127,9 +127,12 @@ void Fabric::job_step(uint32_t ji)
 			sr.algbw = t > 0 ? double(sr.bytes) / t : 0;
 			sr.busbw = sr.algbw * 2.0 * (n - 1) / n;
 			const double r = double(spec.host.rate_bps) / 8 / 1e9;
-			sr.bound = j.spec.topology == SimTopology::ring ? r : r * 2.0 * (n - 1) / n;
-			sr.wire_s = double(links[hosts[j.hosts[0]].up].tx_bytes - j.wire0) /
-				    j.spec.iters / double(sr.bytes);
+			// Through the switches, every plane's link; round the ring, plane 0's.
+			sr.bound = j.spec.topology == SimTopology::ring
+					   ? r
+					   : r * std::max(spec.planes, 1u) * 2.0 * (n - 1) / n;
+			sr.wire_s = double(host_tx(j.hosts[0]) - j.wire0) / j.spec.iters /
+				    double(sr.bytes);
 			for (JobQp *q : j.qps)
 				for (auto &v : q->src)
 					std::vector<uint8_t>().swap(v);
@@ -143,10 +146,10 @@ void Fabric::job_step(uint32_t ji)
 				j.res.done = true;
 				return;
 			}
-			j.wire0 = links[hosts[j.hosts[0]].up].tx_bytes;
+			j.wire0 = host_tx(j.hosts[0]);
 		}
 	} else {
-		j.wire0 = links[hosts[j.hosts[0]].up].tx_bytes;
+		j.wire0 = host_tx(j.hosts[0]);
 	}
 	post(j);
 }
@@ -163,6 +166,8 @@ std::string check_fabric(const FabricSpec &f)
 	} else if (f.nodes > 4096) {
 		return "fabric.nodes: more hosts than one switch has ports (4096); use shape tree2";
 	}
+	if (f.planes < 1 || f.planes > 8)
+		return "fabric.planes: 1 to 8";
 	for (const LinkSpec *l : {&f.host, &f.up}) {
 		const char *n = l == &f.host ? "fabric.link" : "fabric.uplink";
 		if (l == &f.host && !l->rate_bps)
@@ -204,13 +209,20 @@ static bool switch_config(const Fabric &f, const std::vector<uint32_t> &hosts,
 		       " leaves, a switch job at most " + std::to_string(emu::sw::kMaxLeaves);
 		return false;
 	}
-	for (uint32_t l : leaves)
-		cfg.sw.leaf.push_back(Endpoint{switch_ip(l), kPort, 0});
+	// Plane p's leaf l at p * leaves + l, its spine at p.
+	const uint32_t planes = std::max(f.spec.planes, 1u);
+	for (uint32_t p = 0; p < planes; p++)
+		for (uint32_t l : leaves)
+			cfg.sw.leaf.push_back(Endpoint{switch_ip(p * f.per_plane + l), kPort, 0});
+	cfg.sw.planes = planes;
 	cfg.sw.leaves = uint32_t(leaves.size());
 	if (leaves.size() > 1) {
 		cfg.topology = cfg.topology == emu::Topology::sw ? emu::Topology::hierarchy
 								 : cfg.topology;
-		cfg.sw.spine = {Endpoint{switch_ip(uint32_t(f.sws.size() - 1)), kPort, 0}};
+		cfg.sw.spine.clear();
+		for (uint32_t p = 0; p < planes; p++)
+			cfg.sw.spine.push_back(
+				Endpoint{switch_ip(p * f.per_plane + f.per_plane - 1), kPort, 0});
 	} else {
 		cfg.sw.member_leaf.clear();
 	}

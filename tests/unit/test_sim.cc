@@ -261,6 +261,43 @@ TEST(Sim, TwoLevelTree)
 	EXPECT_NEAR(r.jobs[0].sizes[0].wire_s, 1.0, 0.05);
 }
 
+// Planes (rails): two copies of the switches, each host a link to each.
+// A switch job spreads its blocks over both: each plane's switch reduces
+// about half of them, the bound is both links' (busbw near it, wire/S
+// still S over the two), and the ring keeps to plane 0 (its bound one
+// link's).  On a two-level tree too: each plane's leaves and spine.
+TEST(Sim, PlanesSpreadTheBlocks)
+{
+	FabricSpec f = star(4, 400000000, 20000);
+	f.planes = 2;
+	JobSpec sw = job(SimTopology::sw, {1600 << 10});
+	JobSpec ring = job(SimTopology::ring, {400 << 10});
+	ring.start_ns = 500000000;
+	SimReport r = run(f, {sw, ring}, 1);
+	expect_right(r);
+	const SizeResult &s = r.jobs[0].sizes[0], &g = r.jobs[1].sizes[0];
+	EXPECT_NEAR(s.wire_s, 1.0, 0.05);
+	EXPECT_GT(s.busbw / s.bound, 0.85);
+	// Twice one link's bound: faster than one plane could be.
+	EXPECT_GT(s.busbw, 1.6 * 400e6 / 8 / 1e9 * 2 * 3 / 4);
+	EXPECT_GT(g.busbw / g.bound, 0.9);
+	ASSERT_EQ(r.switch_use.size(), 2u);
+
+	FabricSpec t;
+	t.nodes = 8;
+	t.shape = Shape::tree2;
+	t.nodes_per_leaf = 4;
+	t.planes = 3;
+	t.host.rate_bps = 10000000000ull;
+	t.host.delay_ns = 1000;
+	SimReport r2 = run(t, {job(SimTopology::sw, {1 << 20})}, 2);
+	expect_right(r2);
+	ASSERT_EQ(r2.switch_use.size(), 9u); // 3 x (2 leaves + spine)
+	for (const SwitchUse &u : r2.switch_use)
+		EXPECT_GT(u.load, 0.0); // every plane's switches carried blocks
+	EXPECT_NEAR(r2.jobs[0].sizes[0].wire_s, 1.0, 0.05);
+}
+
 // The same description and seed: the same run, event for event.
 TEST(Sim, SameSeedSameRun)
 {
