@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -418,6 +419,56 @@ TEST_P(CollNet, EveryCallAsNcclMakesIt)
 	setenv("IBV_COLL_NCCL_DEVICE", "crxe_lo", 1);
 	unsetenv("IBV_COLL_NCCL_SWITCH");
 	run_ranks(GetParam().version, GetParam().ranks, false);
+}
+
+// A peer that dies after connect: the survivor's request fails within the
+// communicator's timeout (IBV_COLL_NCCL_TIMEOUT_MS), with NCCL's
+// ncclRemoteError and a WARN, and does not hang; closeColl still works.
+bool dead_peer_main(const Api &a)
+{
+	void *ctx = nullptr, *cc;
+	CHECK(a.init(&ctx) == ncclSuccess && (cc = connect_comm(a, ctx, 0, 0)), "connect");
+	if (g_rank == 1)
+		_exit(0); // dies without a word
+	std::vector<float> v(1024, 1.0f), w(1024);
+	void *vm, *wm, *r = nullptr;
+	CHECK(a.regMr(cc, v.data(), 4096, NCCL_PTR_HOST, &vm) == ncclSuccess &&
+		      a.regMr(cc, w.data(), 4096, NCCL_PTR_HOST, &wm) == ncclSuccess,
+	      "regMr");
+	usleep(100000); // rank 1 is gone
+	CHECK(a.iallreduce(cc, v.data(), w.data(), 1024, ncclFloat32, ncclSum, vm, wm, &r) ==
+			      ncclSuccess &&
+		      r,
+	      "iallreduce");
+	int done = 0, size = 0, warns = g_warns;
+	ncclResult_t res = ncclSuccess;
+	auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+	while (!done && std::chrono::steady_clock::now() < end) {
+		res = a.test(r, &done, &size);
+		usleep(1000);
+	}
+	CHECK(done, "the request to a dead peer never completed");
+	CHECK(res == ncclRemoteError || res == ncclSystemError, "test gave %d", int(res));
+	CHECK(g_warns == warns + 1, "%d WARN lines", g_warns - warns);
+	a.deregMr(cc, vm);
+	a.deregMr(cc, wm);
+	CHECK(a.closeColl(cc) == ncclSuccess, "closeColl");
+	return a.finalize(ctx) == ncclSuccess;
+}
+
+TEST(CollNetPeer, ADeadPeerFailsTheRequestWithoutAHang)
+{
+	void *lib = nullptr;
+	Api a;
+	std::string err;
+	ASSERT_TRUE(ibvc_nccl::load(NCCL_PLUGIN_PATH, 12, &lib, &a, &err)) << err;
+	setenv("IBV_COLL_NCCL_DEVICE", "crxe_lo", 1);
+	setenv("IBV_COLL_NCCL_TIMEOUT_MS", "2000", 1);
+	unsetenv("IBV_COLL_NCCL_SWITCH");
+	std::vector<int> st = ibvc_nccl::run_ranks(2, 60, true, [&] { return dead_peer_main(a); });
+	EXPECT_EQ(st[0], 0) << "the survivor";
+	unsetenv("IBV_COLL_NCCL_TIMEOUT_MS");
+	dlclose(lib);
 }
 
 // A misspelt setting: init fails with ncclInvalidArgument and one WARN
