@@ -6,6 +6,11 @@
 #   fabric_tx_sum [HOST]  bytes eth0 has sent in every host namespace of
 #                         tests/multihost/fabric.sh (FABRIC_HOSTS,
 #                         FABRIC_NS_<i>), or in host HOST's alone
+#   start_switchd PROG DIR [ARGS...]
+#                         ibv_coll_switchd PROG on a free UDP port (written
+#                         to DIR/port, its log to DIR/switch.log), waited
+#                         for: sets sw_pid and sw_port; exits 1 when it does
+#                         not start
 
 bench_bytes() {
 	local v=${1%[KkMm]}
@@ -24,4 +29,22 @@ fabric_tx_sum() {
 		s=$((s + $(ip netns exec "${!ns}" cat /sys/class/net/eth0/statistics/tx_bytes)))
 	done
 	echo "$s"
+}
+
+start_switchd() {
+	local prog=$1 dir=$2
+	shift 2
+	rm -f "$dir/port"
+	"$prog" -p 0 -P "$dir/port" "$@" >"$dir/switch.log" 2>&1 &
+	sw_pid=$!
+	for _ in $(seq 100); do
+		if [ -s "$dir/port" ]; then
+			sw_port=$(cat "$dir/port")
+			return 0
+		fi
+		sleep 0.05
+	done
+	echo "${bench_name:-bench}: the switch did not start" >&2
+	cat "$dir/switch.log" >&2
+	exit 1
 }

@@ -15,6 +15,8 @@
 #   NCCL_STEPS 8), INFLIGHT (8), DEVICE (crxe_lo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench_name=bench-nccl
+. scripts/bench-common.sh
 build=${BUILD_DIR:-build}
 np=${NP:-4} rounds=${ROUNDS:-3} iters=${ITERS:-20} warmup=${WARMUP:-3}
 chunk=${CHUNK:-512K} inflight=${INFLIGHT:-8} dev=${DEVICE:-crxe_lo}
@@ -38,12 +40,9 @@ cleanup() {
 trap cleanup EXIT
 perf_sw=() nccl_env=(IBV_COLL_NCCL_DEVICE="$dev")
 if [ "$topo" = switch ]; then
-	"$build/emulator/ibv_coll_switchd" -p 0 -P "$tmp/port" >"$tmp/switchd.log" 2>&1 &
-	sw_pid=$!
-	for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
-	port=$(cat "$tmp/port")
-	perf_sw=(-t switch -s "127.0.0.1:$port")
-	nccl_env+=(IBV_COLL_NCCL_SWITCH="127.0.0.1:$port" IBV_COLL_NCCL_TOPOLOGY=switch)
+	start_switchd "$build/emulator/ibv_coll_switchd" "$tmp"
+	perf_sw=(-t switch -s "127.0.0.1:$sw_port")
+	nccl_env+=(IBV_COLL_NCCL_SWITCH="127.0.0.1:$sw_port" IBV_COLL_NCCL_TOPOLOGY=switch)
 fi
 
 # The run of median time: "time busbw".

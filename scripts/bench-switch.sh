@@ -16,6 +16,8 @@
 # UNITS (the switch's Seg pool, default 256), WINDOWS (default: powers of 2).
 set -u
 cd "$(dirname "$0")/.."
+bench_name=bench-switch
+. scripts/bench-common.sh
 S=${1:-4M}
 build=${BUILD_DIR:-build}
 iters=${ITERS:-5}
@@ -36,16 +38,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 start_switch() {
-	rm -f "$tmp/port"
-	"$switchd" -p 0 -P "$tmp/port" -u "$units" -n bench >"$tmp/switch.log" 2>&1 &
-	sw_pid=$!
-	for _ in $(seq 100); do
-		[ -s "$tmp/port" ] && return 0
-		sleep 0.05
-	done
-	echo "bench-switch: the switch did not start" >&2
-	cat "$tmp/switch.log" >&2
-	exit 1
+	start_switchd "$switchd" "$tmp" -u "$units" -n bench
 }
 stop_switch() {
 	kill "$sw_pid" 2>/dev/null
