@@ -545,9 +545,19 @@ unsigned UdpPort::rx_batch(RxPacket *out)
 }
 
 // Each receive slot's buffer, address and control space in msgs.
-void UdpPort::rx_prepare(mmsghdr *msgs)
+// The receive headers: set up once (and again when open() made new
+// slots), and after each recvmmsg again only those the kernel wrote (the
+// datagrams it returned).
+void UdpPort::rx_prepare()
 {
-	for (unsigned i = 0; i < kRxMsgs; i++) {
+	if (!rx_msgs_ || rx_gso_ != gso_ || rx_msgs_[0].msg_hdr.msg_name != &rx_[0].addr) {
+		if (!rx_msgs_)
+			rx_msgs_.reset(new mmsghdr[kRxMsgs]);
+		rx_gso_ = gso_;
+		rx_dirty_ = kRxMsgs;
+	}
+	mmsghdr *msgs = rx_msgs_.get();
+	for (unsigned i = 0; i < rx_dirty_; i++) {
 		Slot &s = rx_[i];
 		s.iov[0].iov_base = rx_arena_.data() + size_t(i) * kRxBuf;
 		s.iov[0].iov_len = gso_ ? kRxBuf : kMaxPacket;
@@ -571,10 +581,11 @@ unsigned UdpPort::rx_fill()
 		tx_flush();
 	rx_pending_.clear();
 	rx_next_ = 0;
-	mmsghdr msgs[kRxMsgs];
-	rx_prepare(msgs);
+	rx_prepare();
+	mmsghdr *msgs = rx_msgs_.get();
 	int n = recvmmsg(fd_.get(), msgs, kRxMsgs, MSG_DONTWAIT, nullptr);
 	ctr_.rx_syscalls++;
+	rx_dirty_ = n > 0 ? unsigned(n) : 1; // an error may have begun the first
 	if (n <= 0) {
 		if (n < 0 && errno != EAGAIN && errno != EINTR) {
 			ctr_.rx_errors++;

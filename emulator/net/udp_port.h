@@ -11,6 +11,7 @@
 #include "util/fd.h"
 
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cstdint>
 #include <memory>
@@ -85,7 +86,7 @@ private:
 	void delay_release();
 	void send_queued();
 	unsigned rx_fill();
-	void rx_prepare(struct mmsghdr *msgs);
+	void rx_prepare();
 	void group_by_peer();
 	void queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src,
 		   bool ce = false);
@@ -108,6 +109,11 @@ private:
 	uint64_t flushes_ = 0; // flushes that sent something
 	bool rx_lent_ = false; // a queued packet's payload is in rx_arena_
 	bool gso_ = false;
+	// recvmmsg's headers, into rx_; the first rx_dirty_ are to be set up
+	// again (for the GRO setting rx_gso_).
+	std::unique_ptr<struct mmsghdr[]> rx_msgs_;
+	unsigned rx_dirty_ = 0;
+	bool rx_gso_ = false;
 	// Packets of the last recvmmsg not yet handed out.
 	std::vector<RxPacket> rx_pending_;
 	size_t rx_next_ = 0;
