@@ -171,6 +171,9 @@ void CollEngine::classify(const InPacket &ip)
 		else
 			sw_.on_packet(qp, job, p, e_.now());
 		break;
+	case kCollXchg: // a small message's exchange (coll/xchg.cc)
+		xchg_.on_packet(qp, job, p, e_.now());
+		break;
 	case kCollConfigAck: // AUTO: the sender heard no switch (coll/swadmit.cc)
 		sw_.on_member_fallback(qp, job, p, e_.now());
 		settle(qp, job, e_.now());

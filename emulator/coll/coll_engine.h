@@ -214,7 +214,9 @@ private:
 	void lead_leaves(Qp &qp, bool unregister);
 	// After a strategy ran: AUTO's fallback moves the message to the ring.
 	void settle(Qp &qp, CollJob &job, uint64_t now);
-	void start_ring(Qp &qp, CollJob &job, uint64_t now);
+	// small: the message runs as a pairwise exchange (exchanges()).
+	void start_ring(Qp &qp, CollJob &job, uint64_t now, bool small = false);
+	bool exchanges(const CollJob &job, const Message &m) const;
 	// The timeout of no progress every message is bound by.
 	void watchdog(Qp &qp, CollJob &job, uint64_t now);
 	// codec.cc
@@ -225,6 +227,8 @@ private:
 	void superseded(Qp &qp, CollJob &job);
 	// xmit.cc
 	void build_chain(const CollJob &job, Message &m, uint32_t path_mtu);
+	// The exchange's: the whole vector as one block (coll/xchg.cc).
+	void one_block(const CollJob &job, Message &m);
 	// status.cc
 	Cqe message_cqe(const CollJob &job, const Message &m, uint32_t qpn, uint64_t wr_id,
 			CollStatus st) const;
@@ -238,6 +242,7 @@ private:
 
 	RingPath ring_{*this};
 	SwitchPath sw_{*this};
+	XchgPath xchg_{*this};
 	uint64_t next_owner_ = 1;
 	// Lead QPN -> the QPs that joined its job (coll/join.cc).
 	std::unordered_map<uint32_t, std::vector<uint32_t>> joins_;

@@ -234,6 +234,17 @@ struct RingMsg {
 	uint64_t heard = 0;
 };
 
+// The exchange's state of a message (xchg.cc): the phase this node is in,
+// its partial so far, and when what it sent and no peer acknowledged yet
+// goes again.
+struct XchgMsg {
+	uint8_t at = 0;	     // the phase this node is in
+	bool result = false; // the result is written
+	bool done = false;   // ... and every partial sent acknowledged
+	std::vector<uint8_t> acc;
+	uint64_t again_at = 0, again_gap = 0;
+};
+
 // The switch path's state of a message (swpath.cc, swadmit.cc): blocks
 // numbered across the job's messages.
 struct SwitchMsg {
@@ -328,6 +339,7 @@ struct Message {
 	// it in the completion).
 	RingMsg ring;
 	SwitchMsg sw;
+	XchgMsg xchg;
 };
 
 // A block kept in a Seg unit because it came before its message started
@@ -385,6 +397,36 @@ struct SwitchJob {
 	// none); the switch's next answer says whether to follow it
 	// (SwitchPath::on_member_ring).
 	uint32_t ring_mid = 0;
+};
+
+// What a node of the exchange (xchg.cc) received or sent for one message:
+// a partial per phase, each len bytes, those in have (bit per phase);
+// of those sent, the ones the peer acknowledged.
+struct XchgSlots {
+	uint32_t mid = 0;
+	bool on = false;
+	uint32_t len = 0;
+	uint32_t have = 0, acked = 0;
+	std::vector<uint8_t> data;
+
+	void reset(uint32_t m, uint32_t l, uint32_t phases)
+	{
+		mid = m;
+		on = true;
+		len = l;
+		have = acked = 0;
+		data.resize(size_t(l) * phases);
+	}
+	bool has(uint32_t ph) const { return on && (have >> ph & 1); }
+	uint8_t *at(uint32_t ph) { return data.data() + size_t(len) * ph; }
+	const uint8_t *at(uint32_t ph) const { return data.data() + size_t(len) * ph; }
+};
+
+// The exchange's state of a job: what came for the running message and
+// for the next (a member one message ahead), and what this node sent in
+// each phase of the running message, until its peer acknowledges it.
+struct XchgJob {
+	XchgSlots in, early, sent;
 };
 
 struct CollJob {
@@ -458,6 +500,8 @@ struct CollJob {
 
 	// The switch path's state of the job (swpath.cc, swadmit.cc).
 	SwitchJob sw;
+	// The exchange's (xchg.cc).
+	XchgJob xchg;
 	using SwPhase = SwitchJob::Phase;
 
 	// A packet of message mid belongs to one this node has not reached

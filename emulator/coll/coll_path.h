@@ -97,6 +97,33 @@ private:
 	void resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now);
 };
 
+// A small message among the member NICs in log2(N) rounds of pairwise
+// exchange (recursive doubling, xchg.cc): a latency of a few hops where
+// the ring takes 2(N-1).  Execution control chooses it for an allreduce
+// or barrier of at most IBV_COLL_EMU_XCHG_BYTES per node on a job that
+// runs round the ring.
+class XchgPath final : public CollPath {
+public:
+	explicit XchgPath(CollCore &u) : u_(u) {}
+	const char *name() const override { return "exchange"; }
+	void start(Qp &qp, CollJob &job, uint64_t now) override;
+	void on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now) override;
+	void on_timer(Qp &qp, CollJob &job, uint64_t now) override;
+	bool done(const CollJob &job) const override;
+	uint64_t next_deadline(const CollJob &job) const override;
+
+private:
+	CollCore &u_;
+
+	void advance(Qp &qp, CollJob &job, uint64_t now);
+	void send_phase(CollJob &job, Message &m, uint32_t phase, bool again = false);
+	bool keep(CollJob &job, const CollPacket &p);
+	void acknowledge(const CollJob &job, const CollPacket &p);
+	void on_ack(CollJob &job, const CollPacket &p, uint64_t now);
+	void again(CollJob &job, Message &m, uint64_t now);
+	void arm(CollJob &job, Message &m, uint64_t now);
+};
+
 // Through the job's switches, one or two levels (swpath.cc).
 class SwitchPath final : public CollPath {
 public:

@@ -232,7 +232,9 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	if (job.superseded)
 		return fail(qp, job, CollStatus::remote_abort, true,
 			    "the job was given again to another member (a later incarnation)");
-	if (!window(job))
+	// The exchange keeps no block in Seg units (coll/xchg.cc).
+	const bool small = exchanges(job, m);
+	if (!small && !window(job))
 		return fail(qp, job, CollStatus::buffer_err, true,
 			    "the job's Seg range cannot hold a block from every other node");
 	// The block length may not exceed the path MTU or a Seg unit.
@@ -244,7 +246,10 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	// other processes) and checks.
 	if (c.nodes() == 1 && !w->block_len && !c.block_len)
 		mtu = kLocalBlockBytes;
-	build_chain(job, m, mtu);
+	if (small)
+		one_block(job, m);
+	else
+		build_chain(job, m, mtu);
 	if (m.remote)
 		m.bounce = std::move(job.spare_bounce);
 	if (!hold_units(job, m))
@@ -270,19 +275,32 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 		sw_.start(qp, job, now);
 		settle(qp, job, now);
 	} else {
-		start_ring(qp, job, now);
+		start_ring(qp, job, now, small);
 	}
+}
+
+// A message that runs as a pairwise exchange (coll/xchg.cc): an allreduce
+// of at most IBV_COLL_EMU_XCHG_BYTES per rank, or a barrier, of a job of
+// several nodes that runs round the ring (not AUTO's fallback, whose
+// members agree on the ring's packets).  Every member decides alike.
+bool CollEngine::exchanges(const CollJob &job, const Message &m) const
+{
+	const JobConfig &c = job.cfg;
+	const uint32_t most = e_.params.cfg.coll_xchg_bytes;
+	if (c.nodes() < 2 || !most || sw_.wanted(job) || (c.sw.on && c.topology != Topology::ring))
+		return false;
+	return m.coll == CollOp::barrier || (m.coll == CollOp::allreduce && m.count * m.es <= most);
 }
 
 // The running message goes round the ring.  Why it does is execution
 // control's to say (the ring knows nothing of switches): AUTO with no
 // switch that served it, the switch refusing the job, or (time division)
 // this message.
-void CollEngine::start_ring(Qp &qp, CollJob &job, uint64_t now)
+void CollEngine::start_ring(Qp &qp, CollJob &job, uint64_t now, bool small)
 {
 	Message &m = *job.active;
 	const JobConfig &c = job.cfg;
-	m.path = &ring_;
+	m.path = small ? static_cast<CollPath *>(&xchg_) : &ring_;
 	m.ran = 0;
 	if (c.topology == Topology::autosel && c.nodes() > 1)
 		m.ran |= kRanFallback;
@@ -290,7 +308,7 @@ void CollEngine::start_ring(Qp &qp, CollJob &job, uint64_t now)
 		m.ran |= job.sw.why;
 	if (m.sw.admit_why)
 		m.ran |= kRanFallback | m.sw.admit_why;
-	ring_.start(qp, job, now);
+	m.path->start(qp, job, now);
 }
 
 // The units a message holds while it runs: one per data block, at most

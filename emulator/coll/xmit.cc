@@ -93,6 +93,20 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 	m.nblocks = uint32_t(m.chain.size());
 }
 
+void CollEngine::one_block(const CollJob &job, Message &m)
+{
+	const uint64_t n = m.coll == CollOp::barrier ? 0 : m.count;
+	m.chunks.assign(job.cfg.nodes(), ChunkRole{});
+	ChunkRole &r = m.chunks[0];
+	r.vend = n;
+	r.nblocks = 1;
+	r.origin = r.fin = job.cfg.node;
+	r.rs = true;
+	m.chain.assign(1, BlockDesc{0, uint32_t(n), 0, uint8_t(m.op), 1});
+	m.result_data = true;
+	m.nblocks = 1;
+}
+
 // Check one local buffer access.
 static bool dma_ok(CollHost &e, uint32_t pdn, const Sge &s, uint64_t off, uint64_t len,
 		   uint32_t need)

@@ -54,7 +54,16 @@ const ConfigVar kRcVars[kRcCount] = {
 const util::ConfigRegistrar kRcReg({"emu rc (RC transport)", kRcVars}, 110);
 
 // The collective engine.
-enum { kSegUnits, kCollWindow, kCollRto, kCollProbe, kCollTimeout, kSwConfig, kCollCount };
+enum {
+	kSegUnits,
+	kCollWindow,
+	kCollRto,
+	kCollProbe,
+	kCollTimeout,
+	kSwConfig,
+	kCollXchg,
+	kCollCount
+};
 const ConfigVar kCollVars[kCollCount] = {
 	{"IBV_COLL_EMU_SEG_UNITS", "4096",
 	 "Seg cache units (4 KiB each) in the NIC's collective engine", ConfigKind::uint, 1,
@@ -80,6 +89,11 @@ const ConfigVar kCollVars[kCollCount] = {
 	 "falls back to the ring (SWITCH and HIERARCHY fail with a timeout); once they answer, "
 	 "the wait for the grant is the collective's timeout",
 	 ConfigKind::uint, 1, 3600000},
+	{"IBV_COLL_EMU_XCHG_BYTES", "4096",
+	 "an allreduce of at most this many bytes per rank, or a barrier, on a job round the ring "
+	 "runs as a pairwise exchange among the member NICs in log2(nodes) rounds instead (0: "
+	 "never); every member must have the same value",
+	 ConfigKind::uint, 0, 4096},
 };
 const util::ConfigRegistrar kCollReg({"emu coll (collective engine)", kCollVars}, 120);
 
@@ -199,6 +213,9 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kCollVars[kSwConfig], &v)))
 		return err;
 	c.sw_config_ms = uint32_t(v);
+	if ((err = util::config_uint(kCollVars[kCollXchg], &v)))
+		return err;
+	c.coll_xchg_bytes = uint32_t(v);
 	if ((err = util::config_uint(kCcVars[kCc], &v)))
 		return err;
 	c.cc.on = v != 0;

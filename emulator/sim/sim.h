@@ -75,6 +75,9 @@ struct FabricSpec {
 	// probe -1: the device defaults, made for real hosts' scheduling).
 	uint32_t rto_us = 0;
 	int64_t probe_us = -1;
+	// A ring job's allreduce of at most this many bytes per rank is the
+	// pairwise exchange (IBV_COLL_EMU_XCHG_BYTES; 0: never).
+	uint32_t xchg_bytes = 4096;
 	// A host descheduled: from at_ns for for_ns it runs no pass, and what
 	// reaches it waits (a host the operating system or another job took).
 	struct Stall {

@@ -321,6 +321,7 @@ public:
 				h.params.cfg.coll_rto_us = spec.rto_us;
 			if (spec.probe_us >= 0)
 				h.params.cfg.coll_probe_us = uint32_t(spec.probe_us);
+			h.params.cfg.coll_xchg_bytes = spec.xchg_bytes;
 			h.params.cfg.cc.on = spec.cc;
 			h.nic = std::make_unique<SimHost>(h.params, *this, i);
 			h.svc = emu::make_coll_service(*h.nic, spec.nic_units, emu::kSegUnitBytes);

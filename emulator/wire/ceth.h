@@ -71,7 +71,11 @@ enum CollKind : uint8_t {
 	kCollRelease = 0xe6,	// the job leaves the switch
 	kCollStats = 0xe7,	// asks a switch for its counters (padded: see below)
 	kCollStatsReply = 0xe8, // the counters, never longer than the request
-	kCollKindLast = 0xe8,
+	// Between members, a small message's exchange (coll/xchg.cc): the
+	// sender's partial of one phase; with kCethXchgAck and no payload,
+	// the receiver's partial of that phase is here.
+	kCollXchg = 0xe9,
+	kCollKindLast = 0xe9,
 };
 
 inline bool is_coll_opcode(uint8_t op)
@@ -94,6 +98,9 @@ enum CethFlags : uint8_t {
 	// DATA from a child, no payload: its partial went before, the result
 	// did not come back (answer with it, or NAK the missing).
 	kCethAsk = 1 << 7,
+	// XCHG, no payload: acknowledges the receiver's partial of the phase
+	// (the bit CONFIG_ACK's kCethPending uses).
+	kCethXchgAck = 1 << 3,
 };
 
 struct Ceth {

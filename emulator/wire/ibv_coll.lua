@@ -26,6 +26,7 @@ local kinds = {
 	[0xe6] = "RELEASE",
 	[0xe7] = "STATS",
 	[0xe8] = "STATS_REPLY",
+	[0xe9] = "XCHG",
 }
 local colls = {
 	[0x40] = "ALLREDUCE",
@@ -62,7 +63,7 @@ F.flags = ProtoField.uint8("ibv_coll.ceth.flags", "Flags", base.HEX)
 F.f_inline = ProtoField.bool("ibv_coll.ceth.flags.inline", "Inline task", 8, nil, 0x01)
 F.f_retrans = ProtoField.bool("ibv_coll.ceth.flags.retrans", "Retransmission", 8, nil, 0x02)
 F.f_inplace = ProtoField.bool("ibv_coll.ceth.flags.inplace", "In place", 8, nil, 0x04)
-F.f_pending = ProtoField.bool("ibv_coll.ceth.flags.pending", "Pending (CONFIG_ACK)", 8, nil, 0x08)
+F.f_pending = ProtoField.bool("ibv_coll.ceth.flags.pending", "Pending (CONFIG_ACK), acknowledgement (XCHG)", 8, nil, 0x08)
 F.f_superseded = ProtoField.bool("ibv_coll.ceth.flags.superseded", "Superseded (ABORT)", 8, nil, 0x10)
 F.f_admit = ProtoField.bool("ibv_coll.ceth.flags.admit", "Admission (tdm)", 8, nil, 0x20)
 F.f_nak = ProtoField.bool("ibv_coll.ceth.flags.nak", "NAK: partials missing (RESULT)", 8, nil, 0x40)

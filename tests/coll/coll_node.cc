@@ -551,6 +551,9 @@ int main(int argc, char **argv)
 	const bool via_switch = !o.leaves.empty() && o.topology != IBV_COLL_TOPO_RING &&
 				(o.expect_flags < 0 || (o.expect_flags & IBV_COLL_WC_SWITCH));
 	spec.tree = via_switch;
+	// A job with switches that runs without them is AUTO's fallback: the ring.
+	if (!o.leaves.empty() && o.topology != IBV_COLL_TOPO_RING)
+		spec.pairwise_max = 0;
 	spec.leaf_of = o.member_leaf;
 	const uint32_t K = spec.total_ranks(), first = spec.first_rank(uint32_t(o.node));
 	auto cases = scenario(o, K);

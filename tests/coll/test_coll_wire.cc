@@ -202,11 +202,12 @@ int32_t first_i32(const std::vector<uint8_t> &b)
 	return x;
 }
 
-} // namespace
-
-TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
+// crxe_lo with a retransmission timeout longer than the tests' waits, and
+// messages of up to xchg_bytes by the pairwise exchange.
+ibv_coll_context *open_lo(const char *xchg_bytes)
 {
 	setenv("IBV_COLL_EMU_COLL_RTO_US", "30000", 1);
+	setenv("IBV_COLL_EMU_XCHG_BYTES", xchg_bytes, 1);
 	int n;
 	ibv_coll_device **l = ibv_get_coll_device_list(&n);
 	ibv_coll_context *ctx = nullptr;
@@ -215,6 +216,16 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 			ctx = ibv_open_coll_device(l[i]);
 	ibv_free_coll_device_list(l);
 	unsetenv("IBV_COLL_EMU_COLL_RTO_US");
+	unsetenv("IBV_COLL_EMU_XCHG_BYTES");
+	return ctx;
+}
+
+} // namespace
+
+TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
+{
+	// Small messages too round the ring (the exchange off).
+	ibv_coll_context *ctx = open_lo("0");
 	ASSERT_NE(ctx, nullptr);
 	ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
 	ibv_coll_cq *cq = ibv_create_coll_cq(ctx, 16, nullptr, nullptr, 0);
@@ -525,15 +536,8 @@ uint64_t nic_drops(const ibv_coll_counters &c)
 // and job 10 has taken in nothing.
 TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 {
-	setenv("IBV_COLL_EMU_COLL_RTO_US", "30000", 1);
-	int n;
-	ibv_coll_device **l = ibv_get_coll_device_list(&n);
-	ibv_coll_context *ctx = nullptr;
-	for (int i = 0; l && i < n && !ctx; i++)
-		if (!strcmp(ibv_get_coll_device_name(l[i]), "crxe_lo"))
-			ctx = ibv_open_coll_device(l[i]);
-	ibv_free_coll_device_list(l);
-	unsetenv("IBV_COLL_EMU_COLL_RTO_US");
+	// Small messages too round the ring (the exchange off).
+	ibv_coll_context *ctx = open_lo("0");
 	ASSERT_NE(ctx, nullptr);
 	ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
 	ibv_coll_cq *cq = ibv_create_coll_cq(ctx, 16, nullptr, nullptr, 0);
@@ -701,6 +705,191 @@ TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 	ibv_destroy_coll_qp(qb);
 	ibv_dereg_coll_mr(ma);
 	ibv_dereg_coll_mr(mb);
+	ibv_destroy_coll_cq(cq);
+	ibv_dealloc_coll_pd(pd);
+	ibv_close_coll_device(ctx);
+}
+
+// A small allreduce between the device (node 0) and a peer played here,
+// by the pairwise exchange: one XCHG each way carries the partial, one
+// each way acknowledges it.  The device sends its partial again until it
+// is acknowledged, and completes only then; acknowledges the peer's
+// (again when it comes again, after completion too); keeps one of the next
+// message until that starts; and drops forged and misdirected ones,
+// counting each, without reducing them.
+TEST(CollWire, ExchangePeerAcknowledgementsForgeriesAndTheNextMessage)
+{
+	setenv("IBV_COLL_EMU_COLL_PROBE_US", "100000", 1);
+	ibv_coll_context *ctx = open_lo("64");
+	unsetenv("IBV_COLL_EMU_COLL_PROBE_US");
+	ASSERT_NE(ctx, nullptr);
+	ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
+	ibv_coll_cq *cq = ibv_create_coll_cq(ctx, 16, nullptr, nullptr, 0);
+	ibv_coll_qp_init_attr ia{};
+	ia.send_cq = ia.recv_cq = cq;
+	ia.qp_type = IBV_COLL_QPT_COLL;
+	ia.cap.max_send_wr = 8;
+	ia.cap.max_send_sge = 1;
+	ibv_coll_qp *qp = ibv_create_coll_qp(pd, &ia);
+	ASSERT_NE(qp, nullptr);
+	ibv_coll_port_attr pa;
+	ASSERT_EQ(ibv_query_coll_port(ctx, 1, &pa), 0);
+	const uint16_t dev_port = pa.udp_port;
+	Fake fake;
+	ibv_coll_member m[2]{};
+	for (int i = 0; i < 2; i++) {
+		memcpy(m[i].gid.raw, kLo, 16);
+		m[i].num_ranks = 1;
+	}
+	m[0].udp_port = dev_port;
+	m[0].qp_num = qp->qp_num;
+	m[1].udp_port = fake.port();
+	m[1].qp_num = kFakeQpn;
+	ibv_coll_job_attr job{};
+	job.jid = 9;
+	job.num_nodes = 2;
+	job.members = m;
+	job.seg_count = 8;
+	job.job_key = kKey;
+	ibv_coll_qp_attr a{};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	ASSERT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT), 0);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.job = &job;
+	ASSERT_EQ(ibv_modify_coll_qp(qp, &a,
+				     IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU),
+		  0);
+	a.qp_state = IBV_QPS_RTS;
+	ASSERT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE), 0);
+
+	int32_t buf[4] = {10, 20, -1, -1}; // source, then destination
+	ibv_coll_mr *mr = ibv_reg_coll_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	ibv_sge s{reinterpret_cast<uint64_t>(&buf[0]), 8, mr->lkey};
+	ibv_sge d{reinterpret_cast<uint64_t>(&buf[2]), 8, mr->lkey};
+	ibv_coll_send_wr wr{}, *bad;
+	wr.opcode = IBV_COLL_WR_ALLREDUCE;
+	wr.send_flags = IBV_COLL_SEND_SIGNALED;
+	wr.sg_list = &s;
+	wr.num_sge = 1;
+	wr.wr.coll.dst_list = &d;
+	wr.wr.coll.count = 2;
+	wr.wr.coll.op = IBV_COLL_OP_SUM;
+	wr.wr.coll.dtype = IBV_COLL_DTYPE_INT32;
+	ibv_coll_wc wc{};
+	auto post = [&](uint64_t id) {
+		wr.wr_id = id;
+		buf[2] = buf[3] = -1;
+		ASSERT_EQ(ibv_post_coll_send(qp, &wr, &bad), 0);
+		wc = {};
+		ibv_poll_coll_cq(cq, 1, &wc); // lend the thread once (it may complete)
+	};
+	auto completes = [&](uint64_t id, int32_t e0, int32_t e1) {
+		for (int i = 0; i < 3000 && !wc.wr_id && ibv_poll_coll_cq(cq, 1, &wc) == 0; i++)
+			usleep(1000);
+		EXPECT_EQ(wc.wr_id, id);
+		EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_coll_wc_status_str(wc.status);
+		EXPECT_TRUE(wc.wc_flags & IBV_COLL_WC_RING);
+		EXPECT_EQ(buf[2], e0);
+		EXPECT_EQ(buf[3], e1);
+	};
+	auto counters = [&] {
+		ibv_coll_counters c{};
+		EXPECT_EQ(ibv_query_coll_counters(ctx, &c), 0);
+		return c;
+	};
+
+	// Message 1: our partial comes, phase 1 (two nodes: one phase).
+	post(1);
+	Packet p;
+	ASSERT_TRUE(fake.recv(&p, dev_port));
+	EXPECT_TRUE(p.icrc_ok);
+	EXPECT_EQ(p.opcode, 0xe9);
+	EXPECT_EQ(p.dqpn, kFakeQpn);
+	EXPECT_EQ(p.h.mid, 1u);
+	EXPECT_EQ(p.h.phase, 1);
+	EXPECT_EQ(p.h.src_node, 0);
+	EXPECT_EQ(p.h.flags, 0);
+	EXPECT_EQ(p.payload, i32({10, 20}));
+
+	// Forged and misdirected partials: counted, never reduced.
+	Ceth h;
+	h.len = 8;
+	h.key = kKey;
+	const ibv_coll_counters c0 = counters();
+	Ceth x = h;
+	x.phase = 0; // two nodes have no phase 0
+	fake.send(dev_port, 0xe9, qp->qp_num, x, i32({1000, 1000}));
+	x = h;
+	x.phase = 2; // nor a phase 2
+	fake.send(dev_port, 0xe9, qp->qp_num, x, i32({1000, 1000}));
+	x = h;
+	x.flags = 0x08; // an acknowledgement carries nothing
+	fake.send(dev_port, 0xe9, qp->qp_num, x, i32({1000, 1000}));
+	x = h;
+	x.len = 4; // not the message's length
+	fake.send(dev_port, 0xe9, qp->qp_num, x, i32({1000}));
+	x = h;
+	x.key ^= 1;
+	fake.send(dev_port, 0xe9, qp->qp_num, x, i32({1000, 1000}));
+	// Not acknowledged, our partial comes again (after the probe time),
+	// flagged a repeat.
+	ASSERT_TRUE(fake.recv(&p, dev_port, 2000));
+	EXPECT_EQ(p.opcode, 0xe9);
+	EXPECT_EQ(p.h.flags, 2);
+	EXPECT_EQ(p.payload, i32({10, 20}));
+	ibv_coll_counters c1 = counters();
+	EXPECT_EQ(c1.coll_bad_node - c0.coll_bad_node, 3u);
+	EXPECT_EQ(c1.coll_bad_block - c0.coll_bad_block, 1u);
+	EXPECT_EQ(c1.coll_bad_key - c0.coll_bad_key, 1u);
+	EXPECT_EQ(c1.coll_reductions, c0.coll_reductions);
+	EXPECT_EQ(buf[2], -1) << "completed on a forged partial";
+
+	// We acknowledge it and send ours: the device acknowledges ours and
+	// completes (10 + 1, 20 + 2).
+	Ceth ack = h;
+	ack.flags = 0x08;
+	ack.len = 0;
+	fake.send(dev_port, 0xe9, qp->qp_num, ack, {});
+	fake.send(dev_port, 0xe9, qp->qp_num, h, i32({1, 2}));
+	auto acked = [&](uint32_t mid) {
+		ASSERT_TRUE(fake.recv(&p, dev_port));
+		EXPECT_EQ(p.opcode, 0xe9);
+		EXPECT_EQ(p.h.flags, 0x08) << "an acknowledgement";
+		EXPECT_EQ(p.h.mid, mid);
+		EXPECT_EQ(p.h.phase, 1);
+		EXPECT_TRUE(p.payload.empty());
+	};
+	acked(1);
+	completes(1, 11, 22);
+	// Sent again after it completed (our acknowledgement was lost): the
+	// device acknowledges it again.
+	fake.send(dev_port, 0xe9, qp->qp_num, h, i32({1, 2}));
+	acked(1);
+	EXPECT_EQ(counters().coll_stale - c1.coll_stale, 1u);
+
+	// Message 2's partial before message 2 is posted: kept (acknowledged),
+	// then used; the message completes when ours is acknowledged.
+	Ceth h2 = h;
+	h2.mid = 2;
+	fake.send(dev_port, 0xe9, qp->qp_num, h2, i32({100, 200}));
+	acked(2);
+	EXPECT_EQ(counters().coll_early - c1.coll_early, 1u);
+	post(2);
+	ASSERT_TRUE(fake.recv(&p, dev_port));
+	EXPECT_EQ(p.h.mid, 2u);
+	EXPECT_EQ(p.payload, i32({10, 20}));
+	usleep(50000);
+	EXPECT_EQ(ibv_poll_coll_cq(cq, 1, &wc), 0)
+		<< "complete before its partial was acknowledged";
+	Ceth ack2 = ack;
+	ack2.mid = 2;
+	fake.send(dev_port, 0xe9, qp->qp_num, ack2, {});
+	completes(2, 110, 220);
+
+	ibv_destroy_coll_qp(qp);
+	ibv_dereg_coll_mr(mr);
 	ibv_destroy_coll_cq(cq);
 	ibv_dealloc_coll_pd(pd);
 	ibv_close_coll_device(ctx);

@@ -6,6 +6,11 @@
 //   - through switches (CollSpec::tree): every element folds the node
 //     partials leaf by leaf in node order, then the leaves' partials in
 //     the order of their lowest node;
+//   - an ALLREDUCE of at most IBV_COLL_EMU_XCHG_BYTES per rank among
+//     member NICs (no switch) folds pairwise: with p the largest power of
+//     two <= N and r = N - p, the p values are P_2i op P_2i+1 for i < r,
+//     then P_2r .. P_N-1; then, while more than one is left, each
+//     neighbouring two fold into one, the lower first;
 //   - AVG is SUM in that order, divided by K once at the end;
 //   - float32/float64: one IEEE operation per step; fp16/bf16: exact
 //     conversion to float, the float operation, round to nearest even back.
@@ -18,6 +23,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -506,6 +512,18 @@ std::vector<uint8_t> reduce_pairs(const CollSpec &s, const std::vector<std::vect
 	return out;
 }
 
+// Whether an ALLREDUCE runs as the member NICs' pairwise exchange.
+bool folds_pairwise(const CollSpec &s)
+{
+	int64_t most = s.pairwise_max;
+	if (most < 0) {
+		const char *v = getenv("IBV_COLL_EMU_XCHG_BYTES");
+		most = v && *v ? strtoll(v, nullptr, 10) : 4096;
+	}
+	return s.coll == IBV_COLL_WR_ALLREDUCE && s.ranks.size() >= 2 &&
+	       s.count * dtype_size(s.dtype) <= uint64_t(std::max<int64_t>(most, 0)) && most > 0;
+}
+
 // The reduced vector every reduction's destinations are cut from: count
 // elements for ALLREDUCE/REDUCE, K*count for REDUCE_SCATTER.
 std::vector<uint8_t> reduce_all(const CollSpec &s, const std::vector<std::vector<uint8_t>> &srcs)
@@ -571,8 +589,30 @@ std::vector<uint8_t> reduce_all(const CollSpec &s, const std::vector<std::vector
 		return acc;
 	};
 
+	// The pairwise fold (see the top of this file).
+	auto pairwise = [&](uint64_t e) {
+		uint32_t p = 1;
+		while (p * 2 <= N)
+			p *= 2;
+		const uint32_t r = N - p;
+		std::vector<uint64_t> v(p);
+		for (uint32_t i = 0; i < p; i++)
+			v[i] = i < r ? op(partial(2 * i, e), partial(2 * i + 1, e))
+				     : partial(i + r, e);
+		for (uint32_t n = p; n > 1; n /= 2)
+			for (uint32_t i = 0; i < n / 2; i++)
+				v[i] = op(v[2 * i], v[2 * i + 1]);
+		uint64_t acc = v[0];
+		if (s.op == IBV_COLL_OP_AVG)
+			acc = avg_finish(s.dtype, acc, K);
+		return acc;
+	};
+
 	std::vector<uint8_t> out(L * size);
-	if (s.tree) {
+	if (!s.tree && folds_pairwise(s)) {
+		for (uint64_t e = 0; e < L; e++)
+			store_elem(out.data(), e, size, pairwise(e));
+	} else if (s.tree) {
 		for (uint64_t e = 0; e < L; e++)
 			store_elem(out.data(), e, size, tree(e));
 	} else if (s.coll == IBV_COLL_WR_REDUCE_SCATTER) {

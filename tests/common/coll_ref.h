@@ -32,6 +32,12 @@ struct CollSpec {
 	// node.
 	bool tree = false;
 	std::vector<uint16_t> leaf_of;
+	// Among the member NICs, an ALLREDUCE of at most this many bytes per
+	// rank on two or more nodes folds pairwise (recursive doubling, see
+	// coll_ref.cc) instead of round the ring: -1, IBV_COLL_EMU_XCHG_BYTES
+	// as the device reads it (4096 when unset); 0: never (AUTO's members
+	// that fell back from their switches run the ring).
+	int64_t pairwise_max = -1;
 
 	uint32_t total_ranks() const;		  // K = sum of ranks[]
 	uint32_t first_rank(uint32_t node) const; // sum of ranks[] before node

@@ -841,6 +841,78 @@ INSTANTIATE_TEST_SUITE_P(
 			  PathCase{"switch_all", Topology::sw, 0.05, 0.05, true}),
 	[](const ::testing::TestParamInfo<PathCase> &i) { return std::string(i.param.name); });
 
+// Small allreduces (at most IBV_COLL_EMU_XCHG_BYTES) run as the pairwise
+// exchange, for every shape of it (a power of two, and the pairs before
+// one), with loss, duplicates and reordering: each node's result is the
+// reference's, and what was lost went again, unacknowledged.
+TEST(CollPathsExchange, EveryShapeUnderLossMatchesTheReference)
+{
+	const std::vector<std::vector<uint16_t>> shapes = {{1, 1},
+							   {2, 1, 3},
+							   {1, 1, 1, 1},
+							   {1, 2, 1, 1, 1},
+							   {1, 1, 1, 1, 1, 1, 2},
+							   {1, 1, 1, 1, 1, 1, 1, 1}};
+	uint64_t dropped = 0, again = 0; // under loss, all shapes
+	for (const auto &shape : shapes) {
+		for (const double loss : {0.0, 0.1}) {
+			Cluster c(shape, Topology::ring, 7 + shape.size(), false);
+			c.net.f.loss = loss;
+			c.net.f.dup = loss / 2;
+			c.net.f.reorder = loss > 0;
+			uint32_t mid = 0;
+			for (const uint64_t count : {1, 7, 100, 1024, 3, 1}) {
+				mid++;
+				c.post_allreduce(mid, count, mid * 31 + shape.size());
+				ASSERT_TRUE(c.run(mid, 5000 * kMs))
+					<< shape.size() << " nodes, loss " << loss << ", mid "
+					<< mid;
+				expect_results(c, mid);
+				if (::testing::Test::HasFailure())
+					return;
+			}
+			for (size_t n = 0; n < c.nodes.size(); n++) {
+				expect_accounted(*c.nodes[n], n);
+				const CollCounters k = c.nodes[n]->svc->counters();
+				EXPECT_EQ(k.messages, mid);
+				EXPECT_EQ(k.failed, 0u);
+				EXPECT_EQ(k.tx_result, 0u) << "a result went round the ring";
+				EXPECT_TRUE(loss > 0 || k.retrans_data == 0)
+					<< "sent again without loss";
+				again += loss > 0 ? k.retrans_data : 0;
+			}
+			dropped += c.net.dropped;
+		}
+	}
+	EXPECT_GT(dropped, 0u);
+	EXPECT_GT(again, 0u);
+}
+
+// A member of the exchange completes only when its partials are
+// acknowledged, as an RC send does: with its partials to the others cut,
+// node 1 has every partial it needs and still does not complete (it would
+// leave the others waiting for a partial no one sends again, were its
+// process to exit); once the cut heals, every node completes.  For two
+// nodes (one phase) and three (node 1 takes node 0's partial in phase 0
+// and returns the result in the last).
+TEST(CollPathsExchange, NoMemberCompletesBeforeItsPartialsAreAcknowledged)
+{
+	for (const size_t n : {2, 3}) {
+		Cluster c(std::vector<uint16_t>(n, 1), Topology::ring, 5, false);
+		for (size_t to = 0; to < n; to++)
+			if (to != 1)
+				c.net.f.cut.emplace_back(c.nodes[1]->host_ep(),
+							 c.nodes[to]->host_ep());
+		c.post_allreduce(1, 16, 9);
+		EXPECT_FALSE(c.run(1, 50 * kMs)) << n << " nodes";
+		for (size_t k = 0; k < n; k++)
+			EXPECT_TRUE(c.nodes[k]->host->cqes.empty()) << n << " nodes: node " << k;
+		c.net.f.cut.clear();
+		ASSERT_TRUE(c.run(1, 5000 * kMs)) << n << " nodes";
+		expect_results(c, 1);
+	}
+}
+
 // The switch path at 5 % random loss (every packet, both ways): a member
 // sends a block's partial again only when it is the one missing (the
 // switch's NAK), and asks for a lost result without its payload, so the
@@ -962,40 +1034,43 @@ TEST(CollPathsFallback, AnsweringSwitchIsUsed)
 // flush what is queued behind it; none hangs.
 TEST(CollPathsDeadPeer, OthersFailWithAnErrorCompletion)
 {
-	for (Topology t : {Topology::ring, Topology::sw}) {
-		Cluster c({1, 1, 2, 1}, t, 21, t != Topology::ring);
-		c.net.f.dead = {c.nodes[2]->host_ep()};
-		c.post_allreduce(1, 2000, 5);
-		c.post_allreduce(2, 10, 6); // queued behind: flushed
-		ASSERT_TRUE(c.run(2, 2000 * kMs)) << int(t);
-		bool timeout = false;
-		for (size_t n = 0; n < c.nodes.size(); n++) {
-			if (n == 2)
-				continue;
-			Node &nd = *c.nodes[n];
-			ASSERT_EQ(nd.host->cqes.size(), 2u);
-			const Cqe &a = nd.host->cqes[0], &b = nd.host->cqes[1];
-			EXPECT_NE(a.status, uint8_t(WcStatus::success));
-			EXPECT_TRUE(a.coll_status == uint8_t(CollStatus::timeout) ||
-				    a.coll_status == uint8_t(CollStatus::remote_abort))
-				<< int(a.coll_status);
-			timeout |= a.coll_status == uint8_t(CollStatus::timeout);
-			EXPECT_EQ(b.status, uint8_t(WcStatus::wr_flush_err));
-			EXPECT_EQ(nd.qp.state, QpState::err);
+	// The ring, the switch path, and a small message's exchange.
+	for (const uint64_t first : {2000, 10})
+		for (Topology t : {Topology::ring, Topology::sw}) {
+			Cluster c({1, 1, 2, 1}, t, 21, t != Topology::ring);
+			c.net.f.dead = {c.nodes[2]->host_ep()};
+			c.post_allreduce(1, first, 5);
+			c.post_allreduce(2, 10, 6); // queued behind: flushed
+			ASSERT_TRUE(c.run(2, 2000 * kMs)) << int(t);
+			bool timeout = false;
+			for (size_t n = 0; n < c.nodes.size(); n++) {
+				if (n == 2)
+					continue;
+				Node &nd = *c.nodes[n];
+				ASSERT_EQ(nd.host->cqes.size(), 2u);
+				const Cqe &a = nd.host->cqes[0], &b = nd.host->cqes[1];
+				EXPECT_NE(a.status, uint8_t(WcStatus::success));
+				EXPECT_TRUE(a.coll_status == uint8_t(CollStatus::timeout) ||
+					    a.coll_status == uint8_t(CollStatus::remote_abort))
+					<< int(a.coll_status);
+				timeout |= a.coll_status == uint8_t(CollStatus::timeout);
+				EXPECT_EQ(b.status, uint8_t(WcStatus::wr_flush_err));
+				EXPECT_EQ(nd.qp.state, QpState::err);
+			}
+			EXPECT_TRUE(timeout); // someone noticed by itself
 		}
-		EXPECT_TRUE(timeout); // someone noticed by itself
-	}
 }
 
 // Packets for no QP, with a wrong key, or from a stranger are counted and
 // never change the result.
 TEST(CollPathsForged, CountedAndHarmless)
 {
+	// Messages larger than the exchange's: round the ring.
 	Cluster c({1, 1, 1}, Topology::ring, 31, false);
-	c.post_allreduce(1, 500, 3);
+	c.post_allreduce(1, 1500, 3);
 	ASSERT_TRUE(c.run(1, 5000 * kMs));
 	// Replay node 0's DATA packets with one thing wrong each.
-	c.post_allreduce(2, 500, 4);
+	c.post_allreduce(2, 1500, 4);
 	for (auto &nd : c.nodes)
 		nd->svc->progress(nd->qp, c.clock);
 	std::vector<Pkt> flight = c.net.take();

@@ -31,6 +31,7 @@ CollSpec make_spec(int coll, int op, int dtype, uint64_t count, std::vector<uint
 	s.count = count;
 	s.root = root;
 	s.ranks = std::move(ranks);
+	s.pairwise_max = 0; // round the ring; PairwiseFoldOrder sets its own
 	return s;
 }
 
@@ -325,6 +326,50 @@ TEST(CollRef, SwitchTreeFoldOrder)
 	s.leaf_of.clear();
 	auto rs = uniform_srcs(std::vector<float>{kA, kB, kC, kB}, 4);
 	EXPECT_EQ(from_bytes<float>(expected_output_from(s, rs, 3)), (std::vector<float>{-4.0f}));
+}
+
+// A small allreduce among the NICs folds pairwise (the exchange), the lower
+// first; with p the largest power of two <= N, r = N - p, the first 2r nodes
+// fold in pairs first.  x = {1e8, 4, -100000008}, float spacing 8 near 1e8.
+//   N=3, {4, 1e8, -100000008}: (4 + 1e8) + -100000008 = 1e8 - 100000008 = -8
+//     (the ring's element 0 starts at node 2: (-100000008 + 4) + 1e8 = 0)
+//   N=4, {1e8, 4, -100000008, 4}: (1e8 + 4) + (-100000008 + 4) = 1e8 - 1e8 = 0
+//   N=5, {1e8, 4, -100000008, 4, 1e8}: ((1e8 + 4) + -100000008) + (4 + 1e8)
+//     = -8 + 1e8 = 99999992
+TEST(CollRef, PairwiseFoldOrder)
+{
+	CollSpec s = make_spec(IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32, 1,
+			       {1, 1, 1});
+	auto srcs = uniform_srcs(std::vector<float>{kB, kA, kC}, 1);
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 1)), (std::vector<float>{0.0f}))
+		<< "the ring's";
+	s.pairwise_max = 4096;
+	for (uint32_t g = 0; g < 3; g++)
+		EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, g)),
+			  (std::vector<float>{-8.0f}))
+			<< "rank " << g;
+
+	s.ranks = {1, 1, 1, 1};
+	s.count = 3;
+	srcs = uniform_srcs(std::vector<float>{kA, kB, kC, kB}, 3);
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 3)),
+		  (std::vector<float>{0.0f, 0.0f, 0.0f}));
+
+	s.ranks = {1, 1, 1, 1, 1};
+	srcs = uniform_srcs(std::vector<float>{kA, kB, kC, kB, kA}, 3);
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 4)),
+		  (std::vector<float>{99999992.0f, 99999992.0f, 99999992.0f}));
+
+	// Larger than the limit, or one node: not the exchange.
+	s.ranks = {1, 1, 1};
+	s.count = 1025;
+	srcs = uniform_srcs(std::vector<float>{kB, kA, kC}, 1025);
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 0))[1024], 0.0f) << "the ring's";
+	s.count = 1024;
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 0))[1023], -8.0f);
+	s.ranks = {3};
+	EXPECT_EQ(from_bytes<float>(expected_output_from(s, srcs, 0))[1023], -8.0f)
+		<< "one node folds its ranks in order";
 }
 
 // Each node folds its own ranks before the ring: nodes {x0}, {x1, x2} with
