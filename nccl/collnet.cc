@@ -334,11 +334,6 @@ ncclResult_t close_listen(void *listen_comm)
 	return ncclSuccess;
 }
 
-template <typename VProps> ncclResult_t make_vdevice(int *, VProps *)
-{
-	NCCL_PLUGIN_INFO(NCCL_INIT | NCCL_NET, "makeVDevice: one device only, no virtual ones");
-	return ncclInvalidUsage;
-}
 
 } // namespace
 
@@ -368,7 +363,7 @@ template <typename T, typename Props, typename VProps> constexpr T collnet_table
 	t.test = E<coll_test>;
 	t.closeColl = E<close_coll>;
 	t.closeListen = E<close_listen>;
-	t.makeVDevice = E<make_vdevice<VProps>>;
+	t.makeVDevice = E<no_vdevice<VProps>>;
 	if constexpr (requires { t.finalize; }) {
 		t.init = E<init_v11>;
 		t.listen = E<listen_v11>;

@@ -14,7 +14,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -40,8 +39,6 @@ constexpr auto kExchangeTimeout = std::chrono::seconds(30);
 // RNR NAK wait 0.12 ms: NCCL's sender often runs ahead of the receiver's
 // irecv, and the sender retries forever (rnr_retry 7) until it is posted.
 constexpr uint8_t kMinRnrTimer = 7;
-
-std::atomic<bool> g_ready;
 
 struct CqDeleter {
 	void operator()(ibv_coll_cq *cq) const { ibv_destroy_coll_cq(cq); }
@@ -264,14 +261,12 @@ size_t max_p2p()
 
 ncclResult_t init_net(ncclDebugLogger_t logger)
 {
-	ncclResult_t r = setup(logger);
-	g_ready = g_ready || r == ncclSuccess;
-	return r;
+	return setup(logger);
 }
 
 template <typename Props> ncclResult_t get_properties(int dev, Props *p)
 {
-	if (!g_ready || dev != 0) {
+	if (!ready() || dev != 0) {
 		NCCL_PLUGIN_WARN("getProperties: no device %d", dev);
 		return ncclInvalidArgument;
 	}
@@ -313,7 +308,7 @@ struct ListenComm {
 ncclResult_t listen_net(int dev, void *handle, void **listen_comm)
 {
 	*listen_comm = nullptr;
-	if (!g_ready || dev != 0 || !handle) {
+	if (!ready() || dev != 0 || !handle) {
 		NCCL_PLUGIN_WARN("listen: no device %d", dev);
 		return ncclInvalidArgument;
 	}
@@ -367,7 +362,7 @@ ncclResult_t connect_net(void *handle, void **send_comm)
 {
 	*send_comm = nullptr;
 	auto *h = static_cast<Handle *>(handle);
-	if (!g_ready || !h || h->magic != kHandleMagic) {
+	if (!ready() || !h || h->magic != kHandleMagic) {
 		NCCL_PLUGIN_WARN("connect: not a handle of this net");
 		return ncclInvalidArgument;
 	}
@@ -703,18 +698,12 @@ ncclResult_t reg_mr_dmabuf(void *, void *, size_t, int, uint64_t, int, void **mh
 	return ncclInvalidArgument;
 }
 
-template <typename VProps> ncclResult_t make_vdevice(int *, VProps *)
-{
-	NCCL_PLUGIN_INFO(NCCL_NET | NCCL_INIT, "no virtual devices: one physical device only");
-	return ncclInvalidUsage;
-}
-
 // getProperties and makeVDevice for the version's own property types.
 template <typename P, typename V>
 constexpr void set_typed(ncclResult_t (*&props)(int, P *), ncclResult_t (*&vdev)(int *, V *))
 {
 	props = E<get_properties<P>>;
-	vdev = E<make_vdevice<V>>;
+	vdev = E<no_vdevice<V>>;
 }
 
 template <typename Net> constexpr Net make_net()
@@ -722,7 +711,7 @@ template <typename Net> constexpr Net make_net()
 	Net n{};
 	n.name = "ibv_coll";
 	n.devices = [](int *ndev) {
-		*ndev = g_ready ? 1 : 0; // one device, once init has opened it
+		*ndev = ready() ? 1 : 0; // one device, while init has it open
 		return ncclSuccess;
 	};
 	set_typed(n.getProperties, n.makeVDevice);

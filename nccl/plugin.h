@@ -48,6 +48,8 @@ ncclResult_t release();
 // The configuration and device after a successful setup().
 const Config &config();
 Device &device();
+// The device is open (a setup() not yet released).
+bool ready();
 
 // Fill the fields every version's properties share.
 template <typename Props> void fill_properties(Props *p);
@@ -111,5 +113,12 @@ template <typename... A, ncclResult_t (*Fn)(A...)> struct Entry<Fn> {
 };
 // E<f>: f behind that guard, for the tables NCCL calls.
 template <auto Fn> constexpr auto E = &Entry<Fn>::call;
+
+// makeVDevice of every table: one physical device, no virtual ones.
+template <typename VProps> ncclResult_t no_vdevice(int *, VProps *)
+{
+	NCCL_PLUGIN_INFO(NCCL_NET | NCCL_INIT, "makeVDevice: one device only, no virtual ones");
+	return ncclInvalidUsage;
+}
 
 } // namespace ibv_coll::nccl

@@ -207,6 +207,12 @@ ncclResult_t release()
 	return ncclSuccess;
 }
 
+bool ready()
+{
+	std::lock_guard<std::mutex> g(g_lock);
+	return g_ready;
+}
+
 const Config &config()
 {
 	return g_cfg;

@@ -365,8 +365,16 @@ template <typename Net> bool close_net(Rank<Net> &r)
 	CHECK(net->closeSend(r.sc) == ncclSuccess, "closeSend");
 	CHECK(net->closeRecv(r.rc) == ncclSuccess, "closeRecv");
 	CHECK(net->closeListen(r.lc) == ncclSuccess, "closeListen");
-	if constexpr (!std::is_same_v<Net, ncclNet_v10_t>)
+	if constexpr (!std::is_same_v<Net, ncclNet_v10_t>) {
 		CHECK(net->finalize(r.ctx) == ncclSuccess, "finalize");
+		// The last finalize closed the device: no device, no properties.
+		int ndev = -1;
+		CHECK(net->devices(&ndev) == ncclSuccess && ndev == 0,
+		      "devices after the last finalize: %d", ndev);
+		typename PropsOf<Net>::type p{};
+		CHECK(net->getProperties(0, &p) == ncclInvalidArgument,
+		      "getProperties after the last finalize");
+	}
 	return true;
 }
 
