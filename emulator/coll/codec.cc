@@ -149,6 +149,14 @@ void CollEngine::classify(const InPacket &ip)
 			    &job.cnp_at[p.h.src_node], e_.now());
 	}
 	ctr.rx_bytes += p.paylen;
+	// The ring's packets of a message this node runs as the pairwise
+	// exchange (members do not run a message two ways): forged.
+	if ((p.kind == kCollData || p.kind == kCollResult ||
+	     (p.kind == kCollAck && (p.h.flags & kCethNak))) &&
+	    job.active && job.active->mid == p.h.mid && job.active->path == &xchg_) {
+		ctr.malformed++;
+		return;
+	}
 	switch (p.kind) {
 	case kCollData:
 	case kCollResult:

@@ -833,6 +833,15 @@ TEST(CollWire, ExchangePeerAcknowledgementsForgeriesAndTheNextMessage)
 	x = h;
 	x.key ^= 1;
 	fake.send(dev_port, 0xe9, qp->qp_num, x, i32({1000, 1000}));
+	// The ring's packets of the same message: a ring partial (hop 1) and
+	// a result's token coming home (hop 2).
+	Ceth ring = h;
+	ring.node_map = 2;
+	fake.send(dev_port, 0xe0, qp->qp_num, ring, i32({1000, 1000}));
+	ring.phase = 2;
+	ring.node_map = 3;
+	ring.len = 0;
+	fake.send(dev_port, 0xe1, qp->qp_num, ring, {});
 	// Not acknowledged, our partial comes again (after the probe time),
 	// flagged a repeat.
 	ASSERT_TRUE(fake.recv(&p, dev_port, 2000));
@@ -843,6 +852,7 @@ TEST(CollWire, ExchangePeerAcknowledgementsForgeriesAndTheNextMessage)
 	EXPECT_EQ(c1.coll_bad_node - c0.coll_bad_node, 3u);
 	EXPECT_EQ(c1.coll_bad_block - c0.coll_bad_block, 1u);
 	EXPECT_EQ(c1.coll_bad_key - c0.coll_bad_key, 1u);
+	EXPECT_EQ(c1.coll_malformed - c0.coll_malformed, 2u);
 	EXPECT_EQ(c1.coll_reductions, c0.coll_reductions);
 	EXPECT_EQ(buf[2], -1) << "completed on a forged partial";
 
