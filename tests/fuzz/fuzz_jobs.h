@@ -11,9 +11,14 @@ namespace ibvc_fuzz {
 constexpr uint16_t kPort = 4791; // the device's or switch's own port
 constexpr uint8_t kSelf = 1;	 // 127.0.0.1
 constexpr uint64_t kKey = 0x6b65796b65796b65ull;
-constexpr uint32_t kJidFlat = 1, kJidTree = 2; // the switch's jobs (tree: has a parent)
-constexpr uint32_t kJidRing = 7, kJidSw = 8;   // the NIC's collective jobs
-constexpr uint32_t kQpRc = 0x11, kQpRing = 0x12, kQpSw = 0x13; // as the NIC numbers them
+constexpr uint32_t kJidFlat = 1, kJidTree = 2;		   // the switch's jobs (tree: has a parent)
+constexpr uint32_t kJidRing = 7, kJidSw = 8, kJidXchg = 9; // the NIC's collective jobs
+// as the NIC numbers them
+constexpr uint32_t kQpRc = 0x11, kQpRing = 0x12, kQpSw = 0x13, kQpXchg = 0x14;
+// The NIC runs a ring job's allreduce of at most this many bytes as the
+// pairwise exchange: the ring job's 2400 go round the ring, the exchange
+// job's 400 do not.
+constexpr uint32_t kXchgBytes = 2048;
 constexpr uint32_t kPeerQpn = 0x99;
 
 // Framing byte low bits: 0 node 1 (switch: node 0), 1 node 2 (switch:

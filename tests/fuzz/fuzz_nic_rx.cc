@@ -1,9 +1,10 @@
 // libFuzzer target: the emulated NIC's receive path in process: the
 // engine's packet handler (BTH and its checks, RETH/AETH/ImmDt, the RC
 // responder and requester) and the collective engine's (CETH, and DATA,
-// RESULT, ACK, ABORT, CONFIG_ACK on a ring job and on a switch job), on a
-// device with an RC QP holding receive buffers and two collective QPs each
-// with an allreduce under way.  See fuzz_transport.h for the input.
+// RESULT, ACK, ABORT, CONFIG_ACK on a ring job and on a switch job; XCHG
+// on a ring job whose small allreduce is a pairwise exchange), on a device
+// with an RC QP holding receive buffers and three collective QPs each with
+// an allreduce under way.  See fuzz_transport.h for the input.
 #include "coll/coll_job.h"
 #include "fuzz_jobs.h"
 #include "nic/nic.h"
@@ -32,7 +33,8 @@ struct FuzzNic {
 	alignas(64) uint8_t mem[kMem] = {};
 	Queue cq_ring{64, sizeof(Cqe)};
 	Queue rc_sq{16, send_wqe_stride(1)}, rc_rq{16, recv_wqe_stride(1)};
-	Queue ring_sq{4, coll_wqe_stride(1)}, sw_sq{4, coll_wqe_stride(1)}, none{1, 64};
+	Queue ring_sq{4, coll_wqe_stride(1)}, sw_sq{4, coll_wqe_stride(1)};
+	Queue xchg_sq{4, coll_wqe_stride(1)}, none{1, 64};
 	FuzzTransport *tr = nullptr;
 	std::unique_ptr<Nic> nic; // last: destroyed first, while the queues live
 	Cq *cq = nullptr;
@@ -112,7 +114,8 @@ struct FuzzNic {
 		p.gids.push_back(v4_endpoint(kSelf, 0).ip);
 		p.udp_port = kPort;
 		p.cfg.poll_us = 0;    // the engine thread sleeps: the fuzzer's thread drives
-		p.cfg.seg_units = 64; // the jobs take 16; 4096 would cost 16 MiB per input
+		p.cfg.seg_units = 64; // the jobs take 24; 4096 would cost 16 MiB per input
+		p.cfg.coll_xchg_bytes = kXchgBytes;
 		p.transport = [this](std::unique_ptr<Transport> *out) {
 			auto t = std::make_unique<FuzzTransport>(kPort);
 			tr = t.get();
@@ -147,13 +150,18 @@ struct FuzzNic {
 		nic->rq_doorbell(rc);
 
 		// A three-node ring job and a two-node switch job (peer 2 the
-		// switch), each running an allreduce.
+		// switch), each running an allreduce of 600 int32.
 		Qp *ring = make_qp(&ring_sq, &none, true, kQpRing);
 		job(ring, kJidRing, kQpRing, 3, false, 0);
 		post_coll(ring, ring_sq, 0, 600);
 		Qp *swq = make_qp(&sw_sq, &none, true, kQpSw);
 		job(swq, kJidSw, kQpSw, 2, true, 8);
 		post_coll(swq, sw_sq, 32768, 600);
+		// A three-node ring job whose 100 int32 go as the pairwise
+		// exchange: this node (0) is its extra, node 1 its partner.
+		Qp *xq = make_qp(&xchg_sq, &none, true, kQpXchg);
+		job(xq, kJidXchg, kQpXchg, 3, false, 16);
+		post_coll(xq, xchg_sq, 49152, 100);
 	}
 
 	// What a packet taken in by a job or an RC QP moves.

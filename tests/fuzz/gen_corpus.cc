@@ -158,6 +158,25 @@ void nic_seeds()
 	put(t, "ring_abort", r);
 	r.clear();
 
+	// The exchange job (3 nodes, 100 int32): node 1 acknowledges this
+	// node's phase-0 partial and sends the result (phase 2), twice; node
+	// 2, no peer of this node's, sends a partial of phase 1.
+	wire::Ceth x = ceth(kJidXchg, 1, 1, 0, 0, 0);
+	x.flags = wire::kCethXchgAck;
+	x.seq = 0;
+	add_record(r, 0, coll_bth(wire::kCollXchg, kQpXchg), &x, nullptr, 0);
+	x.flags = 0;
+	x.phase = 2;
+	x.len = 400;
+	auto xp = i32s(100, 6);
+	for (int i = 0; i < 2; i++)
+		add_record(r, 0, coll_bth(wire::kCollXchg, kQpXchg), &x, xp.data(), xp.size());
+	x.src_node = 2;
+	x.phase = 1;
+	add_record(r, 1, coll_bth(wire::kCollXchg, kQpXchg), &x, xp.data(), xp.size());
+	put(t, "xchg", r);
+	r.clear();
+
 	// Switch job: results of blocks 0..2 from the switch (peer 2), and
 	// an ACK.
 	for (uint32_t sid = 0; sid < 3; sid++) {
