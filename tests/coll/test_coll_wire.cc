@@ -725,44 +725,12 @@ TEST(CollWire, ExchangePeerAcknowledgementsForgeriesAndTheNextMessage)
 	ASSERT_NE(ctx, nullptr);
 	ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
 	ibv_coll_cq *cq = ibv_create_coll_cq(ctx, 16, nullptr, nullptr, 0);
-	ibv_coll_qp_init_attr ia{};
-	ia.send_cq = ia.recv_cq = cq;
-	ia.qp_type = IBV_COLL_QPT_COLL;
-	ia.cap.max_send_wr = 8;
-	ia.cap.max_send_sge = 1;
-	ibv_coll_qp *qp = ibv_create_coll_qp(pd, &ia);
-	ASSERT_NE(qp, nullptr);
 	ibv_coll_port_attr pa;
 	ASSERT_EQ(ibv_query_coll_port(ctx, 1, &pa), 0);
 	const uint16_t dev_port = pa.udp_port;
 	Fake fake;
-	ibv_coll_member m[2]{};
-	for (int i = 0; i < 2; i++) {
-		memcpy(m[i].gid.raw, kLo, 16);
-		m[i].num_ranks = 1;
-	}
-	m[0].udp_port = dev_port;
-	m[0].qp_num = qp->qp_num;
-	m[1].udp_port = fake.port();
-	m[1].qp_num = kFakeQpn;
-	ibv_coll_job_attr job{};
-	job.jid = 9;
-	job.num_nodes = 2;
-	job.members = m;
-	job.seg_count = 8;
-	job.job_key = kKey;
-	ibv_coll_qp_attr a{};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	ASSERT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE | IBV_COLL_QP_PORT), 0);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.job = &job;
-	ASSERT_EQ(ibv_modify_coll_qp(qp, &a,
-				     IBV_COLL_QP_STATE | IBV_COLL_QP_JOB | IBV_COLL_QP_PATH_MTU),
-		  0);
-	a.qp_state = IBV_QPS_RTS;
-	ASSERT_EQ(ibv_modify_coll_qp(qp, &a, IBV_COLL_QP_STATE), 0);
+	ibv_coll_qp *qp = ring_job_qp(pd, cq, dev_port, fake, 9, kKey, 0);
+	ASSERT_NE(qp, nullptr);
 
 	int32_t buf[4] = {10, 20, -1, -1}; // source, then destination
 	ibv_coll_mr *mr = ibv_reg_coll_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
