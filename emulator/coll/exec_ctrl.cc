@@ -289,7 +289,7 @@ bool CollEngine::exchanges(const CollJob &job, const Message &m) const
 	const uint32_t most = e_.params.cfg.coll_xchg_bytes;
 	if (c.nodes() < 2 || !most || sw_.wanted(job) || (c.sw.on && c.topology != Topology::ring))
 		return false;
-	return m.coll == CollOp::barrier || (m.coll == CollOp::allreduce && m.count * m.es <= most);
+	return m.coll == CollOp::barrier || (m.coll == CollOp::allreduce && m.count <= most / m.es);
 }
 
 // The running message goes round the ring.  Why it does is execution
