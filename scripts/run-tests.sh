@@ -21,7 +21,7 @@ run() {
 	(cd "$dir" && ctest -j "$jobs" --output-on-failure --timeout 600 $extra $CTEST_ARGS)
 }
 CTEST_ARGS="$*"
-echo "== build and test: release"
+echo "== build and test: release ($(date +%T))"
 # The ring's allocation-failure sweep (a minute) runs sanitized below,
 # where it finds more (leaks on each failure path); the switch's runs here
 # only.  The namespace chaos run (faults injected into a live fabric, a
@@ -31,7 +31,7 @@ run build "-E AllocFail.TwoNodeRingEveryAllocation|multihost.chaos"
 # The release pass ran every switch at its default (one worker on a 2-core
 # machine: at most half the cores); the switch's tests once more against
 # switches of four workers, more than this machine has cores.
-echo "== switch tests: switches of 4 workers"
+echo "== switch tests: switches of 4 workers ($(date +%T))"
 (cd build && IBV_COLL_SWITCH_THREADS=4 ctest -j "$jobs" --output-on-failure --timeout 600 \
 	-L "switch|tools|capture|stat|multihost" $CTEST_ARGS)
 (cd build && IBV_COLL_SWITCH_THREADS=4 ctest -j "$jobs" --output-on-failure --timeout 600 \
@@ -66,7 +66,7 @@ echo "== switch tests: switches of 4 workers"
 # The style checks (label style) read the sources, not the build: the
 # release pass runs them.
 # Leaks that are not ours: tests/lsan.supp.
-echo "== build and test: AddressSanitizer + UndefinedBehaviorSanitizer"
+echo "== build and test: AddressSanitizer + UndefinedBehaviorSanitizer ($(date +%T))"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp print_suppressions=0" \
 	run build-asan "-E _big|switchbig|n8k2_switch_|AllocFail.TwoNodeSwitch|CostsAFractionOfTheLossFreeTime|DescheduledHostsStallNothing|coll_hier_8x1|multihost.chaos|mpi\.(check|unsupported|finalize|netns|shared|slurm) -LE rxe|pkg|liveness|perf|style" \
@@ -82,7 +82,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 # its workers against each other (SwitchWorkers) and its receive path
 # (SwitchAcct).
 # Suppressions, each with its reason, in tests/tsan.supp.
-echo "== build and test: ThreadSanitizer (threaded suites)"
+echo "== build and test: ThreadSanitizer (threaded suites) ($(date +%T))"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="$G1" \
 	-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$G1" -DIBV_COLL_TSAN=ON >/dev/null
 cmake --build build-tsan -j "$jobs" --target test_api test_c_abi test_version test_rc rc_peer test_rc_self \
@@ -94,7 +94,7 @@ cmake --build build-tsan -j "$jobs" --target test_api test_c_abi test_version te
 # libFuzzer: every target of tests/fuzz for IBV_COLL_FUZZ_SECONDS
 # (10 here) from its committed seeds, under ASan and UBSan; longer runs:
 # scripts/fuzz.sh TARGET SECONDS.
-echo "== fuzz: each libFuzzer target for 10 s"
+echo "== fuzz: each libFuzzer target for 10 s ($(date +%T))"
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	-DCMAKE_C_FLAGS_RELWITHDEBINFO="$G1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$G1" -DIBV_COLL_FUZZ=ON -DIBV_COLL_TESTS=OFF -DIBV_COLL_FUZZ_SECONDS=10 >/dev/null
 cmake --build build-fuzz -j "$jobs" --target fuzz_targets
@@ -107,6 +107,6 @@ cmake --build build-fuzz -j "$jobs" --target fuzz_targets
 # 15 for 45 s (about 35 rounds; its round 34 found the switch forgetting
 # a job whose members were silent while checking a large result), its
 # switches of four workers each.
-echo "== soak: seed 15, 45 s, switches of 4 workers"
+echo "== soak: seed 15, 45 s, switches of 4 workers ($(date +%T))"
 IBV_COLL_SWITCH_THREADS=4 sh scripts/soak.sh -B build -t 45 -S 15
-echo "== all tests passed"
+echo "== all tests passed ($(date +%T))"
