@@ -406,14 +406,16 @@ struct XchgSlots {
 	uint32_t mid = 0;
 	bool on = false;
 	uint32_t len = 0;
+	uint32_t tag = 0; // the collective, and a broadcast's root (xchg.cc)
 	uint32_t have = 0, acked = 0;
 	std::vector<uint8_t> data;
 
-	void reset(uint32_t m, uint32_t l, uint32_t phases)
+	void reset(uint32_t m, uint32_t l, uint32_t phases, uint32_t t)
 	{
 		mid = m;
 		on = true;
 		len = l;
+		tag = t;
 		have = acked = 0;
 		data.resize(size_t(l) * phases);
 	}

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "nic/cc.h"
+#include "wire/ceth.h"
 #include "wire/swproto.h"
 
 #include <cstdint>
@@ -97,11 +98,12 @@ private:
 	void resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now);
 };
 
-// A small message among the member NICs in log2(N) rounds of pairwise
-// exchange (recursive doubling, xchg.cc): a latency of a few hops where
-// the ring takes 2(N-1).  Execution control chooses it for an allreduce
-// or barrier of at most IBV_COLL_EMU_XCHG_BYTES per node on a job that
-// runs round the ring.
+// A small message among the member NICs in about log2(N) packets in a
+// row (xchg.cc): an allreduce or barrier by pairwise exchange (recursive
+// doubling), where the ring takes 2(N-1) hops; a broadcast down a binomial
+// tree, where the ring takes N-1.  Execution control chooses it for a
+// message of at most IBV_COLL_EMU_XCHG_BYTES per rank on a job that runs
+// round the ring.
 class XchgPath final : public CollPath {
 public:
 	explicit XchgPath(CollCore &u) : u_(u) {}
@@ -116,9 +118,11 @@ private:
 	CollCore &u_;
 
 	void advance(Qp &qp, CollJob &job, uint64_t now);
+	void advance_reduce(Qp &qp, CollJob &job, uint64_t now);
+	void advance_bcast(Qp &qp, CollJob &job, uint64_t now);
 	void send_phase(CollJob &job, Message &m, uint32_t phase, bool again = false);
 	bool keep(CollJob &job, const CollPacket &p);
-	void acknowledge(const CollJob &job, const CollPacket &p);
+	void acknowledge(const CollJob &job, const wire::Ceth &p, uint16_t to);
 	void on_ack(CollJob &job, const CollPacket &p, uint64_t now);
 	void again(CollJob &job, Message &m, uint64_t now);
 	void arm(CollJob &job, Message &m, uint64_t now);

@@ -279,8 +279,9 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	}
 }
 
-// A message that runs as a pairwise exchange (coll/xchg.cc): an allreduce
-// of at most IBV_COLL_EMU_XCHG_BYTES per rank, or a barrier, of a job of
+// A message that runs as a pairwise exchange or a broadcast tree
+// (coll/xchg.cc): an allreduce or a broadcast of at most
+// IBV_COLL_EMU_XCHG_BYTES per rank, or a barrier, of a job of
 // several nodes that runs round the ring (not AUTO's fallback, whose
 // members agree on the ring's packets).  Every member decides alike.
 bool CollEngine::exchanges(const CollJob &job, const Message &m) const
@@ -289,7 +290,8 @@ bool CollEngine::exchanges(const CollJob &job, const Message &m) const
 	const uint32_t most = e_.params.cfg.coll_xchg_bytes;
 	if (c.nodes() < 2 || !most || sw_.wanted(job) || (c.sw.on && c.topology != Topology::ring))
 		return false;
-	return m.coll == CollOp::barrier || (m.coll == CollOp::allreduce && m.count <= most / m.es);
+	return m.coll == CollOp::barrier ||
+	       ((m.coll == CollOp::allreduce || m.coll == CollOp::bcast) && m.count <= most / m.es);
 }
 
 // The running message goes round the ring.  Why it does is execution

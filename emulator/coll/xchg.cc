@@ -1,6 +1,7 @@
-// A small message among the member NICs by pairwise exchange (recursive
-// doubling): the latency of about log2(N) packets in a row where the
-// ring's is 2(N-1).  For N = 2^K nodes, in phase k = 1..K node v exchanges
+// A small message among the member NICs in about log2(N) packets in a row,
+// where the ring's allreduce takes 2(N-1) and its broadcast N-1.
+//
+// ALLREDUCE and BARRIER: pairwise exchange (recursive doubling).  For N = 2^K nodes, in phase k = 1..K node v exchanges
 // its partial with node v ^ 2^(k-1) and both combine the two, the lower
 // node's first, so that the pair holds the same bits after the phase;
 // after phase K every node holds the reduction of all.  For other N, with
@@ -8,6 +9,12 @@
 // pair up: each even one (an extra) hands its partial to the odd one after
 // it in phase 0 and takes the result from it in phase K+1; the odd ones
 // and the nodes from 2r on are the p nodes of the exchange, in this order.
+//
+// BCAST: a binomial tree from the root.  With v = (node - root) mod N, in
+// phase k = 1..ceil(log2 N) each v < 2^(k-1) that has the data sends it to
+// v + 2^(k-1); a node sends to all its children as soon as the data is
+// here (the root at once).  The root's node index travels in the CETH's
+// seq, so that a node can check a partial of a message it has not started.
 //
 // Every partial is one XCHG packet (kCollXchg, the phase in the CETH),
 // which its receiver acknowledges (XCHG with kCethXchgAck, no payload)
@@ -24,6 +31,7 @@
 
 #include "nic/nic.h"
 #include "reduce/reduce.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #include <algorithm>
@@ -67,9 +75,61 @@ struct Shape {
 	}
 };
 
+// The broadcast's binomial tree of N nodes from root (see above).
+struct Tree {
+	uint32_t n, root, k;
+	Tree(uint32_t nodes, uint32_t r) : n(nodes), root(r), k(std::bit_width(nodes - 1)) {}
+	uint32_t phases() const { return k + 1; } // phase 0 is not used
+	uint32_t v(uint32_t node) const { return (node + n - root) % n; }
+	uint32_t node_of(uint32_t x) const { return (x + root) % n; }
+	uint32_t recv_phase(uint32_t node) const
+	{
+		const uint32_t x = v(node);
+		return x ? std::bit_width(x) : kNone;
+	}
+	uint32_t parent(uint32_t node) const
+	{
+		const uint32_t x = v(node);
+		return x ? node_of(x - (1u << (std::bit_width(x) - 1))) : kNone;
+	}
+	uint32_t child(uint32_t node, uint32_t ph) const
+	{
+		const uint32_t x = v(node);
+		if (ph < 1 || ph > k || x >= (1u << (ph - 1)) || x + (1u << (ph - 1)) >= n)
+			return kNone;
+		return node_of(x + (1u << (ph - 1)));
+	}
+};
+
 uint32_t msg_bytes(const Message &m)
 {
 	return m.coll == CollOp::barrier ? 0 : uint32_t(m.count * m.es);
+}
+
+bool is_bcast(uint8_t coll)
+{
+	return coll == uint8_t(CollOp::bcast);
+}
+
+// What a message is, for the partials kept of it: its collective and a
+// broadcast's root.
+uint32_t tag_of(uint8_t coll, uint32_t root)
+{
+	return uint32_t(coll) << 16 | (is_bcast(coll) ? root : 0);
+}
+
+uint32_t phases_of(const CollJob &job, const Message &m)
+{
+	return m.coll == CollOp::bcast ? Tree(job.cfg.nodes(), m.root_node).phases()
+				       : Shape(job.cfg.nodes()).phases();
+}
+
+// Where this node's partial of phase ph goes.
+uint32_t dest(const CollJob &job, const Message &m, uint32_t ph)
+{
+	if (m.coll == CollOp::bcast)
+		return Tree(job.cfg.nodes(), m.root_node).child(job.cfg.node, ph);
+	return Shape(job.cfg.nodes()).peer(job.cfg.node, ph);
 }
 
 // The reduction of this node's partial and its peer's of phase ph, the
@@ -91,27 +151,41 @@ void XchgPath::start(Qp &qp, CollJob &job, uint64_t now)
 	Message &m = *job.active;
 	XchgMsg &x = m.xchg;
 	XchgJob &xj = job.xchg;
-	const Shape s(job.cfg.nodes());
-	const uint32_t len = msg_bytes(m);
+	const uint32_t len = msg_bytes(m), phases = phases_of(job, m);
+	const uint32_t tag = tag_of(uint8_t(m.coll), m.root_node);
 	m.ran |= kRanRing; // among the member NICs, as the ring
 	x.at = 0;
 	x.result = x.done = false;
 	x.again_at = x.again_gap = 0;
 	x.acc.resize(len);
-	if (len && !u_.local_partial(job, m, 0, x.acc.data()))
+	bool ok = true;
+	if (m.coll != CollOp::bcast) {
+		ok = !len || u_.local_partial(job, m, 0, x.acc.data());
+	} else if (m.root_node == job.cfg.node) {
+		const uint8_t *src = nullptr;
+		ok = u_.result_source(job, m, 0, &src);
+		if (ok && len)
+			memcpy(x.acc.data(), src, len);
+	}
+	if (!ok)
 		return u_.fail(qp, job, CollStatus::local_err, false,
 			       "a local buffer is not accessible");
-	if (xj.early.on && xj.early.mid == m.mid && xj.early.len == len) {
+	if (xj.early.on && xj.early.mid == m.mid && xj.early.len == len && xj.early.tag == tag) {
 		std::swap(xj.in, xj.early); // what came before the message started here
+		xj.early.on = false;
 	} else {
 		if (xj.early.on && xj.early.mid == m.mid)
 			IBVC_WARN("coll",
-				  "{}: job {} message {}: a member sent {} bytes, {} posted here",
+				  "{}: job {} message {}: a member sent {} bytes of another "
+				  "collective or size, {} posted here",
 				  u_.host().params.name, job.cfg.jid, m.mid, xj.early.len, len);
-		xj.in.reset(m.mid, len, s.phases());
+		xj.in.reset(m.mid, len, phases, tag);
+		// The slot keeps a later message's partials (a broadcast's
+		// leaf may be ahead by more than one), not this one's or older.
+		if (xj.early.on && !job.ahead(xj.early.mid))
+			xj.early.on = false;
 	}
-	xj.early.on = false;
-	xj.sent.reset(m.mid, len, s.phases());
+	xj.sent.reset(m.mid, len, phases, tag);
 	advance(qp, job, now);
 }
 
@@ -126,12 +200,12 @@ void XchgPath::send_phase(CollJob &job, Message &m, uint32_t ph, bool again)
 			memcpy(sent.at(ph), m.xchg.acc.data(), sent.len);
 		sent.have |= 1u << ph;
 	}
-	const Shape s(job.cfg.nodes());
 	Ceth h = u_.header(job, m, 0);
 	h.phase = uint8_t(ph);
+	h.seq = m.coll == CollOp::bcast ? m.root_node : 0;
 	if (again)
 		h.flags |= kCethRetrans;
-	u_.send(job, uint16_t(s.peer(job.cfg.node, ph)), kCollXchg, h,
+	u_.send(job, uint16_t(dest(job, m, ph)), kCollXchg, h,
 		Payload::copied(sent.at(ph), sent.len));
 	if (again)
 		u_.ctr.retrans_data++;
@@ -140,6 +214,47 @@ void XchgPath::send_phase(CollJob &job, Message &m, uint32_t ph, bool again)
 }
 
 void XchgPath::advance(Qp &qp, CollJob &job, uint64_t now)
+{
+	if (job.active->coll == CollOp::bcast)
+		advance_bcast(qp, job, now);
+	else
+		advance_reduce(qp, job, now);
+}
+
+// The broadcast: the data from the parent (the root has it), on to every
+// child at once, and into the local ranks.
+void XchgPath::advance_bcast(Qp &qp, CollJob &job, uint64_t now)
+{
+	Message &m = *job.active;
+	XchgMsg &x = m.xchg;
+	const XchgSlots &in = job.xchg.in;
+	const Tree t(job.cfg.nodes(), m.root_node);
+	const uint32_t node = job.cfg.node, len = msg_bytes(m);
+	if (!x.result) {
+		const uint32_t rp = t.recv_phase(node);
+		if (rp != kNone) {
+			if (!in.has(rp))
+				return arm(job, m, now);
+			if (len)
+				memcpy(x.acc.data(), in.at(rp), len);
+		}
+		for (uint32_t ph = rp == kNone ? 1 : rp + 1; ph < t.phases(); ph++)
+			if (t.child(node, ph) != kNone)
+				send_phase(job, m, ph);
+		if (len && !u_.write_result(job, m, 0, x.acc.data())) {
+			m.dma_error = true;
+			return u_.fail(qp, job, CollStatus::local_err, false,
+				       "a local buffer is not accessible");
+		}
+		x.result = true;
+		m.final_[0] = 1;
+		m.finals = 1;
+		m.last_progress = now;
+	}
+	arm(job, m, now);
+}
+
+void XchgPath::advance_reduce(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
 	XchgMsg &x = m.xchg;
@@ -225,20 +340,26 @@ void XchgPath::again(CollJob &job, Message &m, uint64_t now)
 		if ((sent.have & ~sent.acked) >> ph & 1)
 			send_phase(job, m, ph, true);
 	XchgMsg &x = m.xchg;
-	x.again_gap = std::min(2 * x.again_gap, std::max(u_.rto_ns(job), x.again_gap));
+	// As the ring's repeats while nothing progresses: up to a second (or
+	// twice the timeout).
+	const uint64_t most = std::max<uint64_t>(1000 * util::kNsPerMs, 2 * u_.rto_ns(job));
+	x.again_gap = std::min(2 * x.again_gap, std::max(most, x.again_gap));
 	x.again_at = now + x.again_gap;
 }
 
-// A peer's partial: for the running message, or kept for the next.  True:
-// this node has it (now or before), which the peer is told.
+// A peer's partial: for the running message, or kept for a later one.
+// True: this node has it (now or before), which the peer is told.  One
+// later message's partials are kept at a time: a broadcast's leaves may
+// run more than one message ahead of a node (they wait for no one but
+// their parent), and a partial of another later message while the slot
+// holds one is not taken, nor acknowledged: its sender sends it again.
 bool XchgPath::keep(CollJob &job, const CollPacket &p)
 {
-	const Shape s(job.cfg.nodes());
-	const uint32_t ph = p.h.phase;
+	const uint32_t ph = p.h.phase, tag = tag_of(p.h.coll, p.h.seq);
 	XchgSlots *to = nullptr;
 	const Message *m = job.active.get();
 	if (m && m->mid == p.h.mid) {
-		if (m->path != this || p.paylen != job.xchg.in.len) {
+		if (m->path != this || p.paylen != job.xchg.in.len || tag != job.xchg.in.tag) {
 			u_.ctr.bad_block++; // the members do not agree on the message
 			return false;
 		}
@@ -249,9 +370,17 @@ bool XchgPath::keep(CollJob &job, const CollPacket &p)
 		to = &job.xchg.in;
 	} else if (job.ahead(p.h.mid)) {
 		to = &job.xchg.early;
+		if (to->on && to->mid != p.h.mid && job.ahead(to->mid)) {
+			u_.ctr.early_dropped++; // the slot holds another later message's
+			return false;
+		}
 		if (!to->on || to->mid != p.h.mid) {
-			to->reset(p.h.mid, p.paylen, s.phases());
-		} else if (p.paylen != to->len) {
+			const uint32_t n = job.cfg.nodes();
+			to->reset(p.h.mid, p.paylen,
+				  is_bcast(p.h.coll) ? Tree(n, p.h.seq).phases()
+						     : Shape(n).phases(),
+				  tag);
+		} else if (p.paylen != to->len || tag != to->tag) {
 			u_.ctr.bad_block++;
 			return false;
 		}
@@ -271,29 +400,35 @@ bool XchgPath::keep(CollJob &job, const CollPacket &p)
 	return true;
 }
 
-void XchgPath::acknowledge(const CollJob &job, const CollPacket &p)
+// Tell `to` that its partial of the phase in h (a partial's header) is here.
+void XchgPath::acknowledge(const CollJob &job, const Ceth &p, uint16_t to)
 {
 	Ceth h;
-	h.coll = p.h.coll;
-	h.op = p.h.op;
-	h.dtype = p.h.dtype;
+	h.coll = p.coll;
+	h.op = p.op;
+	h.dtype = p.dtype;
 	h.src_node = job.cfg.node;
 	h.jid = job.cfg.jid;
-	h.mid = p.h.mid;
-	h.phase = p.h.phase;
+	h.mid = p.mid;
+	h.phase = p.phase;
+	h.seq = p.seq;
 	h.flags = kCethXchgAck;
-	h.seg = p.h.seg;
+	h.seg = p.seg;
 	h.job_key = job.cfg.key;
-	u_.send(job, p.h.src_node, kCollXchg, h);
+	u_.send(job, to, kCollXchg, h);
 }
 
 void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 {
 	XchgSlots &sent = job.xchg.sent;
 	Message *m = job.active.get();
-	if (!m || m->path != this || !sent.on || sent.mid != p.h.mid || !sent.has(p.h.phase) ||
-	    (sent.acked >> p.h.phase & 1)) {
+	if (!m || m->path != this || !sent.on || sent.mid != p.h.mid || p.h.phase >= 32 ||
+	    !sent.has(p.h.phase) || (sent.acked >> p.h.phase & 1)) {
 		u_.ctr.dup_dropped++; // acknowledged already, or the last message's
+		return;
+	}
+	if (dest(job, *m, p.h.phase) != p.h.src_node) {
+		u_.ctr.bad_node++; // not whom this node sent it to
 		return;
 	}
 	sent.acked |= 1u << p.h.phase;
@@ -303,15 +438,27 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 	arm(job, *m, now);
 }
 
+// Only a node's peer in the phase sends it a partial, the way the phase
+// goes: in an exchange, its partner; in a broadcast's tree, its parent.
+static bool from_peer(const CollJob &job, const CollPacket &p)
+{
+	const uint32_t n = job.cfg.nodes(), node = job.cfg.node, src = p.h.src_node;
+	const uint32_t ph = p.h.phase;
+	if (is_bcast(p.h.coll))
+		return p.h.seq < n && Tree(n, p.h.seq).recv_phase(node) == ph &&
+		       Tree(n, p.h.seq).parent(node) == src;
+	if (p.h.coll != uint8_t(CollOp::allreduce) && p.h.coll != uint8_t(CollOp::barrier))
+		return false;
+	const Shape s(n);
+	return ph < s.phases() && s.peer(node, ph) == src && s.sends(src, ph);
+}
+
 void XchgPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
 	const Shape s(job.cfg.nodes());
-	const uint32_t node = job.cfg.node, src = p.h.src_node, ph = p.h.phase;
+	const uint32_t ph = p.h.phase;
 	const bool ack = p.h.flags & kCethXchgAck;
-	// Only a node's peer in the phase sends to it, each way as the phase
-	// goes, and acknowledges what this node sent.
-	if (ph >= s.phases() || s.peer(node, ph) != src ||
-	    (ack ? !s.sends(node, ph) : !s.sends(src, ph)) || (ack && p.paylen)) {
+	if (ack ? p.paylen != 0 : !from_peer(job, p)) {
 		u_.ctr.bad_node++;
 		return;
 	}
@@ -320,10 +467,10 @@ void XchgPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now
 	u_.ctr.rx_data++;
 	if (!keep(job, p))
 		return;
-	acknowledge(job, p);
+	acknowledge(job, p.h, p.h.src_node);
 	// The result an extra takes from its partner says its partial came.
 	XchgSlots &sent = job.xchg.sent;
-	if (ph == s.post() && sent.on && sent.mid == p.h.mid)
+	if (!is_bcast(p.h.coll) && ph == s.post() && sent.on && sent.mid == p.h.mid)
 		sent.acked |= sent.have & 1;
 	if (job.active && job.active->path == this && job.active->mid == p.h.mid &&
 	    !job.active->xchg.result && qp.state == QpState::rts)

@@ -90,9 +90,9 @@ const ConfigVar kCollVars[kCollCount] = {
 	 "the wait for the grant is the collective's timeout",
 	 ConfigKind::uint, 1, 3600000},
 	{"IBV_COLL_EMU_XCHG_BYTES", "4096",
-	 "an allreduce of at most this many bytes per rank, or a barrier, on a job round the ring "
-	 "runs as a pairwise exchange among the member NICs in log2(nodes) rounds instead (0: "
-	 "never); every member must have the same value",
+	 "an allreduce or broadcast of at most this many bytes per rank, or a barrier, on a job "
+	 "round the ring runs among the member NICs in about log2(nodes) steps instead (a pairwise "
+	 "exchange, a binomial tree; 0: never); every member must have the same value",
 	 ConfigKind::uint, 0, 4096},
 };
 const util::ConfigRegistrar kCollReg({"emu coll (collective engine)", kCollVars}, 120);
