@@ -211,6 +211,14 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 		dl_.resize(slots);
 		dl_buf_.assign(slots * kMaxPacket, 0);
 	}
+	alloc_buffers();
+	return 0;
+}
+
+// Every buffer the port's passes use, made here: an allocation that fails
+// fails open(), never a pass of the engine thread.
+void UdpPort::alloc_buffers()
+{
 	tx_arena_.assign(size_t(kBatch + 1) * kMaxPacket, 0);
 	tx_cur_ = 0;
 	rx_arena_.assign(size_t(kRxMsgs) * kRxBuf, 0);
@@ -219,7 +227,8 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 	tx_.reset(new Slot[kBatch]);
 	tx_tmp_.reset(new Slot[kBatch]);
 	rx_.reset(new Slot[kRxMsgs]);
-	return 0;
+	rx_msgs_.reset(new mmsghdr[kRxMsgs]);
+	rx_dirty_ = kRxMsgs;
 }
 
 uint8_t *UdpPort::tx_buf()
@@ -545,14 +554,11 @@ unsigned UdpPort::rx_batch(RxPacket *out)
 }
 
 // Each receive slot's buffer, address and control space in msgs.
-// The receive headers: set up once (and again when open() made new
-// slots), and after each recvmmsg again only those the kernel wrote (the
-// datagrams it returned).
+// The receive headers: set up once (open() says all), and after each
+// recvmmsg again only those the kernel wrote (the datagrams it returned).
 void UdpPort::rx_prepare()
 {
-	if (!rx_msgs_ || rx_gso_ != gso_ || rx_msgs_[0].msg_hdr.msg_name != &rx_[0].addr) {
-		if (!rx_msgs_)
-			rx_msgs_.reset(new mmsghdr[kRxMsgs]);
+	if (rx_gso_ != gso_) {
 		rx_gso_ = gso_;
 		rx_dirty_ = kRxMsgs;
 	}

@@ -87,6 +87,7 @@ private:
 	void send_queued();
 	unsigned rx_fill();
 	void rx_prepare();
+	void alloc_buffers();
 	void group_by_peer();
 	void queue(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src,
 		   bool ce = false);
