@@ -120,6 +120,7 @@ private:
 	void advance(Qp &qp, CollJob &job, uint64_t now);
 	void advance_reduce(Qp &qp, CollJob &job, uint64_t now);
 	void advance_bcast(Qp &qp, CollJob &job, uint64_t now);
+	bool finish(Qp &qp, CollJob &job, Message &m);
 	void send_phase(CollJob &job, Message &m, uint32_t phase, bool again = false);
 	bool keep(CollJob &job, const CollPacket &p);
 	void acknowledge(const CollJob &job, const wire::Ceth &p, uint16_t to);

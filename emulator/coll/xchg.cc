@@ -241,17 +241,26 @@ void XchgPath::advance_bcast(Qp &qp, CollJob &job, uint64_t now)
 		for (uint32_t ph = rp == kNone ? 1 : rp + 1; ph < t.phases(); ph++)
 			if (t.child(node, ph) != kNone)
 				send_phase(job, m, ph);
-		if (len && !u_.write_result(job, m, 0, x.acc.data())) {
-			m.dma_error = true;
-			return u_.fail(qp, job, CollStatus::local_err, false,
-				       "a local buffer is not accessible");
-		}
-		x.result = true;
-		m.final_[0] = 1;
-		m.finals = 1;
+		if (!finish(qp, job, m))
+			return;
 		m.last_progress = now;
 	}
 	arm(job, m, now);
+}
+
+// The result (in acc) into the local ranks: false when it could not be
+// written, and the message failed.
+bool XchgPath::finish(Qp &qp, CollJob &job, Message &m)
+{
+	if (msg_bytes(m) && !u_.write_result(job, m, 0, m.xchg.acc.data())) {
+		m.dma_error = true;
+		u_.fail(qp, job, CollStatus::local_err, false, "a local buffer is not accessible");
+		return false;
+	}
+	m.xchg.result = true;
+	m.final_[0] = 1;
+	m.finals = 1;
+	return true;
 }
 
 void XchgPath::advance_reduce(Qp &qp, CollJob &job, uint64_t now)
@@ -294,14 +303,8 @@ void XchgPath::advance_reduce(Qp &qp, CollJob &job, uint64_t now)
 			if (s.sends(node, ph))
 				send_phase(job, m, ph);
 		}
-		if (len && m.coll != CollOp::barrier && !u_.write_result(job, m, 0, x.acc.data())) {
-			m.dma_error = true;
-			return u_.fail(qp, job, CollStatus::local_err, false,
-				       "a local buffer is not accessible");
-		}
-		x.result = true;
-		m.final_[0] = 1;
-		m.finals = 1;
+		if (!finish(qp, job, m))
+			return;
 	}
 	if (x.at != at || x.result != had)
 		m.last_progress = now;
@@ -310,8 +313,7 @@ void XchgPath::advance_reduce(Qp &qp, CollJob &job, uint64_t now)
 
 // The message is done once every partial sent is acknowledged; until then
 // what is not goes again, less often each time: after the probe time (or
-// twice the round trip), then twice as long each time, up to the
-// retransmission timeout.
+// twice the round trip), then twice as long each time (again()).
 void XchgPath::arm(CollJob &job, Message &m, uint64_t now)
 {
 	XchgMsg &x = m.xchg;
