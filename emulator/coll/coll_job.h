@@ -124,6 +124,7 @@ public:
 		// (SwitchPath::on_nak, spurious()).
 		uint32_t nak_lead = 0;
 		uint64_t data_sent = 0;
+		uint64_t result_at = 0; // switch path: when the result came
 	};
 	void init(uint32_t nblocks)
 	{
@@ -136,6 +137,8 @@ public:
 	size_t size() const { return n_; }
 	bool empty() const { return !n_; }
 	Entry *find(uint32_t sid) { return sid < e_.size() && e_[sid].on ? &e_[sid] : nullptr; }
+	// What block sid's entry held when it left (or holds): its last send.
+	const Entry *last(uint32_t sid) const { return sid < e_.size() ? &e_[sid] : nullptr; }
 	Entry &add(uint32_t sid)
 	{
 		Entry &e = e_[sid];
@@ -392,6 +395,9 @@ struct SwitchJob {
 	// overtake partials and partials that overtake each other): 0 until
 	// a repeat sent on a NAK turned out needless (SwitchPath::spurious).
 	uint64_t reo_wnd = 0;
+	// ASKs sent, and of them answered by a result that had come already
+	// (SwitchPath::spurious_ask); both halve each message.
+	uint32_t asks = 0, asks_needless = 0;
 	uint8_t why = 0; // kRanRefused: the switch refused the job
 	// AUTO, configuring: a member's ring packet of this message came (0:
 	// none); the switch's next answer says whether to follow it

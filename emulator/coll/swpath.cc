@@ -189,6 +189,8 @@ void SwitchPath::launch(Qp &qp, CollJob &job, uint64_t now)
 	m.sw.gs0 = job.sw.next_gs;
 	m.sw.base = m.sw.next = 0;
 	job.sw.reo_wnd -= job.sw.reo_wnd / 8; // what the path did lately counts most
+	job.sw.asks /= 2;
+	job.sw.asks_needless /= 2;
 	if (job.cfg.sw.e2e_ack)
 		m.sw.acked.assign(m.nblocks, job.cfg.node == 0 ? 1 : 0);
 	m.last_progress = now;
@@ -247,8 +249,10 @@ void SwitchPath::send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now
 	h.phase = uint8_t(o < 0 ? 0 : o + 1);
 	if (again)
 		h.flags |= kCethRetrans;
-	if (ask)
+	if (ask) {
 		h.flags |= kCethAsk;
+		job.sw.asks++;
+	}
 	const Endpoint &to = leaf(job, plane);
 	if (c.sw.inline_task) {
 		uint8_t tb[sw::kTaskBytes];
@@ -581,6 +585,8 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 	}
 	if (m.final_[sid]) {
 		u_.ctr.dup_dropped++;
+		if (!nak)
+			spurious_ask(job, m, sid, now);
 		return;
 	}
 	if (nak)
@@ -612,8 +618,10 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 		for (uint16_t n = 1; n < job.cfg.nodes(); n++)
 			send_ack(job, m.mid, sid, n, false);
 	const Holding held = p.holding(now);
-	if (const PendingSet::Entry *e = m.o_pending.find(sid))
+	if (PendingSet::Entry *e = m.o_pending.find(sid)) {
 		spurious(job, *e, held, now);
+		e->result_at = now;
+	}
 	find_gaps(job, m, sid, now);
 	release_block(job, m, sid, now, held);
 	pump(qp, job, now);
