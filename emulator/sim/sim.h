@@ -93,14 +93,18 @@ struct FabricSpec {
 enum class SimTopology : uint8_t { ring, sw, autosel };
 enum class SimType : uint8_t { int32, f32 };
 enum class SimOp : uint8_t { sum, max, min };
+enum class SimColl : uint8_t { allreduce, bcast, barrier };
 
 struct JobSpec {
 	std::string name;
 	SimTopology topology = SimTopology::sw;
+	SimColl coll = SimColl::allreduce;
+	uint32_t root = 0; // a broadcast's: a global rank
 	uint32_t ranks_per_node = 1;
 	SimType type = SimType::f32;
 	SimOp op = SimOp::sum;
-	std::vector<uint64_t> sizes; // bytes per rank, each a multiple of the type's size
+	// Bytes per rank, each a multiple of the type's size (a barrier: 0).
+	std::vector<uint64_t> sizes;
 	uint32_t iters = 1, warmup = 0;
 	uint64_t start_ns = 0;
 	// Seg units of each of its hosts' NICs it holds: blocks in flight

@@ -148,8 +148,8 @@ bool boolean(const json &o, const char *key, const std::string &at, bool def)
 JobSpec parse_job(const json &o, const std::string &at)
 {
 	only(o, at,
-	     {"name", "topology", "ranks_per_node", "collective", "type", "op", "sizes", "iters",
-	      "warmup", "start_us", "nodes", "seg_units", "window", "e2e_ack"});
+	     {"name", "topology", "ranks_per_node", "collective", "root", "type", "op", "sizes",
+	      "iters", "warmup", "start_us", "nodes", "seg_units", "window", "e2e_ack"});
 	JobSpec j;
 	j.name = str(o, "name", at, "");
 	const std::string topo = str(o, "topology", at, "switch");
@@ -162,8 +162,17 @@ JobSpec parse_job(const json &o, const std::string &at)
 	else
 		bad(at + "topology", "\"" + topo + "\": ring, switch or auto");
 	const std::string coll = str(o, "collective", at, "allreduce");
-	if (coll != "allreduce")
-		bad(at + "collective", "\"" + coll + "\": the simulator runs allreduce");
+	if (coll == "allreduce")
+		j.coll = SimColl::allreduce;
+	else if (coll == "broadcast")
+		j.coll = SimColl::bcast;
+	else if (coll == "barrier")
+		j.coll = SimColl::barrier;
+	else
+		bad(at + "collective", "\"" + coll + "\": allreduce, broadcast or barrier");
+	j.root = num<uint32_t>(o, "root", at, 0, 0, UINT32_MAX);
+	if (o.contains("root") && j.coll != SimColl::bcast)
+		bad(at + "root", "only a broadcast has a root");
 	const std::string type = str(o, "type", at, "float");
 	if (type == "float")
 		j.type = SimType::f32;
@@ -187,13 +196,18 @@ JobSpec parse_job(const json &o, const std::string &at)
 	j.window = num<uint32_t>(o, "window", at, 0, 0, 1u << 16);
 	j.e2e_ack = boolean(o, "e2e_ack", at, false);
 	j.start_ns = uint64_t(num<double>(o, "start_us", at, 0, 0, 1e9) * 1000);
-	if (!o.contains("sizes"))
+	if (!o.contains("sizes") && j.coll != SimColl::barrier)
 		bad(at + "sizes", "missing");
-	const json &sz = o["sizes"];
-	if (!sz.is_array() || sz.empty())
-		bad(at + "sizes", "a list of sizes such as [\"64K\", \"1M\"]");
-	for (size_t i = 0; i < sz.size(); i++)
-		j.sizes.push_back(parse_bytes(sz[i], at + "sizes[" + std::to_string(i) + "]"));
+	if (!o.contains("sizes")) {
+		j.sizes = {0}; // a barrier's
+	} else {
+		const json &sz = o["sizes"];
+		if (!sz.is_array() || sz.empty())
+			bad(at + "sizes", "a list of sizes such as [\"64K\", \"1M\"]");
+		for (size_t i = 0; i < sz.size(); i++)
+			j.sizes.push_back(
+				parse_bytes(sz[i], at + "sizes[" + std::to_string(i) + "]"));
+	}
 	if (o.contains("nodes")) {
 		const json &nd = o["nodes"];
 		if (!nd.is_array())
@@ -326,6 +340,20 @@ static const char *topo_name(SimTopology t)
 	return t == SimTopology::ring ? "ring" : t == SimTopology::sw ? "switch" : "auto";
 }
 
+// "allreduce float sum", "broadcast float from rank 3", "barrier".
+static std::string coll_name(const JobSpec &s)
+{
+	const std::string type = s.type == SimType::f32 ? "float" : "int32";
+	if (s.coll == SimColl::bcast)
+		return "broadcast " + type + " from rank " + std::to_string(s.root);
+	if (s.coll == SimColl::barrier)
+		return "barrier";
+	return "allreduce " + type +
+	       (s.op == SimOp::sum   ? " sum"
+		: s.op == SimOp::max ? " max"
+				     : " min");
+}
+
 void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 {
 	fprintf(out, "# fabric: %u hosts, %s", f.nodes, f.shape == Shape::star ? "star" : "tree2");
@@ -343,18 +371,15 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 	for (const JobResult &j : r.jobs) {
 		const JobSpec &s = j.spec;
 		fprintf(out,
-			"# job %s: %s, %u rank(s) per host, allreduce %s %s, %u iteration(s) after %u warm-up\n",
+			"# job %s: %s, %u rank(s) per host, %s, %u iteration(s) after %u warm-up\n",
 			s.name.c_str(), topo_name(s.topology), s.ranks_per_node,
-			s.type == SimType::f32 ? "float" : "int32",
-			s.op == SimOp::sum   ? "sum"
-			: s.op == SimOp::max ? "max"
-					     : "min",
-			s.iters, s.warmup);
+			coll_name(s).c_str(), s.iters, s.warmup);
 		const bool ring = s.topology == SimTopology::ring;
 		fprintf(out,
 			"# busbw/bound: against R%s%s; wire/S: bytes its first host put on its link%s per "
 			"message / S\n",
-			!ring && f.planes > 1 ? " x planes" : "", ring ? "" : " x 2(N-1)/N",
+			!ring && f.planes > 1 ? " x planes" : "",
+			ring || s.coll == SimColl::bcast ? "" : " x 2(N-1)/N",
 			f.planes > 1 ? "s" : "");
 		fprintf(out, "%12s %12s %12s %10s %10s %12s %8s %7s %7s\n", "size(B)", "count",
 			"time(us)", "algbw", "busbw", "busbw/bound", "wire/S", "#wrong", "#failed");
@@ -424,6 +449,9 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 					 {"failed", z.failed}});
 		jobs.push_back({{"name", j.spec.name},
 				{"topology", topo_name(j.spec.topology)},
+				{"collective", j.spec.coll == SimColl::bcast	 ? "broadcast"
+					       : j.spec.coll == SimColl::barrier ? "barrier"
+										 : "allreduce"},
 				{"ranks_per_node", j.spec.ranks_per_node},
 				{"done", j.done},
 				{"sizes", sizes}});

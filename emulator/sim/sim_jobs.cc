@@ -23,7 +23,9 @@ void Fabric::post(Job &j)
 	j.mid++;
 	uint32_t rank = 0;
 	const uint32_t ji = j.qpn - 0x100;
-	// Sources and the reference (a scalar loop over every rank).
+	// Sources and the reference (a scalar loop over every rank; a
+	// broadcast's is the root's source).
+	const bool bcast = j.spec.coll == SimColl::bcast;
 	std::vector<int32_t> ref(count, 0);
 	bool first = true;
 	for (JobQp *q : j.qps) {
@@ -33,7 +35,9 @@ void Fabric::post(Job &j)
 			for (uint64_t i = 0; i < count; i++) {
 				const int32_t v = value_of(ji, rank, i, j.mid);
 				int32_t &w = ref[i];
-				if (first)
+				if (bcast)
+					w = rank == j.spec.root ? v : w;
+				else if (first)
 					w = v;
 				else if (j.spec.op == SimOp::sum)
 					w += v;
@@ -68,7 +72,10 @@ void Fabric::post(Job &j)
 		auto *w = sq.at<emu::CollWqe>(idx);
 		memset(w, 0, sq.stride());
 		w->wr_id = j.mid;
-		w->opcode = uint8_t(emu::CollOp::allreduce);
+		w->opcode = uint8_t(j.spec.coll == SimColl::bcast     ? emu::CollOp::bcast
+				    : j.spec.coll == SimColl::barrier ? emu::CollOp::barrier
+								      : emu::CollOp::allreduce);
+		w->root = j.spec.root;
 		w->flags = emu::kWqeSignaled;
 		w->num_sge = uint16_t(j.spec.ranks_per_node);
 		w->op = uint8_t(j.spec.op == SimOp::sum	  ? emu::RedOp::sum
@@ -125,14 +132,17 @@ void Fabric::job_step(uint32_t ji)
 			sr.time_ns /= j.spec.iters;
 			const double t = double(sr.time_ns);
 			sr.algbw = t > 0 ? double(sr.bytes) / t : 0;
-			sr.busbw = sr.algbw * 2.0 * (n - 1) / n;
+			// As NCCL's tests count them: a broadcast's bus carries S.
+			const double f = j.spec.coll == SimColl::bcast ? 1.0 : 2.0 * (n - 1) / n;
+			sr.busbw = sr.algbw * f;
 			const double r = double(spec.host.rate_bps) / 8 / 1e9;
 			// Through the switches, every plane's link; round the ring, plane 0's.
 			sr.bound = j.spec.topology == SimTopology::ring
 					   ? r
-					   : r * std::max(spec.planes, 1u) * 2.0 * (n - 1) / n;
-			sr.wire_s = double(host_tx(j.hosts[0]) - j.wire0) / j.spec.iters /
-				    double(sr.bytes);
+					   : r * std::max(spec.planes, 1u) * f;
+			sr.wire_s = sr.bytes ? double(host_tx(j.hosts[0]) - j.wire0) /
+						       j.spec.iters / double(sr.bytes)
+					     : 0;
 			for (JobQp *q : j.qps)
 				for (auto &v : q->src)
 					std::vector<uint8_t>().swap(v);
@@ -250,29 +260,32 @@ static std::unique_ptr<JobQp> make_qp(uint32_t job, uint32_t host, uint32_t qpn,
 	return q;
 }
 
+// What a job asks of itself, alone (the field that is wrong, and why;
+// empty when none is).
+static std::string check_spec(const JobSpec &js)
+{
+	if (js.ranks_per_node < 1 || js.ranks_per_node > 64)
+		return "ranks_per_node: 1 to 64";
+	if (js.sizes.empty())
+		return "sizes: at least one";
+	const bool barrier = js.coll == SimColl::barrier;
+	for (uint64_t s : js.sizes)
+		if (barrier ? s != 0 : !s || s % 4 || s > (1ull << 32) - 4)
+			return barrier ? "sizes: a barrier's is 0"
+				       : "sizes: each a multiple of 4 bytes, up to 4 GiB";
+	if (js.seg_units < 2)
+		return "seg_units: at least 2";
+	if (js.iters < 1)
+		return "iters: at least 1";
+	return "";
+}
+
 bool Simulator::add_job(const JobSpec &js, std::string *err)
 {
 	Fabric &f = *f_;
 	const std::string at = "jobs[" + std::to_string(f.jobs.size()) + "].";
-	if (js.ranks_per_node < 1 || js.ranks_per_node > 64) {
-		*err = at + "ranks_per_node: 1 to 64";
-		return false;
-	}
-	if (js.sizes.empty()) {
-		*err = at + "sizes: at least one";
-		return false;
-	}
-	for (uint64_t s : js.sizes)
-		if (!s || s % 4 || s > (1ull << 32) - 4) {
-			*err = at + "sizes: each a multiple of 4 bytes, up to 4 GiB";
-			return false;
-		}
-	if (js.seg_units < 2) {
-		*err = at + "seg_units: at least 2";
-		return false;
-	}
-	if (js.iters < 1) {
-		*err = at + "iters: at least 1";
+	if (const std::string why = check_spec(js); !why.empty()) {
+		*err = at + why;
 		return false;
 	}
 	auto j = std::make_unique<Job>();
@@ -296,6 +309,11 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 	if (j->hosts.size() < 2 || j->hosts.size() > emu::kMaxCollNodes) {
 		*err = at + "nodes: " + std::to_string(j->hosts.size()) +
 		       " hosts; a job has 2 to " + std::to_string(emu::kMaxCollNodes);
+		return false;
+	}
+	if (js.coll == SimColl::bcast && js.root >= j->hosts.size() * js.ranks_per_node) {
+		*err = at + "root: rank " + std::to_string(js.root) + " of " +
+		       std::to_string(j->hosts.size() * js.ranks_per_node);
 		return false;
 	}
 	uint64_t mem = 0;

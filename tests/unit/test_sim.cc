@@ -404,6 +404,18 @@ TEST(Sim, BadDescriptionNamesTheField)
 	EXPECT_EQ(f.switch_shares, 3u);
 	bad(R"({"fabric": {"nodes": 4, "switch_policy": "fifo"}, "jobs": [{"sizes": [4]}]})",
 	    "fabric.switch_policy");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4], "root": 1}]})", "jobs[0].root");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"collective": "broadcast"}]})", "jobs[0].sizes");
+	EXPECT_TRUE(parse_description(
+		R"({"fabric": {"nodes": 4}, "jobs": [{"collective": "barrier"},
+		    {"collective": "broadcast", "root": 3, "sizes": [8]}]})",
+		&f, &jobs, &seed, &err))
+		<< err;
+	ASSERT_EQ(jobs.size(), 2u);
+	EXPECT_EQ(jobs[0].coll, SimColl::barrier);
+	EXPECT_EQ(jobs[0].sizes, (std::vector<uint64_t>{0}));
+	EXPECT_EQ(jobs[1].coll, SimColl::bcast);
+	EXPECT_EQ(jobs[1].root, 3u);
 
 	// What only the fabric can say: hosts it does not have, a size that
 	// is no whole number of elements, more hosts than a switch serves.
@@ -416,6 +428,16 @@ TEST(Sim, BadDescriptionNamesTheField)
 	j.sizes = {6};
 	EXPECT_FALSE(s.add_job(j, &err));
 	EXPECT_NE(err.find("jobs[0].sizes"), std::string::npos) << err;
+	j.sizes = {4096};
+	j.coll = SimColl::bcast;
+	j.root = 4; // ranks 0-3
+	EXPECT_FALSE(s.add_job(j, &err));
+	EXPECT_NE(err.find("jobs[0].root"), std::string::npos) << err;
+	j.coll = SimColl::barrier;
+	j.root = 0;
+	EXPECT_FALSE(s.add_job(j, &err)); // a barrier moves no data
+	EXPECT_NE(err.find("jobs[0].sizes"), std::string::npos) << err;
+	j.coll = SimColl::allreduce;
 	// A job through a switch of more hosts than the CETH's node bitmap
 	// holds (64); round the ring they may be more.
 	Simulator big(star(80, 1000000000, 1000), 1);
