@@ -3,7 +3,7 @@
 // chunk (NCCL_BUFFSIZE / NCCL_STEPS, 512 KiB by default) with up to
 // NCCL_STEPS (8) requests in flight, ranks forked on this host, the plugin
 // dlopen()ed.  scripts/bench-nccl.sh prints it beside ibv_coll_perf (the
-// same allreduces as whole collective WRs): issue 30's target is the
+// same allreduces as whole collective WRs); the target is the
 // plugin within 10 % of it.  fp32 sums of small integers, every rank's
 // result checked once per size.
 #include "collnet_driver.h"

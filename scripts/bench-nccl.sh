@@ -6,7 +6,7 @@
 # collective WR, up to 32 in flight), on this host, alternating per size so
 # that both see the machine alike.  Prints each side's median time and
 # busbw of ROUNDS runs and their ratio (perf's time over the plugin's, the
-# plugin's busbw over perf's); issue 30's target is >= 0.90 at NP=4.
+# plugin's busbw over perf's); the target is >= 0.90 at NP=4.
 # Every result is checked on both sides (a wrong element fails the run).
 #
 # Usage: scripts/bench-nccl.sh [-t ring|switch]
