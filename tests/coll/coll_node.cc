@@ -273,6 +273,26 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 				   g() % 4 == 0;
 			v.push_back({c, op, d, count, uint32_t(g() % K), mode});
 		}
+	} else if (o.scenario == "drift") {
+		// Small broadcasts go down a tree whose leaves finish as soon as
+		// their parent's partial is here, and barriers and small
+		// allreduces as the exchange: members run several messages
+		// apart, then meet in a collective of many blocks round the
+		// ring (or through the switch) that each starts on its own.
+		for (int round = 0; round < 3; round++) {
+			for (uint32_t i = 0; i < 2 * K + 1; i++)
+				v.push_back({IBV_COLL_WR_BCAST, IBV_COLL_OP_SUM,
+					     IBV_COLL_DTYPE_INT32, 1 + i % 3,
+					     (i + uint32_t(round)) % K, 0});
+			v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32,
+				     100000, 0, 0});
+			v.push_back({IBV_COLL_WR_BARRIER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 0,
+				     0, 0});
+			v.push_back({IBV_COLL_WR_BCAST, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
+				     60000, uint32_t(round) % K, 0});
+			v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_MAX, IBV_COLL_DTYPE_INT32,
+				     3, 0, 0});
+		}
 	} else if (o.scenario == "die") {
 		v.push_back({IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_FLOAT32,
 			     8u << 20, 0, 0});

@@ -240,6 +240,10 @@ std::vector<NodeSet> runs()
 	v.push_back({3, "1", "lossy", {loss, "IBV_COLL_EMU_COLL_RTO_US=5000"}, {}, 240, ""});
 	v.push_back(
 		{3, "2,1,3", "full", {loss, "IBV_COLL_EMU_COLL_RTO_US=5000"}, {}, 240, "lossy"});
+	// Members several messages apart (small broadcasts' trees) meeting in
+	// collectives of many blocks, calm and with loss.
+	v.push_back({6, "1", "drift", {}, {}, 240, ""});
+	v.push_back({5, "2", "drift", {loss, "IBV_COLL_EMU_COLL_RTO_US=5000"}, {}, 240, "lossy"});
 	return v;
 }
 
