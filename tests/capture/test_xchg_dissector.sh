@@ -1,0 +1,160 @@
+#!/bin/sh
+# The Wireshark dissector (emulator/wire/ibv_coll.lua) on the exchange's
+# packets: three nodes of one rank each, round the ring (no switch), run
+# coll_node's "xchg" scenario while tshark captures their UDP ports: an
+# allreduce of 8 bytes and a barrier as the pairwise exchange (three
+# nodes: node 0 hands its partial to node 1 first and gets the result
+# back last), and a broadcast of 12 bytes from rank 2 down the binomial
+# tree.  Every XCHG (kind 0xe9) is checked against what this script knows
+# was sent: JID 42, key 0x5eed0000 ^ seed 1, MIDs 1 to 3 with their
+# collective, the payload lengths, the broadcast's root in seq, and an
+# acknowledgement (flag 0x08, no payload) from the receiver of every
+# partial, for the same phase.
+# Usage: test_xchg_dissector.sh LUA COLL_NODE
+# Exit 77 (skipped) without tshark, when it cannot capture here, or when
+# the UDP ports this script picks are taken.
+set -u
+lua=$1 node=$2
+command -v tshark >/dev/null 2>&1 || { echo "SKIP: tshark is not installed"; exit 77; }
+installed=$(tshark -G plugins 2>/dev/null | awk '$1 == "ibv_coll.lua" { print $NF }')
+if [ -n "$installed" ] && ! cmp -s "$installed" "$lua"; then
+	echo "SKIP: $installed (installed by cmake --install) is not this tree's dissector"
+	exit 77
+fi
+tmp=$(mktemp -d)
+pids=""
+cleanup() {
+	for p in $pids; do kill -9 "$p" 2>/dev/null; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE
+fail() {
+	echo "FAIL: $*"
+	for f in "$tmp"/*.out "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }; done
+	exit 1
+}
+
+# Three ports of our own (the capture filter names them), never another
+# one instead; one datagram per packet; no repeat because a node ran late.
+base=$((20000 + $$ % 30000))
+for p in $base $((base + 1)) $((base + 2)); do
+	if ss -Hlun "sport = :$p" 2>/dev/null | grep -q .; then
+		echo "SKIP: UDP port $p is taken"
+		exit 77
+	fi
+done
+export IBV_COLL_EMU_GSO=0 IBV_COLL_CRXE_PORT_FALLBACK=n
+export IBV_COLL_EMU_COLL_RTO_US=300000 IBV_COLL_EMU_COLL_PROBE_US=300000
+
+tshark -i lo -F pcap -f "udp and (port $base or port $((base + 1)) or port $((base + 2)))" \
+	-w "$tmp/cap.pcap" -q >"$tmp/tshark.out" 2>"$tmp/tshark.err" &
+ts=$!
+pids="$pids $ts"
+i=0
+while ! grep -q "Capturing on" "$tmp/tshark.err"; do
+	if ! kill -0 "$ts" 2>/dev/null; then
+		echo "SKIP: tshark cannot capture here: $(cat "$tmp/tshark.err")"
+		exit 77
+	fi
+	i=$((i + 1))
+	[ $i -gt 200 ] && fail "tshark never started capturing"
+	sleep 0.05
+done
+sleep 0.5
+
+for i in 0 1 2; do
+	IBV_COLL_CRXE_UDP_PORT=$((base + i)) "$node" --boot "unix:$tmp/boot.sock" --node $i \
+		--nodes 3 --ranks 1 --scenario xchg >"$tmp/n$i.out" 2>&1 &
+	eval "n$i=$!"
+	pids="$pids $!"
+done
+wait "$n0" || fail "node 0 failed"
+wait "$n1" || fail "node 1 failed"
+wait "$n2" || fail "node 2 failed"
+sleep 0.3
+kill -INT "$ts"
+wait "$ts"
+
+tshark -r "$tmp/cap.pcap" -X "lua_script:$lua" \
+	-d "udp.port==$base,infiniband" -d "udp.port==$((base + 1)),infiniband" \
+	-d "udp.port==$((base + 2)),infiniband" \
+	-T fields -E separator=/t -E occurrence=a -E aggregator=';' \
+	-e udp.srcport -e udp.dstport -e infiniband.bth.opcode \
+	-e ibv_coll.kind -e ibv_coll.ceth.coll -e ibv_coll.ceth.op -e ibv_coll.ceth.dtype \
+	-e ibv_coll.ceth.flags -e ibv_coll.ceth.status -e ibv_coll.ceth.phase \
+	-e ibv_coll.ceth.src_node -e ibv_coll.ceth.jid -e ibv_coll.ceth.mid \
+	-e ibv_coll.ceth.len -e ibv_coll.ceth.job_key -e ibv_coll.ceth.seq -e _ws.expert \
+	>"$tmp/fields.out" 2>"$tmp/fields.err" || fail "tshark could not read the capture"
+
+python3 - "$tmp/fields.out" "$base" <<'EOF' || fail "the decoded packets differ from what was sent"
+import sys
+cols = "sport dport opcode kind coll op dtype flags status phase src jid mid len key seq expert".split()
+base = int(sys.argv[2])
+pkts = []
+for line in open(sys.argv[1]):
+    v = line.rstrip("\n").split("\t")
+    v += [""] * (len(cols) - len(v))
+    pkts.append(dict(zip(cols, v)))
+
+def num(s):
+    return int(s, 0) if s else None
+
+# What was sent (coll_node --scenario xchg): MID -> (collective, bytes, root).
+msgs = {1: (0x40, 8, None), 2: (0x45, 0, None), 3: (0x42, 12, 2)}
+JID, KEY, ACK = 42, 0x5eed0000 ^ 1, 0x08
+errors = []
+def check(cond, what, p):
+    if not cond:
+        errors.append("%s: %s" % (what, {k: v for k, v in p.items() if v}))
+
+partials, acks = {}, {}
+for p in pkts:
+    check(p["kind"] != "", "every packet decodes as ibv_coll", p)
+    if not p["kind"]:
+        continue
+    kind = num(p["kind"])
+    check(kind == 0xe9 and num(p["opcode"]) == kind, "only XCHG between the nodes", p)
+    check(not p["expert"], "no expert warning", p)
+    check(num(p["jid"]) == JID and num(p["key"]) == KEY, "jid and job key", p)
+    check(num(p["status"]) == 0, "status", p)
+    src = num(p["src"])
+    check(src == int(p["sport"]) - base and 0 <= src < 3, "src_node is the sending port's node", p)
+    dst = int(p["dport"]) - base
+    mid = num(p["mid"])
+    coll, size, root = msgs.get(mid, (None, None, None))
+    check(num(p["coll"]) == coll, "the collective of its MID", p)
+    if root is not None:
+        check(num(p["seq"]) == root, "a broadcast's seq is its root", p)
+    flags = num(p["flags"])
+    key = (mid, num(p["phase"]), src, dst)
+    if flags & ACK:
+        check(flags == ACK and num(p["len"]) == 0, "an acknowledgement carries nothing", p)
+        acks[key] = acks.get(key, 0) + 1
+    else:
+        check(flags & ~0x2 == 0, "a partial's flags (at most RETRANS)", p)
+        check(num(p["len"]) == size, "a partial carries the message's bytes", p)
+        partials[key] = partials.get(key, 0) + 1
+
+# Every partial acknowledged by its receiver, for the same message and phase.
+for (mid, ph, s, d) in partials:
+    check((mid, ph, d, s) in acks, "partial of mid %d phase %d from %d to %d acknowledged"
+          % (mid, ph, s, d), {"x": "1"})
+for (mid, ph, s, d) in acks:
+    check((mid, ph, d, s) in partials, "an acknowledgement answers a partial", {"mid": str(mid)})
+# Three nodes: node 0 (an extra) hands its partial to node 1 and gets the
+# result back; nodes 1 and 2 exchange once; 4 partials an allreduce.
+for mid in (1, 2):
+    got = sorted((s, d) for (m, ph, s, d) in partials if m == mid)
+    check(got == [(0, 1), (1, 0), (1, 2), (2, 1)], "the exchange's partials of mid %d" % mid,
+          {"got": str(got)})
+# The broadcast from node 2: each other node gets it once, from a parent.
+got = sorted(d for (m, ph, s, d) in partials if m == 3)
+check(got == [0, 1] and all(s != d for (m, ph, s, d) in partials if m == 3),
+      "the broadcast reaches nodes 0 and 1 once", {"got": str(got)})
+if errors:
+    print("\n".join(errors[:40]))
+    print("%d errors" % len(errors))
+    sys.exit(1)
+print("ok: %d packets, %d partials, %d acknowledgements" % (len(pkts), len(partials), len(acks)))
+EOF
