@@ -139,6 +139,14 @@ void SwitchPath::spurious(CollJob &job, const PendingSet::Entry &e, Holding h, u
 				  std::min(2 * uint64_t(e.nak_lead), u_.rto_ns(job)));
 }
 
+// Most of what went (of late) was needless, and not by chance: a few
+// such in a lossy run, where most are needed, would widen the window for
+// the rest of it.
+static bool mostly(uint32_t needless, uint32_t sent)
+{
+	return needless >= 8 && 2 * needless > sent;
+}
+
 // Block sid's result came twice: what we sent last for it was needless.
 // After an ASK (the first copy came after it went): the result was late,
 // not lost (results of one plane leave a switch of several workers, or a
@@ -157,22 +165,10 @@ void SwitchPath::spurious(CollJob &job, const PendingSet::Entry &e, Holding h, u
 // switch on 2 cores sent up to 0.5 ASKs a block (CI run 32, coll
 // n8k1_traffic_switch, 1.030 S), and 8 hosts whose ports hold packets
 // 20 +- 20 us took 1.5x the time without (SimGate.ResultsOutOfOrder...).
-// Most of what went (of late) was needless, and not by chance: a few
-// such in a lossy run, where most are needed, would widen the window for
-// the rest of it.
-static bool mostly(uint32_t needless, uint32_t sent)
-{
-	return needless >= 8 && 2 * needless > sent;
-}
-
 void SwitchPath::answered_twice(CollJob &job, const Message &m, uint32_t sid, uint64_t now)
 {
 	const PendingSet::Entry *e = m.o_pending.last(sid);
-	if (e && !e->asks && e->nak_lead) {
-		// The partial went again on a NAK, and the switch answered both
-		// copies: the first was late, not lost, as spurious() finds
-		// from the result's hold (which cannot tell when our partial
-		// was the last the block waited for: the hold is then 0).
+	if (e && !e->asks && e->nak_lead) { // a partial sent again on a NAK
 		u_.host().cc_counters().spurious_retrans++;
 		job.sw.naks_needless++;
 		if (mostly(job.sw.naks_needless, job.sw.naks))
