@@ -83,6 +83,10 @@ struct Qp {
 	uint32_t rnr_left = 7;
 	uint64_t rto_ns = 0;
 	uint64_t rto_deadline = 0; // 0: not armed
+	// When a response naming a PSN in flight last came, and how many were
+	// dropped as naming none (what the retries-exhausted line reports).
+	uint64_t answered_at = 0;
+	uint32_t stale_answers = 0;
 	uint64_t rnr_deadline = 0; // 0: not waiting
 	uint32_t rnr_psn = 0;
 	uint32_t last_nak_psn = 0xffffffff;

@@ -420,9 +420,11 @@ void Engine::req_on_ack(Qp &qp, const InPacket &p)
 	// forged.
 	if (psn_diff(psn, qp.sent_psn) >= 0 || psn_diff(psn, qp.una) < -1) {
 		ctr.rx_dup++;
+		qp.stale_answers++;
 		return;
 	}
 	uint64_t now = params.clock->now();
+	qp.answered_at = now;
 	// The responder is alive: the transport timer restarts.
 	if (qp.rto_deadline)
 		qp.rto_deadline = now + qp.rto_ns;
@@ -484,8 +486,10 @@ void Engine::req_on_read_resp(Qp &qp, const InPacket &p)
 	}
 	if (idx == qp.req_idx) {
 		ctr.rx_dup++;
+		qp.stale_answers++;
 		return;
 	}
+	qp.answered_at = params.clock->now();
 	WqeMeta &m = qp.meta[idx & mask];
 	const SendWqe *w = qp.sq->at<SendWqe>(idx);
 	const uint32_t expect = psn_add(m.first_psn, m.read_rcvd);
@@ -566,13 +570,19 @@ void Engine::req_timers(Qp &qp, uint64_t now)
 		}
 		ctr.timeouts++;
 		if (!qp.retries_left) {
-			uint32_t psn = retry_point(qp);
-			IBVC_WARN("emu", "{}: qp {:#x}: no answer from {}:{} after {} retries",
+			// Whether the peer went silent or its answers named PSNs
+			// not in flight tells a stalled host from a transport bug.
+			IBVC_WARN("emu",
+				  "{}: qp {:#x}: no answer from {}:{} after {} retries (last "
+				  "answer {} us ago, {} dropped as stale; psn {:#x} unacked, "
+				  "{} in flight, window {}; this timer {} us late)",
 				  params.name, qp.qpn, qp.attr.remote.ip.str(), qp.attr.remote.port,
-				  qp.attr.retry_cnt);
+				  qp.attr.retry_cnt,
+				  qp.answered_at ? (now - qp.answered_at) / util::kNsPerUs : 0,
+				  qp.stale_answers, retry_point(qp), psn_diff(qp.sent_psn, qp.una),
+				  qp.cc.window(), (now - qp.rto_deadline) / util::kNsPerUs);
 			if (qp.sq->cons() != qp.sq->prod())
 				complete_send(qp, qp.sq->cons(), WcStatus::retry_exc_err, true);
-			(void)psn;
 			qp_to_error(qp, "transport retries exhausted");
 			return;
 		}
