@@ -3,6 +3,11 @@
 
 #include "util/log.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 namespace ibv_coll::drv {
@@ -29,6 +34,32 @@ int dealloc_pd(core::Pd *p)
 	return err;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+
+// Fault the region's pages in now, as a NIC's registration pins them
+// (writable when the device may write them): the device's engine thread,
+// which moves the data, then takes no page fault (a first touch of 16 MiB
+// under transparent huge pages can stall it for tens of milliseconds,
+// longer than a 4 ms transport timer).  Best effort: a kernel before 5.14
+// (EINVAL) or a range the application cannot touch this way leaves the
+// pages to fault on first use, as before.
+static void populate(void *addr, size_t len, int access)
+{
+	if (!len)
+		return;
+	const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+	const uintptr_t lo = uintptr_t(addr) & ~(page - 1);
+	const uintptr_t hi = (uintptr_t(addr) + len + page - 1) & ~(page - 1);
+	const bool wr = access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	const int saved = errno;
+	(void)madvise(reinterpret_cast<void *>(lo), hi - lo,
+		      wr ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+	errno = saved;
+}
+
 core::Mr *reg_mr(core::Pd *p, void *addr, size_t len, int access)
 {
 	Pd *pd = to_drv(p);
@@ -41,6 +72,7 @@ core::Mr *reg_mr(core::Pd *p, void *addr, size_t len, int access)
 		return nullptr;
 	}
 	mr->pub.lkey = mr->pub.rkey = mr->pub.handle = key;
+	populate(addr, len, access);
 	return mr.release();
 }
 
