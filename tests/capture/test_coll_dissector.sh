@@ -13,27 +13,7 @@
 # Exit 77 (skipped) without tshark or when it cannot capture here.
 set -u
 lua=$1 switchd=$2 node=$3 stat=$4
-command -v tshark >/dev/null 2>&1 || { echo "SKIP: tshark is not installed"; exit 77; }
-# Wireshark loads its global Lua plugins before -X lua_script: an installed
-# ibv_coll.lua of another build would decode every packet its own way.
-installed=$(tshark -G plugins 2>/dev/null | awk '$1 == "ibv_coll.lua" { print $NF }')
-if [ -n "$installed" ] && ! cmp -s "$installed" "$lua"; then
-	echo "SKIP: $installed (installed by cmake --install) is not this tree's dissector"
-	exit 77
-fi
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-	for p in $pids; do kill -9 "$p" 2>/dev/null; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP PIPE
-fail() {
-	echo "FAIL: $*"
-	for f in "$tmp"/*.out "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }; done
-	exit 1
-}
+. "$(dirname "$0")/common.sh"
 
 # One datagram per packet, as on a wire (lo shows GSO super-packets); and
 # each block sent once: no repeat, nor probe, because a node ran late on a
@@ -50,20 +30,7 @@ while [ ! -s "$tmp/port" ]; do
 done
 port=$(cat "$tmp/port")
 
-tshark -i lo -F pcap -f "udp port $port" -w "$tmp/cap.pcap" -q >"$tmp/tshark.out" 2>"$tmp/tshark.err" &
-ts=$!
-pids="$pids $ts"
-i=0
-while ! grep -q "Capturing on" "$tmp/tshark.err"; do
-	if ! kill -0 "$ts" 2>/dev/null; then
-		echo "SKIP: tshark cannot capture here: $(cat "$tmp/tshark.err")"
-		exit 77
-	fi
-	i=$((i + 1))
-	[ $i -gt 200 ] && fail "tshark never started capturing"
-	sleep 0.05
-done
-sleep 0.5
+start_capture "udp port $port"
 
 for i in 0 1; do
 	"$node" --boot "unix:$tmp/boot.sock" --node $i --nodes 2 --ranks 2 \
@@ -74,9 +41,7 @@ done
 wait "$n0" || fail "node 0 failed"
 wait "$n1" || fail "node 1 failed"
 "$stat" -S -s "127.0.0.1:$port" >"$tmp/stat.out" 2>&1 || fail "ibv_coll_stat failed"
-sleep 0.3
-kill -INT "$ts"
-wait "$ts"
+stop_capture
 
 tshark -r "$tmp/cap.pcap" -X "lua_script:$lua" -d "udp.port==$port,infiniband" \
 	-T fields -E separator=/t -E occurrence=a -E aggregator=';' \

@@ -15,25 +15,7 @@
 # the UDP ports this script picks are taken.
 set -u
 lua=$1 node=$2
-command -v tshark >/dev/null 2>&1 || { echo "SKIP: tshark is not installed"; exit 77; }
-installed=$(tshark -G plugins 2>/dev/null | awk '$1 == "ibv_coll.lua" { print $NF }')
-if [ -n "$installed" ] && ! cmp -s "$installed" "$lua"; then
-	echo "SKIP: $installed (installed by cmake --install) is not this tree's dissector"
-	exit 77
-fi
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-	for p in $pids; do kill -9 "$p" 2>/dev/null; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP PIPE
-fail() {
-	echo "FAIL: $*"
-	for f in "$tmp"/*.out "$tmp"/*.err; do [ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }; done
-	exit 1
-}
+. "$(dirname "$0")/common.sh"
 
 # Three ports of our own (the capture filter names them), never another
 # one instead; one datagram per packet; no repeat because a node ran late.
@@ -47,21 +29,7 @@ done
 export IBV_COLL_EMU_GSO=0 IBV_COLL_CRXE_PORT_FALLBACK=n
 export IBV_COLL_EMU_COLL_RTO_US=300000 IBV_COLL_EMU_COLL_PROBE_US=300000
 
-tshark -i lo -F pcap -f "udp and (port $base or port $((base + 1)) or port $((base + 2)))" \
-	-w "$tmp/cap.pcap" -q >"$tmp/tshark.out" 2>"$tmp/tshark.err" &
-ts=$!
-pids="$pids $ts"
-i=0
-while ! grep -q "Capturing on" "$tmp/tshark.err"; do
-	if ! kill -0 "$ts" 2>/dev/null; then
-		echo "SKIP: tshark cannot capture here: $(cat "$tmp/tshark.err")"
-		exit 77
-	fi
-	i=$((i + 1))
-	[ $i -gt 200 ] && fail "tshark never started capturing"
-	sleep 0.05
-done
-sleep 0.5
+start_capture "udp and (port $base or port $((base + 1)) or port $((base + 2)))"
 
 for i in 0 1 2; do
 	IBV_COLL_CRXE_UDP_PORT=$((base + i)) "$node" --boot "unix:$tmp/boot.sock" --node $i \
@@ -72,9 +40,7 @@ done
 wait "$n0" || fail "node 0 failed"
 wait "$n1" || fail "node 1 failed"
 wait "$n2" || fail "node 2 failed"
-sleep 0.3
-kill -INT "$ts"
-wait "$ts"
+stop_capture
 
 tshark -r "$tmp/cap.pcap" -X "lua_script:$lua" \
 	-d "udp.port==$base,infiniband" -d "udp.port==$((base + 1)),infiniband" \
