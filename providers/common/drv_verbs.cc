@@ -44,13 +44,15 @@ int dealloc_pd(core::Pd *p)
 // which moves the data, then takes no page fault (a first touch of 16 MiB
 // under transparent huge pages can stall it for tens of milliseconds,
 // longer than a 4 ms transport timer).  Best effort: a kernel before 5.14
-// (EINVAL) or a range the application cannot touch this way leaves the
-// pages to fault on first use, as before.
+// (EINVAL), a range the application cannot touch this way, or one larger
+// than a quarter of the machine's memory (a sparse reservation, which
+// filling would exhaust memory) leaves the pages to fault on first use.
 static void populate(void *addr, size_t len, int access)
 {
-	if (!len)
-		return;
 	const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+	const long phys = sysconf(_SC_PHYS_PAGES);
+	if (!len || (phys > 0 && len / page > uint64_t(phys) / 4))
+		return;
 	const uintptr_t lo = uintptr_t(addr) & ~(page - 1);
 	const uintptr_t hi = (uintptr_t(addr) + len + page - 1) & ~(page - 1);
 	const bool wr = access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
