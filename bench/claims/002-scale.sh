@@ -6,14 +6,22 @@
 # switch (star), and through leaves of 16 hosts under a spine (tree2, from
 # 32 hosts): busbw against the ring's bound (the link rate R: the
 # switch's own bound is R x 2(N-1)/N, so up to about 2 here), and wire/S.
+# The ring runs twice: with the job's default 256 Seg units (ring: a
+# node keeps room for a window of blocks from each of the N-1 others, so
+# its window is 256 / (N-1) blocks, at most 64: 4 at 64 hosts, 3 from 66,
+# 1 at 256; beyond 257 hosts it cannot hold a block from every other node
+# and the job fails, so its rows stop at 256), and with 64 (N-1) units
+# (ring_units: the full window of 64 blocks at every N).
 # Prints, and writes to docs/claims/ (OUT_DIR), 002-scale.csv, .md, .png.
 #
 #   bench/claims/002-scale.sh [-s SIZE] [-r RATE] [-N "N..."]
 #       -s  bytes a rank (4M), -r  link rate (100gbit), -N  host counts
-#       ("2 4 8 16 32 64 128 256"; through switches at most 64, the
-#       width of the CETH's node bitmap).  1 us links.  Deterministic.
+#       ("2 4 8 16 32 64 128 256 512"; through switches at most
+#       64, the width of the CETH's node bitmap).  1 us links.
+#       Deterministic.  1,024 hosts of 64 (N-1) units each would hold
+#       more than 16 GiB of Seg pools: not run.
 set -euo pipefail
-size=4M rate=100gbit ns="2 4 8 16 32 64 128 256"
+size=4M rate=100gbit ns="2 4 8 16 32 64 128 256 512"
 while getopts "s:r:N:h" o; do
 	case $o in
 	s) size=$OPTARG ;;
@@ -28,22 +36,24 @@ claims_init 002-scale
 csv=$out/002-scale.csv
 echo "path,hosts,time_us,busbw_over_R,wire_s" >"$csv"
 run() { # PATH N SHAPE TOPOLOGY
-	local per=""
+	local per="" units="" nic=""
 	[ "$3" = tree2 ] && per='"nodes_per_leaf": 16,'
+	[ "$1" = ring_units ] && nic="\"nic_units\": $((64 * $2))," units="\"seg_units\": $((64 * ($2 - 1))),"
 	cat >"$tmp/d.json" <<EOF
 {"seed": 1,
- "fabric": {"nodes": $2, "shape": "$3", $per "link": {"rate": "$rate", "delay_us": 1, "queue": "4M"}},
- "jobs": [{"name": "j", "topology": "$4", "sizes": ["$size"], "iters": 1, "warmup": 1}]}
+ "fabric": {"nodes": $2, "shape": "$3", $per $nic "link": {"rate": "$rate", "delay_us": 1, "queue": "4M"}},
+ "jobs": [{"name": "j", "topology": "$4", $units "sizes": ["$size"], "iters": 1, "warmup": 1}]}
 EOF
 	read -r t bb ws _ < <(sim_row "$tmp/d.json")
 	# busbw/bound is against the path's own bound: over R, the switch
 	# paths' is 2(N-1)/N of it.
 	awk -v p="$1" -v n="$2" -v t="$t" -v bb="$bb" -v ws="$ws" 'BEGIN {
-		f = (p == "ring") ? 1 : 2 * (n - 1) / n
+		f = (p ~ /^ring/) ? 1 : 2 * (n - 1) / n
 		printf "%s,%d,%s,%.3f,%s\n", p, n, t, bb * f, ws }' >>"$csv"
 }
 # Each path's rows together (gnuplot joins consecutive points).
-for n in $ns; do run ring "$n" star ring; done
+for n in $ns; do [ "$n" -le 256 ] && run ring "$n" star ring; done
+for n in $ns; do run ring_units "$n" star ring; done
 for n in $ns; do [ "$n" -le 64 ] && run switch "$n" star switch; done
 for n in $ns; do [ "$n" -ge 32 ] && [ "$n" -le 64 ] && run tree2 "$n" tree2 switch; done
 md_table "$csv" >"$out/002-scale.md"
@@ -63,8 +73,8 @@ set yrange [0:2.2]
 set y2range [0:2.2]
 set key left top
 set title "Claim 002: busbw over the link rate (solid) and wire/S (dashed), $rate, $size a rank"
-plot for [p in "ring switch tree2"] "$csv" using (strcol(1) eq p ? \$2 : 1/0):4 with linespoints lw 2 title p." busbw/R", \
-     for [p in "ring switch tree2"] "$csv" using (strcol(1) eq p ? \$2 : 1/0):5 axes x1y2 with linespoints dt 2 title p." wire/S"
+plot for [p in "ring ring_units switch tree2"] "$csv" using (strcol(1) eq p ? \$2 : 1/0):4 with linespoints lw 2 title p." busbw/R", \
+     for [p in "ring ring_units switch tree2"] "$csv" using (strcol(1) eq p ? \$2 : 1/0):5 axes x1y2 with linespoints dt 2 title p." wire/S"
 EOF
 	echo "plot: $out/002-scale.png"
 fi
