@@ -14,7 +14,8 @@
 # .png.
 #
 #   bench/claims/000-seg-units.sh [-r RATE] [-d DELAY_US]
-#       -r  link rate (100gbit), -d  one-way link delay (1); N = 8 and 32,
+#       -r  link rate (100gbit), -d  one-way link delay (1); N = 8, 32
+#       and 64 (a switch job's most),
 #       S = 256 KiB and 4 MiB, P = 4 ... 4096 units of 4 KiB.
 #       Deterministic (seed 1).
 set -euo pipefail
@@ -32,7 +33,7 @@ claims_init 000-seg-units
 csv=$out/000-seg-units.csv
 echo "mode,hosts,bytes,units,time_us,busbw_bound,wire_s" >"$csv"
 for mode in block message; do
-	for n in 8 32; do
+	for n in 8 32 64; do
 		for s in 262144 4194304; do
 			for p in 4 8 16 32 64 128 256 512 1024 2048 4096; do
 				if [ $mode = block ]; then
@@ -60,7 +61,7 @@ md_table "$csv" >"$out/000-seg-units.md"
 	echo
 	echo "| hosts | bytes | units, freed per block | units, whole message |"
 	echo "| --- | --- | --- | --- |"
-	for n in 8 32; do
+	for n in 8 32 64; do
 		for s in 262144 4194304; do
 			best=$(awk -F, -v n=$n -v s=$s '$2 == n && $3 == s && $6 > b { b = $6 } END { print b + 0 }' "$csv")
 			row="| $n | $s |"
