@@ -234,6 +234,16 @@ SimReport Simulator::run(
 		r.drops += l.drops;
 		r.marks += l.marks;
 	}
+	for (const Host &h : f.hosts) {
+		const emu::CcCounters &c = h.nic->cc;
+		r.cc_cuts += c.rate_cuts;
+		r.cc_delay_cuts += c.delay_cuts;
+		r.cc_loss_cuts += c.loss_cuts;
+		r.cc_cnp_cuts += c.cnp_cuts;
+		r.fast_retrans += c.fast_retrans;
+		r.reorder_waits += c.reorder_waits;
+		r.spurious_retrans += c.spurious_retrans;
+	}
 	if (r.stuck)
 		r.state = f.state();
 	return r;

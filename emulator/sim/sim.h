@@ -161,6 +161,11 @@ struct SimReport {
 	std::vector<uint32_t> switch_peak; // per switch: most Seg units holding blocks at once
 	std::vector<SwitchUse> switch_use; // per switch
 	uint64_t end_ns = 0, events = 0, packets = 0, drops = 0, marks = 0;
+	// The hosts' congestion control and loss recovery, summed: window
+	// cuts by signal, repeats before the timeout, NAKs waited out as
+	// reordering, repeats found needless.
+	uint64_t cc_cuts = 0, cc_delay_cuts = 0, cc_loss_cuts = 0, cc_cnp_cuts = 0;
+	uint64_t fast_retrans = 0, reorder_waits = 0, spurious_retrans = 0;
 	bool stuck = false; // jobs left unfinished: no event was left, or the limit passed
 	std::string state;  // then: what every host and switch holds
 };

@@ -415,6 +415,13 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 		"# virtual time %.6f s, %llu events, %llu packets on links, %llu dropped, %llu CE-marked\n",
 		double(r.end_ns) / 1e9, (unsigned long long)r.events, (unsigned long long)r.packets,
 		(unsigned long long)r.drops, (unsigned long long)r.marks);
+	fprintf(out,
+		"# hosts: %llu window cuts (%llu delay, %llu loss, %llu CNP), %llu sent again "
+		"before the timeout, %llu NAKs waited out as reordering, %llu repeats needless\n",
+		(unsigned long long)r.cc_cuts, (unsigned long long)r.cc_delay_cuts,
+		(unsigned long long)r.cc_loss_cuts, (unsigned long long)r.cc_cnp_cuts,
+		(unsigned long long)r.fast_retrans, (unsigned long long)r.reorder_waits,
+		(unsigned long long)r.spurious_retrans);
 	if (r.stuck)
 		fprintf(out, "# STUCK: jobs left unfinished\n%s", r.state.c_str());
 }
@@ -481,6 +488,13 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 	d["packets"] = r.packets;
 	d["dropped"] = r.drops;
 	d["ce_marked"] = r.marks;
+	d["hosts"] = {{"window_cuts", r.cc_cuts},
+		      {"delay_cuts", r.cc_delay_cuts},
+		      {"loss_cuts", r.cc_loss_cuts},
+		      {"cnp_cuts", r.cc_cnp_cuts},
+		      {"fast_retrans", r.fast_retrans},
+		      {"reorder_waits", r.reorder_waits},
+		      {"spurious_retrans", r.spurious_retrans}};
 	d["stuck"] = r.stuck;
 	if (r.stuck)
 		d["state"] = r.state;

@@ -937,15 +937,18 @@ int main(int argc, char **argv)
 		}
 	}
 	ibv_coll_counters cn{};
+	cn.comp_mask = IBV_COLL_COUNTERS_EXT | IBV_COLL_COUNTERS_EXT2;
 	if (!ibv_query_coll_counters(ctx, &cn))
 		printf("node %d: %zu cases, %d failures; tx %lu pkts %lu coll bytes, coll data %lu/%lu "
-		       "result %lu/%lu, retrans %lu/%lu, dup %lu, early %lu, seg high water %u\n",
+		       "result %lu/%lu, retrans %lu/%lu, dup %lu, early %lu, seg high water %u, "
+		       "window cuts %lu\n",
 		       o.node, cases.size(), failures, (unsigned long)cn.tx_packets,
 		       (unsigned long)cn.coll_tx_bytes, (unsigned long)cn.coll_tx_data,
 		       (unsigned long)cn.coll_rx_data, (unsigned long)cn.coll_tx_result,
 		       (unsigned long)cn.coll_rx_result, (unsigned long)cn.coll_retrans_data,
 		       (unsigned long)cn.coll_retrans_result, (unsigned long)cn.coll_duplicates,
-		       (unsigned long)cn.coll_early, cn.seg_high_water);
+		       (unsigned long)cn.coll_early, cn.seg_high_water,
+		       (unsigned long)cn.cc_rate_cuts);
 	// Everyone finishes before anyone tears down: a node that leaves early
 	// would look dead to the others' last retransmissions.
 	// (A member or the switch died in a failure scenario: no barrier.)
