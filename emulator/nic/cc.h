@@ -174,6 +174,7 @@ private:
 	uint64_t standing_ = 0, win_min_ = 0, win_start_ = 0, win_sum_ = 0;
 	uint32_t win_n_ = 0;
 	uint64_t jitter_ = 0;
+	uint64_t spread_ = 0; // the last half round trip's samples' mean over their least
 	// The delay at the last delay cut, and cuts in a row that did not
 	// lower it (see on_rtt_sample).
 	uint64_t cut_delay_ = 0;

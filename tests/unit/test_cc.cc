@@ -288,6 +288,45 @@ struct NoisyPath {
 
 } // namespace
 
+// One member of a switch job on 2 cores with 2 +- 2 ms on every packet
+// (coll.liveness_switch_jitter, seed 7, 1 run in ~20): its round trips
+// lay milliseconds above the least one it saw, each round's samples
+// shifted together by how late its host ran.  A cut lowered the delay
+// or not by chance, more than a sixteenth either way, so three futile
+// cuts in a row never came and the base never moved: 102 cuts took the
+// window to a fifth, and the other members waited for that one (2.4 s
+// against 0.5 s).  A fall within the noise is no fall: the base moves
+// after three cuts, and the window grows back.
+TEST(Cc, JitterThatShiftsWholeRoundsMovesTheBase)
+{
+	Flow f(64, 64);
+	std::mt19937 rng(7);
+	for (int i = 0; i < 5; i++)
+		f.round(2500 * kUs);
+	uint32_t low = 64;
+	for (int i = 0; i < 200; i++) {
+		const uint32_t w = f.cc.window();
+		const uint64_t shift = rng() % (2 * kMs); // the host ran late
+		std::vector<uint64_t> rtts(w);
+		uint64_t worst = 0;
+		for (uint64_t &r : rtts)
+			worst = std::max(worst, r = 6 * kMs + shift + rng() % (2 * kMs));
+		f.now += worst;
+		for (uint64_t r : rtts) {
+			f.cc.on_rtt_sample(r, Holding{}, f.now);
+			f.cc.on_ack(1, f.now);
+		}
+		low = std::min(low, f.cc.window());
+	}
+	// Three cuts (kFutileCuts: 64 -> 32 -> 21 -> 14 here), then the base
+	// moves and the window grows back; a round late by most of the noise
+	// may cut once more (without the allowance: 7 cuts, down to 3).
+	EXPECT_GE(f.ctr.rebases, 1u);
+	EXPECT_LE(f.ctr.delay_cuts, 5u) << "cuts went on after the base moved";
+	EXPECT_GE(low, 8u) << "the window sank on a path whose delay no cut lowers";
+	EXPECT_EQ(f.cc.window(), 64u);
+}
+
 // The stall of coll.liveness_ring_jitter (seed 7, 1 run in ~30): after the
 // base moved up on a noisy path, a loss moved it back for an epoch and
 // the delay cuts took the window to one unit.  There a round trip gives
