@@ -395,9 +395,10 @@ struct SwitchJob {
 	// overtake partials and partials that overtake each other): 0 until
 	// a repeat sent on a NAK turned out needless (SwitchPath::spurious).
 	uint64_t reo_wnd = 0;
-	// ASKs sent, and of them answered by a result that had come already
-	// (SwitchPath::spurious_ask); both halve each message.
-	uint32_t asks = 0, asks_needless = 0;
+	// ASKs sent, and of them answered by a result that had come already;
+	// partials sent again on a NAK, and of them answered by a second
+	// result (SwitchPath::answered_twice); all halve each message.
+	uint32_t asks = 0, asks_needless = 0, naks = 0, naks_needless = 0;
 	uint8_t why = 0; // kRanRefused: the switch refused the job
 	// AUTO, configuring: a member's ring packet of this message came (0:
 	// none); the switch's next answer says whether to follow it

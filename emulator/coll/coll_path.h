@@ -180,7 +180,7 @@ private:
 	bool result_ok(const CollJob &job, const Message &m, const CollPacket &p) const;
 	void on_nak(CollJob &job, const CollPacket &p, uint64_t now);
 	void spurious(CollJob &job, const PendingSet::Entry &e, Holding h, uint64_t now);
-	void spurious_ask(CollJob &job, const Message &m, uint32_t sid, uint64_t now);
+	void answered_twice(CollJob &job, const Message &m, uint32_t sid, uint64_t now);
 	// The job's round trip through the switch, or half the timeout
 	// before it has one.
 	uint64_t round_trip(const CollJob &job) const;

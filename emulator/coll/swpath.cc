@@ -191,6 +191,8 @@ void SwitchPath::launch(Qp &qp, CollJob &job, uint64_t now)
 	job.sw.reo_wnd -= job.sw.reo_wnd / 8; // what the path did lately counts most
 	job.sw.asks /= 2;
 	job.sw.asks_needless /= 2;
+	job.sw.naks /= 2;
+	job.sw.naks_needless /= 2;
 	if (job.cfg.sw.e2e_ack)
 		m.sw.acked.assign(m.nblocks, job.cfg.node == 0 ? 1 : 0);
 	m.last_progress = now;
@@ -586,7 +588,7 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 	if (m.final_[sid]) {
 		u_.ctr.dup_dropped++;
 		if (!nak)
-			spurious_ask(job, m, sid, now);
+			answered_twice(job, m, sid, now);
 		return;
 	}
 	if (nak)

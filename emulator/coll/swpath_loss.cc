@@ -112,6 +112,7 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 	if (e->asks)
 		job.sw.cc.on_loss(now);
 	const uint64_t lead = now - e->data_sent;
+	job.sw.naks++;
 	send_block(job, m, sid, now, true);
 	m.o_pending.find(sid)->nak_lead = uint32_t(std::clamp<uint64_t>(lead, 1, UINT32_MAX));
 	// Otherwise no cut: a partial lost alone is no sign of a full queue
@@ -138,27 +139,49 @@ void SwitchPath::spurious(CollJob &job, const PendingSet::Entry &e, Holding h, u
 				  std::min(2 * uint64_t(e.nak_lead), u_.rto_ns(job)));
 }
 
-// Block sid's result came twice, the first time after an ASK: the ASK was
-// needless, the first copy was late, not lost (results of one plane leave
-// a switch of several workers, or a port that holds packets, out of block
-// order).  As RACK's window grows on a DSACK, ours grows to twice how late
-// that copy came after the ASK, at most the retransmission timeout; but
-// only while most ASKs are needless: a result late because the switch
-// waited for another member's lost partial looks the same, and on a lossy
-// path, where most ASKs find a lost result, a wider window finds ours
-// later (16 hosts with 5 % loss: a fourth of the ASKs needless, 1.39x the
-// time when each grew it; a path that reorders: 19 in 20).  Without it
-// every result that came two blocks late cost an ASK and a second copy
-// of it: 8 hosts through a 4-worker switch on 2 cores sent up to 0.5
-// ASKs a block (CI run 32, coll n8k1_traffic_switch, 1.030 S).
-void SwitchPath::spurious_ask(CollJob &job, const Message &m, uint32_t sid, uint64_t now)
+// Most of what went (of late) was needless, and not by chance: a few
+// such in a lossy run, where most are needed, would widen the window for
+// the rest of it.
+static bool mostly(uint32_t needless, uint32_t sent)
+{
+	return needless >= 8 && 2 * needless > sent;
+}
+
+// Block sid's result came twice: what we sent last for it was needless.
+// After an ASK (the first copy came after it went): the result was late,
+// not lost (results of one plane leave a switch of several workers, or a
+// port that holds packets, out of block order).  After a partial sent
+// again on a NAK: the first copy was late, not lost, and the switch
+// answered both (spurious() finds that from the result's hold, which
+// cannot tell when our partial was the last the block waited for: the
+// hold is then 0).  As RACK's window grows on a DSACK, ours grows: to
+// twice how late the result came after the ASK, or twice the NAK's lead
+// over the first copy, at most the retransmission timeout; but only while
+// most ASKs (or NAKed repeats) are needless: a result late because the
+// switch waited for another member's lost partial looks the same, and on
+// a lossy path, where most find a loss, a wider window finds ours later
+// (16 hosts with 5 % loss: a fifth to a fourth needless; growing on each
+// cost 1.07x-1.39x the time).  Without it, 8 hosts through a 4-worker
+// switch on 2 cores sent up to 0.5 ASKs a block (CI run 32, coll
+// n8k1_traffic_switch, 1.030 S), and 8 hosts whose ports hold packets
+// 20 +- 20 us took 1.5x the time without (SimGate.ResultsOutOfOrder...).
+void SwitchPath::answered_twice(CollJob &job, const Message &m, uint32_t sid, uint64_t now)
 {
 	const PendingSet::Entry *e = m.o_pending.last(sid);
+	if (e && !e->asks && e->nak_lead) { // a partial sent again on a NAK
+		u_.host().cc_counters().spurious_retrans++;
+		job.sw.naks_needless++;
+		if (mostly(job.sw.naks_needless, job.sw.naks))
+			job.sw.reo_wnd = std::max(
+				job.sw.reo_wnd,
+				std::min(2 * uint64_t(e->nak_lead), u_.rto_ns(job)));
+		return;
+	}
 	if (!e || !e->asks || e->result_at < e->sent || now < e->result_at)
 		return;
 	u_.host().cc_counters().spurious_retrans++;
 	job.sw.asks_needless++;
-	if (2 * job.sw.asks_needless <= job.sw.asks)
+	if (!mostly(job.sw.asks_needless, job.sw.asks))
 		return;
 	job.sw.reo_wnd = std::max(job.sw.reo_wnd,
 				  std::min(2 * (e->result_at - e->sent), u_.rto_ns(job)));
