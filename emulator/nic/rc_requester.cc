@@ -574,11 +574,14 @@ void Engine::req_timers(Qp &qp, uint64_t now)
 			// not in flight tells a stalled host from a transport bug.
 			IBVC_WARN("emu",
 				  "{}: qp {:#x}: no answer from {}:{} after {} retries (last "
-				  "answer {} us ago, {} dropped as stale; psn {:#x} unacked, "
+				  "answer {}, {} dropped as stale; psn {:#x} unacked, "
 				  "{} in flight, window {}; this timer {} us late)",
 				  params.name, qp.qpn, qp.attr.remote.ip.str(), qp.attr.remote.port,
 				  qp.attr.retry_cnt,
-				  qp.answered_at ? (now - qp.answered_at) / util::kNsPerUs : 0,
+				  qp.answered_at ? std::to_string((now - qp.answered_at) /
+								  util::kNsPerUs) +
+							   " us ago"
+						 : std::string("never"),
 				  qp.stale_answers, retry_point(qp), psn_diff(qp.sent_psn, qp.una),
 				  qp.cc.window(), (now - qp.rto_deadline) / util::kNsPerUs);
 			if (qp.sq->cons() != qp.sq->prod())

@@ -49,8 +49,8 @@ int dealloc_pd(core::Pd *p)
 // filling would exhaust memory) leaves the pages to fault on first use.
 static void populate(void *addr, size_t len, int access)
 {
-	const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-	const long phys = sysconf(_SC_PHYS_PAGES);
+	static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+	static const long phys = sysconf(_SC_PHYS_PAGES); // a syscall: once
 	if (!len || (phys > 0 && len / page > uint64_t(phys) / 4))
 		return;
 	const uintptr_t lo = uintptr_t(addr) & ~(page - 1);
