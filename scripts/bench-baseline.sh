@@ -27,6 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=${BUILD_DIR:-build}
+case $build in /*) ;; *) build=$root/$build ;; esac
 np=${NP:-4}
 factor=${FACTOR:-2}
 small_iters=${SMALL_ITERS:-500} small_warmup=${SMALL_WARMUP:-50}
@@ -99,7 +100,7 @@ if [ "$wants_switch" = 1 ] && [ "$has_s" = 0 ]; then
 	echo "switch: ibv_coll_switchd on udp port $(cat "$tmpd/port")"
 fi
 # The drop-in goes the way ours goes: the same switch and topology.
-dropin_env=(-x LD_PRELOAD="$root/$build/mpi/libibv_coll_mpi.so" -x IBV_COLL_MPI_DEVICE=crxe_lo
+dropin_env=(-x LD_PRELOAD="$build/mpi/libibv_coll_mpi.so" -x IBV_COLL_MPI_DEVICE=crxe_lo
 	-x IBV_COLL_MPI_STATS=1)
 prev=
 for a in "${ours_extra[@]}"; do
