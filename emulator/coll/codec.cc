@@ -152,7 +152,7 @@ void CollEngine::classify(const InPacket &ip)
 	// The ring's packets of a message this node runs as the pairwise
 	// exchange (members do not run a message two ways): forged.
 	if ((p.kind == kCollData || p.kind == kCollResult ||
-	     (p.kind == kCollAck && (p.h.flags & kCethNak))) &&
+	     (p.kind == kCollAck && (p.h.flags & (kCethNak | kCethHop)))) &&
 	    job.active && job.active->mid == p.h.mid && job.active->path == &xchg_) {
 		ctr.malformed++;
 		return;
@@ -172,9 +172,9 @@ void CollEngine::classify(const InPacket &ip)
 		ring_.on_packet(qp, job, p, e_.now());
 		break;
 	case kCollAck:
-		// A NAK between ring members (ring_loss.cc), else an end-to-end
-		// ACK of the switch path.
-		if (p.h.flags & kCethNak)
+		// A NAK or a chunk's ACK between ring members (ring_loss.cc),
+		// else an end-to-end ACK of the switch path.
+		if (p.h.flags & (kCethNak | kCethHop))
 			ring_.on_packet(qp, job, p, e_.now());
 		else
 			sw_.on_packet(qp, job, p, e_.now());

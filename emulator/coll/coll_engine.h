@@ -127,6 +127,11 @@ public:
 			const uint8_t **out);
 	bool write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data);
 	bool result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out);
+	// The result of block sid this node wrote, to pass on again: *out
+	// null for a token (reduce-scatter); false where this node keeps
+	// none (a reduce or barrier, off the block's finisher and root) or
+	// it is not here yet.
+	bool written_result(Message &m, uint32_t sid, const uint8_t **out);
 	// The results write_result() kept for ranks in other processes, still
 	// to be written there: before the message completes.  False: some
 	// rank's memory could not be written.

@@ -213,28 +213,63 @@ private:
 	uint64_t next_ = UINT64_MAX;
 };
 
-// The ring's state of a message (ring.cc, ring_loss.cc): per chunk, the
-// next block of its partials ([chunk]) and of its results ([chunks +
-// chunk]) expected from the previous node (a later one shows a gap: the
-// blocks between were lost upstream); when the tail-loss probe is due
-// next, and probes sent since the last progress; when a partial of the
-// message last passed through here (the ring is moving: no silence to
-// probe).
+// The ring's state of a message (ring.cc, ring_loss.cc).  Each hop, from
+// this node to the next, is made reliable on its own: every DATA and
+// RESULT this node sends the next one of the message gets a number (CETH
+// rank_map, plus 1; a block sent again for the next node keeps its
+// number), the next node NAKs the numbers a later one showed missing and
+// ACKs those it has, and the last number sent goes again when no ACK came
+// for a hop's timeout.  The block's own end-to-end timers, probes and
+// RACK stay as the last resort.
 struct RingMsg {
-	std::vector<uint32_t> next;
-	// Blocks missing from what the previous node passed on (gaps()): by
-	// phase and block, when the gap showed (0: none, or it came); and the
-	// gaps not NAKed yet, in the order they showed.
-	struct Hole {
-		uint32_t s, e;
-		uint8_t phase;
+	// As sender: what each number carried, when it went, and whether it
+	// went again; the next node has every number below acked; no tail
+	// probe is due before tail_at, and tail_tries went without an ACK.
+	struct Sent {
+		uint32_t sid;
+		uint8_t phase; // 0: a partial, 1: a result
+		bool again;
 		uint64_t at;
 	};
-	std::vector<uint64_t> hole_at;
+	std::vector<Sent> sent;
+	uint32_t acked = 0;
+	uint64_t tail_at = UINT64_MAX;
+	uint32_t tail_tries = 0;
+	// As receiver: which numbers came (by number), when a later one
+	// showed each missing (0: none, or it came), every number below cum
+	// came, high is the highest seen plus 1; the gaps not NAKed yet, in
+	// the order they showed (the reordering window); numbers taken in
+	// since the last ACK, and when the next ACK is due.
+	std::vector<uint8_t> got;
+	std::vector<uint64_t> gap_at;
+	uint32_t cum = 0, high = 0;
+	struct Hole {
+		uint32_t s, e;
+		uint64_t at;
+		uint16_t nak = 0; // the NAK's number (CETH seg)
+	};
 	std::deque<Hole> holes;
+	// NAKed: NAKed again when still missing once a packet the sender
+	// sent after it heard the NAK came (it echoes the last NAK it heard,
+	// CETH seg), or, with nothing coming, after a while.
+	std::deque<Hole> naked;
+	uint16_t naks = 0;     // as receiver: the last NAK's number
+	uint16_t nak_echo = 0; // as sender: the last NAK number heard
+	uint32_t unacked = 0;
+	uint64_t ack_due = UINT64_MAX;
+	bool prev_over = false; // the message is over at the previous node
+
 	uint64_t probe_at = 0;
 	uint32_t probes = 0;
-	uint64_t heard = 0;
+	uint64_t heard = 0; // a partial of the message last passed through here
+	// The partials this node passed on (neither origin nor finisher),
+	// kept until the block's result passes here, to send again to the
+	// next node.  Slots of block_bytes, made as needed; kept_at by
+	// block: its slot + 1, or 0.
+	std::vector<uint8_t> kept;
+	std::vector<uint32_t> kept_at;
+	std::vector<uint32_t> kept_free;
+	uint32_t block_bytes = 0;
 };
 
 // The exchange's state of a message (xchg.cc): the phase this node is in,
@@ -473,6 +508,13 @@ struct CollJob {
 	// showed missing came after all, not a repeat (the path reorders);
 	// then the longest such wait, at most a round trip.
 	uint64_t reo_wnd = 0;
+	// Round the ring, one hop's round trip (smoothed): from passing a
+	// chunk's last block on to the next node's ACK of the chunk; 0 before
+	// any.
+	uint64_t hop_rtt = 0;
+	// ... and from a NAK to the number it asked for (smoothed): the
+	// repair waits behind what the sender had queued.
+	uint64_t repair_rtt = 0;
 	// The same without the time blocks waited (for an application to post
 	// its collective, for other members' partials at a switch): how long
 	// an answer takes when no one is waited for, which paces probes.

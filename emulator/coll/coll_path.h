@@ -81,21 +81,58 @@ private:
 	void adopt_early(Qp &qp, CollJob &job);
 	void data(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
 	void result(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
-	void inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again);
-	// Loss recovery before the timeout: a gap in what the previous node
-	// passes on is NAKed to whoever sends the blocks again (gaps, on_nak);
-	// the last blocks of a chunk, which no later block shows lost, are
-	// probed (probe).
-	void gaps(CollJob &job, Message &m, const CollPacket &p, uint8_t phase);
-	void nak(CollJob &job, Message &m, uint8_t phase, uint32_t s, uint32_t e, uint64_t now);
-	void holes_due(CollJob &job, Message &m, uint64_t now);
+	// hop_seq >= 0: sent again to the next node with that number
+	// (ring_hop.cc), not for the block's whole way (no timer armed).
+	void inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again,
+		    int64_t hop_seq = -1);
+	// End-to-end recovery before the timeout (ring_loss.cc): blocks NAKed
+	// to their origin or finisher (on_nak), a block whose later ones came
+	// back first (acked), the oldest when nothing comes back (probe).
 	void on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
 	void again(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now);
+	// Each hop made reliable (ring_hop.cc): a number on every packet to
+	// the next node (stamp; again_seq >= 0: the packet goes again with
+	// that number), numbers taken in from the previous node (rx, take),
+	// NAKed (nak) and ACKed (send_ack, on_ack), NAKed numbers sent
+	// again (on_hop_nak, again_numbers, pass_again) or declared void
+	// (send_void); the hop's timers.
+	void stamp(CollJob &job, Message &m, wire::Ceth &h, uint8_t phase, uint32_t sid,
+		   uint64_t now, int64_t again_seq = -1);
+	void rx(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
+	void take(CollJob &job, Message &m, uint32_t q, uint8_t flags, uint64_t now);
+	void nak(CollJob &job, Message &m, uint32_t s, uint32_t e, uint64_t now);
+	void send_ack(CollJob &job, Message &m);
+	void send_void(CollJob &job, const Message &m, uint32_t s, uint32_t e);
+	void ack_all(CollJob &job);
+	// Message mid is over here: what a neighbour asks of it is not sent
+	// again from here (ACK flagged HOP, phase 2).
+	void send_over(const CollJob &job, uint32_t mid, uint16_t to);
+	void prev_over(CollJob &job, Message &m, uint64_t now);
+	void on_ack(CollJob &job, const CollPacket &p, uint64_t now);
+	void on_hop_nak(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
+	void again_numbers(CollJob &job, Message &m, uint32_t s, uint32_t e, uint64_t now);
+	// What number q carried: sent again (sent), not to be sent from here
+	// (relay: NAKed on to the block's finisher or origin), or needed no
+	// more (moot: a partial whose result has passed here).
+	enum class Again { sent, relay, moot };
+	Again pass_again(CollJob &job, Message &m, uint32_t q, uint64_t now);
+	Again forward_partial_again(CollJob &job, Message &m, uint32_t sid, uint64_t now,
+				    uint32_t q);
+	Again forward_result_again(CollJob &job, Message &m, uint32_t sid, uint64_t now,
+				   uint32_t q);
+	void keep(Message &m, uint32_t sid, const uint8_t *data, uint32_t len);
+	void unkeep(Message &m, uint32_t sid);
+	void hop_timers(CollJob &job, Message &m, uint64_t now);
+	uint64_t hop_deadline(const CollJob &job, const Message &m) const;
+	uint64_t hop_rto(const CollJob &job) const;
+	uint64_t ack_delay(const CollJob &job) const;
+	uint64_t renak_time(const CollJob &job) const;
 	uint64_t probe_due(const CollJob &job, const Message &m) const;
 	void probe(CollJob &job, Message &m, uint64_t now);
 	void finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now,
 			  uint32_t hold, uint32_t queue, uint8_t retrans);
-	void resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now);
+	void resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now,
+			   int64_t hop_seq = -1);
 };
 
 // A small message among the member NICs in about log2(N) packets in a

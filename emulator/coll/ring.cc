@@ -128,6 +128,7 @@ void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *dat
 	h.hold = hold;
 	h.queue = queue;
 	h.flags |= retrans;
+	stamp(job, m, h, 1, sid, now);
 	u_.send(job, next_node(job.cfg), kCollResult, h,
 		Payload::copied(m.result_data ? data : nullptr,
 				m.result_data ? b.elems * m.es : 0));
@@ -169,16 +170,12 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 		return;
 	}
 	// Gaps are looked for from each chunk's first block on.
-	const size_t nc = m.chunks.size();
-	m.ring.next.assign(2 * nc, 0);
-	m.ring.hole_at.assign(2 * size_t(m.nblocks), 0);
-	m.ring.holes.clear();
 	job.reo_wnd -= job.reo_wnd / 8; // what the path did lately counts most
-	for (size_t k = 0; k < nc; k++)
-		m.ring.next[k] = m.ring.next[nc + k] = m.chunks[k].first_sid;
+	m.ring = RingMsg{};
 	m.ring.probe_at = now;
-	m.ring.probes = 0;
-	m.ring.heard = 0;
+	m.ring.kept_at.assign(m.nblocks, 0);
+	for (const BlockDesc &b : m.chain)
+		m.ring.block_bytes = std::max<uint32_t>(m.ring.block_bytes, b.elems * m.es);
 	// The blocks this node starts: its chunk's partials (as origin) or its
 	// chunk's results (allgather, broadcast).
 	for (const ChunkRole &r : m.chunks) {
@@ -192,8 +189,10 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 		pump(qp, job, now);
 }
 
-void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again)
+void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again,
+		      int64_t hop_seq)
 {
+	const bool hop = hop_seq >= 0;
 	const BlockDesc &b = m.chain[sid];
 	const ChunkRole &r = m.chunks[b.chunk];
 	const uint32_t len = b.elems * m.es;
@@ -208,13 +207,14 @@ void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool
 		Ceth h = u_.header(job, m, sid);
 		set_hop(h, 1);
 		h.node_map = ring_bits(job.cfg.node, 1, job.cfg.nodes());
-		h.rank_map = rank_mask(m.ranks);
 		if (again)
 			h.flags |= kCethRetrans;
+		stamp(job, m, h, 0, sid, now, hop_seq);
 		u_.send(job, next_node(job.cfg), kCollData, h, Payload::lent(buf, len));
 		u_.note_src_lent(m, sid);
-		u_.arm(job, m, m.o_pending, sid, now, again);
-		if (again) {
+		if (!hop)
+			u_.arm(job, m, m.o_pending, sid, now, again);
+		if (again || hop) {
 			u_.ctr.retrans_data++;
 			u_.host().cc_counters().retrans_bytes += len;
 		}
@@ -240,10 +240,12 @@ void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool
 	h.node_map = all_nodes(job.cfg.nodes());
 	if (again)
 		h.flags |= kCethRetrans;
+	stamp(job, m, h, 1, sid, now, hop_seq);
 	u_.send(job, next_node(job.cfg), kCollResult, h, Payload::lent(src, len));
 	u_.note_src_lent(m, sid);
-	u_.arm(job, m, m.f_pending, sid, now, again);
-	if (again) {
+	if (!hop)
+		u_.arm(job, m, m.f_pending, sid, now, again);
+	if (again || hop) {
 		u_.ctr.retrans_result++;
 		u_.host().cc_counters().retrans_bytes += len;
 	}
@@ -267,7 +269,7 @@ void RingPath::pump(Qp &qp, CollJob &job, uint64_t now)
 		u_.fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
 }
 
-void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now)
+void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now, int64_t hop_seq)
 {
 	const BlockDesc &b = m.chain[sid];
 	const uint8_t *src = nullptr;
@@ -279,11 +281,60 @@ void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t no
 	set_hop(h, 1);
 	h.node_map = all_nodes(job.cfg.nodes());
 	h.flags |= kCethRetrans;
+	stamp(job, m, h, 1, sid, now, hop_seq);
 	u_.send(job, next_node(job.cfg), kCollResult, h,
 		Payload::lent(src, m.result_data ? b.elems * m.es : 0));
-	u_.arm(job, m, m.f_pending, sid, now, true);
+	if (hop_seq < 0)
+		u_.arm(job, m, m.f_pending, sid, now, true);
 	u_.ctr.retrans_result++;
 	u_.host().cc_counters().retrans_bytes += m.result_data ? b.elems * m.es : 0;
+}
+
+// What this node passed on of block sid, sent again to the next node with
+// its number q (ring_hop.cc): a partial from the copy kept, a result
+// from where this node wrote it.
+RingPath::Again RingPath::forward_partial_again(CollJob &job, Message &m, uint32_t sid,
+						uint64_t now, uint32_t q)
+{
+	const JobConfig &c = job.cfg;
+	const uint16_t n = c.nodes();
+	const BlockDesc &b = m.chain[sid];
+	const ChunkRole &r = m.chunks[b.chunk];
+	const uint32_t slot = sid < m.ring.kept_at.size() ? m.ring.kept_at[sid] : 0;
+	if (!slot)
+		return Again::relay;
+	const uint32_t hop = (c.node + n - r.origin) % n + 1, len = b.elems * m.es;
+	Ceth h = u_.header(job, m, sid);
+	set_hop(h, hop);
+	h.node_map = ring_bits(r.origin, hop, n);
+	stamp(job, m, h, 0, sid, now, q);
+	u_.send(job, next_node(c), kCollData, h,
+		Payload::copied(m.ring.kept.data() + size_t(slot - 1) * m.ring.block_bytes, len));
+	u_.ctr.retrans_data++;
+	u_.host().cc_counters().retrans_bytes += len;
+	return Again::sent;
+}
+
+RingPath::Again RingPath::forward_result_again(CollJob &job, Message &m, uint32_t sid, uint64_t now,
+					       uint32_t q)
+{
+	const JobConfig &c = job.cfg;
+	const uint16_t n = c.nodes();
+	const BlockDesc &b = m.chain[sid];
+	const ChunkRole &r = m.chunks[b.chunk];
+	const uint32_t hop = (c.node + n - r.fin) % n + 1;
+	const uint8_t *src = nullptr;
+	if (hop < n && !u_.written_result(m, sid, &src))
+		return Again::relay; // the way home is a token: no data needed
+	const uint32_t len = src && hop < n ? b.elems * m.es : 0;
+	Ceth h = u_.header(job, m, sid);
+	set_hop(h, hop);
+	h.node_map = all_nodes(n);
+	stamp(job, m, h, 1, sid, now, q);
+	u_.send(job, next_node(c), kCollResult, h, Payload::copied(src, len));
+	u_.ctr.retrans_result++;
+	u_.host().cc_counters().retrans_bytes += len;
+	return Again::sent;
 }
 
 // A partial of the running message: reduce this node's data in and pass
@@ -308,6 +359,13 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 	    p.paylen != len || p.h.coll != uint8_t(m.coll) || p.h.op != uint8_t(m.op) ||
 	    p.h.dtype != uint8_t(m.dtype)) {
 		u_.ctr.malformed++;
+		return;
+	}
+	const bool went = m.final_[sid] || (sid < m.ring.kept_at.size() && m.ring.kept_at[sid]);
+	if (went && (p.h.flags & kCethHop)) {
+		// The node before sent again what came here and went on (its
+		// number is answered: rx()).
+		u_.ctr.dup_dropped++;
 		return;
 	}
 	if (m.final_[sid]) {
@@ -347,13 +405,14 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 		finish_block(job, m, sid, acc, now, p.hold_on(now), p.queue_on(now),
 			     p.h.flags & kCethRetrans);
 	} else {
+		keep(m, sid, acc, len);
 		Ceth h = u_.header(job, m, sid);
 		set_hop(h, hop + 1);
 		h.node_map = ring_bits(r.origin, hop + 1, n);
-		h.rank_map = rank_mask(m.ranks);
 		h.hold = p.hold_on(now);
 		h.queue = p.queue_on(now);
-		h.flags |= p.h.flags & kCethRetrans; // a repeat all the way (gaps())
+		h.flags |= p.h.flags & kCethRetrans; // a repeat all the way
+		stamp(job, m, h, 0, sid, now);
 		u_.send(job, next_node(c), kCollData, h, Payload::copied(acc, len));
 	}
 	if (own)
@@ -381,6 +440,11 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 		u_.ctr.malformed++;
 		return;
 	}
+	unkeep(m, sid); // no partial of it is asked for again
+	if (m.final_[sid] && hop < n && (p.h.flags & kCethHop)) {
+		u_.ctr.dup_dropped++; // went on already (its number is answered: rx())
+		return;
+	}
 	if (hop == n) {
 		// Back where it started: everyone has it.
 		if (m.f_pending.find(sid)) {
@@ -404,9 +468,11 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 		acked(job, m, m.o_pending, sid, now, sample_of(p, now));
 	Ceth h = p.h;
 	h.src_node = c.node;
+	h.flags &= ~kCethHop;
 	set_hop(h, hop + 1);
 	h.hold = p.hold_on(now);
 	h.queue = p.queue_on(now);
+	stamp(job, m, h, 1, sid, now);
 	u_.send(job, next_node(c), kCollResult, h,
 		Payload::lent(p.payload, hop + 1 == n ? 0 : len, p.crc));
 }
@@ -420,7 +486,7 @@ void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
 	if (job.active && p.h.mid == job.active->mid && !job.active->sw.waiting) {
 		data(job, *job.active, p, now);
 		if (!job.active->dma_error)
-			gaps(job, *job.active, p, 0);
+			rx(job, *job.active, p, now);
 		if (job.active->dma_error)
 			u_.fail(qp, job, CollStatus::local_err, true,
 				"a local buffer is not accessible");
@@ -437,6 +503,8 @@ void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
 	// A message that is over here: its result has passed this node, so
 	// the origin holds it too.
 	u_.ctr.stale_dropped++;
+	if (p.h.rank_map)
+		send_over(job, p.h.mid, p.h.src_node); // numbered: its sender waits
 }
 
 void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
@@ -448,7 +516,7 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 	if (job.active && p.h.mid == job.active->mid && !job.active->sw.waiting) {
 		result(job, *job.active, p, now);
 		if (!job.active->dma_error)
-			gaps(job, *job.active, p, 1);
+			rx(job, *job.active, p, now);
 		if (job.active->dma_error)
 			u_.fail(qp, job, CollStatus::local_err, true,
 				"a local buffer is not accessible");
@@ -458,12 +526,19 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 		early(job, p);
 		return;
 	}
-	// Over here, perhaps not downstream: pass it on until it is home.
+	// Over here, perhaps not downstream: pass it on until it is home;
+	// but one sent again for this node alone is answered.
 	const uint16_t n = job.cfg.nodes();
 	const uint32_t hop = hop_of(p.h);
-	if (hop >= 1 && hop < n && p.h.src_node == prev_node(job.cfg)) {
+	if (p.h.rank_map)
+		send_over(job, p.h.mid, p.h.src_node); // numbered: its sender waits
+	if (p.h.flags & kCethHop) {
+		u_.ctr.stale_dropped++;
+	} else if (hop >= 1 && hop < n && p.h.src_node == prev_node(job.cfg)) {
 		Ceth h = p.h;
 		h.src_node = job.cfg.node;
+		h.flags &= ~kCethHop;
+		h.rank_map = 0; // no number: not this node's running message
 		set_hop(h, hop + 1);
 		h.hold = p.hold_on(now);
 		h.queue = p.queue_on(now);
@@ -493,6 +568,8 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 			return;
 		Ceth h = p.h;
 		h.src_node = c.node;
+		h.flags &= ~kCethHop;
+		h.rank_map = 0; // no number: not this node's running message
 		set_hop(h, hop + 1);
 		h.hold = p.hold_on(u_.host().now());
 		h.queue = p.queue_on(u_.host().now());
@@ -531,6 +608,7 @@ void RingPath::early(CollJob &job, const CollPacket &p)
 	u.hold = p.h.hold;
 	u.queue = p.queue_on(u_.host().now());
 	u.rx_ns = p.rx_ns;
+	u.seq = p.h.rank_map <= UINT32_MAX ? uint32_t(p.h.rank_map) : 0; // its number, plus 1
 	u.rank_pending = 1; // waits for this node's message to start
 	job.early.emplace(key, seg);
 	u_.ctr.early_stored++;
@@ -552,10 +630,11 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 			++it;
 		}
 	}
-	// In block order, as they arrived: what this node passes on goes in
-	// order too (the next node reads a gap as a loss, gaps()).
+	// In the order they were sent (their numbers: a gap is a loss, see
+	// ring_hop.cc), then by block.
 	std::sort(mine.begin(), mine.end(), [&](uint32_t a, uint32_t b) {
-		return u_.segs().unit(a).sid < u_.segs().unit(b).sid;
+		const SegUnit &x = u_.segs().unit(a), &y = u_.segs().unit(b);
+		return x.seq != y.seq ? x.seq < y.seq : x.sid < y.sid;
 	});
 	for (uint32_t i : mine) {
 		if (!job.active)
@@ -568,6 +647,7 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 		set_hop(p.h, u.hop);
 		p.h.node_map = u.node_map;
 		p.h.hold = u.hold; // its wait here, from rx_ns, is added as it goes on
+		p.h.rank_map = u.seq;
 		p.h.queue = u.queue;
 		p.payload = u.data;
 		p.paylen = u.len;
@@ -583,6 +663,7 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 			data(job, m, p, now);
 		} else if (u.sid < m.nblocks && !m.final_[u.sid]) {
 			// Already passed on when it arrived: only write it here.
+			unkeep(m, u.sid);
 			const uint32_t len = m.result_data ? m.chain[u.sid].elems * m.es : 0;
 			if (p.paylen == len &&
 			    (!len || u_.write_result(job, m, u.sid, p.payload))) {
@@ -596,18 +677,17 @@ void RingPath::adopt_early(Qp &qp, CollJob &job)
 		if (m.dma_error)
 			return u_.fail(qp, job, CollStatus::local_err, true,
 				       "a local buffer is not accessible");
-		// Taken in as if it came now: the chunk's next live block must
-		// not read it as a gap (and a block that was not kept, for want
-		// of a unit, is one).
+		// Its number taken in as if it came now (a block that was not
+		// kept, for want of a unit, leaves a gap).
 		if (job.active.get() == &m)
-			gaps(job, m, p, p.kind == kCollData ? 0 : 1);
+			rx(job, m, p, now);
 	}
 }
 
 void RingPath::timers(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
-	holes_due(job, m, now);
+	hop_timers(job, m, now);
 	bool lost = false;
 	m.o_pending.for_due(now, [&](uint32_t sid) {
 		inject(job, m, sid, now, true);
@@ -645,19 +725,33 @@ void RingPath::cc_init(CollJob &job, uint32_t w)
 bool RingPath::done(const CollJob &job) const
 {
 	const Message &m = *job.active;
+	// ... and the next node has what this node sent it (ring_hop.cc):
+	// nothing sent from here needs this message's state any more.
 	return m.finals == m.nblocks && m.o_pending.empty() && m.f_pending.empty() &&
-	       m.next_inject == m.inject_end;
+	       m.next_inject == m.inject_end && m.ring.acked >= m.ring.sent.size();
 }
 
 // The ring as a strategy (coll/coll_path.h).
 void RingPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
-	if (p.kind == kCollAck)
+	if (p.kind == kCollAck && (p.h.flags & kCethHop) && !(p.h.flags & kCethNak))
+		on_ack(job, p, now);
+	else if (p.kind == kCollAck)
 		on_nak(qp, job, p, now);
 	else if (p.kind == kCollData)
 		on_data(qp, job, p);
 	else
 		on_result(qp, job, p);
+	ack_all(job);
+}
+
+// Every result is here: what came from the previous node is ACKed now
+// (it waits for that ACK to end the message).
+void RingPath::ack_all(CollJob &job)
+{
+	if (job.active && job.active->path == this && job.active->ring.unacked &&
+	    job.active->finals == job.active->nblocks)
+		send_ack(job, *job.active);
 }
 
 void RingPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
@@ -665,6 +759,7 @@ void RingPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 	timers(qp, job, now);
 	if (job.active && qp.state == QpState::rts)
 		pump(qp, job, now);
+	ack_all(job);
 }
 
 uint64_t RingPath::next_deadline(const CollJob &job) const
@@ -677,10 +772,9 @@ uint64_t RingPath::next_deadline(const CollJob &job) const
 		if ((rs ? m.o_pending.size() : m.f_pending.size()) < job.cc.window())
 			pace = job.cc.next_send_time();
 	}
-	const uint64_t hole = m.ring.holes.empty() ? UINT64_MAX
-						   : m.ring.holes.front().at + job.reo_wnd;
 	return std::min({m.last_progress + u_.coll_timeout_ns(job), m.o_pending.next(),
-			 m.f_pending.next(), pace ? pace : UINT64_MAX, probe_due(job, m), hole});
+			 m.f_pending.next(), pace ? pace : UINT64_MAX, probe_due(job, m),
+			 hop_deadline(job, m)});
 }
 
 } // namespace ibv_coll::emu

@@ -434,6 +434,39 @@ bool CollCore::result_source(const CollJob &job, Message &m, uint32_t sid, const
 	return true;
 }
 
+bool CollCore::written_result(Message &m, uint32_t sid, const uint8_t **out)
+{
+	if (sid >= m.nblocks || !m.final_[sid])
+		return false;
+	const BlockDesc &b = m.chain[sid];
+	const uint64_t off = b.voff * m.es, len = uint64_t(b.elems) * m.es;
+	switch (m.coll) {
+	case CollOp::reduce_scatter: // the result travels as a token
+		*out = nullptr;
+		return true;
+	case CollOp::allreduce:
+	case CollOp::allgather:
+	case CollOp::bcast: break;
+	default: return false;
+	}
+	// Every rank's destination has it (write_result): one of this
+	// process, else the bounce buffer it was staged in, else (written
+	// straight there) the first rank's.
+	for (uint16_t r = 0; r < m.ranks; r++) {
+		if (m.space[r] != kLocalSpace)
+			continue;
+		if (!dma_ok(e_, m.pdn[r], m.dst[r], off, len, 0))
+			return false;
+		*out = reinterpret_cast<const uint8_t *>(m.dst[r].addr + off);
+		return true;
+	}
+	if (!m.ranks || !dma_ok(e_, m.pdn[0], m.dst[0], off, len, 0))
+		return false;
+	uint8_t *d = bounce_at(m, b);
+	*out = d;
+	return m.in_bounce[sid] || dma_read(m.space[0], d, m.dst[0].addr + off, len);
+}
+
 using namespace wire;
 
 void CollCore::send(const CollJob &job, uint16_t to, uint8_t kind, const Ceth &h, const Payload &pl,

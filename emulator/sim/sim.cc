@@ -243,6 +243,11 @@ SimReport Simulator::run(
 		r.fast_retrans += c.fast_retrans;
 		r.reorder_waits += c.reorder_waits;
 		r.spurious_retrans += c.spurious_retrans;
+		const emu::CollCounters k = h.svc->counters();
+		r.repeats += k.retrans_data + k.retrans_result;
+		r.naks += k.naks_sent;
+		r.probes += k.probes;
+		r.malformed += k.malformed + k.bad_block;
 	}
 	if (r.stuck)
 		r.state = f.state();

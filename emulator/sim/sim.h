@@ -166,6 +166,9 @@ struct SimReport {
 	// reordering, repeats found needless.
 	uint64_t cc_cuts = 0, cc_delay_cuts = 0, cc_loss_cuts = 0, cc_cnp_cuts = 0;
 	uint64_t fast_retrans = 0, reorder_waits = 0, spurious_retrans = 0;
+	// The collective engines', summed: blocks sent again (by any cause),
+	// NAKs sent, tail-loss probes, packets refused as malformed.
+	uint64_t repeats = 0, naks = 0, probes = 0, malformed = 0;
 	bool stuck = false; // jobs left unfinished: no event was left, or the limit passed
 	std::string state;  // then: what every host and switch holds
 };

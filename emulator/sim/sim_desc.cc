@@ -417,11 +417,14 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 		(unsigned long long)r.drops, (unsigned long long)r.marks);
 	fprintf(out,
 		"# hosts: %llu window cuts (%llu delay, %llu loss, %llu CNP), %llu sent again "
-		"before the timeout, %llu NAKs waited out as reordering, %llu repeats needless\n",
+		"before the timeout, %llu NAKs waited out as reordering, %llu repeats needless; "
+		"%llu blocks sent again, %llu NAKs, %llu probes, %llu packets refused\n",
 		(unsigned long long)r.cc_cuts, (unsigned long long)r.cc_delay_cuts,
 		(unsigned long long)r.cc_loss_cuts, (unsigned long long)r.cc_cnp_cuts,
 		(unsigned long long)r.fast_retrans, (unsigned long long)r.reorder_waits,
-		(unsigned long long)r.spurious_retrans);
+		(unsigned long long)r.spurious_retrans, (unsigned long long)r.repeats,
+		(unsigned long long)r.naks, (unsigned long long)r.probes,
+		(unsigned long long)r.malformed);
 	if (r.stuck)
 		fprintf(out, "# STUCK: jobs left unfinished\n%s", r.state.c_str());
 }
@@ -494,7 +497,11 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 		      {"cnp_cuts", r.cc_cnp_cuts},
 		      {"fast_retrans", r.fast_retrans},
 		      {"reorder_waits", r.reorder_waits},
-		      {"spurious_retrans", r.spurious_retrans}};
+		      {"spurious_retrans", r.spurious_retrans},
+		      {"repeats", r.repeats},
+		      {"naks", r.naks},
+		      {"probes", r.probes},
+		      {"refused", r.malformed}};
 	d["stuck"] = r.stuck;
 	if (r.stuck)
 		d["state"] = r.state;

@@ -91,6 +91,11 @@ enum CethFlags : uint8_t {
 	kCethSuperseded =
 		1 << 4,	     // ABORT: the job was given again; the receiver's incarnation is over
 	kCethAdmit = 1 << 5, // CONFIG/CONFIG_ACK/RELEASE: one message's admission (tdm)
+	// Round the ring (coll/ring_loss.cc), the bit ADMIT uses: DATA or
+	// RESULT sent again by the node before, one hop (a receiver that
+	// passed it on already only answers it); an ACK without payload: the
+	// chunk of block sid is all here, in phase `phase`.
+	kCethHop = 1 << 5,
 	// Switch path loss recovery (wire/swproto.h): RESULT from a switch, no
 	// payload: the partials of the nodes in node_map are missing for this
 	// block (send them again);

@@ -48,8 +48,8 @@ struct Ceth {
 	uint16_t src_node = 1;
 	uint32_t jid = 9, mid = 1, sid = 0;
 	uint16_t seg = 0, len = 0;
-	uint64_t node_map = 0, rank_map = 1, key = 0;
-	uint32_t inc = 1; // the device's QP was given its job once
+	uint64_t node_map = 0, rank_map = 0, key = 0; // ring: no number on the hop (rank_map)
+	uint32_t inc = 1;			      // the device's QP was given its job once
 	uint32_t seq = 0;
 	uint32_t hold = 0, queue = 0;
 };
@@ -309,7 +309,9 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	EXPECT_EQ(p.h.hold, 0u) << "a block's first sender held it nowhere";
 	EXPECT_EQ(p.h.queue, 0u);
 	EXPECT_EQ(p.h.len, 4);
+	EXPECT_EQ(p.h.rank_map, 1u) << "the hop's first number (0), plus 1";
 	EXPECT_EQ(first_i32(p.payload), 10);
+	uint64_t top = p.h.rank_map; // the highest number (plus 1) the device sent us
 
 	// Forged or damaged partials of chunk 1 (element 1): all dropped.
 	Ceth h;
@@ -368,6 +370,7 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 		for (int i = 0; i < 20; i++) {
 			if (!fake.recv(r, dev_port))
 				return false;
+			top = std::max(top, r->h.rank_map);
 			if (r->opcode == 0xe1 && r->h.sid == sid)
 				return true;
 			EXPECT_EQ(r->opcode, 0xe0);
@@ -413,6 +416,17 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	EXPECT_EQ(c1.coll_malformed, c0.coll_malformed + 1);
 	r1.len = 0;
 	fake.send(dev_port, 0xe1, qp->qp_num, r1, {});
+	// Every result is here, but the device ends the message only once we
+	// ACK what it sent us (ACK flagged HOP: we have every number below
+	// sid).
+	usleep(50000);
+	EXPECT_EQ(ibv_poll_coll_cq(cq, 1, &wc), 0) << "complete before its hop was acknowledged";
+	Ceth hack = r0;
+	hack.flags = 0x20;
+	hack.phase = 0;
+	hack.len = 0;
+	hack.sid = uint32_t(top);
+	fake.send(dev_port, 0xe2, qp->qp_num, hack, {});
 	wc = {};
 	for (int i = 0; i < 5000000 && ibv_poll_coll_cq(cq, 1, &wc) == 0; i++)
 		;
@@ -649,10 +663,12 @@ TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 	// Job 9 completes with only its real member's data (as in the test
 	// above): 10 + 7 and 20 + 5.
 	fa.send(dev_port, 0xe0, qa->qp_num, h, i32({5}));
+	uint64_t top = 0; // the highest number (plus 1) the device sent us
 	auto next_result = [&](uint32_t sid, Packet *r) {
 		for (int i = 0; i < 20; i++) {
 			if (!fa.recv(r, dev_port))
 				return false;
+			top = std::max(top, r->h.rank_map);
 			if (r->opcode == 0xe1 && r->h.sid == sid)
 				return true;
 		}
@@ -672,6 +688,12 @@ TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 	r1.phase = 2;
 	r1.len = 0;
 	fa.send(dev_port, 0xe1, qa->qp_num, r1, {});
+	Ceth hack = r0; // we have every number the device sent us
+	hack.flags = 0x20;
+	hack.phase = 0;
+	hack.len = 0;
+	hack.sid = uint32_t(top);
+	fa.send(dev_port, 0xe2, qa->qp_num, hack, {});
 	wc = {};
 	for (int i = 0; i < 5000000 && ibv_poll_coll_cq(cq, 1, &wc) == 0; i++)
 		;
@@ -694,7 +716,7 @@ TEST(CollWire, EveryDatagramCountedAndTenantsIsolated)
 	ibv_coll_counters e = {};
 	e.comp_mask = IBV_COLL_COUNTERS_EXT2;
 	ASSERT_EQ(ibv_query_coll_counters(ctx, &e), 0);
-	EXPECT_EQ(e.coll_delivered, 3u); // node 1's partial and the two results
+	EXPECT_EQ(e.coll_delivered, 4u); // node 1's partial, the two results and our ACK
 	EXPECT_EQ(e.coll_rx_packets, e.coll_delivered + e.coll_duplicates + e.coll_stale +
 					     e.coll_early + e.coll_early_dropped + e.coll_bad_key +
 					     e.coll_bad_job + e.coll_bad_block + e.coll_bad_node +

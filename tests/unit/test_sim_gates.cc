@@ -89,24 +89,28 @@ TEST(SimGate, RingOf64HostsSendsNothingTwice)
 	EXPECT_GE(z.busbw / z.bound, 0.75);
 }
 
-// 5 % of the packets every host and the switch send are lost, with the
-// engine's timers at the fabric's scale: every collective completes
-// right.  Target: within 1.5x of loss-free.  Today, 16 hosts: the switch
-// 1.8x (a block waits for the last of 16 partials), the ring 12.9x (its
-// repair is end to end, and a block crosses 30 hops); the floors kept.
+// 5 % of the packets every host and the switch send are lost: every
+// collective completes right.  Target: within 1.5x of loss-free.  The
+// ring repairs each hop on its own (ring_hop.cc), its end-to-end timeout
+// left at the default: 1.31x at 16 hosts (seeds 1-10: 1.22x-1.59x, mean
+// 1.33x; it was 12.9x when a lost block went again from its origin, 30
+// hops).  The switch path's repair is end to end, with its timers at the
+// fabric's scale: 1.95x (a block waits for the last of 16 partials), the
+// floor kept.
 TEST(SimGate, LossOf5PercentCompletesRight)
 {
-	FabricSpec f = fast(16);
-	f.rto_us = 50;
-	f.probe_us = 10;
 	for (SimTopology t : {SimTopology::sw, SimTopology::ring}) {
+		FabricSpec f = fast(16);
+		f.probe_us = 10;
+		if (t == SimTopology::sw)
+			f.rto_us = 50;
 		const SizeResult clean = run1(f, job(t, 1 << 20));
 		FabricSpec lossy = f;
 		lossy.loss = 0.05;
 		const SizeResult z = run1(lossy, job(t, 1 << 20), 5);
 		const double x = double(z.time_ns) / double(clean.time_ns);
 		RecordProperty(t == SimTopology::sw ? "switch_x" : "ring_x", std::to_string(x));
-		EXPECT_LE(x, t == SimTopology::sw ? 2.5 : 14.0)
+		EXPECT_LE(x, t == SimTopology::sw ? 2.5 : 1.5)
 			<< (t == SimTopology::sw ? "switch" : "ring");
 	}
 }
