@@ -72,8 +72,9 @@ TEST(Sim, RingBeyondTheNodeBitmap)
 	const SimReport r = run(f, {j}, 4);
 	expect_right(r);
 	const SizeResult &z = r.jobs.at(0).sizes.at(1);
+	// Headers (2.5 % of a 3.4 KiB block) and the hops' ACKs (0.3 %).
 	EXPECT_GT(z.wire_s, 2.0 * 299 / 300);
-	EXPECT_LT(z.wire_s, 2.0 * 299 / 300 * 1.05);
+	EXPECT_LT(z.wire_s, 2.0 * 299 / 300 * 1.06);
 }
 
 // Loss-free, one switch: the switch path puts S on each host's link (plus
@@ -88,9 +89,11 @@ TEST(Sim, StarRingAndSwitchNearTheBound)
 	expect_right(r);
 	ASSERT_EQ(r.jobs.size(), 2u);
 	const SizeResult &s = r.jobs[0].sizes[1], &g = r.jobs[1].sizes[1];
-	// Headers: 4096-byte blocks in packets of 4096 + 86 bytes.
+	// Headers: 4096-byte blocks in packets of 4096 + 86 bytes; the ring's
+	// also the hops' ACKs, and repeats of what the 256 KiB queues drop
+	// (1.587: 1.552 before the hops' numbers, ring_hop.cc).
 	EXPECT_NEAR(s.wire_s, 1.0, 0.05);
-	EXPECT_NEAR(g.wire_s, 1.5, 0.08);
+	EXPECT_NEAR(g.wire_s, 1.5, 0.1);
 	EXPECT_GT(s.busbw / s.bound, 0.9);
 	EXPECT_GT(g.busbw / g.bound, 0.9);
 }
