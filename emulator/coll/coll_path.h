@@ -120,7 +120,7 @@ private:
 				    uint32_t q);
 	Again forward_result_again(CollJob &job, Message &m, uint32_t sid, uint64_t now,
 				   uint32_t q);
-	void keep(Message &m, uint32_t sid, const uint8_t *data, uint32_t len);
+	void keep(CollJob &job, Message &m, uint32_t sid, const uint8_t *data, uint32_t len);
 	void unkeep(Message &m, uint32_t sid);
 	void hop_timers(CollJob &job, Message &m, uint64_t now);
 	uint64_t hop_deadline(const CollJob &job, const Message &m) const;

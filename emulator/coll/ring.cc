@@ -176,6 +176,10 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 	m.ring.kept_at.assign(m.nblocks, 0);
 	for (const BlockDesc &b : m.chain)
 		m.ring.block_bytes = std::max<uint32_t>(m.ring.block_bytes, b.elems * m.es);
+	// The job's copies' slots, as this message's blocks cut them.
+	if (m.ring.block_bytes)
+		for (size_t k = job.ring_kept.size() / m.ring.block_bytes; k > 0; k--)
+			m.ring.kept_free.push_back(uint32_t(k));
 	// The blocks this node starts: its chunk's partials (as origin) or its
 	// chunk's results (allgather, broadcast).
 	for (const ChunkRole &r : m.chunks) {
@@ -309,7 +313,7 @@ RingPath::Again RingPath::forward_partial_again(CollJob &job, Message &m, uint32
 	h.node_map = ring_bits(r.origin, hop, n);
 	stamp(job, m, h, 0, sid, now, q);
 	u_.send(job, next_node(c), kCollData, h,
-		Payload::copied(m.ring.kept.data() + size_t(slot - 1) * m.ring.block_bytes, len));
+		Payload::copied(job.ring_kept.data() + size_t(slot - 1) * m.ring.block_bytes, len));
 	u_.ctr.retrans_data++;
 	u_.host().cc_counters().retrans_bytes += len;
 	return Again::sent;
@@ -405,7 +409,7 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 		finish_block(job, m, sid, acc, now, p.hold_on(now), p.queue_on(now),
 			     p.h.flags & kCethRetrans);
 	} else {
-		keep(m, sid, acc, len);
+		keep(job, m, sid, acc, len);
 		Ceth h = u_.header(job, m, sid);
 		set_hop(h, hop + 1);
 		h.node_map = ring_bits(r.origin, hop + 1, n);

@@ -82,7 +82,7 @@ void RingPath::stamp(CollJob &job, Message &m, Ceth &h, uint8_t phase, uint32_t 
 	g.tail_at = now + (hop_rto(job) << std::min<uint32_t>(g.tail_tries, 10));
 }
 
-void RingPath::keep(Message &m, uint32_t sid, const uint8_t *data, uint32_t len)
+void RingPath::keep(CollJob &job, Message &m, uint32_t sid, const uint8_t *data, uint32_t len)
 {
 	RingMsg &g = m.ring;
 	if (sid >= g.kept_at.size() || len > g.block_bytes)
@@ -92,9 +92,9 @@ void RingPath::keep(Message &m, uint32_t sid, const uint8_t *data, uint32_t len)
 		if (g.kept_free.empty()) {
 			// Made as needed: as many as the blocks on their way
 			// round at once.
-			const size_t had = g.kept.size() / g.block_bytes;
+			const size_t had = job.ring_kept.size() / g.block_bytes;
 			const size_t more = std::max<size_t>(had, 8);
-			g.kept.resize((had + more) * g.block_bytes);
+			job.ring_kept.resize((had + more) * g.block_bytes);
 			for (size_t k = had + more; k > had; k--)
 				g.kept_free.push_back(uint32_t(k));
 		}
@@ -102,7 +102,7 @@ void RingPath::keep(Message &m, uint32_t sid, const uint8_t *data, uint32_t len)
 		g.kept_free.pop_back();
 		g.kept_at[sid] = slot;
 	}
-	memcpy(g.kept.data() + size_t(slot - 1) * g.block_bytes, data, len);
+	memcpy(job.ring_kept.data() + size_t(slot - 1) * g.block_bytes, data, len);
 }
 
 void RingPath::unkeep(Message &m, uint32_t sid)
