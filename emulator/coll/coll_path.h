@@ -107,7 +107,7 @@ private:
 	// Message mid is over here: what a neighbour asks of it is not sent
 	// again from here (ACK flagged HOP, phase 2).
 	void send_over(const CollJob &job, uint32_t mid, uint16_t to);
-	void prev_over(CollJob &job, Message &m, uint64_t now);
+	void prev_over(CollJob &job, Message &m);
 	void on_ack(CollJob &job, const CollPacket &p, uint64_t now);
 	void on_hop_nak(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
 	void again_numbers(CollJob &job, Message &m, uint32_t s, uint32_t e, uint64_t now);

@@ -44,6 +44,22 @@ uint16_t prev_of(const JobConfig &c)
 	return uint16_t((c.node + c.nodes() - 1) % c.nodes());
 }
 
+// f(s, t) for each run [s, t) of [s, e) where missing() holds.
+template <class Missing, class F> void for_runs(uint32_t s, uint32_t e, Missing missing, F f)
+{
+	while (s < e) {
+		while (s < e && !missing(s))
+			s++;
+		uint32_t t = s;
+		while (t < e && missing(t))
+			t++;
+		if (t == s)
+			break;
+		f(s, t);
+		s = t;
+	}
+}
+
 Ceth hop_header(const CollJob &job, const Message &m)
 {
 	Ceth h;
@@ -202,26 +218,20 @@ void RingPath::nak(CollJob &job, Message &m, uint32_t s, uint32_t e, uint64_t no
 {
 	RingMsg &g = m.ring;
 	e = std::min<uint32_t>(e, uint32_t(g.got.size()));
-	while (s < e) {
-		while (s < e && g.got[s])
-			s++;
-		uint32_t t = s;
-		while (t < e && !g.got[t])
-			t++;
-		if (t == s)
-			break;
-		for (uint32_t k = s; k < t; k++)
-			g.gap_at[k] = now; // the repair's round trip starts
-		Ceth h = hop_header(job, m);
-		h.sid = s;
-		h.seq = t - s;
-		h.flags = kCethNak | kCethHop;
-		h.seg = ++g.naks;
-		u_.send(job, prev_of(job.cfg), kCollAck, h);
-		u_.ctr.naks_sent++;
-		g.naked.push_back(RingMsg::Hole{s, t, now, g.naks});
-		s = t;
-	}
+	for_runs(
+		s, e, [&](uint32_t k) { return !g.got[k]; },
+		[&](uint32_t a, uint32_t b) {
+			for (uint32_t k = a; k < b; k++)
+				g.gap_at[k] = now; // the repair's round trip starts
+			Ceth h = hop_header(job, m);
+			h.sid = a;
+			h.seq = b - a;
+			h.flags = kCethNak | kCethHop;
+			h.seg = ++g.naks;
+			u_.send(job, prev_of(job.cfg), kCollAck, h);
+			u_.ctr.naks_sent++;
+			g.naked.push_back(RingMsg::Hole{a, b, now, g.naks});
+		});
 }
 
 void RingPath::send_ack(CollJob &job, Message &m)
@@ -287,7 +297,7 @@ void RingPath::send_over(const CollJob &job, uint32_t mid, uint16_t to)
 // what they carried that is still wanted, results, is asked of their
 // finishers (every partial's result exists: the previous node has them
 // all).
-void RingPath::prev_over(CollJob &job, Message &m, uint64_t now)
+void RingPath::prev_over(CollJob &job, Message &m)
 {
 	RingMsg &g = m.ring;
 	g.prev_over = true;
@@ -296,27 +306,18 @@ void RingPath::prev_over(CollJob &job, Message &m, uint64_t now)
 	for (const ChunkRole &r : m.chunks) {
 		if (r.fin == job.cfg.node)
 			continue;
-		uint32_t s = r.first_sid;
-		const uint32_t e = r.first_sid + r.nblocks;
-		while (s < e) {
-			while (s < e && m.final_[s])
-				s++;
-			uint32_t t = s;
-			while (t < e && !m.final_[t])
-				t++;
-			if (t == s)
-				break;
-			Ceth h = hop_header(job, m);
-			h.sid = s;
-			h.seq = t - s;
-			h.phase = 1;
-			h.flags = kCethNak;
-			u_.send(job, r.fin, kCollAck, h);
-			u_.ctr.naks_sent++;
-			s = t;
-		}
+		const auto missing = [&](uint32_t k) { return !m.final_[k]; };
+		for_runs(r.first_sid, r.first_sid + r.nblocks, missing,
+			 [&](uint32_t a, uint32_t b) {
+				 Ceth h = hop_header(job, m);
+				 h.sid = a;
+				 h.seq = b - a;
+				 h.phase = 1;
+				 h.flags = kCethNak;
+				 u_.send(job, r.fin, kCollAck, h);
+				 u_.ctr.naks_sent++;
+			 });
 	}
-	(void)now;
 }
 
 // The ACK of the next node: it has every number below sid (phase 0); the
@@ -347,7 +348,7 @@ void RingPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 			g.tail_at = UINT64_MAX;
 		}
 		if (p.h.src_node == prev_of(c) && !g.prev_over)
-			prev_over(job, m, now);
+			prev_over(job, m);
 		return;
 	}
 	if (p.h.phase == 1) {
