@@ -65,14 +65,12 @@ private:
 	// The services shared with the switch path (send, arm, fail, the DMA
 	// helpers, the counters): the engine's core, not its execution control.
 	CollCore &u_;
-	std::vector<uint32_t> gap_; // acked's lost blocks
 
 	void pump(Qp &qp, CollJob &job, uint64_t now);
 	void cc_init(CollJob &job, uint32_t w);
 	// endpoint: the round trip's holding at endpoints (CollPacket::holding;
 	// not known: no round trip to sample).
-	void acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
-		   Holding endpoint);
+	void acked(CollJob &job, PendingSet &pend, uint32_t sid, uint64_t now, Holding endpoint);
 	void on_data(Qp &qp, CollJob &job, const CollPacket &p);
 	void on_result(Qp &qp, CollJob &job, const CollPacket &p);
 	void timers(Qp &qp, CollJob &job, uint64_t now);

@@ -452,7 +452,7 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 	if (hop == n) {
 		// Back where it started: everyone has it.
 		if (m.f_pending.find(sid)) {
-			acked(job, m, m.f_pending, sid, now, sample_of(p, now));
+			acked(job, m.f_pending, sid, now, sample_of(p, now));
 			m.last_progress = now;
 		}
 		return;
@@ -469,7 +469,7 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 		u_.ctr.dup_dropped++;
 	}
 	if (r.rs && r.origin == c.node)
-		acked(job, m, m.o_pending, sid, now, sample_of(p, now));
+		acked(job, m.o_pending, sid, now, sample_of(p, now));
 	Ceth h = p.h;
 	h.src_node = c.node;
 	h.flags &= ~kCethHop;

@@ -20,10 +20,8 @@ using namespace wire;
 // holds its block up by that hop's round trip, not the ring's; sent again
 // from its start, as RACK would, it crossed every hop once more (on a
 // 4-node ring at 5 % loss, half of all repeats).
-void RingPath::acked(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
-		     Holding endpoint)
+void RingPath::acked(CollJob &job, PendingSet &pend, uint32_t sid, uint64_t now, Holding endpoint)
 {
-	(void)m;
 	PendingSet::Entry *e = pend.find(sid);
 	if (!e)
 		return;
