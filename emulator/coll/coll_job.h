@@ -137,6 +137,10 @@ public:
 	size_t size() const { return n_; }
 	bool empty() const { return !n_; }
 	Entry *find(uint32_t sid) { return sid < e_.size() && e_[sid].on ? &e_[sid] : nullptr; }
+	const Entry *find(uint32_t sid) const
+	{
+		return sid < e_.size() && e_[sid].on ? &e_[sid] : nullptr;
+	}
 	// What block sid's entry held when it left (or holds): its last send.
 	const Entry *last(uint32_t sid) const { return sid < e_.size() ? &e_[sid] : nullptr; }
 	Entry &add(uint32_t sid)

@@ -220,9 +220,11 @@ private:
 	// before it has one.
 	uint64_t round_trip(const CollJob &job) const;
 	void find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now);
+	void chained(CollJob &job, Message &m, uint64_t prev, uint64_t now);
 	bool late_within_window(const CollJob &job, const PendingSet::Entry &e, uint64_t now) const;
 	uint64_t probe_due(const CollJob &job, const Message &m) const;
 	void probe(CollJob &job, Message &m, uint64_t now);
+	uint64_t blocked_due(const CollJob &job, const Message &m, bool urged) const;
 	bool recently_sent(const CollJob &job, Message &m, uint32_t sid, uint64_t now,
 			   bool partial);
 	void admit_ask(CollJob &job, Message &m, uint64_t now);

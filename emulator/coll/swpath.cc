@@ -392,6 +392,8 @@ void SwitchPath::timers(Qp &qp, CollJob &job, uint64_t now)
 		job.sw.cc.on_loss(now);
 	if (!m.o_pending.empty() && now >= probe_due(job, m))
 		probe(job, m, now);
+	if (now >= blocked_due(job, m, false))
+		send_block(job, m, m.sw.base, now, true, true);
 	if (m.dma_error)
 		return u_.fail(qp, job, CollStatus::local_err, true,
 			       "a local buffer is not accessible");
@@ -625,6 +627,7 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 		e->result_at = now;
 	}
 	find_gaps(job, m, sid, now);
+	chained(job, m, p.h.rank_map, now);
 	release_block(job, m, sid, now, held);
 	pump(qp, job, now);
 }
@@ -691,7 +694,7 @@ uint64_t SwitchPath::next_deadline(const CollJob &job) const
 		return std::min(d, job.sw.cfg_sent + config_interval(job));
 	d = std::min({d, m.o_pending.next(), m.f_pending.next()});
 	if (!m.o_pending.empty())
-		d = std::min(d, probe_due(job, m));
+		d = std::min({d, probe_due(job, m), blocked_due(job, m, false)});
 	// Pacing: the next block when the window has room and waits for time.
 	if (job.sw.cc.enabled() && m.sw.next < m.nblocks && m.sw.next < m.sw.base + job.sw.span &&
 	    m.o_pending.size() < std::min(job.sw.window, job.sw.cc.window())) {

@@ -78,6 +78,31 @@ void SwitchPath::probe(CollJob &job, Message &m, uint64_t now)
 	}
 }
 
+// When the oldest block without its result is next asked for because it
+// holds this node up (UINT64_MAX: it does not).  The next block waits for
+// the span (the units it would take may still hold the oldest block's
+// result for someone): every other member's blocks beyond then wait for
+// this node's partials, so no result comes and the probes would back
+// off while the whole job stands (64 hosts at 5 % loss: a lost result
+// held a node, and so the job, for 115 us of a 350 us message).  It is
+// asked for again every twice the least round trip seen (the probe
+// floor at least), without backing off; urged (another member's NAK of
+// a block not yet sent here: the switch waits for it), once the least
+// round trip has passed.
+uint64_t SwitchPath::blocked_due(const CollJob &job, const Message &m, bool urged) const
+{
+	if (m.sw.next >= m.nblocks || m.sw.next < m.sw.base + job.sw.span)
+		return UINT64_MAX;
+	const PendingSet::Entry *e = m.o_pending.find(m.sw.base);
+	const uint64_t floor = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
+	if (!e || m.final_[m.sw.base] || !floor)
+		return UINT64_MAX;
+	if (urged)
+		return e->sent + job.qmin;
+	const uint64_t t = job.probe_time(floor, true);
+	return e->sent + (t ? t : u_.rto_ns(job) / 4);
+}
+
 // The switch lacks our partial of the block (wire/swproto.h, Loss): it
 // goes again now, the only copy that does.  A NAK that does not name us
 // answers our ASK: the switch holds our partial and waits for others'.
@@ -95,8 +120,20 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 	// Our first copy too may still be on its way (another member's probe
 	// had the switch NAK us): the same wait before it counts as lost.
 	const uint64_t rtt = job.probe_rtt();
+	// A NAK of a block not sent yet: the switch waits for it, and this
+	// node may be what holds the job up.
+	if (!e && sid >= m.sw.next && now >= blocked_due(job, m, true))
+		send_block(job, m, m.sw.base, now, true, true);
+	// A NAK that names (rank_map, plus 1) the later block or ASK of ours
+	// that came before this partial is sure: on a path that keeps its
+	// order (no reordering seen: spurious() would have opened the
+	// window) the partial was lost.  One without (the switch NAKs every
+	// member another's ASK found missing) may find ours still queued on
+	// the way: its repeat, needless, says nothing of reordering.
+	const bool sure = p.h.rank_map != 0;
+	const bool gap = sure && !job.sw.reo_wnd;
 	if (!e || recently_sent(job, m, sid, now, true) ||
-	    (!e->again && rtt && now - e->sent < 3 * rtt / 4)) {
+	    (!gap && !e->again && rtt && now - e->sent < 3 * rtt / 4)) {
 		u_.ctr.dup_dropped++;
 		return;
 	}
@@ -105,7 +142,7 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 	// completed later blocks): within the reordering window it goes
 	// again only when a later NAK says so (the next ASK's: a later
 	// result, a probe, the timer).
-	if (now - e->data_sent < job.sw.reo_wnd) {
+	if (!gap && now - e->data_sent < job.sw.reo_wnd) {
 		u_.host().cc_counters().reorder_waits++;
 		return;
 	}
@@ -114,7 +151,8 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 	const uint64_t lead = now - e->data_sent;
 	job.sw.naks++;
 	send_block(job, m, sid, now, true);
-	m.o_pending.find(sid)->nak_lead = uint32_t(std::clamp<uint64_t>(lead, 1, UINT32_MAX));
+	m.o_pending.find(sid)->nak_lead = sure ? uint32_t(std::clamp<uint64_t>(lead, 1, UINT32_MAX))
+					       : 0;
 	// Otherwise no cut: a partial lost alone is no sign of a full queue
 	// (the round trip is; a timeout cuts).
 	u_.host().cc_counters().fast_retrans++;
@@ -222,6 +260,25 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
 	if (e && g < sid && !m.final_[g] && t && now - e->sent >= t &&
 	    !recently_sent(job, m, g, now, false) && !late_within_window(job, *e, now))
 		send_block(job, m, g, now, true, true);
+}
+
+// A result says (CETH rank_map, plus 1) which block's results the switch
+// sent before it, the same way: if that one is not here, it was lost (on
+// a path that keeps its order; one seen to reorder waits its window);
+// asked for at once, unless asked less than the least round trip ago
+// (the answer is on its way).  A result that waited for another
+// member's repeat is late, not lost, and no later result names it
+// before it went.
+void SwitchPath::chained(CollJob &job, Message &m, uint64_t prev, uint64_t now)
+{
+	if (!prev)
+		return;
+	const uint32_t g = uint32_t(prev - 1) - uint32_t(m.sw.gs0);
+	const PendingSet::Entry *e = m.o_pending.find(g);
+	if (g >= m.nblocks || g < m.sw.base || m.final_[g] || !e ||
+	    (e->asks && now - e->sent < job.qmin) || late_within_window(job, *e, now))
+		return;
+	send_block(job, m, g, now, true, true);
 }
 
 // On a path that reorders (the job's switch reordering window is open),

@@ -237,6 +237,10 @@ private:
 		// children + child): what the result to it then says it was held
 		// here (the CETH hold, for the member's congestion control).
 		std::vector<uint64_t> arrive;
+		// The seq of the last block whose results went to the
+		// children, plus 1 (0: none yet), told with the next block's
+		// (one worker only: wire/swproto.h, Loss).
+		uint64_t last_result = 0;
 		SharedTime last_seen;
 		uint32_t released = 0;		 // children that said goodbye
 		std::vector<Child> retired;	 // the previous incarnation's children
@@ -352,13 +356,15 @@ private:
 	void unstash(Job &j, uint32_t unit); // drop a unit's waiting partials
 	void complete_unit(Job &j, uint32_t unit);
 	void send_up(Job &j, uint32_t unit);
-	void send_result(Job &j, uint32_t unit, const Child &c, uint64_t now);
+	void send_result(Job &j, uint32_t unit, const Child &c, uint64_t now, uint64_t prev = 0);
+	void send_results(Job &j, uint32_t unit, uint64_t now);
 	void note_arrival(Job &j, uint32_t unit, const Child &c, uint64_t at);
 	// Loss recovery (wire/swproto.h): NAK the children whose partials
 	// the unit lacks, look for such units behind one just completed, and
 	// answer a child's ASK.
-	void send_naks(Job &j, uint32_t unit, uint64_t only);
+	void send_naks(Job &j, uint32_t unit, uint64_t only, uint64_t gap = 0);
 	void find_missing(Job &j, uint32_t unit);
+	void find_gap(Job &j, const Child &c, uint32_t unit, const In &p);
 	void on_ask(Job &j, Child &c, const In &p);
 	// A packet to dst; the payload is copied, or with lend_crc (its
 	// crc32_update(0, payload || pad)) sent from where it is (a Seg unit,

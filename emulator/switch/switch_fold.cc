@@ -86,8 +86,7 @@ void Switch::complete_unit(Job &j, uint32_t unit)
 	} else {
 		u.kind = kUnitDone;
 		ctr(j).results++;
-		for (const Child &c : j.children)
-			send_result(j, unit, c, now);
+		send_results(j, unit, now);
 	}
 	find_missing(j, unit);
 }
@@ -110,7 +109,7 @@ void Switch::find_missing(Job &j, uint32_t unit)
 		const uint32_t v = (unit + j.granted - d) % j.granted;
 		const SegUnit &w = pool_.unit(j.seg_base + v);
 		if (w.busy && w.kind == kUnitCollecting && seq_after(u.seq, w.seq))
-			send_naks(j, v, ~0ull);
+			send_naks(j, v, ~0ull, uint64_t(u.seq) + 1);
 	}
 }
 
@@ -168,15 +167,30 @@ void Switch::note_arrival(Job &j, uint32_t unit, const Child &c, uint64_t at)
 	j.arrive[unit * nc + size_t(&c - j.children.data())] = at;
 }
 
+// A block's results to every child, each telling (CETH rank_map) the
+// block whose results went before it, plus 1: a member that lacks that
+// one lost it on the way (one socket keeps the order) and asks for it
+// at once, where a result late because its block waited for another
+// member's repeat is no loss.
+void Switch::send_results(Job &j, uint32_t unit, uint64_t now)
+{
+	const uint64_t prev = multi() ? 0 : j.last_result;
+	for (const Child &c : j.children)
+		send_result(j, unit, c, now, prev);
+	if (!multi())
+		j.last_result = uint64_t(pool_.unit(j.seg_base + unit).seq) + 1;
+}
+
 // The result to one child: the data if it needs it, else a token.  Its
 // hold is the time since the child's partial arrived, less the fabric's
 // part of it above us (a leaf's round trip to its spine, u.hold): the
 // child's round trip less it is its own fabric's delay (nic/cc.h).
-void Switch::send_result(Job &j, uint32_t unit, const Child &c, uint64_t now)
+void Switch::send_result(Job &j, uint32_t unit, const Child &c, uint64_t now, uint64_t prev)
 {
 	SegUnit &u = pool_.unit(j.seg_base + unit);
 	Ceth h = unit_header(u, j.jid, j.key, unit);
 	h.node_map = j.members;
+	h.rank_map = prev;
 	const size_t nc = j.children.size(), ci = size_t(&c - j.children.data());
 	const uint64_t at = j.arrive.size() == size_t(j.granted) * nc ? j.arrive[unit * nc + ci]
 								      : 0;
@@ -206,7 +220,7 @@ static Ceth nak_header(const Ceth &block, uint64_t missing)
 
 // NAK every child (of those in `only`, by cover) whose partial the unit
 // lacks: pending, and not waiting its turn in the fold.
-void Switch::send_naks(Job &j, uint32_t unit, uint64_t only)
+void Switch::send_naks(Job &j, uint32_t unit, uint64_t only, uint64_t gap)
 {
 	const SegUnit &u = pool_.unit(j.seg_base + unit);
 	uint64_t missing = u.node_pending;
@@ -218,6 +232,7 @@ void Switch::send_naks(Job &j, uint32_t unit, uint64_t only)
 			continue;
 		Ceth n = h;
 		n.node_map = c.cover & missing;
+		n.rank_map = gap;
 		ctr(j).naks++;
 		send_to(j, c.ep, c.local, c.qpn, kCollResult, n, nullptr, nullptr, 0);
 	}
@@ -245,6 +260,7 @@ void Switch::on_ask(Job &j, Child &c, const In &p)
 	ctr(j).delivered++;
 	if (!holds) {
 		Ceth h = nak_header(p.h, c.cover);
+		h.rank_map = uint64_t(p.h.seq) + 1; // the ASK came after it
 		h.jid = j.jid;
 		h.job_key = j.key;
 		ctr(j).naks++;
@@ -269,6 +285,8 @@ void Switch::on_ask(Job &j, Child &c, const In &p)
 			missing &= ~s.cover;
 		const uint64_t mine = missing & c.cover;
 		Ceth h = nak_header(unit_header(u, j.jid, j.key, unit), mine ? mine : missing);
+		if (mine)
+			h.rank_map = uint64_t(p.h.seq) + 1; // the ASK came after it
 		ctr(j).naks++;
 		send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, nullptr, 0);
 		if (!mine)
@@ -367,6 +385,7 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 				ctr(j).delivered++;
 				note_arrival(j, unit, c, p.rx_ns);
 				fold(j, unit, p.h.node_map, p.payload, p.paylen);
+				find_gap(j, c, unit, p);
 				return;
 			}
 		}
@@ -404,6 +423,37 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 	ctr(j).delivered++;
 	note_arrival(j, unit, c, p.rx_ns);
 	fold(j, unit, p.h.node_map, p.payload, p.paylen);
+	find_gap(j, c, unit, p);
+}
+
+// A member's first copy of a block is here: the blocks it sent before on
+// this plane came before it (a member sends its blocks in order, and one
+// socket keeps the order), so a unit just behind still waiting for this
+// member's partial lost it.  NAKed at once, each once: the next block's
+// partial finds it no longer missing (or NAKed before, by this very
+// walk).  Where the other members' partials complete later blocks
+// (find_missing) the loss is found too, but at 64 members and 5 % loss
+// nearly every block lacks someone's partial, few complete, and the
+// losses waited for the members' ASKs.  Not from a leaf (its partials go
+// up as its blocks complete, in no order) nor with several workers.
+void Switch::find_gap(Job &j, const Child &c, uint32_t unit, const In &p)
+{
+	if (multi() || c.is_switch || (p.h.flags & kCethRetrans))
+		return;
+	const SegUnit &u = pool_.unit(j.seg_base + unit);
+	for (uint32_t d = 1; d <= sw::kGapLook && 2 * d < j.granted; d++) {
+		const uint32_t v = (unit + j.granted - d) % j.granted;
+		const SegUnit &w = pool_.unit(j.seg_base + v);
+		if (!w.busy || w.kind != kUnitCollecting || !seq_after(u.seq, w.seq) ||
+		    !(w.node_pending & c.cover))
+			return;
+		bool stashed = false;
+		for (const Stash &s : j.stash[v])
+			stashed |= (s.cover & c.cover) != 0;
+		if (stashed)
+			return;
+		send_naks(j, v, c.cover, uint64_t(u.seq) + 1);
+	}
 }
 
 // A result from our parent: keep it and send it down.
@@ -471,9 +521,7 @@ void Switch::on_result(const In &p)
 	u.queue = hold_add(u.queue, p.h.queue);
 	u.rx_ns = p.rx_ns; // ready here
 	ctr(j).results++;
-	const uint64_t now = Switch::now();
-	for (const Child &c : j.children)
-		send_result(j, p.h.seg, c, now);
+	send_results(j, p.h.seg, Switch::now());
 }
 
 } // namespace ibv_coll::emu

@@ -48,6 +48,14 @@
 // A spine NAKs a leaf like a member, and the leaf sends its partial up
 // again.  A node's timed-out block alternates ASK and the full partial,
 // so that the timeout stays the last resort when the switch is not heard.
+// A switch of one worker (one socket, read in order; members send their
+// blocks in order) also NAKs a member at once when its first copy of a
+// block arrives while a unit up to kGapLook blocks back still waits for
+// its partial; such a NAK (and the NAK to an asker, and the one from a
+// completed unit) carries in rank_map the seq that showed the loss, plus
+// 1: sure on a path that keeps its order.  Each RESULT it sends carries
+// in rank_map the seq of the block whose results went before, plus 1: a
+// member lacking that one asks for it at once.
 //
 // Counters.  STATS asks a switch for its counters: CETH mid is the asker's
 // tag, sid the first record it wants, and its payload is zeros, as many as
@@ -91,6 +99,9 @@ constexpr uint32_t kMaxPlanes = 8;
 // Loss: how many blocks back on its plane a completed block makes a switch
 // look for one still collecting (see "Loss" above).
 constexpr uint32_t kNakLag[] = {2, 6};
+// Loss: how many blocks back on its plane a member's partial makes a switch
+// look for units still waiting for that member (see "Loss" above).
+constexpr uint32_t kGapLook = 8;
 constexpr uint32_t kMaxLeaves = 64;
 
 // The task information: in a CONFIG payload, or after the CETH of an
