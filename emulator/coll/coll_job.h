@@ -273,6 +273,28 @@ struct RingMsg {
 	std::vector<uint32_t> kept_at;
 	std::vector<uint32_t> kept_free;
 	uint32_t block_bytes = 0;
+
+	// A fresh state that keeps the memory of old's (the job's last
+	// message's): a message then allocates nothing for its hops.
+	static RingMsg reusing(RingMsg &old)
+	{
+		RingMsg g;
+		g.sent.swap(old.sent);
+		g.got.swap(old.got);
+		g.gap_at.swap(old.gap_at);
+		g.holes.swap(old.holes);
+		g.naked.swap(old.naked);
+		g.kept_at.swap(old.kept_at);
+		g.kept_free.swap(old.kept_free);
+		g.sent.clear();
+		g.got.clear();
+		g.gap_at.clear();
+		g.holes.clear();
+		g.naked.clear();
+		g.kept_at.clear();
+		g.kept_free.clear();
+		return g;
+	}
 };
 
 // The exchange's state of a message (xchg.cc): the phase this node is in,
@@ -495,6 +517,7 @@ struct CollJob {
 	std::unique_ptr<Message> active;
 	// The last message's bounce buffer, for the next (no zeroing again).
 	std::vector<uint8_t> spare_bounce;
+	RingMsg spare_ring;	  // the last message's hop state, for its memory
 	uint32_t inc = 0;	  // incarnation: the QP's count of jobs given it (wire::Ceth::inc)
 	uint32_t last_mid = 0;	  // most recent finished (or failed) message; 0: none yet
 	uint32_t aborted_mid = 0; // a member aborted this message before we ran it (0: none)

@@ -171,9 +171,16 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 	}
 	// Gaps are looked for from each chunk's first block on.
 	job.reo_wnd -= job.reo_wnd / 8; // what the path did lately counts most
-	m.ring = RingMsg{};
+	m.ring = RingMsg::reusing(job.spare_ring);
 	m.ring.probe_at = now;
 	m.ring.kept_at.assign(m.nblocks, 0);
+	// Room for the numbers of the hops (every block twice, and a few
+	// sent again), made here at once rather than as they grow: a
+	// message's passes then allocate nothing for them.
+	const size_t room = 2 * size_t(m.nblocks) + 16;
+	m.ring.sent.reserve(room);
+	m.ring.got.reserve(room);
+	m.ring.gap_at.reserve(room);
 	for (const BlockDesc &b : m.chain)
 		m.ring.block_bytes = std::max<uint32_t>(m.ring.block_bytes, b.elems * m.es);
 	// The job's copies' slots, as this message's blocks cut them.

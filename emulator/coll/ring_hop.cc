@@ -158,7 +158,10 @@ void RingPath::take(CollJob &job, Message &m, uint32_t q, uint8_t flags, uint64_
 	if (g.prev_over)
 		return;
 	if (q >= g.got.size()) {
-		const size_t n = std::max<size_t>(q + 1, 2 * g.got.size());
+		// Within the room made at the start (RingPath::start), all of
+		// it at once.
+		const size_t n = q < g.got.capacity() ? g.got.capacity()
+						      : std::max<size_t>(q + 1, 2 * g.got.size());
 		g.got.resize(n);
 		g.gap_at.resize(n);
 	}

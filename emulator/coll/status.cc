@@ -89,6 +89,8 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 	job.last_mid = m.mid;
 	if (!m.bounce.empty())
 		job.spare_bounce = std::move(m.bounce);
+	if (m.ring.kept_at.capacity()) // it ran round the ring
+		job.spare_ring = std::move(m.ring);
 	IBVC_DEBUG("coll", "{}: job {} message {} done ({}), {} Seg units in use", e_.params.name,
 		   job.cfg.jid, m.mid, int(st), segs_.in_use());
 	job.active.reset();
