@@ -440,6 +440,7 @@ struct SwitchJob {
 	std::vector<uint8_t> heard;    // per plane: its leaf has answered
 	uint32_t window = 0, span = 0; // see SwitchPath::ready
 	uint64_t cfg_start = 0, cfg_sent = 0;
+	uint64_t heard_at = 0; // every plane's leaf had answered (0: not yet)
 	// Once granted, CONFIG again this often (a third of the switch's idle
 	// timeout, which its CONFIG_ACK tells), so that a job whose members
 	// are silent for a while (computing, checking) stays known; 0: never.
