@@ -97,8 +97,8 @@ uint64_t SwitchPath::blocked_due(const CollJob &job, const Message &m, bool urge
 	const uint64_t floor = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
 	if (!e || m.final_[m.sw.base] || !floor)
 		return UINT64_MAX;
-	if (urged)
-		return e->sent + job.qmin;
+	if (urged) // no sooner than an answer can come (a NAK comes from each asker)
+		return e->sent + (job.qmin ? job.qmin : u_.rto_ns(job) / 4);
 	const uint64_t t = job.probe_time(floor, true);
 	return e->sent + (t ? t : u_.rto_ns(job) / 4);
 }
@@ -276,7 +276,8 @@ void SwitchPath::chained(CollJob &job, Message &m, uint64_t prev, uint64_t now)
 	const uint32_t g = uint32_t(prev - 1) - uint32_t(m.sw.gs0);
 	const PendingSet::Entry *e = m.o_pending.find(g);
 	if (g >= m.nblocks || g < m.sw.base || m.final_[g] || !e ||
-	    (e->asks && now - e->sent < job.qmin) || late_within_window(job, *e, now))
+	    (e->asks && now - e->sent < (job.qmin ? job.qmin : u_.rto_ns(job) / 4)) ||
+	    late_within_window(job, *e, now))
 		return;
 	send_block(job, m, g, now, true, true);
 }

@@ -120,7 +120,7 @@ TEST(SimGate, LossOf5PercentCompletesRight)
 // switch NAKs a partial as soon as the member's next one arrives, each
 // result names the one sent before it, and a member the span holds up
 // asks for its oldest block without backing off (wire/swproto.h, Loss).
-// Target 1.5x; today 2.12x (3.83x before, which this bound fails): each
+// Target 1.5x; today 2.28x (3.83x before, which this bound fails): each
 // repair waits behind the member's window in its link's queue.
 TEST(SimGate, LossOf5PercentThroughASwitchOf64Hosts)
 {
