@@ -95,7 +95,7 @@ TEST(SimGate, RingOf64HostsSendsNothingTwice)
 // left at the default: 1.31x at 16 hosts (seeds 1-10: 1.22x-1.59x, mean
 // 1.33x; it was 12.9x when a lost block went again from its origin, 30
 // hops).  The switch path's repair is end to end, with its timers at the
-// fabric's scale: 1.95x (a block waits for the last of 16 partials), the
+// fabric's scale: 1.94x (a block waits for the last of 16 partials), the
 // floor kept.
 TEST(SimGate, LossOf5PercentCompletesRight)
 {
