@@ -225,6 +225,7 @@ private:
 	uint64_t probe_due(const CollJob &job, const Message &m) const;
 	void probe(CollJob &job, Message &m, uint64_t now);
 	uint64_t blocked_due(const CollJob &job, const Message &m, bool urged) const;
+	uint64_t least_answer(const CollJob &job) const;
 	bool recently_sent(const CollJob &job, Message &m, uint32_t sid, uint64_t now,
 			   bool partial);
 	void admit_ask(CollJob &job, Message &m, uint64_t now);

@@ -78,6 +78,13 @@ void SwitchPath::probe(CollJob &job, Message &m, uint64_t now)
 	}
 }
 
+// The least time an answer takes: the least round trip seen, or before
+// any a quarter of the timeout (as the probes take).
+uint64_t SwitchPath::least_answer(const CollJob &job) const
+{
+	return job.qmin ? job.qmin : u_.rto_ns(job) / 4;
+}
+
 // When the oldest block without its result is next asked for because it
 // holds this node up (UINT64_MAX: it does not).  The next block waits for
 // the span (the units it would take may still hold the oldest block's
@@ -98,7 +105,7 @@ uint64_t SwitchPath::blocked_due(const CollJob &job, const Message &m, bool urge
 	if (!e || m.final_[m.sw.base] || !floor)
 		return UINT64_MAX;
 	if (urged) // no sooner than an answer can come (a NAK comes from each asker)
-		return e->sent + (job.qmin ? job.qmin : u_.rto_ns(job) / 4);
+		return e->sent + least_answer(job);
 	const uint64_t t = job.probe_time(floor, true);
 	return e->sent + (t ? t : u_.rto_ns(job) / 4);
 }
@@ -276,8 +283,7 @@ void SwitchPath::chained(CollJob &job, Message &m, uint64_t prev, uint64_t now)
 	const uint32_t g = uint32_t(prev - 1) - uint32_t(m.sw.gs0);
 	const PendingSet::Entry *e = m.o_pending.find(g);
 	if (g >= m.nblocks || g < m.sw.base || m.final_[g] || !e ||
-	    (e->asks && now - e->sent < (job.qmin ? job.qmin : u_.rto_ns(job) / 4)) ||
-	    late_within_window(job, *e, now))
+	    (e->asks && now - e->sent < least_answer(job)) || late_within_window(job, *e, now))
 		return;
 	send_block(job, m, g, now, true, true);
 }

@@ -362,6 +362,7 @@ private:
 	// Loss recovery (wire/swproto.h): NAK the children whose partials
 	// the unit lacks, look for such units behind one just completed, and
 	// answer a child's ASK.
+	uint64_t lacking(const Job &j, uint32_t unit);
 	void send_naks(Job &j, uint32_t unit, uint64_t only, uint64_t gap = 0);
 	void find_missing(Job &j, uint32_t unit);
 	void find_gap(Job &j, const Child &c, uint32_t unit, const In &p);

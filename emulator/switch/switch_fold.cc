@@ -218,14 +218,22 @@ static Ceth nak_header(const Ceth &block, uint64_t missing)
 	return h;
 }
 
+// The nodes whose partials the unit lacks: pending, and not waiting
+// their turn in the fold.
+uint64_t Switch::lacking(const Job &j, uint32_t unit)
+{
+	uint64_t missing = pool_.unit(j.seg_base + unit).node_pending;
+	for (const Stash &s : j.stash[unit])
+		missing &= ~s.cover;
+	return missing;
+}
+
 // NAK every child (of those in `only`, by cover) whose partial the unit
-// lacks: pending, and not waiting its turn in the fold.
+// lacks.
 void Switch::send_naks(Job &j, uint32_t unit, uint64_t only, uint64_t gap)
 {
 	const SegUnit &u = pool_.unit(j.seg_base + unit);
-	uint64_t missing = u.node_pending;
-	for (const Stash &s : j.stash[unit])
-		missing &= ~s.cover;
+	const uint64_t missing = lacking(j, unit);
 	const Ceth h = nak_header(unit_header(u, j.jid, j.key, unit), 0);
 	for (const Child &c : j.children) {
 		if (!(c.cover & missing & only))
@@ -280,9 +288,7 @@ void Switch::on_ask(Job &j, Child &c, const In &p)
 		// again would wait for its own probe: the others' probes
 		// reach it sooner (a member sends a partial again once a round
 		// trip at most, however many NAKs name it).
-		uint64_t missing = u.node_pending;
-		for (const Stash &s : j.stash[unit])
-			missing &= ~s.cover;
+		const uint64_t missing = lacking(j, unit);
 		const uint64_t mine = missing & c.cover;
 		Ceth h = nak_header(unit_header(u, j.jid, j.key, unit), mine ? mine : missing);
 		if (mine)
@@ -445,12 +451,7 @@ void Switch::find_gap(Job &j, const Child &c, uint32_t unit, const In &p)
 		const uint32_t v = (unit + j.granted - d) % j.granted;
 		const SegUnit &w = pool_.unit(j.seg_base + v);
 		if (!w.busy || w.kind != kUnitCollecting || !seq_after(u.seq, w.seq) ||
-		    !(w.node_pending & c.cover))
-			return;
-		bool stashed = false;
-		for (const Stash &s : j.stash[v])
-			stashed |= (s.cover & c.cover) != 0;
-		if (stashed)
+		    !(lacking(j, v) & c.cover))
 			return;
 		send_naks(j, v, c.cover, uint64_t(u.seq) + 1);
 	}
