@@ -163,4 +163,50 @@ void RingPath::probe(CollJob &job, Message &m, uint64_t now)
 	}
 }
 
+void RingPath::timers(Qp &qp, CollJob &job, uint64_t now)
+{
+	Message &m = *job.active;
+	hop_timers(job, m, now);
+	// The hops repair what they lose, each on its own (ring_hop.cc): while
+	// the message's results still come, a block late end to end waits
+	// behind repairs and queues, and is not lost.  Its timer waits for
+	// the message to stall: sent again around the whole ring on the round
+	// trip's timeout, late blocks cost a lap each, and their laps filled
+	// the queues (8 hosts, 200 Mbit/s, 256 KiB queues, hosts 0-200 us
+	// late: 8,500 of them, 118,785 packets dropped, 0.4 of the bound).
+	const uint64_t rto = u_.rto_ns(job);
+	if (now < m.last_progress + rto) {
+		const auto wait = [&](PendingSet &pend) {
+			pend.for_due(now, [&](uint32_t sid) {
+				pend.find(sid)->deadline = m.last_progress + rto;
+			});
+		};
+		wait(m.o_pending);
+		wait(m.f_pending);
+	}
+	bool lost = false;
+	m.o_pending.for_due(now, [&](uint32_t sid) {
+		inject(job, m, sid, now, true);
+		lost = true;
+	});
+	m.f_pending.for_due(now, [&](uint32_t sid) {
+		lost = true;
+		if (m.chunks[m.chain[sid].chunk].rs)
+			resend_result(job, m, sid, now);
+		else
+			inject(job, m, sid, now, true);
+	});
+	if (lost)
+		job.cc.on_loss(now);
+	if (!m.dma_error && now >= probe_due(job, m))
+		probe(job, m, now);
+	if (m.dma_error)
+		return u_.fail(qp, job, CollStatus::local_err, true,
+			       "a local buffer is not accessible");
+	if (now > m.last_progress && now - m.last_progress > u_.coll_timeout_ns(job)) {
+		u_.ctr.timeouts++;
+		u_.fail(qp, job, CollStatus::timeout, true, "no progress within the job's timeout");
+	}
+}
+
 } // namespace ibv_coll::emu
