@@ -319,6 +319,7 @@ struct SwitchMsg {
 	uint64_t gs0 = 0;	// the job's number for block 0
 	uint32_t base = 0;	// oldest block without its result
 	uint32_t next = 0;	// next block to send
+	uint32_t high = 0;	// the highest block with its result, plus 1
 	// No result for a while: when the oldest blocks were last probed
 	// (ASKed), and how many probes since the last result.
 	uint64_t probe_at = 0;

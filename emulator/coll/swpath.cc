@@ -188,7 +188,7 @@ void SwitchPath::launch(Qp &qp, CollJob &job, uint64_t now)
 	}
 	m.ran = kRanSwitch | (job.cfg.sw.leaves > 1 ? kRanHierarchy : 0);
 	m.sw.gs0 = job.sw.next_gs;
-	m.sw.base = m.sw.next = 0;
+	m.sw.base = m.sw.next = m.sw.high = 0;
 	job.sw.reo_wnd -= job.sw.reo_wnd / 8; // what the path did lately counts most
 	job.sw.asks /= 2;
 	job.sw.asks_needless /= 2;
@@ -628,6 +628,7 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 	m.final_[sid] = 1;
 	m.finals++;
 	m.last_progress = now;
+	m.sw.high = std::max(m.sw.high, sid + 1);
 	if (job.sw.tdm && m.finals == m.nblocks)
 		admit_done(job, m);
 	if (job.cfg.sw.e2e_ack && job.cfg.node == 0)

@@ -95,7 +95,11 @@ uint64_t SwitchPath::least_answer(const CollJob &job) const
 // asked for again every twice the least round trip seen (the probe
 // floor at least), without backing off; urged (another member's NAK of
 // a block not yet sent here: the switch waits for it), once the least
-// round trip has passed.
+// round trip has passed.  While no later block has its result the oldest
+// is as likely queued behind this node's own window as lost, and the
+// wait counts from the last result: from when it went, a window of
+// 2,048 blocks asked for blocks still in its own queue (claim 001 at
+// 8 hosts: 4,608 needless repeats, 0.85 of the bound instead of 0.97).
 uint64_t SwitchPath::blocked_due(const CollJob &job, const Message &m, bool urged) const
 {
 	if (m.sw.next >= m.nblocks || m.sw.next < m.sw.base + job.sw.span)
@@ -107,7 +111,9 @@ uint64_t SwitchPath::blocked_due(const CollJob &job, const Message &m, bool urge
 	if (urged) // no sooner than an answer can come (a NAK comes from each asker)
 		return e->sent + least_answer(job);
 	const uint64_t t = job.probe_time(floor, true);
-	return e->sent + (t ? t : u_.rto_ns(job) / 4);
+	const bool gap = m.sw.high > m.sw.base + 1;
+	const uint64_t from = gap ? e->sent : std::max(e->sent, m.last_progress);
+	return from + (t ? t : u_.rto_ns(job) / 4);
 }
 
 // The switch lacks our partial of the block (wire/swproto.h, Loss): it
