@@ -20,14 +20,22 @@ namespace {
 constexpr double kHdr = 14 + 20 + 8 + wire::kBthBytes + wire::kCethBytes + wire::kIcrcBytes;
 constexpr double kPerByte = 1.0 + kHdr / 4096;
 
-FabricSpec fast(uint32_t n)
+// n hosts on one switch, every link of rate bits/s, delay_ns one way and
+// a queue of queue bytes.
+FabricSpec star(uint32_t n, uint64_t rate, uint64_t delay_ns, uint64_t queue)
 {
 	FabricSpec f;
 	f.nodes = n;
-	f.host.rate_bps = 100000000000ull; // 100 Gb/s
-	f.host.delay_ns = 1000;		   // 1 us a hop
-	f.host.queue_bytes = 1 << 20;
+	f.host.rate_bps = rate;
+	f.host.delay_ns = delay_ns;
+	f.host.queue_bytes = queue;
 	return f;
+}
+
+// 100 Gb/s, 1 us a hop, 1 MiB queues.
+FabricSpec fast(uint32_t n)
+{
+	return star(n, 100000000000ull, 1000, 1 << 20);
 }
 
 JobSpec job(SimTopology t, uint64_t bytes, uint32_t units = 256)
@@ -58,11 +66,7 @@ SizeResult run1(const FabricSpec &f, const JobSpec &j, uint64_t seed = 1)
 // take 2 ms: packets arrive out of order.
 FabricSpec reordering_ports()
 {
-	FabricSpec f;
-	f.nodes = 6;
-	f.host.rate_bps = 10000000000ull;
-	f.host.delay_ns = 1000;
-	f.host.queue_bytes = 4 << 20;
+	FabricSpec f = star(6, 10000000000ull, 1000, 4 << 20);
 	f.port_delay_ns = 2000000;
 	f.port_jitter_ns = 2000000;
 	return f;
@@ -100,11 +104,7 @@ TEST(SimGate, RingOf64HostsSendsNothingTwice)
 // and thousands of blocks went round again (RingPath::timers).
 TEST(SimGate, RingOf8HostsWithLateHostsOnSlowLinks)
 {
-	FabricSpec f;
-	f.nodes = 8;
-	f.host.rate_bps = 200000000ull;
-	f.host.delay_ns = 20000;
-	f.host.queue_bytes = 256 << 10;
+	FabricSpec f = star(8, 200000000ull, 20000, 256 << 10);
 	f.jitter_ns = 200000;
 	JobSpec j = job(SimTopology::ring, 1600 << 10);
 	j.iters = 3;
@@ -295,11 +295,7 @@ TEST(SimGate, ReorderingPortsSwitchWithTheControllerOnAndOff)
 // +0.005, +0.006, +0.014).
 TEST(SimGate, ResultsOutOfOrderAreNotAskedFor)
 {
-	FabricSpec f;
-	f.nodes = 8;
-	f.host.rate_bps = 10000000000ull;
-	f.host.delay_ns = 1000;
-	f.host.queue_bytes = 4 << 20;
+	FabricSpec f = star(8, 10000000000ull, 1000, 4 << 20);
 	JobSpec j = job(SimTopology::sw, 4 << 20);
 	j.warmup = 0;
 	j.iters = 5;
