@@ -15,8 +15,10 @@
 //    proportion to the excess, at most once a round trip and by at most
 //    max_mdf;
 //  - loss: a unit sent again on a timeout cuts the window by max_mdf, one
-//    found missing (a NAK, a gap) by a quarter of that, at most once a
-//    round trip, when the fabric delay shows a queue (half the target):
+//    found missing (a NAK, a gap) by a quarter of that (the caller may
+//    count it as a timeout: a ring hop's NAK on a path that keeps its
+//    order), at most once a round trip, when the fabric delay shows a
+//    queue (half the target):
 //    a loss with the fabric at its base delay is random loss or a peer's
 //    trouble, not a full queue, and costs only its repeat;
 //  - ECN (DCQCN-style): a CNP cuts the window to (1 - alpha/2) of itself
