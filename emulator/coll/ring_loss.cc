@@ -175,21 +175,21 @@ void RingPath::timers(Qp &qp, CollJob &job, uint64_t now)
 	// the queues (8 hosts, 200 Mbit/s, 256 KiB queues, hosts 0-200 us
 	// late: 8,500 of them, 118,785 packets dropped, 0.4 of the bound).
 	const uint64_t rto = u_.rto_ns(job);
-	if (now < m.last_progress + rto) {
-		const auto wait = [&](PendingSet &pend) {
-			pend.for_due(now, [&](uint32_t sid) {
-				pend.find(sid)->deadline = m.last_progress + rto;
-			});
-		};
-		wait(m.o_pending);
-		wait(m.f_pending);
-	}
+	const bool progressing = now < m.last_progress + rto;
 	bool lost = false;
 	m.o_pending.for_due(now, [&](uint32_t sid) {
+		if (progressing) {
+			m.o_pending.find(sid)->deadline = m.last_progress + rto;
+			return;
+		}
 		inject(job, m, sid, now, true);
 		lost = true;
 	});
 	m.f_pending.for_due(now, [&](uint32_t sid) {
+		if (progressing) {
+			m.f_pending.find(sid)->deadline = m.last_progress + rto;
+			return;
+		}
 		lost = true;
 		if (m.chunks[m.chain[sid].chunk].rs)
 			resend_result(job, m, sid, now);
