@@ -3,21 +3,29 @@
 # size and every size; each run passes when both sides exit 0, the client
 # prints one row per size with the count asked for, and the server found
 # the pattern the client sent in every slot (else the client fails).
+# The TCP ports lie below the kernel's ephemeral range (32768 on), so no
+# other test's outgoing connection holds one; a port found taken anyway
+# (the server cannot listen) is skipped for the next.
 # Usage: test_rc_bw.sh RC_BW
 set -u
 bw=$1
-port=$((20000 + $$ % 20000))
+port=$((10000 + $$ % 20000))
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 run() { # run ROWS ITERS ARGS...
 	rows=$1 iters=$2
 	shift 2
-	timeout 60 "$bw" -d crxe_lo -p $port >"$tmp/server" 2>&1 &
-	srv=$!
-	timeout 60 "$bw" -d crxe_lo -p $port "$@" 127.0.0.1 >"$tmp/client" 2>&1
-	crc=$?
-	wait $srv
-	src=$?
+	for try in 1 2 3; do
+		timeout 60 "$bw" -d crxe_lo -p $port >"$tmp/server" 2>&1 &
+		srv=$!
+		timeout 60 "$bw" -d crxe_lo -p $port "$@" 127.0.0.1 >"$tmp/client" 2>&1
+		crc=$?
+		wait $srv
+		src=$?
+		grep -q "cannot listen.*in use" "$tmp/server" || break
+		echo "TCP port $port is taken (try $try), the next one"
+		port=$((port + 7))
+	done
 	if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
 		cat "$tmp/client" "$tmp/server"
 		echo "FAIL: $*: client exit $crc, server exit $src"
