@@ -19,7 +19,7 @@ lua=$1 node=$2
 
 # Three ports of our own (the capture filter names them), never another
 # one instead; one datagram per packet; no repeat because a node ran late.
-base=$((20000 + $$ % 30000))
+base=$((10000 + $$ % 20000)) # below the ephemeral range (32768 on)
 for p in $base $((base + 1)) $((base + 2)); do
 	if ss -Hlun "sport = :$p" 2>/dev/null | grep -q .; then
 		echo "SKIP: UDP port $p is taken"
