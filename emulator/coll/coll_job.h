@@ -23,8 +23,9 @@ namespace ibv_coll::emu {
 
 constexpr uint32_t kMaxCollRanks = 64; // rank bitmap width
 // A job's nodes: CETH src_node is 16 bits; on the switch path (switch,
-// hierarchy, AUTO) the CETH's node bitmap, 64 bits, bounds them (a ring
-// of more sends no bitmap: its hop says whose data a block holds).
+// hierarchy, AUTO) the CETH's bitmap, 64 bits, bounds the members under a
+// leaf and the leaves under a spine (wire/swproto.h); a ring of more than
+// 64 sends no bitmap: its hop says whose data a block holds.
 constexpr uint32_t kMaxCollNodes = 65535;
 constexpr uint32_t kMaxSwitchNodes = 64;
 
@@ -50,6 +51,13 @@ struct SwitchConfig {
 	uint32_t window = 0;		  // 0: as the grant allows
 	bool inline_task = false;	  // no configuration step
 	bool e2e_ack = false;		  // windows slide on node 0's ACK, not on the result
+	// What check_job derives (the bitmaps of wire/swproto.h): this
+	// node's bit at its leaf, its leaf's members' bits, the top switch's
+	// bits (one switch: every member's; a tree: every leaf's that has
+	// members), and with leaves > 1 every member's bit at its own leaf.
+	uint8_t my_bit = 0;
+	uint64_t leaf_bits = 0, top_bits = 0;
+	std::vector<uint8_t> member_bit;
 };
 
 struct JobConfig {

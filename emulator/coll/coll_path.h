@@ -194,6 +194,10 @@ private:
 	uint32_t request(const CollJob &job) const;
 	const Endpoint &leaf(const CollJob &job, uint32_t plane) const;
 	sw::Task task(const CollJob &job, uint32_t plane) const;
+	// This node's bit at its leaf (wire/swproto.h), and the CETH phase of
+	// a block whose result's data only node o needs (o < 0: every node).
+	static uint64_t my_bit(const CollJob &job) { return 1ull << job.cfg.sw.my_bit; }
+	static uint8_t phase(const CollJob &job, int o);
 	void ready(CollJob &job);
 	void launch(Qp &qp, CollJob &job, uint64_t now);
 	int owner(const Message &m, uint32_t sid) const;

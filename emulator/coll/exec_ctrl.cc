@@ -232,9 +232,12 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	if (job.superseded)
 		return fail(qp, job, CollStatus::remote_abort, true,
 			    "the job was given again to another member (a later incarnation)");
-	// The exchange keeps no block in Seg units (coll/xchg.cc).
+	// The exchange keeps no block in Seg units (coll/xchg.cc), nor does
+	// the switch path at the NIC (a message that turns to the ring later
+	// is checked there: RingPath::pump).
 	const bool small = exchanges(job, m);
-	if (!small && !window(job))
+	const bool ring = !job.cfg.sw.on || job.cfg.topology == Topology::ring;
+	if (!small && ring && !window(job))
 		return fail(qp, job, CollStatus::buffer_err, true,
 			    "the job's Seg range cannot hold a block from every other node");
 	// The block length may not exceed the path MTU or a Seg unit.

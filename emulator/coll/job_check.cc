@@ -10,6 +10,33 @@
 
 namespace ibv_coll::emu {
 
+// The switch path's bitmaps (wire/swproto.h): a member's bit is its index
+// among its leaf's members, a leaf's bit at the spine its leaf index.
+static int switch_bits(JobConfig &c, const char *&w)
+{
+	SwitchConfig &s = c.sw;
+	const uint32_t n = c.nodes();
+	const bool tree = s.leaves > 1;
+	const uint32_t mine = tree ? s.member_leaf[c.node] : 0;
+	std::vector<uint8_t> count(s.leaves, 0);
+	s.member_bit.assign(tree ? n : 0, 0);
+	s.top_bits = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const uint32_t l = tree ? s.member_leaf[i] : 0;
+		if (count[l] == sw::kMaxLeafMembers)
+			return w = "nodes with a switch: at most 64 under one leaf (the CETH's bitmap)",
+			       EINVAL;
+		if (i == c.node)
+			s.my_bit = count[l];
+		if (tree)
+			s.member_bit[i] = count[l];
+		s.top_bits |= 1ull << (tree ? l : i);
+		count[l]++;
+	}
+	s.leaf_bits = count[mine] == 64 ? ~0ull : (1ull << count[mine]) - 1;
+	return 0;
+}
+
 int check_job(JobConfig &c, const char **why)
 {
 	const char *dummy;
@@ -17,8 +44,8 @@ int check_job(JobConfig &c, const char **why)
 	const uint32_t n = c.nodes();
 	if (!n || n > kMaxCollNodes)
 		return w = "nodes: 1 to 65535", EINVAL;
-	if (n > kMaxSwitchNodes && (c.topology != Topology::ring || c.sw.on))
-		return w = "nodes with a switch: 1 to 64 (the CETH's node bitmap)", EINVAL;
+	if (n > kMaxSwitchNodes && c.topology != Topology::ring && !c.sw.on)
+		return w = "nodes without switches: 1 to 64 but round the ring", EINVAL;
 	if (c.node >= n)
 		return w = "node: not one of the members", EINVAL;
 	if (!c.seg_count)
@@ -52,6 +79,8 @@ int check_job(JobConfig &c, const char **why)
 		for (uint8_t l : s.member_leaf)
 			if (l >= s.leaves)
 				return w = "member_leaf: a leaf the job does not have", EINVAL;
+		if (int e = switch_bits(c, w))
+			return e;
 	}
 	uint32_t rank = 0;
 	for (uint32_t i = 0; i < n; i++) {

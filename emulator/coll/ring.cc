@@ -266,6 +266,9 @@ void RingPath::pump(Qp &qp, CollJob &job, uint64_t now)
 {
 	Message &m = *job.active;
 	const uint32_t w = u_.window(job);
+	if (!w)
+		return u_.fail(qp, job, CollStatus::buffer_err, true,
+			       "the job's Seg range cannot hold a block from every other node");
 	if (!job.cc.ready())
 		cc_init(job, w);
 	while (m.next_inject < m.inject_end && !m.dma_error) {

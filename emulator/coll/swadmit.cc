@@ -31,7 +31,7 @@ void SwitchPath::admit_ask(CollJob &job, Message &m, uint64_t now)
 	h.flags = kCethAdmit;
 	h.seq = uint32_t(std::min<uint64_t>(u_.coll_timeout_ns(job) / util::kNsPerMs, UINT32_MAX));
 	h.rank_map = m.count * m.es;
-	h.node_map = 1ull << job.cfg.node;
+	h.node_map = my_bit(job);
 	h.job_key = job.cfg.key;
 	if (m.sw.admit)
 		h.flags |= kCethRetrans;
@@ -88,7 +88,7 @@ void SwitchPath::admit_done(const CollJob &job, const Message &m)
 	h.jid = job.cfg.jid;
 	h.mid = m.mid;
 	h.flags = kCethAdmit;
-	h.node_map = 1ull << job.cfg.node;
+	h.node_map = my_bit(job);
 	h.job_key = job.cfg.key;
 	for (int i = 0; i < 2; i++)
 		u_.send_ep(job, leaf(job, 0), leaf(job, 0).qpn, kCollRelease, h, nullptr, 0, {});
@@ -121,7 +121,7 @@ void SwitchPath::tell_fallback(const CollJob &job)
 	h.jid = job.cfg.jid;
 	h.mid = job.active->mid;
 	h.status = uint8_t(CollStatus::timeout); // no switch answered
-	h.node_map = 1ull << job.cfg.node;
+	h.node_map = my_bit(job);
 	h.job_key = job.cfg.key;
 	for (int copy = 0; copy < 3; copy++)
 		for (uint16_t n = 0; n < job.cfg.nodes(); n++)

@@ -61,17 +61,28 @@ sw::Task SwitchPath::task(const CollJob &job, uint32_t plane) const
 	t.node = c.node;
 	t.nodes = c.nodes();
 	t.qpn = job.qpn;
-	t.members = bits(c.nodes());
-	for (uint16_t n = 0; n < c.nodes(); n++)
-		if (s.leaves == 1 || s.member_leaf[n] == s.member_leaf[c.node])
-			t.subtree |= 1ull << n;
+	t.members = s.top_bits;
+	t.subtree = s.leaf_bits;
 	t.seg_req = request(job);
-	t.plane = uint16_t(plane);
+	t.plane = uint8_t(plane);
 	if (s.leaves > 1) {
+		t.up = s.member_leaf[c.node];
 		memcpy(t.parent_ip, s.spine[plane].ip.b, 16);
 		t.parent_port = s.spine[plane].port;
 	}
 	return t;
+}
+
+uint8_t SwitchPath::phase(const CollJob &job, int o)
+{
+	const SwitchConfig &s = job.cfg.sw;
+	if (o < 0)
+		return 0;
+	if (s.leaves == 1)
+		return uint8_t(o + 1);
+	if (s.member_leaf[size_t(o)] != s.member_leaf[job.cfg.node])
+		return sw::kPhaseAbove;
+	return uint8_t(s.member_bit[size_t(o)] + 1);
 }
 
 void SwitchPath::send_config(CollJob &job, uint64_t now, bool all)
@@ -85,7 +96,7 @@ void SwitchPath::send_config(CollJob &job, uint64_t now, bool all)
 		Ceth h;
 		h.src_node = c.node;
 		h.jid = c.jid;
-		h.node_map = 1ull << c.node;
+		h.node_map = my_bit(job);
 		h.job_key = c.key;
 		u_.send_ep(job, leaf(job, p), leaf(job, p).qpn, kCollConfig, h, tb, sw::kTaskBytes,
 			   {});
@@ -246,10 +257,10 @@ void SwitchPath::send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now
 	Ceth h = u_.header(job, m, sid);
 	h.seg = uint16_t(sw::unit_of(gs, c.sw.planes, job.sw.granted[plane]));
 	h.seq = uint32_t(gs); // what orders the uses of a unit (wire/swproto.h)
-	h.node_map = 1ull << c.node;
+	h.node_map = my_bit(job);
 	h.rank_map = bits(m.ranks);
 	int o = owner(m, sid);
-	h.phase = uint8_t(o < 0 ? 0 : o + 1);
+	h.phase = phase(job, o);
 	if (again)
 		h.flags |= kCethRetrans;
 	if (ask) {
@@ -443,7 +454,7 @@ void SwitchPath::send_ack(const CollJob &job, uint32_t mid, uint32_t sid, uint16
 	h.jid = job.cfg.jid;
 	h.mid = mid;
 	h.sid = sid;
-	h.node_map = 1ull << job.cfg.node;
+	h.node_map = my_bit(job);
 	h.job_key = job.cfg.key;
 	if (ask)
 		h.flags |= kCethRetrans;
@@ -661,7 +672,7 @@ void SwitchPath::release(const CollJob &job)
 			Ceth h;
 			h.src_node = job.cfg.node;
 			h.jid = job.cfg.jid;
-			h.node_map = 1ull << job.cfg.node;
+			h.node_map = my_bit(job);
 			h.job_key = job.cfg.key;
 			u_.send_ep(job, leaf(job, p), leaf(job, p).qpn, kCollRelease, h, nullptr, 0,
 				   {});

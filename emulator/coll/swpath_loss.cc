@@ -126,7 +126,7 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 	Message &m = *job.active;
 	const uint32_t sid = p.h.sid;
 	PendingSet::Entry *e = m.o_pending.find(sid);
-	if (e && !(p.h.node_map & (1ull << job.cfg.node))) {
+	if (e && !(p.h.node_map & my_bit(job))) {
 		e->held = true;
 		return;
 	}

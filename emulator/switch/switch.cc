@@ -418,8 +418,11 @@ SwitchCounters Switch::job_total(const Job &j)
 // A job as its first packet (CONFIG, or inline DATA) describes it.
 bool Switch::init_job(Job &j, const In &p, const sw::Task &t)
 {
-	if (!t.nodes || t.nodes > 64 || !t.subtree || (t.subtree & ~t.members) ||
-	    t.plane >= sw::kMaxPlanes)
+	// Without a parent we are the top switch: our bits are the job's;
+	// with one, our bit there is one of the top's (wire/swproto.h).
+	if (!t.nodes || !t.subtree || t.plane >= sw::kMaxPlanes ||
+	    (!t.parent_port && (t.subtree & ~t.members || t.up)) ||
+	    (t.parent_port && (t.up >= 64 || !(t.members >> t.up & 1))))
 		return false;
 	j.ctr.assign(workers(), {});
 	j.jid = p.h.jid;
@@ -428,6 +431,7 @@ bool Switch::init_job(Job &j, const In &p, const sw::Task &t)
 	j.nodes = t.nodes;
 	j.members = t.members;
 	j.subtree = t.subtree;
+	j.up = t.up;
 	j.plane = t.plane;
 	j.inline_mode = p.kind == kCollData;
 	if (t.parent_port) {
@@ -492,7 +496,7 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 		return &j;
 	}
 	if (t && (t->members != j.members || t->subtree != j.subtree || t->nodes != j.nodes ||
-		  t->plane != j.plane)) {
+		  t->plane != j.plane || t->up != j.up)) {
 		ctr(j).drop_malformed++;
 		return nullptr;
 	}
@@ -541,7 +545,7 @@ bool Switch::sent_by(const Child &c, const In &p, const sw::Task *t)
 		return c.qpn == t->qpn && c.is_switch == (t->node == sw::kNodeSwitch);
 	if (p.h.src_node == sw::kNodeSwitch)
 		return c.is_switch;
-	return !c.is_switch && p.h.src_node < 64 && c.cover == 1ull << p.h.src_node;
+	return !c.is_switch && p.h.src_node == c.node;
 }
 
 Switch::Child *Switch::child_of(Job &j, const In &p, const sw::Task *t)
@@ -557,10 +561,9 @@ int Switch::add_child(Job &j, const In &p, const sw::Task &t)
 {
 	uint64_t cover = p.h.node_map;
 	bool is_switch = t.node == sw::kNodeSwitch;
-	// A member's node index must be one of the job's before it is a shift
-	// count (found by fuzz_switch_rx: a task naming node 100).
+	// A member is one node of the job, and has one bit of ours.
 	if (!cover || (cover & ~j.subtree) ||
-	    (!is_switch && (t.node >= j.nodes || cover != 1ull << t.node))) {
+	    (!is_switch && (t.node >= j.nodes || (cover & (cover - 1))))) {
 		ctr(j).drop_node++;
 		return EINVAL;
 	}
@@ -584,6 +587,7 @@ int Switch::add_child(Job &j, const In &p, const sw::Task &t)
 	c.ep = p.src;
 	c.local = p.dst;
 	c.qpn = t.qpn;
+	c.node = is_switch ? sw::kNodeSwitch : t.node;
 	c.cover = cover;
 	c.is_switch = is_switch;
 	j.children.push_back(c);

@@ -199,8 +199,9 @@ private:
 	// address and UDP port, and each has its own collective QP.
 	struct Child {
 		Endpoint ep;
-		IpAddr local;	  // our address it sent to: the source of our replies
-		uint32_t qpn = 0; // its collective QP (a switch: 0), where our packets go
+		IpAddr local;	   // our address it sent to: the source of our replies
+		uint32_t qpn = 0;  // its collective QP (a switch: 0), where our packets go
+		uint16_t node = 0; // a member's node index (CETH src_node)
 		uint64_t cover = 0;
 		bool is_switch = false;
 		bool released = false;
@@ -218,6 +219,7 @@ private:
 		uint64_t key = 0;
 		uint16_t nodes = 0;
 		uint64_t members = 0, subtree = 0;
+		uint8_t up = 0; // our bit at the parent (wire/swproto.h)
 		uint16_t plane = 0;
 		bool inline_mode = false;
 		bool has_parent = false;

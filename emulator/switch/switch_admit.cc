@@ -83,13 +83,13 @@ void Switch::send_config_up(Job &j)
 	t.members = j.members;
 	t.subtree = j.members; // a spine serves the whole job
 	t.seg_req = j.granted;
-	t.plane = j.plane;
+	t.plane = uint8_t(j.plane);
 	uint8_t tb[sw::kTaskBytes];
 	t.store(tb);
 	Ceth h;
 	h.src_node = sw::kNodeSwitch;
 	h.jid = j.jid;
-	h.node_map = j.subtree;
+	h.node_map = 1ull << j.up;
 	h.job_key = j.key;
 	send_to(j, j.parent, j.parent_local, 0, kCollConfig, h, nullptr, tb, sw::kTaskBytes);
 }
@@ -313,7 +313,7 @@ void Switch::on_release(const In &p)
 		Ceth h;
 		h.src_node = sw::kNodeSwitch;
 		h.jid = j.jid;
-		h.node_map = j.subtree;
+		h.node_map = 1ull << j.up;
 		h.job_key = j.key;
 		send_to(j, j.parent, j.parent_local, 0, kCollRelease, h, nullptr, nullptr, 0);
 	}

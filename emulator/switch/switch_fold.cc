@@ -134,8 +134,12 @@ void Switch::send_up(Job &j, uint32_t unit)
 {
 	SegUnit &u = pool_.unit(j.seg_base + unit);
 	Ceth h = unit_header(u, j.jid, j.key, unit);
-	h.node_map = j.subtree;
+	h.node_map = 1ull << j.up;
 	h.rank_map = 0;
+	// Which of the parent's children needs the result's data: ours if
+	// one of our children does (wire/swproto.h).
+	h.phase = u.src_node == 0 || u.src_node == sw::kPhaseAbove ? uint8_t(u.src_node)
+								   : uint8_t(j.up + 1);
 	if (j.inline_mode) {
 		sw::Task t;
 		t.node = sw::kNodeSwitch;
@@ -143,7 +147,7 @@ void Switch::send_up(Job &j, uint32_t unit)
 		t.members = j.members;
 		t.subtree = j.members;
 		t.seg_req = j.granted;
-		t.plane = j.plane;
+		t.plane = uint8_t(j.plane);
 		uint8_t tb[sw::kTaskBytes];
 		t.store(tb);
 		h.flags |= kCethInline;
@@ -200,7 +204,8 @@ void Switch::send_result(Job &j, uint32_t unit, const Child &c, uint64_t now, ui
 		h.hold = hold_add(0, now - at - u.hold);
 		h.queue = hold_add(u.queue, now > u.rx_ns ? now - u.rx_ns : 0);
 	}
-	bool data = u.src_node == 0 || (c.cover >> (u.src_node - 1) & 1);
+	bool data = u.src_node == 0 ||
+		    (u.src_node != sw::kPhaseAbove && (c.cover >> (u.src_node - 1) & 1));
 	send_to(j, c.ep, c.local, c.qpn, kCollResult, h, nullptr, u.data, data ? u.len : 0, &u.crc);
 	u.lent = multi() ? 0 : tx().tx_lend_mark();
 }
@@ -345,10 +350,14 @@ void Switch::on_data(const In &p0)
 	if (j.tdm && !tdm_holds(j))
 		return;
 	const size_t es = dtype_size(Dtype(p.h.dtype));
-	// phase o + 1 names node o (the one that needs the result's data): a
-	// node of the job, before send_result shifts by it (found by
-	// fuzz_switch_rx: phase 116).
-	if (p.h.seg >= j.granted || p.h.phase > j.nodes || p.paylen > pool_.unit_bytes() || !es ||
+	// phase b + 1 names the child of bit b (the one that needs the
+	// result's data): one of ours, before send_result shifts by it (found
+	// by fuzz_switch_rx: phase 116); kPhaseAbove only in a tree.
+	const uint8_t ph = p.h.phase;
+	const bool phase_ok = ph == 0 ||
+			      (ph == sw::kPhaseAbove && (j.has_parent || c->is_switch)) ||
+			      (ph <= 64 && (j.subtree >> (ph - 1) & 1));
+	if (p.h.seg >= j.granted || !phase_ok || p.paylen > pool_.unit_bytes() || !es ||
 	    p.paylen % es || !redop_valid(p.h.op) || !reduce_fn(RedOp(p.h.op), Dtype(p.h.dtype))) {
 		ctr(j).drop_block++;
 		return;
@@ -388,6 +397,9 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 				}
 				if (p.paylen && !u.len)
 					u.len = p.paylen;
+				if (p.h.phase != sw::kPhaseAbove)
+					u.src_node = p.h.phase; // the leaf below it knows
+
 				ctr(j).delivered++;
 				note_arrival(j, unit, c, p.rx_ns);
 				fold(j, unit, p.h.node_map, p.payload, p.paylen);

@@ -3,8 +3,12 @@
 //
 // Every packet is BTH + CETH (wire/ceth.h).  A switch serves a job's
 // "subtree": the member nodes below it.  Its children are member NICs (a
-// leaf) or switches (a spine); each child covers a set of nodes (its CETH
-// node_map).  A member child is its endpoint and collective QP (the task's
+// leaf) or switches (a spine); each child covers a set of bits of the
+// switch's own (its CETH node_map): a member's bit at its leaf is its
+// index among that leaf's members (in node order), a leaf's bit at the
+// spine its leaf index, so a job of up to 64 leaves of up to 64 members
+// each fits the 64-bit maps (with one switch, a member's bit is its node
+// index).  A member child is its endpoint and collective QP (the task's
 // qpn): the nodes of one shared device share the endpoint; a packet with no
 // task names its child by endpoint and CETH src_node.  ibv_coll_wire(7)
 // documents the fields.
@@ -27,8 +31,10 @@
 // result stays in the unit as the shadow copy that answers a late repeat.
 // A switch folds its children's partials in child order (lowest node
 // first), whatever order they arrive in, so results are reproducible.
-// CETH phase on DATA: 0, the result goes to every node; o + 1, only node o
-// needs the result's data and the others get a token (no payload).
+// CETH phase on DATA: 0, the result goes to every node; b + 1, only the
+// child of bit b needs the result's data and the others get a token (no
+// payload); kPhaseAbove, no child below this leaf needs it (a spine
+// learns the bit from the leaf that has it).
 //
 // Loss.  A switch that completes the block in unit u looks at the units
 // kNakLag[] blocks back on its plane ((u - d) mod G): one still collecting
@@ -103,6 +109,12 @@ constexpr uint32_t kNakLag[] = {2, 6};
 // look for units still waiting for that member (see "Loss" above).
 constexpr uint32_t kGapLook = 8;
 constexpr uint32_t kMaxLeaves = 64;
+// The most members under one leaf (a leaf's bitmap), and in a job.
+constexpr uint32_t kMaxLeafMembers = 64;
+constexpr uint32_t kMaxTreeMembers = kMaxLeaves * kMaxLeafMembers;
+// CETH phase of DATA: the child that needs the result's data is not below
+// this leaf (see "Data" above).
+constexpr uint8_t kPhaseAbove = 0xff;
 
 // The task information: in a CONFIG payload, or after the CETH of an
 // inline DATA packet.
@@ -110,10 +122,12 @@ constexpr uint32_t kMaxLeaves = 64;
 //   0 u16 node	   the sender's node index (kNodeSwitch from a switch)
 //   2 u16 nodes	   members in the job
 //   4 u32 qpn	   where results go (the sender's collective QP)
-//   8 u64 members	   every member node
-//  16 u64 subtree	   the nodes the receiving switch serves
+//   8 u64 members	   the top switch's bits: every member node with one
+//		   switch, every leaf (that has members) in a tree
+//  16 u64 subtree	   the bits the receiving switch serves (its children's)
 //  24 u32 seg_req	   Seg units asked for
-//  28 u16 plane
+//  28 u8  up	   the receiving switch's bit at its parent (its leaf index)
+//  29 u8  plane
 //  30 u16 parent_port the receiving switch's parent (0: none)
 //  32 u8[16] parent_ip
 //  48
@@ -124,7 +138,8 @@ struct Task {
 	uint64_t members = 0;
 	uint64_t subtree = 0;
 	uint32_t seg_req = 0;
-	uint16_t plane = 0;
+	uint8_t up = 0;
+	uint8_t plane = 0;
 	uint16_t parent_port = 0;
 	uint8_t parent_ip[16] = {};
 
@@ -136,7 +151,8 @@ struct Task {
 		wire::store_be64(p + 8, members);
 		wire::store_be64(p + 16, subtree);
 		wire::store_be32(p + 24, seg_req);
-		wire::store_be16(p + 28, plane);
+		p[28] = up;
+		p[29] = plane;
 		wire::store_be16(p + 30, parent_port);
 		memcpy(p + 32, parent_ip, 16);
 	}
@@ -149,7 +165,8 @@ struct Task {
 		t.members = wire::load_be64(p + 8);
 		t.subtree = wire::load_be64(p + 16);
 		t.seg_req = wire::load_be32(p + 24);
-		t.plane = wire::load_be16(p + 28);
+		t.up = p[28];
+		t.plane = p[29];
 		t.parent_port = wire::load_be16(p + 30);
 		memcpy(t.parent_ip, p + 32, 16);
 		return t;

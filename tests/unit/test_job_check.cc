@@ -98,7 +98,7 @@ TEST(JobCheck, RefusesWithAReason)
 		ASSERT_NE(why, nullptr) << k.field;
 		EXPECT_EQ(std::string(why).rfind(k.field, 0), 0u) << k.field << ": " << why;
 	}
-	// A ring may be as long as src_node counts; a switch takes 64.
+	// A ring may be as long as src_node counts; one switch takes 64.
 	JobConfig ring = job({2, 2});
 	ring.members.resize(65535, ring.members[0]);
 	EXPECT_EQ(check_job(ring, nullptr), 0);
@@ -121,6 +121,39 @@ TEST(JobCheck, RefusesWithAReason)
 	two.sw.spine.resize(1);
 	two.sw.member_leaf = {0, 1};
 	EXPECT_EQ(check_job(two, nullptr), 0);
+}
+
+// A tree's bitmaps count a member's bit within its leaf and a leaf's bit
+// at the spine, so 64 leaves of 64 members fit; 65 under one leaf do not.
+TEST(JobCheck, TreeBitsAreMembersWithinTheirLeaf)
+{
+	JobConfig t = job({2, 2});
+	t.members.resize(130, t.members[0]);
+	t.topology = Topology::hierarchy;
+	t.sw.on = true;
+	t.sw.leaves = 4;
+	t.sw.leaf.resize(4);
+	t.sw.spine.resize(1);
+	// Nodes alternate between leaves 1 and 3 (0 and 2 stay empty), but
+	// for the last two, both on leaf 2.
+	for (uint32_t n = 0; n < 130; n++)
+		t.sw.member_leaf.push_back(n >= 128 ? 2 : n % 2 ? 3 : 1);
+	t.node = 127; // leaf 3's 64th member
+	ASSERT_EQ(check_job(t, nullptr), 0);
+	EXPECT_EQ(t.sw.my_bit, 63);
+	EXPECT_EQ(t.sw.leaf_bits, ~0ull);
+	EXPECT_EQ(t.sw.top_bits, 0xeull); // leaves 1, 2, 3
+	EXPECT_EQ(t.sw.member_bit[126], 63);
+	EXPECT_EQ(t.sw.member_bit[2], 1);
+	EXPECT_EQ(t.sw.member_bit[129], 1);
+	t.node = 129;
+	ASSERT_EQ(check_job(t, nullptr), 0);
+	EXPECT_EQ(t.sw.my_bit, 1);
+	EXPECT_EQ(t.sw.leaf_bits, 0x3ull);
+	t.sw.member_leaf[128] = 3; // a 65th member under leaf 3
+	const char *why = nullptr;
+	EXPECT_EQ(check_job(t, &why), EINVAL);
+	EXPECT_EQ(std::string(why).rfind("nodes with a switch", 0), 0u) << why;
 }
 
 } // namespace

@@ -447,7 +447,7 @@ TEST(Sim, BadDescriptionNamesTheField)
 	EXPECT_FALSE(big.add_job(job(SimTopology::sw, {4096}), &err));
 	EXPECT_NE(
 		err.find(
-			"jobs[0].nodes: the device refuses a job of 80 hosts: nodes with a switch: 1 to 64"),
+			"jobs[0].nodes: the device refuses a job of 80 hosts: nodes with a switch: at most 64 under one leaf"),
 		std::string::npos)
 		<< err;
 	EXPECT_FALSE(big.add_job(job(SimTopology::autosel, {4096}), &err));
