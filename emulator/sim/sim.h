@@ -116,6 +116,9 @@ struct JobSpec {
 	// of on the result (ibv_coll_switch_attr's window, IBV_COLL_SWITCH_E2E_ACK).
 	uint32_t window = 0;
 	bool e2e_ack = false;
+	// Each rank's result overwrites its source (one buffer per rank, as
+	// MPI_IN_PLACE: half the memory of a large run).
+	bool in_place = false;
 };
 
 // One size of one job: the mean of its timed iterations.

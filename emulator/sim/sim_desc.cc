@@ -149,7 +149,8 @@ JobSpec parse_job(const json &o, const std::string &at)
 {
 	only(o, at,
 	     {"name", "topology", "ranks_per_node", "collective", "root", "type", "op", "sizes",
-	      "iters", "warmup", "start_us", "nodes", "seg_units", "window", "e2e_ack"});
+	      "iters", "warmup", "start_us", "nodes", "seg_units", "window", "e2e_ack",
+	      "in_place"});
 	JobSpec j;
 	j.name = str(o, "name", at, "");
 	const std::string topo = str(o, "topology", at, "switch");
@@ -195,6 +196,7 @@ JobSpec parse_job(const json &o, const std::string &at)
 	j.seg_units = num<uint32_t>(o, "seg_units", at, 256, 2, 1u << 16);
 	j.window = num<uint32_t>(o, "window", at, 0, 0, 1u << 16);
 	j.e2e_ack = boolean(o, "e2e_ack", at, false);
+	j.in_place = boolean(o, "in_place", at, false);
 	j.start_ns = uint64_t(num<double>(o, "start_us", at, 0, 0, 1e9) * 1000);
 	if (!o.contains("sizes") && j.coll != SimColl::barrier)
 		bad(at + "sizes", "missing");
@@ -371,9 +373,9 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 	for (const JobResult &j : r.jobs) {
 		const JobSpec &s = j.spec;
 		fprintf(out,
-			"# job %s: %s, %u rank(s) per host, %s, %u iteration(s) after %u warm-up\n",
+			"# job %s: %s, %u rank(s) per host, %s%s, %u iteration(s) after %u warm-up\n",
 			s.name.c_str(), topo_name(s.topology), s.ranks_per_node,
-			coll_name(s).c_str(), s.iters, s.warmup);
+			coll_name(s).c_str(), s.in_place ? " in place" : "", s.iters, s.warmup);
 		const bool ring = s.topology == SimTopology::ring;
 		fprintf(out,
 			"# busbw/bound: against R%s%s; wire/S: bytes its first host put on its link%s per "

@@ -31,7 +31,8 @@ void Fabric::post(Job &j)
 	for (JobQp *q : j.qps) {
 		for (uint32_t r = 0; r < j.spec.ranks_per_node; r++, rank++) {
 			q->src[r].resize(bytes);
-			q->dst[r].assign(bytes, 0x7a);
+			if (!j.spec.in_place)
+				q->dst[r].assign(bytes, 0x7a);
 			for (uint64_t i = 0; i < count; i++) {
 				const int32_t v = value_of(ji, rank, i, j.mid);
 				int32_t &w = ref[i];
@@ -88,8 +89,8 @@ void Fabric::post(Job &j)
 		for (uint32_t r = 0; r < j.spec.ranks_per_node; r++) {
 			w->srcs()[r] = emu::Sge{uint64_t(uintptr_t(q->src[r].data())),
 						uint32_t(bytes), 1};
-			w->dsts()[r] = emu::Sge{uint64_t(uintptr_t(q->dst[r].data())),
-						uint32_t(bytes), 1};
+			std::vector<uint8_t> &d = j.spec.in_place ? q->src[r] : q->dst[r];
+			w->dsts()[r] = emu::Sge{uint64_t(uintptr_t(d.data())), uint32_t(bytes), 1};
 		}
 		sq.publish(idx + 1);
 		schedule_host(q->host, clock.now());
@@ -108,7 +109,7 @@ void Fabric::on_cqe(JobQp &q, const emu::Cqe &c)
 		if (timed)
 			sr.failed++;
 	} else if (timed) {
-		for (auto &d : q.dst)
+		for (auto &d : j.spec.in_place ? q.src : q.dst)
 			sr.wrong += d != j.want;
 	}
 	if (++j.done == j.qps.size())
@@ -319,7 +320,7 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 	uint64_t mem = 0;
 	for (uint64_t s : js.sizes)
 		mem = std::max(mem, s);
-	mem *= 2 * js.ranks_per_node * j->hosts.size();
+	mem *= (js.in_place ? 1 : 2) * js.ranks_per_node * j->hosts.size();
 	if (mem > (16ull << 30)) {
 		*err = at + "sizes: " + std::to_string(mem >> 20) +
 		       " MiB of buffers at the largest size, beyond the simulator's 16 GiB";
