@@ -51,13 +51,12 @@ struct SwitchConfig {
 	uint32_t window = 0;		  // 0: as the grant allows
 	bool inline_task = false;	  // no configuration step
 	bool e2e_ack = false;		  // windows slide on node 0's ACK, not on the result
-	// What check_job derives (the bitmaps of wire/swproto.h): this
-	// node's bit at its leaf, its leaf's members' bits, the top switch's
-	// bits (one switch: every member's; a tree: every leaf's that has
-	// members), and with leaves > 1 every member's bit at its own leaf.
-	uint8_t my_bit = 0;
-	uint64_t leaf_bits = 0, top_bits = 0;
+	// What check_job derives (the bitmaps of wire/swproto.h): every
+	// member's bit at its own leaf, this node's leaf's members' bits, and
+	// the top switch's bits (one switch: every member's; a tree: every
+	// leaf's that has members).
 	std::vector<uint8_t> member_bit;
+	uint64_t leaf_bits = 0, top_bits = 0;
 };
 
 struct JobConfig {

@@ -196,7 +196,10 @@ private:
 	sw::Task task(const CollJob &job, uint32_t plane) const;
 	// This node's bit at its leaf (wire/swproto.h), and the CETH phase of
 	// a block whose result's data only node o needs (o < 0: every node).
-	static uint64_t my_bit(const CollJob &job) { return 1ull << job.cfg.sw.my_bit; }
+	static uint64_t my_bit(const CollJob &job)
+	{
+		return 1ull << job.cfg.sw.member_bit[job.cfg.node];
+	}
 	static uint8_t phase(const CollJob &job, int o);
 	void ready(CollJob &job);
 	void launch(Qp &qp, CollJob &job, uint64_t now);

@@ -19,17 +19,14 @@ static int switch_bits(JobConfig &c, const char *&w)
 	const bool tree = s.leaves > 1;
 	const uint32_t mine = tree ? s.member_leaf[c.node] : 0;
 	std::vector<uint8_t> count(s.leaves, 0);
-	s.member_bit.assign(tree ? n : 0, 0);
+	s.member_bit.assign(n, 0);
 	s.top_bits = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		const uint32_t l = tree ? s.member_leaf[i] : 0;
 		if (count[l] == sw::kMaxLeafMembers)
 			return w = "nodes with a switch: at most 64 under one leaf (the CETH's bitmap)",
 			       EINVAL;
-		if (i == c.node)
-			s.my_bit = count[l];
-		if (tree)
-			s.member_bit[i] = count[l];
+		s.member_bit[i] = count[l];
 		s.top_bits |= 1ull << (tree ? l : i);
 		count[l]++;
 	}

@@ -78,9 +78,7 @@ uint8_t SwitchPath::phase(const CollJob &job, int o)
 	const SwitchConfig &s = job.cfg.sw;
 	if (o < 0)
 		return 0;
-	if (s.leaves == 1)
-		return uint8_t(o + 1);
-	if (s.member_leaf[size_t(o)] != s.member_leaf[job.cfg.node])
+	if (s.leaves > 1 && s.member_leaf[size_t(o)] != s.member_leaf[job.cfg.node])
 		return sw::kPhaseAbove;
 	return uint8_t(s.member_bit[size_t(o)] + 1);
 }

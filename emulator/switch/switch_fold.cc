@@ -399,7 +399,6 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 					u.len = p.paylen;
 				if (p.h.phase != sw::kPhaseAbove)
 					u.src_node = p.h.phase; // the leaf below it knows
-
 				ctr(j).delivered++;
 				note_arrival(j, unit, c, p.rx_ns);
 				fold(j, unit, p.h.node_map, p.payload, p.paylen);

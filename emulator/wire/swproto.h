@@ -109,9 +109,8 @@ constexpr uint32_t kNakLag[] = {2, 6};
 // look for units still waiting for that member (see "Loss" above).
 constexpr uint32_t kGapLook = 8;
 constexpr uint32_t kMaxLeaves = 64;
-// The most members under one leaf (a leaf's bitmap), and in a job.
+// The most members under one leaf (a leaf's bitmap).
 constexpr uint32_t kMaxLeafMembers = 64;
-constexpr uint32_t kMaxTreeMembers = kMaxLeaves * kMaxLeafMembers;
 // CETH phase of DATA: the child that needs the result's data is not below
 // this leaf (see "Data" above).
 constexpr uint8_t kPhaseAbove = 0xff;

@@ -140,7 +140,7 @@ TEST(JobCheck, TreeBitsAreMembersWithinTheirLeaf)
 		t.sw.member_leaf.push_back(n >= 128 ? 2 : n % 2 ? 3 : 1);
 	t.node = 127; // leaf 3's 64th member
 	ASSERT_EQ(check_job(t, nullptr), 0);
-	EXPECT_EQ(t.sw.my_bit, 63);
+	EXPECT_EQ(t.sw.member_bit[t.node], 63);
 	EXPECT_EQ(t.sw.leaf_bits, ~0ull);
 	EXPECT_EQ(t.sw.top_bits, 0xeull); // leaves 1, 2, 3
 	EXPECT_EQ(t.sw.member_bit[126], 63);
@@ -148,7 +148,7 @@ TEST(JobCheck, TreeBitsAreMembersWithinTheirLeaf)
 	EXPECT_EQ(t.sw.member_bit[129], 1);
 	t.node = 129;
 	ASSERT_EQ(check_job(t, nullptr), 0);
-	EXPECT_EQ(t.sw.my_bit, 1);
+	EXPECT_EQ(t.sw.member_bit[t.node], 1);
 	EXPECT_EQ(t.sw.leaf_bits, 0x3ull);
 	t.sw.member_leaf[128] = 3; // a 65th member under leaf 3
 	const char *why = nullptr;
