@@ -35,6 +35,13 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 		bytes = c.block_len;
 	uint32_t block_elems = std::max<uint32_t>(bytes / m.es, 1);
 
+	// Through switches a chunk is a run of whole blocks, so no chunk ends
+	// in a short block (one more packet, and a partial one, per chunk and
+	// node: at 1,024 nodes and 1 MiB every chunk's block was cut in two).
+	// The layout follows the job's configuration alone, so that every
+	// member agrees, also when AUTO's message turns to the ring.
+	const bool whole = c.sw.on && c.topology != Topology::ring;
+	const uint64_t B = (m.count + block_elems - 1) / block_elems;
 	m.chunks.assign(N, ChunkRole{});
 	m.chain.clear();
 	m.result_data = m.coll != CollOp::reduce_scatter;
@@ -51,11 +58,16 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 		case CollOp::allreduce:
 		case CollOp::reduce:
 		case CollOp::barrier: {
-			// N near-equal chunks; chunk ch starts at node ch and is complete
-			// at the node before it.
+			// N near-equal chunks (of whole blocks through switches); chunk
+			// ch starts at node ch and is complete at the node before it.
 			uint64_t L = m.coll == CollOp::barrier ? N : m.count;
-			r.vbegin = L * ch / N;
-			r.vend = L * (ch + 1) / N;
+			if (whole && m.coll != CollOp::barrier) {
+				r.vbegin = std::min<uint64_t>(L, B * ch / N * block_elems);
+				r.vend = std::min<uint64_t>(L, B * (ch + 1) / N * block_elems);
+			} else {
+				r.vbegin = L * ch / N;
+				r.vend = L * (ch + 1) / N;
+			}
 			r.rs = true;
 			r.origin = ch;
 			r.fin = uint16_t((ch + N - 1) % N);

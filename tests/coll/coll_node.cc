@@ -579,8 +579,12 @@ int main(int argc, char **argv)
 				(o.expect_flags < 0 || (o.expect_flags & IBV_COLL_WC_SWITCH));
 	spec.tree = via_switch;
 	// A job with switches that runs without them is AUTO's fallback: the ring.
-	if (!o.leaves.empty() && o.topology != IBV_COLL_TOPO_RING)
+	// Its chunks are whole blocks of the path MTU (the Seg units are
+	// larger).
+	if (!o.leaves.empty() && o.topology != IBV_COLL_TOPO_RING) {
 		spec.pairwise_max = 0;
+		spec.block_bytes = 128u << o.mtu;
+	}
 	spec.leaf_of = o.member_leaf;
 	const uint32_t K = spec.total_ranks(), first = spec.first_rank(uint32_t(o.node));
 	auto cases = scenario(o, K);

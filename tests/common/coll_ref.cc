@@ -1,8 +1,8 @@
 // Independent reference for the collectives (see coll_ref.h).  Everything
 // here is written from the documented contract:
 //   - node j's partial P_j folds its ranks' elements in local rank order;
-//   - ALLREDUCE/REDUCE: chunk c = [c*L/N, (c+1)*L/N) folds P_c, P_c+1, ...
-//     round the ring; REDUCE_SCATTER: node j's chunk folds P_j+1, ..., P_j;
+//   - ALLREDUCE/REDUCE: chunk c = [c*L/N, (c+1)*L/N) (a job given
+//     switches: B*c/N whole blocks on) folds P_c, P_c+1, ... round the ring; REDUCE_SCATTER: node j's chunk folds P_j+1, ..., P_j;
 //   - through switches (CollSpec::tree): every element folds the node
 //     partials leaf by leaf in node order, then the leaves' partials in
 //     the order of their lowest node;
@@ -623,9 +623,16 @@ std::vector<uint8_t> reduce_all(const CollSpec &s, const std::vector<std::vector
 				store_elem(out.data(), e, size, ring((j + 1) % N, e));
 		}
 	} else {
+		// Chunk c's bounds: of whole blocks, or near-equal.
+		const uint64_t be = std::max<uint64_t>(s.block_bytes / size, 1);
+		const uint64_t B = (L + be - 1) / be;
+		auto edge = [&](uint32_t c) {
+			return s.block_bytes ? std::min<uint64_t>(L, B * c / N * be)
+					     : uint64_t(c) * L / N;
+		};
 		for (uint32_t c = 0; c < N; c++) {
-			const uint64_t lo = uint64_t(c) * L / N;
-			const uint64_t hi = uint64_t(c + 1) * L / N;
+			const uint64_t lo = edge(c);
+			const uint64_t hi = edge(c + 1);
 			for (uint64_t e = lo; e < hi; e++)
 				store_elem(out.data(), e, size, ring(c, e));
 		}

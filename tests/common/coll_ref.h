@@ -38,6 +38,12 @@ struct CollSpec {
 	// as the device reads it (4096 when unset); 0: never (AUTO's members
 	// that fell back from their switches run the ring).
 	int64_t pairwise_max = -1;
+	// A job given switches cuts ALLREDUCE's and REDUCE's chunks at whole
+	// blocks of this many bytes (the path MTU, or the job's block length
+	// if smaller): B blocks, chunk c = blocks [B*c/N, B*(c+1)/N).  This
+	// matters where such a job runs round the ring (AUTO's fallback).  0:
+	// near-equal chunks [c*L/N, (c+1)*L/N), as a job without switches.
+	uint32_t block_bytes = 0;
 
 	uint32_t total_ranks() const;		  // K = sum of ranks[]
 	uint32_t first_rank(uint32_t node) const; // sum of ranks[] before node

@@ -478,8 +478,10 @@ int main(int argc, char **argv)
 				via_switch += sw;
 				worst_ok_ms = std::max(worst_ok_ms, took);
 				s.tree = sw;
-				if (!o.leaves.empty() && o.topology != IBV_COLL_TOPO_RING)
-					s.pairwise_max = 0; // AUTO fell back: the ring
+				if (!o.leaves.empty() && o.topology != IBV_COLL_TOPO_RING) {
+					s.pairwise_max = 0;   // AUTO fell back: the ring,
+					s.block_bytes = 4096; // in whole blocks of the MTU
+				}
 				std::vector<uint8_t> want = expected_output(s, o.seed + ci, me,
 									    kInputNormal);
 				int64_t at = want.empty() ? -1
