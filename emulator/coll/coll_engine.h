@@ -112,6 +112,15 @@ public:
 	// Where send()/send_ep() build the payload of the next packet with
 	// ext_len bytes of extension: a producer may write it there.
 	uint8_t *tx_payload(uint32_t ext_len = 0);
+	// The port (EmuConfig::port_rate_bps): a new block goes only while
+	// what was sent before it leaves the port within kPortAheadBytes, so
+	// that a repair sent at once is not queued behind a window of new
+	// blocks.  Always ready without a rate.
+	bool port_ready(uint64_t now) const { return now >= port_ready_at(); }
+	uint64_t port_ready_at() const
+	{
+		return port_free_ > port_ahead_ ? port_free_ - port_ahead_ : 0;
+	}
 	// Block sid of m's sources was just lent to a packet (see Message::src_lent).
 	void note_src_lent(Message &m, uint32_t sid)
 	{
@@ -167,6 +176,10 @@ protected:
 	SegPool segs_;
 	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
 	uint64_t lent_ = 0; // the port's lend mark of the last packet sent from lent memory
+	// When what was sent so far has left the port, at its rate; how far
+	// ahead of the port new blocks may go (kPortAheadBytes at the rate).
+	uint64_t port_free_ = 0, port_ahead_ = 0;
+	void port_sent(uint32_t bytes);
 };
 
 class CollEngine final : public CollService, private CollCore {

@@ -131,6 +131,8 @@ public:
 		// (SwitchPath::on_nak, spurious()).
 		uint32_t nak_lead = 0;
 		uint64_t data_sent = 0;
+		uint32_t next_at_data = 0; // switch path: the first block not yet sent then
+
 		uint64_t result_at = 0; // switch path: when the result came
 	};
 	void init(uint32_t nblocks)
@@ -327,6 +329,7 @@ struct SwitchMsg {
 	uint32_t base = 0;	// oldest block without its result
 	uint32_t next = 0;	// next block to send
 	uint32_t high = 0;	// the highest block with its result, plus 1
+	bool port_wait = false; // the next block waits for the port (CollCore::port_ready)
 	// No result for a while: when the oldest blocks were last probed
 	// (ASKed), and how many probes since the last result.
 	uint64_t probe_at = 0;

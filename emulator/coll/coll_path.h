@@ -226,7 +226,9 @@ private:
 	// The job's round trip through the switch, or half the timeout
 	// before it has one.
 	uint64_t round_trip(const CollJob &job) const;
-	void find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now);
+	void find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool chain);
+	bool crossed(const Message &m, const PendingSet::Entry &e, uint32_t sid,
+		     uint64_t shown) const;
 	void chained(CollJob &job, Message &m, uint64_t prev, uint64_t now);
 	bool late_within_window(const CollJob &job, const PendingSet::Entry &e, uint64_t now) const;
 	uint64_t probe_due(const CollJob &job, const Message &m) const;

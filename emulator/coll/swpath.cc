@@ -281,6 +281,7 @@ void SwitchPath::send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now
 	e.asks = ask ? uint8_t(std::min(e.asks + 1, 255)) : 0;
 	if (!ask) {
 		e.data_sent = now;
+		e.next_at_data = m.sw.next;
 		e.nak_lead = 0;
 	}
 	if (again && !ask) {
@@ -305,10 +306,14 @@ void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 	// block's result, so the others' round trips take in its pause, they
 	// cut and pace in turn, and the job crawls at a block every eight
 	// round trips (the rxe.vm coll_switch timeout).  The result that every
-	// member gets at once clocks them all, in step.
+	// member gets at once clocks them all, in step.  With the port's rate
+	// known a block waits for the port too (CollCore::port_ready).
+	m.sw.port_wait = false;
 	while (m.sw.next < m.nblocks && m.sw.next < m.sw.base + job.sw.span &&
 	       m.o_pending.size() < job.sw.window && !m.dma_error) {
 		if (cc.enabled() && !cc.may_send(uint32_t(m.o_pending.size()), now))
+			break;
+		if ((m.sw.port_wait = !u_.port_ready(now)))
 			break;
 		send_block(job, m, m.sw.next++, now, false);
 		cc.on_send(now);
@@ -648,7 +653,7 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 		spurious(job, *e, held, now);
 		e->result_at = now;
 	}
-	find_gaps(job, m, sid, now);
+	find_gaps(job, m, sid, now, p.h.rank_map != 0);
 	chained(job, m, p.h.rank_map, now);
 	release_block(job, m, sid, now, held);
 	pump(qp, job, now);
@@ -723,6 +728,9 @@ uint64_t SwitchPath::next_deadline(const CollJob &job) const
 		if (const uint64_t t = job.sw.cc.next_send_time())
 			d = std::min(d, t);
 	}
+	// ... or for the port, which was busy at the last pump.
+	if (m.sw.port_wait)
+		d = std::min(d, u_.port_ready_at());
 	return d;
 }
 

@@ -116,6 +116,23 @@ uint64_t SwitchPath::blocked_due(const CollJob &job, const Message &m, bool urge
 	return from + (t ? t : u_.rto_ns(job) / 4);
 }
 
+// A sure NAK names (rank_map, plus 1) the block of ours that showed the
+// loss.  When that block's first copy went before our last copy of this
+// one (a repeat, then on its way), the NAK crossed that repeat and says
+// nothing of it: the switch NAKs each lacking member again as each later
+// block completes.  Taken as lost, the repeat that answered it came back
+// as a result the switch held since before it went, and spurious() took
+// the path to reorder (64 hosts at 5 % loss: 26 such windows, 1,675 NAKs
+// then waited out; 1.78x the loss-free time, 1.53x without them).
+bool SwitchPath::crossed(const Message &m, const PendingSet::Entry &e, uint32_t sid,
+			 uint64_t shown) const
+{
+	if (!shown || !e.again)
+		return false;
+	const uint32_t by = uint32_t(shown - 1) - uint32_t(m.sw.gs0);
+	return by != sid && by < e.next_at_data;
+}
+
 // The switch lacks our partial of the block (wire/swproto.h, Loss): it
 // goes again now, the only copy that does.  A NAK that does not name us
 // answers our ASK: the switch holds our partial and waits for others'.
@@ -145,7 +162,7 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 	// the way: its repeat, needless, says nothing of reordering.
 	const bool sure = p.h.rank_map != 0;
 	const bool gap = sure && !job.sw.reo_wnd;
-	if (!e || recently_sent(job, m, sid, now, true) ||
+	if (!e || crossed(m, *e, sid, p.h.rank_map) || recently_sent(job, m, sid, now, true) ||
 	    (!gap && !e->again && rtt && now - e->sent < 3 * rtt / 4)) {
 		u_.ctr.dup_dropped++;
 		return;
@@ -248,10 +265,18 @@ uint64_t SwitchPath::round_trip(const CollJob &job) const
 // will NAK; ask for it (no payload).  Blocks further back (8 and 32) are
 // looked at too: an ASK or its answer lost in turn is asked again as
 // results go on coming, a round trip apart at least, long before a probe
-// or a timeout would.
-void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now)
+// or a timeout would.  Not when results chain (a switch of one worker
+// names the result it sent before each: chained() finds a lost one
+// exactly): there a result two back is late because its block waits for
+// another member's repeat, and the ASK only costs its answer; most were
+// needless, which opened the reordering window, and this node's own
+// repairs then waited it out (16 hosts at 5 % loss: 2.07x the loss-free
+// time with them, 1.81x without).
+void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool chain)
 {
 	for (uint32_t d : {2u, 8u, 32u}) {
+		if (chain)
+			break;
 		const uint32_t lag = d * job.cfg.sw.planes;
 		if (sid < lag)
 			break;

@@ -524,6 +524,22 @@ void CollCore::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uin
 	else if (kind == kCollResult)
 		ctr.tx_result++;
 	ctr.tx_bytes += pl.len;
+	port_sent(uint32_t(hdr + pl.len));
+}
+
+// Ethernet, IPv4 and UDP before a RoCEv2 packet; its pad and ICRC after.
+constexpr uint32_t kFrameBytes = 14 + 20 + 8;
+constexpr uint32_t kPortAheadBytes = 4 * (4096 + 128);
+
+void CollCore::port_sent(uint32_t bytes)
+{
+	const uint64_t rate = e_.params.cfg.port_rate_bps;
+	if (!rate)
+		return;
+	const uint64_t now = e_.now();
+	const uint64_t wire = uint64_t(bytes) + ((4 - bytes % 4) % 4) + kIcrcBytes + kFrameBytes;
+	port_ahead_ = kPortAheadBytes * 8 * 1000000000ull / rate;
+	port_free_ = std::max(port_free_, now) + wire * 8 * 1000000000ull / rate;
 }
 
 } // namespace ibv_coll::emu

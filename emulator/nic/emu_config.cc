@@ -62,6 +62,7 @@ enum {
 	kCollTimeout,
 	kSwConfig,
 	kCollXchg,
+	kPortMbps,
 	kCollCount
 };
 const ConfigVar kCollVars[kCollCount] = {
@@ -94,6 +95,11 @@ const ConfigVar kCollVars[kCollCount] = {
 	 "round the ring runs among the member NICs in about log2(nodes) steps instead (a pairwise "
 	 "exchange, a binomial tree; 0: never); every member must have the same value",
 	 ConfigKind::uint, 0, 4096},
+	{"IBV_COLL_EMU_PORT_MBPS", "0",
+	 "the NIC's line rate in Mbit/s (all its ports', with planes): a collective's new blocks "
+	 "through switches go no faster, so that a block sent again on a NAK waits behind at most "
+	 "four packets (0: as fast as the window allows)",
+	 ConfigKind::uint, 0, 100000000},
 };
 const util::ConfigRegistrar kCollReg({"emu coll (collective engine)", kCollVars}, 120);
 
@@ -216,6 +222,9 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kCollVars[kCollXchg], &v)))
 		return err;
 	c.coll_xchg_bytes = uint32_t(v);
+	if ((err = util::config_uint(kCollVars[kPortMbps], &v)))
+		return err;
+	c.port_rate_bps = v * 1000000;
 	if ((err = util::config_uint(kCcVars[kCc], &v)))
 		return err;
 	c.cc.on = v != 0;

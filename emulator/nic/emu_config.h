@@ -29,6 +29,7 @@ struct EmuConfig {
 	uint32_t coll_xchg_bytes = 4096;  // a smaller allreduce runs as a pairwise exchange
 	bool gso = true;		  // UDP segmentation offload and GRO
 	uint32_t sw_config_ms = 1000;	  // wait this long for a switch's grant
+	uint64_t port_rate_bps = 0; // the port's line rate: new switch blocks paced to it (0: not)
 	Impairment impair;
 	CcParams cc;		       // congestion control (nic/cc.h)
 	uint32_t cnp_interval_us = 50; // at most one CNP per flow this often

@@ -323,6 +323,9 @@ public:
 				h.params.cfg.coll_probe_us = uint32_t(spec.probe_us);
 			h.params.cfg.coll_xchg_bytes = spec.xchg_bytes;
 			h.params.cfg.cc.on = spec.cc;
+			// A NIC paces new blocks to its own ports, as hardware
+			// does (a job's blocks take the planes in turn).
+			h.params.cfg.port_rate_bps = spec.host.rate_bps * planes;
 			h.nic = std::make_unique<SimHost>(h.params, *this, i);
 			h.svc = emu::make_coll_service(*h.nic, spec.nic_units, emu::kSegUnitBytes);
 		}

@@ -44,7 +44,8 @@
 // payload, CETH node_map = the child's missing nodes, mid, sid, seq and
 // seg of the block.  The child sends those partials again at once, and
 // only those.  A node whose results show a gap (the result of block g + 2P
-// is here and g's is not), or that has had no result for two round trips
+// is here and g's is not; only from a switch whose results do not chain,
+// below), or that has had no result for two round trips
 // (its oldest blocks), or whose block timed out, sends an ASK: DATA
 // flagged kCethAsk, no payload: a switch holding the result answers with
 // it; one still collecting NAKs the asker alone: naming it if its partial
@@ -59,9 +60,11 @@
 // block arrives while a unit up to kGapLook blocks back still waits for
 // its partial; such a NAK (and the NAK to an asker, and the one from a
 // completed unit) carries in rank_map the seq that showed the loss, plus
-// 1: sure on a path that keeps its order.  Each RESULT it sends carries
-// in rank_map the seq of the block whose results went before, plus 1: a
-// member lacking that one asks for it at once.
+// 1: sure on a path that keeps its order (unless that block went before
+// the member's last copy of the NAKed one: the NAK crossed the repeat).
+// Each RESULT it sends carries in rank_map the seq of the block whose
+// results went before, plus 1: a member lacking that one asks for it at
+// once.
 //
 // Counters.  STATS asks a switch for its counters: CETH mid is the asker's
 // tag, sid the first record it wants, and its payload is zeros, as many as
