@@ -64,10 +64,10 @@ wait_for "$tmp/n1.out" holding
 "$stat" -s "127.0.0.1:$port" -p "$n0" >"$tmp/table.out" 2>&1 || fail "ibv_coll_stat (table) failed"
 grep -q "^link crxe_lo/1 pid $n0 port " "$tmp/table.out" || fail "no table row for node 0"
 grep -q "coll_messages 4 " "$tmp/table.out" || fail "table lacks coll_messages 4"
-# The scenario's four allreduces, 2 nodes: each message is cut into one
-# chunk per node and each chunk into blocks of at most the 1024-byte MTU:
-# 600 int32 (2 x 1200 B) 4 blocks, 100 float64 (2 x 400 B) 2, 600 int32 4,
-# 7 uint8 (4 + 3 B) 2: 12 blocks, 5607 payload bytes a node.
+# The scenario's four allreduces, 2 nodes: through a switch each message
+# is cut into blocks of at most the 1024-byte MTU, and a node's chunk is a
+# run of whole blocks: 600 int32 (2400 B) 3 blocks, 100 float64 (800 B)
+# 1, 600 int32 3, 7 uint8 1: 8 blocks, 5607 payload bytes a node.
 check "$tmp/run.json" "$n0" "$n1" "$name" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -77,8 +77,8 @@ assert len(mine) == 2, mine
 for x in mine:
     c = x["counters"]
     assert x["device"] == "crxe_lo", x
-    want = dict(coll_messages=4, coll_failed=0, coll_fallbacks=0, coll_blocks=12,
-                coll_tx_data=12, coll_rx_result=12, coll_tx_bytes=5607,
+    want = dict(coll_messages=4, coll_failed=0, coll_fallbacks=0, coll_blocks=8,
+                coll_tx_data=8, coll_rx_result=8, coll_tx_bytes=5607,
                 coll_retrans_data=0, drop_icrc=0, seg_units=4096)
     for k, v in want.items():
         assert c[k] == v, (x["pid"], k, c[k], v)
@@ -86,7 +86,7 @@ for x in mine:
 sw = d["switches"]
 assert len(sw) == 1 and sw[0]["name"] == sys.argv[4], sw
 c = sw[0]["counters"]
-want = dict(data=24, results=12, configs=2, grants=1, denials=0, jobs=1, drop_icrc=0)
+want = dict(data=16, results=8, configs=2, grants=1, denials=0, jobs=1, drop_icrc=0)
 for k, v in want.items():
     assert c[k] == v, ("switch", k, c[k], v)
 EOF
@@ -112,7 +112,7 @@ check "$tmp/sw.json" "$name" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["switch"] == sys.argv[2], d["switch"]
-assert d["total"]["data"] == 24, d["total"]
+assert d["total"]["data"] == 16, d["total"]
 EOF
 
 # 2. RC under loss: the server's device, sampled while it runs.  The
