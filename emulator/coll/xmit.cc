@@ -527,8 +527,7 @@ void CollCore::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uin
 	port_sent(uint32_t(hdr + pl.len));
 }
 
-// Ethernet, IPv4 and UDP before a RoCEv2 packet; its pad and ICRC after.
-constexpr uint32_t kFrameBytes = 14 + 20 + 8;
+// How far ahead of the port new blocks may go: four packets.
 constexpr uint32_t kPortAheadBytes = 4 * (4096 + 128);
 
 void CollCore::port_sent(uint32_t bytes)
@@ -537,6 +536,7 @@ void CollCore::port_sent(uint32_t bytes)
 	if (!rate)
 		return;
 	const uint64_t now = e_.now();
+	// The packet on the wire: frame headers before it, pad and ICRC after.
 	const uint64_t wire = uint64_t(bytes) + ((4 - bytes % 4) % 4) + kIcrcBytes + kFrameBytes;
 	port_ahead_ = kPortAheadBytes * 8 * 1000000000ull / rate;
 	port_free_ = std::max(port_free_, now) + wire * 8 * 1000000000ull / rate;

@@ -37,7 +37,7 @@ namespace wire = emu::wire;
 constexpr uint16_t kPort = 4791;
 // Bytes a packet takes on a link beyond BTH..ICRC: Ethernet, IPv4, UDP
 // (what tbf counts on a real link, without preamble and gap).
-constexpr uint32_t kWireOverhead = 14 + 20 + 8;
+constexpr uint32_t kWireOverhead = uint32_t(emu::wire::kFrameBytes);
 constexpr uint64_t kStart = 1000000000ull; // the virtual clock starts at 1 s
 
 inline IpAddr host_ip(uint32_t i)

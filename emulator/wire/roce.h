@@ -15,6 +15,8 @@ constexpr size_t kRethBytes = 16;
 constexpr size_t kAethBytes = 4;
 constexpr size_t kImmBytes = 4;
 constexpr size_t kIcrcBytes = 4;
+// Ethernet, IPv4 and UDP headers before the BTH on the wire.
+constexpr size_t kFrameBytes = 14 + 20 + 8;
 constexpr uint32_t kPsnMask = 0xffffff;
 constexpr uint32_t kQpnMask = 0xffffff;
 constexpr uint16_t kDefaultPkey = 0xffff;
