@@ -41,22 +41,30 @@ struct JobMember {
 };
 
 // Where a job's aggregation switches are (topologies switch, hierarchy,
-// auto): P planes of L leaves, one spine per plane when L > 1.
+// auto): P planes of L leaves, one spine per plane when L > 1; or, with
+// K > 1 pods, the leaves in K pods, one spine per pod and a core above
+// the spines (three levels).
 struct SwitchConfig {
 	bool on = false;
-	uint32_t planes = 1, leaves = 1;
-	std::vector<Endpoint> leaf;	  // planes * leaves: plane p's leaf l at p * leaves + l
-	std::vector<Endpoint> spine;	  // planes, when leaves > 1
-	std::vector<uint8_t> member_leaf; // per member node
-	uint32_t window = 0;		  // 0: as the grant allows
-	bool inline_task = false;	  // no configuration step
-	bool e2e_ack = false;		  // windows slide on node 0's ACK, not on the result
+	uint32_t planes = 1, leaves = 1, pods = 1;
+	std::vector<Endpoint> leaf;  // planes * leaves: plane p's leaf l at p * leaves + l
+	std::vector<Endpoint> spine; // planes * pods, when leaves > 1: p's spine k at p * pods + k
+	std::vector<Endpoint> core;  // planes, when pods > 1
+	std::vector<uint16_t> member_leaf; // per member node
+	std::vector<uint8_t> leaf_pod;	   // per leaf, when pods > 1
+	uint32_t window = 0;		   // 0: as the grant allows
+	bool inline_task = false;	   // no configuration step
+	bool e2e_ack = false;		   // windows slide on node 0's ACK, not on the result
 	// What check_job derives (the bitmaps of wire/swproto.h): every
 	// member's bit at its own leaf, this node's leaf's members' bits, and
 	// the top switch's bits (one switch: every member's; a tree: every
-	// leaf's that has members).
+	// leaf's that has members; three levels: every pod's); with three
+	// levels, this node's leaf's bit at its spine and the spine's bits
+	// (its pod's leaves that have members).
 	std::vector<uint8_t> member_bit;
 	uint64_t leaf_bits = 0, top_bits = 0;
+	uint8_t leaf_up = 0;
+	uint64_t pod_bits = 0;
 };
 
 struct JobConfig {

@@ -194,6 +194,7 @@ private:
 	uint32_t request(const CollJob &job) const;
 	const Endpoint &leaf(const CollJob &job, uint32_t plane) const;
 	sw::Task task(const CollJob &job, uint32_t plane) const;
+	bool above(const CollJob &job, uint32_t plane, sw::Above *a) const;
 	// This node's bit at its leaf (wire/swproto.h), and the CETH phase of
 	// a block whose result's data only node o needs (o < 0: every node).
 	static uint64_t my_bit(const CollJob &job)

@@ -11,26 +11,78 @@
 namespace ibv_coll::emu {
 
 // The switch path's bitmaps (wire/swproto.h): a member's bit is its index
-// among its leaf's members, a leaf's bit at the spine its leaf index.
+// among its leaf's members, a leaf's bit at the spine its leaf index (with
+// pods: its index among its pod's leaves), a spine's bit at the core its pod.
 static int switch_bits(JobConfig &c, const char *&w)
 {
 	SwitchConfig &s = c.sw;
 	const uint32_t n = c.nodes();
-	const bool tree = s.leaves > 1;
+	const bool tree = s.leaves > 1, pods = s.pods > 1;
 	const uint32_t mine = tree ? s.member_leaf[c.node] : 0;
 	std::vector<uint8_t> count(s.leaves, 0);
+	// Each leaf's bit at its spine.
+	std::vector<uint8_t> up(s.leaves, 0);
+	if (pods) {
+		std::vector<uint8_t> in_pod(s.pods, 0);
+		for (uint32_t l = 0; l < s.leaves; l++) {
+			if (in_pod[s.leaf_pod[l]] == sw::kMaxLeaves)
+				return w = "leaf_pod: at most 64 leaves under one spine (the CETH's bitmap)",
+				       EINVAL;
+			up[l] = in_pod[s.leaf_pod[l]]++;
+		}
+	}
 	s.member_bit.assign(n, 0);
-	s.top_bits = 0;
+	s.top_bits = s.pod_bits = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		const uint32_t l = tree ? s.member_leaf[i] : 0;
 		if (count[l] == sw::kMaxLeafMembers)
 			return w = "nodes with a switch: at most 64 under one leaf (the CETH's bitmap)",
 			       EINVAL;
 		s.member_bit[i] = count[l];
-		s.top_bits |= 1ull << (tree ? l : i);
+		if (pods) {
+			s.top_bits |= 1ull << s.leaf_pod[l];
+			if (s.leaf_pod[l] == s.leaf_pod[mine])
+				s.pod_bits |= 1ull << up[l];
+		} else {
+			s.top_bits |= 1ull << (tree ? l : i);
+		}
 		count[l]++;
 	}
 	s.leaf_bits = count[mine] == 64 ? ~0ull : (1ull << count[mine]) - 1;
+	s.leaf_up = pods ? up[mine] : uint8_t(mine);
+	return 0;
+}
+
+// A hierarchy's switches: leaves under spines, and with pods the spines
+// under a core.
+static int check_tree(const SwitchConfig &s, uint32_t n, const char *&w)
+{
+	if (s.leaves > 1 && s.member_leaf.size() != n)
+		return w = "member_leaf: a leaf per member", EINVAL;
+	for (uint16_t l : s.member_leaf)
+		if (l >= s.leaves)
+			return w = "member_leaf: a leaf the job does not have", EINVAL;
+	if (s.pods <= 1) {
+		if (s.leaves > sw::kMaxLeaves)
+			return w = "switch leaves: 1 to 64 (with pods: 64 per pod)", EINVAL;
+		if (s.leaves > 1 && s.spine.size() != s.planes)
+			return w = "switch spines: one per plane", EINVAL;
+		if (!s.core.empty() || !s.leaf_pod.empty())
+			return w = "switch cores: only with pods", EINVAL;
+		return 0;
+	}
+	if (s.pods > sw::kMaxLeaves || s.leaves < s.pods)
+		return w = "switch pods: 2 to 64, each with a leaf", EINVAL;
+	if (s.spine.size() != size_t(s.planes) * s.pods || s.core.size() != s.planes)
+		return w = "switch spines and cores: a spine per plane and pod, a core per plane",
+		       EINVAL;
+	if (s.leaf_pod.size() != s.leaves)
+		return w = "leaf_pod: a pod per leaf", EINVAL;
+	for (uint8_t k : s.leaf_pod)
+		if (k >= s.pods)
+			return w = "leaf_pod: a pod the job does not have", EINVAL;
+	if (s.inline_task)
+		return w = "inline task: at most two levels (a three-level job configures)", EINVAL;
 	return 0;
 }
 
@@ -61,21 +113,18 @@ int check_job(JobConfig &c, const char **why)
 		const SwitchConfig &s = c.sw;
 		if (!s.planes || s.planes > sw::kMaxPlanes)
 			return w = "switch planes: 1 to 8", EINVAL;
-		if (!s.leaves || s.leaves > sw::kMaxLeaves)
-			return w = "switch leaves: 1 to 64", EINVAL;
+		if (!s.leaves || !s.pods || s.leaves > sw::kMaxLeaves * sw::kMaxLeaves)
+			return w = "switch leaves: 1 to 64 (with pods: 64 per pod)", EINVAL;
 		if (s.leaf.size() != size_t(s.planes) * s.leaves)
 			return w = "switch leaves: not planes x leaves addresses", EINVAL;
-		if (s.leaves > 1 && (s.spine.size() != s.planes || s.member_leaf.size() != n))
-			return w = "switch spines: one per plane, and a leaf per member", EINVAL;
+		if (int e = check_tree(s, n, w))
+			return e;
 		if (c.topology == Topology::sw && s.leaves != 1)
 			return w = "topology: switch with more than one leaf (a hierarchy)", EINVAL;
 		if (c.topology == Topology::hierarchy && s.leaves < 2)
 			return w = "topology: hierarchy with one leaf", EINVAL;
 		if (c.seg_count < 2)
 			return w = "seg_count: the switch path needs 2 or more", EINVAL;
-		for (uint8_t l : s.member_leaf)
-			if (l >= s.leaves)
-				return w = "member_leaf: a leaf the job does not have", EINVAL;
 		if (int e = switch_bits(c, w))
 			return e;
 	}

@@ -66,11 +66,26 @@ sw::Task SwitchPath::task(const CollJob &job, uint32_t plane) const
 	t.seg_req = request(job);
 	t.plane = uint8_t(plane);
 	if (s.leaves > 1) {
-		t.up = s.member_leaf[c.node];
-		memcpy(t.parent_ip, s.spine[plane].ip.b, 16);
-		t.parent_port = s.spine[plane].port;
+		const uint32_t pod = s.pods > 1 ? s.leaf_pod[s.member_leaf[c.node]] : 0;
+		const Endpoint &spine = s.spine[plane * s.pods + pod];
+		t.up = s.leaf_up;
+		memcpy(t.parent_ip, spine.ip.b, 16);
+		t.parent_port = spine.port;
 	}
 	return t;
+}
+
+// Three levels: the spine as the core's child (wire/swproto.h).
+bool SwitchPath::above(const CollJob &job, uint32_t plane, sw::Above *a) const
+{
+	const SwitchConfig &s = job.cfg.sw;
+	if (s.pods <= 1)
+		return false;
+	a->subtree = s.pod_bits;
+	a->up = s.leaf_pod[s.member_leaf[job.cfg.node]];
+	memcpy(a->parent_ip, s.core[plane].ip.b, 16);
+	a->parent_port = s.core[plane].port;
+	return true;
 }
 
 uint8_t SwitchPath::phase(const CollJob &job, int o)
@@ -89,15 +104,19 @@ void SwitchPath::send_config(CollJob &job, uint64_t now, bool all)
 	for (uint32_t p = 0; p < c.sw.planes; p++) {
 		if (job.sw.granted[p] && !all)
 			continue;
-		uint8_t tb[sw::kTaskBytes];
+		uint8_t tb[sw::kTaskBytes + sw::kAboveBytes];
 		task(job, p).store(tb);
+		sw::Above a;
+		const bool three = above(job, p, &a);
+		if (three)
+			a.store(tb + sw::kTaskBytes);
 		Ceth h;
 		h.src_node = c.node;
 		h.jid = c.jid;
 		h.node_map = my_bit(job);
 		h.job_key = c.key;
-		u_.send_ep(job, leaf(job, p), leaf(job, p).qpn, kCollConfig, h, tb, sw::kTaskBytes,
-			   {});
+		u_.send_ep(job, leaf(job, p), leaf(job, p).qpn, kCollConfig, h, tb,
+			   sw::kTaskBytes + (three ? sw::kAboveBytes : 0), {});
 	}
 	job.sw.cfg_sent = now;
 }
@@ -299,7 +318,9 @@ void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 		// round trip crosses the way up and the way down at each level.
 		const uint32_t w = job.sw.window;
 		cc.init(&u_.host().params.cfg.cc, &u_.host().cc_counters(), std::max(1u, w / 4), w,
-			job.cfg.sw.leaves > 1 ? 4 : 2);
+			job.cfg.sw.pods > 1	? 6
+			: job.cfg.sw.leaves > 1 ? 4
+						: 2);
 	}
 	// With nothing in flight a block goes whatever the window says: below
 	// one block the window paces, and a paced member holds up every

@@ -19,8 +19,9 @@ struct JobFixed {
 	uint16_t node = 0, local_first = 0, local_count = 0;
 	uint8_t topology = 0;
 	uint8_t sw_on = 0, sw_inline_task = 0, sw_e2e_ack = 0;
-	uint32_t sw_planes = 0, sw_leaves = 0, sw_window = 0;
-	uint32_t n_members = 0, n_leaf = 0, n_spine = 0, n_member_leaf = 0;
+	uint32_t sw_planes = 0, sw_leaves = 0, sw_pods = 0, sw_window = 0;
+	uint32_t n_members = 0, n_leaf = 0, n_spine = 0, n_core = 0, n_member_leaf = 0,
+		 n_leaf_pod = 0;
 };
 
 // n Ts at *at, which moves past them (the buffer is sized beforehand).
@@ -63,21 +64,28 @@ void pack_job(const emu::JobConfig &j, std::vector<uint8_t> *out)
 	f.sw_e2e_ack = j.sw.e2e_ack;
 	f.sw_planes = j.sw.planes;
 	f.sw_leaves = j.sw.leaves;
+	f.sw_pods = j.sw.pods;
 	f.sw_window = j.sw.window;
 	f.n_members = uint32_t(j.members.size());
 	f.n_leaf = uint32_t(j.sw.leaf.size());
 	f.n_spine = uint32_t(j.sw.spine.size());
+	f.n_core = uint32_t(j.sw.core.size());
 	f.n_member_leaf = uint32_t(j.sw.member_leaf.size());
+	f.n_leaf_pod = uint32_t(j.sw.leaf_pod.size());
 	out->assign(sizeof(f) + j.members.size() * sizeof(j.members[0]) +
-			    (j.sw.leaf.size() + j.sw.spine.size()) * sizeof(emu::Endpoint) +
-			    j.sw.member_leaf.size(),
+			    (j.sw.leaf.size() + j.sw.spine.size() + j.sw.core.size()) *
+				    sizeof(emu::Endpoint) +
+			    j.sw.member_leaf.size() * sizeof(j.sw.member_leaf[0]) +
+			    j.sw.leaf_pod.size(),
 		    0);
 	uint8_t *at = out->data();
 	put(at, &f, 1);
 	put(at, j.members.data(), j.members.size());
 	put(at, j.sw.leaf.data(), j.sw.leaf.size());
 	put(at, j.sw.spine.data(), j.sw.spine.size());
+	put(at, j.sw.core.data(), j.sw.core.size());
 	put(at, j.sw.member_leaf.data(), j.sw.member_leaf.size());
+	put(at, j.sw.leaf_pod.data(), j.sw.leaf_pod.size());
 }
 
 int unpack_job(const uint8_t *p, size_t len, emu::JobConfig *j)
@@ -107,10 +115,12 @@ int unpack_job(const uint8_t *p, size_t len, emu::JobConfig *j)
 	j->sw.e2e_ack = f.sw_e2e_ack;
 	j->sw.planes = f.sw_planes;
 	j->sw.leaves = f.sw_leaves;
+	j->sw.pods = f.sw_pods;
 	j->sw.window = f.sw_window;
 	if (!take(p, end, &j->members, f.n_members) || !take(p, end, &j->sw.leaf, f.n_leaf) ||
-	    !take(p, end, &j->sw.spine, f.n_spine) ||
-	    !take(p, end, &j->sw.member_leaf, f.n_member_leaf) || p != end)
+	    !take(p, end, &j->sw.spine, f.n_spine) || !take(p, end, &j->sw.core, f.n_core) ||
+	    !take(p, end, &j->sw.member_leaf, f.n_member_leaf) ||
+	    !take(p, end, &j->sw.leaf_pod, f.n_leaf_pod) || p != end)
 		return EPROTO;
 	// The shape as every job's is checked (the engine checks it again
 	// when it installs the job, with what depends on the device).

@@ -36,14 +36,17 @@ struct LinkSpec {
 enum class Shape : uint8_t {
 	star,  // every host on one switch
 	tree2, // hosts on leaves, the leaves on one spine
+	tree3, // hosts on leaves, leaves in pods under a spine each, the spines on one core
 };
 
 struct FabricSpec {
 	uint32_t nodes = 0;
 	Shape shape = Shape::star;
-	uint32_t nodes_per_leaf = 0; // tree2: hosts under each leaf
+	uint32_t nodes_per_leaf = 0; // tree2, tree3: hosts under each leaf
+	uint32_t leaves_per_pod = 0; // tree3: leaves under each spine
 	LinkSpec host;		     // host <-> its leaf, each way
 	LinkSpec up;		     // leaf <-> spine (rate 0: host rate x nodes_per_leaf)
+	LinkSpec core;		     // tree3: spine <-> core (rate 0: up's rate x leaves_per_pod)
 	// Planes (rails): that many copies of the switches side by side, each
 	// host with a link of its own to each; a switch job spreads its blocks
 	// over them (ibv_coll_switch_attr.num_planes).  Host-to-host traffic

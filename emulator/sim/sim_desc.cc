@@ -244,9 +244,11 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		     {"nodes",
 		      "shape",
 		      "nodes_per_leaf",
+		      "leaves_per_pod",
 		      "planes",
 		      "link",
 		      "uplink",
+		      "corelink",
 		      "loss",
 		      "jitter_us",
 		      "port_delay_us",
@@ -273,15 +275,23 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 			fs.shape = Shape::star;
 		else if (shape == "tree2")
 			fs.shape = Shape::tree2;
+		else if (shape == "tree3")
+			fs.shape = Shape::tree3;
 		else
-			bad("fabric.shape", "\"" + shape + "\": star or tree2");
+			bad("fabric.shape", "\"" + shape + "\": star, tree2 or tree3");
 		fs.nodes_per_leaf = num<uint32_t>(fo, "nodes_per_leaf", "fabric.", 0, 0, 65536);
+		fs.leaves_per_pod = num<uint32_t>(fo, "leaves_per_pod", "fabric.", 0, 0, 65536);
 		fs.planes = num<uint32_t>(fo, "planes", "fabric.", 1, 1, 8);
 		if (fo.contains("link"))
 			fs.host = parse_link(fo["link"], "fabric.link.", fs.host);
 		LinkSpec up = fs.host;
 		up.rate_bps = 0; // host rate x hosts per leaf
 		fs.up = fo.contains("uplink") ? parse_link(fo["uplink"], "fabric.uplink.", up) : up;
+		LinkSpec core = fs.up;
+		core.rate_bps = 0; // the uplinks' rate x leaves per pod
+		fs.core = fo.contains("corelink")
+				  ? parse_link(fo["corelink"], "fabric.corelink.", core)
+				  : core;
 		fs.loss = num<double>(fo, "loss", "fabric.", 0, 0, 0.99);
 		fs.jitter_ns = uint64_t(num<double>(fo, "jitter_us", "fabric.", 0, 0, 1e6) * 1000);
 		fs.port_delay_ns = uint64_t(num<double>(fo, "port_delay_us", "fabric.", 0, 0, 1e7) *
@@ -343,6 +353,11 @@ static const char *topo_name(SimTopology t)
 }
 
 // "allreduce float sum", "broadcast float from rank 3", "barrier".
+static const char *shape_name(Shape s)
+{
+	return s == Shape::star ? "star" : s == Shape::tree2 ? "tree2" : "tree3";
+}
+
 static std::string coll_name(const JobSpec &s)
 {
 	const std::string type = s.type == SimType::f32 ? "float" : "int32";
@@ -358,9 +373,12 @@ static std::string coll_name(const JobSpec &s)
 
 void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 {
-	fprintf(out, "# fabric: %u hosts, %s", f.nodes, f.shape == Shape::star ? "star" : "tree2");
+	fprintf(out, "# fabric: %u hosts, %s", f.nodes, shape_name(f.shape));
 	if (f.shape == Shape::tree2)
 		fprintf(out, " (%u per leaf)", f.nodes_per_leaf);
+	if (f.shape == Shape::tree3)
+		fprintf(out, " (%u per leaf, %u leaves per pod)", f.nodes_per_leaf,
+			f.leaves_per_pod);
 	if (f.planes > 1)
 		fprintf(out, ", %u planes", f.planes);
 	fprintf(out, ", links %.3f Gbit/s, %.3f us, queue %llu B, loss %g, mtu %u",
@@ -435,8 +453,9 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 {
 	json d;
 	d["fabric"] = {{"nodes", f.nodes},
-		       {"shape", f.shape == Shape::star ? "star" : "tree2"},
+		       {"shape", shape_name(f.shape)},
 		       {"nodes_per_leaf", f.nodes_per_leaf},
+		       {"leaves_per_pod", f.leaves_per_pod},
 		       {"planes", f.planes},
 		       {"rate_bps", f.host.rate_bps},
 		       {"delay_ns", f.host.delay_ns},

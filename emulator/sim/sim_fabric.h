@@ -234,9 +234,11 @@ struct SwitchDev {
 	std::unique_ptr<emu::Switch> sw;
 	SimPort *port = nullptr;
 	uint32_t plane = 0;
-	uint32_t leaf = 0;	    // tree2: its leaf index in its plane (spine: UINT32_MAX)
-	uint32_t up = UINT32_MAX;   // link to the spine (a leaf of tree2)
-	std::vector<uint32_t> down; // per host (star) or per leaf (spine): link
+	// Its level (0 a leaf, 1 a spine, 2 the core) and index at that level
+	// in its plane.
+	uint32_t level = 0, index = 0;
+	uint32_t up = UINT32_MAX;   // link to its parent (a leaf of a tree, a spine of tree3)
+	std::vector<uint32_t> down; // per host (leaf), leaf (spine) or spine (core): link
 	uint64_t pass_at = 0;
 	// Its units waiting for partials (they change only in its passes),
 	// the most at once.
@@ -294,13 +296,16 @@ public:
 	{
 		const uint32_t n = spec.nodes, planes = std::max(spec.planes, 1u);
 		hosts.resize(n);
-		const uint32_t leaves = spec.shape == Shape::star ? 1
-								  : (n + spec.nodes_per_leaf - 1) /
-									    spec.nodes_per_leaf;
-		per_plane = spec.shape == Shape::star ? 1 : leaves + 1;
+		leaves = spec.shape == Shape::star
+				 ? 1
+				 : (n + spec.nodes_per_leaf - 1) / spec.nodes_per_leaf;
+		pods = spec.shape == Shape::tree3
+			       ? (leaves + spec.leaves_per_pod - 1) / spec.leaves_per_pod
+			       : spec.shape == Shape::tree2;
+		per_plane = leaves + pods + (spec.shape == Shape::tree3);
 		sws.resize(size_t(per_plane) * planes);
 		for (uint32_t s = 0; s < sws.size(); s++)
-			make_switch(s, leaves);
+			make_switch(s);
 		for (uint32_t i = 0; i < n; i++) {
 			const uint32_t leaf = spec.shape == Shape::star ? 0
 									: i / spec.nodes_per_leaf;
@@ -329,29 +334,52 @@ public:
 			h.nic = std::make_unique<SimHost>(h.params, *this, i);
 			h.svc = emu::make_coll_service(*h.nic, spec.nic_units, emu::kSegUnitBytes);
 		}
-		if (spec.shape == Shape::tree2) {
-			LinkSpec up = spec.up;
-			if (!up.rate_bps)
-				up.rate_bps = spec.host.rate_bps * spec.nodes_per_leaf;
-			for (uint32_t p = 0; p < planes; p++) {
-				const uint32_t spine = p * per_plane + leaves;
-				for (uint32_t l = p * per_plane; l < spine; l++) {
-					sws[l].up = add_link(up, dev_of_switch(spine));
-					sws[spine].down.push_back(add_link(up, dev_of_switch(l)));
-				}
+		if (spec.shape == Shape::star)
+			return;
+		LinkSpec up = spec.up;
+		if (!up.rate_bps)
+			up.rate_bps = spec.host.rate_bps * spec.nodes_per_leaf;
+		LinkSpec core = spec.core;
+		if (!core.rate_bps)
+			core.rate_bps = up.rate_bps * spec.leaves_per_pod;
+		for (uint32_t p = 0; p < planes; p++) {
+			const uint32_t base = p * per_plane;
+			for (uint32_t l = 0; l < leaves; l++) {
+				const uint32_t spine = base + leaves + pod_of_leaf(l);
+				sws[base + l].up = add_link(up, dev_of_switch(spine));
+				sws[spine].down.push_back(add_link(up, dev_of_switch(base + l)));
+			}
+			if (spec.shape != Shape::tree3)
+				continue;
+			const uint32_t top = base + leaves + pods;
+			for (uint32_t k = 0; k < pods; k++) {
+				sws[base + leaves + k].up = add_link(core, dev_of_switch(top));
+				sws[top].down.push_back(
+					add_link(core, dev_of_switch(base + leaves + k)));
 			}
 		}
 	}
 
-	// Switch s: plane s / per_plane; in it, a leaf or (tree2's last) the spine.
-	void make_switch(uint32_t s, uint32_t leaves)
+	uint32_t leaves = 1, pods = 0; // per plane
+	uint32_t pod_of_leaf(uint32_t l) const
+	{
+		return spec.shape == Shape::tree3 ? l / spec.leaves_per_pod : 0;
+	}
+
+	// Switch s: plane s / per_plane; in it, the leaves, then the spines
+	// (tree2: one), then (tree3) the core.
+	void make_switch(uint32_t s)
 	{
 		SwitchDev &d = sws[s];
 		const uint32_t in = s % per_plane;
 		d.plane = s / per_plane;
-		d.leaf = spec.shape == Shape::tree2 && in == leaves ? UINT32_MAX : in;
+		d.level = in < leaves ? 0 : in < leaves + pods ? 1 : 2;
+		d.index = d.level == 0 ? in : d.level == 1 ? in - leaves : 0;
 		emu::SwitchParams p;
-		p.name = d.leaf == UINT32_MAX ? "spine" : "leaf" + std::to_string(in);
+		p.name = d.level == 0	? "leaf" + std::to_string(in)
+			 : d.level == 2 ? std::string("core")
+			 : pods == 1	? std::string("spine")
+					: "spine" + std::to_string(d.index);
 		if (spec.planes > 1)
 			p.name = "plane" + std::to_string(d.plane) + "." + p.name;
 		p.units = spec.switch_units;
@@ -395,9 +423,19 @@ public:
 				return UINT32_MAX;
 			if (idx >= sws.size() || idx / per_plane != s.plane)
 				return UINT32_MAX - 1; // planes are not connected
+			// Down toward a switch below us, else up.
 			const uint32_t in = idx % per_plane;
-			if (s.leaf == UINT32_MAX) // spine: down to that leaf
-				return in < s.down.size() ? s.down[in] : UINT32_MAX - 1;
+			const uint32_t lvl = in < leaves ? 0 : in < leaves + pods ? 1 : 2;
+			if (lvl < s.level) {
+				const uint32_t below = lvl == 0 ? in
+								: in - leaves; // a leaf or a spine
+				if (s.level == 2) // the core: down to the spine of its pod
+					return s.down[lvl == 0 ? pod_of_leaf(below) : below];
+				if (lvl == 0 &&
+				    pod_of_leaf(below) == s.index) // a spine: its own leaf
+					return s.down[below - s.index * spec.leaves_per_pod *
+								      (spec.shape == Shape::tree3)];
+			}
 			return s.up != UINT32_MAX ? s.up : UINT32_MAX - 1;
 		}
 		if (idx >= hosts.size())
@@ -405,11 +443,14 @@ public:
 		if (spec.shape == Shape::star)
 			return s.down[idx];
 		const uint32_t leaf = idx / spec.nodes_per_leaf;
-		if (s.leaf == UINT32_MAX)
-			return s.down[leaf];
-		if (leaf == s.leaf)
-			return s.down[idx % spec.nodes_per_leaf];
-		return s.up;
+		if (s.level == 0)
+			return leaf == s.index ? s.down[idx % spec.nodes_per_leaf] : s.up;
+		const uint32_t pod = pod_of_leaf(leaf);
+		if (s.level == 2)
+			return s.down[pod];
+		if (pod != s.index)
+			return s.up;
+		return s.down[leaf - pod * spec.leaves_per_pod * (spec.shape == Shape::tree3)];
 	}
 
 	// A packet a host or a switch sends leaves device `from`; it is lost

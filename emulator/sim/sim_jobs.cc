@@ -169,18 +169,27 @@ std::string check_fabric(const FabricSpec &f)
 {
 	if (f.nodes < 2 || f.nodes > 65536)
 		return "fabric.nodes: 2 to 65536 hosts";
-	if (f.shape == Shape::tree2) {
+	if (f.shape != Shape::star) {
 		if (f.nodes_per_leaf < 1 || f.nodes_per_leaf > 4096)
-			return "fabric.nodes_per_leaf: 1 to 4096 with shape tree2";
-		if (f.nodes / f.nodes_per_leaf + 1 > 4096)
+			return "fabric.nodes_per_leaf: 1 to 4096 with shape tree2 or tree3";
+		const uint32_t leaves = (f.nodes + f.nodes_per_leaf - 1) / f.nodes_per_leaf;
+		if (f.shape == Shape::tree2 && leaves > 4096)
 			return "fabric.nodes_per_leaf: more leaves than the spine has ports (4096)";
+		if (f.shape == Shape::tree3) {
+			if (f.leaves_per_pod < 1 || f.leaves_per_pod > 4096)
+				return "fabric.leaves_per_pod: 1 to 4096 with shape tree3";
+			if ((leaves + f.leaves_per_pod - 1) / f.leaves_per_pod > 4096)
+				return "fabric.leaves_per_pod: more pods than the core has ports (4096)";
+		}
 	} else if (f.nodes > 4096) {
 		return "fabric.nodes: more hosts than one switch has ports (4096); use shape tree2";
 	}
 	if (f.planes < 1 || f.planes > 8)
 		return "fabric.planes: 1 to 8";
-	for (const LinkSpec *l : {&f.host, &f.up}) {
-		const char *n = l == &f.host ? "fabric.link" : "fabric.uplink";
+	for (const LinkSpec *l : {&f.host, &f.up, &f.core}) {
+		const char *n = l == &f.host ? "fabric.link"
+				: l == &f.up ? "fabric.uplink"
+					     : "fabric.corelink";
 		if (l == &f.host && !l->rate_bps)
 			return std::string(n) + ".rate: must be above 0";
 		if (l->queue_bytes < 9000)
@@ -198,29 +207,43 @@ std::string check_fabric(const FabricSpec &f)
 Simulator::Simulator(const FabricSpec &f, uint64_t seed) : f_(std::make_unique<Fabric>(f, seed)) {}
 Simulator::~Simulator() = default;
 
-// The switches of a job on the fabric: its hosts' leaves, and the spine
-// when they are several (false with *err naming the field).
+// The switches of a job on the fabric: its hosts' leaves, the spine when
+// they are several, and with pods (tree3) their spines and the core when
+// the leaves are in several pods (false with *err naming the field).
 static bool switch_config(const Fabric &f, const std::vector<uint32_t> &hosts,
 			  const std::string &at, emu::JobConfig &cfg, std::string *err)
 {
 	cfg.sw.on = true;
-	// The leaves of the job's hosts, in order of their first host: a
-	// job under one leaf aggregates there, across leaves through the
-	// spine (a hierarchy).
-	std::vector<uint32_t> leaves;
+	// The leaves of the job's hosts, in order of their first host (and
+	// the pods of its leaves, in order of their first leaf): a job under
+	// one leaf aggregates there, across leaves through the spine (a
+	// hierarchy), across pods through the core.
+	std::vector<uint32_t> leaves, pods;
 	for (uint32_t h : hosts) {
 		const uint32_t l = f.spec.shape == Shape::star ? 0 : h / f.spec.nodes_per_leaf;
 		auto it = std::find(leaves.begin(), leaves.end(), l);
-		cfg.sw.member_leaf.push_back(uint8_t(it - leaves.begin()));
+		cfg.sw.member_leaf.push_back(uint16_t(it - leaves.begin()));
 		if (it == leaves.end())
 			leaves.push_back(l);
 	}
-	if (leaves.size() > emu::sw::kMaxLeaves) {
+	for (uint32_t l : leaves) {
+		const uint32_t k = f.pod_of_leaf(l);
+		auto it = std::find(pods.begin(), pods.end(), k);
+		cfg.sw.leaf_pod.push_back(uint8_t(it - pods.begin()));
+		if (it == pods.end())
+			pods.push_back(k);
+	}
+	const uint32_t max_leaves = pods.size() > 1 ? emu::sw::kMaxLeaves * emu::sw::kMaxLeaves
+						    : emu::sw::kMaxLeaves;
+	if (leaves.size() > max_leaves || pods.size() > emu::sw::kMaxLeaves) {
 		*err = at + "nodes: the job spans " + std::to_string(leaves.size()) +
-		       " leaves, a switch job at most " + std::to_string(emu::sw::kMaxLeaves);
+		       " leaves in " + std::to_string(pods.size()) +
+		       " pods, a switch job at most 64 " +
+		       (f.spec.shape == Shape::tree3 ? "pods of 64 leaves" : "leaves");
 		return false;
 	}
-	// Plane p's leaf l at p * leaves + l, its spine at p.
+	// Plane p's leaf l at p * leaves + l, its spine of pod k at
+	// p * pods + k, its core at p.
 	const uint32_t planes = std::max(f.spec.planes, 1u);
 	for (uint32_t p = 0; p < planes; p++)
 		for (uint32_t l : leaves)
@@ -230,12 +253,20 @@ static bool switch_config(const Fabric &f, const std::vector<uint32_t> &hosts,
 	if (leaves.size() > 1) {
 		cfg.topology = cfg.topology == emu::Topology::sw ? emu::Topology::hierarchy
 								 : cfg.topology;
-		cfg.sw.spine.clear();
+		cfg.sw.pods = uint32_t(pods.size());
 		for (uint32_t p = 0; p < planes; p++)
-			cfg.sw.spine.push_back(
-				Endpoint{switch_ip(p * f.per_plane + f.per_plane - 1), kPort, 0});
+			for (uint32_t k : pods)
+				cfg.sw.spine.push_back(Endpoint{
+					switch_ip(p * f.per_plane + f.leaves + k), kPort, 0});
+		if (pods.size() > 1)
+			for (uint32_t p = 0; p < planes; p++)
+				cfg.sw.core.push_back(Endpoint{
+					switch_ip(p * f.per_plane + f.leaves + f.pods), kPort, 0});
+		else
+			cfg.sw.leaf_pod.clear();
 	} else {
 		cfg.sw.member_leaf.clear();
+		cfg.sw.leaf_pod.clear();
 	}
 	return true; // the node limit is check_job's
 }

@@ -416,13 +416,17 @@ SwitchCounters Switch::job_total(const Job &j)
 }
 
 // A job as its first packet (CONFIG, or inline DATA) describes it.
-bool Switch::init_job(Job &j, const In &p, const sw::Task &t)
+bool Switch::init_job(Job &j, const In &p, const sw::Task &t, const sw::Above *above)
 {
 	// Without a parent we are the top switch: our bits are the job's;
-	// with one, our bit there is one of the top's (wire/swproto.h).
+	// with one, our bit there is one of the top's, or of our parent's
+	// when it has a parent too (three levels: the Above record), whose
+	// bit is then one of the top's (wire/swproto.h).
+	const uint64_t parents = above ? above->subtree : t.members;
 	if (!t.nodes || !t.subtree || t.plane >= sw::kMaxPlanes ||
-	    (!t.parent_port && (t.subtree & ~t.members || t.up)) ||
-	    (t.parent_port && (t.up >= 64 || !(t.members >> t.up & 1))))
+	    (!t.parent_port && (t.subtree & ~t.members || t.up || above)) ||
+	    (t.parent_port && (t.up >= 64 || !(parents >> t.up & 1))) ||
+	    (above && (!above->parent_port || above->up >= 64 || !(t.members >> above->up & 1))))
 		return false;
 	j.ctr.assign(workers(), {});
 	j.jid = p.h.jid;
@@ -439,6 +443,10 @@ bool Switch::init_job(Job &j, const In &p, const sw::Task &t)
 		memcpy(j.parent.ip.b, t.parent_ip, 16);
 		j.parent.port = t.parent_port;
 	}
+	if (above) {
+		j.has_above = true;
+		j.above = *above;
+	}
 	IBVC_INFO("switch", "{}: job {} incarnation {} ({} nodes, subtree {:#x}{}{})", p_.name,
 		  j.jid, j.inc, j.nodes, j.subtree, j.inline_mode ? ", inline" : "",
 		  j.has_parent
@@ -452,7 +460,7 @@ bool Switch::init_job(Job &j, const In &p, const sw::Task &t)
 // failure) takes the old one's place.  Packets of any other incarnation
 // are dropped and counted: the old one's late packets, and those of
 // members not yet reset while the others already configure the new one.
-Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
+Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create, const sw::Above *above)
 {
 	auto it = jobs_.find(p.h.jid);
 	if (it == jobs_.end()) {
@@ -461,7 +469,7 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 			return nullptr;
 		}
 		Job j;
-		if (!init_job(j, p, *t)) {
+		if (!init_job(j, p, *t, above)) {
 			gone().drop_malformed++;
 			return nullptr;
 		}
@@ -482,7 +490,7 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 			return nullptr;
 		}
 		Job fresh;
-		if (!init_job(fresh, p, *t)) {
+		if (!init_job(fresh, p, *t, above)) {
 			ctr(j).drop_malformed++;
 			return nullptr;
 		}
@@ -496,7 +504,8 @@ Switch::Job *Switch::job_for(const In &p, const sw::Task *t, bool create)
 		return &j;
 	}
 	if (t && (t->members != j.members || t->subtree != j.subtree || t->nodes != j.nodes ||
-		  t->plane != j.plane || t->up != j.up)) {
+		  t->plane != j.plane || t->up != j.up || bool(above) != j.has_above ||
+		  (above && !(*above == j.above)))) {
 		ctr(j).drop_malformed++;
 		return nullptr;
 	}

@@ -225,6 +225,9 @@ private:
 		bool has_parent = false;
 		Endpoint parent;
 		IpAddr parent_local;
+		// Three levels: our parent as a child of its own (wire/swproto.h).
+		bool has_above = false;
+		sw::Above above;
 		std::vector<Child> children;
 		uint64_t covered = 0;
 		uint32_t seg_req = UINT32_MAX;
@@ -331,8 +334,8 @@ private:
 	void handle(const RxPacket &rx, Section &s);
 	static bool is_data(const In &p);
 	bool parse(const RxPacket &rx, In &p); // switch_codec.cc
-	Job *job_for(const In &p, const sw::Task *t, bool create);
-	bool init_job(Job &j, const In &p, const sw::Task &t);
+	Job *job_for(const In &p, const sw::Task *t, bool create, const sw::Above *above = nullptr);
+	bool init_job(Job &j, const In &p, const sw::Task &t, const sw::Above *above);
 	void tell_superseded(Job &j, const In &p, const sw::Task *t);
 	void on_abort(const In &p);
 	// The child that sent p: with a task, the one of that endpoint and

@@ -81,9 +81,16 @@ void Switch::send_config_up(Job &j)
 	t.node = sw::kNodeSwitch;
 	t.nodes = j.nodes;
 	t.members = j.members;
-	t.subtree = j.members; // a spine serves the whole job
+	t.subtree = j.members; // the top switch serves the whole job
 	t.seg_req = j.granted;
 	t.plane = uint8_t(j.plane);
+	if (j.has_above) {
+		// Our parent (a spine) has a parent (the core).
+		t.subtree = j.above.subtree;
+		t.up = j.above.up;
+		t.parent_port = j.above.parent_port;
+		memcpy(t.parent_ip, j.above.parent_ip, 16);
+	}
 	uint8_t tb[sw::kTaskBytes];
 	t.store(tb);
 	Ceth h;
@@ -186,12 +193,16 @@ void Switch::deny(Job &j, const char *why)
 
 void Switch::on_config(const In &p)
 {
-	if (p.paylen != sw::kTaskBytes) {
+	// The task, and for a three-level job one Above record after it.
+	if (p.paylen != sw::kTaskBytes && p.paylen != sw::kTaskBytes + sw::kAboveBytes) {
 		gone().drop_malformed++;
 		return;
 	}
 	sw::Task t = sw::Task::load(p.payload);
-	Job *j = job_for(p, &t, true);
+	sw::Above above;
+	if (p.paylen > sw::kTaskBytes)
+		above = sw::Above::load(p.payload + sw::kTaskBytes);
+	Job *j = job_for(p, &t, true, p.paylen > sw::kTaskBytes ? &above : nullptr);
 	if (!j)
 		return;
 	j->last_seen = now();

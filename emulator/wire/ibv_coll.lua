@@ -94,6 +94,10 @@ F.t_up = ProtoField.uint8("ibv_coll.task.up", "Bit at the parent (leaf index)", 
 F.t_plane = ProtoField.uint8("ibv_coll.task.plane", "Plane", base.DEC)
 F.t_parent_port = ProtoField.uint16("ibv_coll.task.parent_port", "Parent UDP port", base.DEC)
 F.t_parent_ip = ProtoField.ipv6("ibv_coll.task.parent_ip", "Parent address")
+F.a_subtree = ProtoField.uint64("ibv_coll.above.subtree", "Parent's subtree (its bits)", base.HEX)
+F.a_up = ProtoField.uint8("ibv_coll.above.up", "Parent's bit at its parent (pod index)", base.DEC)
+F.a_parent_port = ProtoField.uint16("ibv_coll.above.parent_port", "Parent's parent UDP port", base.DEC)
+F.a_parent_ip = ProtoField.ipv6("ibv_coll.above.parent_ip", "Parent's parent address")
 F.payload = ProtoField.bytes("ibv_coll.payload", "Block")
 F.s_name = ProtoField.string("ibv_coll.stats.switch", "Switch name")
 F.s_counter = ProtoField.string("ibv_coll.stats.counter", "Counter")
@@ -111,7 +115,7 @@ p.experts = { e_short, e_len }
 local f_opcode = Field.new("infiniband.bth.opcode")
 local f_udp_len = Field.new("udp.length")
 
-local BTH, CETH, TASK, ICRC = 12, 64, 48, 4
+local BTH, CETH, TASK, ABOVE, ICRC = 12, 64, 48, 32, 4
 
 -- The task information (swproto.h Task).
 local function add_task(tree, tvb, off)
@@ -126,6 +130,15 @@ local function add_task(tree, tvb, off)
 	t:add(F.t_plane, tvb(off + 29, 1))
 	t:add(F.t_parent_port, tvb(off + 30, 2))
 	t:add(F.t_parent_ip, tvb(off + 32, 16))
+end
+
+-- A three-level job's CONFIG: the Above record after the task (swproto.h).
+local function add_above(tree, tvb, off)
+	local t = tree:add(p, tvb(off, ABOVE), "Above (the parent as its parent's child)")
+	t:add(F.a_subtree, tvb(off, 8))
+	t:add(F.a_up, tvb(off + 8, 1))
+	t:add(F.a_parent_port, tvb(off + 10, 2))
+	t:add(F.a_parent_ip, tvb(off + 12, 16))
 end
 
 -- STATS_REPLY: the switch's name, then name/value records.
@@ -209,6 +222,11 @@ local function dissect_one(tvb, pinfo, root, bth, roce, kind)
 				add_task(tree, tvb, off)
 				off = off + TASK
 				paylen = paylen - TASK
+			end
+			if kind == 0xe4 and paylen == ABOVE then
+				add_above(tree, tvb, off)
+				off = off + ABOVE
+				paylen = 0
 			end
 		end
 		if kind == 0xe7 then

@@ -13,6 +13,15 @@
 // task names its child by endpoint and CETH src_node.  ibv_coll_wire(7)
 // documents the fields.
 //
+// Three levels.  Under a core switch, spines serve pods of leaves: a
+// leaf's bit at its spine is its index among the pod's leaves, a spine's
+// bit at the core its pod index, and the top switch's bits (Task members)
+// are the pods'.  A member's CONFIG to its leaf then carries, after the
+// task, one Above record: what the leaf's parent (the spine) is to its
+// own parent (the core): the spine's subtree, its bit at the core, the
+// core's address.  The leaf sends the spine a task made of it.  Inline
+// mode has no room for it: a three-level job configures.
+//
 // Configuration.  A child sends CONFIG with the task information below; a
 // leaf that has heard from every node of its subtree (and, with a parent,
 // been granted by it) answers every child with CONFIG_ACK: CETH seg = the
@@ -172,6 +181,48 @@ struct Task {
 		t.parent_port = wire::load_be16(p + 30);
 		memcpy(t.parent_ip, p + 32, 16);
 		return t;
+	}
+};
+
+// What a CONFIG payload carries after the task for a three-level job:
+// the receiving switch's parent as a child of its own parent (see "Three
+// levels" above).
+//
+//   0 u64 subtree	   the parent's bits (its children's)
+//   8 u8  up	   the parent's bit at its parent
+//   9 u8  reserved (0)
+//  10 u16 parent_port the parent's parent
+//  12 u8[16] parent_ip
+//  28 u32 reserved (0)
+//  32
+constexpr size_t kAboveBytes = 32;
+struct Above {
+	uint64_t subtree = 0;
+	uint8_t up = 0;
+	uint16_t parent_port = 0;
+	uint8_t parent_ip[16] = {};
+
+	void store(uint8_t *p) const
+	{
+		memset(p, 0, kAboveBytes);
+		wire::store_be64(p, subtree);
+		p[8] = up;
+		wire::store_be16(p + 10, parent_port);
+		memcpy(p + 12, parent_ip, 16);
+	}
+	static Above load(const uint8_t *p)
+	{
+		Above a;
+		a.subtree = wire::load_be64(p);
+		a.up = p[8];
+		a.parent_port = wire::load_be16(p + 10);
+		memcpy(a.parent_ip, p + 12, 16);
+		return a;
+	}
+	bool operator==(const Above &o) const
+	{
+		return subtree == o.subtree && up == o.up && parent_port == o.parent_port &&
+		       !memcmp(parent_ip, o.parent_ip, 16);
 	}
 };
 

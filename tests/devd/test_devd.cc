@@ -948,7 +948,7 @@ TEST(DevdJob, PackedJobComesBackWholeAndBadBytesAreRefused)
 	EXPECT_EQ(o.sw.leaf[1].port, 9999);
 	ASSERT_EQ(o.sw.spine.size(), 1u);
 	EXPECT_EQ(o.sw.spine[0].port, 8888);
-	EXPECT_EQ(o.sw.member_leaf, (std::vector<uint8_t>{0, 1, 1}));
+	EXPECT_EQ(o.sw.member_leaf, (std::vector<uint16_t>{0, 1, 1}));
 	EXPECT_EQ(o.sw.window, 17u);
 	EXPECT_TRUE(o.sw.e2e_ack);
 	EXPECT_FALSE(o.sw.inline_task);

@@ -310,6 +310,32 @@ void switch_seeds()
 	switch_config(r, 3, 0, false);
 	r[0] = 3;
 	put(t, "config_new", r);
+	r.clear();
+	// A three-level job: each node's CONFIG carries the Above record (its
+	// leaf's spine as the core's child).
+	for (uint16_t n = 0; n < 2; n++) {
+		sw::Task tk;
+		tk.node = n;
+		tk.nodes = 2;
+		tk.qpn = kPeerQpn;
+		tk.members = 3;
+		tk.subtree = 3;
+		tk.seg_req = 8;
+		const Endpoint p = peer(2);
+		tk.parent_port = p.port;
+		memcpy(tk.parent_ip, p.ip.b, 16);
+		sw::Above a;
+		a.subtree = 1;
+		a.up = 1;
+		a.parent_port = p.port;
+		memcpy(a.parent_ip, p.ip.b, 16);
+		std::vector<uint8_t> pl(sw::kTaskBytes + sw::kAboveBytes);
+		tk.store(pl.data());
+		a.store(pl.data() + sw::kTaskBytes);
+		wire::Ceth h = ceth(6, n, 1, 0, 1u << n, uint32_t(pl.size()));
+		add_record(r, uint8_t(n), coll_bth(wire::kCollConfig), &h, pl.data(), pl.size());
+	}
+	put(t, "config_three_levels", r);
 }
 
 void text_seeds()

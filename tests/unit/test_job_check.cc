@@ -156,5 +156,70 @@ TEST(JobCheck, TreeBitsAreMembersWithinTheirLeaf)
 	EXPECT_EQ(std::string(why).rfind("nodes with a switch", 0), 0u) << why;
 }
 
+// Three levels: a leaf's bit at its spine is its index among its pod's
+// leaves, the top's bits are the pods that have members, the spine's are
+// its leaves that have members; the shape's addresses are counted.
+TEST(JobCheck, PodsGiveTheSpineAndCoreBits)
+{
+	JobConfig t = job({1, 1, 1, 1, 1});
+	t.topology = Topology::hierarchy;
+	t.sw.on = true;
+	t.sw.leaves = 5;
+	t.sw.pods = 3;
+	t.sw.leaf.resize(5);
+	t.sw.spine.resize(3);
+	t.sw.core.resize(1);
+	t.sw.leaf_pod = {0, 2, 0, 2, 1}; // pod 0: leaves 0, 2; pod 2: leaves 1, 3
+	t.sw.member_leaf = {3, 3, 0, 2, 4};
+	t.node = 1; // leaf 3: pod 2's second leaf
+	ASSERT_EQ(check_job(t, nullptr), 0);
+	EXPECT_EQ(t.sw.member_bit[1], 1);
+	EXPECT_EQ(t.sw.leaf_bits, 0x3ull);
+	EXPECT_EQ(t.sw.leaf_up, 1);
+	EXPECT_EQ(t.sw.pod_bits, 0x2ull); // leaf 1 (bit 0) has no members
+	EXPECT_EQ(t.sw.top_bits, 0x7ull);
+	t.node = 3; // leaf 2: pod 0's second leaf, beside leaf 0
+	ASSERT_EQ(check_job(t, nullptr), 0);
+	EXPECT_EQ(t.sw.leaf_up, 1);
+	EXPECT_EQ(t.sw.pod_bits, 0x3ull);
+	const struct {
+		const char *field;
+		void (*spoil)(JobConfig &);
+	} bad[] = {
+		{"switch spines and cores", [](JobConfig &c) { c.sw.core.clear(); }},
+		{"switch spines and cores", [](JobConfig &c) { c.sw.spine.resize(1); }},
+		{"leaf_pod", [](JobConfig &c) { c.sw.leaf_pod.pop_back(); }},
+		{"leaf_pod", [](JobConfig &c) { c.sw.leaf_pod[0] = 3; }},
+		{"inline task", [](JobConfig &c) { c.sw.inline_task = true; }},
+		{"switch pods", [](JobConfig &c) { c.sw.pods = 65; }},
+		{"switch cores", [](JobConfig &c) { c.sw.pods = 1, c.sw.spine.resize(1); }},
+	};
+	for (const auto &k : bad) {
+		JobConfig c = t;
+		k.spoil(c);
+		const char *why = nullptr;
+		EXPECT_EQ(check_job(c, &why), EINVAL) << k.field;
+		ASSERT_NE(why, nullptr) << k.field;
+		EXPECT_EQ(std::string(why).rfind(k.field, 0), 0u) << k.field << ": " << why;
+	}
+	// 65 leaves in one pod: beyond the spine's bitmap.
+	JobConfig w = job({1, 1});
+	w.topology = Topology::hierarchy;
+	w.sw.on = true;
+	w.sw.leaves = 66;
+	w.sw.pods = 2;
+	w.sw.leaf.resize(66);
+	w.sw.spine.resize(2);
+	w.sw.core.resize(1);
+	w.sw.leaf_pod.assign(66, 0);
+	w.sw.leaf_pod[65] = 1;
+	w.sw.member_leaf = {0, 65};
+	const char *why = nullptr;
+	EXPECT_EQ(check_job(w, &why), EINVAL);
+	EXPECT_EQ(std::string(why).rfind("leaf_pod: at most 64", 0), 0u) << why;
+	w.sw.leaf_pod[64] = 1;
+	EXPECT_EQ(check_job(w, nullptr), 0);
+}
+
 } // namespace
 } // namespace ibv_coll::emu

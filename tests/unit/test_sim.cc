@@ -303,6 +303,63 @@ TEST(Sim, TwoLevelTree)
 	EXPECT_NEAR(r.jobs[0].sizes[0].wire_s, 1.0, 0.05);
 }
 
+// Three levels (leaves in pods, a spine per pod, a core): a job across
+// pods aggregates at the core (each spine's partial of its pod, the
+// core's task built from the Above record its leaves were given); a job
+// inside one pod stops at its spine, one under one leaf at the leaf.
+// Every collective, on two planes and under loss, right; the core takes
+// in one partial per pod, the way up carries S from each host.
+TEST(Sim, ThreeLevelTree)
+{
+	FabricSpec f;
+	f.nodes = 32;
+	f.shape = Shape::tree3;
+	f.nodes_per_leaf = 4;
+	f.leaves_per_pod = 2; // 4 pods of 8 hosts
+	f.host.rate_bps = 10000000000ull;
+	f.host.delay_ns = 1000;
+	JobSpec all = job(SimTopology::sw, {4096, 1 << 20});
+	all.type = SimType::int32;
+	SimReport r = run(f, {all}, 1);
+	expect_right(r);
+	ASSERT_EQ(r.switch_use.size(), 8u + 4u + 1u); // leaves, spines, core
+	for (const SwitchUse &u : r.switch_use)
+		EXPECT_GT(u.load, 0.0);
+	EXPECT_NEAR(r.jobs[0].sizes[1].wire_s, 1.03, 0.01);
+	EXPECT_GT(r.jobs[0].sizes[1].busbw / r.jobs[0].sizes[1].bound, 0.8);
+	// Two more hops each way than a two-level tree at 4 KiB.
+	FabricSpec two = f;
+	two.shape = Shape::tree2;
+	SimReport r2 = run(two, {all}, 1);
+	expect_right(r2);
+	EXPECT_GT(r.jobs[0].sizes[0].time_ns, r2.jobs[0].sizes[0].time_ns + 2000);
+
+	f.planes = 2;
+	f.loss = 0.02;
+	f.probe_us = 10;
+	f.rto_us = 50;
+	JobSpec flt = job(SimTopology::sw, {256 << 10});
+	JobSpec bc = job(SimTopology::sw, {64 << 10});
+	bc.coll = SimColl::bcast;
+	bc.root = 21; // pod 2
+	bc.start_ns = 1000000;
+	JobSpec bar = job(SimTopology::sw, {0});
+	bar.coll = SimColl::barrier;
+	bar.start_ns = 2000000;
+	JobSpec pod = job(SimTopology::sw, {64 << 10});
+	pod.nodes = {8, 9, 13, 15}; // pod 1 alone: its spine is the top
+	pod.op = SimOp::max;
+	pod.start_ns = 3000000;
+	JobSpec some = job(SimTopology::autosel, {64 << 10});
+	some.nodes = {30, 2, 3, 17, 12};
+	some.op = SimOp::min;
+	some.seg_units = 128;
+	some.start_ns = 3000000;
+	SimReport l = run(f, {flt, bc, bar, pod, some}, 4);
+	expect_right(l);
+	EXPECT_GT(l.drops, 0u);
+}
+
 // Planes (rails): two copies of the switches, each host a link to each.
 // A switch job spreads its blocks over both: each plane's switch reduces
 // about half of them, the bound is both links' (busbw near it, wire/S
@@ -406,6 +463,11 @@ TEST(Sim, BadDescriptionNamesTheField)
 	bad(R"({"fabric": {"nodes": 5000}, "jobs": [{"sizes": [4]}]})", "fabric.nodes");
 	bad(R"({"fabric": {"nodes": 4, "shape": "torus"}, "jobs": [{"sizes": [4]}]})",
 	    "fabric.shape");
+	bad(R"({"fabric": {"nodes": 8, "shape": "tree3", "nodes_per_leaf": 2}, "jobs": [{"sizes": [4]}]})",
+	    "fabric.leaves_per_pod");
+	bad(R"({"fabric": {"nodes": 8, "shape": "tree3", "nodes_per_leaf": 2, "leaves_per_pod": 2,
+	    "corelink": {"queue": "1K"}}, "jobs": [{"sizes": [4]}]})",
+	    "fabric.corelink.queue");
 	bad(R"({"fabric": {"nodes": 4, "port_delay_us": 10, "port_jitter_us": 20}, "jobs": [{"sizes": [4]}]})",
 	    "fabric.port_jitter_us");
 	bad(R"({"fabric": {"nodes": 4, "cc": 0}, "jobs": [{"sizes": [4]}]})", "fabric.cc");

@@ -1056,6 +1056,69 @@ TEST_F(SwitchClassLeafWaiting, DataWhileTheParentHasNotGrantedIsDropBusy)
 	still_serves(&spine_);
 }
 
+// Three levels: a member's CONFIG carries, after the task, what our
+// parent (a spine) is to its own parent (the core): wire/swproto.h's
+// Above record, written out here.
+static std::vector<uint8_t> above(uint64_t subtree, uint8_t up, uint16_t port)
+{
+	std::vector<uint8_t> v;
+	put(v, subtree, 8);
+	put(v, up, 1);
+	put(v, 0, 1);
+	put(v, port, 2);
+	v.insert(v.end(), kLoopback, kLoopback + 16);
+	put(v, 0, 4);
+	return v;
+}
+
+// Before any job (a fresh switch): the record checked.
+class SwitchClassThreeLevels : public SwitchClass {
+protected:
+	void SetUp() override { start(); }
+	Peer spine_;
+};
+
+TEST_F(SwitchClassThreeLevels, ConfigWithAPartOfAnAboveRecordIsDropMalformed)
+{
+	std::vector<uint8_t> t = cat(task_of(0, 4000), above(1, 0, 4001));
+	t.resize(t.size() - 4);
+	one(a_, config_hdr(0), t, {{&C::drop_malformed, 1}});
+	configure();
+	still_serves();
+}
+
+// The parent's bit at the core (5) is not one of the top's bits (3).
+TEST_F(SwitchClassThreeLevels, ConfigAboveWhoseBitTheTopLacksIsDropMalformed)
+{
+	one(a_, config_hdr(0), cat(task_of(0, 4000), above(1, 5, 4001)), {{&C::drop_malformed, 1}});
+	configure();
+	still_serves();
+}
+
+// Without a parent there is nothing above the parent.
+TEST_F(SwitchClassThreeLevels, ConfigAboveWithoutAParentIsDropMalformed)
+{
+	one(a_, config_hdr(0), cat(task_of(0), above(1, 0, 4001)), {{&C::drop_malformed, 1}});
+	configure();
+	still_serves();
+}
+
+// A leaf of a three-level job configures its spine with a task made of
+// the Above record: the spine's subtree, its bit at the core, the core.
+TEST_F(SwitchClassThreeLevels, LeafConfiguresTheSpineWithItsOwnTask)
+{
+	serve(a_, config_hdr(0), cat(task_of(0, spine_.port()), above(0x5, 1, 4321)));
+	serve(b_, config_hdr(1), cat(task_of(1, spine_.port()), above(0x5, 1, 4321)));
+	Pkt p;
+	ASSERT_TRUE(spine_.next(kConfig, &p)) << "the leaf did not configure up";
+	ASSERT_EQ(p.payload.size(), 48u);
+	const uint8_t *t = p.payload.data();
+	EXPECT_EQ(t[23], 0x5) << "subtree";
+	EXPECT_EQ(t[28], 1) << "up";
+	EXPECT_EQ(t[30] << 8 | t[31], 4321) << "parent port";
+	EXPECT_EQ(memcmp(t + 32, kLoopback, 16), 0) << "parent address";
+}
+
 class SwitchClassLeaf : public SwitchClassLeafWaiting {
 protected:
 	void SetUp() override
