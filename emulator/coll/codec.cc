@@ -68,9 +68,11 @@ void CollEngine::on_packet(const InPacket &ip)
 // A packet from one of the job's switches, or forged as one.
 void CollEngine::from_switch(Qp &qp, CollJob &job, const CollPacket &p)
 {
+	// A node only hears its own leaf of each plane (wire/swproto.h): not
+	// a walk of the job's leaves, thousands in a three-level tree.
 	bool known = false;
-	for (const Endpoint &e : job.cfg.sw.leaf)
-		known |= e == p.src;
+	for (uint32_t pl = 0; pl < job.cfg.sw.planes && !known; pl++)
+		known = sw_.leaf(job, pl) == p.src;
 	if (!known || qp.state != QpState::rts) {
 		ctr.bad_node++;
 		return;

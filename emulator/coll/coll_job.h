@@ -9,6 +9,7 @@
 #include "wire/seqnum.h"
 #include "nic/wqe.h"
 #include "reduce/reduce.h"
+#include "util/cow_vector.h"
 #include "wire/seqnum.h"
 
 #include <algorithm>
@@ -47,21 +48,24 @@ struct JobMember {
 struct SwitchConfig {
 	bool on = false;
 	uint32_t planes = 1, leaves = 1, pods = 1;
-	std::vector<Endpoint> leaf;  // planes * leaves: plane p's leaf l at p * leaves + l
-	std::vector<Endpoint> spine; // planes * pods, when leaves > 1: p's spine k at p * pods + k
-	std::vector<Endpoint> core;  // planes, when pods > 1
-	std::vector<uint16_t> member_leaf; // per member node
-	std::vector<uint8_t> leaf_pod;	   // per leaf, when pods > 1
-	uint32_t window = 0;		   // 0: as the grant allows
-	bool inline_task = false;	   // no configuration step
-	bool e2e_ack = false;		   // windows slide on node 0's ACK, not on the result
+	// (The per-member and per-leaf lists are the same on every node: their
+	// copies share them, util/cow_vector.h.)
+	util::CowVector<Endpoint> leaf; // planes * leaves: plane p's leaf l at p * leaves + l
+	util::CowVector<Endpoint>
+		spine;		    // planes * pods, when leaves > 1: p's spine k at p * pods + k
+	std::vector<Endpoint> core; // planes, when pods > 1
+	util::CowVector<uint16_t> member_leaf; // per member node
+	util::CowVector<uint8_t> leaf_pod;     // per leaf, when pods > 1
+	uint32_t window = 0;		       // 0: as the grant allows
+	bool inline_task = false;	       // no configuration step
+	bool e2e_ack = false;		       // windows slide on node 0's ACK, not on the result
 	// What check_job derives (the bitmaps of wire/swproto.h): every
 	// member's bit at its own leaf, this node's leaf's members' bits, and
 	// the top switch's bits (one switch: every member's; a tree: every
 	// leaf's that has members; three levels: every pod's); with three
 	// levels, this node's leaf's bit at its spine and the spine's bits
 	// (its pod's leaves that have members).
-	std::vector<uint8_t> member_bit;
+	util::CowVector<uint8_t> member_bit;
 	uint64_t leaf_bits = 0, top_bits = 0;
 	uint8_t leaf_up = 0;
 	uint64_t pod_bits = 0;
@@ -69,8 +73,8 @@ struct SwitchConfig {
 
 struct JobConfig {
 	uint32_t jid = 0;
-	uint16_t node = 0; // this node's index
-	std::vector<JobMember> members;
+	uint16_t node = 0;		    // this node's index
+	util::CowVector<JobMember> members; // shared by copies (the same on every node)
 	Topology topology = Topology::ring;
 	uint32_t seg_base = 0, seg_count = 0;
 	uint32_t block_len = 0; // 0: the path MTU
@@ -100,9 +104,9 @@ int check_job(JobConfig &c, const char **why);
 struct BlockDesc {
 	uint64_t voff; // first element, in the collective's vector
 	uint32_t elems;
-	uint16_t chunk;
-	uint8_t op;  // RedOp
-	uint8_t end; // last block of the message
+	uint16_t chunk; // its place in Message::chunks (those that have blocks)
+	uint8_t op;	// RedOp
+	uint8_t end;	// last block of the message
 };
 
 // Who does what with one chunk of the vector: its reduce-scatter starts at

@@ -190,9 +190,11 @@ public:
 	bool ring_seen_answer(Qp &qp, CollJob &job, bool pending, uint64_t now);
 	bool on_member_ring(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
 
+	// This node's leaf on a plane: the one switch it talks to there.
+	const Endpoint &leaf(const CollJob &job, uint32_t plane) const;
+
 private:
 	uint32_t request(const CollJob &job) const;
-	const Endpoint &leaf(const CollJob &job, uint32_t plane) const;
 	sw::Task task(const CollJob &job, uint32_t plane) const;
 	bool above(const CollJob &job, uint32_t plane, sw::Above *a) const;
 	// This node's bit at its leaf (wire/swproto.h), and the CETH phase of

@@ -31,14 +31,16 @@ static int switch_bits(JobConfig &c, const char *&w)
 			up[l] = in_pod[s.leaf_pod[l]]++;
 		}
 	}
-	s.member_bit.assign(n, 0);
+	// Every node derives the same bits: a copy that shares them with the
+	// configuration it came from keeps sharing (util/cow_vector.h).
+	std::vector<uint8_t> bits(n, 0);
 	s.top_bits = s.pod_bits = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		const uint32_t l = tree ? s.member_leaf[i] : 0;
 		if (count[l] == sw::kMaxLeafMembers)
 			return w = "nodes with a switch: at most 64 under one leaf (the CETH's bitmap)",
 			       EINVAL;
-		s.member_bit[i] = count[l];
+		bits[i] = count[l];
 		if (pods) {
 			s.top_bits |= 1ull << s.leaf_pod[l];
 			if (s.leaf_pod[l] == s.leaf_pod[mine])
@@ -48,6 +50,8 @@ static int switch_bits(JobConfig &c, const char *&w)
 		}
 		count[l]++;
 	}
+	if (!(s.member_bit == bits))
+		s.member_bit = std::move(bits);
 	s.leaf_bits = count[mine] == 64 ? ~0ull : (1ull << count[mine]) - 1;
 	s.leaf_up = pods ? up[mine] : uint8_t(mine);
 	return 0;
@@ -130,11 +134,12 @@ int check_job(JobConfig &c, const char **why)
 	}
 	uint32_t rank = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		JobMember &m = c.members[i];
+		const JobMember &m = c.members[i];
 		if (!m.ranks || m.ranks > kMaxCollRanks)
 			return w = "member ranks: 1 to 64 per node", EINVAL;
-		m.first_rank = rank;
-		rank += m.ranks;
+		if (m.first_rank != rank) // written only when it changes: copies share the list
+			c.members.mut()[i].first_rank = rank;
+		rank += c.members[i].ranks;
 	}
 	c.total_ranks = rank;
 	const uint16_t node_ranks = c.members[c.node].ranks;

@@ -42,17 +42,21 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 	// member agrees, also when AUTO's message turns to the ring.
 	const bool whole = c.sw.on && c.topology != Topology::ring;
 	const uint64_t B = (m.count + block_elems - 1) / block_elems;
-	m.chunks.assign(N, ChunkRole{});
+	// Only the chunks that have blocks are kept (a block names its chunk
+	// by its place among them): through switches a message of B < N
+	// blocks leaves most nodes' chunks empty, and at 65,536 nodes a table
+	// of N chunks per message on every node was O(N^2) in a simulation.
+	m.chunks.clear();
 	m.chain.clear();
 	m.result_data = m.coll != CollOp::reduce_scatter;
-	auto add_blocks = [&](uint16_t chunk, uint64_t b, uint64_t e) {
+	auto add_blocks = [&](uint64_t b, uint64_t e) {
 		for (uint64_t v = b; v < e; v += block_elems)
 			m.chain.push_back(
 				BlockDesc{v, uint32_t(std::min<uint64_t>(block_elems, e - v)),
-					  chunk, uint8_t(m.op), 0});
+					  uint16_t(m.chunks.size()), uint8_t(m.op), 0});
 	};
 	for (uint16_t ch = 0; ch < N; ch++) {
-		ChunkRole &r = m.chunks[ch];
+		ChunkRole r;
 		r.first_sid = uint32_t(m.chain.size());
 		switch (m.coll) {
 		case CollOp::allreduce:
@@ -71,7 +75,7 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 			r.rs = true;
 			r.origin = ch;
 			r.fin = uint16_t((ch + N - 1) % N);
-			add_blocks(ch, r.vbegin, r.vend);
+			add_blocks(r.vbegin, r.vend);
 			break;
 		}
 		case CollOp::reduce_scatter:
@@ -85,7 +89,7 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 			r.origin = r.rs ? uint16_t((ch + 1) % N) : ch;
 			// Blocks never straddle two ranks' parts.
 			for (uint64_t v = r.vbegin; v < r.vend; v += m.count)
-				add_blocks(ch, v, v + m.count);
+				add_blocks(v, v + m.count);
 			break;
 		}
 		case CollOp::bcast:
@@ -93,12 +97,14 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 			if (ch == m.root_node) {
 				r.vbegin = 0;
 				r.vend = m.count;
-				add_blocks(ch, 0, m.count);
+				add_blocks(0, m.count);
 			}
 			break;
 		case CollOp::query: break;
 		}
 		r.nblocks = uint32_t(m.chain.size()) - r.first_sid;
+		if (r.nblocks)
+			m.chunks.push_back(r);
 	}
 	if (!m.chain.empty())
 		m.chain.back().end = 1;
@@ -108,7 +114,7 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 void CollEngine::one_block(const CollJob &job, Message &m)
 {
 	const uint64_t n = m.coll == CollOp::barrier ? 0 : m.count;
-	m.chunks.assign(job.cfg.nodes(), ChunkRole{});
+	m.chunks.assign(1, ChunkRole{});
 	ChunkRole &r = m.chunks[0];
 	r.vend = n;
 	r.nblocks = 1;

@@ -43,6 +43,11 @@ template <class T> bool take(const uint8_t *&p, const uint8_t *end, std::vector<
 	return true;
 }
 
+template <class T> bool take(const uint8_t *&p, const uint8_t *end, util::CowVector<T> *v, size_t n)
+{
+	return take(p, end, &v->mut(), n);
+}
+
 } // namespace
 
 void pack_job(const emu::JobConfig &j, std::vector<uint8_t> *out)

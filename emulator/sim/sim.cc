@@ -4,6 +4,11 @@
 
 namespace ibv_coll::sim {
 
+PktPtr new_pkt(Fabric &f)
+{
+	return f.pool.get();
+}
+
 bool SimHost::push_cqe(emu::Cq *cq, const emu::Cqe &c)
 {
 	f_.on_cqe(*static_cast<JobQp *>(cq->arg), c);
@@ -20,7 +25,7 @@ void SimHost::out(PktPtr p, const Endpoint &dst, const IpAddr &src)
 
 void SimPort::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
 {
-	auto p = std::make_unique<Pkt>();
+	PktPtr p = new_pkt(f_);
 	p->bytes.assign(buf_, buf_ + len);
 	p->src = Endpoint{src, kPort, 0};
 	p->dst = dst.ip;

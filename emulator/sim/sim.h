@@ -122,6 +122,14 @@ struct JobSpec {
 	// Each rank's result overwrites its source (one buffer per rank, as
 	// MPI_IN_PLACE: half the memory of a large run).
 	bool in_place = false;
+	// Phantom ranks: every rank sends the same source from one buffer of
+	// the job's and writes its result into one buffer of the job's, so
+	// the job's memory does not grow with its hosts (at 65,535 hosts two
+	// buffers per rank would be 128 GiB at 1 MiB).  The packets carry and
+	// the switches reduce real data all the same; the result is checked
+	// once per message, on that shared buffer (every element as its last
+	// writer left it), against the reduction of N equal vectors.
+	bool phantom = false;
 };
 
 // One size of one job: the mean of its timed iterations.

@@ -145,12 +145,47 @@ bool boolean(const json &o, const char *key, const std::string &at, bool def)
 	return it->get<bool>();
 }
 
+// "0-1023,2048": hosts 0 to 1023 and 2048, in that order (as Slurm's
+// node lists count them).
+std::vector<uint32_t> host_ranges(const std::string &text, const std::string &at)
+{
+	std::vector<uint32_t> out;
+	size_t i = 0;
+	auto number = [&]() {
+		const size_t from = i;
+		uint64_t v = 0;
+		while (i < text.size() && isdigit(uint8_t(text[i])) && v <= 65536)
+			v = v * 10 + uint64_t(text[i++] - '0');
+		if (i == from || v > 65536)
+			bad(at, "\"" + text + "\": ranges of host indices, as \"0-1023,2048\"");
+		return uint32_t(v);
+	};
+	while (true) {
+		const uint32_t a = number();
+		uint32_t b = a;
+		if (i < text.size() && text[i] == '-') {
+			i++;
+			b = number();
+		}
+		if (b < a)
+			bad(at, "\"" + text + "\": a range that ends before it starts");
+		if (out.size() + (b - a) >= 65536)
+			bad(at, "more than 65,536 hosts");
+		for (uint32_t h = a; h <= b; h++)
+			out.push_back(h);
+		if (i == text.size())
+			return out;
+		if (text[i++] != ',')
+			bad(at, "\"" + text + "\": ranges of host indices, as \"0-1023,2048\"");
+	}
+}
+
 JobSpec parse_job(const json &o, const std::string &at)
 {
 	only(o, at,
 	     {"name", "topology", "ranks_per_node", "collective", "root", "type", "op", "sizes",
-	      "iters", "warmup", "start_us", "nodes", "seg_units", "window", "e2e_ack",
-	      "in_place"});
+	      "iters", "warmup", "start_us", "nodes", "seg_units", "window", "e2e_ack", "in_place",
+	      "phantom"});
 	JobSpec j;
 	j.name = str(o, "name", at, "");
 	const std::string topo = str(o, "topology", at, "switch");
@@ -197,6 +232,9 @@ JobSpec parse_job(const json &o, const std::string &at)
 	j.window = num<uint32_t>(o, "window", at, 0, 0, 1u << 16);
 	j.e2e_ack = boolean(o, "e2e_ack", at, false);
 	j.in_place = boolean(o, "in_place", at, false);
+	j.phantom = boolean(o, "phantom", at, false);
+	if (j.phantom && j.in_place)
+		bad(at + "phantom", "not with in_place (the ranks share one source)");
 	j.start_ns = uint64_t(num<double>(o, "start_us", at, 0, 0, 1e9) * 1000);
 	if (!o.contains("sizes") && j.coll != SimColl::barrier)
 		bad(at + "sizes", "missing");
@@ -212,8 +250,12 @@ JobSpec parse_job(const json &o, const std::string &at)
 	}
 	if (o.contains("nodes")) {
 		const json &nd = o["nodes"];
+		if (nd.is_string()) {
+			j.nodes = host_ranges(nd.get<std::string>(), at + "nodes");
+			return j;
+		}
 		if (!nd.is_array())
-			bad(at + "nodes", "a list of host indices");
+			bad(at + "nodes", "a list of host indices, or ranges as \"0-1023,2048\"");
 		for (size_t i = 0; i < nd.size(); i++) {
 			if (!nd[i].is_number_unsigned())
 				bad(at + "nodes[" + std::to_string(i) + "]", "a host index");
@@ -371,6 +413,9 @@ static std::string coll_name(const JobSpec &s)
 				     : " min");
 }
 
+// Switches reported a line each, up to this many.
+constexpr size_t kSwitchLines = 64;
+
 void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 {
 	fprintf(out, "# fabric: %u hosts, %s", f.nodes, shape_name(f.shape));
@@ -393,7 +438,11 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 		fprintf(out,
 			"# job %s: %s, %u rank(s) per host, %s%s, %u iteration(s) after %u warm-up\n",
 			s.name.c_str(), topo_name(s.topology), s.ranks_per_node,
-			coll_name(s).c_str(), s.in_place ? " in place" : "", s.iters, s.warmup);
+			coll_name(s).c_str(),
+			s.phantom    ? ", phantom ranks"
+			: s.in_place ? " in place"
+				     : "",
+			s.iters, s.warmup);
 		const bool ring = s.topology == SimTopology::ring;
 		fprintf(out,
 			"# busbw/bound: against R%s%s; wire/S: bytes its first host put on its link%s per "
@@ -417,7 +466,25 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 				(unsigned long long)z.wrong, (unsigned long long)z.failed);
 		}
 	}
-	for (size_t i = 0; i < r.switch_peak.size(); i++) {
+	// Many switches (a large tree): one line for them all; each is in the
+	// JSON report.
+	const size_t ns = r.switch_peak.size();
+	if (ns > kSwitchLines) {
+		size_t busiest = 0;
+		uint32_t peak = 0, collecting = 0;
+		for (size_t i = 0; i < ns; i++) {
+			peak = std::max(peak, r.switch_peak[i]);
+			collecting = std::max(collecting, r.switch_use[i].peak_collecting);
+			if (r.switch_use[i].load > r.switch_use[busiest].load)
+				busiest = i;
+		}
+		fprintf(out,
+			"# %zu switches: at most %u Seg units held blocks at once in one, %u waiting "
+			"for partials; the busiest (switch %zu) took in %.1f %% of what its ports "
+			"can (each in the JSON report)\n",
+			ns, peak, collecting, busiest, 100 * r.switch_use[busiest].load);
+	}
+	for (size_t i = 0; ns <= kSwitchLines && i < ns; i++) {
 		const SwitchUse &u = r.switch_use[i];
 		fprintf(out,
 			"# switch %zu: at most %u Seg units held blocks at once, %u waiting for "
@@ -484,6 +551,7 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 					       : j.spec.coll == SimColl::barrier ? "barrier"
 										 : "allreduce"},
 				{"ranks_per_node", j.spec.ranks_per_node},
+				{"phantom", j.spec.phantom},
 				{"done", j.done},
 				{"sizes", sizes}});
 	}

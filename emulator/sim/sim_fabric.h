@@ -64,7 +64,45 @@ struct Pkt {
 	uint32_t link = 0;  // the link it is on
 	uint32_t wire() const { return uint32_t(bytes.size()) + kWireOverhead; }
 };
-using PktPtr = std::unique_ptr<Pkt>;
+
+// Packets are recycled, their buffers with them: at 65,535 hosts the
+// fabric holds millions of packets at once, and malloc's search for a
+// 4 KiB block among them took most of a run.
+struct PktPool;
+struct PktRecycle {
+	PktPool *pool = nullptr;
+	void operator()(Pkt *p) const;
+};
+using PktPtr = std::unique_ptr<Pkt, PktRecycle>;
+struct PktPool {
+	std::vector<Pkt *> free;
+	PktPtr get()
+	{
+		if (free.empty())
+			return PktPtr(new Pkt, PktRecycle{this});
+		Pkt *p = free.back();
+		free.pop_back();
+		return PktPtr(p, PktRecycle{this});
+	}
+	~PktPool()
+	{
+		for (Pkt *p : free)
+			delete p;
+	}
+};
+inline void PktRecycle::operator()(Pkt *p) const
+{
+	if (!pool) {
+		delete p;
+		return;
+	}
+	p->bytes.clear(); // its capacity stays for the next
+	p->ecn = emu::kEcnEct0;
+	p->rx_ns = 0;
+	p->link = 0;
+	pool->free.push_back(p);
+}
+PktPtr new_pkt(Fabric &f);
 
 struct Link {
 	LinkSpec spec;
@@ -120,7 +158,7 @@ public:
 	{
 		const uint32_t trailer = wire::roce_seal_split(udp_endpoints(src, kPort, dst), pkt,
 							       hdr_len, payload, paylen, tail_crc);
-		auto p = std::make_unique<Pkt>();
+		PktPtr p = new_pkt(f_);
 		p->bytes.reserve(hdr_len + paylen + trailer);
 		p->bytes.assign(pkt, pkt + hdr_len);
 		p->bytes.insert(p->bytes.end(), payload, payload + paylen);
@@ -156,7 +194,7 @@ public:
 private:
 	void send(const Endpoint &dst, const IpAddr &src, const uint8_t *pkt, size_t n)
 	{
-		auto p = std::make_unique<Pkt>();
+		PktPtr p = new_pkt(f_);
 		p->bytes.assign(pkt, pkt + n);
 		out(std::move(p), dst, src);
 	}
@@ -256,6 +294,7 @@ struct Job {
 	uint64_t sum_ns = 0;
 	uint64_t wire0 = 0; // its first host's link bytes when timing began
 	std::vector<uint8_t> want;
+	std::vector<uint8_t> psrc, pdst; // a phantom job's buffers, shared by its ranks
 	JobResult res;
 	bool finished = false;
 };
@@ -264,6 +303,7 @@ class Fabric {
 public:
 	Fabric(const FabricSpec &f, uint64_t seed) : spec(f), rng(seed), clock(kStart) { build(); }
 
+	PktPool pool; // first: destroyed after everything that holds packets
 	FabricSpec spec;
 	std::mt19937_64 rng;
 	std::uniform_real_distribution<double> u{0.0, 1.0};
@@ -597,6 +637,7 @@ public:
 	void switch_pass(uint32_t s);
 	void job_step(uint32_t j);
 	void post(Job &j);
+	void post_phantom(Job &j, uint64_t bytes);
 	void on_cqe(JobQp &q, const emu::Cqe &c);
 	std::string state() const;
 };

@@ -16,6 +16,40 @@ static int32_t value_of(uint32_t job, uint32_t rank, uint64_t i, uint32_t iter)
 	return int32_t(x % 2001) - 1000;
 }
 
+// A phantom job's element i: every rank's the same, small enough that the
+// sum of 65,535 of them is exact in float whatever the order.
+static int32_t phantom_value(uint32_t job, uint64_t i, uint32_t iter)
+{
+	return value_of(job, 0, i, iter) % 256;
+}
+
+static void put_value(std::vector<uint8_t> &b, uint64_t i, int32_t v, SimType t)
+{
+	if (t == SimType::int32) {
+		memcpy(b.data() + 4 * i, &v, 4);
+	} else {
+		const float fv = float(v);
+		memcpy(b.data() + 4 * i, &fv, 4);
+	}
+}
+
+// A phantom job's sources (one buffer) and reference: N equal vectors.
+void Fabric::post_phantom(Job &j, uint64_t bytes)
+{
+	const uint64_t count = bytes / 4;
+	const uint32_t ji = j.qpn - 0x100;
+	const uint64_t ranks = uint64_t(j.spec.ranks_per_node) * j.qps.size();
+	j.psrc.resize(bytes);
+	j.pdst.assign(bytes, 0x7a);
+	j.want.resize(bytes);
+	for (uint64_t i = 0; i < count; i++) {
+		const int32_t v = phantom_value(ji, i, j.mid);
+		put_value(j.psrc, i, v, j.spec.type);
+		const bool sum = j.spec.coll == SimColl::allreduce && j.spec.op == SimOp::sum;
+		put_value(j.want, i, sum ? int32_t(v * int64_t(ranks)) : v, j.spec.type);
+	}
+}
+
 void Fabric::post(Job &j)
 {
 	const uint64_t bytes = j.spec.sizes[j.size_idx];
@@ -26,9 +60,11 @@ void Fabric::post(Job &j)
 	// Sources and the reference (a scalar loop over every rank; a
 	// broadcast's is the root's source).
 	const bool bcast = j.spec.coll == SimColl::bcast;
-	std::vector<int32_t> ref(count, 0);
+	std::vector<int32_t> ref(j.spec.phantom ? 0 : count, 0);
 	bool first = true;
-	for (JobQp *q : j.qps) {
+	if (j.spec.phantom)
+		post_phantom(j, bytes);
+	for (JobQp *q : j.spec.phantom ? std::vector<JobQp *>{} : j.qps) {
 		for (uint32_t r = 0; r < j.spec.ranks_per_node; r++, rank++) {
 			q->src[r].resize(bytes);
 			if (!j.spec.in_place)
@@ -46,24 +82,15 @@ void Fabric::post(Job &j)
 					w = std::max(w, v);
 				else
 					w = std::min(w, v);
-				if (j.spec.type == SimType::int32) {
-					memcpy(q->src[r].data() + 4 * i, &v, 4);
-				} else {
-					const float fv = float(v);
-					memcpy(q->src[r].data() + 4 * i, &fv, 4);
-				}
+				put_value(q->src[r], i, v, j.spec.type);
 			}
 			first = false;
 		}
 	}
-	j.want.resize(bytes);
-	for (uint64_t i = 0; i < count; i++) {
-		if (j.spec.type == SimType::int32) {
-			memcpy(j.want.data() + 4 * i, &ref[i], 4);
-		} else {
-			const float fv = float(ref[i]);
-			memcpy(j.want.data() + 4 * i, &fv, 4);
-		}
+	if (!j.spec.phantom) {
+		j.want.resize(bytes);
+		for (uint64_t i = 0; i < count; i++)
+			put_value(j.want, i, ref[i], j.spec.type);
 	}
 	j.done = 0;
 	j.posted_at = clock.now();
@@ -87,9 +114,11 @@ void Fabric::post(Job &j)
 		w->mid = j.mid;
 		w->count = count;
 		for (uint32_t r = 0; r < j.spec.ranks_per_node; r++) {
-			w->srcs()[r] = emu::Sge{uint64_t(uintptr_t(q->src[r].data())),
-						uint32_t(bytes), 1};
-			std::vector<uint8_t> &d = j.spec.in_place ? q->src[r] : q->dst[r];
+			std::vector<uint8_t> &s = j.spec.phantom ? j.psrc : q->src[r];
+			w->srcs()[r] = emu::Sge{uint64_t(uintptr_t(s.data())), uint32_t(bytes), 1};
+			std::vector<uint8_t> &d = j.spec.phantom    ? j.pdst
+						  : j.spec.in_place ? q->src[r]
+								    : q->dst[r];
 			w->dsts()[r] = emu::Sge{uint64_t(uintptr_t(d.data())), uint32_t(bytes), 1};
 		}
 		sq.publish(idx + 1);
@@ -108,7 +137,7 @@ void Fabric::on_cqe(JobQp &q, const emu::Cqe &c)
 		q.failed = true;
 		if (timed)
 			sr.failed++;
-	} else if (timed) {
+	} else if (timed && !j.spec.phantom) {
 		for (auto &d : j.spec.in_place ? q.src : q.dst)
 			sr.wrong += d != j.want;
 	}
@@ -125,6 +154,9 @@ void Fabric::job_step(uint32_t ji)
 		SizeResult &sr = j.res.sizes[j.size_idx];
 		if (j.iter >= j.spec.warmup)
 			sr.time_ns += now - j.posted_at;
+		// A phantom job's one result buffer, as its ranks left it.
+		if (j.spec.phantom && j.iter >= j.spec.warmup && j.pdst != j.want)
+			sr.wrong++;
 		j.iter++;
 		if (j.iter == j.spec.warmup)
 			j.wire0 = host_tx(j.hosts[0]);
@@ -150,6 +182,8 @@ void Fabric::job_step(uint32_t ji)
 			for (JobQp *q : j.qps)
 				for (auto &v : q->dst)
 					std::vector<uint8_t>().swap(v);
+			std::vector<uint8_t>().swap(j.psrc);
+			std::vector<uint8_t>().swap(j.pdst);
 			j.size_idx++;
 			j.iter = 0;
 			if (j.size_idx == j.spec.sizes.size()) {
@@ -351,7 +385,7 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 	uint64_t mem = 0;
 	for (uint64_t s : js.sizes)
 		mem = std::max(mem, s);
-	mem *= (js.in_place ? 1 : 2) * js.ranks_per_node * j->hosts.size();
+	mem *= js.phantom ? 2 : (js.in_place ? 1 : 2) * js.ranks_per_node * j->hosts.size();
 	if (mem > (16ull << 30)) {
 		*err = at + "sizes: " + std::to_string(mem >> 20) +
 		       " MiB of buffers at the largest size, beyond the simulator's 16 GiB";
@@ -381,10 +415,12 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 	if (cfg.topology != emu::Topology::ring && !switch_config(f, j->hosts, at, cfg, err))
 		return false;
 	// The device's own check of the job's shape, with its reason (the
-	// same on every host but for the node index).
-	emu::JobConfig probe = cfg;
+	// same on every host but for the node index).  Checked here, the
+	// configuration's member list and bits are what every host's check
+	// derives: every host's copy shares them (util/cow_vector.h), one
+	// array for the job instead of one per host.
 	const char *why = nullptr;
-	if (emu::check_job(probe, &why)) {
+	if (emu::check_job(cfg, &why)) {
 		*err = at + "nodes: the device refuses a job of " +
 		       std::to_string(j->hosts.size()) + " hosts: " + (why ? why : "invalid");
 		return false;

@@ -6,9 +6,11 @@
 #include "ibvc_version.h"
 
 #include <getopt.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -92,6 +94,7 @@ int main(int argc, char **argv)
 	}
 	if (seed >= 0)
 		s = uint64_t(seed);
+	const auto t0 = std::chrono::steady_clock::now();
 	Simulator sim(f, s);
 	for (const JobSpec &j : jobs)
 		if (!sim.add_job(j, &err)) {
@@ -105,10 +108,23 @@ int main(int argc, char **argv)
 			fprintf(stderr, "\r# virtual %.6f s, %llu events, %u/%u jobs done",
 				double(t) / 1e9, (unsigned long long)ev, done, n);
 		};
+	const auto t1 = std::chrono::steady_clock::now();
 	const SimReport r = sim.run(uint64_t(limit_s * 1e9), progress);
 	if (progress)
 		fprintf(stderr, "\r\033[K");
 	print_report(stdout, f, r);
+	// What the run cost this machine, on stderr: the report on stdout is
+	// the same bytes whatever the machine.
+	const auto t2 = std::chrono::steady_clock::now();
+	struct rusage ru {};
+	getrusage(RUSAGE_SELF, &ru);
+	const double secs = std::chrono::duration<double>(t2 - t0).count();
+	const double setup = std::chrono::duration<double>(t1 - t0).count();
+	const double kib = double(ru.ru_maxrss); // KiB on Linux
+	fprintf(stderr,
+		"ibv_coll_sim: wall %.1f s (%.1f s to build the fabric and configure the jobs), "
+		"peak memory %.2f GiB, %.1f KiB per host\n",
+		secs, setup, kib / (1 << 20), kib / f.nodes);
 	if (json_path) {
 		FILE *jf = fopen(json_path, "w");
 		const std::string js = report_json(f, r);

@@ -140,13 +140,14 @@ int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 	c.block_len = in->block_len;
 	c.key = in->job_key;
 	c.timeout_ms = in->timeout_ms;
-	c.members.resize(in->num_nodes);
+	std::vector<emu::JobMember> &mem = c.members.mut();
+	mem.resize(in->num_nodes);
 	for (uint32_t i = 0; i < in->num_nodes; i++) {
 		const ibv_coll_member &m = in->members[i];
-		memcpy(c.members[i].ep.ip.b, m.gid.raw, 16);
-		c.members[i].ep.port = m.udp_port ? m.udp_port : IBV_COLL_ROCE_UDP_PORT;
-		c.members[i].qpn = m.qp_num;
-		c.members[i].ranks = m.num_ranks;
+		memcpy(mem[i].ep.ip.b, m.gid.raw, 16);
+		mem[i].ep.port = m.udp_port ? m.udp_port : IBV_COLL_ROCE_UDP_PORT;
+		mem[i].qpn = m.qp_num;
+		mem[i].ranks = m.num_ranks;
 	}
 	// The ranks this QP serves: all of its node's, or a range of them
 	// (the others' QPs join its node's lead QP).

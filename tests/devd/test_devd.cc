@@ -914,9 +914,9 @@ TEST(DevdJob, PackedJobComesBackWholeAndBadBytesAreRefused)
 	j.sw.planes = 1;
 	j.sw.leaves = 2;
 	j.sw.leaf.resize(2);
-	j.sw.leaf[1].port = 9999;
+	j.sw.leaf.mut()[1].port = 9999;
 	j.sw.spine.resize(1);
-	j.sw.spine[0].port = 8888;
+	j.sw.spine.mut()[0].port = 8888;
 	j.sw.member_leaf = {0, 1, 1};
 	j.sw.window = 17;
 	j.sw.e2e_ack = true;
@@ -963,10 +963,10 @@ TEST(DevdJob, PackedJobComesBackWholeAndBadBytesAreRefused)
 	EXPECT_EQ(devd::unpack_job(b.data(), b.size(), &o), EINVAL);
 	// The shape is checked as the provider and the engine check it.
 	j.node = 2;
-	j.members[1].ranks = 0;
+	j.members.mut()[1].ranks = 0;
 	devd::pack_job(j, &b);
 	EXPECT_EQ(devd::unpack_job(b.data(), b.size(), &o), EINVAL);
-	j.members[1].ranks = 2;
+	j.members.mut()[1].ranks = 2;
 	j.sw.member_leaf = {0, 1, 2}; // a leaf the job does not have
 	devd::pack_job(j, &b);
 	EXPECT_EQ(devd::unpack_job(b.data(), b.size(), &o), EINVAL);

@@ -416,8 +416,8 @@ void ring_job(CollOp op, uint16_t ranks_a)
 	j.topology = Topology::ring;
 	j.total_ranks = total;
 	j.members.resize(2);
-	j.members[0] = JobMember{a.ep(), na, ranks_a, 0};
-	j.members[1] = JobMember{b.ep(), nb, 1, ranks_a};
+	j.members.mut()[0] = JobMember{a.ep(), na, ranks_a, 0};
+	j.members.mut()[1] = JobMember{b.ep(), nb, 1, ranks_a};
 	auto start = [&](Dev &d, Qp *qp, uint16_t node) {
 		QpAttr at;
 		at.state = QpState::init;

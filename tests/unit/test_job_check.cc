@@ -70,8 +70,8 @@ TEST(JobCheck, RefusesWithAReason)
 		{"block_len", [](JobConfig &c) { c.block_len = 1020; }},
 		{"topology", [](JobConfig &c) { c.topology = Topology(9); }},
 		{"topology", [](JobConfig &c) { c.topology = Topology::sw; }},
-		{"member ranks", [](JobConfig &c) { c.members[1].ranks = 0; }},
-		{"member ranks", [](JobConfig &c) { c.members[1].ranks = 65; }},
+		{"member ranks", [](JobConfig &c) { c.members.mut()[1].ranks = 0; }},
+		{"member ranks", [](JobConfig &c) { c.members.mut()[1].ranks = 65; }},
 		{"local ranks", [](JobConfig &c) { c.local_first = 1, c.local_count = 2; }},
 		{"local ranks", [](JobConfig &c) { c.local_first = 1; }},
 		{"switch planes",
@@ -150,7 +150,7 @@ TEST(JobCheck, TreeBitsAreMembersWithinTheirLeaf)
 	ASSERT_EQ(check_job(t, nullptr), 0);
 	EXPECT_EQ(t.sw.member_bit[t.node], 1);
 	EXPECT_EQ(t.sw.leaf_bits, 0x3ull);
-	t.sw.member_leaf[128] = 3; // a 65th member under leaf 3
+	t.sw.member_leaf.mut()[128] = 3; // a 65th member under leaf 3
 	const char *why = nullptr;
 	EXPECT_EQ(check_job(t, &why), EINVAL);
 	EXPECT_EQ(std::string(why).rfind("nodes with a switch", 0), 0u) << why;
@@ -189,7 +189,7 @@ TEST(JobCheck, PodsGiveTheSpineAndCoreBits)
 		{"switch spines and cores", [](JobConfig &c) { c.sw.core.clear(); }},
 		{"switch spines and cores", [](JobConfig &c) { c.sw.spine.resize(1); }},
 		{"leaf_pod", [](JobConfig &c) { c.sw.leaf_pod.pop_back(); }},
-		{"leaf_pod", [](JobConfig &c) { c.sw.leaf_pod[0] = 3; }},
+		{"leaf_pod", [](JobConfig &c) { c.sw.leaf_pod.mut()[0] = 3; }},
 		{"inline task", [](JobConfig &c) { c.sw.inline_task = true; }},
 		{"switch pods", [](JobConfig &c) { c.sw.pods = 65; }},
 		{"switch cores", [](JobConfig &c) { c.sw.pods = 1, c.sw.spine.resize(1); }},
@@ -212,13 +212,46 @@ TEST(JobCheck, PodsGiveTheSpineAndCoreBits)
 	w.sw.spine.resize(2);
 	w.sw.core.resize(1);
 	w.sw.leaf_pod.assign(66, 0);
-	w.sw.leaf_pod[65] = 1;
+	w.sw.leaf_pod.mut()[65] = 1;
 	w.sw.member_leaf = {0, 65};
 	const char *why = nullptr;
 	EXPECT_EQ(check_job(w, &why), EINVAL);
 	EXPECT_EQ(std::string(why).rfind("leaf_pod: at most 64", 0), 0u) << why;
-	w.sw.leaf_pod[64] = 1;
+	w.sw.leaf_pod.mut()[64] = 1;
 	EXPECT_EQ(check_job(w, nullptr), 0);
+}
+
+// A job's lists are the same on every node: a copy checked again (as the
+// engine checks the configuration it is given) keeps sharing them with
+// the checked original, one array for a simulation's thousands of NICs;
+// a change through one copy leaves the other as it was.
+TEST(JobCheck, CopiesShareTheMemberListsUntilChanged)
+{
+	JobConfig t = job({1, 2, 1, 3});
+	t.topology = Topology::hierarchy;
+	t.sw.on = true;
+	t.sw.leaves = 2;
+	t.sw.leaf.resize(2);
+	t.sw.spine.resize(1);
+	t.sw.member_leaf = {0, 1, 1, 0};
+	ASSERT_EQ(check_job(t, nullptr), 0);
+	JobConfig c = t;
+	c.node = 2;
+	ASSERT_EQ(check_job(c, nullptr), 0);
+	EXPECT_TRUE(c.members.shares(t.members));
+	EXPECT_TRUE(c.sw.member_bit.shares(t.sw.member_bit));
+	EXPECT_TRUE(c.sw.member_leaf.shares(t.sw.member_leaf));
+	EXPECT_TRUE(c.sw.leaf.shares(t.sw.leaf));
+	EXPECT_EQ(c.members[3].first_rank, 4u);
+	EXPECT_EQ(c.sw.member_bit[2], 1);
+	c.members.mut()[1].ranks = 5;
+	ASSERT_EQ(check_job(c, nullptr), 0);
+	EXPECT_FALSE(c.members.shares(t.members));
+	EXPECT_EQ(t.members[1].ranks, 2); // the original kept its own
+	EXPECT_EQ(t.members[3].first_rank, 4u);
+	EXPECT_EQ(c.members[3].first_rank, 7u);
+	EXPECT_EQ(t.total_ranks, 7u);
+	EXPECT_EQ(c.total_ranks, 10u);
 }
 
 } // namespace

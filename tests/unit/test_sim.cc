@@ -360,6 +360,43 @@ TEST(Sim, ThreeLevelTree)
 	EXPECT_GT(l.drops, 0u);
 }
 
+// Phantom ranks: one source and one result buffer for the whole job, the
+// packets and the switches' reductions real; the result (N equal vectors
+// reduced) checked on the shared buffer, in int32 and in float, through
+// one leaf, a two-level and a three-level tree, under loss.
+TEST(Sim, PhantomRanksShareOneBuffer)
+{
+	FabricSpec f;
+	f.nodes = 32;
+	f.shape = Shape::tree3;
+	f.nodes_per_leaf = 4;
+	f.leaves_per_pod = 2;
+	f.host.rate_bps = 10000000000ull;
+	f.host.delay_ns = 1000;
+	f.loss = 0.01;
+	f.probe_us = 10;
+	f.rto_us = 50;
+	JobSpec a = job(SimTopology::sw, {4096, 256 << 10});
+	a.phantom = true;
+	a.type = SimType::int32;
+	JobSpec b = a;
+	b.type = SimType::f32;
+	b.ranks_per_node = 3;
+	b.nodes = {1, 2, 3, 5, 6};
+	b.start_ns = 1000000;
+	JobSpec c = a;
+	c.op = SimOp::max;
+	c.nodes = {8, 9, 10};
+	c.start_ns = 2000000;
+	JobSpec d = a;
+	d.coll = SimColl::bcast;
+	d.root = 7;
+	d.start_ns = 3000000;
+	SimReport r = run(f, {a, b, c, d}, 2);
+	expect_right(r);
+	EXPECT_GT(r.drops, 0u);
+}
+
 // Planes (rails): two copies of the switches, each host a link to each.
 // A switch job spreads its blocks over both: each plane's switch reduces
 // about half of them, the bound is both links' (busbw near it, wire/S
@@ -463,6 +500,20 @@ TEST(Sim, BadDescriptionNamesTheField)
 	bad(R"({"fabric": {"nodes": 5000}, "jobs": [{"sizes": [4]}]})", "fabric.nodes");
 	bad(R"({"fabric": {"nodes": 4, "shape": "torus"}, "jobs": [{"sizes": [4]}]})",
 	    "fabric.shape");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4], "nodes": "3-1"}]})",
+	    "jobs[0].nodes");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4], "nodes": "0-2;3"}]})",
+	    "jobs[0].nodes");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4], "nodes": "0-65536,0-9"}]})",
+	    "jobs[0].nodes");
+	bad(R"({"fabric": {"nodes": 4}, "jobs": [{"sizes": [4], "phantom": true, "in_place": true}]})",
+	    "jobs[0].phantom");
+	EXPECT_TRUE(parse_description(
+		R"({"fabric": {"nodes": 8}, "jobs": [{"sizes": [4], "nodes": "5,0-2,7", "phantom": true}]})",
+		&f, &jobs, &seed, &err))
+		<< err;
+	EXPECT_EQ(jobs.at(0).nodes, (std::vector<uint32_t>{5, 0, 1, 2, 7}));
+	EXPECT_TRUE(jobs.at(0).phantom);
 	bad(R"({"fabric": {"nodes": 8, "shape": "tree3", "nodes_per_leaf": 2}, "jobs": [{"sizes": [4]}]})",
 	    "fabric.leaves_per_pod");
 	bad(R"({"fabric": {"nodes": 8, "shape": "tree3", "nodes_per_leaf": 2, "leaves_per_pod": 2,
