@@ -22,10 +22,7 @@ public:
 	CowVector() = default;
 	CowVector(std::initializer_list<T> l) : p_(std::make_shared<std::vector<T>>(l)) {}
 	CowVector(std::vector<T> v) : p_(std::make_shared<std::vector<T>>(std::move(v))) {}
-	template <class It>
-	CowVector(It b, It e) : p_(std::make_shared<std::vector<T>>(b, e))
-	{
-	}
+	template <class It> CowVector(It b, It e) : p_(std::make_shared<std::vector<T>>(b, e)) {}
 
 	// Reads: never copy.
 	size_t size() const { return p_ ? p_->size() : 0; }

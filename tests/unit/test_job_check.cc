@@ -25,6 +25,26 @@ JobConfig job(std::initializer_list<uint16_t> ranks)
 	return c;
 }
 
+// A way to spoil a good job, and the field its refusal must name first.
+struct Case {
+	const char *field;
+	void (*spoil)(JobConfig &);
+};
+
+// Each case, applied to a copy of good, is refused naming its field.
+void expect_refused(const JobConfig &good, std::initializer_list<Case> cases)
+{
+	for (const Case &k : cases) {
+		JobConfig c = good;
+		ASSERT_EQ(check_job(c, nullptr), 0);
+		k.spoil(c);
+		const char *why = nullptr;
+		EXPECT_EQ(check_job(c, &why), EINVAL) << k.field;
+		ASSERT_NE(why, nullptr) << k.field;
+		EXPECT_EQ(std::string(why).rfind(k.field, 0), 0u) << k.field << ": " << why;
+	}
+}
+
 TEST(JobCheck, NumbersTheRanks)
 {
 	JobConfig c = job({3, 1, 4});
@@ -49,55 +69,52 @@ TEST(JobCheck, NumbersTheRanks)
 // Each bad shape refused with a reason naming the field.
 TEST(JobCheck, RefusesWithAReason)
 {
-	struct Case {
-		const char *field;
-		void (*spoil)(JobConfig &);
-	} cases[] = {
-		{"nodes", [](JobConfig &c) { c.members.clear(); }},
-		{"nodes", [](JobConfig &c) { c.members.resize(65536, c.members[0]); }},
-		{"nodes with a switch",
-		 [](JobConfig &c) {
-			 c.members.resize(65, c.members[0]);
-			 c.sw.on = true, c.sw.leaf.resize(1);
-		 }},
-		{"nodes with a switch",
-		 [](JobConfig &c) {
-			 c.members.resize(65, c.members[0]);
-			 c.topology = Topology::autosel, c.sw.on = true, c.sw.leaf.resize(1);
-		 }},
-		{"node", [](JobConfig &c) { c.node = 2; }},
-		{"seg_count", [](JobConfig &c) { c.seg_count = 0; }},
-		{"block_len", [](JobConfig &c) { c.block_len = 1020; }},
-		{"topology", [](JobConfig &c) { c.topology = Topology(9); }},
-		{"topology", [](JobConfig &c) { c.topology = Topology::sw; }},
-		{"member ranks", [](JobConfig &c) { c.members.mut()[1].ranks = 0; }},
-		{"member ranks", [](JobConfig &c) { c.members.mut()[1].ranks = 65; }},
-		{"local ranks", [](JobConfig &c) { c.local_first = 1, c.local_count = 2; }},
-		{"local ranks", [](JobConfig &c) { c.local_first = 1; }},
-		{"switch planes",
-		 [](JobConfig &c) { c.sw.on = true, c.sw.planes = 9, c.sw.leaf.resize(9); }},
-		{"switch leaves", [](JobConfig &c) { c.sw.on = true; }},
-		{"topology",
-		 [](JobConfig &c) {
-			 c.sw.on = true, c.topology = Topology::hierarchy, c.sw.leaf.resize(1);
-		 }},
-		{"seg_count",
-		 [](JobConfig &c) { c.sw.on = true, c.sw.leaf.resize(1), c.seg_count = 1; }},
-		{"member_leaf",
-		 [](JobConfig &c) {
-			 c.sw.on = true, c.sw.leaves = 2, c.sw.leaf.resize(2), c.sw.spine.resize(1);
-			 c.sw.member_leaf = {0, 2};
-		 }},
-	};
-	for (const Case &k : cases) {
-		JobConfig c = job({2, 2});
-		ASSERT_EQ(check_job(c, nullptr), 0);
-		k.spoil(c);
-		const char *why = nullptr;
-		EXPECT_EQ(check_job(c, &why), EINVAL) << k.field;
-		ASSERT_NE(why, nullptr) << k.field;
-		EXPECT_EQ(std::string(why).rfind(k.field, 0), 0u) << k.field << ": " << why;
-	}
+	expect_refused(
+		job({2, 2}),
+		{
+			{"nodes", [](JobConfig &c) { c.members.clear(); }},
+			{"nodes", [](JobConfig &c) { c.members.resize(65536, c.members[0]); }},
+			{"nodes with a switch",
+			 [](JobConfig &c) {
+				 c.members.resize(65, c.members[0]);
+				 c.sw.on = true, c.sw.leaf.resize(1);
+			 }},
+			{"nodes with a switch",
+			 [](JobConfig &c) {
+				 c.members.resize(65, c.members[0]);
+				 c.topology = Topology::autosel, c.sw.on = true,
+				 c.sw.leaf.resize(1);
+			 }},
+			{"node", [](JobConfig &c) { c.node = 2; }},
+			{"seg_count", [](JobConfig &c) { c.seg_count = 0; }},
+			{"block_len", [](JobConfig &c) { c.block_len = 1020; }},
+			{"topology", [](JobConfig &c) { c.topology = Topology(9); }},
+			{"topology", [](JobConfig &c) { c.topology = Topology::sw; }},
+			{"member ranks", [](JobConfig &c) { c.members.mut()[1].ranks = 0; }},
+			{"member ranks", [](JobConfig &c) { c.members.mut()[1].ranks = 65; }},
+			{"local ranks", [](JobConfig &c) { c.local_first = 1, c.local_count = 2; }},
+			{"local ranks", [](JobConfig &c) { c.local_first = 1; }},
+			{"switch planes",
+			 [](JobConfig &c) {
+				 c.sw.on = true, c.sw.planes = 9, c.sw.leaf.resize(9);
+			 }},
+			{"switch leaves", [](JobConfig &c) { c.sw.on = true; }},
+			{"topology",
+			 [](JobConfig &c) {
+				 c.sw.on = true, c.topology = Topology::hierarchy,
+				 c.sw.leaf.resize(1);
+			 }},
+			{"seg_count",
+			 [](JobConfig &c) {
+				 c.sw.on = true, c.sw.leaf.resize(1), c.seg_count = 1;
+			 }},
+			{"member_leaf",
+			 [](JobConfig &c) {
+				 c.sw.on = true, c.sw.leaves = 2, c.sw.leaf.resize(2),
+				 c.sw.spine.resize(1);
+				 c.sw.member_leaf = {0, 2};
+			 }},
+		});
 	// A ring may be as long as src_node counts; one switch takes 64.
 	JobConfig ring = job({2, 2});
 	ring.members.resize(65535, ring.members[0]);
@@ -182,26 +199,17 @@ TEST(JobCheck, PodsGiveTheSpineAndCoreBits)
 	ASSERT_EQ(check_job(t, nullptr), 0);
 	EXPECT_EQ(t.sw.leaf_up, 1);
 	EXPECT_EQ(t.sw.pod_bits, 0x3ull);
-	const struct {
-		const char *field;
-		void (*spoil)(JobConfig &);
-	} bad[] = {
-		{"switch spines and cores", [](JobConfig &c) { c.sw.core.clear(); }},
-		{"switch spines and cores", [](JobConfig &c) { c.sw.spine.resize(1); }},
-		{"leaf_pod", [](JobConfig &c) { c.sw.leaf_pod.pop_back(); }},
-		{"leaf_pod", [](JobConfig &c) { c.sw.leaf_pod.mut()[0] = 3; }},
-		{"inline task", [](JobConfig &c) { c.sw.inline_task = true; }},
-		{"switch pods", [](JobConfig &c) { c.sw.pods = 65; }},
-		{"switch cores", [](JobConfig &c) { c.sw.pods = 1, c.sw.spine.resize(1); }},
-	};
-	for (const auto &k : bad) {
-		JobConfig c = t;
-		k.spoil(c);
-		const char *why = nullptr;
-		EXPECT_EQ(check_job(c, &why), EINVAL) << k.field;
-		ASSERT_NE(why, nullptr) << k.field;
-		EXPECT_EQ(std::string(why).rfind(k.field, 0), 0u) << k.field << ": " << why;
-	}
+	expect_refused(
+		t,
+		{
+			{"switch spines and cores", [](JobConfig &c) { c.sw.core.clear(); }},
+			{"switch spines and cores", [](JobConfig &c) { c.sw.spine.resize(1); }},
+			{"leaf_pod", [](JobConfig &c) { c.sw.leaf_pod.pop_back(); }},
+			{"leaf_pod", [](JobConfig &c) { c.sw.leaf_pod.mut()[0] = 3; }},
+			{"inline task", [](JobConfig &c) { c.sw.inline_task = true; }},
+			{"switch pods", [](JobConfig &c) { c.sw.pods = 65; }},
+			{"switch cores", [](JobConfig &c) { c.sw.pods = 1, c.sw.spine.resize(1); }},
+		});
 	// 65 leaves in one pod: beyond the spine's bitmap.
 	JobConfig w = job({1, 1});
 	w.topology = Topology::hierarchy;

@@ -22,6 +22,20 @@ FabricSpec star(uint32_t n, uint64_t rate_bps, uint64_t delay_ns)
 	return f;
 }
 
+// Three levels: n hosts, 4 per leaf, leaves_per_pod leaves per spine, 10
+// Gbit/s links of 1 us.
+FabricSpec tree3(uint32_t n, uint32_t leaves_per_pod)
+{
+	FabricSpec f;
+	f.nodes = n;
+	f.shape = Shape::tree3;
+	f.nodes_per_leaf = 4;
+	f.leaves_per_pod = leaves_per_pod;
+	f.host.rate_bps = 10000000000ull;
+	f.host.delay_ns = 1000;
+	return f;
+}
+
 JobSpec job(SimTopology t, std::vector<uint64_t> sizes, uint32_t ranks = 1)
 {
 	JobSpec j;
@@ -311,13 +325,7 @@ TEST(Sim, TwoLevelTree)
 // in one partial per pod, the way up carries S from each host.
 TEST(Sim, ThreeLevelTree)
 {
-	FabricSpec f;
-	f.nodes = 32;
-	f.shape = Shape::tree3;
-	f.nodes_per_leaf = 4;
-	f.leaves_per_pod = 2; // 4 pods of 8 hosts
-	f.host.rate_bps = 10000000000ull;
-	f.host.delay_ns = 1000;
+	FabricSpec f = tree3(32, 2); // 4 pods of 8 hosts
 	JobSpec all = job(SimTopology::sw, {4096, 1 << 20});
 	all.type = SimType::int32;
 	SimReport r = run(f, {all}, 1);
@@ -366,13 +374,7 @@ TEST(Sim, ThreeLevelTree)
 // one leaf, a two-level and a three-level tree, under loss.
 TEST(Sim, PhantomRanksShareOneBuffer)
 {
-	FabricSpec f;
-	f.nodes = 32;
-	f.shape = Shape::tree3;
-	f.nodes_per_leaf = 4;
-	f.leaves_per_pod = 2;
-	f.host.rate_bps = 10000000000ull;
-	f.host.delay_ns = 1000;
+	FabricSpec f = tree3(32, 2);
 	f.loss = 0.01;
 	f.probe_us = 10;
 	f.rto_us = 50;
