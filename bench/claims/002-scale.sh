@@ -5,7 +5,11 @@
 # allreduce (after one untimed, in place: one buffer a rank) round the
 # ring on a star, through one switch (star, at most 64 hosts: a member's
 # bit in the CETH's 64-bit map), and through leaves of 16 hosts under a
-# spine (tree2, from 32 hosts to 1,024: 64 leaves): busbw against the ring's bound (the link rate R: the
+# spine (tree2, from 32 hosts to 1,024: 64 leaves), and through pods of 16
+# such leaves under a spine each, the spines under a core (tree3, from 512
+# hosts, 2 pods, to 4,096, 16 pods; phantom ranks: one source and one
+# result buffer for the job, real packets and reductions, the result
+# checked): busbw against the ring's bound (the link rate R: the
 # switch's own bound is R x 2(N-1)/N, so up to about 2 here), and wire/S.
 # The ring runs twice: with the job's default 256 Seg units (ring: a
 # node keeps room for a window of blocks from each of the N-1 others, so
@@ -17,13 +21,13 @@
 #
 #   bench/claims/002-scale.sh [-s SIZE] [-r RATE] [-N "N..."]
 #       -s  bytes a rank (4M), -r  link rate (100gbit), -N  host counts
-#       ("2 4 8 16 32 64 128 256 512 1024"; one switch at most 64
+#       ("2 4 8 16 32 64 128 256 512 1024 2048 4096"; one switch at most 64
 #       hosts, the width of the CETH's node bitmap; the ring to 256 with
 #       its default units, to 512 with 64 (N-1): 1,024 hosts of those
 #       would hold more than 16 GiB of Seg pools).  1 us links.
-#       Deterministic; about 4 minutes and 5 GB at 1,024 hosts.
+#       Deterministic; about 7 minutes and 5 GB.
 set -euo pipefail
-size=4M rate=100gbit ns="2 4 8 16 32 64 128 256 512 1024"
+size=4M rate=100gbit ns="2 4 8 16 32 64 128 256 512 1024 2048 4096"
 while getopts "s:r:N:h" o; do
 	case $o in
 	s) size=$OPTARG ;;
@@ -38,13 +42,14 @@ claims_init 002-scale
 csv=$out/002-scale.csv
 echo "path,hosts,time_us,busbw_over_R,wire_s" >"$csv"
 run() { # PATH N SHAPE TOPOLOGY
-	local per="" units="" nic=""
+	local per="" units="" nic="" place='"in_place": true'
 	[ "$3" = tree2 ] && per='"nodes_per_leaf": 16,'
+	[ "$3" = tree3 ] && per='"nodes_per_leaf": 16, "leaves_per_pod": 16,' place='"phantom": true'
 	[ "$1" = ring_units ] && nic="\"nic_units\": $((64 * $2))," units="\"seg_units\": $((64 * ($2 - 1))),"
 	cat >"$tmp/d.json" <<EOF
 {"seed": 1,
  "fabric": {"nodes": $2, "shape": "$3", $per $nic "link": {"rate": "$rate", "delay_us": 1, "queue": "4M"}},
- "jobs": [{"name": "j", "topology": "$4", $units "in_place": true, "sizes": ["$size"], "iters": 1, "warmup": 1}]}
+ "jobs": [{"name": "j", "topology": "$4", $units $place, "sizes": ["$size"], "iters": 1, "warmup": 1}]}
 EOF
 	read -r t bb ws _ < <(sim_row "$tmp/d.json")
 	# busbw/bound is against the path's own bound: over R, the switch
@@ -58,6 +63,7 @@ for n in $ns; do [ "$n" -le 256 ] && run ring "$n" star ring; done
 for n in $ns; do [ "$n" -le 512 ] && run ring_units "$n" star ring; done
 for n in $ns; do [ "$n" -le 64 ] && run switch "$n" star switch; done
 for n in $ns; do [ "$n" -ge 32 ] && [ "$n" -le 1024 ] && run tree2 "$n" tree2 switch; done
+for n in $ns; do [ "$n" -ge 512 ] && [ "$n" -le 4096 ] && run tree3 "$n" tree3 switch; done
 md_table "$csv" >"$out/002-scale.md"
 cat "$out/002-scale.md"
 if command -v gnuplot >/dev/null; then
@@ -75,8 +81,8 @@ set yrange [0:2.2]
 set y2range [0:2.2]
 set key left top
 set title "Claim 002: busbw over the link rate (solid) and wire/S (dashed), $rate, $size a rank"
-plot for [p in "ring ring_units switch tree2"] "$csv" using (strcol(1) eq p ? \$2 : 1/0):4 with linespoints lw 2 title p." busbw/R", \
-     for [p in "ring ring_units switch tree2"] "$csv" using (strcol(1) eq p ? \$2 : 1/0):5 axes x1y2 with linespoints dt 2 title p." wire/S"
+plot for [p in "ring ring_units switch tree2 tree3"] "$csv" using (strcol(1) eq p ? \$2 : 1/0):4 with linespoints lw 2 title p." busbw/R", \
+     for [p in "ring ring_units switch tree2 tree3"] "$csv" using (strcol(1) eq p ? \$2 : 1/0):5 axes x1y2 with linespoints dt 2 title p." wire/S"
 EOF
 	echo "plot: $out/002-scale.png"
 fi

@@ -37,7 +37,9 @@ claims_init() {
 
 sim_row() {
 	local o
-	o=$("$sim" "$1") || { echo "$claim: the simulation of $1 failed:" >&2; echo "$o" >&2; exit 1; }
+	# (Its stderr, the run's wall time and memory, is kept for a failure.)
+	o=$("$sim" "$1" 2>"$tmp/sim.err") ||
+		{ echo "$claim: the simulation of $1 failed:" >&2; echo "$o" >&2; cat "$tmp/sim.err" >&2; exit 1; }
 	echo "$o" | awk '
 		/^ +[0-9]+ +[0-9]+ / { t = $3; bb = $6; w = $7; if ($8 != 0 || $9 != 0) bad = 1 }
 		/^# switch 0: at most/ { u = $6; q = $13 }
