@@ -7,7 +7,7 @@ set -eu
 
 # Building: compilers, CMake, the libraries, GoogleTest.
 pkgs="build-essential cmake pkg-config libibverbs-dev libnl-3-dev libnl-route-3-dev
-libspdlog-dev libgtest-dev nlohmann-json3-dev"
+libspdlog-dev libgtest-dev nlohmann-json3-dev libpcap-dev"
 # PMIx (the programs' rendezvous under mpirun/srun) and Open MPI (the MPI
 # drop-in library builds against it; its tests and benchmark run mpirun).
 pkgs="$pkgs libpmix-dev libopenmpi-dev openmpi-bin"

@@ -195,6 +195,11 @@ public:
 	~Simulator();
 	// Checks a job against the fabric; false with *err naming the field.
 	bool add_job(const JobSpec &j, std::string *err);
+	// Writes every packet, as it leaves its sender, to a pcap file
+	// (false with *err when it cannot be opened); close_pcap() finishes
+	// it (false with *err when a write failed).
+	bool open_pcap(const std::string &path, std::string *err);
+	bool close_pcap(std::string *err);
 	// Runs every job to its end, or until limit_ns of virtual time;
 	// progress, when set, is called about every second of wall time.
 	SimReport run(uint64_t limit_ns,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "sim/sim.h"
+#include "sim/sim_pcap.h"
 
 #include "coll/coll_job.h"
 #include "net/transport.h"
@@ -304,6 +305,7 @@ public:
 	Fabric(const FabricSpec &f, uint64_t seed) : spec(f), rng(seed), clock(kStart) { build(); }
 
 	PktPool pool; // first: destroyed after everything that holds packets
+	PcapWriter pcap;
 	FabricSpec spec;
 	std::mt19937_64 rng;
 	std::uniform_real_distribution<double> u{0.0, 1.0};
@@ -497,6 +499,9 @@ public:
 	// with the fabric's probability, as its port's impairment would.
 	void send_from(uint32_t from, PktPtr p)
 	{
+		if (pcap.is_open())
+			pcap.write(clock.now() - kStart, p->src, p->dst, kPort, p->ecn,
+				   p->bytes.data(), p->bytes.size());
 		if (spec.loss > 0 && u(rng) < spec.loss) {
 			lost++;
 			return;

@@ -241,6 +241,16 @@ std::string check_fabric(const FabricSpec &f)
 Simulator::Simulator(const FabricSpec &f, uint64_t seed) : f_(std::make_unique<Fabric>(f, seed)) {}
 Simulator::~Simulator() = default;
 
+bool Simulator::open_pcap(const std::string &path, std::string *err)
+{
+	return f_->pcap.open(path, err);
+}
+
+bool Simulator::close_pcap(std::string *err)
+{
+	return f_->pcap.close(err);
+}
+
 // The switches of a job on the fabric: its hosts' leaves, the spine when
 // they are several, and with pods (tree3) their spines and the core when
 // the leaves are in several pods (false with *err naming the field).

@@ -26,6 +26,8 @@ static void usage(FILE *f)
 		   "device's collective engine and the aggregation switch, in virtual time.\n"
 		   "  -s, --seed N        the random seed (loss, jitter, data), over the file's\n"
 		   "  -l, --limit SEC     stop after SEC seconds of virtual time (default 600)\n"
+		   "  -j, --json FILE     also write the results as JSON to FILE\n"
+		   "  -p, --pcap FILE     write every packet, as it leaves its sender, to FILE\n"
 		   "  -h, --help          this text\n"
 		   "      --version       print the version and exit\n"
 		   "Exit status: 0 every result right, 1 a wrong or failed result or a job\n"
@@ -35,17 +37,17 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	enum { OPT_VERSION = 256 };
-	static const option longs[] = {{"seed", 1, nullptr, 's'},
-				       {"limit", 1, nullptr, 'l'},
-				       {"json", 1, nullptr, 'j'},
-				       {"help", 0, nullptr, 'h'},
-				       {"version", 0, nullptr, OPT_VERSION},
-				       {nullptr, 0, nullptr, 0}};
+	const char *pcap_path = nullptr;
+	static const option longs[] = {
+		{"seed", 1, nullptr, 's'}, {"limit", 1, nullptr, 'l'},
+		{"json", 1, nullptr, 'j'}, {"pcap", 1, nullptr, 'p'},
+		{"help", 0, nullptr, 'h'}, {"version", 0, nullptr, OPT_VERSION},
+		{nullptr, 0, nullptr, 0}};
 	long long seed = -1;
 	double limit_s = 600;
 	const char *json_path = nullptr;
 	int c;
-	while ((c = getopt_long(argc, argv, "s:l:j:h", longs, nullptr)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:l:j:p:h", longs, nullptr)) != -1) {
 		char *end = nullptr;
 		switch (c) {
 		case 's':
@@ -68,6 +70,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'j': json_path = optarg; break;
+		case 'p': pcap_path = optarg; break;
 		case 'h': usage(stdout); return 0;
 		case OPT_VERSION: return ibvc_print_version("ibv_coll_sim", nullptr);
 		default: usage(stderr); return 2;
@@ -101,6 +104,10 @@ int main(int argc, char **argv)
 			fprintf(stderr, "ibv_coll_sim: %s: %s\n", argv[optind], err.c_str());
 			return 2;
 		}
+	if (pcap_path && !sim.open_pcap(pcap_path, &err)) {
+		fprintf(stderr, "ibv_coll_sim: --pcap: %s\n", err.c_str());
+		return 2;
+	}
 	// On a terminal, a line a second while it runs.
 	std::function<void(uint64_t, uint64_t, uint32_t, uint32_t)> progress;
 	if (isatty(STDERR_FILENO))
@@ -113,6 +120,10 @@ int main(int argc, char **argv)
 	if (progress)
 		fprintf(stderr, "\r\033[K");
 	print_report(stdout, f, r);
+	if (pcap_path && !sim.close_pcap(&err)) {
+		fprintf(stderr, "ibv_coll_sim: --pcap: %s: %s\n", pcap_path, err.c_str());
+		return 1;
+	}
 	// What the run cost this machine, on stderr: the report on stdout is
 	// the same bytes whatever the machine.
 	const auto t2 = std::chrono::steady_clock::now();
