@@ -84,15 +84,16 @@ struct FuzzNic {
 		j.seg_base = seg_base;
 		j.seg_count = 8;
 		j.topology = sw ? Topology::sw : Topology::ring;
-		j.members.resize(nodes);
-		j.members[0].ep = v4_endpoint(kSelf, kPort);
-		j.members[0].qpn = qpn;
+		std::vector<JobMember> &mem = j.members.mut();
+		mem.resize(nodes);
+		mem[0].ep = v4_endpoint(kSelf, kPort);
+		mem[0].qpn = qpn;
 		for (uint16_t i = 0; i < nodes; i++) {
 			if (i)
-				j.members[i].ep = peer(i - 1u);
+				mem[i].ep = peer(i - 1u);
 			if (i)
-				j.members[i].qpn = kPeerQpn;
-			j.members[i].ranks = 1;
+				mem[i].qpn = kPeerQpn;
+			mem[i].ranks = 1;
 		}
 		if (sw) {
 			j.sw.on = true;
