@@ -28,7 +28,6 @@ public:
 	size_t size() const { return p_ ? p_->size() : 0; }
 	bool empty() const { return !size(); }
 	const T &operator[](size_t i) const { return (*p_)[i]; }
-	const T &back() const { return p_->back(); }
 	const T *data() const { return p_ ? p_->data() : nullptr; }
 	const_iterator begin() const { return view().begin(); }
 	const_iterator end() const { return view().end(); }
@@ -59,7 +58,6 @@ public:
 	void resize(size_t n, const T &v) { mut().resize(n, v); }
 	void assign(size_t n, const T &v) { fresh().assign(n, v); }
 	template <class It> void assign(It b, It e) { fresh().assign(b, e); }
-	void reserve(size_t n) { mut().reserve(n); }
 	void clear() { p_.reset(); }
 	CowVector &operator=(std::initializer_list<T> l)
 	{
