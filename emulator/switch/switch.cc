@@ -326,6 +326,8 @@ void Switch::timers(Section &s)
 		s.exclusive();
 		hold_expire(Switch::now());
 	}
+	if (!multi())
+		tails(Switch::now());
 	if (util::elapsed_ns(Switch::now(), last_expire_) > 1000 * util::kNsPerMs) {
 		s.exclusive();
 		const uint64_t now = Switch::now();
@@ -340,6 +342,8 @@ uint64_t Switch::next_deadline() const
 	auto sooner = [&d](uint64_t t) { d = !d || t < d ? t : d; };
 	if (!jobs_.empty())
 		sooner(last_expire_ + 1000 * util::kNsPerMs + 1);
+	if (tail_next_)
+		sooner(tail_next_);
 	if (hold_.on) {
 		auto it = jobs_.find(hold_.jid);
 		const uint64_t ms = it != jobs_.end() && it->second.hold_ms ? it->second.hold_ms
@@ -405,6 +409,9 @@ bool Switch::touch(Job &j, uint64_t now)
 void Switch::size_arrive(Job &j)
 {
 	j.arrive.assign(size_t(j.granted) * j.children.size(), 0);
+	j.repaired.assign(j.granted, 0);
+	j.newest = UINT32_MAX;
+	j.tail_at = 0;
 }
 
 SwitchCounters Switch::job_total(const Job &j)

@@ -123,6 +123,8 @@ struct SwitchCounters {
 	uint64_t resent_up = 0;	       // partials sent to the parent again
 	uint64_t asks = 0;	       // ASKs taken in (a child lacks a result)
 	uint64_t naks = 0;	       // NAKs sent (a child's partial is missing)
+	uint64_t tail_naks = 0;	       // of those, for the newest block, by its age
+	uint64_t results_again = 0;    // the newest block's results sent again, unasked
 	uint64_t configs = 0, grants = 0, denials = 0, releases = 0;
 	uint64_t drop_icrc = 0, drop_malformed = 0, drop_key = 0, drop_job = 0, drop_node = 0;
 	uint64_t drop_block = 0, drop_stale = 0, drop_busy = 0;
@@ -246,6 +248,32 @@ private:
 		// children, plus 1 (0: none yet), told with the next block's
 		// (one worker only: wire/swproto.h, Loss).
 		uint64_t last_result = 0;
+		// The tail (one worker only; switch_fold.cc, find_tail): the
+		// unit of the newest block begun, when it is looked at if it is
+		// still collecting (0: not), and how often it was; per unit,
+		// whether its block was repaired (a NAK went, or a repeat was
+		// its first copy here); and how far apart the first copies of
+		// a clean block arrive (the largest of late, shrinking by an
+		// eighth each block).
+		uint32_t newest = UINT32_MAX;
+		uint64_t tail_at = 0;
+		uint32_t tail_tries = 0;
+		std::vector<uint8_t> repaired;
+		uint64_t skew = 0;
+		// When the newest block began, and the mean time between the
+		// beginnings of successive blocks (an eighth each).
+		uint64_t begun_at = 0, pace = 0;
+		// When the tail's last NAKs went (0: answered), and how long the
+		// first repeat after them took (the members' round trip).
+		uint64_t tail_nak_at = 0, nak_rtt = 0;
+		// Clean blocks completed since the last repaired one (or ASK);
+		// the newest block's results, sent again when due (0: not),
+		// with the block whose results went before them.
+		uint32_t calm = UINT32_MAX;
+		static constexpr uint32_t kCalmBlocks = 64;
+		uint64_t again_at = 0;
+		uint32_t again_unit = 0, again_seq = 0;
+		uint64_t again_prev = 0;
 		SharedTime last_seen;
 		uint32_t released = 0;		 // children that said goodbye
 		std::vector<Child> retired;	 // the previous incarnation's children
@@ -371,6 +399,11 @@ private:
 	void send_naks(Job &j, uint32_t unit, uint64_t only, uint64_t gap = 0);
 	void find_missing(Job &j, uint32_t unit);
 	void find_gap(Job &j, const Child &c, uint32_t unit, const In &p);
+	static uint64_t tail_wait(const Job &j);
+	void arm_tail(Job &j, uint32_t unit, uint64_t first);
+	void find_tail(Job &j, uint64_t now);
+	void tail_answered(Job &j, uint64_t at);
+	void tails(uint64_t now);
 	void on_ask(Job &j, Child &c, const In &p);
 	// A packet to dst; the payload is copied, or with lend_crc (its
 	// crc32_update(0, payload || pad)) sent from where it is (a Seg unit,
@@ -397,6 +430,8 @@ private:
 	std::vector<uint8_t> range_used_; // per unit: taken by a job
 	std::map<uint32_t, Job> jobs_;
 	uint64_t last_expire_ = 0;
+	// The soonest a job's tail may be due (0: none armed; switch_fold.cc).
+	uint64_t tail_next_ = 0;
 	Holder hold_;
 	mutable RwLock mu_;
 	std::unique_ptr<UnitLock[]> unit_mu_; // with several workers

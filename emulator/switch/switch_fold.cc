@@ -72,12 +72,20 @@ void Switch::complete_unit(Job &j, uint32_t unit)
 	// since the last partial it waited for arrived, u.hold the fabric's
 	// part of the wait above us.
 	const uint64_t now = Switch::now();
-	uint64_t last = 0;
+	uint64_t last = 0, first = UINT64_MAX;
 	const size_t nc = j.children.size();
 	if (j.arrive.size() == size_t(j.granted) * nc)
-		for (size_t c = 0; c < nc; c++)
+		for (size_t c = 0; c < nc; c++) {
 			last = std::max(last, j.arrive[unit * nc + c]);
+			first = std::min(first, j.arrive[unit * nc + c]);
+		}
 	u.queue = hold_add(0, last && last < now ? now - last : 0);
+	if (unit < j.repaired.size()) {
+		const bool clean = !j.repaired[unit];
+		if (clean && first && last >= first)
+			j.skew = std::max(last - first, j.skew - j.skew / 8);
+		j.calm = !clean ? 0 : j.calm < UINT32_MAX ? j.calm + 1 : j.calm;
+	}
 	u.rx_ns = now;
 	u.hold = 0;
 	if (j.has_parent) {
@@ -181,8 +189,21 @@ void Switch::send_results(Job &j, uint32_t unit, uint64_t now)
 	const uint64_t prev = multi() ? 0 : j.last_result;
 	for (const Child &c : j.children)
 		send_result(j, unit, c, now, prev);
-	if (!multi())
-		j.last_result = uint64_t(pool_.unit(j.seg_base + unit).seq) + 1;
+	if (multi())
+		return;
+	const uint32_t seq = pool_.unit(j.seg_base + unit).seq;
+	j.last_result = uint64_t(seq) + 1;
+	// The newest block's results, while blocks are being repaired: no
+	// later result will show a child that lost them that it did (see
+	// find_tail).
+	if (unit == j.newest && j.calm < Job::kCalmBlocks && j.skew) {
+		j.again_at = now + j.skew;
+		j.again_unit = unit;
+		j.again_seq = seq;
+		j.again_prev = prev;
+		if (!tail_next_ || j.again_at < tail_next_)
+			tail_next_ = j.again_at;
+	}
 }
 
 // The result to one child: the data if it needs it, else a token.  Its
@@ -248,6 +269,8 @@ void Switch::send_naks(Job &j, uint32_t unit, uint64_t only, uint64_t gap)
 		n.rank_map = gap;
 		ctr(j).naks++;
 		send_to(j, c.ep, c.local, c.qpn, kCollResult, n, nullptr, nullptr, 0);
+		if (unit < j.repaired.size())
+			j.repaired[unit] = 1;
 	}
 }
 
@@ -271,6 +294,8 @@ void Switch::on_ask(Job &j, Child &c, const In &p)
 	ctr(j).asks++;
 	ctr(j).rx_packets++;
 	ctr(j).delivered++;
+	if (!multi())
+		j.calm = 0;
 	if (!holds) {
 		Ceth h = nak_header(p.h, c.cover);
 		h.rank_map = uint64_t(p.h.seq) + 1; // the ASK came after it
@@ -401,6 +426,10 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 					u.src_node = p.h.phase; // the leaf below it knows
 				ctr(j).delivered++;
 				note_arrival(j, unit, c, p.rx_ns);
+				if ((p.h.flags & kCethRetrans) && unit < j.repaired.size()) {
+					j.repaired[unit] = 1;
+					tail_answered(j, p.rx_ns);
+				}
 				fold(j, unit, p.h.node_map, p.payload, p.paylen);
 				find_gap(j, c, unit, p);
 				return;
@@ -439,8 +468,129 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 	u.len = p.paylen;
 	ctr(j).delivered++;
 	note_arrival(j, unit, c, p.rx_ns);
+	if (unit < j.repaired.size())
+		j.repaired[unit] = (p.h.flags & kCethRetrans) ? 1 : 0;
+	if (p.h.flags & kCethRetrans)
+		tail_answered(j, p.rx_ns);
+	arm_tail(j, unit, p.rx_ns);
 	fold(j, unit, p.h.node_map, p.payload, p.paylen);
 	find_gap(j, c, unit, p);
+}
+
+// The tail.  Where members go on sending, a lost partial shows by the
+// member's next one (find_gap) or by later blocks completing
+// (find_missing), and a lost result by the next result, which names it
+// (send_results).  The last blocks of a message have none after them: a
+// partial or a result lost there waited for its member's probe, which
+// counts from the member's last result, and at 64 members and 5 % loss
+// results keep coming for a while (blocks waiting on others' repeats):
+// 20-27 us of a 90 us message.  So:
+// - twice as long after the newest block's first partial came as a clean
+//   block's partials take to arrive (skew), whoever that block and the
+//   blocks just behind it still lack is NAKed; again after twice as
+//   long, four times at most, while any lacks a partial.  A member that has not sent that
+//   block yet takes the NAK for what holds it up (on_nak, urged): its
+//   oldest block without a result;
+// - the newest block's results, when no later block has begun by skew
+//   after they went, go again to every child, while blocks are being
+//   repaired (a repair among the last kCalmBlocks, or an ASK): a child
+//   that lost the first copy has it then, and its chain names the block
+//   before it, which the child asks for at once if it lacks it.
+// Not before a clean block is seen, nor with several workers (no order).
+uint64_t Switch::tail_wait(const Job &j)
+{
+	return 2 * j.skew + 8 * j.pace;
+}
+
+void Switch::arm_tail(Job &j, uint32_t unit, uint64_t first)
+{
+	if (multi() || j.repaired.size() != j.granted || !j.skew)
+		return;
+	if (j.newest < j.granted) {
+		const SegUnit &n = pool_.unit(j.seg_base + j.newest);
+		const SegUnit &u = pool_.unit(j.seg_base + unit);
+		if (n.busy && n.jid == j.jid && unit != j.newest && !seq_after(u.seq, n.seq))
+			return;
+	}
+	if (j.begun_at && first > j.begun_at)
+		j.pace = j.pace ? j.pace - j.pace / 8 + (first - j.begun_at) / 8
+				: first - j.begun_at;
+	j.begun_at = first;
+	j.newest = unit;
+	j.tail_tries = 0;
+	j.tail_at = first + tail_wait(j);
+	j.again_at = 0;
+	if (!tail_next_ || j.tail_at < tail_next_)
+		tail_next_ = j.tail_at;
+}
+
+void Switch::find_tail(Job &j, uint64_t now)
+{
+	if (j.state != State::granted || j.newest >= j.granted) {
+		j.tail_at = j.again_at = 0;
+		return;
+	}
+	const SegUnit &n = pool_.unit(j.seg_base + j.newest);
+	if (j.again_at && now >= j.again_at) {
+		j.again_at = 0;
+		if (j.newest == j.again_unit && n.busy && n.jid == j.jid && n.kind == kUnitDone &&
+		    n.seq == j.again_seq) {
+			for (const Child &c : j.children)
+				send_result(j, j.newest, c, now, j.again_prev);
+			ctr(j).results_again += j.children.size();
+		}
+	}
+	if (!j.tail_at || now < j.tail_at)
+		return;
+	j.tail_at = 0;
+	if (!n.busy || n.jid != j.jid)
+		return;
+	const uint64_t before = ctr(j).naks;
+	bool open = false;
+	for (uint32_t d = 0; d <= sw::kGapLook && 2 * d < j.granted; d++) {
+		const uint32_t v = (j.newest + j.granted - d) % j.granted;
+		const SegUnit &w = pool_.unit(j.seg_base + v);
+		if (!w.busy || seq_after(w.seq, n.seq) || (d && !seq_after(n.seq, w.seq)))
+			break;
+		if (w.kind == kUnitCollecting && lacking(j, v)) {
+			open = true;
+			send_naks(j, v, ~0ull);
+		}
+	}
+	ctr(j).tail_naks += ctr(j).naks - before;
+	if (!open || ++j.tail_tries >= 4)
+		return;
+	// Again once the repeats NAKed could be here (twice the members'
+	// round trip the last ones took), doubling: a repeat lost too.
+	if (ctr(j).naks != before)
+		j.tail_nak_at = now;
+	const uint64_t wait = j.nak_rtt ? 2 * j.nak_rtt : tail_wait(j);
+	j.tail_at = now + (wait << (j.tail_tries - 1));
+}
+
+// A repeat came: the first after the tail's NAKs tells the members'
+// round trip (the least of the last few, growing by an eighth each).
+void Switch::tail_answered(Job &j, uint64_t at)
+{
+	if (!j.tail_nak_at || at <= j.tail_nak_at)
+		return;
+	const uint64_t rtt = at - j.tail_nak_at;
+	j.nak_rtt = j.nak_rtt ? std::min(rtt, j.nak_rtt + j.nak_rtt / 8) : rtt;
+	j.tail_nak_at = 0;
+}
+
+// The tails due by now, and when the next one is.
+void Switch::tails(uint64_t now)
+{
+	if (!tail_next_ || now < tail_next_)
+		return;
+	tail_next_ = 0;
+	for (auto &[jid, j] : jobs_) {
+		find_tail(j, now);
+		for (uint64_t t : {j.tail_at, j.again_at})
+			if (t && (!tail_next_ || t < tail_next_))
+				tail_next_ = t;
+	}
 }
 
 // A member's first copy of a block is here: the blocks it sent before on

@@ -68,6 +68,8 @@ void SwitchCounters::add(const SwitchCounters &o)
 	resent_up += o.resent_up;
 	asks += o.asks;
 	naks += o.naks;
+	tail_naks += o.tail_naks;
+	results_again += o.results_again;
 	configs += o.configs;
 	grants += o.grants;
 	denials += o.denials;
@@ -193,6 +195,8 @@ std::vector<NamedCounter> named_counters(const SwitchCounters &c)
 		{"resent_up", c.resent_up},
 		{"asks", c.asks},
 		{"naks", c.naks},
+		{"tail_naks", c.tail_naks},
+		{"results_again", c.results_again},
 		{"configs", c.configs},
 		{"grants", c.grants},
 		{"denials", c.denials},

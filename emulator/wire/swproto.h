@@ -73,7 +73,11 @@
 // the member's last copy of the NAKed one: the NAK crossed the repeat).
 // Each RESULT it sends carries in rank_map the seq of the block whose
 // results went before, plus 1: a member lacking that one asks for it at
-// once.
+// once.  The newest block begun has nothing after it to show a loss: such
+// a switch NAKs (rank_map 0) what it and the blocks just behind it lack
+// once it is older than twice the spread of a clean block's partials
+// plus eight block intervals, and sends its results again, unasked, while
+// blocks are being repaired (switch_fold.cc, find_tail).
 //
 // Counters.  STATS asks a switch for its counters: CETH mid is the asker's
 // tag, sid the first record it wants, and its payload is zeros, as many as

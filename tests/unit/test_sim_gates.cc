@@ -203,13 +203,16 @@ TEST(SimGate, LossOf5PercentCompletesRight)
 // switch NAKs a partial as soon as the member's next one arrives, each
 // result names the one sent before it, and a member the span holds up
 // asks for its oldest block without backing off (wire/swproto.h, Loss).
-// Target 1.5x; today 1.51x (seeds 1-6, 4 messages: mean 1.62x): 2.28x
-// (mean 2.17x) before the NIC paced its new blocks to its port (a repair
-// waited behind the window in the link's queue; a smaller window was
-// worse, 2.56x at 16 hosts with 64 units), before a member stopped asking
-// for results late, not lost, and before a NAK that crossed a repeat
-// stopped counting as a loss; 3.83x before the three above, which this
-// bound fails.
+// The last blocks of a message have nothing after them to show a loss:
+// the switch NAKs what the newest block lacks by its age, and sends its
+// results again while blocks are being repaired (switch_fold.cc,
+// find_tail).  Target 1.5x, on the mean of six seeds (one seed swings
+// +-0.1): today 1.496 (seeds 1.43-1.54); 1.593 (1.49-1.69) before the
+// tail, which waited for the members' probes (20-27 us of a 90 us
+// message); 2.17x before the NIC paced its new blocks to its port (a
+// repair waited behind the window in the link's queue), before a member
+// stopped asking for results late, not lost, and before a NAK that
+// crossed a repeat stopped counting as a loss.
 TEST(SimGate, LossOf5PercentThroughASwitchOf64Hosts)
 {
 	FabricSpec f = fast(64);
@@ -218,10 +221,16 @@ TEST(SimGate, LossOf5PercentThroughASwitchOf64Hosts)
 	const SizeResult clean = run1(f, job(SimTopology::sw, 1 << 20));
 	FabricSpec lossy = f;
 	lossy.loss = 0.05;
-	const SizeResult z = run1(lossy, job(SimTopology::sw, 1 << 20), 1);
-	const double x = double(z.time_ns) / double(clean.time_ns);
-	RecordProperty("switch_x", std::to_string(x));
-	EXPECT_LE(x, 1.6);
+	double sum = 0;
+	for (uint64_t seed = 1; seed <= 6; seed++) {
+		const SizeResult z = run1(lossy, job(SimTopology::sw, 1 << 20), seed);
+		const double x = double(z.time_ns) / double(clean.time_ns);
+		RecordProperty("switch_x_seed" + std::to_string(seed), std::to_string(x));
+		EXPECT_LE(x, 1.6) << "seed " << seed;
+		sum += x;
+	}
+	RecordProperty("switch_x_mean", std::to_string(sum / 6));
+	EXPECT_LE(sum / 6, 1.5);
 }
 
 // A grant lost when the last member's CONFIG came: that member sends its

@@ -32,8 +32,8 @@ namespace {
 // Opcodes and CETH flags of ibv_coll_wire(7).
 constexpr uint8_t kData = 0xe0, kResult = 0xe1, kAck = 0xe2, kAbort = 0xe3, kConfig = 0xe4,
 		  kConfigAck = 0xe5, kRelease = 0xe6, kStats = 0xe7, kStatsReply = 0xe8;
-constexpr uint8_t kInline = 1 << 0, kSuperseded = 1 << 4, kAdmit = 1 << 5, kNak = 1 << 6,
-		  kAsk = 1 << 7;
+constexpr uint8_t kInline = 1 << 0, kRetrans = 1 << 1, kSuperseded = 1 << 4, kAdmit = 1 << 5,
+		  kNak = 1 << 6, kAsk = 1 << 7;
 constexpr uint16_t kSwitchNode = 0xffff;
 constexpr uint64_t kKey = 0x1111222233334444ull, kOtherKey = 0x5555666677778888ull;
 constexpr size_t kTaskBytes = 48;	  // task information
@@ -61,6 +61,8 @@ const Field kFields[] = {
 	{"resent_up", &C::resent_up},
 	{"asks", &C::asks},
 	{"naks", &C::naks},
+	{"tail_naks", &C::tail_naks},
+	{"results_again", &C::results_again},
 	{"configs", &C::configs},
 	{"grants", &C::grants},
 	{"denials", &C::denials},
@@ -1249,3 +1251,65 @@ TEST_F(SwitchClassLeaf, AbortFromTheParentIsDeliveredAndPassedDown)
 }
 
 } // namespace
+
+// ---- The tail (switch_fold.cc, find_tail) ---------------------------------
+
+// Serve (no packet sent) until one of `m`'s packets passes `is`, a few
+// seconds at most.
+template <typename F> bool heard(Switch &sw, const Peer &m, F is)
+{
+	Pkt p;
+	for (int i = 0; i < 8000; i++) {
+		sw.poll_once();
+		while (m.recv(&p))
+			if (is(p))
+				return true;
+		usleep(500);
+	}
+	return false;
+}
+
+// The newest block lacks a partial long after its first came (far longer
+// than a clean block's took to follow each other): no later block shows
+// the loss, so the block's age does, and the member lacking is NAKed.
+TEST_F(SwitchClass, NewestBlockLackingAPartialIsNakedByItsAge)
+{
+	complete(0); // a clean block: how far apart its partials came
+	serve(a_, data(0, 1), i32(5));
+	EXPECT_TRUE(heard(*sw_, b_, [](const Pkt &p) {
+		return p.opcode == kResult && (p.flags & kNak) && p.seq == 1 && p.payload.empty();
+	})) << "member 1 was not NAKed";
+	EXPECT_GE(sw_->totals().tail_naks, 1u);
+	EXPECT_EQ(sw_->totals().tail_naks, sw_->totals().naks) << "only member 1 lacks a partial";
+	a_.drain();
+	serve(b_, data(1, 1), i32(7));
+	Pkt p;
+	do // past the NAKs sent again while member 1 was silent
+		ASSERT_TRUE(b_.next(kResult, &p));
+	while (p.flags & kNak);
+	EXPECT_EQ(p.value(), 12);
+	still_serves();
+}
+
+// The newest block, repaired (its partial from member 1 a repeat), has
+// no later result to show a member that lost its own: its results go
+// again, unasked, once, to every member.
+TEST_F(SwitchClass, NewestRepairedBlocksResultsGoAgain)
+{
+	complete(0);
+	serve(a_, data(0, 1), i32(5));
+	Hdr h = data(1, 1);
+	h.flags = kRetrans;
+	serve(b_, h, i32(7));
+	for (const Peer *m : {&a_, &b_}) {
+		Pkt p;
+		ASSERT_TRUE(m->next(kResult, &p));
+		EXPECT_EQ(p.value(), 12);
+		EXPECT_TRUE(heard(*sw_, *m, [](const Pkt &q) {
+			return q.opcode == kResult && !(q.flags & kNak) && q.seq == 1 &&
+			       q.value() == 12;
+		})) << "no second result";
+	}
+	EXPECT_EQ(sw_->totals().results_again, 2u);
+	still_serves();
+}
