@@ -9,6 +9,23 @@ PktPtr new_pkt(Fabric &f)
 	return f.pool.get();
 }
 
+PktPtr split_pkt(Fabric &f, const uint8_t *hdr, size_t hdr_len, const uint8_t *payload,
+		 size_t paylen, size_t trailer)
+{
+	PktPtr p = new_pkt(f);
+	if (f.share_bodies && paylen) {
+		p->bytes.assign(hdr, hdr + hdr_len + trailer);
+		p->at = uint32_t(hdr_len);
+		p->body = f.pool.bodies.get(payload, paylen);
+		return p;
+	}
+	p->bytes.reserve(hdr_len + paylen + trailer);
+	p->bytes.assign(hdr, hdr + hdr_len);
+	p->bytes.insert(p->bytes.end(), payload, payload + paylen);
+	p->bytes.insert(p->bytes.end(), hdr + hdr_len, hdr + hdr_len + trailer);
+	return p;
+}
+
 bool SimHost::push_cqe(emu::Cq *cq, const emu::Cqe &c)
 {
 	f_.on_cqe(*static_cast<JobQp *>(cq->arg), c);
@@ -34,6 +51,17 @@ void SimPort::tx_commit(size_t len, const Endpoint &dst, const IpAddr &src)
 	f_.send_from(dev_, std::move(p));
 }
 
+void SimPort::tx_commit_split(size_t hdr_len, const uint8_t *payload, size_t paylen,
+			      size_t trailer_len, const Endpoint &dst, const IpAddr &src)
+{
+	PktPtr p = split_pkt(f_, buf_, hdr_len, payload, paylen, trailer_len);
+	p->src = Endpoint{src, kPort, 0};
+	p->dst = dst.ip;
+	ctr_.tx_packets++;
+	ctr_.tx_bytes += hdr_len + paylen + trailer_len;
+	f_.send_from(dev_, std::move(p));
+}
+
 void Fabric::host_pass(uint32_t hi)
 {
 	Host &h = hosts[hi];
@@ -52,25 +80,25 @@ void Fabric::host_pass(uint32_t hi)
 		h.inbox.pop_front();
 		const wire::UdpEndpoints ep = udp_endpoints(p->src, p->dst, kPort);
 		emu::InPacket ip{};
-		size_t len = p->bytes.size() - wire::kIcrcBytes;
-		if (p->bytes[0] == emu::kOpCnp) {
-			if (wire::icrc(ep, p->bytes.data(), len) !=
-			    wire::load_icrc(p->bytes.data() + len))
+		const uint8_t *b = p->flat(rx_scratch);
+		size_t len = p->size() - wire::kIcrcBytes;
+		if (b[0] == emu::kOpCnp) {
+			if (wire::icrc(ep, b, len) != wire::load_icrc(b + len))
 				continue;
-			const wire::Bth bth = wire::Bth::load(p->bytes.data());
+			const wire::Bth bth = wire::Bth::load(b);
 			if (emu::Qp *qp = h.nic->find_qp(bth.dqpn))
 				h.svc->on_cnp(*qp, p->src, now);
 			continue;
 		}
-		if (wire::coll_check_icrc(ep, p->bytes.data(), p->bytes.size(), &len,
-					  &ip.tail_crc) != wire::CollError::ok)
+		if (wire::coll_check_icrc(ep, b, p->size(), &len, &ip.tail_crc) !=
+		    wire::CollError::ok)
 			continue;
-		ip.data = p->bytes.data();
+		ip.data = b;
 		ip.len = len;
 		ip.src = p->src;
 		ip.ecn = p->ecn;
 		ip.rx_ns = p->rx_ns;
-		ip.bth = wire::Bth::load(p->bytes.data());
+		ip.bth = wire::Bth::load(b);
 		h.svc->on_packet(ip);
 	}
 	for (int pass = 0; pass < 64; pass++) {

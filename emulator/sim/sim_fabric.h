@@ -5,6 +5,7 @@
 
 #include "sim/sim.h"
 #include "sim/sim_pcap.h"
+#include "sim/sim_pkt.h"
 
 #include "coll/coll_job.h"
 #include "net/transport.h"
@@ -36,9 +37,6 @@ namespace wire = emu::wire;
 
 
 constexpr uint16_t kPort = 4791;
-// Bytes a packet takes on a link beyond BTH..ICRC: Ethernet, IPv4, UDP
-// (what tbf counts on a real link, without preamble and gap).
-constexpr uint32_t kWireOverhead = uint32_t(emu::wire::kFrameBytes);
 constexpr uint64_t kStart = 1000000000ull; // the virtual clock starts at 1 s
 
 inline IpAddr host_ip(uint32_t i)
@@ -56,54 +54,11 @@ inline uint32_t v4(const IpAddr &a)
 	return ntohl(x);
 }
 
-struct Pkt {
-	std::vector<uint8_t> bytes; // BTH .. ICRC
-	Endpoint src;
-	IpAddr dst;
-	uint8_t ecn = emu::kEcnEct0;
-	uint64_t rx_ns = 0; // when it reached its host
-	uint32_t link = 0;  // the link it is on
-	uint32_t wire() const { return uint32_t(bytes.size()) + kWireOverhead; }
-};
-
-// Packets are recycled, their buffers with them: at 65,535 hosts the
-// fabric holds millions of packets at once, and malloc's search for a
-// 4 KiB block among them took most of a run.
-struct PktPool;
-struct PktRecycle {
-	PktPool *pool = nullptr;
-	void operator()(Pkt *p) const;
-};
-using PktPtr = std::unique_ptr<Pkt, PktRecycle>;
-struct PktPool {
-	std::vector<Pkt *> free;
-	PktPtr get()
-	{
-		if (free.empty())
-			return PktPtr(new Pkt, PktRecycle{this});
-		Pkt *p = free.back();
-		free.pop_back();
-		return PktPtr(p, PktRecycle{this});
-	}
-	~PktPool()
-	{
-		for (Pkt *p : free)
-			delete p;
-	}
-};
-inline void PktRecycle::operator()(Pkt *p) const
-{
-	if (!pool) {
-		delete p;
-		return;
-	}
-	p->bytes.clear(); // its capacity stays for the next
-	p->ecn = emu::kEcnEct0;
-	p->rx_ns = 0;
-	p->link = 0;
-	pool->free.push_back(p);
-}
 PktPtr new_pkt(Fabric &f);
+// A packet of headers, payload and trailer (pad and ICRC); the payload
+// shared with the packets in flight that carry the same (phantom jobs).
+PktPtr split_pkt(Fabric &f, const uint8_t *hdr, size_t hdr_len, const uint8_t *payload,
+		 size_t paylen, size_t trailer);
 
 struct Link {
 	LinkSpec spec;
@@ -159,12 +114,7 @@ public:
 	{
 		const uint32_t trailer = wire::roce_seal_split(udp_endpoints(src, kPort, dst), pkt,
 							       hdr_len, payload, paylen, tail_crc);
-		PktPtr p = new_pkt(f_);
-		p->bytes.reserve(hdr_len + paylen + trailer);
-		p->bytes.assign(pkt, pkt + hdr_len);
-		p->bytes.insert(p->bytes.end(), payload, payload + paylen);
-		p->bytes.insert(p->bytes.end(), pkt + hdr_len, pkt + hdr_len + trailer);
-		out(std::move(p), dst, src);
+		out(split_pkt(f_, pkt, hdr_len, payload, paylen, trailer), dst, src);
 	}
 	uint64_t tx_lend_mark() const override { return 0; }
 	void tx_reclaim(uint64_t) override {}
@@ -217,19 +167,22 @@ public:
 	bool ipv6() const override { return false; }
 	uint8_t *tx_buf() override { return buf_; }
 	void tx_commit(size_t len, const Endpoint &dst, const IpAddr &src) override;
+	void tx_commit_split(size_t hdr_len, const uint8_t *payload, size_t paylen,
+			     size_t trailer_len, const Endpoint &dst, const IpAddr &src) override;
 	void tx_flush() override {}
 	unsigned rx_batch(emu::RxPacket *out) override
 	{
 		held_.clear();
+		flat_.resize(kBatch);
 		unsigned n = 0;
 		while (n < kBatch && !rx.empty()) {
 			held_.push_back(std::move(rx.front()));
 			rx.pop_front();
 			Pkt &p = *held_.back();
-			out[n] = emu::RxPacket{p.bytes.data(), p.bytes.size(), p.src,
-					       p.dst,	       p.ecn,	       p.rx_ns};
+			out[n] = emu::RxPacket{p.flat(flat_[n]), p.size(), p.src, p.dst, p.ecn,
+					       p.rx_ns};
 			ctr_.rx_packets++;
-			ctr_.rx_bytes += p.bytes.size();
+			ctr_.rx_bytes += p.size();
 			n++;
 		}
 		return n;
@@ -241,6 +194,7 @@ private:
 	Fabric &f_;
 	uint32_t dev_;
 	std::vector<PktPtr> held_;
+	std::vector<std::vector<uint8_t>> flat_; // held_'s packets put together
 	emu::PortCounters ctr_;
 	alignas(64) uint8_t buf_[kMaxPacket + 64];
 };
@@ -305,6 +259,10 @@ public:
 	Fabric(const FabricSpec &f, uint64_t seed) : spec(f), rng(seed), clock(kStart) { build(); }
 
 	PktPool pool; // first: destroyed after everything that holds packets
+	// Phantom jobs' packets share their payloads (sim_pkt.h).
+	bool share_bodies = false;
+	// Packets put together for a host's pass and for the capture.
+	std::vector<uint8_t> rx_scratch, pcap_scratch;
 	PcapWriter pcap;
 	FabricSpec spec;
 	std::mt19937_64 rng;
@@ -501,7 +459,7 @@ public:
 	{
 		if (pcap.is_open())
 			pcap.write(clock.now() - kStart, p->src, p->dst, kPort, p->ecn,
-				   p->bytes.data(), p->bytes.size());
+				   p->flat(pcap_scratch), p->size());
 		if (spec.loss > 0 && u(rng) < spec.loss) {
 			lost++;
 			return;

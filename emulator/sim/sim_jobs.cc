@@ -402,6 +402,7 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 		return false;
 	}
 	const uint32_t ji = uint32_t(f.jobs.size());
+	f.share_bodies |= js.phantom;
 	j->qpn = 0x100 + ji;
 	emu::JobConfig cfg;
 	cfg.jid = 1 + ji;

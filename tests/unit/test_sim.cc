@@ -4,6 +4,7 @@
 // that the runs complete, are right, are the same for the same seed, and
 // that a bad description is refused naming its field.
 #include "sim/sim.h"
+#include "sim/sim_pkt.h"
 #include "switch/switch.h"
 
 #include <gtest/gtest.h>
@@ -397,6 +398,52 @@ TEST(Sim, PhantomRanksShareOneBuffer)
 	SimReport r = run(f, {a, b, c, d}, 2);
 	expect_right(r);
 	EXPECT_GT(r.drops, 0u);
+}
+
+// Phantom jobs' packets share their payloads: equal bytes one body, held
+// while any packet holds it; other bytes (one byte apart, or shorter)
+// another; a packet put together whole is the bytes it was made of.
+TEST(SimBodies, EqualPayloadsShareOneBody)
+{
+	PktPool pool;
+	std::vector<uint8_t> x(4096), y;
+	for (size_t i = 0; i < x.size(); i++)
+		x[i] = uint8_t(i * 7 + 3);
+	y = x;
+	Body *a = pool.bodies.get(x.data(), x.size());
+	Body *b = pool.bodies.get(y.data(), y.size());
+	EXPECT_EQ(a, b);
+	EXPECT_EQ(a->refs, 2u);
+	y[4095] ^= 1;
+	Body *c = pool.bodies.get(y.data(), y.size());
+	Body *d = pool.bodies.get(x.data(), 4092);
+	EXPECT_NE(c, a);
+	EXPECT_NE(d, a);
+	EXPECT_EQ(pool.bodies.size(), 3u);
+	{
+		PktPtr p = pool.get();
+		const uint8_t hdr[6] = {1, 2, 3, 9, 8, 7}; // 3 of headers, 3 of trailer
+		p->bytes.assign(hdr, hdr + 6);
+		p->at = 3;
+		p->body = a;
+		a->refs++;
+		std::vector<uint8_t> flat, want = {1, 2, 3};
+		want.insert(want.end(), x.begin(), x.end());
+		want.insert(want.end(), {9, 8, 7});
+		const uint8_t *f = p->flat(flat);
+		EXPECT_EQ(p->size(), want.size());
+		EXPECT_EQ(std::vector<uint8_t>(f, f + p->size()), want);
+	} // the packet gives its body back
+	EXPECT_EQ(a->refs, 2u);
+	pool.bodies.put(a);
+	pool.bodies.put(b);
+	EXPECT_EQ(pool.bodies.size(), 2u); // a's bytes are no longer found
+	Body *e = pool.bodies.get(x.data(), x.size());
+	EXPECT_EQ(e->refs, 1u);
+	EXPECT_EQ(pool.bodies.size(), 3u);
+	for (Body *z : {c, d, e})
+		pool.bodies.put(z);
+	EXPECT_EQ(pool.bodies.size(), 0u);
 }
 
 // Planes (rails): two copies of the switches, each host a link to each.
