@@ -120,10 +120,12 @@ struct ChunkRole {
 };
 
 // Blocks sent and not yet acknowledged, with their retransmission timers:
-// one entry per block of the message, a count, and a lower bound of the
-// earliest deadline, so that a pass with nothing due costs no walk (the
-// bound goes stale-early when entries leave; the walk it then causes finds
-// nothing due and makes it exact again).
+// one entry per block of the message (made at the first add: a strategy
+// that never uses the set pays nothing for it, 64 bytes a block: a 1 MiB
+// message through a switch does not round the ring), a count, and a lower
+// bound of the earliest deadline, so that a pass with nothing due costs no
+// walk (the bound goes stale-early when entries leave; the walk it then
+// causes finds nothing due and makes it exact again).
 class PendingSet {
 public:
 	struct Entry {
@@ -142,14 +144,15 @@ public:
 		// if that copy went on a NAK, how long after the copy before
 		// (SwitchPath::on_nak, spurious()).
 		uint32_t nak_lead = 0;
-		uint64_t data_sent = 0;
 		uint32_t next_at_data = 0; // switch path: the first block not yet sent then
+		uint64_t data_sent = 0;
 
 		uint64_t result_at = 0; // switch path: when the result came
 	};
 	void init(uint32_t nblocks)
 	{
-		e_.assign(nblocks, Entry{});
+		e_.clear();
+		cap_ = nblocks;
 		n_ = 0;
 		lo_ = UINT32_MAX;
 		hi_ = 0;
@@ -166,6 +169,8 @@ public:
 	const Entry *last(uint32_t sid) const { return sid < e_.size() ? &e_[sid] : nullptr; }
 	Entry &add(uint32_t sid)
 	{
+		if (e_.size() < cap_)
+			e_.resize(cap_);
 		Entry &e = e_[sid];
 		if (!e.on) {
 			e = Entry{};
@@ -233,6 +238,7 @@ public:
 
 private:
 	std::vector<Entry> e_;
+	uint32_t cap_ = 0; // the message's blocks
 	size_t n_ = 0;
 	uint32_t lo_ = UINT32_MAX, hi_ = 0; // the entries ever on lie in [lo_, hi_)
 	uint64_t next_ = UINT64_MAX;
