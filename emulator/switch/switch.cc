@@ -267,11 +267,14 @@ void Switch::wait_on(unsigned k, int ms)
 	// Sleep no later than packets a delay impairment holds are due, to
 	// the nanosecond: ppoll on the epoll descriptor, which is readable
 	// when the port is.
+	// And no later than a job's tail is due (one worker: switch_fold.cc,
+	// tails(), which moves it on whenever it runs).
 	uint64_t wait_ns = uint64_t(ms) * util::kNsPerMs;
-	if (uint64_t due = w_[k]->port->tx_next_due()) {
-		uint64_t now = util::now_ns();
-		wait_ns = std::min(wait_ns, due > now ? due - now : 0);
-	}
+	for (uint64_t due : {w_[k]->port->tx_next_due(), k == 0 && one_ ? tail_next_ : 0})
+		if (due) {
+			const uint64_t now = Switch::now();
+			wait_ns = std::min(wait_ns, due > now ? due - now : 0);
+		}
 	timespec ts{time_t(wait_ns / 1000000000ull), long(wait_ns % 1000000000ull)};
 	pollfd pfd{w_[k]->epfd.get(), POLLIN, 0};
 	ppoll(&pfd, 1, &ts, nullptr);
