@@ -485,12 +485,14 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 // counts from the member's last result, and at 64 members and 5 % loss
 // results keep coming for a while (blocks waiting on others' repeats):
 // 20-27 us of a 90 us message.  So:
-// - twice as long after the newest block's first partial came as a clean
-//   block's partials take to arrive (skew), whoever that block and the
-//   blocks just behind it still lack is NAKed; again after twice as
-//   long, four times at most, while any lacks a partial.  A member that has not sent that
-//   block yet takes the NAK for what holds it up (on_nak, urged): its
-//   oldest block without a result;
+// - when no later block has begun twice as long after the newest block's
+//   first partial came as a clean block's partials take to arrive (skew)
+//   and eight times as long as blocks of a message begin apart (pace),
+//   whoever that block and the 8 blocks behind it still lack is NAKed;
+//   again after twice the round trip the NAKs' first repeat took,
+//   doubling, four times at most, while any lacks a partial.  A member
+//   that has not sent that block yet takes the NAK for what holds it up
+//   (on_nak, urged): its oldest block without a result;
 // - the newest block's results, when no later block has begun by skew
 //   after they went, go again to every child, while blocks are being
 //   repaired (a repair among the last kCalmBlocks, or an ASK): a child
@@ -506,13 +508,17 @@ void Switch::arm_tail(Job &j, uint32_t unit, uint64_t first)
 {
 	if (multi() || j.repaired.size() != j.granted || !j.skew)
 		return;
+	bool same = false; // the block before it was of the same message
 	if (j.newest < j.granted) {
 		const SegUnit &n = pool_.unit(j.seg_base + j.newest);
 		const SegUnit &u = pool_.unit(j.seg_base + unit);
 		if (n.busy && n.jid == j.jid && unit != j.newest && !seq_after(u.seq, n.seq))
 			return;
+		same = n.busy && n.jid == j.jid && n.mid == u.mid;
 	}
-	if (j.begun_at && first > j.begun_at)
+	// The pace within a message: the time between two messages is the
+	// application's.
+	if (same && first > j.begun_at)
 		j.pace = j.pace ? j.pace - j.pace / 8 + (first - j.begun_at) / 8
 				: first - j.begun_at;
 	j.begun_at = first;
