@@ -49,6 +49,10 @@ struct SwitchParams {
 	uint32_t unit_bytes = 4096;   // bytes each
 	uint32_t max_job_units = 0;   // most units one job gets (0: no limit)
 	uint32_t job_idle_ms = 60000; // a job silent this long is forgotten
+	// The least a message's newest block waits before what it lacks is
+	// NAKed by its age, and before its results go again (0: as the
+	// blocks arrive; switch_fold.cc, find_tail).
+	uint32_t tail_us = 0;
 	Policy policy = Policy::spatial;
 	uint32_t shares = 0; // spatial: the pool split in this many (0: as asked)
 	// A job gets every unit it asks for (at most max_job_units) or is
@@ -399,7 +403,7 @@ private:
 	void send_naks(Job &j, uint32_t unit, uint64_t only, uint64_t gap = 0);
 	void find_missing(Job &j, uint32_t unit);
 	void find_gap(Job &j, const Child &c, uint32_t unit, const In &p);
-	static uint64_t tail_wait(const Job &j);
+	uint64_t tail_wait(const Job &j) const;
 	void arm_tail(Job &j, uint32_t unit, uint64_t first);
 	void find_tail(Job &j, uint64_t now);
 	void tail_answered(Job &j, uint64_t at);

@@ -197,7 +197,7 @@ void Switch::send_results(Job &j, uint32_t unit, uint64_t now)
 	// later result will show a child that lost them that it did (see
 	// find_tail).
 	if (unit == j.newest && j.calm < Job::kCalmBlocks && j.skew) {
-		j.again_at = now + j.skew;
+		j.again_at = now + std::max(j.skew, uint64_t(p_.tail_us) * util::kNsPerUs);
 		j.again_unit = unit;
 		j.again_seq = seq;
 		j.again_prev = prev;
@@ -499,9 +499,9 @@ void Switch::take_partial(Job &j, const Child &c, const In &p)
 //   that lost the first copy has it then, and its chain names the block
 //   before it, which the child asks for at once if it lacks it.
 // Not before a clean block is seen, nor with several workers (no order).
-uint64_t Switch::tail_wait(const Job &j)
+uint64_t Switch::tail_wait(const Job &j) const
 {
-	return 2 * j.skew + 8 * j.pace;
+	return std::max(2 * j.skew + 8 * j.pace, uint64_t(p_.tail_us) * util::kNsPerUs);
 }
 
 void Switch::arm_tail(Job &j, uint32_t unit, uint64_t first)

@@ -53,6 +53,9 @@ void usage(FILE *f, const char *argv0)
 		"  -S, --shares N         spatial: the pool split in N equal shares (default 0: as asked)\n"
 		"  -G, --whole-grant      a job gets all the units it asks for or is refused\n"
 		"  -I, --idle-ms MS       forget a job silent this long (default 60000)\n"
+		"  -L, --tail-us US       the least a message's newest block waits before its\n"
+		"                         missing partials are NAKed by its age (default 0: as\n"
+		"                         the blocks arrive)\n"
 		"  -i, --stats SEC        print the counters every SEC seconds (default: at exit "
 		"and on SIGUSR1)\n"
 		"  -j, --json             counters as JSON\n"
@@ -127,6 +130,7 @@ bool take_option(int c, const char *arg, Options &o)
 	case 'S': return parse_u32(arg, &p.shares) && p.shares <= 4096;
 	case 'G': p.whole_grant = true; return true;
 	case 'I': return parse_u32(arg, &p.job_idle_ms) && p.job_idle_ms > 0;
+	case 'L': return parse_u32(arg, &p.tail_us) && p.tail_us <= 60000000;
 	case 'i': return parse_u32(arg, &o.stats_s);
 	case 'j': o.json = true; return true;
 	case 'f': o.stats_file = arg; return true;
@@ -146,20 +150,31 @@ bool take_option(int c, const char *arg, Options &o)
 int parse_args(int argc, char **argv, Options &o)
 {
 	static const option opts[] = {
-		{"port", 1, nullptr, 'p'},	  {"units", 1, nullptr, 'u'},
-		{"unit-bytes", 1, nullptr, 'b'},  {"max-job-units", 1, nullptr, 'm'},
-		{"idle-ms", 1, nullptr, 'I'},	  {"stats", 1, nullptr, 'i'},
-		{"json", 0, nullptr, 'j'},	  {"stats-file", 1, nullptr, 'f'},
-		{"port-file", 1, nullptr, 'P'},	  {"name", 1, nullptr, 'n'},
-		{"fail-after", 1, nullptr, 'X'},  {"poll-us", 1, nullptr, 'W'},
-		{"verbs", 1, nullptr, 'V'},	  {"gid-index", 1, nullptr, 'g'},
-		{"policy", 1, nullptr, 'O'},	  {"shares", 1, nullptr, 'S'},
-		{"whole-grant", 0, nullptr, 'G'}, {"threads", 1, nullptr, 'T'},
-		{"help", 0, nullptr, 'h'},	  {"version", 0, nullptr, OPT_VERSION},
+		{"port", 1, nullptr, 'p'},
+		{"units", 1, nullptr, 'u'},
+		{"unit-bytes", 1, nullptr, 'b'},
+		{"max-job-units", 1, nullptr, 'm'},
+		{"idle-ms", 1, nullptr, 'I'},
+		{"stats", 1, nullptr, 'i'},
+		{"json", 0, nullptr, 'j'},
+		{"stats-file", 1, nullptr, 'f'},
+		{"port-file", 1, nullptr, 'P'},
+		{"name", 1, nullptr, 'n'},
+		{"fail-after", 1, nullptr, 'X'},
+		{"poll-us", 1, nullptr, 'W'},
+		{"verbs", 1, nullptr, 'V'},
+		{"gid-index", 1, nullptr, 'g'},
+		{"policy", 1, nullptr, 'O'},
+		{"shares", 1, nullptr, 'S'},
+		{"whole-grant", 0, nullptr, 'G'},
+		{"threads", 1, nullptr, 'T'},
+		{"tail-us", 1, nullptr, 'L'},
+		{"help", 0, nullptr, 'h'},
+		{"version", 0, nullptr, OPT_VERSION},
 		{nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "p:u:b:m:I:i:jf:P:n:X:W:V:g:O:S:GT:h", opts,
+	while ((c = getopt_long(argc, argv, "p:u:b:m:I:L:i:jf:P:n:X:W:V:g:O:S:GT:h", opts,
 				nullptr)) != -1) {
 		switch (c) {
 		case 'h': usage(stdout, argv[0]); return 0;
@@ -167,7 +182,7 @@ int parse_args(int argc, char **argv, Options &o)
 		case '?':
 		case ':': usage(stderr, argv[0]); return 2;
 		}
-		if (c <= 0 || !strchr("pubmOSGIijfPnWXVgT", c)) {
+		if (c <= 0 || !strchr("pubmOSGILijfPnWXVgT", c)) {
 			usage(stderr, argv[0]);
 			return 2;
 		}

@@ -16,10 +16,10 @@ lua=$1 switchd=$2 node=$3 stat=$4
 . "$(dirname "$0")/common.sh"
 
 # One datagram per packet, as on a wire (lo shows GSO super-packets); and
-# each block sent once: no repeat, nor probe, because a node ran late on a
-# busy machine.
+# each block sent once: no repeat, nor probe, nor the switch's NAK by a
+# block's age (--tail-us), because a node ran late on a busy machine.
 export IBV_COLL_EMU_GSO=0 IBV_COLL_EMU_COLL_RTO_US=300000 IBV_COLL_EMU_COLL_PROBE_US=300000
-"$switchd" -p 0 -P "$tmp/port" -n "leaf0" >"$tmp/sw.out" 2>"$tmp/sw.err" &
+"$switchd" -p 0 -P "$tmp/port" -n "leaf0" -L 300000 >"$tmp/sw.out" 2>"$tmp/sw.err" &
 sw=$!
 pids="$pids $sw"
 i=0
