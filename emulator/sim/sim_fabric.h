@@ -387,6 +387,7 @@ public:
 		p.shares = spec.switch_shares;
 		p.whole_grant = spec.switch_whole_grant;
 		p.clock = &clock;
+		p.tail_us = 0; // no host here is ever late but by the fabric
 		const uint32_t dev = dev_of_switch(s);
 		p.transport = [this, dev, &d](std::unique_ptr<emu::Transport> *out) {
 			auto port = std::make_unique<SimPort>(*this, dev);
