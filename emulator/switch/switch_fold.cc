@@ -80,7 +80,7 @@ void Switch::complete_unit(Job &j, uint32_t unit)
 			first = std::min(first, j.arrive[unit * nc + c]);
 		}
 	u.queue = hold_add(0, last && last < now ? now - last : 0);
-	if (unit < j.repaired.size()) {
+	if (!multi() && unit < j.repaired.size()) { // one worker: the tail's
 		const bool clean = !j.repaired[unit];
 		if (clean && first && last >= first)
 			j.skew = std::max(last - first, j.skew - j.skew / 8);
