@@ -38,6 +38,12 @@ public:
 	}
 	// Whether two copies share one array (what the sharing saves).
 	bool shares(const CowVector &o) const { return p_ && p_ == o.p_; }
+	// The array itself, to tell later whether a copy still holds it (is):
+	// while a pin lives no copy changes the array in place (a change
+	// copies first, the pin being another holder), so a copy that holds
+	// the pinned array holds the same values.
+	std::shared_ptr<const std::vector<T>> pin() const { return p_; }
+	bool is(const std::shared_ptr<const std::vector<T>> &pinned) const { return p_ == pinned; }
 	bool operator==(const CowVector &o) const { return p_ == o.p_ || view() == o.view(); }
 	bool operator==(const std::vector<T> &o) const { return view() == o; }
 

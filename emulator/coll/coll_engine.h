@@ -243,8 +243,6 @@ private:
 	void from_switch(Qp &qp, CollJob &job, const CollPacket &p);
 	void other_incarnation(Qp &qp, CollJob &job, const CollPacket &p);
 	void superseded(Qp &qp, CollJob &job);
-	// xmit.cc
-	void build_chain(const CollJob &job, Message &m, uint32_t path_mtu);
 	// The exchange's: the whole vector as one block (coll/xchg.cc).
 	void one_block(const CollJob &job, Message &m);
 	// status.cc

@@ -71,6 +71,27 @@ struct SwitchConfig {
 	uint64_t pod_bits = 0;
 };
 
+// What check_job derives from the member lists alone, the same on every
+// node.  A copy of a checked configuration carries it, and check_job takes
+// it instead of walking the lists again while the copy holds the very
+// lists it came from (it pins them, util/cow_vector.h): each node's check
+// is then O(leaves), not O(N), and a simulation of N nodes O(N), not
+// O(N^2).
+struct JobShape {
+	std::shared_ptr<const std::vector<JobMember>> members;
+	std::shared_ptr<const std::vector<uint16_t>> member_leaf;
+	std::shared_ptr<const std::vector<uint8_t>> leaf_pod;
+	bool sw = false;
+	uint32_t leaves = 1, pods = 1;
+	uint32_t total_ranks = 0;
+	uint8_t family = 0;		     // the members' addresses: 4, 6, or 0 for both
+	util::CowVector<uint8_t> member_bit; // with switches: as SwitchConfig's
+	std::vector<uint8_t> leaf_count;     // with switches: members per leaf
+	std::vector<uint8_t> leaf_up;	     // with pods: a leaf's bit at its spine
+	uint64_t top_bits = 0;
+	std::vector<uint64_t> pod_bits; // with pods: per pod, its leaves that have members
+};
+
 struct JobConfig {
 	uint32_t jid = 0;
 	uint16_t node = 0;		    // this node's index
@@ -86,6 +107,7 @@ struct JobConfig {
 	// local_count); local_count 0: all of them.  The QP the member table
 	// names leads; the node's other QPs join it (coll/join.cc).
 	uint16_t local_first = 0, local_count = 0;
+	std::shared_ptr<const JobShape> shape; // check_job's, shared by copies
 	uint16_t nodes() const { return uint16_t(members.size()); }
 	uint16_t my_count() const { return local_count ? local_count : members[node].ranks; }
 };
@@ -121,7 +143,7 @@ struct ChunkRole {
 
 // Blocks sent and not yet acknowledged, with their retransmission timers:
 // one entry per block of the message (made at the first add: a strategy
-// that never uses the set pays nothing for it, 64 bytes a block: a 1 MiB
+// that never uses the set pays nothing for it, 56 bytes a block: a 1 MiB
 // message through a switch does not round the ring), a count, and a lower
 // bound of the earliest deadline, so that a pass with nothing due costs no
 // walk (the bound goes stale-early when entries leave; the walk it then
@@ -433,6 +455,11 @@ struct Message {
 	SwitchMsg sw;
 	XchgMsg xchg;
 };
+
+// The message's chunks and chain of blocks (m.coll, op, count, es and
+// root_node set): blocks of at most path_mtu bytes, the same on every node
+// of the job (coll/xmit.cc).
+void build_chain(const JobConfig &c, Message &m, uint32_t path_mtu);
 
 // A block kept in a Seg unit because it came before its message started
 // here: (message, block, kind) -> unit.

@@ -80,10 +80,8 @@ int CollEngine::configure(Qp &qp, const JobConfig &in)
 			why = "block_len: larger than a Seg unit";
 		else if (gid == e_.params.gids.end() || me.ep.port != e_.udp_port())
 			why = "this node's member entry: not this device's address and port";
-		for (const JobMember &m : c.members)
-			if (!why &&
-			    (m.ep.ip.v4() != me.ep.ip.v4() || (!e_.ipv6() && !m.ep.ip.v4())))
-				why = "members: IPv4 and IPv6 mixed, or IPv6 on a device without it";
+		if (!why && (!c.shape->family || (c.shape->family == 6 && !e_.ipv6())))
+			why = "members: IPv4 and IPv6 mixed, or IPv6 on a device without it";
 	}
 	if (why) {
 		IBVC_WARN("coll", "{}: QP {:#x}: job {} refused: {}", e_.params.name, qp.qpn,
@@ -158,6 +156,22 @@ void CollEngine::take_ranks(Message &m, const CollWqe &w, uint16_t first, uint16
 	}
 }
 
+// The root rank's node and its index there: the last node whose first
+// rank is not above it (first ranks ascend, check_job), in O(log N).
+static void find_root(const JobConfig &c, Message &m)
+{
+	auto after = std::upper_bound(
+		c.members.begin(), c.members.end(), m.root,
+		[](uint32_t r, const JobMember &mb) { return r < mb.first_rank; });
+	if (after == c.members.begin())
+		return;
+	const JobMember &mb = *(after - 1);
+	if (m.root < mb.first_rank + mb.ranks) {
+		m.root_node = uint16_t(after - 1 - c.members.begin());
+		m.root_local = uint16_t(m.root - mb.first_rank);
+	}
+}
+
 void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 			  const std::vector<Joined> *js)
 {
@@ -195,13 +209,7 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 		dhi = std::max(dhi, m.dst[r].addr + m.dst[r].length);
 	}
 	m.inplace = dlo < shi && slo < dhi; // the spans overlap (perhaps only the spans)
-	for (uint16_t n = 0; n < c.nodes(); n++) {
-		const JobMember &mb = c.members[n];
-		if (m.root >= mb.first_rank && m.root < mb.first_rank + mb.ranks) {
-			m.root_node = n;
-			m.root_local = uint16_t(m.root - mb.first_rank);
-		}
-	}
+	find_root(c, m);
 	m.last_progress = now;
 	job.active = std::move(mp);
 	job.run_count = 0; // no units held yet (hold_units)
@@ -252,7 +260,7 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	if (small)
 		one_block(job, m);
 	else
-		build_chain(job, m, mtu);
+		build_chain(job.cfg, m, mtu);
 	if (m.remote)
 		m.bounce = std::move(job.spare_bounce);
 	if (!hold_units(job, m))

@@ -12,59 +12,72 @@ namespace ibv_coll::emu {
 
 // The switch path's bitmaps (wire/swproto.h): a member's bit is its index
 // among its leaf's members, a leaf's bit at the spine its leaf index (with
-// pods: its index among its pod's leaves), a spine's bit at the core its pod.
-static int switch_bits(JobConfig &c, const char *&w)
+// pods: its index among its pod's leaves), a spine's bit at the core its
+// pod.  What is the same on every node goes into the shape.
+static int switch_bits(const JobConfig &c, JobShape &sh, const char *&w)
 {
-	SwitchConfig &s = c.sw;
+	const SwitchConfig &s = c.sw;
 	const uint32_t n = c.nodes();
 	const bool tree = s.leaves > 1, pods = s.pods > 1;
-	const uint32_t mine = tree ? s.member_leaf[c.node] : 0;
-	std::vector<uint8_t> count(s.leaves, 0);
-	// Each leaf's bit at its spine.
-	std::vector<uint8_t> up(s.leaves, 0);
+	sh.leaf_count.assign(s.leaves, 0);
 	if (pods) {
+		sh.leaf_up.assign(s.leaves, 0);
 		std::vector<uint8_t> in_pod(s.pods, 0);
 		for (uint32_t l = 0; l < s.leaves; l++) {
 			if (in_pod[s.leaf_pod[l]] == sw::kMaxLeaves)
 				return w = "leaf_pod: at most 64 leaves under one spine (the CETH's bitmap)",
 				       EINVAL;
-			up[l] = in_pod[s.leaf_pod[l]]++;
+			sh.leaf_up[l] = in_pod[s.leaf_pod[l]]++;
 		}
+		sh.pod_bits.assign(s.pods, 0);
 	}
 	// Every node derives the same bits: a copy that shares them with the
 	// configuration it came from keeps sharing (util/cow_vector.h).
 	std::vector<uint8_t> bits(n, 0);
-	s.top_bits = s.pod_bits = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		const uint32_t l = tree ? s.member_leaf[i] : 0;
-		if (count[l] == sw::kMaxLeafMembers)
+		if (sh.leaf_count[l] == sw::kMaxLeafMembers)
 			return w = "nodes with a switch: at most 64 under one leaf (the CETH's bitmap)",
 			       EINVAL;
-		bits[i] = count[l];
+		bits[i] = sh.leaf_count[l];
 		if (pods) {
-			s.top_bits |= 1ull << s.leaf_pod[l];
-			if (s.leaf_pod[l] == s.leaf_pod[mine])
-				s.pod_bits |= 1ull << up[l];
+			sh.top_bits |= 1ull << s.leaf_pod[l];
+			sh.pod_bits[s.leaf_pod[l]] |= 1ull << sh.leaf_up[l];
 		} else {
-			s.top_bits |= 1ull << (tree ? l : i);
+			sh.top_bits |= 1ull << (tree ? l : i);
 		}
-		count[l]++;
+		sh.leaf_count[l]++;
 	}
-	if (!(s.member_bit == bits))
-		s.member_bit = std::move(bits);
-	s.leaf_bits = count[mine] == 64 ? ~0ull : (1ull << count[mine]) - 1;
-	s.leaf_up = pods ? up[mine] : uint8_t(mine);
+	if (s.member_bit == bits)
+		sh.member_bit = s.member_bit;
+	else
+		sh.member_bit = std::move(bits);
 	return 0;
+}
+
+// This node's bits, from the shape.
+static void node_bits(JobConfig &c, const JobShape &sh)
+{
+	SwitchConfig &s = c.sw;
+	const bool tree = s.leaves > 1, pods = s.pods > 1;
+	const uint32_t mine = tree ? s.member_leaf[c.node] : 0;
+	if (!s.member_bit.shares(sh.member_bit))
+		s.member_bit = sh.member_bit;
+	s.top_bits = sh.top_bits;
+	s.pod_bits = pods ? sh.pod_bits[s.leaf_pod[mine]] : 0;
+	const uint8_t count = sh.leaf_count[mine];
+	s.leaf_bits = count == 64 ? ~0ull : (1ull << count) - 1;
+	s.leaf_up = pods ? sh.leaf_up[mine] : uint8_t(mine);
 }
 
 // A hierarchy's switches: leaves under spines, and with pods the spines
 // under a core.
-static int check_tree(const SwitchConfig &s, uint32_t n, const char *&w)
+static int check_tree(const SwitchConfig &s, uint32_t n, bool known, const char *&w)
 {
 	if (s.leaves > 1 && s.member_leaf.size() != n)
 		return w = "member_leaf: a leaf per member", EINVAL;
-	for (uint16_t l : s.member_leaf)
-		if (l >= s.leaves)
+	for (size_t i = 0; !known && i < s.member_leaf.size(); i++)
+		if (s.member_leaf[i] >= s.leaves)
 			return w = "member_leaf: a leaf the job does not have", EINVAL;
 	if (s.pods <= 1) {
 		if (s.leaves > sw::kMaxLeaves)
@@ -82,11 +95,40 @@ static int check_tree(const SwitchConfig &s, uint32_t n, const char *&w)
 		       EINVAL;
 	if (s.leaf_pod.size() != s.leaves)
 		return w = "leaf_pod: a pod per leaf", EINVAL;
-	for (uint8_t k : s.leaf_pod)
-		if (k >= s.pods)
+	for (size_t l = 0; !known && l < s.leaf_pod.size(); l++)
+		if (s.leaf_pod[l] >= s.pods)
 			return w = "leaf_pod: a pod the job does not have", EINVAL;
 	if (s.inline_task)
 		return w = "inline task: at most two levels (a three-level job configures)", EINVAL;
+	return 0;
+}
+
+// Whether the configuration carries the shape of the very lists it holds.
+static bool shape_known(const JobConfig &c)
+{
+	const JobShape *sh = c.shape.get();
+	return sh && c.members.is(sh->members) && sh->sw == c.sw.on &&
+	       (!sh->sw ||
+		(c.sw.member_leaf.is(sh->member_leaf) && c.sw.leaf_pod.is(sh->leaf_pod) &&
+		 sh->leaves == c.sw.leaves && sh->pods == c.sw.pods));
+}
+
+// The walk of the member list: ranks, first ranks, address families.
+static int walk_members(JobConfig &c, JobShape &sh, const char *&w)
+{
+	uint32_t rank = 0;
+	bool v4 = false, v6 = false;
+	for (uint32_t i = 0; i < c.nodes(); i++) {
+		const JobMember &m = c.members[i];
+		if (!m.ranks || m.ranks > kMaxCollRanks)
+			return w = "member ranks: 1 to 64 per node", EINVAL;
+		if (m.first_rank != rank) // written only when it changes: copies share the list
+			c.members.mut()[i].first_rank = rank;
+		rank += c.members[i].ranks;
+		(c.members[i].ep.ip.v4() ? v4 : v6) = true;
+	}
+	sh.total_ranks = rank;
+	sh.family = v4 && v6 ? 0 : v6 ? 6 : 4;
 	return 0;
 }
 
@@ -113,6 +155,14 @@ int check_job(JobConfig &c, const char **why)
 	// spines, a single switch one leaf per plane.
 	if ((c.topology == Topology::sw || c.topology == Topology::hierarchy) && !c.sw.on)
 		return w = "topology: switch or hierarchy without switches", EINVAL;
+	const bool known = shape_known(c);
+	std::shared_ptr<JobShape> fresh;
+	if (!known) {
+		fresh = std::make_shared<JobShape>();
+		fresh->sw = c.sw.on;
+		fresh->leaves = c.sw.leaves;
+		fresh->pods = c.sw.pods;
+	}
 	if (c.sw.on) {
 		const SwitchConfig &s = c.sw;
 		if (!s.planes || s.planes > sw::kMaxPlanes)
@@ -121,7 +171,7 @@ int check_job(JobConfig &c, const char **why)
 			return w = "switch leaves: 1 to 64 (with pods: 64 per pod)", EINVAL;
 		if (s.leaf.size() != size_t(s.planes) * s.leaves)
 			return w = "switch leaves: not planes x leaves addresses", EINVAL;
-		if (int e = check_tree(s, n, w))
+		if (int e = check_tree(s, n, known, w))
 			return e;
 		if (c.topology == Topology::sw && s.leaves != 1)
 			return w = "topology: switch with more than one leaf (a hierarchy)", EINVAL;
@@ -129,19 +179,22 @@ int check_job(JobConfig &c, const char **why)
 			return w = "topology: hierarchy with one leaf", EINVAL;
 		if (c.seg_count < 2)
 			return w = "seg_count: the switch path needs 2 or more", EINVAL;
-		if (int e = switch_bits(c, w))
+		if (!known)
+			if (int e = switch_bits(c, *fresh, w))
+				return e;
+	}
+	if (!known) {
+		if (int e = walk_members(c, *fresh, w))
 			return e;
+		fresh->members = c.members.pin();
+		fresh->member_leaf = c.sw.member_leaf.pin();
+		fresh->leaf_pod = c.sw.leaf_pod.pin();
+		c.shape = std::move(fresh);
 	}
-	uint32_t rank = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		const JobMember &m = c.members[i];
-		if (!m.ranks || m.ranks > kMaxCollRanks)
-			return w = "member ranks: 1 to 64 per node", EINVAL;
-		if (m.first_rank != rank) // written only when it changes: copies share the list
-			c.members.mut()[i].first_rank = rank;
-		rank += c.members[i].ranks;
-	}
-	c.total_ranks = rank;
+	const JobShape &sh = *c.shape;
+	if (c.sw.on)
+		node_bits(c, sh);
+	c.total_ranks = sh.total_ranks;
 	const uint16_t node_ranks = c.members[c.node].ranks;
 	if (c.local_count && uint32_t(c.local_first) + c.local_count > node_ranks)
 		return w = "local ranks: beyond the node's", EINVAL;

@@ -26,9 +26,8 @@ uint64_t first_rank_elem(const JobConfig &c, uint16_t node, uint64_t count)
 
 } // namespace
 
-void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
+void build_chain(const JobConfig &c, Message &m, uint32_t path_mtu)
 {
-	const JobConfig &c = job.cfg;
 	const uint16_t N = c.nodes();
 	uint32_t bytes = path_mtu;
 	if (c.block_len && c.block_len < bytes)
@@ -55,7 +54,18 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 				BlockDesc{v, uint32_t(std::min<uint64_t>(block_elems, e - v)),
 					  uint16_t(m.chunks.size()), uint8_t(m.op), 0});
 	};
-	for (uint16_t ch = 0; ch < N; ch++) {
+	// Where B < N only B chunks have blocks: the loop jumps from one to the
+	// next (chunk c holds blocks [B c / N, B (c + 1) / N)), so each node's
+	// layout costs O(B), not O(N) (O(N^2) over a simulated job).
+	const bool sparse = whole && B < N &&
+			    (m.coll == CollOp::allreduce || m.coll == CollOp::reduce);
+	auto next_chunk = [&](uint32_t ch) -> uint32_t {
+		if (!sparse)
+			return ch + 1;
+		const uint64_t b = B * (ch + 1) / N; // the first block after chunk ch
+		return b >= B ? N : uint32_t(((b + 1) * N + B - 1) / B - 1);
+	};
+	for (uint32_t ch = 0; ch < N; ch = next_chunk(ch)) {
 		ChunkRole r;
 		r.first_sid = uint32_t(m.chain.size());
 		switch (m.coll) {
@@ -73,7 +83,7 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 				r.vend = L * (ch + 1) / N;
 			}
 			r.rs = true;
-			r.origin = ch;
+			r.origin = uint16_t(ch);
 			r.fin = uint16_t((ch + N - 1) % N);
 			add_blocks(r.vbegin, r.vend);
 			break;
@@ -84,16 +94,16 @@ void CollEngine::build_chain(const CollJob &job, Message &m, uint32_t path_mtu)
 			// ends it at node ch, allgather starts it there.
 			r.vbegin = first_rank_elem(c, ch, m.count);
 			r.vend = r.vbegin + uint64_t(c.members[ch].ranks) * m.count;
-			r.fin = ch;
+			r.fin = uint16_t(ch);
 			r.rs = m.coll == CollOp::reduce_scatter;
-			r.origin = r.rs ? uint16_t((ch + 1) % N) : ch;
+			r.origin = r.rs ? uint16_t((ch + 1) % N) : uint16_t(ch);
 			// Blocks never straddle two ranks' parts.
 			for (uint64_t v = r.vbegin; v < r.vend; v += m.count)
 				add_blocks(v, v + m.count);
 			break;
 		}
 		case CollOp::bcast:
-			r.fin = r.origin = ch;
+			r.fin = r.origin = uint16_t(ch);
 			if (ch == m.root_node) {
 				r.vbegin = 0;
 				r.vend = m.count;

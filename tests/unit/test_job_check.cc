@@ -229,11 +229,9 @@ TEST(JobCheck, PodsGiveTheSpineAndCoreBits)
 	EXPECT_EQ(check_job(w, nullptr), 0);
 }
 
-// A job's lists are the same on every node: a copy checked again (as the
-// engine checks the configuration it is given) keeps sharing them with
-// the checked original, one array for a simulation's thousands of NICs;
-// a change through one copy leaves the other as it was.
-TEST(JobCheck, CopiesShareTheMemberListsUntilChanged)
+// Four nodes of 1, 2, 1 and 3 ranks under two leaves: nodes 0 and 3
+// under leaf 0, 1 and 2 under leaf 1.
+JobConfig two_leaves()
 {
 	JobConfig t = job({1, 2, 1, 3});
 	t.topology = Topology::hierarchy;
@@ -242,6 +240,16 @@ TEST(JobCheck, CopiesShareTheMemberListsUntilChanged)
 	t.sw.leaf.resize(2);
 	t.sw.spine.resize(1);
 	t.sw.member_leaf = {0, 1, 1, 0};
+	return t;
+}
+
+// A job's lists are the same on every node: a copy checked again (as the
+// engine checks the configuration it is given) keeps sharing them with
+// the checked original, one array for a simulation's thousands of NICs;
+// a change through one copy leaves the other as it was.
+TEST(JobCheck, CopiesShareTheMemberListsUntilChanged)
+{
+	JobConfig t = two_leaves();
 	ASSERT_EQ(check_job(t, nullptr), 0);
 	JobConfig c = t;
 	c.node = 2;
@@ -260,6 +268,110 @@ TEST(JobCheck, CopiesShareTheMemberListsUntilChanged)
 	EXPECT_EQ(c.members[3].first_rank, 7u);
 	EXPECT_EQ(t.total_ranks, 7u);
 	EXPECT_EQ(c.total_ranks, 10u);
+}
+
+// Each node's check takes the shape (first ranks, switch bits, address
+// family) that a copy of a checked configuration carries, but only while
+// the copy holds the very lists it was derived from: a list changed
+// through the copy is walked again, and what it spoils is refused.
+TEST(JobCheck, AShapeServesOnlyTheListsItCameFrom)
+{
+	JobConfig t = two_leaves();
+	ASSERT_EQ(check_job(t, nullptr), 0);
+	ASSERT_NE(t.shape, nullptr);
+	EXPECT_EQ(t.shape->family, 6); // no member has an IPv4 address
+
+	JobConfig c = t;
+	c.node = 1;
+	ASSERT_EQ(check_job(c, nullptr), 0);
+	EXPECT_EQ(c.shape, t.shape); // taken, not derived again
+	EXPECT_EQ(c.sw.leaf_bits, 0x3ull);
+	EXPECT_EQ(c.sw.member_bit[1], 0);
+	EXPECT_EQ(c.total_ranks, 7u);
+
+	// Member 0 moves to leaf 1: leaf 0 keeps member 3 (bit 0), leaf 1 has
+	// members 0, 1, 2 (bits 0, 1, 2).
+	c.sw.member_leaf.mut()[0] = 1;
+	ASSERT_EQ(check_job(c, nullptr), 0);
+	EXPECT_NE(c.shape, t.shape);
+	EXPECT_EQ(c.sw.member_bit[0], 0);
+	EXPECT_EQ(c.sw.member_bit[1], 1);
+	EXPECT_EQ(c.sw.member_bit[2], 2);
+	EXPECT_EQ(c.sw.member_bit[3], 0);
+	EXPECT_EQ(c.sw.leaf_bits, 0x7ull);
+	EXPECT_EQ(t.sw.member_bit[1], 0); // the original's are its own
+
+	expect_refused(t,
+		       {
+			       {"member_leaf", [](JobConfig &x) { x.sw.member_leaf.mut()[2] = 2; }},
+			       {"member ranks", [](JobConfig &x) { x.members.mut()[3].ranks = 0; }},
+		       });
+
+	// The address family is the members': IPv4 alone, or mixed.
+	JobConfig v = t;
+	for (size_t i = 0; i < v.members.size(); i++)
+		v.members.mut()[i].ep.ip = IpAddr::from_v4(0x0a000001u + uint32_t(i));
+	ASSERT_EQ(check_job(v, nullptr), 0);
+	EXPECT_EQ(v.shape->family, 4);
+	v.members.mut()[2].ep.ip = IpAddr{};
+	ASSERT_EQ(check_job(v, nullptr), 0);
+	EXPECT_EQ(v.shape->family, 0);
+}
+
+// The layout of a message through switches, where it has fewer blocks
+// than the job has nodes (most chunks empty, skipped without a look at
+// each), against every chunk walked by hand.
+TEST(JobCheck, ChunksWithBlocksAreFoundWithoutWalkingEveryNode)
+{
+	for (uint16_t n : {1, 2, 3, 7, 16, 63, 64, 100, 1000}) {
+		JobConfig c;
+		c.seg_count = 4;
+		c.members.assign(n, JobMember{});
+		c.sw.on = true;
+		c.topology = Topology::sw;
+		for (uint64_t count : {1ull, 5ull, 1024ull, 1025ull, 7000ull, 70000ull}) {
+			Message m;
+			m.coll = CollOp::allreduce;
+			m.count = count;
+			m.es = 4;
+			build_chain(c, m, 4096); // blocks of 1,024 elements
+			const uint64_t be = 1024, B = (count + be - 1) / be;
+			std::vector<ChunkRole> want;
+			std::vector<BlockDesc> chain;
+			for (uint32_t ch = 0; ch < n; ch++) {
+				ChunkRole r;
+				r.vbegin = std::min<uint64_t>(count, B * ch / n * be);
+				r.vend = std::min<uint64_t>(count, B * (ch + 1) / n * be);
+				r.first_sid = uint32_t(chain.size());
+				for (uint64_t v = r.vbegin; v < r.vend; v += be)
+					chain.push_back(
+						BlockDesc{v, uint32_t(std::min(be, r.vend - v)),
+							  uint16_t(want.size()), 0, 0});
+				r.nblocks = uint32_t(chain.size()) - r.first_sid;
+				r.origin = uint16_t(ch);
+				r.fin = uint16_t((ch + n - 1) % n);
+				if (r.nblocks)
+					want.push_back(r);
+			}
+			SCOPED_TRACE(testing::Message() << n << " nodes, " << count << " elements");
+			ASSERT_EQ(m.chunks.size(), want.size());
+			for (size_t k = 0; k < want.size(); k++) {
+				EXPECT_EQ(m.chunks[k].vbegin, want[k].vbegin);
+				EXPECT_EQ(m.chunks[k].vend, want[k].vend);
+				EXPECT_EQ(m.chunks[k].first_sid, want[k].first_sid);
+				EXPECT_EQ(m.chunks[k].nblocks, want[k].nblocks);
+				EXPECT_EQ(m.chunks[k].origin, want[k].origin);
+				EXPECT_EQ(m.chunks[k].fin, want[k].fin);
+			}
+			ASSERT_EQ(m.nblocks, chain.size());
+			for (size_t b = 0; b < chain.size(); b++) {
+				EXPECT_EQ(m.chain[b].voff, chain[b].voff);
+				EXPECT_EQ(m.chain[b].elems, chain[b].elems);
+				EXPECT_EQ(m.chain[b].chunk, chain[b].chunk);
+				EXPECT_EQ(m.chain[b].end, b + 1 == chain.size());
+			}
+		}
+	}
 }
 
 } // namespace
