@@ -74,13 +74,21 @@ FabricSpec reordering_ports()
 
 } // namespace
 
-// 64 hosts on one switch: S on each link (plus headers), and the bound
-// but for the headers (target 0.98 of R: the headers alone take 2.9 %).
+// 64 hosts on one switch at 16 MiB (in place): S on each link (plus
+// headers), and the bound but for the headers.  The target, 0.98 of R,
+// is beyond what the wire allows: a 4 KiB block's headers take 3.0 %, so
+// R / wire/S = 0.971 R is all a link can carry of payload; the gate is
+// 0.99 of that (today 0.968 of R, 0.997 of the wire's).
 TEST(SimGate, SwitchOf64HostsAtTheBound)
 {
-	const SizeResult z = run1(fast(64), job(SimTopology::sw, 4 << 20));
+	JobSpec j = job(SimTopology::sw, 16 << 20);
+	j.iters = 1;
+	j.in_place = true;
+	const SizeResult z = run1(fast(64), j);
+	RecordProperty("bound_share", std::to_string(z.busbw / z.bound));
 	EXPECT_NEAR(z.wire_s, kPerByte, 0.02 * kPerByte);
-	EXPECT_GE(z.busbw / z.bound, 0.95);
+	EXPECT_GE(z.busbw / z.bound * kPerByte, 0.99);
+	EXPECT_GE(z.busbw / z.bound, 0.96);
 }
 
 // 64 hosts on one switch at 64 KiB: 16 blocks of 4 KiB, so each node's
@@ -114,14 +122,19 @@ TEST(SimGate, TreeOf128HostsBeyondTheBitmap)
 	run1(f, b);
 }
 
-// 64 hosts round the ring: 2(N-1)/N S on each link, nothing sent twice.
-// Target 0.95 of R; today 0.77 at 4 MiB (the pipeline's fill over 126
-// hops of 1 us), the floor kept.
+// 64 hosts round the ring at 16 MiB (in place): 2(N-1)/N S on each
+// link, nothing sent twice, and 0.95 of R (the target; today 0.965, and
+// 0.77 at 4 MiB, where the pipeline's fill over 126 hops of 1 us weighs
+// four times as much).
 TEST(SimGate, RingOf64HostsSendsNothingTwice)
 {
-	const SizeResult z = run1(fast(64), job(SimTopology::ring, 4 << 20, 1024));
+	JobSpec j = job(SimTopology::ring, 16 << 20, 1024);
+	j.iters = 1;
+	j.in_place = true;
+	const SizeResult z = run1(fast(64), j);
+	RecordProperty("bound_share", std::to_string(z.busbw / z.bound));
 	EXPECT_NEAR(z.wire_s, 2.0 * 63 / 64 * kPerByte, 0.02 * kPerByte);
-	EXPECT_GE(z.busbw / z.bound, 0.75);
+	EXPECT_GE(z.busbw / z.bound, 0.95);
 }
 
 // 8 hosts round the ring on 200 Mbit/s links of 20 us with 256 KiB
