@@ -98,8 +98,15 @@ public:
 	CollHost &host() const { return e_; }
 	SegPool &segs() { return segs_; }
 	const SegPool &segs() const { return segs_; }
-	// A block's worth (or more, as the ring grows it) of scratch space.
-	std::vector<uint8_t> &scratch() { return scratch_; }
+	// Two blocks' worth (or more, as the ring grows it) of scratch space,
+	// made at its first use: a NIC whose jobs run through switches without
+	// an average never needs it (8 KiB a host of a simulated fabric).
+	std::vector<uint8_t> &scratch()
+	{
+		if (scratch_.size() < 2 * size_t(segs_.unit_bytes()))
+			scratch_.resize(2 * size_t(segs_.unit_bytes()));
+		return scratch_;
+	}
 
 	// codec.cc.  Every packet carries the job's incarnation, unless
 	// other_inc (an answer to a member of another incarnation, in its
@@ -174,7 +181,7 @@ protected:
 
 	CollHost &e_;
 	SegPool segs_;
-	std::vector<uint8_t> scratch_; // a block when the mapped unit is taken
+	std::vector<uint8_t> scratch_; // scratch(): a block when the mapped unit is taken
 	uint64_t lent_ = 0; // the port's lend mark of the last packet sent from lent memory
 	// When what was sent so far has left the port, at its rate; how far
 	// ahead of the port new blocks may go (kPortAheadBytes at the rate).

@@ -71,6 +71,8 @@ struct SwitchConfig {
 	uint64_t pod_bits = 0;
 };
 
+struct LayoutCache; // coll/xmit.cc
+
 // What check_job derives from the member lists alone, the same on every
 // node.  A copy of a checked configuration carries it, and check_job takes
 // it instead of walking the lists again while the copy holds the very
@@ -90,7 +92,10 @@ struct JobShape {
 	std::vector<uint8_t> leaf_up;	     // with pods: a leaf's bit at its spine
 	uint64_t top_bits = 0;
 	std::vector<uint64_t> pod_bits; // with pods: per pod, its leaves that have members
+	// The last message layout made for these lists (coll/xmit.cc).
+	std::shared_ptr<LayoutCache> layout;
 };
+std::shared_ptr<LayoutCache> new_layout_cache();
 
 struct JobConfig {
 	uint32_t jid = 0;
@@ -406,9 +411,10 @@ struct Message {
 	};
 	std::vector<PartWqe> parts;
 
-	// Layout.
-	std::vector<BlockDesc> chain;
-	std::vector<ChunkRole> chunks;
+	// Layout (build_chain; shared with the other messages of its shape,
+	// and in a simulation with the job's other nodes).
+	util::CowVector<BlockDesc> chain;
+	util::CowVector<ChunkRole> chunks;
 	uint32_t nblocks = 0;
 	bool result_data = true; // the result phase carries data (not just a token)
 

@@ -25,7 +25,7 @@ std::unique_ptr<CollService> make_coll_service(CollHost &host, uint32_t seg_unit
 }
 
 CollCore::CollCore(CollHost &e, uint32_t seg_units, uint32_t seg_bytes)
-	: e_(e), segs_(seg_units, seg_bytes), scratch_(2 * size_t(seg_bytes))
+	: e_(e), segs_(seg_units, seg_bytes)
 {
 }
 

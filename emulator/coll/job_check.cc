@@ -186,6 +186,7 @@ int check_job(JobConfig &c, const char **why)
 	if (!known) {
 		if (int e = walk_members(c, *fresh, w))
 			return e;
+		fresh->layout = new_layout_cache();
 		fresh->members = c.members.pin();
 		fresh->member_leaf = c.sw.member_leaf.pin();
 		fresh->leaf_pod = c.sw.leaf_pod.pin();

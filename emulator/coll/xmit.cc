@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include <immintrin.h>
+#include <mutex>
 
 namespace ibv_coll::emu {
 
@@ -26,7 +27,9 @@ uint64_t first_rank_elem(const JobConfig &c, uint16_t node, uint64_t count)
 
 } // namespace
 
-void build_chain(const JobConfig &c, Message &m, uint32_t path_mtu)
+// The layout itself, into chain and chunks.
+static void lay_out(const JobConfig &c, const Message &m, uint32_t path_mtu,
+		    std::vector<BlockDesc> &chain, std::vector<ChunkRole> &chunks)
 {
 	const uint16_t N = c.nodes();
 	uint32_t bytes = path_mtu;
@@ -45,14 +48,11 @@ void build_chain(const JobConfig &c, Message &m, uint32_t path_mtu)
 	// by its place among them): through switches a message of B < N
 	// blocks leaves most nodes' chunks empty, and at 65,536 nodes a table
 	// of N chunks per message on every node was O(N^2) in a simulation.
-	m.chunks.clear();
-	m.chain.clear();
-	m.result_data = m.coll != CollOp::reduce_scatter;
 	auto add_blocks = [&](uint64_t b, uint64_t e) {
 		for (uint64_t v = b; v < e; v += block_elems)
-			m.chain.push_back(
-				BlockDesc{v, uint32_t(std::min<uint64_t>(block_elems, e - v)),
-					  uint16_t(m.chunks.size()), uint8_t(m.op), 0});
+			chain.push_back(BlockDesc{v,
+						  uint32_t(std::min<uint64_t>(block_elems, e - v)),
+						  uint16_t(chunks.size()), uint8_t(m.op), 0});
 	};
 	// Where B < N only B chunks have blocks: the loop jumps from one to the
 	// next (chunk c holds blocks [B c / N, B (c + 1) / N)), so each node's
@@ -67,7 +67,7 @@ void build_chain(const JobConfig &c, Message &m, uint32_t path_mtu)
 	};
 	for (uint32_t ch = 0; ch < N; ch = next_chunk(ch)) {
 		ChunkRole r;
-		r.first_sid = uint32_t(m.chain.size());
+		r.first_sid = uint32_t(chain.size());
 		switch (m.coll) {
 		case CollOp::allreduce:
 		case CollOp::reduce:
@@ -112,25 +112,88 @@ void build_chain(const JobConfig &c, Message &m, uint32_t path_mtu)
 			break;
 		case CollOp::query: break;
 		}
-		r.nblocks = uint32_t(m.chain.size()) - r.first_sid;
+		r.nblocks = uint32_t(chain.size()) - r.first_sid;
 		if (r.nblocks)
-			m.chunks.push_back(r);
+			chunks.push_back(r);
 	}
-	if (!m.chain.empty())
-		m.chain.back().end = 1;
+	if (!chain.empty())
+		chain.back().end = 1;
+}
+
+// What a layout depends on besides the member lists.
+struct LayoutKey {
+	CollOp coll;
+	RedOp op;
+	uint32_t es, path_mtu, block_len;
+	uint64_t count;
+	uint16_t root_node;
+	bool sw;
+	Topology topology;
+	bool operator==(const LayoutKey &o) const
+	{
+		return coll == o.coll && op == o.op && es == o.es && path_mtu == o.path_mtu &&
+		       block_len == o.block_len && count == o.count && root_node == o.root_node &&
+		       sw == o.sw && topology == o.topology;
+	}
+};
+
+// The last layout made for a job's member lists, shared by every copy of
+// its configuration (JobShape): the next message of the same shape, on
+// this node or (in a simulation) on any other, takes it, one array for
+// all of them.
+struct LayoutCache {
+	std::mutex mu;
+	bool valid = false;
+	LayoutKey key{};
+	util::CowVector<BlockDesc> chain;
+	util::CowVector<ChunkRole> chunks;
+};
+
+std::shared_ptr<LayoutCache> new_layout_cache()
+{
+	return std::make_shared<LayoutCache>();
+}
+
+void build_chain(const JobConfig &c, Message &m, uint32_t path_mtu)
+{
+	m.result_data = m.coll != CollOp::reduce_scatter;
+	const LayoutKey key{m.coll,  m.op,	  m.es,	   path_mtu,  c.block_len,
+			    m.count, m.root_node, c.sw.on, c.topology};
+	LayoutCache *cache = c.shape ? c.shape->layout.get() : nullptr;
+	std::unique_lock<std::mutex> hold;
+	if (cache) {
+		hold = std::unique_lock<std::mutex>(cache->mu);
+		if (cache->valid && cache->key == key) {
+			m.chain = cache->chain;
+			m.chunks = cache->chunks;
+			m.nblocks = uint32_t(m.chain.size());
+			return;
+		}
+	}
+	std::vector<BlockDesc> chain;
+	std::vector<ChunkRole> chunks;
+	lay_out(c, m, path_mtu, chain, chunks);
+	m.chain = std::move(chain);
+	m.chunks = std::move(chunks);
 	m.nblocks = uint32_t(m.chain.size());
+	if (cache) {
+		cache->valid = true;
+		cache->key = key;
+		cache->chain = m.chain;
+		cache->chunks = m.chunks;
+	}
 }
 
 void CollEngine::one_block(const CollJob &job, Message &m)
 {
 	const uint64_t n = m.coll == CollOp::barrier ? 0 : m.count;
-	m.chunks.assign(1, ChunkRole{});
-	ChunkRole &r = m.chunks[0];
+	ChunkRole r;
 	r.vend = n;
 	r.nblocks = 1;
 	r.origin = r.fin = job.cfg.node;
 	r.rs = true;
-	m.chain.assign(1, BlockDesc{0, uint32_t(n), 0, uint8_t(m.op), 1});
+	m.chunks = {r};
+	m.chain = {BlockDesc{0, uint32_t(n), 0, uint8_t(m.op), 1}};
 	m.result_data = true;
 	m.nblocks = 1;
 }

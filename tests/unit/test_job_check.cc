@@ -374,5 +374,68 @@ TEST(JobCheck, ChunksWithBlocksAreFoundWithoutWalkingEveryNode)
 	}
 }
 
+// A message's layout is kept for the job's lists (JobShape): the next
+// message of the same shape, on this node or another copy of the
+// configuration, takes the same arrays; one of another shape is laid out
+// anew, and matches a layout made without the cache.
+TEST(JobCheck, ALayoutIsSharedByMessagesOfOneShape)
+{
+	JobConfig t;
+	t.seg_count = 4;
+	t.members.assign(60, JobMember{});
+	for (size_t i = 0; i < 60; i++)
+		t.members.mut()[i].ranks = 1;
+	t.sw.on = true;
+	t.sw.leaf.resize(1);
+	t.topology = Topology::sw;
+	ASSERT_EQ(check_job(t, nullptr), 0);
+	JobConfig a = t, b = t;
+	a.node = 3;
+	b.node = 57;
+	ASSERT_EQ(check_job(a, nullptr), 0);
+	ASSERT_EQ(check_job(b, nullptr), 0);
+	auto msg = [](uint64_t count, CollOp coll) {
+		Message m;
+		m.coll = coll;
+		m.count = count;
+		m.es = 4;
+		return m;
+	};
+	auto same = [](const Message &x, const Message &y) {
+		ASSERT_EQ(x.chain.size(), y.chain.size());
+		ASSERT_EQ(x.chunks.size(), y.chunks.size());
+		EXPECT_EQ(x.nblocks, y.nblocks);
+		for (size_t i = 0; i < x.chain.size(); i++) {
+			EXPECT_EQ(x.chain[i].voff, y.chain[i].voff);
+			EXPECT_EQ(x.chain[i].elems, y.chain[i].elems);
+			EXPECT_EQ(x.chain[i].chunk, y.chain[i].chunk);
+			EXPECT_EQ(x.chain[i].end, y.chain[i].end);
+		}
+		for (size_t k = 0; k < x.chunks.size(); k++) {
+			EXPECT_EQ(x.chunks[k].vbegin, y.chunks[k].vbegin);
+			EXPECT_EQ(x.chunks[k].vend, y.chunks[k].vend);
+			EXPECT_EQ(x.chunks[k].origin, y.chunks[k].origin);
+		}
+	};
+	JobConfig bare = t; // no shape: laid out every time
+	bare.shape.reset();
+	Message ma = msg(70000, CollOp::allreduce), mb = ma, mc = msg(5000, CollOp::allgather);
+	build_chain(a, ma, 4096);
+	build_chain(b, mb, 4096);
+	EXPECT_TRUE(mb.chain.shares(ma.chain));
+	EXPECT_TRUE(mb.chunks.shares(ma.chunks));
+	build_chain(b, mc, 4096);
+	EXPECT_FALSE(mc.chain.shares(ma.chain));
+	Message rc = msg(5000, CollOp::allgather);
+	build_chain(bare, rc, 4096);
+	same(mc, rc);
+	EXPECT_FALSE(rc.chain.shares(mc.chain));
+	Message md = msg(70000, CollOp::allreduce), rd = md;
+	build_chain(a, md, 2048); // another block size: another layout
+	build_chain(bare, rd, 2048);
+	same(md, rd);
+	EXPECT_GT(md.nblocks, ma.nblocks);
+}
+
 } // namespace
 } // namespace ibv_coll::emu
