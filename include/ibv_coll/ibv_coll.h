@@ -304,16 +304,32 @@ struct ibv_coll_switch_attr {
 	uint32_t flags;	 /* enum ibv_coll_switch_flags */
 };
 
+/* Three levels (IBV_COLL_JOB_ATTR_PODS, with a HIERARCHY or AUTO job's
+ * sw): the L leaves of each plane in K pods, each pod's leaves under a
+ * spine of its own, the K spines under a core.  sw->num_leaves is then
+ * up to 64 per pod, sw->spines has P * K entries (plane p's spine of pod
+ * k at [p * K + k]). */
+struct ibv_coll_pods_attr {
+	uint32_t num_pods;			  /* K: 2..64 */
+	uint32_t reserved;			  /* 0 */
+	const uint8_t *leaf_pod;		  /* L entries: each leaf's pod, less than K */
+	const struct ibv_coll_switch_addr *cores; /* P: plane p's core */
+	/* num_nodes entries: each member's leaf, for more than 256 leaves;
+	 * NULL: sw->member_leaf */
+	const uint16_t *member_leaf;
+};
+
 enum ibv_coll_job_attr_mask {
 	IBV_COLL_JOB_ATTR_SWITCH = 1 << 0, /* sw is valid */
-	IBV_COLL_JOB_ATTR_LOCAL = 1 << 1   /* local_first and local_count are valid */
+	IBV_COLL_JOB_ATTR_LOCAL = 1 << 1,  /* local_first and local_count are valid */
+	IBV_COLL_JOB_ATTR_PODS = 1 << 2	   /* pods is valid (with IBV_COLL_JOB_ATTR_SWITCH) */
 };
 
 struct ibv_coll_job_attr {
 	uint64_t comp_mask;		       /* enum ibv_coll_job_attr_mask */
 	uint32_t jid;			       /* job id, equal on every member */
 	uint32_t node_index;		       /* this node's index in members */
-	uint32_t num_nodes;		       /* 1..64 */
+	uint32_t num_nodes;		       /* 1..65535 (max_nodes) */
 	const struct ibv_coll_member *members; /* copied by the call */
 	enum ibv_coll_topology topology;
 	uint32_t seg_base; /* the job's Seg units: [seg_base, seg_base + seg_count) */
@@ -338,6 +354,7 @@ struct ibv_coll_job_attr {
 	 * all of its node's ranks. */
 	uint32_t local_first;
 	uint32_t local_count;
+	const struct ibv_coll_pods_attr *pods; /* IBV_COLL_JOB_ATTR_PODS; copied by the call */
 };
 
 enum ibv_coll_op {

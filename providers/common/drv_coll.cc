@@ -124,10 +124,13 @@ int engine_counters(emu::Device &nic, ibv_coll_counters *o)
 int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 {
 	if (!in ||
-	    (in->comp_mask & ~uint64_t(IBV_COLL_JOB_ATTR_SWITCH | IBV_COLL_JOB_ATTR_LOCAL)) ||
+	    (in->comp_mask & ~uint64_t(IBV_COLL_JOB_ATTR_SWITCH | IBV_COLL_JOB_ATTR_LOCAL |
+				       IBV_COLL_JOB_ATTR_PODS)) ||
 	    in->flags || !in->members || !in->num_nodes || in->num_nodes > emu::kMaxCollNodes ||
 	    in->node_index >= in->num_nodes)
 		return EINVAL;
+	if ((in->comp_mask & IBV_COLL_JOB_ATTR_PODS) && !(in->comp_mask & IBV_COLL_JOB_ATTR_SWITCH))
+		return EINVAL; // pods of what switches?
 	int topo = core::raw_enum(in->topology);
 	if (topo < IBV_COLL_TOPO_RING || topo > IBV_COLL_TOPO_AUTO)
 		return EINVAL;
@@ -160,10 +163,19 @@ int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 	}
 	if (in->comp_mask & IBV_COLL_JOB_ATTR_SWITCH) {
 		const ibv_coll_switch_attr *s = in->sw;
+		const ibv_coll_pods_attr *k = in->comp_mask & IBV_COLL_JOB_ATTR_PODS ? in->pods
+										     : nullptr;
+		const uint32_t max_leaves = k ? emu::sw::kMaxLeaves * emu::sw::kMaxLeaves
+					      : emu::sw::kMaxLeaves;
 		if (!s || !s->num_planes || s->num_planes > emu::sw::kMaxPlanes || !s->num_leaves ||
-		    s->num_leaves > emu::sw::kMaxLeaves || !s->leaves ||
-		    (s->num_leaves > 1 && (!s->spines || !s->member_leaf)) ||
+		    s->num_leaves > max_leaves || !s->leaves ||
+		    (s->num_leaves > 1 &&
+		     (!s->spines || !(s->member_leaf || (k && k->member_leaf)))) ||
 		    (s->flags & ~uint32_t(IBV_COLL_SWITCH_INLINE | IBV_COLL_SWITCH_E2E_ACK)))
+			return EINVAL;
+		if ((in->comp_mask & IBV_COLL_JOB_ATTR_PODS) &&
+		    (!k || k->num_pods < 2 || k->num_pods > emu::sw::kMaxLeaves || k->reserved ||
+		     !k->leaf_pod || !k->cores))
 			return EINVAL;
 		auto ep = [](const ibv_coll_switch_addr &a) {
 			emu::Endpoint e;
@@ -178,9 +190,21 @@ int coll_job_from_attr(Qp *qp, const ibv_coll_job_attr *in, emu::JobConfig *out)
 		for (uint32_t i = 0; i < s->num_planes * s->num_leaves; i++)
 			c.sw.leaf.push_back(ep(s->leaves[i]));
 		if (s->num_leaves > 1) {
+			const uint32_t pods = k ? k->num_pods : 1;
+			for (uint32_t i = 0; i < s->num_planes * pods; i++)
+				c.sw.spine.push_back(ep(s->spines[i]));
+			if (k && k->member_leaf)
+				c.sw.member_leaf.assign(k->member_leaf,
+							k->member_leaf + in->num_nodes);
+			else
+				c.sw.member_leaf.assign(s->member_leaf,
+							s->member_leaf + in->num_nodes);
+		}
+		if (k) {
+			c.sw.pods = k->num_pods;
+			c.sw.leaf_pod.assign(k->leaf_pod, k->leaf_pod + s->num_leaves);
 			for (uint32_t p = 0; p < s->num_planes; p++)
-				c.sw.spine.push_back(ep(s->spines[p]));
-			c.sw.member_leaf.assign(s->member_leaf, s->member_leaf + in->num_nodes);
+				c.sw.core.push_back(ep(k->cores[p]));
 		}
 		c.sw.window = s->window;
 		c.sw.inline_task = s->flags & IBV_COLL_SWITCH_INLINE;

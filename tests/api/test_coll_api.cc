@@ -235,6 +235,51 @@ TEST(CollApi, QpCreationAndJobChecks)
 		j.topology = IBV_COLL_TOPO_SWITCH;
 		j.seg_count = 1;
 		EXPECT_EQ(rtr_with(j), EINVAL) << "one Seg unit cannot hold a window";
+		// Three levels (a good one runs in coll.*n4k2_switch_pods).
+		uint8_t pod_of[2] = {0, 1};
+		uint16_t leaf16[1] = {1};
+		ibv_coll_pods_attr pa{};
+		pa.num_pods = 2;
+		pa.leaf_pod = pod_of;
+		pa.cores = &sw[3];
+		sa.num_leaves = 2;
+		sa.spines = &sw[2]; // sw[2], sw[3]: a spine per pod
+		leaf_of[0] = 0;
+		j = n.job();
+		j.topology = IBV_COLL_TOPO_HIERARCHY;
+		j.comp_mask = IBV_COLL_JOB_ATTR_PODS;
+		j.sw = &sa;
+		j.pods = &pa;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "pods without switches";
+		j.comp_mask |= IBV_COLL_JOB_ATTR_SWITCH;
+		j.pods = nullptr;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "pods mask without the attribute";
+		j.pods = &pa;
+		for (uint32_t k : {1u, 65u}) {
+			pa.num_pods = k;
+			EXPECT_EQ(rtr_with(j), EINVAL) << k << " pods";
+		}
+		pa.num_pods = 2;
+		pa.reserved = 1;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "reserved not 0";
+		pa.reserved = 0;
+		pa.leaf_pod = nullptr;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "no leaf's pod";
+		pa.leaf_pod = pod_of;
+		pa.cores = nullptr;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "no core";
+		pa.cores = &sw[3];
+		pod_of[1] = 2;
+		EXPECT_EQ(rtr_with(j), EINVAL) << "a leaf in a pod the job does not have";
+		pod_of[1] = 1;
+		pa.member_leaf = leaf16;
+		leaf16[0] = 2;
+		EXPECT_EQ(rtr_with(j), EINVAL)
+			<< "a member on a leaf that does not exist (16 bits)";
+		sa.num_leaves = 65;
+		pa.member_leaf = nullptr;
+		j.comp_mask &= ~uint64_t(IBV_COLL_JOB_ATTR_PODS);
+		EXPECT_EQ(rtr_with(j), EINVAL) << "65 leaves without pods";
 	}
 	m = n.me;
 	m.qp_num ^= 1;

@@ -45,6 +45,10 @@ struct Opts {
 	std::string sw_addr;
 	std::vector<std::string> leaves, spines; // PORT or IPV4:PORT each
 	std::vector<uint16_t> member_leaf;
+	// Three levels: each leaf's pod, and a core per plane (the spines
+	// then one per plane and pod, plane-major).
+	std::vector<uint16_t> leaf_pod;
+	std::vector<std::string> cores;
 	uint32_t planes = 1, window = 0;
 	bool inline_task = false;
 	bool e2e_ack = false;
@@ -393,11 +397,12 @@ int main(int argc, char **argv)
 		{"e2e-ack", 0, nullptr, 'E'},	  {"gid-index", 1, nullptr, 'G'},
 		{"late", 1, nullptr, 'l'},	  {"hold", 0, nullptr, 'H'},
 		{"jid", 1, nullptr, 'J'},	  {"pause-ms", 1, nullptr, 'Z'},
-		{"sync", 0, nullptr, 'Y'},	  {nullptr, 0, nullptr, 0},
+		{"sync", 0, nullptr, 'Y'},	  {"leaf-pod", 1, nullptr, 'K'},
+		{"cores", 1, nullptr, 'C'},	  {nullptr, 0, nullptr, 0},
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:l:J:Z:Y", lo,
-				nullptr)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:i:n:k:s:S:d:m:t:g:T:vA:L:P:M:p:w:IF:EG:l:J:Z:YK:C:",
+				lo, nullptr)) != -1) {
 		switch (c) {
 		case 'b': o.boot = optarg; break;
 		case 'i': o.node = atoi(optarg); break;
@@ -407,6 +412,8 @@ int main(int argc, char **argv)
 		case 'L': o.leaves = parse_words(optarg); break;
 		case 'P': o.spines = parse_words(optarg); break;
 		case 'M': o.member_leaf = parse_list(optarg); break;
+		case 'K': o.leaf_pod = parse_list(optarg); break;
+		case 'C': o.cores = parse_words(optarg); break;
 		case 'p': o.planes = uint32_t(atoi(optarg)); break;
 		case 'w': o.window = uint32_t(atoi(optarg)); break;
 		case 'I': o.inline_task = true; break;
@@ -514,7 +521,9 @@ int main(int argc, char **argv)
 	job.seg_count = o.seg_count;
 	job.job_key = 0x5eed0000 ^ o.seed;
 	job.timeout_ms = o.timeout_ms;
-	std::vector<ibv_coll_switch_addr> leaf_addrs, spine_addrs;
+	std::vector<ibv_coll_switch_addr> leaf_addrs, spine_addrs, core_addrs;
+	std::vector<uint8_t> leaf_pod(o.leaf_pod.begin(), o.leaf_pod.end());
+	ibv_coll_pods_attr pods{};
 	std::vector<uint8_t> member_leaf(o.member_leaf.begin(), o.member_leaf.end());
 	ibv_coll_switch_attr swa{};
 	if (!o.leaves.empty()) {
@@ -558,6 +567,15 @@ int main(int argc, char **argv)
 			    (o.e2e_ack ? IBV_COLL_SWITCH_E2E_ACK : 0);
 		job.comp_mask = IBV_COLL_JOB_ATTR_SWITCH;
 		job.sw = &swa;
+		if (!o.cores.empty()) {
+			for (const std::string &w : o.cores)
+				core_addrs.push_back(addr(w));
+			pods.num_pods = uint32_t(o.spines.size() / o.planes);
+			pods.leaf_pod = leaf_pod.data();
+			pods.cores = core_addrs.data();
+			job.comp_mask |= IBV_COLL_JOB_ATTR_PODS;
+			job.pods = &pods;
+		}
 	}
 	a = {};
 	a.qp_state = IBV_QPS_RTR;

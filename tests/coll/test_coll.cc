@@ -316,6 +316,17 @@ std::vector<NodeSet> switch_runs()
 		     240,
 		     "hier_planes",
 		     {"", "", "", "", "", ""}});
+	// Three levels through the verbs API (IBV_COLL_JOB_ATTR_PODS): two
+	// pods of one leaf each, a spine per pod, a core above.
+	v.push_back({4,
+		     "2",
+		     "switch",
+		     {},
+		     {"--topology", "2", "--leaves", "@0,@1", "--spines", "@2,@3", "--cores", "@4",
+		      "--leaf-pod", "0,1", "--member-leaf", "0,1,0,1", "--expect-flags", "0xc00"},
+		     240,
+		     "pods",
+		     {"", "", "", "", ""}});
 	v.push_back({4,
 		     "2",
 		     "switch",
