@@ -29,7 +29,6 @@ public:
 	bool empty() const { return !size(); }
 	const T &operator[](size_t i) const { return (*p_)[i]; }
 	const T *data() const { return p_ ? p_->data() : nullptr; }
-	const T &back() const { return p_->back(); }
 	const_iterator begin() const { return view().begin(); }
 	const_iterator end() const { return view().end(); }
 	const std::vector<T> &view() const
