@@ -8,8 +8,10 @@
 #include "nic/qp.h"
 #include "wire/seqnum.h"
 #include "nic/wqe.h"
+#include "coll/pending_set.h"
 #include "reduce/reduce.h"
 #include "util/cow_vector.h"
+#include "util/fifo.h"
 #include "wire/seqnum.h"
 
 #include <algorithm>
@@ -146,131 +148,6 @@ struct ChunkRole {
 	bool rs = false; // has a reduce-scatter phase
 };
 
-// Blocks sent and not yet acknowledged, with their retransmission timers:
-// one entry per block of the message (made at the first add: a strategy
-// that never uses the set pays nothing for it, 56 bytes a block: a 1 MiB
-// message through a switch does not round the ring), a count, and a lower
-// bound of the earliest deadline, so that a pass with nothing due costs no
-// walk (the bound goes stale-early when entries leave; the walk it then
-// causes finds nothing due and makes it exact again).
-class PendingSet {
-public:
-	struct Entry {
-		uint64_t deadline = 0;	    // send again after this
-		uint64_t sent = 0;	    // when it was (last) sent
-		uint64_t progress_mark = 0; // the message's last_progress at the last repeat
-		uint8_t repeats = 0;	    // sent again since the message's last progress
-		bool again = false;	    // sent more than once: no RTT sample (Karn)
-		bool fast = false;	    // sent again on a gap (RingPath::acked): once only
-		// Switch path: ASKs (no payload) since the partial last went,
-		// and whether the switch said it holds the partial.
-		uint8_t asks = 0;
-		bool held = false;
-		bool on = false;
-		// Switch path: when the partial itself last went, and (not 0)
-		// if that copy went on a NAK, how long after the copy before
-		// (SwitchPath::on_nak, spurious()).
-		uint32_t nak_lead = 0;
-		uint32_t next_at_data = 0; // switch path: the first block not yet sent then
-		uint64_t data_sent = 0;
-
-		uint64_t result_at = 0; // switch path: when the result came
-	};
-	void init(uint32_t nblocks)
-	{
-		e_.clear();
-		cap_ = nblocks;
-		n_ = 0;
-		lo_ = UINT32_MAX;
-		hi_ = 0;
-		next_ = UINT64_MAX;
-	}
-	size_t size() const { return n_; }
-	bool empty() const { return !n_; }
-	Entry *find(uint32_t sid) { return sid < e_.size() && e_[sid].on ? &e_[sid] : nullptr; }
-	const Entry *find(uint32_t sid) const
-	{
-		return sid < e_.size() && e_[sid].on ? &e_[sid] : nullptr;
-	}
-	// What block sid's entry held when it left (or holds): its last send.
-	const Entry *last(uint32_t sid) const { return sid < e_.size() ? &e_[sid] : nullptr; }
-	Entry &add(uint32_t sid)
-	{
-		if (e_.size() < cap_)
-			e_.resize(cap_);
-		Entry &e = e_[sid];
-		if (!e.on) {
-			e = Entry{};
-			e.on = true;
-			n_++;
-			lo_ = std::min(lo_, sid);
-			hi_ = std::max(hi_, sid + 1);
-		}
-		return e;
-	}
-	void erase(uint32_t sid)
-	{
-		if (e_[sid].on) {
-			e_[sid].on = false;
-			n_--;
-		}
-	}
-	void timer_set(uint64_t deadline) { next_ = std::min(next_, deadline); }
-	// Call f(sid) for every entry below sid (f may re-arm it, not erase
-	// it).  Blocks are acknowledged roughly in order, so the walk starts
-	// at the oldest entry still on.
-	template <class F> void for_before(uint32_t sid, F f)
-	{
-		while (lo_ < hi_ && !e_[lo_].on)
-			lo_++;
-		for (uint32_t s = lo_; s < sid && s < hi_; s++)
-			if (e_[s].on)
-				f(s, e_[s]);
-	}
-	uint64_t next() const { return n_ ? next_ : UINT64_MAX; }
-	// The entry of the lowest block still on (the oldest sent, but for
-	// repeats), or nullptr; *sid names it.
-	Entry *lowest(uint32_t *sid)
-	{
-		while (lo_ < hi_ && !e_[lo_].on)
-			lo_++;
-		if (!n_ || lo_ >= hi_)
-			return nullptr;
-		*sid = lo_;
-		return &e_[lo_];
-	}
-	const Entry *lowest(uint32_t *sid) const
-	{
-		for (uint32_t s = lo_; n_ && s < hi_; s++)
-			if (e_[s].on) {
-				*sid = s;
-				return &e_[s];
-			}
-		return nullptr;
-	}
-	// Call f(sid) for every entry due at now (f may re-arm it), then make
-	// the bound exact.
-	template <class F> void for_due(uint64_t now, F f)
-	{
-		if (!n_ || now < next_)
-			return;
-		for (uint32_t s = lo_; s < hi_; s++)
-			if (e_[s].on && now >= e_[s].deadline)
-				f(s);
-		next_ = UINT64_MAX;
-		for (uint32_t s = lo_; s < hi_; s++)
-			if (e_[s].on)
-				next_ = std::min(next_, e_[s].deadline);
-	}
-
-private:
-	std::vector<Entry> e_;
-	uint32_t cap_ = 0; // the message's blocks
-	size_t n_ = 0;
-	uint32_t lo_ = UINT32_MAX, hi_ = 0; // the entries ever on lie in [lo_, hi_)
-	uint64_t next_ = UINT64_MAX;
-};
-
 // The ring's state of a message (ring.cc, ring_loss.cc).  Each hop, from
 // this node to the next, is made reliable on its own: every DATA and
 // RESULT this node sends the next one of the message gets a number (CETH
@@ -306,11 +183,11 @@ struct RingMsg {
 		uint64_t at;
 		uint16_t nak = 0; // the NAK's number (CETH seg)
 	};
-	std::deque<Hole> holes;
+	util::Fifo<Hole> holes;
 	// NAKed: NAKed again when still missing once a packet the sender
 	// sent after it heard the NAK came (it echoes the last NAK it heard,
 	// CETH seg), or, with nothing coming, after a while.
-	std::deque<Hole> naked;
+	util::Fifo<Hole> naked;
 	uint16_t naks = 0;     // as receiver: the last NAK's number
 	uint16_t nak_echo = 0; // as sender: the last NAK number heard
 	uint32_t unacked = 0;
@@ -396,11 +273,15 @@ struct Message {
 	uint32_t mid = 0;
 	bool signaled = true;
 	uint16_t ranks = 0;
-	Sge src[kMaxCollRanks], dst[kMaxCollRanks];
-	// Whose each rank's buffers are: its QP's protection domain and that
-	// PD's address space (the lead's, or a joined QP's in another process).
-	uint32_t pdn[kMaxCollRanks];
-	DmaSpace space[kMaxCollRanks];
+	// Each of the node's ranks' buffers, and whose they are: its QP's
+	// protection domain and that PD's address space (the lead's, or a
+	// joined QP's in another process); ranks of them.
+	struct RankBufs {
+		Sge src, dst;
+		uint32_t pdn = 0;
+		DmaSpace space = kLocalSpace;
+	};
+	std::vector<RankBufs> rank;
 	bool remote = false; // some rank's buffers are in another process
 	// The node's other QPs' WQEs this message runs (coll/join.cc): each
 	// completes on its own QP with the message.

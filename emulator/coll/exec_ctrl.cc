@@ -147,11 +147,11 @@ void CollEngine::take_ranks(Message &m, const CollWqe &w, uint16_t first, uint16
 			    uint32_t pdn)
 {
 	const DmaSpace space = e_.pd_space(pdn);
-	for (uint16_t r = 0; r < count && r < w.num_sge && first + r < kMaxCollRanks; r++) {
-		m.src[first + r] = w.srcs()[r];
-		m.dst[first + r] = w.dsts()[r];
-		m.pdn[first + r] = pdn;
-		m.space[first + r] = space;
+	for (uint16_t r = 0; r < count && r < w.num_sge && first + r < m.rank.size(); r++) {
+		m.rank[first + r].src = w.srcs()[r];
+		m.rank[first + r].dst = w.dsts()[r];
+		m.rank[first + r].pdn = pdn;
+		m.rank[first + r].space = space;
 		m.remote |= space != kLocalSpace;
 	}
 }
@@ -190,6 +190,7 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	m.mid = w->mid;
 	m.signaled = qp.sig_all || (w->flags & kWqeSignaled);
 	m.ranks = c.members[c.node].ranks;
+	m.rank.resize(m.ranks);
 	if (m.coll == CollOp::barrier) {
 		m.op = RedOp::max;
 		m.dtype = Dtype::uint8;
@@ -203,10 +204,10 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 		same &= join_wqe(m, *(*js)[j].qp, (*js)[j].idx, *w);
 	uint64_t slo = UINT64_MAX, shi = 0, dlo = UINT64_MAX, dhi = 0;
 	for (uint16_t r = 0; r < m.ranks; r++) {
-		slo = std::min(slo, m.src[r].addr);
-		shi = std::max(shi, m.src[r].addr + m.src[r].length);
-		dlo = std::min(dlo, m.dst[r].addr);
-		dhi = std::max(dhi, m.dst[r].addr + m.dst[r].length);
+		slo = std::min(slo, m.rank[r].src.addr);
+		shi = std::max(shi, m.rank[r].src.addr + m.rank[r].src.length);
+		dlo = std::min(dlo, m.rank[r].dst.addr);
+		dhi = std::max(dhi, m.rank[r].dst.addr + m.rank[r].dst.length);
 	}
 	m.inplace = dlo < shi && slo < dhi; // the spans overlap (perhaps only the spans)
 	find_root(c, m);

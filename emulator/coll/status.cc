@@ -124,7 +124,7 @@ void CollEngine::send_abort(const CollJob &job, uint32_t mid, CollStatus st)
 static bool rank_process_gone(const Message &m)
 {
 	for (uint16_t r = 0; r < m.ranks; r++)
-		if (m.space[r] != kLocalSpace && dma_space_gone(m.space[r]))
+		if (m.rank[r].space != kLocalSpace && dma_space_gone(m.rank[r].space))
 			return true;
 	return false;
 }

@@ -233,16 +233,18 @@ bool CollCore::read_ahead(Message &m, const BlockDesc &b)
 		return true;
 	uint64_t e = run_end(m, b);
 	for (uint16_t r = 0; r < m.ranks; r++)
-		if (m.space[r] != kLocalSpace &&
-		    !dma_ok(e_, m.pdn[r], m.src[r], b.voff * m.es, (e - b.voff) * m.es, 0))
+		if (m.rank[r].space != kLocalSpace &&
+		    !dma_ok(e_, m.rank[r].pdn, m.rank[r].src, b.voff * m.es, (e - b.voff) * m.es,
+			    0))
 			e = b.voff + b.elems; // the caller checked the block itself
 	const uint64_t stride = (e - b.voff) * m.es;
 	if (m.ahead.size() < stride * m.ranks)
 		m.ahead.resize(stride * m.ranks);
 	m.ahead_b = m.ahead_e = 0; // nothing valid while it is refilled
 	for (uint16_t r = 0; r < m.ranks; r++)
-		if (m.space[r] != kLocalSpace && !dma_read(m.space[r], m.ahead.data() + stride * r,
-							   m.src[r].addr + b.voff * m.es, stride))
+		if (m.rank[r].space != kLocalSpace &&
+		    !dma_read(m.rank[r].space, m.ahead.data() + stride * r,
+			      m.rank[r].src.addr + b.voff * m.es, stride))
 			return false;
 	m.ahead_b = b.voff;
 	m.ahead_e = e;
@@ -267,15 +269,15 @@ bool CollCore::local_partial(const CollJob &job, Message &m, uint32_t sid, uint8
 			srcs[r] = m.zeros.data() + b.voff;
 			continue;
 		}
-		if (!dma_ok(e_, m.pdn[r], m.src[r], b.voff * m.es, len, 0))
+		if (!dma_ok(e_, m.rank[r].pdn, m.rank[r].src, b.voff * m.es, len, 0))
 			return false;
-		srcs[r] = reinterpret_cast<const void *>(m.src[r].addr + b.voff * m.es);
+		srcs[r] = reinterpret_cast<const void *>(m.rank[r].src.addr + b.voff * m.es);
 	}
 	if (m.remote && m.coll != CollOp::barrier) {
 		if (!read_ahead(m, b))
 			return false;
 		for (uint16_t r = 0; r < m.ranks; r++)
-			if (m.space[r] != kLocalSpace)
+			if (m.rank[r].space != kLocalSpace)
 				srcs[r] = ahead_at(m, b, r);
 	}
 	reduce_many(m.op, m.dtype, out, srcs, m.ranks, b.elems);
@@ -296,9 +298,9 @@ bool CollCore::local_data(const CollJob &job, Message &m, uint32_t sid, uint8_t 
 		*out = m.zeros.data() + b.voff;
 		return true;
 	}
-	if (!dma_ok(e_, m.pdn[0], m.src[0], b.voff * m.es, len, 0))
+	if (!dma_ok(e_, m.rank[0].pdn, m.rank[0].src, b.voff * m.es, len, 0))
 		return false;
-	if (m.space[0] != kLocalSpace) {
+	if (m.rank[0].space != kLocalSpace) {
 		// Copied on: the window is read again while packets lent
 		// scratch may still be queued.
 		if (!read_ahead(m, b))
@@ -307,7 +309,7 @@ bool CollCore::local_data(const CollJob &job, Message &m, uint32_t sid, uint8_t 
 		*out = scratch;
 		return true;
 	}
-	*out = reinterpret_cast<const uint8_t *>(m.src[0].addr + b.voff * m.es);
+	*out = reinterpret_cast<const uint8_t *>(m.rank[0].src.addr + b.voff * m.es);
 	return true;
 }
 
@@ -378,8 +380,9 @@ bool CollCore::flush_results(Message &m)
 	if (!len)
 		return true;
 	for (uint16_t r = 0; r < m.ranks; r++)
-		if (m.space[r] != kLocalSpace && !dma_write(m.space[r], m.dst[r].addr + b * m.es,
-							    m.bounce.data() + b * m.es, len))
+		if (m.rank[r].space != kLocalSpace &&
+		    !dma_write(m.rank[r].space, m.rank[r].dst.addr + b * m.es,
+			       m.bounce.data() + b * m.es, len))
 			return false;
 	return true;
 }
@@ -394,8 +397,9 @@ bool CollCore::stage_result(Message &m, uint32_t sid, const uint8_t *data)
 	if (m.wrun_e == m.wrun_b && len >= kDmaRunBytes) {
 		// A block as large as a run (one node's): straight there.
 		for (uint16_t r = 0; r < m.ranks; r++)
-			if (m.space[r] != kLocalSpace &&
-			    !dma_write(m.space[r], m.dst[r].addr + b.voff * m.es, data, len))
+			if (m.rank[r].space != kLocalSpace &&
+			    !dma_write(m.rank[r].space, m.rank[r].dst.addr + b.voff * m.es, data,
+				       len))
 				return false;
 		return true;
 	}
@@ -426,10 +430,11 @@ bool CollCore::write_result(const CollJob &job, Message &m, uint32_t sid, const 
 	case CollOp::allgather:
 	case CollOp::bcast:
 		for (uint16_t r = 0; r < m.ranks; r++) {
-			if (!dma_ok(e_, m.pdn[r], m.dst[r], b.voff * m.es, len, kAccLocalWrite))
+			if (!dma_ok(e_, m.rank[r].pdn, m.rank[r].dst, b.voff * m.es, len,
+				    kAccLocalWrite))
 				return false;
-			if (m.space[r] == kLocalSpace)
-				copy_out(m, m.dst[r].addr + b.voff * m.es, data, len);
+			if (m.rank[r].space == kLocalSpace)
+				copy_out(m, m.rank[r].dst.addr + b.voff * m.es, data, len);
 		}
 		if (m.remote && !stage_result(m, sid, data))
 			return false;
@@ -437,10 +442,10 @@ bool CollCore::write_result(const CollJob &job, Message &m, uint32_t sid, const 
 	case CollOp::reduce:
 		if (m.root_node == c.node) {
 			const uint16_t r = m.root_local;
-			const Sge &d = m.dst[r];
-			if (!dma_ok(e_, m.pdn[r], d, b.voff * m.es, len, kAccLocalWrite))
+			const Sge &d = m.rank[r].dst;
+			if (!dma_ok(e_, m.rank[r].pdn, d, b.voff * m.es, len, kAccLocalWrite))
 				return false;
-			if (!put_result(m.space[r], m, d.addr + b.voff * m.es, data, len))
+			if (!put_result(m.rank[r].space, m, d.addr + b.voff * m.es, data, len))
 				return false;
 		} else if (cr.fin == c.node) {
 			// Keep what we finished: we answer retransmissions from it.
@@ -453,9 +458,9 @@ bool CollCore::write_result(const CollJob &job, Message &m, uint32_t sid, const 
 		uint64_t g = b.voff / m.count; // the global rank whose part this is
 		uint64_t r = g - c.members[c.node].first_rank;
 		uint64_t off = (b.voff - g * m.count) * m.es;
-		if (!dma_ok(e_, m.pdn[r], m.dst[r], off, len, kAccLocalWrite))
+		if (!dma_ok(e_, m.rank[r].pdn, m.rank[r].dst, off, len, kAccLocalWrite))
 			return false;
-		if (!put_result(m.space[r], m, m.dst[r].addr + off, data, len))
+		if (!put_result(m.rank[r].space, m, m.rank[r].dst.addr + off, data, len))
 			return false;
 		break;
 	}
@@ -477,19 +482,19 @@ bool CollCore::result_source(const CollJob &job, Message &m, uint32_t sid, const
 	uint16_t r = 0; // whose buffer s is
 	uint64_t off = b.voff * m.es;
 	switch (m.coll) {
-	case CollOp::allreduce: s = &m.dst[0]; break;
+	case CollOp::allreduce: s = &m.rank[0].dst; break;
 	case CollOp::reduce:
 		if (m.root_node == c.node)
-			s = &m.dst[r = m.root_local];
+			s = &m.rank[r = m.root_local].dst;
 		break;
 	case CollOp::allgather: {
 		uint64_t g = b.voff / m.count;
 		r = uint16_t(g - c.members[c.node].first_rank);
-		s = &m.src[r];
+		s = &m.rank[r].src;
 		off = (b.voff - g * m.count) * m.es;
 		break;
 	}
-	case CollOp::bcast: s = &m.src[r = m.root_local]; break;
+	case CollOp::bcast: s = &m.rank[r = m.root_local].src; break;
 	case CollOp::reduce_scatter: // the result travels as a token
 		*out = nullptr;
 		return true;
@@ -499,9 +504,9 @@ bool CollCore::result_source(const CollJob &job, Message &m, uint32_t sid, const
 		*out = m.staging.data() + (b.voff - m.staging_voff) * m.es;
 		return true;
 	}
-	if (!dma_ok(e_, m.pdn[r], *s, off, len, 0))
+	if (!dma_ok(e_, m.rank[r].pdn, *s, off, len, 0))
 		return false;
-	const DmaSpace space = m.space[r];
+	const DmaSpace space = m.rank[r].space;
 	if (space == kLocalSpace) {
 		*out = reinterpret_cast<const uint8_t *>(s->addr + off);
 		return true;
@@ -516,7 +521,7 @@ bool CollCore::result_source(const CollJob &job, Message &m, uint32_t sid, const
 		return dma_read(space, d, s->addr + off, len);
 	// A source, which does not change: the blocks after it too, in one copy.
 	uint64_t e = run_end(m, b);
-	if (!dma_ok(e_, m.pdn[r], *s, off, (e - b.voff) * m.es, 0))
+	if (!dma_ok(e_, m.rank[r].pdn, *s, off, (e - b.voff) * m.es, 0))
 		e = b.voff + b.elems;
 	if (!dma_read(space, d, s->addr + off, (e - b.voff) * m.es))
 		return false;
@@ -544,18 +549,18 @@ bool CollCore::written_result(Message &m, uint32_t sid, const uint8_t **out)
 	// process, else the bounce buffer it was staged in, else (written
 	// straight there) the first rank's.
 	for (uint16_t r = 0; r < m.ranks; r++) {
-		if (m.space[r] != kLocalSpace)
+		if (m.rank[r].space != kLocalSpace)
 			continue;
-		if (!dma_ok(e_, m.pdn[r], m.dst[r], off, len, 0))
+		if (!dma_ok(e_, m.rank[r].pdn, m.rank[r].dst, off, len, 0))
 			return false;
-		*out = reinterpret_cast<const uint8_t *>(m.dst[r].addr + off);
+		*out = reinterpret_cast<const uint8_t *>(m.rank[r].dst.addr + off);
 		return true;
 	}
-	if (!m.ranks || !dma_ok(e_, m.pdn[0], m.dst[0], off, len, 0))
+	if (!m.ranks || !dma_ok(e_, m.rank[0].pdn, m.rank[0].dst, off, len, 0))
 		return false;
 	uint8_t *d = bounce_at(m, b);
 	*out = d;
-	return m.in_bounce[sid] || dma_read(m.space[0], d, m.dst[0].addr + off, len);
+	return m.in_bounce[sid] || dma_read(m.rank[0].space, d, m.rank[0].dst.addr + off, len);
 }
 
 using namespace wire;
