@@ -195,7 +195,10 @@ private:
 		Entry e[page_entries];
 		uint32_t on = 0; // entries on
 	};
-	static size_t pages_for(uint32_t blocks) { return (size_t(blocks) + page_entries - 1) / page_entries; }
+	static size_t pages_for(uint32_t blocks)
+	{
+		return (size_t(blocks) + page_entries - 1) / page_entries;
+	}
 	Entry *at(uint32_t sid) const
 	{
 		const size_t p = sid / page_entries;
@@ -232,8 +235,8 @@ private:
 
 	std::vector<std::unique_ptr<Page>> pages_;
 	std::vector<std::pair<uint32_t, Entry>> kept_; // freed, with an ASK or a NAK
-	size_t held_ = 0;  // pages made and not freed
-	uint32_t cap_ = 0; // the message's blocks
+	size_t held_ = 0;			       // pages made and not freed
+	uint32_t cap_ = 0;			       // the message's blocks
 	size_t n_ = 0;
 	uint32_t lo_ = UINT32_MAX, hi_ = 0; // the entries ever on lie in [lo_, hi_)
 	uint64_t next_ = UINT64_MAX;

@@ -112,8 +112,10 @@ TEST(PendingSet, PagesAnswerAsOneEntryABlock)
 			same(p, m);
 			// What a block held after it left, while fewer than
 			// (keep_pages - 1) pages of blocks were sent after it.
-			const uint32_t keep = (PendingSet::keep_pages - 1) * PendingSet::page_entries;
-			for (uint32_t s = next_send > keep ? next_send - keep : 0; s < next_send; s++) {
+			const uint32_t keep = (PendingSet::keep_pages - 1) *
+					      PendingSet::page_entries;
+			for (uint32_t s = next_send > keep ? next_send - keep : 0; s < next_send;
+			     s++) {
 				const PendingSet::Entry *e = p.last(s);
 				ASSERT_NE(e, nullptr) << "block " << s << ", seed " << seed;
 				EXPECT_EQ(e->nak_lead, 1 + s);
