@@ -61,6 +61,7 @@ public:
 		for (const std::unique_ptr<Page> &p : o.pages_)
 			pages_.push_back(p ? std::make_unique<Page>(*p) : nullptr);
 		kept_ = o.kept_;
+		kept_at_ = o.kept_at_;
 		held_ = o.held_;
 		cap_ = o.cap_;
 		n_ = o.n_;
@@ -73,6 +74,7 @@ public:
 	{
 		pages_.clear();
 		kept_.clear();
+		kept_at_ = 0;
 		held_ = 0;
 		cap_ = nblocks;
 		n_ = 0;
@@ -101,9 +103,11 @@ public:
 	{
 		if (const Entry *e = at(sid))
 			return e;
-		for (size_t i = kept_.size(); i-- > 0;)
-			if (kept_[i].first == sid)
-				return &kept_[i].second;
+		for (size_t i = 0; i < kept_.size(); i++) { // the newest first
+			const auto &k = kept_[(kept_at_ + kept_.size() - 1 - i) % kept_.size()];
+			if (k.first == sid)
+				return &k.second;
+		}
 		return nullptr;
 	}
 	Entry &add(uint32_t sid)
@@ -181,6 +185,7 @@ public:
 	{
 		if (!n_ || now < next_)
 			return;
+		settle();
 		for (uint32_t s = lo_; s < hi_; s++)
 			if (const Entry *e = find(s); e && now >= e->deadline)
 				f(s);
@@ -213,10 +218,12 @@ private:
 			const Entry &e = pages_[p]->e[i];
 			if (!e.asks && !e.nak_lead)
 				continue;
-			if (kept_.size() == kept_entries) {
-				kept_.erase(kept_.begin());
-			}
-			kept_.emplace_back(p * page_entries + i, e);
+			// A ring: the oldest overwritten once full.
+			if (kept_.size() < kept_entries)
+				kept_.emplace_back(p * page_entries + i, e);
+			else
+				kept_[kept_at_] = {p * page_entries + i, e};
+			kept_at_ = (kept_at_ + 1) % kept_entries;
 		}
 		pages_[p].reset();
 		held_--;
@@ -235,6 +242,7 @@ private:
 
 	std::vector<std::unique_ptr<Page>> pages_;
 	std::vector<std::pair<uint32_t, Entry>> kept_; // freed, with an ASK or a NAK
+	size_t kept_at_ = 0;			       // where the next one goes
 	size_t held_ = 0;			       // pages made and not freed
 	uint32_t cap_ = 0;			       // the message's blocks
 	size_t n_ = 0;
