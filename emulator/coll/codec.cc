@@ -69,9 +69,10 @@ void CollEngine::on_packet(const InPacket &ip)
 void CollEngine::from_switch(Qp &qp, CollJob &job, const CollPacket &p)
 {
 	// A node only hears its own leaf of each plane (wire/swproto.h): not
-	// a walk of the job's leaves, thousands in a three-level tree.
+	// a walk of the job's leaves, thousands in a three-level tree.  A job
+	// without a switch (a ring) has no leaf: any such packet is forged.
 	bool known = false;
-	for (uint32_t pl = 0; pl < job.cfg.sw.planes && !known; pl++)
+	for (uint32_t pl = 0; job.cfg.sw.on && pl < job.cfg.sw.planes && !known; pl++)
 		known = sw_.leaf(job, pl) == p.src;
 	if (!known || qp.state != QpState::rts) {
 		ctr.bad_node++;

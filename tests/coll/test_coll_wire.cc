@@ -339,7 +339,10 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // impossible hop
 	x = h;
 	x.src_node = 0;
-	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000}));		 // poses as node 0
+	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000})); // poses as node 0
+	x = h;
+	x.src_node = 0xffff; // poses as a switch: a ring job has none
+	fake.send(dev_port, 0xe0, qp->qp_num, x, i32({1000}));
 	fake.send(dev_port, 0xe0, qp->qp_num, h, i32({1000}), false, 4); // longer than its len
 	stranger.send(dev_port, 0xe0, qp->qp_num, h, i32({1000}));	 // not a member's address
 	usleep(100000);
@@ -349,7 +352,7 @@ TEST(CollWire, RingPeerForgeryDuplicatesAndRetransmission)
 	EXPECT_EQ(c1.coll_bad_key - c0.coll_bad_key, 1u);
 	EXPECT_EQ(c1.coll_bad_job - c0.coll_bad_job, 1u);
 	EXPECT_EQ(c1.coll_bad_block - c0.coll_bad_block, 1u);
-	EXPECT_EQ(c1.coll_bad_node - c0.coll_bad_node, 2u);
+	EXPECT_EQ(c1.coll_bad_node - c0.coll_bad_node, 3u);
 	EXPECT_EQ(c1.coll_malformed - c0.coll_malformed, 3u);
 	EXPECT_EQ(c1.coll_reductions - c0.coll_reductions, 0u) << "a forged block was reduced";
 	// QUERY: nothing was accepted.

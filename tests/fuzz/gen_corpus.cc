@@ -195,6 +195,12 @@ void nic_seeds()
 	deny.status = uint8_t(CollStatus::denied);
 	add_record(r, 2, coll_bth(wire::kCollConfigAck, kQpSw), &deny, nullptr, 0);
 	put(t, "sw_denied", r);
+	r.clear();
+	// A result posing as a switch's, to the ring job (which has none).
+	wire::Ceth fs = ceth(kJidRing, sw::kNodeSwitch, 1, 0, 7, 800);
+	auto fp = i32s(200, 9);
+	add_record(r, 2, coll_bth(wire::kCollResult, kQpRing), &fs, fp.data(), fp.size());
+	put(t, "ring_forged_switch", r);
 }
 
 void switch_seeds()
