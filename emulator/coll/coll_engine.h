@@ -124,6 +124,7 @@ public:
 	// that a repair sent at once is not queued behind a window of new
 	// blocks.  Always ready without a rate.
 	bool port_ready(uint64_t now) const { return now >= port_ready_at(); }
+	uint64_t port_idle_at() const { return port_free_; } // the wire's last bit out (0: no rate)
 	uint64_t port_ready_at() const
 	{
 		return port_free_ > port_ahead_ ? port_free_ - port_ahead_ : 0;

@@ -246,12 +246,13 @@ struct SwitchMsg {
 	bool waiting = false; // for the switch's grant
 	uint8_t admit = 0;    // tdm: 1 asked the switch, 2 granted the pool
 	uint64_t admit_sent = 0;
-	uint16_t admit_why = 0; // tdm refused it: kRanBusy, kRanScored or kRanRefused
-	uint64_t gs0 = 0;	// the job's number for block 0
-	uint32_t base = 0;	// oldest block without its result
-	uint32_t next = 0;	// next block to send
-	uint32_t high = 0;	// the highest block with its result, plus 1
-	bool port_wait = false; // the next block waits for the port (CollCore::port_ready)
+	uint16_t admit_why = 0;	 // tdm refused it: kRanBusy, kRanScored or kRanRefused
+	uint64_t gs0 = 0;	 // the job's number for block 0
+	uint32_t base = 0;	 // oldest block without its result
+	uint32_t next = 0;	 // next block to send
+	uint32_t high = 0;	 // the highest block with its result, plus 1
+	bool port_wait = false;	 // the next block waits for the port (CollCore::port_ready)
+	uint64_t held_since = 0; // the full window has held the next block since (0: not)
 	// No result for a while: when the oldest blocks were last probed
 	// (ASKed), and how many probes since the last result.
 	uint64_t probe_at = 0;

@@ -212,6 +212,7 @@ private:
 	void send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again,
 			bool ask = false);
 	void pump(Qp &qp, CollJob &job, uint64_t now);
+	void note_held(const CollJob &job, Message &m, bool sent, uint64_t now);
 	void timers(Qp &qp, CollJob &job, uint64_t now);
 	void config_timers(Qp &qp, CollJob &job, uint64_t now);
 	bool all_heard(const CollJob &job) const;

@@ -330,6 +330,7 @@ void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 	// member gets at once clocks them all, in step.  With the port's rate
 	// known a block waits for the port too (CollCore::port_ready).
 	m.sw.port_wait = false;
+	const uint32_t first = m.sw.next;
 	while (m.sw.next < m.nblocks && m.sw.next < m.sw.base + job.sw.span &&
 	       m.o_pending.size() < job.sw.window && !m.dma_error) {
 		if (cc.enabled() && !cc.may_send(uint32_t(m.o_pending.size()), now))
@@ -339,8 +340,37 @@ void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
 		send_block(job, m, m.sw.next++, now, false);
 		cc.on_send(now);
 	}
+	note_held(job, m, m.sw.next != first, now);
 	if (m.dma_error)
 		u_.fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+}
+
+// Sending interruptions (CollCounters::win_holds): blocks left, and the
+// window (the grant's, the congestion window, or the span the units
+// allow) full of blocks whose results are not back.  One is timed from
+// when the wire is idle (a window full while the port still sends costs
+// nothing) to when a block goes, and counts when it is longer than a full
+// block's time on the wire (1 us when the port's rate is not known): a
+// window just the bandwidth-delay product waits a moment for each result,
+// which no sender would call an interruption.  A pause for the port or
+// for pacing's time is not one.
+void SwitchPath::note_held(const CollJob &job, Message &m, bool sent, uint64_t now)
+{
+	if (sent && m.sw.held_since) {
+		const uint64_t rate = u_.host().params.cfg.port_rate_bps;
+		const uint64_t block_ns = rate ? (kSegUnitBytes + 128) * 8 * 1000000000ull / rate
+					       : 1000;
+		if (now > m.sw.held_since + block_ns) {
+			u_.ctr.win_holds++;
+			u_.ctr.win_held_ns += now - m.sw.held_since;
+		}
+		m.sw.held_since = 0;
+	}
+	const CongestionCtl &cc = job.sw.cc;
+	const uint32_t w = cc.enabled() ? std::min(job.sw.window, cc.window()) : job.sw.window;
+	if (!m.sw.held_since && m.sw.next < m.nblocks && !m.dma_error && !m.sw.port_wait &&
+	    (m.sw.next >= m.sw.base + job.sw.span || m.o_pending.size() >= w))
+		m.sw.held_since = std::max<uint64_t>({now, u_.port_idle_at(), 1});
 }
 
 // Every plane's leaf has answered (perhaps only "heard, wait").

@@ -40,6 +40,11 @@ struct CollCounters {
 	// Loss recovery before the timeout: gaps NAKed to the member that
 	// sends the blocks again (ring), NAKs taken, and tail-loss probes.
 	uint64_t naks_sent = 0, naks_rcvd = 0, probes = 0;
+	// Sending interrupted on the switch path: how often a member had blocks
+	// left to send and a full window (their results, or node 0's ACKs, not
+	// back yet: the interruption that seed 001's result as acknowledgement
+	// shortens), and for how long in all.
+	uint64_t win_holds = 0, win_held_ns = 0;
 	// Collective WRs finished (failed: not with success), their blocks,
 	// and those that ran round the ring because no switch served them.
 	uint64_t messages = 0, failed = 0, blocks = 0, fallbacks = 0;

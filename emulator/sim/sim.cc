@@ -280,6 +280,8 @@ SimReport Simulator::run(
 		r.repeats += k.retrans_data + k.retrans_result;
 		r.naks += k.naks_sent;
 		r.probes += k.probes;
+		r.win_holds += k.win_holds;
+		r.win_held_ns += k.win_held_ns;
 		r.malformed += k.malformed + k.bad_block;
 	}
 	if (r.stuck)

@@ -183,6 +183,9 @@ struct SimReport {
 	// The collective engines', summed: blocks sent again (by any cause),
 	// NAKs sent, tail-loss probes, packets refused as malformed.
 	uint64_t repeats = 0, naks = 0, probes = 0, malformed = 0;
+	// Sending held by a full window on the switch path, and for how long
+	// (CollCounters::win_holds), summed over the hosts.
+	uint64_t win_holds = 0, win_held_ns = 0;
 	bool stuck = false; // jobs left unfinished: no event was left, or the limit passed
 	std::string state;  // then: what every host and switch holds
 };

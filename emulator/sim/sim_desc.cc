@@ -512,6 +512,10 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 		(unsigned long long)r.spurious_retrans, (unsigned long long)r.repeats,
 		(unsigned long long)r.naks, (unsigned long long)r.probes,
 		(unsigned long long)r.malformed);
+	fprintf(out,
+		"# hosts: sending held by a full window %llu time(s), %.3f us in all "
+		"(the switch path)\n",
+		(unsigned long long)r.win_holds, double(r.win_held_ns) / 1e3);
 	if (r.stuck)
 		fprintf(out, "# STUCK: jobs left unfinished\n%s", r.state.c_str());
 }
@@ -590,7 +594,9 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 		      {"repeats", r.repeats},
 		      {"naks", r.naks},
 		      {"probes", r.probes},
-		      {"refused", r.malformed}};
+		      {"refused", r.malformed},
+		      {"window_holds", r.win_holds},
+		      {"window_held_us", r.win_held_ns / 1000}};
 	d["stuck"] = r.stuck;
 	if (r.stuck)
 		d["state"] = r.state;
