@@ -5,7 +5,7 @@
 # exclusive) and round the NIC ring alone.
 #
 #   scripts/bench-tenants.sh [-n HOSTS] [-r RATE] [-q QUEUE] [-u UNITS]
-#       [-k LIST] [-i ITERS] [-I IMPAIR] [-W WORKLOAD]
+#       [-k LIST] [-i ITERS] [-I IMPAIR] [-W WORKLOAD] [-o CSV]
 #
 #   -n  hosts; every job has one node on each (4)
 #   -r, -q  each host link's rate and queue (150mbit, 256kb)
@@ -16,6 +16,10 @@
 #   -W  workload: train (job j: its own size and compute gap, below) or
 #       overlap (every job the same size, no compute gap: their allreduces
 #       always overlap) (train)
+#   -o  also write the table to CSV (K, policy, mean and worst JCT in ms,
+#       tdm's occupancy in %, allreduces through the switch and in all,
+#       the share of tdm's decisions that refused the pool and the most
+#       messages of one job refused in a row, from the switch's counters)
 #
 # Workload "train", job j (0-based) of K: a training-like loop, a compute
 # gap then an fp32 sum allreduce, -z 1 (one at a time):
@@ -26,6 +30,8 @@
 # occupancy (the time messages held the pool, over the run's), and how
 # many allreduces ran through the switch.  Needs root; without it exits 77.
 set -u
+# (-o's path is the caller's: the inner run starts in the repository.)
+export BENCH_TENANTS_CWD=${BENCH_TENANTS_CWD:-$PWD}
 cd "$(dirname "$0")/.."
 root=$PWD
 build=${BUILD_DIR:-build}
@@ -34,12 +40,12 @@ case $build in /*) ;; *) build=$root/$build ;; esac
 if [ "${1:-}" != "--inner" ]; then
 	hosts=4 rate=150mbit queue=256kb
 	args=("$@")
-	while getopts "n:r:q:u:k:i:I:W:" o; do
+	while getopts "n:r:q:u:k:i:I:W:o:" o; do
 		case $o in
 		n) hosts=$OPTARG ;;
 		r) rate=$OPTARG ;;
 		q) queue=$OPTARG ;;
-		u | k | i | I | W) ;;
+		u | k | i | I | W | o) ;;
 		*) sed -n '7,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 		esac
 	done
@@ -47,18 +53,22 @@ if [ "${1:-}" != "--inner" ]; then
 		"$0" --inner "${args[@]}"
 fi
 shift
-n=$FABRIC_HOSTS units=16 klist=2,3,4 iters=20 impair=delay=1ms workload=train
+n=$FABRIC_HOSTS units=16 klist=2,3,4 iters=20 impair=delay=1ms workload=train csv=
 OPTIND=1
-while getopts "n:r:q:u:k:i:I:W:" o; do
+while getopts "n:r:q:u:k:i:I:W:o:" o; do
 	case $o in
 	u) units=$OPTARG ;;
 	k) klist=$OPTARG ;;
 	i) iters=$OPTARG ;;
 	I) impair=$OPTARG ;;
 	W) workload=$OPTARG ;;
+	o) csv=$OPTARG ;;
 	*) ;;
 	esac
 done
+case $csv in "" | /*) ;; *) csv=$BENCH_TENANTS_CWD/$csv ;; esac
+[ -z "$csv" ] ||
+	echo "jobs,policy,mean_jct_ms,worst_jct_ms,occupancy_pct,through_switch,allreduces,refused_share,most_refused_in_a_row" >"$csv"
 perf=$build/tools/ibv_coll_perf
 switchd=$build/emulator/ibv_coll_switchd
 tmp=$(mktemp -d /tmp/bench-tenants.XXXXXX)
@@ -112,7 +122,7 @@ for k in "${ks[@]}"; do
 		done
 		wait "${pids[@]}"
 		wall=$(($(now_ms) - t0))
-		occ=-
+		occ=- adm="- 0"
 		if [ -n "$sw" ]; then
 			kill -USR1 $sw
 			sleep 0.3
@@ -123,16 +133,24 @@ for k in "${ks[@]}"; do
 			[ "$policy" != tdm ] && pool_us=
 			occ=$(awk -v p="${pool_us:-0}" -v w="$wall" -v pol="$policy" 'BEGIN {
 				if (pol == "tdm") printf "%.0f%%", 100 * p / 1000 / w; else printf "static" }')
+			# tdm's decisions (the first record: the switch's totals).
+			[ "$policy" = tdm ] && adm=$(tr ',{}' '\n\n\n' <"$tmp/sw.log" | awk -F: '
+				$1 ~ /"adm_(grants|busy|scored|refused|streak)"/ && !($1 in v) { v[$1] = $2 }
+				END { g = v["\"adm_grants\""]; r = v["\"adm_busy\""] + v["\"adm_scored\""] + v["\"adm_refused\""]
+					printf "%s %d\n", g + r ? sprintf("%.2f", r / (g + r)) : "-", v["\"adm_streak\""] }')
 		fi
-		its="" sum=0 thru=0 total=0
+		its="" sum=0 worst=0 thru=0 total=0
 		for ((j = 0; j < k; j++)); do
 			t=$(cat "$tmp/jct.$j")
 			sum=$((sum + t))
+			[ "$t" -gt "$worst" ] && worst=$t
 			its="$its $(awk -v t="$t" -v i="$iters" 'BEGIN { printf "%.1f", t / i }')"
 			# 0x400: IBV_COLL_WC_SWITCH
 			thru=$((thru + $(awk '{ if ($2 ~ /[4567cdef]..$/) n++ } END { print n + 0 }' "$tmp/ran.$j.0")))
 			total=$((total + $(wc -l <"$tmp/ran.$j.0")))
 		done
 		printf '%-2s %-9s %-44s %9d %9s %d/%d\n' "$k" "$policy" "$its" $((sum / k)) "$occ" "$thru" "$total"
+		[ -z "$csv" ] || printf '%s,%s,%d,%d,%s,%d,%d,%s,%s\n' "$k" "$policy" $((sum / k)) "$worst" \
+			"$(echo "$occ" | tr -d %)" "$thru" "$total" "${adm% *}" "${adm#* }" >>"$csv"
 	done
 done

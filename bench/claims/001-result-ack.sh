@@ -4,8 +4,11 @@
 # (ours), or only on node 0's end-to-end ACK after the result
 # (IBV_COLL_SWITCH_E2E_ACK).  For each one-way link delay and window W,
 # ibv_coll_sim runs one allreduce through one switch (after one untimed,
-# which configures the switch): time, busbw against its bound, wire/S, and
-# the most Seg units waiting for partials at once.
+# which configures the switch): time, busbw against its bound, wire/S,
+# the most Seg units waiting for partials at once, and the sending
+# interruptions the seed speaks of: how often a host's full window held
+# its next block while its wire was idle (per host and message) and the
+# share of the message's time its wire sat idle on them.
 # Prints, and
 # writes to docs/claims/ (OUT_DIR), 001-result-ack.csv, .md and .png.
 #
@@ -27,7 +30,7 @@ done
 . "$(dirname "$0")/claims-common.sh"
 claims_init 001-result-ack
 csv=$out/001-result-ack.csv
-echo "ack,delay_us,window,time_us,busbw_bound,wire_s,peak_waiting_units" >"$csv"
+echo "ack,delay_us,window,time_us,busbw_bound,wire_s,peak_waiting_units,holds_per_msg,held_pct" >"$csv"
 for ack in result e2e; do
 	e2e=false
 	[ $ack = e2e ] && e2e=true
@@ -40,8 +43,11 @@ for ack in result e2e; do
  "jobs": [{"name": "j", "topology": "switch", "sizes": ["$size"], "iters": 1, "warmup": 1,
            "window": $w, "e2e_ack": $e2e, "seg_units": 4096}]}
 EOF
-			read -r t bb ws _ q < <(sim_row "$tmp/d.json")
-			echo "$ack,$d,$w,$t,$bb,$ws,$q" >>"$csv"
+			read -r t bb ws _ q h hu < <(sim_row "$tmp/d.json")
+			# Interruptions per host and message (the run's two), and
+			# the share of the message's time its wire sat idle on them.
+			echo "$ack,$d,$w,$t,$bb,$ws,$q,$(awk -v h="$h" -v hu="$hu" -v n="$n" -v t="$t" \
+				'BEGIN { printf "%.1f,%.1f", h / n / 2, 100 * hu / n / 2 / t }')" >>"$csv"
 		done
 	done
 done

@@ -19,23 +19,41 @@
 # 003-time-division.csv, .md and .png.
 #
 #   bench/claims/003-time-division.sh [-r RATE] [-d DELAY_US] [-g GAP_US]
+#       [-k LIST] [-F]
 #       -r  link rate (100gbit), -d  one-way link delay (10: 64 units of
 #       4 KiB are a host's bandwidth-delay product), -g  mean gap between
-#       arrivals (200); K = 2, 4, 8; pools of 64, 256 and 1024 units.
-#       Deterministic (seed 1).
+#       arrivals (200), -k  the job counts on one switch ("2 4 8 16 32 64
+#       128 256"; the tree takes those up to 8); pools of 64, 256 and
+#       1024 units.  Deterministic (seed 1).  The whole run takes about an
+#       hour on one core (K = 256: 1,024 simulated hosts, ~5 GB).
+#   -F  on real processes instead: scripts/bench-tenants.sh on the shaped
+#       namespace fabric (4 hosts at 150 Mbit/s, 1 ms round trips from the
+#       emulator, a 16-unit pool; K = 2, 3, 4 jobs of a training-like loop,
+#       10 iterations), written to 003-fabric.csv and .md; not
+#       deterministic; needs root (exits 77 without it).
 set -euo pipefail
-rate=100gbit delay=10 gap=200
-while getopts "r:d:g:h" o; do
+rate=100gbit delay=10 gap=200 klist="2 4 8 16 32 64 128 256" fabric=
+while getopts "r:d:g:k:Fh" o; do
 	case $o in
 	r) rate=$OPTARG ;;
 	d) delay=$OPTARG ;;
 	g) gap=$OPTARG ;;
+	k) klist=${OPTARG//,/ } ;;
+	F) fabric=1 ;;
 	h) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) exit 2 ;;
 	esac
 done
 . "$(dirname "$0")/claims-common.sh"
 claims_init 003-time-division
+if [ -n "$fabric" ]; then
+	[ "$(id -u)" -eq 0 ] || { echo "003: -F needs root (network namespaces): skipped" >&2; exit 77; }
+	BUILD_DIR=$(dirname "$(dirname "$sim")") "$root/scripts/bench-tenants.sh" -k 2,3,4 -i 10 \
+		-o "$out/003-fabric.csv" || { echo "003: the fabric run failed" >&2; exit 1; }
+	md_table "$out/003-fabric.csv" >"$out/003-fabric.md"
+	cat "$out/003-fabric.md"
+	exit 0
+fi
 csv=$out/003-time-division.csv
 sizes='"16M", "4M", "256K", "64K"'
 # desc K POOL POLICY [SHAPE]: the description of K jobs.
@@ -44,7 +62,7 @@ desc() {
 	[ "$shape" = tree2 ] && tree='"shape": "tree2", "nodes_per_leaf": 2, '
 	printf '{"seed": 1, "fabric": {"nodes": %d, %s"link": {"rate": "%s", "delay_us": %s, "queue": "16M"},\n' \
 		$((4 * k)) "$tree" "$rate" "$delay"
-	printf ' "switch_units": %d, "switch_policy": "%s", "switch_shares": %d, "nic_units": 4096},\n "jobs": [\n' \
+	printf ' "switch_units": %d, "switch_policy": "%s", "switch_shares": %d, "nic_units": 1024},\n "jobs": [\n' \
 		"$pool" "$pol" "$k"
 	for ((j = 0; j < k; j++)); do
 		nodes=$((4 * j)),$((4 * j + 1)),$((4 * j + 2)),$((4 * j + 3))
@@ -73,13 +91,14 @@ use() {
 		/^# switch [0-9]+: tdm:/ { g += $5; r += $10; if ($14 > s) s = $14 }
 		END { printf "%s %d %.1f\n", (g + r ? sprintf("%.2f", r / (g + r)) : "-"), s, L }' "$1"
 }
-echo "shape,jobs,pool_units,policy,mean_slowdown,worst_slowdown,jobs_on_the_ring,refused_share,most_refused_in_a_row,load_pct" >"$csv"
+echo "shape,jobs,pool_units,policy,mean_slowdown,p99_slowdown,worst_slowdown,jobs_on_the_ring,refused_share,most_refused_in_a_row,load_pct" >"$csv"
 for shape in star tree2; do
 	for pool in 64 256 1024; do
 		[ $shape = tree2 ] && [ $pool = 256 ] && continue
 		base=$(alone "$pool" "$shape")
 		for pol in spatial exclusive tdm; do # (each line's points together for gnuplot)
-			for k in 2 4 8; do
+			for k in $klist; do
+				[ $shape = tree2 ] && [ "$k" -gt 8 ] && continue
 				desc "$k" "$pool" "$pol" "$shape" >"$tmp/d.json"
 				"$sim" "$tmp/d.json" >"$tmp/d.out" 2>"$tmp/d.err" ||
 					{ cat "$tmp/d.out" "$tmp/d.err" >&2; echo "003: the simulation failed" >&2; exit 1; }
@@ -87,10 +106,13 @@ for shape in star tree2; do
 				ring=$(grep -c "the switch refused it, using the ring" "$tmp/d.err" || true)
 				read -r share streak load < <(use "$tmp/d.out")
 				[ $pol = tdm ] || share=- # (the others' refusals are of jobs, not messages)
-				awk -v b="$base" -v k="$k" -v p="$pool" -v pol="$pol" -v r="$((ring / 4))" -v sh="$shape" \
-					-v u="$share,$streak,$load" \
-					'{ s += $1 / b; if ($1 / b > w) w = $1 / b; n++ }
-					END { printf "%s,%d,%d,%s,%.2f,%.2f,%d,%s\n", sh, k, p, pol, s / n, w, r, u }' "$tmp/j" >>"$csv"
+				# Each job's slowdown, sorted: mean, p99 (nearest rank: the
+				# worst below 100 jobs) and worst.
+				awk -v b="$base" '{ print $1 / b }' "$tmp/j" | sort -g |
+					awk -v k="$k" -v p="$pool" -v pol="$pol" -v r="$((ring / 4))" -v sh="$shape" \
+						-v u="$share,$streak,$load" '{ v[NR] = $1; s += $1 }
+					END { i = int(0.99 * NR); if (i < 0.99 * NR) i++
+						printf "%s,%d,%d,%s,%.2f,%.2f,%.2f,%d,%s\n", sh, k, p, pol, s / NR, v[i], v[NR], r, u }' >>"$csv"
 			done
 		done
 	done

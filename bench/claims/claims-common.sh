@@ -10,7 +10,10 @@
 #                         job and one size (units: the most Seg units of
 #                         switch 0 that held blocks at once, waiting: the
 #                         most still waiting for partials; 0 without a
-#                         switch);
+#                         switch), then "holds held_us": how often the
+#                         hosts' sending was held by a full window while
+#                         their wires were idle, and for how long in all
+#                         (every message of the run, warm-up included);
 #                         exits 1 on a wrong or failed result
 #   md_table CSV          the CSV as a Markdown table
 
@@ -43,7 +46,8 @@ sim_row() {
 	echo "$o" | awk '
 		/^ +[0-9]+ +[0-9]+ / { t = $3; bb = $6; w = $7; if ($8 != 0 || $9 != 0) bad = 1 }
 		/^# switch 0: at most/ { u = $6; q = $13 }
-		END { if (bad || t == "") exit 1; printf "%s %s %s %d %d\n", t, bb, w, u, q }' ||
+		/^# hosts: sending held by a full window/ { h = $9; hu = $11 }
+		END { if (bad || t == "") exit 1; printf "%s %s %s %d %d %d %s\n", t, bb, w, u, q, h, hu }' ||
 		{ echo "$claim: wrong or failed result in $1:" >&2; echo "$o" >&2; exit 1; }
 }
 
