@@ -132,10 +132,12 @@ static struct ibv_coll_qp *make_qp(struct ibv_coll_pd *pd, enum ibv_coll_qp_type
 	memset(&ia, 0, sizeof(ia));
 	ia.send_cq = ia.recv_cq = cq;
 	ia.qp_type = t;
-	ia.cap.max_send_wr = 64;
+	/* Every step's receive is posted before the first send: 2(N - 1). */
+	const uint32_t depth = nodes > 32 ? 2 * (uint32_t)nodes : 64;
+	ia.cap.max_send_wr = depth;
 	ia.cap.max_send_sge = 1;
 	if (t == IBV_COLL_QPT_RC) {
-		ia.cap.max_recv_wr = 64;
+		ia.cap.max_recv_wr = depth;
 		ia.cap.max_recv_sge = 1;
 	}
 	struct ibv_coll_qp *qp = ibv_create_coll_qp(pd, &ia);
@@ -219,7 +221,7 @@ static void setup(int host)
 	struct ibv_coll_context *ctx = open_device();
 	struct ibv_coll_pd *pd = ibv_alloc_coll_pd(ctx);
 	ch = ibv_create_coll_comp_channel(ctx);
-	cq = ch ? ibv_create_coll_cq(ctx, 256, NULL, ch, 0) : NULL;
+	cq = ch ? ibv_create_coll_cq(ctx, 256 + 4 * nodes, NULL, ch, 0) : NULL;
 	if (!pd || !cq)
 		die("pd/channel/cq", errno);
 	/* data (n floats), the result (device mode), the received chunks */
