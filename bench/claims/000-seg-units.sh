@@ -16,10 +16,10 @@
 #
 #   bench/claims/000-seg-units.sh [-r RATE] [-d DELAY_US]
 #       -r  link rate (100gbit), -d  one-way link delay (1); N = 8, 32
-#       and 64 (a switch job's most), S = 1 KiB, 256 KiB and 4 MiB, and
-#       64 MiB at 8 hosts (at 64 hosts one such run holds ~10 GB and takes
-#       40 s), P = 4 ... 4096 units of 4 KiB.  Deterministic (seed 1);
-#       about 10 minutes.
+#       and 64 (a switch job's most) on one switch, S = 1 KiB, 256 KiB and
+#       4 MiB, and 64 MiB at 8 hosts (at 64 hosts one such run holds ~10 GB
+#       and takes 40 s); N = 1,024 on a two-level tree, 4 MiB; P = 4 ...
+#       4096 units of 4 KiB.  Deterministic (seed 1); about 15 minutes.
 set -euo pipefail
 rate=100gbit delay=1
 while getopts "r:d:h" o; do
@@ -34,9 +34,20 @@ done
 claims_init 000-seg-units
 csv=$out/000-seg-units.csv
 echo "mode,hosts,bytes,units,time_us,busbw_bound,wire_s" >"$csv"
-sizes() { echo 1024 262144 4194304 $([ "$1" -gt 8 ] || echo 67108864); }
+sizes() {
+	case $1 in
+	8) echo 1024 262144 4194304 67108864 ;;
+	1024) echo 4194304 ;;
+	*) echo 1024 262144 4194304 ;;
+	esac
+}
+# Up to 64 hosts on one switch (a job's most at one); 1,024 on a two-level
+# tree, 16 leaves of 64 under a spine, every switch with the pool, phantom
+# ranks (one source and result buffer for the job, checked as ever).
+shape() { [ "$1" -le 64 ] || echo '"shape": "tree2", "nodes_per_leaf": 64,'; }
+phantom() { [ "$1" -le 64 ] || echo ', "phantom": true'; }
 for mode in block message; do
-	for n in 8 32 64; do
+	for n in 8 32 64 1024; do
 		for s in $(sizes "$n"); do
 			for p in 4 8 16 32 64 128 256 512 1024 2048 4096; do
 				if [ $mode = block ]; then
@@ -46,10 +57,10 @@ for mode in block message; do
 				fi
 				cat >"$tmp/d.json" <<EOF
 {"seed": 1,
- "fabric": {"nodes": $n, "link": {"rate": "$rate", "delay_us": $delay, "queue": "16M"},
+ "fabric": {"nodes": $n, $(shape $n) "link": {"rate": "$rate", "delay_us": $delay, "queue": "16M"},
             "switch_units": $p, "switch_whole_grant": $whole, "nic_units": $((want > 8192 ? want : 8192))},
  "jobs": [{"name": "j", "topology": "$topo", "sizes": [$s], "iters": 1, "warmup": 1,
-           "seg_units": $want}]}
+           "seg_units": $want$(phantom $n)}]}
 EOF
 				read -r t bb ws _ < <(sim_row "$tmp/d.json")
 				echo "$mode,$n,$s,$p,$t,$bb,$ws" >>"$csv"
@@ -64,7 +75,7 @@ md_table "$csv" >"$out/000-seg-units.md"
 	echo
 	echo "| hosts | bytes | units, freed per block | units, whole message |"
 	echo "| --- | --- | --- | --- |"
-	for n in 8 32 64; do
+	for n in 8 32 64 1024; do
 		for s in $(sizes "$n"); do
 			best=$(awk -F, -v n=$n -v s=$s '$2 == n && $3 == s && $6 > b { b = $6 } END { print b + 0 }' "$csv")
 			row="| $n | $s |"
