@@ -6,9 +6,12 @@
 # ring meanwhile.  For each K, pool size and policy, ibv_coll_sim runs K
 # AUTO jobs of 4 hosts each on one switch, arriving at exponential gaps
 # (seeded), each a training-like mix of allreduces (16 MiB and 4 MiB
-# gradient buckets, 256 KiB and 64 KiB small ones, each twice): every
-# job's completion time (the sum of its collectives' times) over that of
-# the same job alone on the whole pool, mean and worst over the jobs;
+# gradient buckets, 256 KiB and 64 KiB small ones, each twice; phantom
+# ranks, one source and one result buffer a job, checked as ever: 256
+# jobs of real buffers, all running at once under spatial sharing, would
+# need more than 32 GB): every job's completion time (the sum of its
+# collectives' times) over that of the same job alone on the whole pool,
+# mean, p99 and worst over the jobs;
 # the jobs sent to the ring for good (exclusive), the share of messages
 # refused the pool and the most of one job refused in a row (tdm, against
 # ibv_coll_switchd(8)'s bound 4 + (K - 1) r), and the load of the busiest
@@ -19,26 +22,30 @@
 # 003-time-division.csv, .md and .png.
 #
 #   bench/claims/003-time-division.sh [-r RATE] [-d DELAY_US] [-g GAP_US]
-#       [-k LIST] [-F]
+#       [-k LIST] [-u POOLS] [-P POLICIES] [-F]
 #       -r  link rate (100gbit), -d  one-way link delay (10: 64 units of
 #       4 KiB are a host's bandwidth-delay product), -g  mean gap between
 #       arrivals (200), -k  the job counts on one switch ("2 4 8 16 32 64
-#       128 256"; the tree takes those up to 8); pools of 64, 256 and
-#       1024 units.  Deterministic (seed 1).  The whole run takes about an
-#       hour on one core (K = 256: 1,024 simulated hosts, ~5 GB).
+#       128 256"; the tree takes those up to 8), -u  the pools in units
+#       ("64 256 1024"; the tree skips 256), -P  the policies ("spatial
+#       exclusive tdm"); -k, -u and -P split the run for several cores.
+#       Deterministic (seed 1).  The
+#       whole run takes about an hour on one core.
 #   -F  on real processes instead: scripts/bench-tenants.sh on the shaped
 #       namespace fabric (4 hosts at 150 Mbit/s, 1 ms round trips from the
 #       emulator, a 16-unit pool; K = 2, 3, 4 jobs of a training-like loop,
 #       10 iterations), written to 003-fabric.csv and .md; not
 #       deterministic; needs root (exits 77 without it).
 set -euo pipefail
-rate=100gbit delay=10 gap=200 klist="2 4 8 16 32 64 128 256" fabric=
-while getopts "r:d:g:k:Fh" o; do
+rate=100gbit delay=10 gap=200 klist="2 4 8 16 32 64 128 256" pools="64 256 1024" pols="spatial exclusive tdm" fabric=
+while getopts "r:d:g:k:u:P:Fh" o; do
 	case $o in
 	r) rate=$OPTARG ;;
 	d) delay=$OPTARG ;;
 	g) gap=$OPTARG ;;
 	k) klist=${OPTARG//,/ } ;;
+	u) pools=${OPTARG//,/ } ;;
+	P) pols=${OPTARG//,/ } ;;
 	F) fabric=1 ;;
 	h) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) exit 2 ;;
@@ -68,7 +75,7 @@ desc() {
 		nodes=$((4 * j)),$((4 * j + 1)),$((4 * j + 2)),$((4 * j + 3))
 		printf '  {"name": "j%d", "topology": "auto", "nodes": [%s], "sizes": [%s], "iters": 2,\n' \
 			"$j" "$nodes" "$sizes"
-		printf '   "seg_units": 1024, "start_us": %s}%s\n' "$start" "$([ $j -lt $((k - 1)) ] && echo ,)"
+		printf '   "seg_units": 1024, "phantom": true, "start_us": %s}%s\n' "$start" "$([ $j -lt $((k - 1)) ] && echo ,)"
 		start=$(awk -v s="$start" -v g="$gap" -v j="$j" 'BEGIN { srand(7 + j); printf "%.1f", s - g * log(1 - rand()) }')
 	done
 	printf ' ]}\n'
@@ -93,10 +100,10 @@ use() {
 }
 echo "shape,jobs,pool_units,policy,mean_slowdown,p99_slowdown,worst_slowdown,jobs_on_the_ring,refused_share,most_refused_in_a_row,load_pct" >"$csv"
 for shape in star tree2; do
-	for pool in 64 256 1024; do
+	for pool in $pools; do
 		[ $shape = tree2 ] && [ $pool = 256 ] && continue
 		base=$(alone "$pool" "$shape")
-		for pol in spatial exclusive tdm; do # (each line's points together for gnuplot)
+		for pol in $pols; do # (each line's points together for gnuplot)
 			for k in $klist; do
 				[ $shape = tree2 ] && [ "$k" -gt 8 ] && continue
 				desc "$k" "$pool" "$pol" "$shape" >"$tmp/d.json"
@@ -119,12 +126,13 @@ for shape in star tree2; do
 done
 md_table "$csv" >"$out/003-time-division.md"
 cat "$out/003-time-division.md"
-if command -v gnuplot >/dev/null; then
+# (A run split with -u, -P or -k has no plot of its own: the merged CSV's.)
+if command -v gnuplot >/dev/null && [ "$pools" = "64 256 1024" ]; then
 	gnuplot <<EOF
 set terminal pngcairo size 900,560 noenhanced
 set output "$out/003-time-division.png"
 set datafile separator ","
-set logscale x 2
+set logscale xy 2
 set xlabel "jobs sharing the switch"
 set ylabel "mean job completion time / alone"
 set key left top
