@@ -28,6 +28,10 @@ struct Qp;
 
 // The block of a one-node job, which never leaves the device.
 constexpr uint32_t kLocalBlockBytes = 64 * 1024;
+// A full block's packet on the wire, with its headers (about): the unit
+// of how far ahead of the port blocks may go, and of the shortest pause
+// counted as a sending interruption (SwitchPath::note_held).
+constexpr uint32_t kBlockWireBytes = kSegUnitBytes + 128;
 
 // A parsed collective packet.
 struct CollPacket {

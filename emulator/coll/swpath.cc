@@ -358,8 +358,7 @@ void SwitchPath::note_held(const CollJob &job, Message &m, bool sent, uint64_t n
 {
 	if (sent && m.sw.held_since) {
 		const uint64_t rate = u_.host().params.cfg.port_rate_bps;
-		const uint64_t block_ns = rate ? (kSegUnitBytes + 128) * 8 * 1000000000ull / rate
-					       : 1000;
+		const uint64_t block_ns = rate ? kBlockWireBytes * 8 * 1000000000ull / rate : 1000;
 		if (now > m.sw.held_since + block_ns) {
 			u_.ctr.win_holds++;
 			u_.ctr.win_held_ns += now - m.sw.held_since;

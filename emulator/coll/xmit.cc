@@ -612,7 +612,7 @@ void CollCore::send_ep(const CollJob &job, const Endpoint &to, uint32_t qpn, uin
 }
 
 // How far ahead of the port new blocks may go: four packets.
-constexpr uint32_t kPortAheadBytes = 4 * (4096 + 128);
+constexpr uint32_t kPortAheadBytes = 4 * kBlockWireBytes;
 
 void CollCore::port_sent(uint32_t bytes)
 {
