@@ -20,18 +20,63 @@
 #       4 MiB, and 64 MiB at 8 hosts (at 64 hosts one such run holds ~10 GB
 #       and takes 40 s); N = 1,024 on a two-level tree, 4 MiB; P = 4 ...
 #       4096 units of 4 KiB.  Deterministic (seed 1); about 15 minutes.
+#   -F  on real processes instead: bench/claims/claims-fabric.sh, 4 hosts
+#       of the namespace fabric at 150 Mbit/s (a 256 KB queue), 500 us one
+#       way from the emulator (IBV_COLL_EMU_IMPAIR=delay=500us on every NIC
+#       and the switch), S = 256 KiB and 4 MiB, pools of 4 ... 1,024 units;
+#       block: ibv_coll_switchd -u P, ibv_coll_perf -t switch; message:
+#       ibv_coll_switchd -u P --whole-grant --max-job-units S / 4 KiB,
+#       ibv_coll_perf -t auto (a refused job runs the ring).  Written to
+#       000-fabric.csv and .md; about a minute; not deterministic; needs
+#       root (exits 77 without it).
 set -euo pipefail
-rate=100gbit delay=1
-while getopts "r:d:h" o; do
+rate=100gbit delay=1 fabric=
+while getopts "r:d:Fh" o; do
 	case $o in
 	r) rate=$OPTARG ;;
 	d) delay=$OPTARG ;;
+	F) fabric=1 ;;
 	h) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) exit 2 ;;
 	esac
 done
 . "$(dirname "$0")/claims-common.sh"
 claims_init 000-seg-units
+if [ -n "$fabric" ]; then
+	[ "$(id -u)" -eq 0 ] || { echo "000: -F needs root (network namespaces): skipped" >&2; exit 77; }
+	for mode in block message; do
+		for s in 262144 4194304; do
+			for p in 4 8 16 32 64 256 1024; do
+				if [ $mode = block ]; then
+					echo "$mode,$p|$s|-u $p|-t switch"
+				else
+					echo "$mode,$p|$s|-u $p --whole-grant --max-job-units $((s / 4096))|-t auto"
+				fi
+			done
+		done
+	done >"$tmp/plan"
+	csv=$out/000-fabric.csv
+	echo "mode,units,bytes,time_us,busbw_bound,wire_s,ran,granted,refused" >"$csv"
+	BUILD_DIR=$(dirname "$(dirname "$sim")") "$here/claims-fabric.sh" "$tmp/plan" "$csv" ||
+		{ echo "000: the fabric run failed" >&2; exit 1; }
+	md_table "$csv" >"$out/000-fabric.md"
+	{
+		echo
+		echo "Blocks freed one by one: the smallest pool reaching 95 % of the best busbw any pool gave that size (its busbw/bound); the whole-message buffer: the smallest pool that took the job through the switch rather than refusing it to the ring (its busbw/bound; the ring's below the pool):"
+		echo
+		echo "| bytes | units, freed per block | units, whole message | the ring (refused) |"
+		echo "| --- | --- | --- | --- |"
+		for s in 262144 4194304; do
+			best=$(awk -F, -v s=$s '$3 == s && $5 > b { b = $5 } END { print b + 0 }' "$csv")
+			awk -F, -v s=$s -v b="$best" '$3 == s && $1 == "block" && $5 >= 0.95 * b && !u { u = $2; ub = $5 }
+				$3 == s && $1 == "message" && $7 == "switch" && !m { m = $2; mb = $5 }
+				$3 == s && $1 == "message" && $7 != "switch" { r = r (r ? ", " : "") $5 }
+				END { printf "| %s | %s (%s) | %s | %s |\n", s, u, ub, m ? m " (" mb ")" : "none of 4 to 1024", r ? r : "-" }' "$csv"
+		done
+	} >>"$out/000-fabric.md"
+	cat "$out/000-fabric.md"
+	exit 0
+fi
 csv=$out/000-seg-units.csv
 echo "mode,hosts,bytes,units,time_us,busbw_bound,wire_s" >"$csv"
 sizes() {
