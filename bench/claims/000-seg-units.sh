@@ -23,12 +23,16 @@
 #   -F  on real processes instead: bench/claims/claims-fabric.sh, 4 hosts
 #       of the namespace fabric at 150 Mbit/s (a 256 KB queue), 500 us one
 #       way from the emulator (IBV_COLL_EMU_IMPAIR=delay=500us on every NIC
-#       and the switch), S = 256 KiB and 4 MiB, pools of 4 ... 1,024 units;
+#       and the switch), every NIC paced to its link's rate as a hardware
+#       port is (IBV_COLL_EMU_PORT_MBPS=150; claims-fabric.sh -p), S =
+#       256 KiB and 4 MiB, pools of 4 ... 1,024 units;
 #       block: ibv_coll_switchd -u P, ibv_coll_perf -t switch; message:
 #       ibv_coll_switchd -u P --whole-grant --max-job-units S / 4 KiB,
 #       ibv_coll_perf -t auto (a refused job runs the ring).  Written to
 #       000-fabric.csv and .md; about a minute; not deterministic; needs
 #       root (exits 77 without it).
+#       CLAIMS_FABRIC_ARGS: more options for claims-fabric.sh (-p 0: NICs
+#       not paced to their ports).
 set -euo pipefail
 rate=100gbit delay=1 fabric=
 while getopts "r:d:Fh" o; do
@@ -57,7 +61,9 @@ if [ -n "$fabric" ]; then
 	done >"$tmp/plan"
 	csv=$out/000-fabric.csv
 	echo "mode,units,bytes,time_us,busbw_bound,wire_s,ran,granted,refused" >"$csv"
-	BUILD_DIR=$(dirname "$(dirname "$sim")") "$here/claims-fabric.sh" "$tmp/plan" "$csv" ||
+	# shellcheck disable=SC2086 # (CLAIMS_FABRIC_ARGS: words)
+	BUILD_DIR=$(dirname "$(dirname "$sim")") "$here/claims-fabric.sh" ${CLAIMS_FABRIC_ARGS:-} \
+		"$tmp/plan" "$csv" ||
 		{ echo "000: the fabric run failed" >&2; exit 1; }
 	md_table "$csv" >"$out/000-fabric.md"
 	{

@@ -19,9 +19,12 @@
 #   -F  on real processes instead: bench/claims/claims-fabric.sh, 4 hosts
 #       of the namespace fabric at 150 Mbit/s (a 256 KB queue), 500 us one
 #       way from the emulator (IBV_COLL_EMU_IMPAIR=delay=500us on every NIC
-#       and the switch), 1 MiB a rank, W = 1 ... 128 (ibv_coll_perf
+#       and the switch), every NIC paced to 150 Mbit/s
+#       (IBV_COLL_EMU_PORT_MBPS), 1 MiB a rank, W = 1 ... 128 (ibv_coll_perf
 #       --window W, and --e2e-ack); written to 001-fabric.csv and .md;
 #       about a minute; not deterministic; needs root (exits 77 without it).
+#       CLAIMS_FABRIC_ARGS: more options for claims-fabric.sh (-p 0: NICs
+#       not paced to their ports).
 set -euo pipefail
 n=8 size=16M rate=100gbit fabric=
 while getopts "n:s:r:Fh" o; do
@@ -45,7 +48,9 @@ if [ -n "$fabric" ]; then
 	done >"$tmp/plan"
 	csv=$out/001-fabric.csv
 	echo "ack,window,bytes,time_us,busbw_bound,wire_s,ran,granted,refused" >"$csv"
-	BUILD_DIR=$(dirname "$(dirname "$sim")") "$here/claims-fabric.sh" "$tmp/plan" "$csv" ||
+	# shellcheck disable=SC2086 # (CLAIMS_FABRIC_ARGS: words)
+	BUILD_DIR=$(dirname "$(dirname "$sim")") "$here/claims-fabric.sh" ${CLAIMS_FABRIC_ARGS:-} \
+		"$tmp/plan" "$csv" ||
 		{ echo "001: the fabric run failed" >&2; exit 1; }
 	md_table "$csv" >"$out/001-fabric.md"
 	{

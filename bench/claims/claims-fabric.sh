@@ -5,13 +5,16 @@
 # every host (allreduce, fp32 sum, blocking, every result checked).
 #
 #   bench/claims/claims-fabric.sh [-n HOSTS] [-r RATE] [-q QUEUE]
-#       [-I IMPAIR] [-i ITERS] PLAN CSV
+#       [-I IMPAIR] [-i ITERS] [-p MBPS] PLAN CSV
 #
 #   -n  hosts, one rank each (4); -r, -q  each host link's rate and queue
 #   (150mbit, 256kb; the switch's link HOSTS x RATE); -I  IBV_COLL_EMU_IMPAIR
 #   for every NIC and the switch (delay=500us: a block's round trip host -
 #   switch - host is 1 ms more than its time on the wires); -i  timed
-#   runs per row (3, after one untimed).
+#   runs per row (3, after one untimed); -p  the NICs' line rate in Mbit/s
+#   (IBV_COLL_EMU_PORT_MBPS: blocks through the switch leave no faster, as
+#   from a hardware port; default the link's rate; 0: as fast as the
+#   window lets them, into the link's queue).
 #   PLAN  a file, one run a line: KEY|BYTES|SWITCHD-ARGS|PERF-ARGS; KEY
 #         is copied to the front of the row (CSV fields), BYTES the size a
 #         rank, SWITCHD-ARGS what ibv_coll_switchd gets besides its port
@@ -46,12 +49,12 @@ usage() {
 if [ "${1:-}" != "--inner" ]; then
 	hosts=4 rate=150mbit queue=256kb
 	args=("$@")
-	while getopts "n:r:q:I:i:" o; do
+	while getopts "n:r:q:I:i:p:" o; do
 		case $o in
 		n) hosts=$OPTARG ;;
 		r) rate=$OPTARG ;;
 		q) queue=$OPTARG ;;
-		I | i) ;;
+		I | i | p) ;;
 		*) usage ;;
 		esac
 	done
@@ -65,18 +68,20 @@ fi
 shift
 
 # ---- inside the fabric -------------------------------------------------
-n=$FABRIC_HOSTS impair=delay=500us iters=3
+n=$FABRIC_HOSTS impair=delay=500us iters=3 mbps=$((FABRIC_RATE_BPS / 1000000))
 OPTIND=1
-while getopts "n:r:q:I:i:" o; do
+while getopts "n:r:q:I:i:p:" o; do
 	case $o in
 	I) impair=$OPTARG ;;
 	i) iters=$OPTARG ;;
+	p) mbps=$OPTARG ;;
 	*) ;;
 	esac
 done
 shift $((OPTIND - 1))
 plan=$1 csv=$2
 [[ $iters =~ ^[1-9][0-9]*$ ]] || { echo "claims-fabric: bad -i $iters" >&2; exit 2; }
+[[ $mbps =~ ^[0-9]+$ ]] || { echo "claims-fabric: bad -p $mbps" >&2; exit 2; }
 perf=$build/tools/ibv_coll_perf
 switchd=$build/emulator/ibv_coll_switchd
 for b in "$perf" "$switchd"; do
@@ -93,13 +98,14 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-export IBV_COLL_EMU_IMPAIR=$impair
+export IBV_COLL_EMU_IMPAIR=$impair IBV_COLL_EMU_PORT_MBPS=$mbps
 rbytes=$((FABRIC_RATE_BPS / 8))
 # ibv_coll_perf runs 2 x (warm-up + timed + check) allreduces: out of
 # place, then in place.
 ops=$((2 * (1 + iters + 1)))
 echo "# claims-fabric: $n hosts at $FABRIC_RATE (queue $FABRIC_QUEUE), switch link" \
-	"$((FABRIC_SW_RATE_BPS / 1000000)) Mbit/s, IBV_COLL_EMU_IMPAIR=$impair; busbw/bound" \
+	"$((FABRIC_SW_RATE_BPS / 1000000)) Mbit/s, IBV_COLL_EMU_IMPAIR=$impair," \
+	"IBV_COLL_EMU_PORT_MBPS=$mbps; busbw/bound" \
 	"= S / time / R (R = $rbytes B/s); $iters timed + 1 warm-up run per row" >&2
 
 while IFS='|' read -r key size swargs perfargs; do
