@@ -21,7 +21,8 @@
 #       way from the emulator (IBV_COLL_EMU_IMPAIR=delay=500us on every NIC
 #       and the switch), every NIC paced to 150 Mbit/s
 #       (IBV_COLL_EMU_PORT_MBPS), 1 MiB a rank, W = 1 ... 128 (ibv_coll_perf
-#       --window W, and --e2e-ack); written to 001-fabric.csv and .md;
+#       --window W, and --e2e-ack); written to 001-fabric.csv, .md and
+#       .png;
 #       about a minute; not deterministic; needs root (exits 77 without it).
 #       CLAIMS_FABRIC_ARGS: more options for claims-fabric.sh (-p 0: NICs
 #       not paced to their ports).
@@ -64,6 +65,21 @@ if [ -n "$fabric" ]; then
 		done
 	} >>"$out/001-fabric.md"
 	cat "$out/001-fabric.md"
+	command -v gnuplot >/dev/null || exit 0
+	gnuplot <<EOF
+set terminal pngcairo size 900,560 noenhanced
+set output "$out/001-fabric.png"
+set datafile separator ","
+set logscale x 2
+set xlabel "window (blocks of 4 KiB in flight per host)"
+set ylabel "busbw / bound"
+set yrange [0:1.05]
+set key right bottom
+set title "Claim 001 on real processes: 4 hosts, 150 Mbit/s, 500 us one way, 1 MiB a rank"
+plot "$csv" using (strcol(1) eq "result" ? \$2 : 1/0):5 with linespoints lw 2 title "result as ACK", \
+     "$csv" using (strcol(1) eq "e2e" ? \$2 : 1/0):5 with linespoints dt 2 lw 2 title "end-to-end ACK"
+EOF
+	echo "plot: $out/001-fabric.png"
 	exit 0
 fi
 csv=$out/001-result-ack.csv
