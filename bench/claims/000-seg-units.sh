@@ -47,7 +47,7 @@ done
 . "$(dirname "$0")/claims-common.sh"
 claims_init 000-seg-units
 if [ -n "$fabric" ]; then
-	[ "$(id -u)" -eq 0 ] || { echo "000: -F needs root (network namespaces): skipped" >&2; exit 77; }
+	fabric_root
 	for mode in block message; do
 		for s in 262144 4194304; do
 			for p in 4 8 16 32 64 256 1024; do
@@ -59,13 +59,7 @@ if [ -n "$fabric" ]; then
 			done
 		done
 	done >"$tmp/plan"
-	csv=$out/000-fabric.csv
-	echo "mode,units,bytes,time_us,busbw_bound,wire_s,ran,granted,refused" >"$csv"
-	# shellcheck disable=SC2086 # (CLAIMS_FABRIC_ARGS: words)
-	BUILD_DIR=$(dirname "$(dirname "$sim")") "$here/claims-fabric.sh" ${CLAIMS_FABRIC_ARGS:-} \
-		"$tmp/plan" "$csv" ||
-		{ echo "000: the fabric run failed" >&2; exit 1; }
-	md_table "$csv" >"$out/000-fabric.md"
+	fabric_run 000-fabric mode,units
 	{
 		echo
 		echo "Blocks freed one by one: the smallest pool reaching 95 % of the best busbw any pool gave that size (its busbw/bound); the whole-message buffer: the smallest pool that took the job through the switch rather than refusing it to the ring (its busbw/bound; the ring's below the pool):"

@@ -41,19 +41,13 @@ done
 . "$(dirname "$0")/claims-common.sh"
 claims_init 001-result-ack
 if [ -n "$fabric" ]; then
-	[ "$(id -u)" -eq 0 ] || { echo "001: -F needs root (network namespaces): skipped" >&2; exit 77; }
+	fabric_root
 	for ack in result e2e; do
 		for w in 1 2 4 8 16 32 64 128; do
 			echo "$ack,$w|1048576||-t switch --window $w$([ $ack = e2e ] && echo " --e2e-ack")"
 		done
 	done >"$tmp/plan"
-	csv=$out/001-fabric.csv
-	echo "ack,window,bytes,time_us,busbw_bound,wire_s,ran,granted,refused" >"$csv"
-	# shellcheck disable=SC2086 # (CLAIMS_FABRIC_ARGS: words)
-	BUILD_DIR=$(dirname "$(dirname "$sim")") "$here/claims-fabric.sh" ${CLAIMS_FABRIC_ARGS:-} \
-		"$tmp/plan" "$csv" ||
-		{ echo "001: the fabric run failed" >&2; exit 1; }
-	md_table "$csv" >"$out/001-fabric.md"
+	fabric_run 001-fabric ack,window
 	{
 		echo
 		echo "Smallest window reaching 95 % of the best busbw either way gave:"

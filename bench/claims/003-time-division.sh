@@ -54,7 +54,7 @@ done
 . "$(dirname "$0")/claims-common.sh"
 claims_init 003-time-division
 if [ -n "$fabric" ]; then
-	[ "$(id -u)" -eq 0 ] || { echo "003: -F needs root (network namespaces): skipped" >&2; exit 77; }
+	fabric_root
 	BUILD_DIR=$(dirname "$(dirname "$sim")") "$root/scripts/bench-tenants.sh" -k 2,3,4 -i 10 \
 		-o "$out/003-fabric.csv" || { echo "003: the fabric run failed" >&2; exit 1; }
 	md_table "$out/003-fabric.csv" >"$out/003-fabric.md"

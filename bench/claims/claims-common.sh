@@ -16,6 +16,13 @@
 #                         (every message of the run, warm-up included);
 #                         exits 1 on a wrong or failed result
 #   md_table CSV          the CSV as a Markdown table
+#   fabric_root           exits 77, saying so, unless this is root (the
+#                         namespace fabric of a claim's -F)
+#   fabric_run NAME KEYS  runs the plan $tmp/plan on real processes
+#                         (claims-fabric.sh, with CLAIMS_FABRIC_ARGS):
+#                         $out/NAME.csv, its header KEYS (the plan's key
+#                         fields) and the runner's columns, and NAME.md;
+#                         sets $csv; exits 1 when a run fails
 
 claims_init() {
 	claim=$1
@@ -55,4 +62,17 @@ md_table() {
 	awk -F, 'NR == 1 { h = "|"; s = "|"; for (i = 1; i <= NF; i++) { h = h " " $i " |"; s = s " --- |" }
 		print h; print s; next }
 		{ r = "|"; for (i = 1; i <= NF; i++) r = r " " $i " |"; print r }' "$1"
+}
+
+fabric_root() {
+	[ "$(id -u)" -eq 0 ] || { echo "$claim: -F needs root (network namespaces): skipped" >&2; exit 77; }
+}
+
+fabric_run() {
+	csv=$out/$1.csv
+	echo "$2,bytes,time_us,busbw_bound,wire_s,ran,granted,refused" >"$csv"
+	# shellcheck disable=SC2086 # (CLAIMS_FABRIC_ARGS: words)
+	BUILD_DIR=$(dirname "$(dirname "$sim")") "$here/claims-fabric.sh" ${CLAIMS_FABRIC_ARGS:-} \
+		"$tmp/plan" "$csv" || { echo "$claim: the fabric run failed" >&2; exit 1; }
+	md_table "$csv" >"$out/$1.md"
 }
