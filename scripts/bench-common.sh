@@ -6,11 +6,11 @@
 #   fabric_tx_sum [HOST]  bytes eth0 has sent in every host namespace of
 #                         tests/multihost/fabric.sh (FABRIC_HOSTS,
 #                         FABRIC_NS_<i>), or in host HOST's alone
-#   start_switchd PROG DIR [ARGS...]
+#   start_switchd [-N NETNS] PROG DIR [ARGS...]
 #                         ibv_coll_switchd PROG on a free UDP port (written
 #                         to DIR/port, its log to DIR/switch.log), waited
 #                         for: sets sw_pid and sw_port; exits 1 when it does
-#                         not start
+#                         not start; with -N, in network namespace NETNS
 
 bench_bytes() {
 	local v=${1%[KkMm]}
@@ -32,10 +32,15 @@ fabric_tx_sum() {
 }
 
 start_switchd() {
+	local in=()
+	if [ "$1" = -N ]; then
+		in=(ip netns exec "$2")
+		shift 2
+	fi
 	local prog=$1 dir=$2
 	shift 2
 	rm -f "$dir/port"
-	"$prog" -p 0 -P "$dir/port" "$@" >"$dir/switch.log" 2>&1 &
+	"${in[@]}" "$prog" -p 0 -P "$dir/port" "$@" >"$dir/switch.log" 2>&1 &
 	sw_pid=$!
 	for _ in $(seq 100); do
 		if [ -s "$dir/port" ]; then

@@ -112,10 +112,9 @@ while IFS='|' read -r key size swargs perfargs; do
 	[ -z "$key" ] || [ "${key:0:1}" = "#" ] && continue
 	read -r -a sa <<<"$swargs"
 	read -r -a pa <<<"$perfargs"
-	IBV_COLL_LOG_LEVEL=info ip netns exec "$FABRIC_SW_NS_0" "$switchd" -p 4791 -n claims -j "${sa[@]}" >"$tmp/sw.log" 2>&1 &
-	sw=$!
-	sleep 0.3
-	kill -0 "$sw" 2>/dev/null || { cat "$tmp/sw.log" >&2; echo "claims-fabric: the switch did not start ($swargs)" >&2; exit 1; }
+	# (Its grant is an INFO line; it is up once it wrote its port.)
+	IBV_COLL_LOG_LEVEL=info start_switchd -N "$FABRIC_SW_NS_0" "$switchd" "$tmp" -n claims -j "${sa[@]}"
+	sw=$sw_pid
 	t0=$(fabric_tx_sum)
 	rm -f "$tmp/boot.sock"
 	pids=() st=0
@@ -123,7 +122,7 @@ while IFS='|' read -r key size swargs perfargs; do
 		ns=FABRIC_NS_$i
 		ip netns exec "${!ns}" timeout 300 "$perf" -D crxe_eth0 --boot "unix:$tmp/boot.sock" \
 			--node "$i" --nodes "$n" -b "$size" -e "$size" -n "$iters" -w 1 -c 1 -z 1 \
-			-d float -o sum -s "$FABRIC_SW_IP_0:4791" "${pa[@]}" >"$tmp/out$i" 2>&1 &
+			-d float -o sum -s "$FABRIC_SW_IP_0:$sw_port" "${pa[@]}" >"$tmp/out$i" 2>&1 &
 		pids+=($!)
 	done
 	for p in "${pids[@]}"; do wait "$p" || st=1; done
@@ -138,8 +137,8 @@ while IFS='|' read -r key size swargs perfargs; do
 		exit 1
 	fi
 	# The grant (its log line) and the refusals (its totals at exit).
-	units=$(grep -o 'granted [0-9]* Seg units' "$tmp/sw.log" | awk '$2 > m { m = $2 } END { print m + 0 }')
-	denials=$(grep -o '"denials":[0-9]*' "$tmp/sw.log" | head -1 | cut -d: -f2)
+	units=$(grep -o 'granted [0-9]* Seg units' "$tmp/switch.log" | awk '$2 > m { m = $2 } END { print m + 0 }')
+	denials=$(grep -o '"denials":[0-9]*' "$tmp/switch.log" | head -1 | cut -d: -f2)
 	echo "$row" | awk -v k="$key" -v s="$size" -v b="$rbytes" -v d=$((t1 - t0)) -v n="$n" \
 		-v o="$ops" -v g="$units" -v r="${denials:-0}" '{
 		if ($9 + $13 != 0) { print "claims-fabric: " k ": wrong results" > "/dev/stderr"; exit 1 }
