@@ -156,7 +156,7 @@ void CollEngine::classify(const InPacket &ip)
 	// exchange (members do not run a message two ways): forged.
 	if ((p.kind == kCollData || p.kind == kCollResult ||
 	     (p.kind == kCollAck && (p.h.flags & (kCethNak | kCethHop)))) &&
-	    job.active && job.active->mid == p.h.mid && job.active->path == &xchg_) {
+	    job.running(p.h.mid) && job.running(p.h.mid)->path == &xchg_) {
 		ctr.malformed++;
 		return;
 	}
@@ -196,7 +196,7 @@ void CollEngine::classify(const InPacket &ip)
 			superseded(qp, job);
 			break;
 		}
-		if (job.active && job.active->mid == p.h.mid) {
+		if (job.running(p.h.mid)) {
 			fail(qp, job, CollStatus::remote_abort, false,
 			     "a member aborted the collective");
 		} else if (job.ahead(p.h.mid)) {

@@ -228,14 +228,41 @@ struct RingMsg {
 	}
 };
 
+// What a node of the exchange (xchg.cc) received or sent for one message:
+// a partial per phase, each len bytes, those in have (bit per phase);
+// of those sent, the ones the peer acknowledged.
+struct XchgSlots {
+	uint32_t mid = 0;
+	bool on = false;
+	uint32_t len = 0;
+	uint32_t tag = 0; // the collective, and a broadcast's root (xchg.cc)
+	uint32_t have = 0, acked = 0;
+	std::vector<uint8_t> data;
+
+	void reset(uint32_t m, uint32_t l, uint32_t phases, uint32_t t)
+	{
+		mid = m;
+		on = true;
+		len = l;
+		tag = t;
+		have = acked = 0;
+		data.resize(size_t(l) * phases);
+	}
+	bool has(uint32_t ph) const { return on && (have >> ph & 1); }
+	uint8_t *at(uint32_t ph) { return data.data() + size_t(len) * ph; }
+	const uint8_t *at(uint32_t ph) const { return data.data() + size_t(len) * ph; }
+};
+
 // The exchange's state of a message (xchg.cc): the phase this node is in,
-// its partial so far, and when what it sent and no peer acknowledged yet
-// goes again.
+// its partial so far, what came of the message and what this node sent
+// in each phase, until its peer acknowledges it; and when what it sent and
+// no peer acknowledged yet goes again.
 struct XchgMsg {
 	uint8_t at = 0;	     // the phase this node is in
 	bool result = false; // the result is written
 	bool done = false;   // ... and every partial sent acknowledged
 	std::vector<uint8_t> acc;
+	XchgSlots in, sent;
 	uint64_t again_at = 0, again_gap = 0;
 };
 
@@ -411,36 +438,11 @@ struct SwitchJob {
 	uint32_t ring_mid = 0;
 };
 
-// What a node of the exchange (xchg.cc) received or sent for one message:
-// a partial per phase, each len bytes, those in have (bit per phase);
-// of those sent, the ones the peer acknowledged.
-struct XchgSlots {
-	uint32_t mid = 0;
-	bool on = false;
-	uint32_t len = 0;
-	uint32_t tag = 0; // the collective, and a broadcast's root (xchg.cc)
-	uint32_t have = 0, acked = 0;
-	std::vector<uint8_t> data;
-
-	void reset(uint32_t m, uint32_t l, uint32_t phases, uint32_t t)
-	{
-		mid = m;
-		on = true;
-		len = l;
-		tag = t;
-		have = acked = 0;
-		data.resize(size_t(l) * phases);
-	}
-	bool has(uint32_t ph) const { return on && (have >> ph & 1); }
-	uint8_t *at(uint32_t ph) { return data.data() + size_t(len) * ph; }
-	const uint8_t *at(uint32_t ph) const { return data.data() + size_t(len) * ph; }
-};
-
-// The exchange's state of a job: what came for the running message and
-// for the next (a member one message ahead), and what this node sent in
-// each phase of the running message, until its peer acknowledges it.
+// The exchange's state of a job: the partials that came for messages not
+// started here yet (members run ahead by up to the depth, and a
+// broadcast's leaves by more), a slot each (XchgSlots::on: in use).
 struct XchgJob {
-	XchgSlots in, early, sent;
+	std::vector<XchgSlots> early;
 };
 
 struct CollJob {
@@ -460,6 +462,21 @@ struct CollJob {
 	// another job's collective holds part of it, as many free elsewhere.
 	uint32_t run_base = 0, run_count = 0;
 	std::unique_ptr<Message> active;
+	// Messages started after the active one and running beside it, oldest
+	// first: only while each runs as the exchange (coll/xchg.cc), at most
+	// IBV_COLL_EMU_COLL_DEPTH in all; they complete in MID order, each
+	// becoming the active one in turn (CollEngine::complete).
+	std::deque<std::unique_ptr<Message>> flight;
+	// The message of mid that runs here (the active one or one in flight).
+	Message *running(uint32_t mid) const
+	{
+		if (active && active->mid == mid)
+			return active.get();
+		for (const auto &f : flight)
+			if (f->mid == mid)
+				return f.get();
+		return nullptr;
+	}
 	// The last message's bounce buffer, for the next (no zeroing again).
 	std::vector<uint8_t> spare_bounce;
 	RingMsg spare_ring;	  // the last message's hop state, for its memory
@@ -532,12 +549,15 @@ struct CollJob {
 	using SwPhase = SwitchJob::Phase;
 
 	// A packet of message mid belongs to one this node has not reached
-	// yet.  Members are at most one message apart and a MID follows the
-	// last in serial-number arithmetic (coll/seqnum.h), so a MID after the
-	// one we are at is the next message's, any other an old one's.
+	// yet.  A member runs at most the depth ahead of the newest message
+	// started here and a MID follows the last in serial-number arithmetic
+	// (coll/seqnum.h), so a MID after the newest we run is a later
+	// message's, any other an old one's (or one that runs).
 	bool ahead(uint32_t mid) const
 	{
-		const uint32_t at = active ? active->mid : last_mid;
+		const uint32_t at = !flight.empty() ? flight.back()->mid
+				    : active	    ? active->mid
+						    : last_mid;
 		return at ? seq_after(mid, at) : mid != 0;
 	}
 };

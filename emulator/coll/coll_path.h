@@ -148,13 +148,16 @@ public:
 	void on_timer(Qp &qp, CollJob &job, uint64_t now) override;
 	bool done(const CollJob &job) const override;
 	uint64_t next_deadline(const CollJob &job) const override;
+	// m (the newest in CollJob::flight) starts beside the messages that
+	// run: on_timer, done and next_deadline see them all.
+	void start(Qp &qp, CollJob &job, Message &m, uint64_t now);
 
 private:
 	CollCore &u_;
 
-	void advance(Qp &qp, CollJob &job, uint64_t now);
-	void advance_reduce(Qp &qp, CollJob &job, uint64_t now);
-	void advance_bcast(Qp &qp, CollJob &job, uint64_t now);
+	void advance(Qp &qp, CollJob &job, Message &m, uint64_t now);
+	void advance_reduce(Qp &qp, CollJob &job, Message &m, uint64_t now);
+	void advance_bcast(Qp &qp, CollJob &job, Message &m, uint64_t now);
 	bool finish(Qp &qp, CollJob &job, Message &m);
 	void send_phase(CollJob &job, Message &m, uint32_t phase, bool again = false);
 	bool keep(CollJob &job, const CollPacket &p);

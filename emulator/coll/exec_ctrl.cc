@@ -116,10 +116,10 @@ void CollEngine::answer_query(Qp &qp, CollJob &job, uint32_t idx)
 	c.jid = job.cfg.jid;
 	c.mid = w->mid;
 	c.msg_state = uint8_t(MsgState::unknown);
-	if (job.active && job.active->mid == w->mid) {
+	if (const Message *m = job.running(w->mid)) {
 		c.msg_state = uint8_t(MsgState::active);
-		c.blocks_done = job.active->finals;
-		c.blocks_total = job.active->nblocks;
+		c.blocks_done = m->finals;
+		c.blocks_total = m->nblocks;
 	} else {
 		for (const MsgRecord &r : job.history) {
 			if (r.mid == w->mid) {
@@ -172,6 +172,20 @@ static void find_root(const JobConfig &c, Message &m)
 	}
 }
 
+// What this node finishes and must be able to send again, when no local
+// destination keeps it: room for it.
+static void stage_own(const JobConfig &c, Message &m)
+{
+	for (const ChunkRole &r : m.chunks) {
+		if (r.fin == c.node && r.rs &&
+		    (m.coll == CollOp::barrier ||
+		     (m.coll == CollOp::reduce && m.root_node != c.node))) {
+			m.staging.assign((r.vend - r.vbegin) * m.es, 0);
+			m.staging_voff = r.vbegin;
+		}
+	}
+}
+
 void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 			  const std::vector<Joined> *js)
 {
@@ -212,10 +226,18 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	m.inplace = dlo < shi && slo < dhi; // the spans overlap (perhaps only the spans)
 	find_root(c, m);
 	m.last_progress = now;
-	job.active = std::move(mp);
-	job.run_count = 0; // no units held yet (hold_units)
-	IBVC_DEBUG("coll", "{}: job {} message {} starts ({} opcode {:#x})", e_.params.name, c.jid,
-		   job.active->mid, job.active->count, w->opcode);
+	// A message posted while others run starts beside them (progress()
+	// said it may): the newest in flight.
+	const bool beside = job.active != nullptr;
+	if (beside) {
+		job.flight.push_back(std::move(mp));
+		ctr.beside++;
+	} else {
+		job.active = std::move(mp);
+		job.run_count = 0; // no units held yet (hold_units)
+	}
+	IBVC_DEBUG("coll", "{}: job {} message {} starts ({} opcode {:#x}{})", e_.params.name,
+		   c.jid, m.mid, m.count, w->opcode, beside ? ", beside others" : "");
 
 	// The driver checked the WR when it was posted; the device checks
 	// again what it can only know now.
@@ -264,7 +286,7 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 		build_chain(job.cfg, m, mtu);
 	if (m.remote)
 		m.bounce = std::move(job.spare_bounce);
-	if (!hold_units(job, m))
+	if (!beside && !hold_units(job, m))
 		return fail(qp, job, CollStatus::buffer_err, true,
 			    "no Seg units free for it: other jobs' collectives hold them");
 	m.final_.assign(m.nblocks, 0);
@@ -272,23 +294,67 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	m.f_pending.init(m.nblocks);
 	if (m.inplace)
 		m.src_lent.assign(m.nblocks, 0);
-	// What this node finishes and must be able to send again, when no
-	// local destination keeps it.
-	for (const ChunkRole &r : m.chunks) {
-		if (r.fin == c.node && r.rs &&
-		    (m.coll == CollOp::barrier ||
-		     (m.coll == CollOp::reduce && m.root_node != c.node))) {
-			m.staging.assign((r.vend - r.vbegin) * m.es, 0);
-			m.staging_voff = r.vbegin;
-		}
-	}
-	if (sw_.wanted(job)) {
+	stage_own(c, m);
+	if (beside) {
+		m.path = &xchg_;
+		m.ran = 0;
+		xchg_.start(qp, job, m, now);
+	} else if (sw_.wanted(job)) {
 		m.path = &sw_;
 		sw_.start(qp, job, now);
 		settle(qp, job, now);
 	} else {
 		start_ring(qp, job, now, small);
 	}
+}
+
+// The next WQE w may start while the messages that run now are not done:
+// the job runs them all as the exchange (coll/xchg.cc), fewer than
+// IBV_COLL_EMU_COLL_DEPTH of them, and so would it; it is not fenced
+// (IBV_COLL_SEND_FENCE); and it neither reads nor writes what one of them
+// writes (it would see, or be overwritten by,
+// a result it must follow), unless it repeats that message exactly (the
+// same collective and operands into the same buffers: the same result,
+// in whichever order they finish).  Every WQE that passes starts
+// (activate), and they complete in order of MID.
+bool CollEngine::may_start_beside(const CollJob &job, const CollWqe &w) const
+{
+	const JobConfig &c = job.cfg;
+	if (!job.active || job.parted() || job.active->path != &xchg_ ||
+	    1 + job.flight.size() >= e_.params.cfg.coll_depth || (w.flags & kWqeFence))
+		return false;
+	const CollOp coll = CollOp(w.opcode);
+	const uint32_t es = uint32_t(dtype_size(Dtype(w.dtype)));
+	const uint32_t most = e_.params.cfg.coll_xchg_bytes;
+	if (c.nodes() < 2 || !most || sw_.wanted(job) ||
+	    (c.sw.on && c.topology != Topology::ring) || w.num_sge != c.my_count() ||
+	    !(coll == CollOp::barrier ||
+	      ((coll == CollOp::allreduce || coll == CollOp::bcast) && es && w.count <= most / es)))
+		return false;
+	if (coll == CollOp::barrier)
+		return true;
+	for (size_t i = 0; i <= job.flight.size(); i++) {
+		const Message &o = i ? *job.flight[i - 1] : *job.active;
+		if (o.coll == CollOp::barrier)
+			continue;
+		bool same = o.coll == coll && o.op == RedOp(w.op) && o.dtype == Dtype(w.dtype) &&
+			    o.count == w.count && o.root == w.root && o.ranks == w.num_sge;
+		bool reads = false, writes = false;
+		for (uint16_t r = 0; r < w.num_sge && r < o.ranks; r++) {
+			const Sge &s = w.srcs()[r], &d = w.dsts()[r];
+			same &= s.addr == o.rank[r].src.addr && d.addr == o.rank[r].dst.addr;
+			for (uint16_t q = 0; q < o.ranks; q++) {
+				const Sge &od = o.rank[q].dst;
+				reads |= s.addr < od.addr + od.length &&
+					 od.addr < s.addr + s.length;
+				writes |= d.addr < od.addr + od.length &&
+					  od.addr < d.addr + d.length;
+			}
+		}
+		if (reads || (writes && !same))
+			return false;
+	}
+	return true;
 }
 
 // A message that runs as a pairwise exchange or a broadcast tree
@@ -385,14 +451,21 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 			did = true;
 			continue;
 		}
-		if (!blocked && !job.active && !meta.started) {
+		if (meta.started)
+			continue; // it runs (the active message, or one beside it)
+		if (!blocked && !job.active) {
 			if (job.parted()) {
 				head = i;
 				has_head = true;
 			} else {
 				activate(qp, job, i, now);
 				did = true;
+				continue; // those after it may start beside it
 			}
+		} else if (!blocked && may_start_beside(job, *w)) {
+			activate(qp, job, i, now);
+			did = true;
+			continue;
 		}
 		blocked = true;
 	}
@@ -403,7 +476,8 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		job.active->path->on_timer(qp, job, now);
 		settle(qp, job, now);
 		watchdog(qp, job, now);
-		if (job.active && qp.state == QpState::rts && job.active->path->done(job)) {
+		// The messages in flight beside it finish in turn (complete()).
+		while (job.active && qp.state == QpState::rts && job.active->path->done(job)) {
 			if (job.active->sw.on)
 				job.sw.next_gs += job.active->nblocks;
 			if (flush_results(*job.active)) {
@@ -438,8 +512,10 @@ void CollEngine::watchdog(Qp &qp, CollJob &job, uint64_t now)
 {
 	if (!job.active || qp.state != QpState::rts)
 		return;
-	const Message &m = *job.active;
-	if (now <= m.last_progress || now - m.last_progress <= coll_timeout_ns(job))
+	uint64_t last = job.active->last_progress;
+	for (const auto &f : job.flight)
+		last = std::min(last, f->last_progress);
+	if (now <= last || now - last <= coll_timeout_ns(job))
 		return;
 	ctr.timeouts++;
 	fail(qp, job, CollStatus::timeout, true, "no block completed within the job's timeout");
@@ -468,8 +544,11 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 	if (!qp.job->active)
 		return keep;
 	const Message &m = *qp.job->active;
+	uint64_t last = m.last_progress;
+	for (const auto &f : qp.job->flight)
+		last = std::min(last, f->last_progress);
 	const uint64_t d = std::min(m.path->next_deadline(*qp.job),
-				    m.last_progress + coll_timeout_ns(*qp.job) + 1);
+				    last + coll_timeout_ns(*qp.job) + 1);
 	return keep && keep < d ? keep : d;
 }
 

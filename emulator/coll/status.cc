@@ -93,7 +93,13 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 		job.spare_ring = std::move(m.ring);
 	IBVC_DEBUG("coll", "{}: job {} message {} done ({}), {} Seg units in use", e_.params.name,
 		   job.cfg.jid, m.mid, int(st), segs_.in_use());
+	// The oldest message in flight beside it (it started before this
+	// completed) is the active one now.
 	job.active.reset();
+	if (!job.flight.empty()) {
+		job.active = std::move(job.flight.front());
+		job.flight.pop_front();
+	}
 }
 
 // An ABORT is never acknowledged, so it goes three times: a member that
@@ -140,12 +146,17 @@ void CollEngine::fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others, con
 		st = CollStatus::remote_abort;
 		why = "the process of a QP serving some of this node's ranks is gone";
 	}
-	IBVC_WARN("coll", "{}: job {} message {} failed: {}", e_.params.name, job.cfg.jid,
-		  job.active ? job.active->mid : 0, why);
-	if (tell_others && job.active)
-		send_abort(job, job.active->mid, st);
-	if (job.active)
-		complete(qp, job, st);
+	IBVC_WARN("coll", "{}: job {} message {} failed: {}{}", e_.params.name, job.cfg.jid,
+		  job.active ? job.active->mid : 0, why,
+		  job.flight.empty() ? "" : " (with the messages in flight beside it)");
+	// Those in flight beside it are flushed, in MID order, as an RC QP
+	// that fails completes its first WR in error and flushes the others
+	// (ibv_coll(7)); their members learn it as they learn of this one.
+	for (CollStatus each = st; job.active; each = CollStatus::flushed) {
+		if (tell_others)
+			send_abort(job, job.active->mid, st);
+		complete(qp, job, each);
+	}
 	// The job's members no longer agree on where they are: stop the QP
 	// (and the node's QPs that joined it); what is queued behind
 	// completes with a flush error.
@@ -193,6 +204,8 @@ bool CollEngine::flush(Qp &qp)
 		qp.job->run_count = 0;
 		qp.job->active.reset();
 	}
+	if (qp.job)
+		qp.job->flight.clear();
 	return did;
 }
 

@@ -18,15 +18,21 @@
 //
 // Every partial is one XCHG packet (kCollXchg, the phase in the CETH),
 // which its receiver acknowledges (XCHG with kCethXchgAck, no payload)
-// whenever it has it: kept for the running message or the next, or
-// already taken.  A sender sends a partial again until it is
+// whenever it has it: kept for a message that runs here or a later one,
+// or already taken.  A sender sends a partial again until it is
 // acknowledged, and a node completes the message only when it has its
 // result and every partial it sent was acknowledged: as with an RC send,
 // a member that completes leaves no peer waiting for it, so a process may
-// leave right after its last collective.  Members are at most one message
-// apart (a message needs every node's partial), so partials of the next
-// message are kept until it starts here.  The job's timeout bounds it all
-// (the watchdog).
+// leave right after its last collective.
+//
+// A job runs up to IBV_COLL_EMU_COLL_DEPTH such messages at once (each
+// with its own MID and state, Message::xchg; execution control starts
+// them, CollJob::flight), so small collectives posted back to back are
+// pipelined as a low-latency tree's outstanding transactions are.  A
+// message needs every node's partial, so a member finishes at most the
+// messages this node has started and runs at most the depth ahead of it:
+// partials of later messages are kept (XchgJob::early) until they start
+// here.  The job's timeout bounds it all (the watchdog).
 #include "coll/coll_engine.h"
 
 #include "nic/nic.h"
@@ -146,9 +152,22 @@ void combine(const Message &m, const Shape &s, uint32_t node, uint32_t ph, const
 
 } // namespace
 
+// The early slot that holds mid's partials (null: none).
+static XchgSlots *early_of(XchgJob &xj, uint32_t mid)
+{
+	for (XchgSlots &e : xj.early)
+		if (e.on && e.mid == mid)
+			return &e;
+	return nullptr;
+}
+
 void XchgPath::start(Qp &qp, CollJob &job, uint64_t now)
 {
-	Message &m = *job.active;
+	start(qp, job, *job.active, now);
+}
+
+void XchgPath::start(Qp &qp, CollJob &job, Message &m, uint64_t now)
+{
 	XchgMsg &x = m.xchg;
 	XchgJob &xj = job.xchg;
 	const uint32_t len = msg_bytes(m), phases = phases_of(job, m);
@@ -170,29 +189,31 @@ void XchgPath::start(Qp &qp, CollJob &job, uint64_t now)
 	if (!ok)
 		return u_.fail(qp, job, CollStatus::local_err, false,
 			       "a local buffer is not accessible");
-	if (xj.early.on && xj.early.mid == m.mid && xj.early.len == len && xj.early.tag == tag) {
-		std::swap(xj.in, xj.early); // what came before the message started here
-		xj.early.on = false;
+	XchgSlots *e = early_of(xj, m.mid);
+	if (e && e->len == len && e->tag == tag) {
+		std::swap(x.in, *e); // what came before the message started here
+		e->on = false;
 	} else {
-		if (xj.early.on && xj.early.mid == m.mid)
+		if (e)
 			IBVC_WARN("coll",
 				  "{}: job {} message {}: a member sent {} bytes of another "
 				  "collective or size, {} posted here",
-				  u_.host().params.name, job.cfg.jid, m.mid, xj.early.len, len);
-		xj.in.reset(m.mid, len, phases, tag);
-		// The slot keeps a later message's partials (a broadcast's
-		// leaf may be ahead by more than one), not this one's or older.
-		if (xj.early.on && !job.ahead(xj.early.mid))
-			xj.early.on = false;
+				  u_.host().params.name, job.cfg.jid, m.mid, e->len, len);
+		x.in.reset(m.mid, len, phases, tag);
 	}
-	xj.sent.reset(m.mid, len, phases, tag);
-	advance(qp, job, now);
+	// The slots keep later messages' partials, not this one's or older
+	// (m is the newest that runs here).
+	for (XchgSlots &o : xj.early)
+		if (o.on && !job.ahead(o.mid))
+			o.on = false;
+	x.sent.reset(m.mid, len, phases, tag);
+	advance(qp, job, m, now);
 }
 
 // This node's partial of phase ph to its peer, kept until acknowledged.
 void XchgPath::send_phase(CollJob &job, Message &m, uint32_t ph, bool again)
 {
-	XchgSlots &sent = job.xchg.sent;
+	XchgSlots &sent = m.xchg.sent;
 	if (!again) {
 		if (sent.has(ph))
 			return;
@@ -213,21 +234,20 @@ void XchgPath::send_phase(CollJob &job, Message &m, uint32_t ph, bool again)
 		u_.ctr.tx_data++;
 }
 
-void XchgPath::advance(Qp &qp, CollJob &job, uint64_t now)
+void XchgPath::advance(Qp &qp, CollJob &job, Message &m, uint64_t now)
 {
-	if (job.active->coll == CollOp::bcast)
-		advance_bcast(qp, job, now);
+	if (m.coll == CollOp::bcast)
+		advance_bcast(qp, job, m, now);
 	else
-		advance_reduce(qp, job, now);
+		advance_reduce(qp, job, m, now);
 }
 
 // The broadcast: the data from the parent (the root has it), on to every
 // child at once, and into the local ranks.
-void XchgPath::advance_bcast(Qp &qp, CollJob &job, uint64_t now)
+void XchgPath::advance_bcast(Qp &qp, CollJob &job, Message &m, uint64_t now)
 {
-	Message &m = *job.active;
 	XchgMsg &x = m.xchg;
-	const XchgSlots &in = job.xchg.in;
+	const XchgSlots &in = x.in;
 	const Tree t(job.cfg.nodes(), m.root_node);
 	const uint32_t node = job.cfg.node, len = msg_bytes(m);
 	if (!x.result) {
@@ -263,11 +283,10 @@ bool XchgPath::finish(Qp &qp, CollJob &job, Message &m)
 	return true;
 }
 
-void XchgPath::advance_reduce(Qp &qp, CollJob &job, uint64_t now)
+void XchgPath::advance_reduce(Qp &qp, CollJob &job, Message &m, uint64_t now)
 {
-	Message &m = *job.active;
 	XchgMsg &x = m.xchg;
-	XchgSlots &in = job.xchg.in;
+	XchgSlots &in = x.in;
 	const Shape s(job.cfg.nodes());
 	const uint32_t node = job.cfg.node, len = msg_bytes(m);
 	const uint8_t at = x.at;
@@ -317,11 +336,11 @@ void XchgPath::advance_reduce(Qp &qp, CollJob &job, uint64_t now)
 void XchgPath::arm(CollJob &job, Message &m, uint64_t now)
 {
 	XchgMsg &x = m.xchg;
-	const XchgSlots &sent = job.xchg.sent;
+	const XchgSlots &sent = x.sent;
 	if (x.result && sent.acked == sent.have) {
 		x.done = true;
-		job.xchg.sent.on = false;
-		job.xchg.in.on = false;
+		x.sent.on = false;
+		x.in.on = false;
 		return;
 	}
 	if (sent.acked == sent.have) {
@@ -337,7 +356,7 @@ void XchgPath::arm(CollJob &job, Message &m, uint64_t now)
 
 void XchgPath::again(CollJob &job, Message &m, uint64_t now)
 {
-	const XchgSlots &sent = job.xchg.sent;
+	const XchgSlots &sent = m.xchg.sent;
 	for (uint32_t ph = 0; ph < 32; ph++)
 		if ((sent.have & ~sent.acked) >> ph & 1)
 			send_phase(job, m, ph, true);
@@ -349,19 +368,20 @@ void XchgPath::again(CollJob &job, Message &m, uint64_t now)
 	x.again_at = now + x.again_gap;
 }
 
-// A peer's partial: for the running message, or kept for a later one.
-// True: this node has it (now or before), which the peer is told.  One
-// later message's partials are kept at a time: a broadcast's leaves may
-// run more than one message ahead of a node (they wait for no one but
-// their parent), and a partial of another later message while the slot
-// holds one is not taken, nor acknowledged: its sender sends it again.
+// A peer's partial: for a message that runs here, or kept for a later one.
+// True: this node has it (now or before), which the peer is told.  Up to
+// kEarlySlots later messages' partials are kept at a time: members run at
+// most the depth ahead, and a broadcast's leaves more (they wait for no
+// one but their parent); a partial of another later message while every
+// slot holds one is not taken, nor acknowledged: its sender sends it
+// again.
 bool XchgPath::keep(CollJob &job, const CollPacket &p)
 {
+	constexpr size_t kEarlySlots = 32; // twice the deepest depth
 	const uint32_t ph = p.h.phase, tag = tag_of(p.h.coll, p.h.seq);
 	XchgSlots *to = nullptr;
-	const Message *m = job.active.get();
-	if (m && m->mid == p.h.mid) {
-		if (m->path != this || p.paylen != job.xchg.in.len || tag != job.xchg.in.tag) {
+	if (Message *m = job.running(p.h.mid)) {
+		if (m->path != this || p.paylen != m->xchg.in.len || tag != m->xchg.in.tag) {
 			u_.ctr.bad_block++; // the members do not agree on the message
 			return false;
 		}
@@ -369,23 +389,32 @@ bool XchgPath::keep(CollJob &job, const CollPacket &p)
 			u_.ctr.dup_dropped++;
 			return true;
 		}
-		to = &job.xchg.in;
+		to = &m->xchg.in;
 	} else if (job.ahead(p.h.mid)) {
-		to = &job.xchg.early;
-		if (to->on && to->mid != p.h.mid && job.ahead(to->mid)) {
-			u_.ctr.early_dropped++; // the slot holds another later message's
+		XchgJob &xj = job.xchg;
+		to = early_of(xj, p.h.mid);
+		if (to && (p.paylen != to->len || tag != to->tag)) {
+			u_.ctr.bad_block++;
 			return false;
 		}
-		if (!to->on || to->mid != p.h.mid) {
+		if (!to) {
+			for (XchgSlots &e : xj.early)
+				if (!e.on && !to)
+					to = &e;
+			if (!to && xj.early.size() < kEarlySlots)
+				to = &xj.early.emplace_back();
+			if (!to) {
+				u_.ctr.early_dropped++; // every slot holds a later message's
+				return false;
+			}
 			const uint32_t n = job.cfg.nodes();
 			to->reset(p.h.mid, p.paylen,
 				  is_bcast(p.h.coll) ? Tree(n, p.h.seq).phases()
 						     : Shape(n).phases(),
 				  tag);
-		} else if (p.paylen != to->len || tag != to->tag) {
-			u_.ctr.bad_block++;
-			return false;
 		}
+		if (!to->has(ph))
+			u_.ctr.early_stored++;
 	} else {
 		u_.ctr.stale_dropped++; // a message done here: its acknowledgement was lost
 		return true;
@@ -397,8 +426,6 @@ bool XchgPath::keep(CollJob &job, const CollPacket &p)
 	if (p.paylen)
 		memcpy(to->at(ph), p.payload, p.paylen);
 	to->have |= 1u << ph;
-	if (to == &job.xchg.early)
-		u_.ctr.early_stored++;
 	return true;
 }
 
@@ -422,10 +449,9 @@ void XchgPath::acknowledge(const CollJob &job, const Ceth &p, uint16_t to)
 
 void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 {
-	XchgSlots &sent = job.xchg.sent;
-	Message *m = job.active.get();
-	if (!m || m->path != this || !sent.on || sent.mid != p.h.mid || p.h.phase >= 32 ||
-	    !sent.has(p.h.phase) || (sent.acked >> p.h.phase & 1)) {
+	Message *m = job.running(p.h.mid);
+	if (!m || m->path != this || !m->xchg.sent.on || p.h.phase >= 32 ||
+	    !m->xchg.sent.has(p.h.phase) || (m->xchg.sent.acked >> p.h.phase & 1)) {
 		u_.ctr.dup_dropped++; // acknowledged already, or the last message's
 		return;
 	}
@@ -433,6 +459,7 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.bad_node++; // not whom this node sent it to
 		return;
 	}
+	XchgSlots &sent = m->xchg.sent;
 	sent.acked |= 1u << p.h.phase;
 	m->last_progress = now;
 	if (sent.acked == sent.have)
@@ -470,23 +497,32 @@ void XchgPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now
 	if (!keep(job, p))
 		return;
 	acknowledge(job, p.h, p.h.src_node);
+	Message *m = job.running(p.h.mid);
+	if (!m || m->path != this)
+		return;
 	// The result an extra takes from its partner says its partial came.
-	XchgSlots &sent = job.xchg.sent;
-	if (!is_bcast(p.h.coll) && ph == s.post() && sent.on && sent.mid == p.h.mid)
+	XchgSlots &sent = m->xchg.sent;
+	if (!is_bcast(p.h.coll) && ph == s.post() && sent.on)
 		sent.acked |= sent.have & 1;
-	if (job.active && job.active->path == this && job.active->mid == p.h.mid &&
-	    !job.active->xchg.result && qp.state == QpState::rts)
-		advance(qp, job, now);
+	if (!m->xchg.result && qp.state == QpState::rts)
+		advance(qp, job, *m, now);
 }
 
+// Every message that runs here (all of them on this path: the active one
+// and those in flight beside it), oldest first; one that fails ends them
+// all (CollEngine::fail).
 void XchgPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 {
-	Message &m = *job.active;
-	if (m.xchg.done)
-		return;
-	advance(qp, job, now);
-	if (job.active && !m.xchg.done && m.xchg.again_at && now >= m.xchg.again_at)
-		again(job, m, now);
+	for (size_t i = 0; job.active && qp.state == QpState::rts && i <= job.flight.size(); i++) {
+		Message &m = i ? *job.flight[i - 1] : *job.active;
+		if (m.xchg.done)
+			continue;
+		advance(qp, job, m, now);
+		if (!job.active || qp.state != QpState::rts)
+			return;
+		if (!m.xchg.done && m.xchg.again_at && now >= m.xchg.again_at)
+			again(job, m, now);
+	}
 }
 
 bool XchgPath::done(const CollJob &job) const
@@ -496,8 +532,13 @@ bool XchgPath::done(const CollJob &job) const
 
 uint64_t XchgPath::next_deadline(const CollJob &job) const
 {
-	const XchgMsg &x = job.active->xchg;
-	return x.done || !x.again_at ? UINT64_MAX : x.again_at;
+	uint64_t d = UINT64_MAX;
+	for (size_t i = 0; i <= job.flight.size(); i++) {
+		const XchgMsg &x = i ? job.flight[i - 1]->xchg : job.active->xchg;
+		if (!x.done && x.again_at)
+			d = std::min(d, x.again_at);
+	}
+	return d;
 }
 
 } // namespace ibv_coll::emu

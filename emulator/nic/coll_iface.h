@@ -48,6 +48,9 @@ struct CollCounters {
 	// Collective WRs finished (failed: not with success), their blocks,
 	// and those that ran round the ring because no switch served them.
 	uint64_t messages = 0, failed = 0, blocks = 0, fallbacks = 0;
+	// Collective WRs started while others of the job ran (beside them,
+	// IBV_COLL_EMU_COLL_DEPTH).
+	uint64_t beside = 0;
 	// Every collective packet handed to the unit is counted once: rx_packets
 	// = delivered + dup_dropped + stale_dropped + early_stored +
 	// early_dropped + bad_key + bad_job + bad_block + bad_node + malformed +

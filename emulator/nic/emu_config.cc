@@ -62,6 +62,7 @@ enum {
 	kCollTimeout,
 	kSwConfig,
 	kCollXchg,
+	kCollDepth,
 	kPortMbps,
 	kCollCount
 };
@@ -95,6 +96,12 @@ const ConfigVar kCollVars[kCollCount] = {
 	 "round the ring runs among the member NICs in about log2(nodes) steps instead (a pairwise "
 	 "exchange, a binomial tree; 0: never); every member must have the same value",
 	 ConfigKind::uint, 0, 4096},
+	{"IBV_COLL_EMU_COLL_DEPTH", "4",
+	 "collectives of one job that run at once, each with its own MID, when every one of them "
+	 "runs as a pairwise exchange or a broadcast tree (IBV_COLL_EMU_XCHG_BYTES): later posts "
+	 "start before earlier ones finish and complete after them, in MID order (1: one at a "
+	 "time)",
+	 ConfigKind::uint, 1, 16},
 	{"IBV_COLL_EMU_PORT_MBPS", "0",
 	 "the NIC's line rate in Mbit/s (all its ports', with planes): a collective's new blocks "
 	 "through switches go no faster, so that a block sent again on a NAK waits behind at most "
@@ -222,6 +229,9 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kCollVars[kCollXchg], &v)))
 		return err;
 	c.coll_xchg_bytes = uint32_t(v);
+	if ((err = util::config_uint(kCollVars[kCollDepth], &v)))
+		return err;
+	c.coll_depth = uint32_t(v);
 	if ((err = util::config_uint(kCollVars[kPortMbps], &v)))
 		return err;
 	c.port_rate_bps = v * 1000000;

@@ -49,6 +49,7 @@ constexpr Field kFields[] = {
 	{"coll_failed", [](const NicCounters &c) -> uint64_t { return c.coll.failed; }},
 	{"coll_fallbacks", [](const NicCounters &c) -> uint64_t { return c.coll.fallbacks; }},
 	{"coll_blocks", [](const NicCounters &c) -> uint64_t { return c.coll.blocks; }},
+	{"coll_beside", [](const NicCounters &c) -> uint64_t { return c.coll.beside; }},
 	{"coll_rx_packets", [](const NicCounters &c) -> uint64_t { return c.coll.rx_packets; }},
 	{"coll_delivered", [](const NicCounters &c) -> uint64_t { return c.coll.delivered; }},
 	{"coll_host_dropped", [](const NicCounters &c) -> uint64_t { return c.coll.host_dropped; }},

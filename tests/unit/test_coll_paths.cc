@@ -987,6 +987,151 @@ TEST(CollPathsExchange, NoMemberCompletesBeforeItsPartialsAreAcknowledged)
 	}
 }
 
+// Several small collectives in flight per job (IBV_COLL_EMU_COLL_DEPTH):
+// eight posted at once on every node, each into buffers of its own
+// (allreduces of several sizes, broadcasts from several roots, a
+// barrier), with loss, duplicates, reordering and descheduled hosts.
+// Each completes in MID order with the scalar loop's result, later ones
+// started beside earlier ones (coll_beside), and with the depth at 1 none
+// does.
+TEST(CollPathsDepth, SmallCollectivesInFlightCompleteInOrder)
+{
+	const std::vector<std::vector<uint16_t>> shapes = {{1, 1, 1, 1}, {1, 2, 1, 1, 1}};
+	constexpr uint32_t kMsgs = 8; // the fake SQ's slots
+	for (const auto &shape : shapes) {
+		for (const uint32_t depth : {1u, 4u, 16u}) {
+			for (uint64_t seed = 1; seed <= 2; seed++) {
+				Cluster c(shape, Topology::ring, seed + 10 * shape.size(), false);
+				c.net.f.loss = 0.1;
+				c.net.f.dup = 0.05;
+				c.net.f.reorder = true;
+				c.stall_every_ns = kMs / 2;
+				c.stall_ns = kMs;
+				for (auto &nd : c.nodes)
+					nd->params.cfg.coll_depth = depth;
+				uint32_t ranks = 0;
+				for (uint16_t k : shape)
+					ranks += k;
+				// Per message and rank: source and destination.
+				std::vector<std::vector<std::vector<std::vector<int32_t>>>> src(
+					kMsgs),
+					dst(kMsgs);
+				std::vector<std::vector<int32_t>> want(kMsgs);
+				std::mt19937 rng{uint32_t(seed)};
+				for (uint32_t i = 0; i < kMsgs; i++) {
+					const CollOp coll = i == 5	 ? CollOp::barrier
+							    : i % 3 == 1 ? CollOp::bcast
+									 : CollOp::allreduce;
+					const uint64_t count = coll == CollOp::barrier ? 0
+							       : i % 2		       ? 1 + i * 37
+										       : 1024 - i;
+					const uint32_t root = (i * 3) % ranks;
+					want[i].assign(count, 0);
+					src[i].resize(c.nodes.size());
+					dst[i].resize(c.nodes.size());
+					uint32_t g = 0;
+					for (size_t n = 0; n < c.nodes.size(); n++) {
+						const uint16_t r = c.nodes[n]->ranks;
+						src[i][n].assign(r, std::vector<int32_t>(count));
+						dst[i][n].assign(
+							r, std::vector<int32_t>(count, 0x7a7a));
+						for (auto &sv : src[i][n]) {
+							for (auto &v : sv)
+								v = int32_t(rng());
+							for (uint64_t e = 0; e < count; e++)
+								if (coll == CollOp::allreduce)
+									want[i][e] = int32_t(
+										uint32_t(want[i]
+											     [e]) +
+										uint32_t(sv[e]));
+							if (coll == CollOp::bcast && g == root)
+								want[i] = sv;
+							g++;
+						}
+					}
+					for (size_t n = 0; n < c.nodes.size(); n++) {
+						Node &nd = *c.nodes[n];
+						Cluster::post(*nd.sq, i + 1, count,
+							      src[i][n].data(), dst[i][n].data(),
+							      nd.ranks, coll, root);
+					}
+				}
+				ASSERT_TRUE(c.run(kMsgs, 20000 * kMs))
+					<< shape.size() << " nodes, depth " << depth;
+				for (size_t n = 0; n < c.nodes.size(); n++) {
+					Node &nd = *c.nodes[n];
+					ASSERT_EQ(nd.host->cqes.size(), kMsgs);
+					for (uint32_t i = 0; i < kMsgs; i++) {
+						const Cqe &q = nd.host->cqes[i];
+						EXPECT_EQ(q.status, uint8_t(WcStatus::success))
+							<< "node " << n << " message " << i + 1;
+						EXPECT_EQ(q.mid, i + 1) << "node " << n;
+						for (uint16_t r = 0; r < nd.ranks; r++)
+							ASSERT_EQ(dst[i][n][r], want[i])
+								<< "node " << n << " message "
+								<< i + 1 << " rank " << r
+								<< " depth " << depth;
+					}
+					expect_accounted(nd, n);
+					const CollCounters k = nd.svc->counters();
+					EXPECT_EQ(k.failed, 0u);
+					EXPECT_EQ(k.tx_result, 0u)
+						<< "a result went round the ring";
+					if (depth == 1)
+						EXPECT_EQ(k.beside, 0u) << "node " << n;
+					else
+						EXPECT_GT(k.beside, 0u) << "node " << n;
+				}
+				EXPECT_GT(c.net.dropped, 0u);
+				if (::testing::Test::HasFailure())
+					return;
+			}
+		}
+	}
+}
+
+// A collective that reads what one in flight writes waits for it: two
+// in-place allreduces of one buffer, posted together, give N * S (the
+// second sums the first's result), not S; and one whose destination
+// another in flight writes waits too, so the later result is the one
+// left.
+TEST(CollPathsDepth, DependentCollectivesRunInTurn)
+{
+	Cluster c({1, 1, 1, 1}, Topology::ring, 3, false);
+	const uint64_t count = 64;
+	std::vector<std::vector<int32_t>> buf(4, std::vector<int32_t>(count));
+	std::vector<std::vector<int32_t>> other(4, std::vector<int32_t>(count));
+	std::vector<int32_t> sum(count, 0), sum2(count, 0);
+	for (uint32_t n = 0; n < 4; n++)
+		for (uint64_t e = 0; e < count; e++) {
+			buf[n][e] = int32_t(n * 1000 + e);
+			other[n][e] = int32_t(7 * n + e);
+			sum[e] += buf[n][e];
+			sum2[e] += other[n][e];
+		}
+	for (uint32_t n = 0; n < 4; n++) {
+		Node &nd = *c.nodes[n];
+		Cluster::post(*nd.sq, 1, count, &buf[n], &buf[n], 1);
+		Cluster::post(*nd.sq, 2, count, &buf[n], &buf[n], 1);
+	}
+	ASSERT_TRUE(c.run(2, 5000 * kMs));
+	for (uint32_t n = 0; n < 4; n++)
+		for (uint64_t e = 0; e < count; e++)
+			ASSERT_EQ(buf[n][e], 4 * sum[e]) << "node " << n << " element " << e;
+	// Into one destination: first from buf (now 4 S), then from other.
+	std::vector<std::vector<int32_t>> out(4, std::vector<int32_t>(count));
+	for (uint32_t n = 0; n < 4; n++) {
+		Node &nd = *c.nodes[n];
+		Cluster::post(*nd.sq, 3, count, &buf[n], &out[n], 1);
+		Cluster::post(*nd.sq, 4, count, &other[n], &out[n], 1);
+	}
+	ASSERT_TRUE(c.run(4, 5000 * kMs));
+	for (uint32_t n = 0; n < 4; n++) {
+		EXPECT_EQ(out[n], sum2) << "node " << n;
+		EXPECT_EQ(c.nodes[n]->svc->counters().beside, 0u) << "node " << n;
+	}
+}
+
 // The switch path at 5 % random loss (every packet, both ways): a member
 // sends a block's partial again only when it is the one missing (the
 // switch's NAK), and asks for a lost result without its payload, so the
