@@ -81,6 +81,9 @@ struct FabricSpec {
 	// A ring job's allreduce of at most this many bytes per rank is the
 	// pairwise exchange (IBV_COLL_EMU_XCHG_BYTES; 0: never).
 	uint32_t xchg_bytes = 4096;
+	// Collectives of a job its NIC runs at once, when each is such an
+	// exchange or a broadcast tree (IBV_COLL_EMU_COLL_DEPTH).
+	uint32_t coll_depth = 4;
 	// A host descheduled: from at_ns for for_ns it runs no pass, and what
 	// reaches it waits (a host the operating system or another job took).
 	struct Stall {
@@ -122,6 +125,13 @@ struct JobSpec {
 	// Each rank's result overwrites its source (one buffer per rank, as
 	// MPI_IN_PLACE: half the memory of a large run).
 	bool in_place = false;
+	// Collectives posted at once (each into buffers of its own): the
+	// next goes when the oldest completes everywhere, as a loop that
+	// keeps depth requests outstanding does; small ones run side by side
+	// (IBV_COLL_EMU_COLL_DEPTH, the hosts' coll_depth), others one after
+	// another.  The time of a size is then from its first timed post to
+	// its last completion, per collective.
+	uint32_t depth = 1;
 	// Phantom ranks: every rank sends the same source from one buffer of
 	// the job's and writes its result into one buffer of the job's, so
 	// the job's memory does not grow with its hosts (at 65,535 hosts two

@@ -185,7 +185,7 @@ JobSpec parse_job(const json &o, const std::string &at)
 	only(o, at,
 	     {"name", "topology", "ranks_per_node", "collective", "root", "type", "op", "sizes",
 	      "iters", "warmup", "start_us", "nodes", "seg_units", "window", "e2e_ack", "in_place",
-	      "phantom"});
+	      "phantom", "depth"});
 	JobSpec j;
 	j.name = str(o, "name", at, "");
 	const std::string topo = str(o, "topology", at, "switch");
@@ -235,6 +235,9 @@ JobSpec parse_job(const json &o, const std::string &at)
 	j.phantom = boolean(o, "phantom", at, false);
 	if (j.phantom && j.in_place)
 		bad(at + "phantom", "not with in_place (the ranks share one source)");
+	j.depth = num<uint32_t>(o, "depth", at, 1, 1, 16);
+	if (j.depth > 1 && (j.phantom || j.in_place))
+		bad(at + "depth", "above 1 not with phantom or in_place (one buffer a rank)");
 	j.start_ns = uint64_t(num<double>(o, "start_us", at, 0, 0, 1e9) * 1000);
 	if (!o.contains("sizes") && j.coll != SimColl::barrier)
 		bad(at + "sizes", "missing");
@@ -306,6 +309,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		      "rto_us",
 		      "probe_us",
 		      "xchg_bytes",
+		      "coll_depth",
 		      "stalls",
 		      "trace_us"});
 		FabricSpec fs;
@@ -356,6 +360,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		fs.trace_ns = uint64_t(num<double>(fo, "trace_us", "fabric.", 0, 0, 1e9) * 1000);
 		fs.probe_us = num<int64_t>(fo, "probe_us", "fabric.", -1, 0, 10000000);
 		fs.xchg_bytes = num<uint32_t>(fo, "xchg_bytes", "fabric.", 4096, 0, 4096);
+		fs.coll_depth = num<uint32_t>(fo, "coll_depth", "fabric.", 4, 1, 16);
 		if (fo.contains("stalls")) {
 			const json &sl = fo["stalls"];
 			if (!sl.is_array())
@@ -436,13 +441,15 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 	for (const JobResult &j : r.jobs) {
 		const JobSpec &s = j.spec;
 		fprintf(out,
-			"# job %s: %s, %u rank(s) per host, %s%s, %u iteration(s) after %u warm-up\n",
+			"# job %s: %s, %u rank(s) per host, %s%s, %u iteration(s) after %u warm-up%s\n",
 			s.name.c_str(), topo_name(s.topology), s.ranks_per_node,
 			coll_name(s).c_str(),
 			s.phantom    ? ", phantom ranks"
 			: s.in_place ? " in place"
 				     : "",
-			s.iters, s.warmup);
+			s.iters, s.warmup,
+			s.depth > 1 ? (", " + std::to_string(s.depth) + " posted at once").c_str()
+				    : "");
 		const bool ring = s.topology == SimTopology::ring;
 		fprintf(out,
 			"# busbw/bound: against R%s%s; wire/S: bytes its first host put on its link%s per "

@@ -204,7 +204,8 @@ struct JobQp {
 	std::unique_ptr<emu::Queue> sq;
 	emu::Cq cq;
 	emu::Qp qp;
-	std::vector<std::vector<uint8_t>> src, dst; // per local rank
+	// Per message in flight (JobSpec::depth) and local rank: slot * ranks + rank.
+	std::vector<std::vector<uint8_t>> src, dst;
 	uint32_t job = 0, host = 0;
 	uint64_t cqes = 0;
 	uint64_t last_cqe_ns = 0;
@@ -244,11 +245,18 @@ struct Job {
 	std::vector<uint32_t> hosts;
 	std::vector<JobQp *> qps;
 	size_t size_idx = 0;
-	uint32_t iter = 0, mid = 0;
+	// Messages of this size completed everywhere (iter) and posted; the
+	// newest MID; when the first timed one was posted (0: not yet); hosts
+	// that completed the oldest in flight.
+	uint32_t iter = 0, posted = 0, mid = 0;
 	uint64_t posted_at = 0, done = 0;
 	uint64_t sum_ns = 0;
 	uint64_t wire0 = 0; // its first host's link bytes when timing began
-	std::vector<uint8_t> want;
+	// Per slot (MID mod depth): the reference, and the hosts that
+	// completed its message.
+	std::vector<std::vector<uint8_t>> want;
+	std::vector<uint64_t> slot_done;
+	uint32_t slot(uint32_t m) const { return m % spec.depth; }
 	std::vector<uint8_t> psrc, pdst; // a phantom job's buffers, shared by its ranks
 	JobResult res;
 	bool finished = false;
@@ -327,6 +335,7 @@ public:
 			if (spec.probe_us >= 0)
 				h.params.cfg.coll_probe_us = uint32_t(spec.probe_us);
 			h.params.cfg.coll_xchg_bytes = spec.xchg_bytes;
+			h.params.cfg.coll_depth = spec.coll_depth;
 			h.params.cfg.cc.on = spec.cc;
 			// A NIC paces new blocks to its own ports, as hardware
 			// does (a job's blocks take the planes in turn).

@@ -41,12 +41,13 @@ void Fabric::post_phantom(Job &j, uint64_t bytes)
 	const uint64_t ranks = uint64_t(j.spec.ranks_per_node) * j.qps.size();
 	j.psrc.resize(bytes);
 	j.pdst.assign(bytes, 0x7a);
-	j.want.resize(bytes);
+	std::vector<uint8_t> &want = j.want[0]; // depth 1
+	want.resize(bytes);
 	for (uint64_t i = 0; i < count; i++) {
 		const int32_t v = phantom_value(ji, i, j.mid);
 		put_value(j.psrc, i, v, j.spec.type);
 		const bool sum = j.spec.coll == SimColl::allreduce && j.spec.op == SimOp::sum;
-		put_value(j.want, i, sum ? int32_t(v * int64_t(ranks)) : v, j.spec.type);
+		put_value(want, i, sum ? int32_t(v * int64_t(ranks)) : v, j.spec.type);
 	}
 }
 
@@ -55,6 +56,7 @@ void Fabric::post(Job &j)
 	const uint64_t bytes = j.spec.sizes[j.size_idx];
 	const uint64_t count = bytes / 4;
 	j.mid++;
+	const uint32_t sl = j.slot(j.mid), nr = j.spec.ranks_per_node;
 	uint32_t rank = 0;
 	const uint32_t ji = j.qpn - 0x100;
 	// Sources and the reference (a scalar loop over every rank; a
@@ -65,10 +67,10 @@ void Fabric::post(Job &j)
 	if (j.spec.phantom)
 		post_phantom(j, bytes);
 	for (JobQp *q : j.spec.phantom ? std::vector<JobQp *>{} : j.qps) {
-		for (uint32_t r = 0; r < j.spec.ranks_per_node; r++, rank++) {
-			q->src[r].resize(bytes);
+		for (uint32_t r = 0; r < nr; r++, rank++) {
+			q->src[sl * nr + r].resize(bytes);
 			if (!j.spec.in_place)
-				q->dst[r].assign(bytes, 0x7a);
+				q->dst[sl * nr + r].assign(bytes, 0x7a);
 			for (uint64_t i = 0; i < count; i++) {
 				const int32_t v = value_of(ji, rank, i, j.mid);
 				int32_t &w = ref[i];
@@ -82,18 +84,22 @@ void Fabric::post(Job &j)
 					w = std::max(w, v);
 				else
 					w = std::min(w, v);
-				put_value(q->src[r], i, v, j.spec.type);
+				put_value(q->src[sl * nr + r], i, v, j.spec.type);
 			}
 			first = false;
 		}
 	}
 	if (!j.spec.phantom) {
-		j.want.resize(bytes);
+		j.want[sl].resize(bytes);
 		for (uint64_t i = 0; i < count; i++)
-			put_value(j.want, i, ref[i], j.spec.type);
+			put_value(j.want[sl], i, ref[i], j.spec.type);
 	}
-	j.done = 0;
-	j.posted_at = clock.now();
+	j.slot_done[sl] = 0;
+	// Timing starts with the first timed message's post.
+	if (j.posted++ == j.spec.warmup) {
+		j.posted_at = clock.now();
+		j.wire0 = host_tx(j.hosts[0]);
+	}
 	for (JobQp *q : j.qps) {
 		emu::Queue &sq = *q->sq;
 		const uint32_t idx = sq.prod_relaxed();
@@ -113,12 +119,12 @@ void Fabric::post(Job &j)
 								 : emu::Dtype::float32);
 		w->mid = j.mid;
 		w->count = count;
-		for (uint32_t r = 0; r < j.spec.ranks_per_node; r++) {
-			std::vector<uint8_t> &s = j.spec.phantom ? j.psrc : q->src[r];
+		for (uint32_t r = 0; r < nr; r++) {
+			std::vector<uint8_t> &s = j.spec.phantom ? j.psrc : q->src[sl * nr + r];
 			w->srcs()[r] = emu::Sge{uint64_t(uintptr_t(s.data())), uint32_t(bytes), 1};
 			std::vector<uint8_t> &d = j.spec.phantom    ? j.pdst
-						  : j.spec.in_place ? q->src[r]
-								    : q->dst[r];
+						  : j.spec.in_place ? q->src[sl * nr + r]
+								    : q->dst[sl * nr + r];
 			w->dsts()[r] = emu::Sge{uint64_t(uintptr_t(d.data())), uint32_t(bytes), 1};
 		}
 		sq.publish(idx + 1);
@@ -132,71 +138,73 @@ void Fabric::on_cqe(JobQp &q, const emu::Cqe &c)
 	q.cqes++;
 	q.last_cqe_ns = clock.now();
 	SizeResult &sr = j.res.sizes[j.size_idx];
-	const bool timed = j.iter >= j.spec.warmup;
+	// Its message's place among this size's: the newest posted is j.mid.
+	const uint32_t sl = j.slot(c.mid), nr = j.spec.ranks_per_node;
+	const bool timed = j.posted - (j.mid - c.mid) - 1 >= j.spec.warmup;
 	if (c.status != uint8_t(emu::WcStatus::success)) {
 		q.failed = true;
 		if (timed)
 			sr.failed++;
 	} else if (timed && !j.spec.phantom) {
-		for (auto &d : j.spec.in_place ? q.src : q.dst)
-			sr.wrong += d != j.want;
+		auto &bufs = j.spec.in_place ? q.src : q.dst;
+		for (uint32_t r = 0; r < nr; r++)
+			sr.wrong += bufs[sl * nr + r] != j.want[sl];
 	}
-	if (++j.done == j.qps.size())
+	if (++j.slot_done[sl] == j.qps.size())
 		at(clock.now(), Ev::job, q.job);
 }
 
-// A message of job ji completed on every host (or the job starts).
+// A message of job ji completed on every host (or the job starts): the
+// oldest messages that did are counted, a size that is done is summed
+// up, and messages are posted up to the job's depth.
 void Fabric::job_step(uint32_t ji)
 {
 	Job &j = *jobs[ji];
 	const uint64_t now = clock.now();
-	if (j.posted_at) {
+	const uint32_t all = j.spec.warmup + j.spec.iters;
+	while (j.iter < j.posted) {
+		const uint32_t oldest = j.mid - (j.posted - j.iter) + 1;
+		if (j.slot_done[j.slot(oldest)] < j.qps.size())
+			break;
 		SizeResult &sr = j.res.sizes[j.size_idx];
-		if (j.iter >= j.spec.warmup)
-			sr.time_ns += now - j.posted_at;
 		// A phantom job's one result buffer, as its ranks left it.
-		if (j.spec.phantom && j.iter >= j.spec.warmup && j.pdst != j.want)
+		if (j.spec.phantom && j.iter >= j.spec.warmup && j.pdst != j.want[0])
 			sr.wrong++;
-		j.iter++;
-		if (j.iter == j.spec.warmup)
-			j.wire0 = host_tx(j.hosts[0]);
-		if (j.iter == j.spec.warmup + j.spec.iters) {
-			const uint32_t n = uint32_t(j.hosts.size());
-			sr.time_ns /= j.spec.iters;
-			const double t = double(sr.time_ns);
-			sr.algbw = t > 0 ? double(sr.bytes) / t : 0;
-			// As NCCL's tests count them: a broadcast's bus carries S.
-			const double f = j.spec.coll == SimColl::bcast ? 1.0 : 2.0 * (n - 1) / n;
-			sr.busbw = sr.algbw * f;
-			const double r = double(spec.host.rate_bps) / 8 / 1e9;
-			// Through the switches, every plane's link; round the ring, plane 0's.
-			sr.bound = j.spec.topology == SimTopology::ring
-					   ? r
-					   : r * std::max(spec.planes, 1u) * f;
-			sr.wire_s = sr.bytes ? double(host_tx(j.hosts[0]) - j.wire0) /
-						       j.spec.iters / double(sr.bytes)
-					     : 0;
-			for (JobQp *q : j.qps)
-				for (auto &v : q->src)
-					std::vector<uint8_t>().swap(v);
-			for (JobQp *q : j.qps)
-				for (auto &v : q->dst)
-					std::vector<uint8_t>().swap(v);
-			std::vector<uint8_t>().swap(j.psrc);
-			std::vector<uint8_t>().swap(j.pdst);
-			j.size_idx++;
-			j.iter = 0;
-			if (j.size_idx == j.spec.sizes.size()) {
-				j.finished = true;
-				j.res.done = true;
-				return;
-			}
-			j.wire0 = host_tx(j.hosts[0]);
+		if (++j.iter < all)
+			continue;
+		const uint32_t n = uint32_t(j.hosts.size());
+		sr.time_ns = (now - j.posted_at) / j.spec.iters;
+		const double t = double(sr.time_ns);
+		sr.algbw = t > 0 ? double(sr.bytes) / t : 0;
+		// As NCCL's tests count them: a broadcast's bus carries S.
+		const double f = j.spec.coll == SimColl::bcast ? 1.0 : 2.0 * (n - 1) / n;
+		sr.busbw = sr.algbw * f;
+		const double r = double(spec.host.rate_bps) / 8 / 1e9;
+		// Through the switches, every plane's link; round the ring, plane 0's.
+		sr.bound = j.spec.topology == SimTopology::ring ? r
+								: r * std::max(spec.planes, 1u) * f;
+		sr.wire_s = sr.bytes ? double(host_tx(j.hosts[0]) - j.wire0) / j.spec.iters /
+					       double(sr.bytes)
+				     : 0;
+		for (JobQp *q : j.qps)
+			for (auto &v : q->src)
+				std::vector<uint8_t>().swap(v);
+		for (JobQp *q : j.qps)
+			for (auto &v : q->dst)
+				std::vector<uint8_t>().swap(v);
+		std::vector<uint8_t>().swap(j.psrc);
+		std::vector<uint8_t>().swap(j.pdst);
+		j.size_idx++;
+		j.iter = j.posted = 0;
+		if (j.size_idx == j.spec.sizes.size()) {
+			j.finished = true;
+			j.res.done = true;
+			return;
 		}
-	} else {
-		j.wire0 = host_tx(j.hosts[0]);
 	}
-	post(j);
+	while (j.posted < all && j.posted - j.iter < j.spec.depth)
+		post(j);
+	j.done = j.posted > j.iter ? j.slot_done[j.slot(j.mid - (j.posted - j.iter) + 1)] : 0;
 }
 
 std::string check_fabric(const FabricSpec &f)
@@ -317,12 +325,12 @@ static bool switch_config(const Fabric &f, const std::vector<uint32_t> &hosts,
 
 // A job's collective QP on one host, as a NIC sets it up.
 static std::unique_ptr<JobQp> make_qp(uint32_t job, uint32_t host, uint32_t qpn, uint32_t ranks,
-				      uint32_t mtu)
+				      uint32_t mtu, uint32_t depth)
 {
 	auto q = std::make_unique<JobQp>();
 	q->job = job;
 	q->host = host;
-	q->sq = std::make_unique<emu::Queue>(8, emu::coll_wqe_stride(ranks));
+	q->sq = std::make_unique<emu::Queue>(16, emu::coll_wqe_stride(ranks));
 	q->cq.arg = q.get();
 	q->qp.qpn = qpn;
 	q->qp.pdn = 1;
@@ -331,8 +339,8 @@ static std::unique_ptr<JobQp> make_qp(uint32_t job, uint32_t host, uint32_t qpn,
 	q->qp.scq = &q->cq;
 	q->qp.meta.assign(q->sq->slots(), emu::WqeMeta{});
 	q->qp.attr.path_mtu = mtu;
-	q->src.resize(ranks);
-	q->dst.resize(ranks);
+	q->src.resize(size_t(ranks) * depth);
+	q->dst.resize(size_t(ranks) * depth);
 	return q;
 }
 
@@ -353,6 +361,10 @@ static std::string check_spec(const JobSpec &js)
 		return "seg_units: at least 2";
 	if (js.iters < 1)
 		return "iters: at least 1";
+	if (js.depth < 1 || js.depth > 16)
+		return "depth: 1 to 16";
+	if (js.depth > 1 && (js.phantom || js.in_place))
+		return "depth: above 1 not with phantom or in_place (one buffer a rank)";
 	return "";
 }
 
@@ -366,6 +378,8 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 	}
 	auto j = std::make_unique<Job>();
 	j->spec = js;
+	j->want.resize(js.depth);
+	j->slot_done.assign(js.depth, 0);
 	if (j->spec.name.empty())
 		j->spec.name = "job" + std::to_string(f.jobs.size());
 	if (js.nodes.empty())
@@ -395,7 +409,8 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 	uint64_t mem = 0;
 	for (uint64_t s : js.sizes)
 		mem = std::max(mem, s);
-	mem *= js.phantom ? 2 : (js.in_place ? 1 : 2) * js.ranks_per_node * j->hosts.size();
+	mem *= js.phantom ? 2
+			  : (js.in_place ? 1 : 2) * js.ranks_per_node * j->hosts.size() * js.depth;
 	if (mem > (16ull << 30)) {
 		*err = at + "sizes: " + std::to_string(mem >> 20) +
 		       " MiB of buffers at the largest size, beyond the simulator's 16 GiB";
@@ -438,7 +453,7 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 	}
 	for (uint32_t k = 0; k < j->hosts.size(); k++) {
 		Host &h = f.hosts[j->hosts[k]];
-		auto q = make_qp(ji, j->hosts[k], j->qpn, js.ranks_per_node, f.spec.mtu);
+		auto q = make_qp(ji, j->hosts[k], j->qpn, js.ranks_per_node, f.spec.mtu, js.depth);
 		h.nic->qps[j->qpn] = &q->qp;
 		cfg.node = uint16_t(k);
 		// Each job its own range of the host's Seg units.
