@@ -15,6 +15,7 @@
 #include "wire/seqnum.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -264,6 +265,12 @@ struct XchgMsg {
 	std::vector<uint8_t> acc;
 	XchgSlots in, sent;
 	uint64_t again_at = 0, again_gap = 0;
+	// Per phase: when its partial was first sent and last sent, and how
+	// often it went again (XCHG's seg, which the acknowledgement echoes:
+	// it says which transmission it answers, so a round trip is timed
+	// even when the partial went again; 0 once timed).
+	std::array<uint64_t, 32> first_at{}, last_at{};
+	std::array<uint16_t, 32> tries{};
 };
 
 // The switch path's state of a message (swpath.cc, swadmit.cc): blocks

@@ -220,9 +220,15 @@ void XchgPath::send_phase(CollJob &job, Message &m, uint32_t ph, bool again)
 		if (sent.len)
 			memcpy(sent.at(ph), m.xchg.acc.data(), sent.len);
 		sent.have |= 1u << ph;
+		m.xchg.first_at[ph] = m.xchg.last_at[ph] = u_.host().now();
+		m.xchg.tries[ph] = 0;
+	} else {
+		m.xchg.last_at[ph] = u_.host().now();
+		m.xchg.tries[ph]++;
 	}
 	Ceth h = u_.header(job, m, 0);
 	h.phase = uint8_t(ph);
+	h.seg = m.xchg.tries[ph]; // the transmission, echoed by the acknowledgement
 	h.seq = m.coll == CollOp::bcast ? m.root_node : 0;
 	if (again)
 		h.flags |= kCethRetrans;
@@ -447,9 +453,31 @@ void XchgPath::acknowledge(const CollJob &job, const Ceth &p, uint16_t to)
 	u_.send(job, to, kCollXchg, h);
 }
 
+// The round trip an acknowledgement of m's partial of phase ph closes:
+// from the transmission it answers (its echo of seg) to now, once per
+// transmission.  It paces the repeats (arm()): with none, an exchange on
+// a path slower than the probe time sent every partial twice, message
+// after message (Karn's rule alone never timed one).
+static void time_ack(CollCore &u, CollJob &job, Message &m, uint32_t ph, uint16_t echo,
+		     uint64_t now)
+{
+	XchgMsg &x = m.xchg;
+	uint64_t *at = echo == x.tries[ph] ? &x.last_at[ph] : echo == 0 ? &x.first_at[ph] : nullptr;
+	if (!at || !*at || now <= *at)
+		return;
+	u.rtt_sample(job, now - *at, Holding::unknown());
+	if (echo == 0)
+		x.first_at[ph] = 0;
+	if (echo == x.tries[ph])
+		x.last_at[ph] = 0;
+}
+
 void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 {
 	Message *m = job.running(p.h.mid);
+	if (m && m->path == this && p.h.phase < 32 && m->xchg.sent.has(p.h.phase) &&
+	    dest(job, *m, p.h.phase) == p.h.src_node)
+		time_ack(u_, job, *m, p.h.phase, p.h.seg, now);
 	if (!m || m->path != this || !m->xchg.sent.on || p.h.phase >= 32 ||
 	    !m->xchg.sent.has(p.h.phase) || (m->xchg.sent.acked >> p.h.phase & 1)) {
 		u_.ctr.dup_dropped++; // acknowledged already, or the last message's
@@ -462,8 +490,9 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 	XchgSlots &sent = m->xchg.sent;
 	sent.acked |= 1u << p.h.phase;
 	m->last_progress = now;
-	if (sent.acked == sent.have)
-		m->xchg.again_at = 0;
+	// What is still unacknowledged went later: its repeat is due a full
+	// wait from now (arm()), as TCP restarts its timer on every ACK.
+	m->xchg.again_at = 0;
 	arm(job, *m, now);
 }
 

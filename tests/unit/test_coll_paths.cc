@@ -1090,6 +1090,35 @@ TEST(CollPathsDepth, SmallCollectivesInFlightCompleteInOrder)
 	}
 }
 
+// The exchange times its round trips (a partial to its acknowledgement,
+// Karn's rule) and repeats a partial only after twice that: on a path of
+// 400 us each way, beyond the 500 us probe time, no partial goes twice
+// (each went twice before it did), and with loss on that path what was
+// lost still goes again and every result is right.
+TEST(CollPathsDepth, ExchangeRepeatsOnlyAfterItsRoundTrip)
+{
+	for (const double loss : {0.0, 0.1}) {
+		Cluster c({1, 1, 1, 1, 1}, Topology::ring, 9, false);
+		c.net.f.delay_ns = 400 * 1000;
+		c.net.f.loss = loss;
+		for (auto &nd : c.nodes)
+			nd->params.cfg.coll_probe_us = 500;
+		for (uint32_t mid = 1; mid <= 20; mid++) {
+			c.post_allreduce(mid, 2, mid);
+			ASSERT_TRUE(c.run(mid, 20000 * kMs)) << "loss " << loss << " mid " << mid;
+			expect_results(c, mid);
+		}
+		uint64_t again = 0;
+		for (auto &nd : c.nodes)
+			again += nd->svc->counters().retrans_data;
+		// The first message has no round trip yet: its partials may go twice.
+		if (loss == 0)
+			EXPECT_LE(again, 2u * c.nodes.size()) << "repeats without loss";
+		else
+			EXPECT_GT(again, 0u);
+	}
+}
+
 // A collective that reads what one in flight writes waits for it: two
 // in-place allreduces of one buffer, posted together, give N * S (the
 // second sums the first's result), not S; and one whose destination
