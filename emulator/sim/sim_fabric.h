@@ -251,7 +251,8 @@ struct Job {
 	uint32_t iter = 0, posted = 0, mid = 0;
 	uint64_t posted_at = 0, done = 0;
 	uint64_t sum_ns = 0;
-	uint64_t wire0 = 0; // its first host's link bytes when timing began
+	uint64_t wire0 = 0;	 // its first host's link bytes when timing began
+	uint64_t wire_size0 = 0; // ... when the size's first message was posted
 	// Per slot (MID mod depth): the reference, and the hosts that
 	// completed its message.
 	std::vector<std::vector<uint8_t>> want;

@@ -95,6 +95,8 @@ void Fabric::post(Job &j)
 			put_value(j.want[sl], i, ref[i], j.spec.type);
 	}
 	j.slot_done[sl] = 0;
+	if (!j.posted)
+		j.wire_size0 = host_tx(j.hosts[0]);
 	// Timing starts with the first timed message's post.
 	if (j.posted++ == j.spec.warmup) {
 		j.posted_at = clock.now();
@@ -183,9 +185,12 @@ void Fabric::job_step(uint32_t ji)
 		// Through the switches, every plane's link; round the ring, plane 0's.
 		sr.bound = j.spec.topology == SimTopology::ring ? r
 								: r * std::max(spec.planes, 1u) * f;
-		sr.wire_s = sr.bytes ? double(host_tx(j.hosts[0]) - j.wire0) / j.spec.iters /
-					       double(sr.bytes)
-				     : 0;
+		// With several in flight, warm-up messages still run when timing
+		// starts: every message of the size is counted instead.
+		const uint64_t tx = j.spec.depth > 1 ? host_tx(j.hosts[0]) - j.wire_size0
+						     : host_tx(j.hosts[0]) - j.wire0;
+		const uint32_t msgs = j.spec.depth > 1 ? all : j.spec.iters;
+		sr.wire_s = sr.bytes ? double(tx) / msgs / double(sr.bytes) : 0;
 		for (JobQp *q : j.qps)
 			for (auto &v : q->src)
 				std::vector<uint8_t>().swap(v);
