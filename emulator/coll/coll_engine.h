@@ -204,6 +204,7 @@ public:
 	uint64_t next_deadline(const Qp &qp) const override;
 	bool flush(Qp &qp) override;
 	void release(Qp &qp) override;
+	bool leaving(Qp &qp, uint64_t now) override;
 	bool on_cnp(Qp &qp, const Endpoint &src, uint64_t now) override;
 
 	// Parse & encapsulate: a packet with a collective BTH opcode.

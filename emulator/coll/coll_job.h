@@ -12,6 +12,7 @@
 #include "reduce/reduce.h"
 #include "util/cow_vector.h"
 #include "util/fifo.h"
+#include "wire/ceth.h"
 #include "wire/seqnum.h"
 
 #include <algorithm>
@@ -254,23 +255,33 @@ struct XchgSlots {
 	const uint8_t *at(uint32_t ph) const { return data.data() + size_t(len) * ph; }
 };
 
-// The exchange's state of a message (xchg.cc): the phase this node is in,
-// its partial so far, what came of the message and what this node sent
-// in each phase, until its peer acknowledges it; and when what it sent and
-// no peer acknowledged yet goes again.
-struct XchgMsg {
-	uint8_t at = 0;	     // the phase this node is in
-	bool result = false; // the result is written
-	bool done = false;   // ... and every partial sent acknowledged
-	std::vector<uint8_t> acc;
-	XchgSlots in, sent;
+// What this node sent of one message of the exchange, kept until each
+// peer it went to has it (xchg_ack.cc), after the message completed here
+// if need be: the partials, their header and peers, and when what no peer
+// acknowledged yet goes again.
+struct XchgOut {
+	XchgSlots sent;
+	wire::Ceth h;		       // the message's XCHG header
+	std::array<uint16_t, 32> to{}; // each phase's peer
 	uint64_t again_at = 0, again_gap = 0;
+	uint64_t parked = 0; // when the message completed here (0: it runs)
 	// Per phase: when its partial was first sent and last sent, and how
 	// often it went again (XCHG's seg, which the acknowledgement echoes:
 	// it says which transmission it answers, so a round trip is timed
 	// even when the partial went again; 0 once timed).
 	std::array<uint64_t, 32> first_at{}, last_at{};
 	std::array<uint16_t, 32> tries{};
+};
+
+// The exchange's state of a message (xchg.cc): the phase this node is in,
+// its partial so far, what came of the message and what this node sent.
+struct XchgMsg {
+	uint8_t at = 0;	     // the phase this node is in
+	bool result = false; // the result is written
+	bool done = false;   // ... and what was sent handed to the job (XchgJob::outs)
+	std::vector<uint8_t> acc;
+	XchgSlots in;
+	XchgOut out;
 };
 
 // The switch path's state of a message (swpath.cc, swadmit.cc): blocks
@@ -448,8 +459,24 @@ struct SwitchJob {
 // The exchange's state of a job: the partials that came for messages not
 // started here yet (members run ahead by up to the depth, and a
 // broadcast's leaves by more), a slot each (XchgSlots::on: in use).
+//
+// An acknowledgement is owed for a partial that came (XchgOwed) and goes
+// only when nothing this node sends its peer says as much before
+// (xchg_ack.cc).  What this node sent goes from a message to outs when it
+// completes, and stays until acknowledged; outs not in use (sent.on
+// false) and accs keep their buffers for the next messages.
+struct XchgOwed {
+	wire::Ceth h; // the partial's header
+	uint16_t to = 0;
+	uint64_t since = 0;
+};
+
 struct XchgJob {
 	std::vector<XchgSlots> early;
+	std::vector<XchgOut> outs;
+	std::vector<XchgOwed> owed;
+	std::vector<std::vector<uint8_t>> accs;
+	uint64_t owed_due = 0; // the oldest owed's deadline (0: none)
 };
 
 struct CollJob {

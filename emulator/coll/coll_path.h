@@ -32,6 +32,7 @@ struct Message;
 struct CollPacket;
 struct Message;
 struct Qp;
+struct XchgOut;
 
 class CollPath {
 public:
@@ -151,20 +152,44 @@ public:
 	// m (the newest in CollJob::flight) starts beside the messages that
 	// run: on_timer, done and next_deadline see them all.
 	void start(Qp &qp, CollJob &job, Message &m, uint64_t now);
+	// The job's own timers, whether a message runs or not (xchg_ack.cc):
+	// acknowledgements owed, and what messages done here sent that no
+	// peer acknowledged yet (tend: true if it sent anything; due: the
+	// next, 0: none).
+	bool tend(CollJob &job, uint64_t now);
+	uint64_t due(const CollJob &job) const;
+	// The job is about to leave: every acknowledgement owed goes now;
+	// true while what this node sent is not all acknowledged.
+	bool leaving(CollJob &job, uint64_t now);
 
 private:
 	CollCore &u_;
+	enum class Kept { no, fresh, again };
 
 	void advance(Qp &qp, CollJob &job, Message &m, uint64_t now);
 	void advance_reduce(Qp &qp, CollJob &job, Message &m, uint64_t now);
 	void advance_bcast(Qp &qp, CollJob &job, Message &m, uint64_t now);
 	bool finish(Qp &qp, CollJob &job, Message &m);
-	void send_phase(CollJob &job, Message &m, uint32_t phase, bool again = false);
-	bool keep(CollJob &job, const CollPacket &p);
-	void acknowledge(const CollJob &job, const wire::Ceth &p, uint16_t to);
-	void on_ack(CollJob &job, const CollPacket &p, uint64_t now);
-	void again(CollJob &job, Message &m, uint64_t now);
+	void open_out(CollJob &job, Message &m, uint32_t len, uint32_t phases, uint32_t tag);
+	void send_phase(CollJob &job, Message &m, uint32_t phase);
+	Kept keep(CollJob &job, const CollPacket &p);
+	bool missing_before(const CollJob &job, const CollPacket &p) const;
+	void repeat_older(CollJob &job, uint32_t mid, uint16_t peer, uint64_t sent_at,
+			  uint64_t now);
 	void arm(CollJob &job, Message &m, uint64_t now);
+	// What is sent and acknowledged (xchg_ack.cc).
+	void send_out(CollJob &job, XchgOut &o, uint32_t phase, bool again);
+	void arm_out(const CollJob &job, XchgOut &o, uint64_t now);
+	void again(CollJob &job, XchgOut &o, uint64_t now);
+	void park(CollJob &job, Message &m, uint64_t now);
+	// gap: an older message's partial from `to` of that phase is missing here.
+	void acknowledge(CollJob &job, const wire::Ceth &p, uint16_t to, uint64_t held,
+			 bool gap = false);
+	void owe(CollJob &job, const wire::Ceth &p, uint64_t now);
+	void settle_owed(CollJob &job, uint16_t to, uint32_t mid, int phase = -1);
+	void take_through(CollJob &job, const CollPacket &p);
+	void on_ack(CollJob &job, const CollPacket &p, uint64_t now);
+	uint64_t ack_wait(const CollJob &job) const;
 };
 
 // Through the job's switches, one or two levels (swpath.cc).

@@ -36,6 +36,15 @@ CollEngine::CollEngine(CollHost &e, uint32_t seg_units, uint32_t seg_bytes)
 
 // A job's Seg units go back when its QP is reset or destroyed, with any
 // blocks that arrived early for messages that will now never run.
+bool CollEngine::leaving(Qp &qp, uint64_t now)
+{
+	if (!qp.job || qp.job->lead || qp.state != QpState::rts)
+		return false;
+	const bool waits = xchg_.leaving(*qp.job, now);
+	e_.tx_flush();
+	return waits;
+}
+
 void CollEngine::release(Qp &qp)
 {
 	if (!qp.job)
@@ -491,6 +500,10 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		}
 		did |= e_.tx_packets() != before;
 	}
+	// The exchange's acknowledgements and the partials it keeps sending
+	// after their messages completed here (coll/xchg_ack.cc).
+	if (qp.state == QpState::rts)
+		did |= xchg_.tend(job, now);
 	if (const uint64_t keep = sw_.keep_due(job);
 	    keep && now >= keep && qp.state == QpState::rts) {
 		sw_.send_config(job, now, true);
@@ -541,6 +554,8 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 		const uint64_t j = qp.job->join_wait + coll_timeout_ns(*qp.job);
 		keep = keep && keep < j ? keep : j;
 	}
+	if (const uint64_t x = xchg_.due(*qp.job); x && (!keep || x < keep))
+		keep = x;
 	if (!qp.job->active)
 		return keep;
 	const Message &m = *qp.job->active;

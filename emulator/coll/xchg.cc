@@ -17,13 +17,15 @@
 // seq, so that a node can check a partial of a message it has not started.
 //
 // Every partial is one XCHG packet (kCollXchg, the phase in the CETH),
-// which its receiver acknowledges (XCHG with kCethXchgAck, no payload)
-// whenever it has it: kept for a message that runs here or a later one,
-// or already taken.  A sender sends a partial again until it is
-// acknowledged, and a node completes the message only when it has its
-// result and every partial it sent was acknowledged: as with an RC send,
-// a member that completes leaves no peer waiting for it, so a process may
-// leave right after its last collective.
+// which its receiver acknowledges whenever it has it: kept for a message
+// that runs here or a later one, or already taken.  A sender sends a
+// partial again until it is acknowledged; a node completes the message
+// when it has its result, and what it sent that is not acknowledged yet
+// stays with the job and goes again, after the message completed if need
+// be (xchg_ack.cc, which also says how an acknowledgement mostly rides on
+// the next message's partials).  A QP's job leaves once its peers have
+// what it sent them (or after a bound; Nic::settle_coll), so that, as
+// with an RC send, a process may leave right after its last collective.
 //
 // A job runs up to IBV_COLL_EMU_COLL_DEPTH such messages at once (each
 // with its own MID and state, Message::xchg; execution control starts
@@ -175,7 +177,10 @@ void XchgPath::start(Qp &qp, CollJob &job, Message &m, uint64_t now)
 	m.ran |= kRanRing; // among the member NICs, as the ring
 	x.at = 0;
 	x.result = x.done = false;
-	x.again_at = x.again_gap = 0;
+	if (!xj.accs.empty()) { // a buffer of a message done here
+		x.acc.swap(xj.accs.back());
+		xj.accs.pop_back();
+	}
 	x.acc.resize(len);
 	bool ok = true;
 	if (m.coll != CollOp::bcast) {
@@ -199,6 +204,9 @@ void XchgPath::start(Qp &qp, CollJob &job, Message &m, uint64_t now)
 				  "{}: job {} message {}: a member sent {} bytes of another "
 				  "collective or size, {} posted here",
 				  u_.host().params.name, job.cfg.jid, m.mid, e->len, len);
+		for (XchgSlots &o : xj.early)
+			if (!o.on && !o.data.empty() && x.in.data.empty())
+				std::swap(x.in, o); // its buffer
 		x.in.reset(m.mid, len, phases, tag);
 	}
 	// The slots keep later messages' partials, not this one's or older
@@ -206,38 +214,45 @@ void XchgPath::start(Qp &qp, CollJob &job, Message &m, uint64_t now)
 	for (XchgSlots &o : xj.early)
 		if (o.on && !job.ahead(o.mid))
 			o.on = false;
-	x.sent.reset(m.mid, len, phases, tag);
+	open_out(job, m, len, phases, tag);
 	advance(qp, job, m, now);
 }
 
-// This node's partial of phase ph to its peer, kept until acknowledged.
-void XchgPath::send_phase(CollJob &job, Message &m, uint32_t ph, bool again)
+// What this node sends of m: its header and each phase's peer, into an
+// XchgOut not in use (its buffer reused).
+void XchgPath::open_out(CollJob &job, Message &m, uint32_t len, uint32_t phases, uint32_t tag)
 {
-	XchgSlots &sent = m.xchg.sent;
-	if (!again) {
-		if (sent.has(ph))
-			return;
-		if (sent.len)
-			memcpy(sent.at(ph), m.xchg.acc.data(), sent.len);
-		sent.have |= 1u << ph;
-		m.xchg.first_at[ph] = m.xchg.last_at[ph] = u_.host().now();
-		m.xchg.tries[ph] = 0;
-	} else {
-		m.xchg.last_at[ph] = u_.host().now();
-		m.xchg.tries[ph]++;
+	XchgOut &o = m.xchg.out;
+	for (XchgOut &e : job.xchg.outs)
+		if (!e.sent.on && !e.sent.data.empty() && o.sent.data.empty())
+			std::swap(o, e);
+	o.sent.reset(m.mid, len, phases, tag);
+	o.h = u_.header(job, m, 0);
+	o.h.seq = m.coll == CollOp::bcast ? m.root_node : 0;
+	for (uint32_t ph = 0; ph < phases && ph < 32; ph++) {
+		const uint32_t d = dest(job, m, ph);
+		o.to[ph] = d == kNone ? 0 : uint16_t(d);
 	}
-	Ceth h = u_.header(job, m, 0);
-	h.phase = uint8_t(ph);
-	h.seg = m.xchg.tries[ph]; // the transmission, echoed by the acknowledgement
-	h.seq = m.coll == CollOp::bcast ? m.root_node : 0;
-	if (again)
-		h.flags |= kCethRetrans;
-	u_.send(job, uint16_t(dest(job, m, ph)), kCollXchg, h,
-		Payload::copied(sent.at(ph), sent.len));
-	if (again)
-		u_.ctr.retrans_data++;
-	else
-		u_.ctr.tx_data++;
+	o.again_at = o.again_gap = o.parked = 0;
+}
+
+// This node's partial of phase ph to its peer, kept until acknowledged.
+void XchgPath::send_phase(CollJob &job, Message &m, uint32_t ph)
+{
+	XchgOut &o = m.xchg.out;
+	XchgSlots &sent = o.sent;
+	if (sent.has(ph))
+		return;
+	if (sent.len)
+		memcpy(sent.at(ph), m.xchg.acc.data(), sent.len);
+	sent.have |= 1u << ph;
+	o.first_at[ph] = o.last_at[ph] = u_.host().now();
+	o.tries[ph] = 0;
+	send_out(job, o, ph, false);
+	// The result an extra takes from its partner says its partial came
+	// (on_packet): no other acknowledgement of it is owed.
+	if (m.coll != CollOp::bcast && ph == Shape(job.cfg.nodes()).post())
+		settle_owed(job, o.to[ph], m.mid, 0);
 }
 
 void XchgPath::advance(Qp &qp, CollJob &job, Message &m, uint64_t now)
@@ -336,64 +351,37 @@ void XchgPath::advance_reduce(Qp &qp, CollJob &job, Message &m, uint64_t now)
 	arm(job, m, now);
 }
 
-// The message is done once every partial sent is acknowledged; until then
-// what is not goes again, less often each time: after the probe time (or
-// twice the round trip), then twice as long each time (again()).
+// The message is done once its result is written; what it sent and no
+// peer acknowledged yet stays with the job (park()).  Until then what is
+// not acknowledged goes again (arm_out(), xchg_ack.cc).
 void XchgPath::arm(CollJob &job, Message &m, uint64_t now)
 {
-	XchgMsg &x = m.xchg;
-	const XchgSlots &sent = x.sent;
-	if (x.result && sent.acked == sent.have) {
-		x.done = true;
-		x.sent.on = false;
-		x.in.on = false;
-		return;
-	}
-	if (sent.acked == sent.have) {
-		x.again_at = 0; // nothing to send again: waiting for a peer
-		return;
-	}
-	if (!x.again_at) {
-		const uint64_t probe = uint64_t(u_.host().params.cfg.coll_probe_us) * 1000;
-		x.again_gap = probe ? std::max(probe, 2 * job.srtt) : u_.rto_ns(job);
-		x.again_at = now + x.again_gap;
-	}
-}
-
-void XchgPath::again(CollJob &job, Message &m, uint64_t now)
-{
-	const XchgSlots &sent = m.xchg.sent;
-	for (uint32_t ph = 0; ph < 32; ph++)
-		if ((sent.have & ~sent.acked) >> ph & 1)
-			send_phase(job, m, ph, true);
-	XchgMsg &x = m.xchg;
-	// As the ring's repeats while nothing progresses: up to a second (or
-	// twice the timeout).
-	const uint64_t most = std::max<uint64_t>(1000 * util::kNsPerMs, 2 * u_.rto_ns(job));
-	x.again_gap = std::min(2 * x.again_gap, std::max(most, x.again_gap));
-	x.again_at = now + x.again_gap;
+	if (m.xchg.result)
+		return park(job, m, now);
+	arm_out(job, m.xchg.out, now);
 }
 
 // A peer's partial: for a message that runs here, or kept for a later one.
-// True: this node has it (now or before), which the peer is told.  Up to
-// kEarlySlots later messages' partials are kept at a time: members run at
-// most the depth ahead, and a broadcast's leaves more (they wait for no
-// one but their parent); a partial of another later message while every
-// slot holds one is not taken, nor acknowledged: its sender sends it
-// again.
-bool XchgPath::keep(CollJob &job, const CollPacket &p)
+// Taken (fresh), or this node had it already (again: a message it took
+// the partial of, or finished; the peer did not hear so), which the peer
+// is told; or not taken (no).  Up to kEarlySlots later messages' partials
+// are kept at a time: members run at most the depth ahead, and a
+// broadcast's leaves more (they wait for no one but their parent); a
+// partial of another later message while every slot holds one is not
+// taken, nor acknowledged: its sender sends it again.
+XchgPath::Kept XchgPath::keep(CollJob &job, const CollPacket &p)
 {
 	constexpr size_t kEarlySlots = 32; // twice the deepest depth
 	const uint32_t ph = p.h.phase, tag = tag_of(p.h.coll, p.h.seq);
 	XchgSlots *to = nullptr;
 	if (Message *m = job.running(p.h.mid)) {
+		if (m->path == this && m->xchg.result) { // taken already
+			u_.ctr.dup_dropped++;
+			return Kept::again;
+		}
 		if (m->path != this || p.paylen != m->xchg.in.len || tag != m->xchg.in.tag) {
 			u_.ctr.bad_block++; // the members do not agree on the message
-			return false;
-		}
-		if (m->xchg.result) { // taken already
-			u_.ctr.dup_dropped++;
-			return true;
+			return Kept::no;
 		}
 		to = &m->xchg.in;
 	} else if (job.ahead(p.h.mid)) {
@@ -401,17 +389,17 @@ bool XchgPath::keep(CollJob &job, const CollPacket &p)
 		to = early_of(xj, p.h.mid);
 		if (to && (p.paylen != to->len || tag != to->tag)) {
 			u_.ctr.bad_block++;
-			return false;
+			return Kept::no;
 		}
 		if (!to) {
 			for (XchgSlots &e : xj.early)
-				if (!e.on && !to)
+				if (!e.on && (!to || (to->data.empty() && !e.data.empty())))
 					to = &e;
 			if (!to && xj.early.size() < kEarlySlots)
 				to = &xj.early.emplace_back();
 			if (!to) {
 				u_.ctr.early_dropped++; // every slot holds a later message's
-				return false;
+				return Kept::no;
 			}
 			const uint32_t n = job.cfg.nodes();
 			to->reset(p.h.mid, p.paylen,
@@ -423,77 +411,30 @@ bool XchgPath::keep(CollJob &job, const CollPacket &p)
 			u_.ctr.early_stored++;
 	} else {
 		u_.ctr.stale_dropped++; // a message done here: its acknowledgement was lost
-		return true;
+		return Kept::again;
 	}
 	if (to->has(ph)) {
 		u_.ctr.dup_dropped++;
-		return true;
+		return Kept::again;
 	}
 	if (p.paylen)
 		memcpy(to->at(ph), p.payload, p.paylen);
 	to->have |= 1u << ph;
-	return true;
+	return Kept::fresh;
 }
 
-// Tell `to` that its partial of the phase in h (a partial's header) is here.
-void XchgPath::acknowledge(const CollJob &job, const Ceth &p, uint16_t to)
+// A message that runs here, older than p's, waits for the partial of p's
+// phase from p's sender (the same collective and root: the same peer).
+bool XchgPath::missing_before(const CollJob &job, const CollPacket &p) const
 {
-	Ceth h;
-	h.coll = p.coll;
-	h.op = p.op;
-	h.dtype = p.dtype;
-	h.src_node = job.cfg.node;
-	h.jid = job.cfg.jid;
-	h.mid = p.mid;
-	h.phase = p.phase;
-	h.seq = p.seq;
-	h.flags = kCethXchgAck;
-	h.seg = p.seg;
-	h.job_key = job.cfg.key;
-	u_.send(job, to, kCollXchg, h);
-}
-
-// The round trip an acknowledgement of m's partial of phase ph closes:
-// from the transmission it answers (its echo of seg) to now, once per
-// transmission.  It paces the repeats (arm()): with none, an exchange on
-// a path slower than the probe time sent every partial twice, message
-// after message (Karn's rule alone never timed one).
-static void time_ack(CollCore &u, CollJob &job, Message &m, uint32_t ph, uint16_t echo,
-		     uint64_t now)
-{
-	XchgMsg &x = m.xchg;
-	uint64_t *at = echo == x.tries[ph] ? &x.last_at[ph] : echo == 0 ? &x.first_at[ph] : nullptr;
-	if (!at || !*at || now <= *at)
-		return;
-	u.rtt_sample(job, now - *at, Holding::unknown());
-	if (echo == 0)
-		x.first_at[ph] = 0;
-	if (echo == x.tries[ph])
-		x.last_at[ph] = 0;
-}
-
-void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
-{
-	Message *m = job.running(p.h.mid);
-	if (m && m->path == this && p.h.phase < 32 && m->xchg.sent.has(p.h.phase) &&
-	    dest(job, *m, p.h.phase) == p.h.src_node)
-		time_ack(u_, job, *m, p.h.phase, p.h.seg, now);
-	if (!m || m->path != this || !m->xchg.sent.on || p.h.phase >= 32 ||
-	    !m->xchg.sent.has(p.h.phase) || (m->xchg.sent.acked >> p.h.phase & 1)) {
-		u_.ctr.dup_dropped++; // acknowledged already, or the last message's
-		return;
+	const uint32_t tag = tag_of(p.h.coll, p.h.seq);
+	for (size_t i = 0; job.active && i <= job.flight.size(); i++) {
+		const Message &m = i ? *job.flight[i - 1] : *job.active;
+		if (m.path == this && seq_after(p.h.mid, m.mid) && !m.xchg.result && m.xchg.in.on &&
+		    m.xchg.in.tag == tag && !m.xchg.in.has(p.h.phase))
+			return true;
 	}
-	if (dest(job, *m, p.h.phase) != p.h.src_node) {
-		u_.ctr.bad_node++; // not whom this node sent it to
-		return;
-	}
-	XchgSlots &sent = m->xchg.sent;
-	sent.acked |= 1u << p.h.phase;
-	m->last_progress = now;
-	// What is still unacknowledged went later: its repeat is due a full
-	// wait from now (arm()), as TCP restarts its timer on every ACK.
-	m->xchg.again_at = 0;
-	arm(job, *m, now);
+	return false;
 }
 
 // Only a node's peer in the phase sends it a partial, the way the phase
@@ -520,20 +461,34 @@ void XchgPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now
 		u_.ctr.bad_node++;
 		return;
 	}
+	// Whatever it is, what the sender finished acknowledges what it had
+	// of this node's.
+	take_through(job, p);
 	if (ack)
 		return on_ack(job, p, now);
 	u_.ctr.rx_data++;
-	if (!keep(job, p))
+	const Kept k = keep(job, p);
+	if (k == Kept::no)
 		return;
-	acknowledge(job, p.h, p.h.src_node);
+	// A partial sent again, or one this node had: its sender waits to
+	// hear, now; as for a later message's while an earlier one's from
+	// the same peer is missing (lost, most likely: the acknowledgement
+	// has it sent again, on_ack).  A first one: later, unless this node
+	// says so before.
+	if (k == Kept::again || (p.h.flags & kCethRetrans))
+		acknowledge(job, p.h, p.h.src_node, 0);
+	else if (missing_before(job, p))
+		acknowledge(job, p.h, p.h.src_node, 0, true);
+	else
+		owe(job, p.h, now);
 	Message *m = job.running(p.h.mid);
-	if (!m || m->path != this)
+	if (!m || m->path != this || m->xchg.result)
 		return;
 	// The result an extra takes from its partner says its partial came.
-	XchgSlots &sent = m->xchg.sent;
+	XchgSlots &sent = m->xchg.out.sent;
 	if (!is_bcast(p.h.coll) && ph == s.post() && sent.on)
 		sent.acked |= sent.have & 1;
-	if (!m->xchg.result && qp.state == QpState::rts)
+	if (qp.state == QpState::rts)
 		advance(qp, job, *m, now);
 }
 
@@ -549,14 +504,27 @@ void XchgPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 		advance(qp, job, m, now);
 		if (!job.active || qp.state != QpState::rts)
 			return;
-		if (!m.xchg.done && m.xchg.again_at && now >= m.xchg.again_at)
-			again(job, m, now);
+		XchgOut &o = m.xchg.out;
+		if (!m.xchg.done && o.again_at && now >= o.again_at)
+			again(job, o, now);
 	}
 }
 
+// A node runs at most kAhead messages ahead of what its peers acknowledged
+// (the others' early slots keep up to twice the deepest depth): a
+// broadcast's root, which needs no one's partial, waits there for its
+// children, as it did for every message when completion waited for the
+// acknowledgements.
 bool XchgPath::done(const CollJob &job) const
 {
-	return job.active->xchg.done;
+	constexpr uint32_t kAhead = 16;
+	const Message &m = *job.active;
+	if (!m.xchg.done)
+		return false;
+	for (const XchgOut &o : job.xchg.outs)
+		if (o.sent.on && !seq_after(o.sent.mid, m.mid - kAhead))
+			return false;
+	return true;
 }
 
 uint64_t XchgPath::next_deadline(const CollJob &job) const
@@ -564,10 +532,9 @@ uint64_t XchgPath::next_deadline(const CollJob &job) const
 	uint64_t d = UINT64_MAX;
 	for (size_t i = 0; i <= job.flight.size(); i++) {
 		const XchgMsg &x = i ? job.flight[i - 1]->xchg : job.active->xchg;
-		if (!x.done && x.again_at)
-			d = std::min(d, x.again_at);
+		if (!x.done && x.out.again_at)
+			d = std::min(d, x.out.again_at);
 	}
 	return d;
 }
-
 } // namespace ibv_coll::emu

@@ -33,6 +33,9 @@ struct CollCounters {
 	uint64_t tx_data = 0, tx_result = 0, rx_data = 0, rx_result = 0;
 	uint64_t tx_bytes = 0, rx_bytes = 0;
 	uint64_t retrans_data = 0, retrans_result = 0;
+	// Of retrans_data, the exchange's partials sent again at once because
+	// a later one to the same peer came first (coll/xchg_ack.cc).
+	uint64_t fast_repeats = 0;
 	uint64_t dup_dropped = 0, early_stored = 0, early_dropped = 0, stale_dropped = 0;
 	uint64_t bad_key = 0, bad_job = 0, bad_block = 0, bad_node = 0, malformed = 0;
 	uint64_t seg_busy = 0, aborts_sent = 0, aborts_rcvd = 0, timeouts = 0;
@@ -147,6 +150,9 @@ public:
 	// The job leaves the QP (reset or destroyed): its switches are told,
 	// its Seg units and early blocks freed, qp.job reset.
 	virtual void release(Qp &qp) = 0;
+	// The job is about to leave the QP: what its peers are owed goes now;
+	// true while they have not acknowledged all it sent them.
+	virtual bool leaving(Qp &qp, uint64_t now) = 0;
 	// A CNP for the QP's job from src: its flows cut their window (false:
 	// src is not a member of the job, nothing changes).
 	virtual bool on_cnp(Qp &qp, const Endpoint &src, uint64_t now) = 0;

@@ -2,10 +2,12 @@
 #include "nic/nic.h"
 
 #include "nic/engine.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #include <algorithm>
 #include <cerrno>
+#include <unistd.h>
 
 namespace ibv_coll::emu {
 
@@ -317,8 +319,29 @@ int Nic::query_qp(Qp *qp, QpAttr *a)
 	return 0;
 }
 
+// A collective QP's job leaves once its peers have what it sent them (the
+// exchange completes a message on its result, before they acknowledge;
+// coll/xchg_ack.cc), or after a bound: so a process may destroy its QP and
+// leave right after its last collective, as with an RC send.
+void Nic::settle_coll(Qp *qp)
+{
+	const uint64_t end = util::now_ns() + kLeaveWaitMs * util::kNsPerMs;
+	for (;;) {
+		{
+			std::lock_guard lk(e_->mu);
+			if (e_->dead.load() || !e_->coll->leaving(*qp, util::now_ns()) ||
+			    util::now_ns() > end)
+				return;
+		}
+		e_->kick();
+		usleep(50);
+	}
+}
+
 int Nic::destroy_qp(Qp *qp)
 {
+	if (qp->coll && e_->coll)
+		settle_coll(qp);
 	std::lock_guard lk(e_->mu);
 	e_->release_job(*qp);
 	qp->scq->users--;

@@ -130,7 +130,7 @@ struct NicCounters {
 
 // The counters by name, in one order: the shared-memory segment that
 // ibv_coll_stat(8) reads (nic/stats_shm.h) lists these.
-constexpr size_t kNicStatCount = 83;
+constexpr size_t kNicStatCount = 84;
 std::vector<const char *> nic_stat_names();
 void nic_stat_values(const NicCounters &c, uint64_t out[kNicStatCount]);
 
@@ -167,6 +167,9 @@ public:
 	int modify_qp(Qp *qp, const QpAttr &a, uint32_t mask) override;
 	int query_qp(Qp *qp, QpAttr *a) override;
 	int destroy_qp(Qp *qp) override;
+	// Waits up to kLeaveWaitMs for the peers of a collective QP's job.
+	static constexpr uint64_t kLeaveWaitMs = 100;
+	void settle_coll(Qp *qp);
 
 	// Doorbells, from any thread.
 	void sq_doorbell(Qp *qp) override;

@@ -60,6 +60,7 @@ constexpr Field kFields[] = {
 	{"coll_tx_bytes", [](const NicCounters &c) -> uint64_t { return c.coll.tx_bytes; }},
 	{"coll_rx_bytes", [](const NicCounters &c) -> uint64_t { return c.coll.rx_bytes; }},
 	{"coll_retrans_data", [](const NicCounters &c) -> uint64_t { return c.coll.retrans_data; }},
+	{"coll_fast_repeats", [](const NicCounters &c) -> uint64_t { return c.coll.fast_repeats; }},
 	{"coll_retrans_result",
 	 [](const NicCounters &c) -> uint64_t { return c.coll.retrans_result; }},
 	{"coll_reductions", [](const NicCounters &c) -> uint64_t { return c.coll.reductions; }},

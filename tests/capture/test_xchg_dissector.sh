@@ -7,9 +7,11 @@
 # back last), and a broadcast of 12 bytes from rank 2 down the binomial
 # tree.  Every XCHG (kind 0xe9) is checked against what this script knows
 # was sent: JID 42, key 0x5eed0000 ^ seed 1, MIDs 1 to 3 with their
-# collective, the payload lengths, the broadcast's root in seq, and an
-# acknowledgement (flag 0x08, no payload) from the receiver of every
-# partial, for the same phase.
+# collective, the payload lengths, the broadcast's root in seq, and every
+# partial acknowledged by its receiver: by an acknowledgement (flag 0x08,
+# no payload) for the same phase, by a later XCHG whose rank_map says the
+# receiver finished that message, or (an extra's phase-0 partial) by the
+# result that comes back.
 # Usage: test_xchg_dissector.sh LUA COLL_NODE
 # Exit 77 (skipped) without tshark, when it cannot capture here, or when
 # the UDP ports this script picks are taken.
@@ -51,11 +53,12 @@ tshark -r "$tmp/cap.pcap" -X "lua_script:$lua" \
 	-e ibv_coll.ceth.flags -e ibv_coll.ceth.status -e ibv_coll.ceth.phase \
 	-e ibv_coll.ceth.src_node -e ibv_coll.ceth.jid -e ibv_coll.ceth.mid \
 	-e ibv_coll.ceth.len -e ibv_coll.ceth.job_key -e ibv_coll.ceth.seq -e _ws.expert \
+	-e ibv_coll.ceth.rank_map \
 	>"$tmp/fields.out" 2>"$tmp/fields.err" || fail "tshark could not read the capture"
 
 python3 - "$tmp/fields.out" "$base" <<'EOF' || fail "the decoded packets differ from what was sent"
 import sys
-cols = "sport dport opcode kind coll op dtype flags status phase src jid mid len key seq expert".split()
+cols = "sport dport opcode kind coll op dtype flags status phase src jid mid len key seq expert through".split()
 base = int(sys.argv[2])
 pkts = []
 for line in open(sys.argv[1]):
@@ -75,6 +78,7 @@ def check(cond, what, p):
         errors.append("%s: %s" % (what, {k: v for k, v in p.items() if v}))
 
 partials, acks = {}, {}
+finished = {} # (from, to) -> the newest MID the sender said it finished
 for p in pkts:
     check(p["kind"] != "", "every packet decodes as ibv_coll", p)
     if not p["kind"]:
@@ -94,18 +98,26 @@ for p in pkts:
         check(num(p["seq"]) == root, "a broadcast's seq is its root", p)
     flags = num(p["flags"])
     key = (mid, num(p["phase"]), src, dst)
+    through = num(p["through"]) or 0
+    check(through <= 3 + 1, "rank_map: a MID finished, plus 1", p)
+    if through:
+        finished[(src, dst)] = max(finished.get((src, dst), 0), through - 1)
     if flags & ACK:
-        check(flags == ACK and num(p["len"]) == 0, "an acknowledgement carries nothing", p)
+        check(flags & ~0x40 == ACK and num(p["len"]) == 0, "an acknowledgement (NAK: one before it missing) carries nothing", p)
         acks[key] = acks.get(key, 0) + 1
     else:
         check(flags & ~0x2 == 0, "a partial's flags (at most RETRANS)", p)
         check(num(p["len"]) == size, "a partial carries the message's bytes", p)
         partials[key] = partials.get(key, 0) + 1
 
-# Every partial acknowledged by its receiver, for the same message and phase.
+# Every partial acknowledged by its receiver: for the same message and
+# phase, or by a later message's XCHG that says the receiver finished it,
+# or (node 0's phase-0 partial, three nodes) by the result from node 1.
 for (mid, ph, s, d) in partials:
-    check((mid, ph, d, s) in acks, "partial of mid %d phase %d from %d to %d acknowledged"
-          % (mid, ph, s, d), {"x": "1"})
+    by_result = mid in (1, 2) and ph == 0 and (s, d) == (0, 1) and \
+        any(m == mid and (a, b) == (1, 0) for (m, _, a, b) in partials)
+    check((mid, ph, d, s) in acks or finished.get((d, s), 0) >= mid or by_result,
+          "partial of mid %d phase %d from %d to %d acknowledged" % (mid, ph, s, d), {"x": "1"})
 for (mid, ph, s, d) in acks:
     check((mid, ph, d, s) in partials, "an acknowledgement answers a partial", {"mid": str(mid)})
 # Three nodes: node 0 (an extra) hands its partial to node 1 and gets the

@@ -277,10 +277,12 @@ TEST(Sim, DepthRunsSmallCollectivesSideBySide)
 	expect_right(s);
 	for (size_t k = 0; k < jobs.size(); k++)
 		EXPECT_LT(a.jobs[k].sizes[0].time_ns, s.jobs[k].sizes[0].time_ns) << "job " << k;
-	// Without loss every message puts (about: acknowledgements of the
-	// ring's hops fall differently) the same bytes on the wire, however
-	// many are posted (warm-up messages in flight when timing starts once
-	// counted 10 % more).
+	// Without loss every message puts about the same bytes on the wire,
+	// however many are posted (warm-up messages in flight when timing
+	// starts once counted 10 % more): the same partials, and no more
+	// acknowledgements than partials; with several running at once fewer
+	// ride on the next partials (up to 15 % more bytes at 8 B, where an
+	// acknowledgement is as long as a partial).
 	FabricSpec clean = f;
 	clean.loss = 0;
 	clean.jitter_ns = 0;
@@ -291,7 +293,7 @@ TEST(Sim, DepthRunsSmallCollectivesSideBySide)
 	expect_right(c8);
 	for (size_t z = 0; z < c8.jobs[0].sizes.size(); z++)
 		EXPECT_NEAR(c8.jobs[0].sizes[z].wire_s, c1.jobs[0].sizes[z].wire_s,
-			    0.01 * c1.jobs[0].sizes[z].wire_s)
+			    0.15 * c1.jobs[0].sizes[z].wire_s)
 			<< "size " << z;
 	FabricSpec pf;
 	std::vector<JobSpec> parsed;

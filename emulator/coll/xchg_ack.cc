@@ -1,0 +1,397 @@
+// What the pairwise exchange (xchg.cc) sends, and how each partial comes
+// to be acknowledged.
+//
+// A node completes a message once it has its result; what it sent that a
+// peer has not acknowledged yet stays with the job (XchgJob::outs) and
+// goes again on its timer, after the message completed if need be, until
+// acknowledged or the job's timeout.  An acknowledgement costs a packet,
+// a system call and often a wake-up at each end, as much as the partial
+// itself, so it goes only when nothing else says as much in time:
+//
+//  - every XCHG carries in rank_map the newest MID finished at its sender
+//    (plus 1; 0: none), and every message up to it is finished there:
+//    what the receiver sent the sender for those messages needs no more
+//    acknowledgement.  In a run of collectives, each member's partials of
+//    the next message acknowledge the last one's, at no cost;
+//  - a partial that came is acknowledged on its own (an ACK, echoing its
+//    seg, with hold the ns the acknowledgement was held) only when the
+//    wait (ack_wait()) runs out first, or at once when it came again or
+//    was here already (its sender is waiting), or when the job leaves the
+//    QP (leaving(): destroying a QP waits, boundedly, for its own partials
+//    to be acknowledged, so that a process may leave right after its last
+//    collective and no peer waits for it);
+//  - an extra's partial of phase 0 is acknowledged by the result its
+//    partner sends it;
+//  - every eighth partial held back from one peer is acknowledged at once
+//    (a broadcast's children never send their parent anything else), and
+//    a node completes at most kAhead messages beyond one a peer has not
+//    acknowledged (XchgPath::done()), so a broadcast's root waits there.
+// A repeat waits the round trip plus that wait, at least the probe time.
+// A partial of a later message while an older one's of that phase from
+// the same peer is missing is acknowledged at once, with NAK: its sender
+// sends the older one again then (repeat_older(), TCP's fast retransmit),
+// not after the repeat timer; with several messages in flight, and under
+// a broadcast's stream, that is how most losses are repaired.
+#include "coll/coll_engine.h"
+
+#include "util/clock.h"
+#include "util/log.h"
+
+#include <algorithm>
+
+namespace ibv_coll::emu {
+
+using namespace wire;
+
+namespace {
+
+constexpr size_t kOutSlots = 64;  // messages whose partials wait for an ACK
+constexpr size_t kOwedMost = 128; // acknowledgements held back at a time
+constexpr size_t kOwedEach = 8;	  // ... to one peer: the eighth goes at once
+
+// The newest MID finished here; every one before it is (0: none yet).
+uint32_t through(const CollJob &job)
+{
+	return job.active ? job.active->mid - 1 : job.last_mid;
+}
+
+uint64_t through_field(const CollJob &job)
+{
+	const uint32_t t = through(job);
+	return t ? uint64_t(t) + 1 : 0;
+}
+
+bool all_acked(const XchgOut &o)
+{
+	return o.sent.acked == o.sent.have;
+}
+
+// f on what each message of the job sent: those that run here on the
+// exchange, then those done here (parked).
+template <class F>
+void each_out(CollJob &job, const CollPath *path, F &&f)
+{
+	for (size_t i = 0; job.active && i <= job.flight.size(); i++) {
+		Message &m = i ? *job.flight[i - 1] : *job.active;
+		if (m.path == path)
+			f(m.xchg.out);
+	}
+	for (XchgOut &o : job.xchg.outs)
+		f(o);
+}
+
+} // namespace
+
+// How long an acknowledgement may wait for something else to say as much:
+// a quarter of the probe time (or of the timeout without probes), well
+// within the sender's repeat (arm_out()).
+uint64_t XchgPath::ack_wait(const CollJob &job) const
+{
+	const uint64_t probe = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
+	return (probe ? probe : u_.rto_ns(job)) / 4;
+}
+
+void XchgPath::send_out(CollJob &job, XchgOut &o, uint32_t ph, bool again)
+{
+	Ceth h = o.h;
+	h.phase = uint8_t(ph);
+	h.seg = o.tries[ph]; // the transmission, echoed by the acknowledgement
+	h.rank_map = through_field(job);
+	if (again)
+		h.flags |= kCethRetrans;
+	u_.send(job, o.to[ph], kCollXchg, h, Payload::copied(o.sent.at(ph), o.sent.len));
+	if (again)
+		u_.ctr.retrans_data++;
+	else
+		u_.ctr.tx_data++;
+	settle_owed(job, o.to[ph], through(job));
+}
+
+// What is not acknowledged goes again, less often each time: after the
+// probe time (or twice the round trip) and the acknowledgement's wait,
+// then twice as long each time (again()).
+void XchgPath::arm_out(const CollJob &job, XchgOut &o, uint64_t now)
+{
+	if (all_acked(o)) {
+		o.again_at = 0; // nothing to send again: waiting for a peer
+		return;
+	}
+	if (!o.again_at) {
+		const uint64_t probe = uint64_t(u_.host().params.cfg.coll_probe_us) * 1000;
+		o.again_gap = (probe ? std::max(probe, 2 * job.srtt) : u_.rto_ns(job)) + ack_wait(job);
+		o.again_at = now + o.again_gap;
+	}
+}
+
+void XchgPath::again(CollJob &job, XchgOut &o, uint64_t now)
+{
+	for (uint32_t ph = 0; ph < 32; ph++)
+		if ((o.sent.have & ~o.sent.acked) >> ph & 1) {
+			o.last_at[ph] = now;
+			o.tries[ph]++;
+			send_out(job, o, ph, true);
+		}
+	// As the ring's repeats while nothing progresses: up to a second (or
+	// twice the timeout).
+	const uint64_t most = std::max<uint64_t>(1000 * util::kNsPerMs, 2 * u_.rto_ns(job));
+	o.again_gap = std::min(2 * o.again_gap, std::max(most, o.again_gap));
+	o.again_at = now + o.again_gap;
+}
+
+// m has its result: what it sent goes to the job (kept while a peer has
+// not acknowledged it), its buffers back to the job's for the next.
+void XchgPath::park(CollJob &job, Message &m, uint64_t now)
+{
+	XchgMsg &x = m.xchg;
+	XchgJob &xj = job.xchg;
+	x.done = true;
+	XchgOut &o = x.out;
+	o.sent.on = o.sent.on && !all_acked(o);
+	o.parked = now;
+	if (o.sent.on)
+		arm_out(job, o, now); // sent in the pass that completed it
+	XchgOut *slot = nullptr;
+	for (XchgOut &e : xj.outs)
+		if (!e.sent.on && (!slot || (!slot->sent.data.empty() && e.sent.data.empty())))
+			slot = &e;
+	if (!slot && xj.outs.size() < kOutSlots)
+		slot = &xj.outs.emplace_back();
+	if (!slot) { // the oldest: its peer has not answered for 64 messages
+		slot = &xj.outs.front();
+		for (XchgOut &e : xj.outs)
+			if (e.parked < slot->parked)
+				slot = &e;
+		IBVC_DEBUG("coll", "{}: job {} message {}: no acknowledgement, given up",
+			   u_.host().params.name, job.cfg.jid, slot->sent.mid);
+	}
+	std::swap(*slot, o);
+	x.in.on = false;
+	for (XchgSlots &e : xj.early)
+		if (!e.on && e.data.empty() && !x.in.data.empty())
+			std::swap(e, x.in);
+	if (xj.accs.size() < kOutSlots && !x.acc.empty())
+		xj.accs.push_back(std::move(x.acc));
+}
+
+// Tell `to` that its partial of the phase in p (a partial's header) is
+// here, after holding the acknowledgement `held` ns.
+void XchgPath::acknowledge(CollJob &job, const Ceth &p, uint16_t to, uint64_t held, bool gap)
+{
+	Ceth h;
+	h.coll = p.coll;
+	h.op = p.op;
+	h.dtype = p.dtype;
+	h.src_node = job.cfg.node;
+	h.jid = job.cfg.jid;
+	h.mid = p.mid;
+	h.phase = p.phase;
+	h.seq = p.seq;
+	h.flags = kCethXchgAck | (gap ? kCethNak : 0);
+	h.seg = p.seg;
+	h.job_key = job.cfg.key;
+	h.hold = uint32_t(std::min<uint64_t>(held, kHoldUnknown - 1));
+	h.rank_map = through_field(job);
+	u_.send(job, to, kCollXchg, h);
+	settle_owed(job, to, p.mid, p.phase);
+	settle_owed(job, to, through(job));
+}
+
+void XchgPath::owe(CollJob &job, const Ceth &p, uint64_t now)
+{
+	XchgJob &xj = job.xchg;
+	// A peer that sends without waiting for this node (a broadcast's
+	// parent) hears every few partials, as TCP acknowledges every other
+	// segment: it runs at most kAhead messages ahead of what is
+	// acknowledged (done()).
+	if (size_t(std::count_if(xj.owed.begin(), xj.owed.end(),
+			  [&](const XchgOwed &o) { return o.to == p.src_node; })) + 1 >=
+	    kOwedEach)
+		return acknowledge(job, p, p.src_node, 0);
+	if (xj.owed.size() >= kOwedMost) { // the oldest goes now
+		const XchgOwed o = xj.owed.front();
+		xj.owed.erase(xj.owed.begin());
+		acknowledge(job, o.h, o.to, now - o.since);
+	}
+	xj.owed.push_back(XchgOwed{p, p.src_node, now});
+	if (!xj.owed_due)
+		xj.owed_due = now + ack_wait(job);
+}
+
+// Acknowledgements owed to `to` that are said now: of messages up to mid
+// (phase < 0), or of mid's partial of that phase.
+void XchgPath::settle_owed(CollJob &job, uint16_t to, uint32_t mid, int phase)
+{
+	XchgJob &xj = job.xchg;
+	if (xj.owed.empty() || (phase < 0 && !mid))
+		return;
+	std::erase_if(xj.owed, [&](const XchgOwed &o) {
+		return o.to == to && (phase < 0 ? !seq_after(o.h.mid, mid)
+						: o.h.mid == mid && o.h.phase == phase);
+	});
+	xj.owed_due = xj.owed.empty() ? 0 : xj.owed.front().since + ack_wait(job);
+}
+
+// Every message up to the one p's sender names in rank_map is finished
+// there: what this node sent it for those needs no acknowledgement.
+void XchgPath::take_through(CollJob &job, const CollPacket &p)
+{
+	if (!p.h.rank_map || p.h.rank_map > UINT32_MAX)
+		return;
+	const uint32_t t = uint32_t(p.h.rank_map - 1), src = p.h.src_node;
+	auto take = [&](XchgOut &o) {
+		if (!o.sent.on || seq_after(o.sent.mid, t))
+			return;
+		for (uint32_t ph = 0; ph < 32; ph++)
+			if ((o.sent.have >> ph & 1) && o.to[ph] == src)
+				o.sent.acked |= 1u << ph;
+		if (!all_acked(o))
+			return;
+		o.again_at = 0;
+		if (o.parked)
+			o.sent.on = false;
+	};
+	each_out(job, this, take);
+}
+
+// The round trip an acknowledgement of phase ph closes, from the
+// transmission it answers (its echo of seg) to now, less the time the
+// acknowledgement was held; once per transmission.  It paces the repeats
+// (arm_out()): with none, an exchange on a path slower than the probe
+// time sent every partial twice, message after message (Karn's rule alone
+// never timed one).
+static void time_ack(CollCore &u, CollJob &job, XchgOut &o, const CollPacket &p, uint64_t now)
+{
+	const uint32_t ph = p.h.phase;
+	const uint16_t echo = p.h.seg;
+	uint64_t *at = echo == o.tries[ph] ? &o.last_at[ph] : echo == 0 ? &o.first_at[ph] : nullptr;
+	if (!at || !*at || now <= *at)
+		return;
+	const uint64_t rtt = now - *at, held = p.h.hold;
+	u.rtt_sample(job, held < rtt ? rtt - held : rtt, Holding::unknown());
+	if (echo == 0)
+		o.first_at[ph] = 0;
+	if (echo == o.tries[ph])
+		o.last_at[ph] = 0;
+}
+
+void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
+{
+	const uint32_t ph = p.h.phase;
+	Message *m = job.running(p.h.mid);
+	XchgOut *o = nullptr;
+	if (m && m->path == this && m->xchg.out.sent.on)
+		o = &m->xchg.out;
+	for (size_t i = 0; !o && i < job.xchg.outs.size(); i++)
+		if (job.xchg.outs[i].sent.on && job.xchg.outs[i].sent.mid == p.h.mid)
+			o = &job.xchg.outs[i];
+	if (o && ph < 32 && o->sent.has(ph) && o->to[ph] == p.h.src_node) {
+		const uint16_t echo = p.h.seg;
+		const uint64_t at = echo == o->tries[ph] ? o->last_at[ph]
+				    : echo == 0	      ? o->first_at[ph]
+							: 0;
+		if (at && (p.h.flags & kCethNak))
+			repeat_older(job, p.h.mid, p.h.src_node, at, now);
+		time_ack(u_, job, *o, p, now);
+	}
+	if (!o || ph >= 32 || !o->sent.has(ph) || (o->sent.acked >> ph & 1)) {
+		u_.ctr.dup_dropped++; // acknowledged already, or of a message long done
+		return;
+	}
+	if (o->to[ph] != p.h.src_node) {
+		u_.ctr.bad_node++; // not whom this node sent it to
+		return;
+	}
+	o->sent.acked |= 1u << ph;
+	if (!o->parked)
+		m->last_progress = now;
+	else if (all_acked(*o))
+		o->sent.on = false;
+	// What is still unacknowledged went later: its repeat is due a full
+	// wait from now (arm_out()), as TCP restarts its timer on every ACK.
+	o->again_at = 0;
+	arm_out(job, *o, now);
+}
+
+// A partial sent at sent_at to peer came (its acknowledgement, for message
+// mid) while an older message's of that phase is missing there (the
+// acknowledgement's NAK flag): what this node sent that peer before, for
+// older messages, and no acknowledgement came for, was lost (or is late:
+// the path reorders).  It goes again now rather than on its timer, as
+// TCP's fast retransmit, without touching the timer's backoff; at most
+// once per later partial.
+void XchgPath::repeat_older(CollJob &job, uint32_t mid, uint16_t peer, uint64_t sent_at,
+			    uint64_t now)
+{
+	auto older = [&](XchgOut &o) {
+		if (!o.sent.on || !seq_after(mid, o.sent.mid))
+			return;
+		for (uint32_t q = 0; q < 32; q++)
+			if (((o.sent.have & ~o.sent.acked) >> q & 1) && o.to[q] == peer &&
+			    o.last_at[q] && o.last_at[q] <= sent_at) {
+				o.last_at[q] = now;
+				o.tries[q]++;
+				send_out(job, o, q, true);
+				u_.ctr.fast_repeats++;
+			}
+	};
+	each_out(job, this, older);
+}
+
+bool XchgPath::tend(CollJob &job, uint64_t now)
+{
+	XchgJob &xj = job.xchg;
+	bool did = false;
+	const uint64_t wait = ack_wait(job);
+	while (xj.owed_due && now >= xj.owed_due) {
+		const XchgOwed o = xj.owed.front();
+		xj.owed.erase(xj.owed.begin());
+		acknowledge(job, o.h, o.to, now - o.since);
+		xj.owed_due = xj.owed.empty() ? 0 : xj.owed.front().since + wait;
+		did = true;
+	}
+	const uint64_t bound = u_.coll_timeout_ns(job);
+	for (XchgOut &o : xj.outs) {
+		if (!o.sent.on)
+			continue;
+		if (now - o.parked > bound) {
+			// Its peer is gone, or left the job: it fails there.
+			IBVC_INFO("coll", "{}: job {} message {}: a peer acknowledged nothing "
+				  "for the job's timeout; no longer sent",
+				  u_.host().params.name, job.cfg.jid, o.sent.mid);
+			o.sent.on = false;
+		} else if (o.again_at && now >= o.again_at) {
+			again(job, o, now);
+			did = true;
+		}
+	}
+	return did;
+}
+
+uint64_t XchgPath::due(const CollJob &job) const
+{
+	uint64_t d = job.xchg.owed_due;
+	const uint64_t bound = u_.coll_timeout_ns(job) + 1;
+	for (const XchgOut &o : job.xchg.outs)
+		if (o.sent.on) {
+			const uint64_t t = o.again_at ? std::min(o.again_at, o.parked + bound)
+						      : o.parked + bound;
+			d = d ? std::min(d, t) : t;
+		}
+	return d;
+}
+
+bool XchgPath::leaving(CollJob &job, uint64_t now)
+{
+	XchgJob &xj = job.xchg;
+	while (!xj.owed.empty()) {
+		const XchgOwed o = xj.owed.front();
+		xj.owed.erase(xj.owed.begin());
+		acknowledge(job, o.h, o.to, now - o.since);
+	}
+	xj.owed_due = 0;
+	tend(job, now);
+	return std::any_of(xj.outs.begin(), xj.outs.end(),
+			   [](const XchgOut &o) { return o.sent.on; });
+}
+
+} // namespace ibv_coll::emu
