@@ -68,8 +68,7 @@ bool all_acked(const XchgOut &o)
 
 // f on what each message of the job sent: those that run here on the
 // exchange, then those done here (parked).
-template <class F>
-void each_out(CollJob &job, const CollPath *path, F &&f)
+template <class F> void each_out(CollJob &job, const CollPath *path, F &&f)
 {
 	for (size_t i = 0; job.active && i <= job.flight.size(); i++) {
 		Message &m = i ? *job.flight[i - 1] : *job.active;
@@ -118,7 +117,8 @@ void XchgPath::arm_out(const CollJob &job, XchgOut &o, uint64_t now)
 	}
 	if (!o.again_at) {
 		const uint64_t probe = uint64_t(u_.host().params.cfg.coll_probe_us) * 1000;
-		o.again_gap = (probe ? std::max(probe, 2 * job.srtt) : u_.rto_ns(job)) + ack_wait(job);
+		o.again_gap = (probe ? std::max(probe, 2 * job.srtt) : u_.rto_ns(job)) +
+			      ack_wait(job);
 		o.again_at = now + o.again_gap;
 	}
 }
@@ -203,9 +203,9 @@ void XchgPath::owe(CollJob &job, const Ceth &p, uint64_t now)
 	// parent) hears every few partials, as TCP acknowledges every other
 	// segment: it runs at most kAhead messages ahead of what is
 	// acknowledged (done()).
-	if (size_t(std::count_if(xj.owed.begin(), xj.owed.end(),
-			  [&](const XchgOwed &o) { return o.to == p.src_node; })) + 1 >=
-	    kOwedEach)
+	const auto held = std::count_if(xj.owed.begin(), xj.owed.end(),
+					[&](const XchgOwed &o) { return o.to == p.src_node; });
+	if (size_t(held) + 1 >= kOwedEach)
 		return acknowledge(job, p, p.src_node, 0);
 	if (xj.owed.size() >= kOwedMost) { // the oldest goes now
 		const XchgOwed o = xj.owed.front();
@@ -287,8 +287,8 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 	if (o && ph < 32 && o->sent.has(ph) && o->to[ph] == p.h.src_node) {
 		const uint16_t echo = p.h.seg;
 		const uint64_t at = echo == o->tries[ph] ? o->last_at[ph]
-				    : echo == 0	      ? o->first_at[ph]
-							: 0;
+				    : echo == 0		 ? o->first_at[ph]
+							 : 0;
 		if (at && (p.h.flags & kCethNak))
 			repeat_older(job, p.h.mid, p.h.src_node, at, now);
 		time_ack(u_, job, *o, p, now);
@@ -355,7 +355,8 @@ bool XchgPath::tend(CollJob &job, uint64_t now)
 			continue;
 		if (now - o.parked > bound) {
 			// Its peer is gone, or left the job: it fails there.
-			IBVC_INFO("coll", "{}: job {} message {}: a peer acknowledged nothing "
+			IBVC_INFO("coll",
+				  "{}: job {} message {}: a peer acknowledged nothing "
 				  "for the job's timeout; no longer sent",
 				  u_.host().params.name, job.cfg.jid, o.sent.mid);
 			o.sent.on = false;
