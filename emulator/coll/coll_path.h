@@ -161,6 +161,8 @@ public:
 	// The job is about to leave: every acknowledgement owed goes now;
 	// true while what this node sent is not all acknowledged.
 	bool leaving(CollJob &job, uint64_t now);
+	// Every acknowledgement owed goes now (the job leaves the QP).
+	void flush_owed(CollJob &job, uint64_t now);
 
 private:
 	CollCore &u_;

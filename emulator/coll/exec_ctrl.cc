@@ -59,6 +59,9 @@ void CollEngine::release(Qp &qp)
 	const JobConfig &c = qp.job->cfg;
 	const CollJob &job = *qp.job;
 	sw_.release(*qp.job);
+	// Its peers hear now what they would have on a timer that goes with
+	// the job (coll/xchg_ack.cc): none of them waits for this node.
+	xchg_.flush_owed(*qp.job, e_.now());
 	// Now: the QP's context may be closed next, and its engine thread
 	// with it, before another progress pass would send the batch.
 	e_.tx_flush();

@@ -381,7 +381,7 @@ uint64_t XchgPath::due(const CollJob &job) const
 	return d;
 }
 
-bool XchgPath::leaving(CollJob &job, uint64_t now)
+void XchgPath::flush_owed(CollJob &job, uint64_t now)
 {
 	XchgJob &xj = job.xchg;
 	while (!xj.owed.empty()) {
@@ -390,6 +390,12 @@ bool XchgPath::leaving(CollJob &job, uint64_t now)
 		acknowledge(job, o.h, o.to, now - o.since);
 	}
 	xj.owed_due = 0;
+}
+
+bool XchgPath::leaving(CollJob &job, uint64_t now)
+{
+	XchgJob &xj = job.xchg;
+	flush_owed(job, now);
 	tend(job, now);
 	return std::any_of(xj.outs.begin(), xj.outs.end(),
 			   [](const XchgOut &o) { return o.sent.on; });

@@ -1001,6 +1001,24 @@ TEST(CollPathsExchange, AMemberThatCompletesSendsUntilAcknowledged)
 	}
 }
 
+// A job that leaves its QP (reset, or destroyed) sends the
+// acknowledgements it held back: two nodes, one allreduce; each holds the
+// other's acknowledgement (nothing follows to carry it), and once node 1's
+// job is released, node 0 has all it sent acknowledged, where it would
+// otherwise go on sending to a node that never answers.
+TEST(CollPathsExchange, AJobThatLeavesSendsWhatItHeldBack)
+{
+	Cluster c({1, 1}, Topology::ring, 8, false);
+	c.post_allreduce(1, 4, 3);
+	ASSERT_TRUE(c.run(1, 5000 * kMs));
+	expect_results(c, 1);
+	Node &zero = *c.nodes[0], &one = *c.nodes[1];
+	EXPECT_TRUE(zero.svc->leaving(zero.qp, c.clock)) << "node 1 answered at once";
+	one.svc->release(one.qp);
+	EXPECT_FALSE(c.run(2, kMs));
+	EXPECT_FALSE(zero.svc->leaving(zero.qp, c.clock));
+}
+
 // Acknowledgements ride on what a member sends next: in a run of small
 // allreduces on four nodes without loss, each member's partials of the
 // next message say it finished the last (rank_map), so a member sends
