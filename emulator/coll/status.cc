@@ -79,6 +79,12 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 	ctr.failed += st != CollStatus::success;
 	ctr.blocks += m.finals;
 	ctr.fallbacks += (m.ran & kRanFallback) != 0;
+	// The exchange completes on its result, before its peers acknowledge
+	// what it sent (coll/xchg_ack.cc): that much is on the wire before the
+	// application hears, so a process that exits right after still leaves
+	// no peer without its partial (the pass's batch would go after).
+	if (m.path == &xchg_)
+		e_.tx_flush();
 	if (m.signaled || st != CollStatus::success)
 		e_.push_cqe(qp.scq, message_cqe(job, m, qp.qpn, m.wr_id, st));
 	finish_parts(job, m, st);
