@@ -173,6 +173,10 @@ public:
 	// which is execution control's to carry out.
 	virtual void fail(Qp &qp, CollJob &job, CollStatus st, bool tell_others,
 			  const char *why) = 0;
+	// The port's lend mark of the last packet sent from lent memory, and
+	// memory lent up to a mark free again (the exchange's, coll/xchg.cc).
+	uint64_t lent_mark() const { return lent_; }
+	void reclaim_lent(uint64_t mark) { e_.tx_reclaim(mark); }
 
 protected:
 	CollCore(CollHost &e, uint32_t seg_units, uint32_t seg_bytes);

@@ -230,15 +230,39 @@ struct RingMsg {
 	}
 };
 
+// A partial of the exchange travels as XCHG packets of at most
+// kXchgPiece bytes each (its pieces, numbered in the CETH's sid), at most
+// kXchgPiecesMost of them: IBV_COLL_EMU_XCHG_BYTES is at most 64 KiB.
+constexpr uint32_t kXchgPiece = 4096;
+constexpr uint32_t kXchgPiecesMost = 16;
+
+inline uint32_t xchg_pieces(uint32_t len)
+{
+	return len ? (len + kXchgPiece - 1) / kXchgPiece : 1;
+}
+
+inline uint32_t xchg_piece_len(uint32_t len, uint32_t piece)
+{
+	return std::min(kXchgPiece, len - std::min(len, piece * kXchgPiece));
+}
+
+// Every piece of a partial of len bytes, a bit each.
+inline uint16_t xchg_all_pieces(uint32_t len)
+{
+	return uint16_t((1u << std::min(xchg_pieces(len), kXchgPiecesMost)) - 1);
+}
+
 // What a node of the exchange (xchg.cc) received or sent for one message:
-// a partial per phase, each len bytes, those in have (bit per phase);
-// of those sent, the ones the peer acknowledged.
+// a partial per phase, each len bytes, those in have (bit per phase),
+// and of a phase not complete yet the pieces here (got); of those sent,
+// the phases the peer acknowledged.
 struct XchgSlots {
 	uint32_t mid = 0;
 	bool on = false;
 	uint32_t len = 0;
 	uint32_t tag = 0; // the collective, and a broadcast's root (xchg.cc)
 	uint32_t have = 0, acked = 0;
+	std::array<uint16_t, 32> got{};
 	std::vector<uint8_t> data;
 
 	void reset(uint32_t m, uint32_t l, uint32_t phases, uint32_t t)
@@ -248,9 +272,24 @@ struct XchgSlots {
 		len = l;
 		tag = t;
 		have = acked = 0;
+		got.fill(0);
 		data.resize(size_t(l) * phases);
 	}
 	bool has(uint32_t ph) const { return on && (have >> ph & 1); }
+	// The pieces of phase ph here.
+	uint16_t pieces(uint32_t ph) const { return has(ph) ? xchg_all_pieces(len) : got[ph]; }
+	// Piece i of phase ph came: false if it was here already; the phase
+	// is here once every piece is.
+	bool add(uint32_t ph, uint32_t i)
+	{
+		const uint16_t bit = uint16_t(1u << i);
+		if (has(ph) || (got[ph] & bit))
+			return false;
+		got[ph] |= bit;
+		if (got[ph] == xchg_all_pieces(len))
+			have |= 1u << ph;
+		return true;
+	}
 	uint8_t *at(uint32_t ph) { return data.data() + size_t(len) * ph; }
 	const uint8_t *at(uint32_t ph) const { return data.data() + size_t(len) * ph; }
 };
@@ -271,6 +310,13 @@ struct XchgOut {
 	// even when the partial went again; 0 once timed).
 	std::array<uint64_t, 32> first_at{}, last_at{};
 	std::array<uint16_t, 32> tries{};
+	// Per phase not acknowledged whole yet: the pieces that are (an
+	// acknowledgement names those its sender has, in node_map).
+	std::array<uint16_t, 32> acked_pieces{};
+	// The packets go from sent's buffer (lent): the port's mark of the
+	// last, which a new message's partials may not overwrite before it
+	// left (XchgPath::open_out).
+	uint64_t lent = 0;
 };
 
 // The exchange's state of a message (xchg.cc): the phase this node is in,

@@ -188,6 +188,7 @@ private:
 	void acknowledge(CollJob &job, const wire::Ceth &p, uint16_t to, uint64_t held,
 			 bool gap = false);
 	void owe(CollJob &job, const wire::Ceth &p, uint64_t now);
+	uint16_t pieces_here(CollJob &job, const wire::Ceth &p) const;
 	void settle_owed(CollJob &job, uint16_t to, uint32_t mid, int phase = -1);
 	void take_through(CollJob &job, const CollPacket &p);
 	void on_ack(CollJob &job, const CollPacket &p, uint64_t now);

@@ -226,6 +226,11 @@ void XchgPath::open_out(CollJob &job, Message &m, uint32_t len, uint32_t phases,
 	for (XchgOut &e : job.xchg.outs)
 		if (!e.sent.on && !e.sent.data.empty() && o.sent.data.empty())
 			std::swap(o, e);
+	// A packet of the message that used the buffer may wait in the port
+	// (sent again in this pass, before its acknowledgement came).
+	if (o.lent)
+		u_.reclaim_lent(o.lent);
+	o.lent = 0;
 	o.sent.reset(m.mid, len, phases, tag);
 	o.h = u_.header(job, m, 0);
 	o.h.seq = m.coll == CollOp::bcast ? m.root_node : 0;
@@ -234,6 +239,7 @@ void XchgPath::open_out(CollJob &job, Message &m, uint32_t len, uint32_t phases,
 		o.to[ph] = d == kNone ? 0 : uint16_t(d);
 	}
 	o.again_at = o.again_gap = o.parked = 0;
+	o.acked_pieces.fill(0);
 }
 
 // This node's partial of phase ph to its peer, kept until acknowledged.
@@ -248,6 +254,7 @@ void XchgPath::send_phase(CollJob &job, Message &m, uint32_t ph)
 	sent.have |= 1u << ph;
 	o.first_at[ph] = o.last_at[ph] = u_.host().now();
 	o.tries[ph] = 0;
+	o.acked_pieces[ph] = 0;
 	send_out(job, o, ph, false);
 	// The result an extra takes from its partner says its partial came
 	// (on_packet): no other acknowledgement of it is owed.
@@ -373,13 +380,21 @@ XchgPath::Kept XchgPath::keep(CollJob &job, const CollPacket &p)
 {
 	constexpr size_t kEarlySlots = 32; // twice the deepest depth
 	const uint32_t ph = p.h.phase, tag = tag_of(p.h.coll, p.h.seq);
+	// The partial's length (node_map) and this piece of it (sid).
+	const uint32_t len = uint32_t(std::min<uint64_t>(p.h.node_map, UINT32_MAX));
+	const uint32_t piece = p.h.sid;
+	if (p.h.node_map > uint64_t(kXchgPiece) * kXchgPiecesMost || piece >= xchg_pieces(len) ||
+	    p.paylen != xchg_piece_len(len, piece)) {
+		u_.ctr.bad_block++;
+		return Kept::no;
+	}
 	XchgSlots *to = nullptr;
 	if (Message *m = job.running(p.h.mid)) {
 		if (m->path == this && m->xchg.result) { // taken already
 			u_.ctr.dup_dropped++;
 			return Kept::again;
 		}
-		if (m->path != this || p.paylen != m->xchg.in.len || tag != m->xchg.in.tag) {
+		if (m->path != this || len != m->xchg.in.len || tag != m->xchg.in.tag) {
 			u_.ctr.bad_block++; // the members do not agree on the message
 			return Kept::no;
 		}
@@ -387,7 +402,7 @@ XchgPath::Kept XchgPath::keep(CollJob &job, const CollPacket &p)
 	} else if (job.ahead(p.h.mid)) {
 		XchgJob &xj = job.xchg;
 		to = early_of(xj, p.h.mid);
-		if (to && (p.paylen != to->len || tag != to->tag)) {
+		if (to && (len != to->len || tag != to->tag)) {
 			u_.ctr.bad_block++;
 			return Kept::no;
 		}
@@ -402,24 +417,23 @@ XchgPath::Kept XchgPath::keep(CollJob &job, const CollPacket &p)
 				return Kept::no;
 			}
 			const uint32_t n = job.cfg.nodes();
-			to->reset(p.h.mid, p.paylen,
+			to->reset(p.h.mid, len,
 				  is_bcast(p.h.coll) ? Tree(n, p.h.seq).phases()
 						     : Shape(n).phases(),
 				  tag);
 		}
-		if (!to->has(ph))
+		if (!(to->pieces(ph) >> piece & 1))
 			u_.ctr.early_stored++;
 	} else {
 		u_.ctr.stale_dropped++; // a message done here: its acknowledgement was lost
 		return Kept::again;
 	}
-	if (to->has(ph)) {
+	if (!to->add(ph, piece)) {
 		u_.ctr.dup_dropped++;
 		return Kept::again;
 	}
 	if (p.paylen)
-		memcpy(to->at(ph), p.payload, p.paylen);
-	to->have |= 1u << ph;
+		memcpy(to->at(ph) + size_t(piece) * kXchgPiece, p.payload, p.paylen);
 	return Kept::fresh;
 }
 

@@ -90,19 +90,31 @@ uint64_t XchgPath::ack_wait(const CollJob &job) const
 	return (probe ? probe : u_.rto_ns(job)) / 4;
 }
 
+// The pieces of phase ph's partial that its peer has not acknowledged.
 void XchgPath::send_out(CollJob &job, XchgOut &o, uint32_t ph, bool again)
 {
 	Ceth h = o.h;
 	h.phase = uint8_t(ph);
 	h.seg = o.tries[ph]; // the transmission, echoed by the acknowledgement
 	h.rank_map = through_field(job);
+	h.node_map = o.sent.len;
 	if (again)
 		h.flags |= kCethRetrans;
-	u_.send(job, o.to[ph], kCollXchg, h, Payload::copied(o.sent.at(ph), o.sent.len));
-	if (again)
-		u_.ctr.retrans_data++;
-	else
-		u_.ctr.tx_data++;
+	const uint32_t len = o.sent.len;
+	for (uint32_t i = 0; i < xchg_pieces(len); i++) {
+		if (o.acked_pieces[ph] >> i & 1)
+			continue;
+		h.sid = i;
+		const uint32_t n = xchg_piece_len(len, i);
+		const uint8_t *at = o.sent.at(ph) + size_t(i) * kXchgPiece;
+		u_.send(job, o.to[ph], kCollXchg, h, n ? Payload::lent(at, n) : Payload{});
+		if (n)
+			o.lent = u_.lent_mark();
+		if (again)
+			u_.ctr.retrans_data++;
+		else
+			u_.ctr.tx_data++;
+	}
 	settle_owed(job, o.to[ph], through(job));
 }
 
@@ -173,8 +185,24 @@ void XchgPath::park(CollJob &job, Message &m, uint64_t now)
 		xj.accs.push_back(std::move(x.acc));
 }
 
+// The pieces of the partial p (a partial's header that was taken) here:
+// of a message that runs or is kept for later, those that came; of one
+// finished here, all.
+uint16_t XchgPath::pieces_here(CollJob &job, const Ceth &p) const
+{
+	const uint16_t all = xchg_all_pieces(uint32_t(std::min<uint64_t>(p.node_map, UINT32_MAX)));
+	const XchgSlots *s = nullptr;
+	if (Message *m = job.running(p.mid); m && m->path == this && !m->xchg.result)
+		s = &m->xchg.in;
+	for (const XchgSlots &e : job.xchg.early)
+		if (!s && e.on && e.mid == p.mid)
+			s = &e;
+	return s && s->on && s->mid == p.mid && p.phase < 32 ? s->pieces(p.phase) : all;
+}
+
 // Tell `to` that its partial of the phase in p (a partial's header) is
-// here, after holding the acknowledgement `held` ns.
+// here, after holding the acknowledgement `held` ns: in node_map, the
+// pieces that are (all but a lost one, or a late one, the first time).
 void XchgPath::acknowledge(CollJob &job, const Ceth &p, uint16_t to, uint64_t held, bool gap)
 {
 	Ceth h;
@@ -188,6 +216,8 @@ void XchgPath::acknowledge(CollJob &job, const Ceth &p, uint16_t to, uint64_t he
 	h.seq = p.seq;
 	h.flags = kCethXchgAck | (gap ? kCethNak : 0);
 	h.seg = p.seg;
+	h.sid = p.sid;
+	h.node_map = pieces_here(job, p);
 	h.job_key = job.cfg.key;
 	h.hold = uint32_t(std::min<uint64_t>(held, kHoldUnknown - 1));
 	h.rank_map = through_field(job);
@@ -203,6 +233,11 @@ void XchgPath::owe(CollJob &job, const Ceth &p, uint64_t now)
 	// parent) hears every few partials, as TCP acknowledges every other
 	// segment: it runs at most kAhead messages ahead of what is
 	// acknowledged (done()).
+	// One acknowledgement says every piece of a partial that is here.
+	if (std::any_of(xj.owed.begin(), xj.owed.end(), [&](const XchgOwed &o) {
+		    return o.to == p.src_node && o.h.mid == p.mid && o.h.phase == p.phase;
+	    }))
+		return;
 	const auto held = std::count_if(xj.owed.begin(), xj.owed.end(),
 					[&](const XchgOwed &o) { return o.to == p.src_node; });
 	if (size_t(held) + 1 >= kOwedEach)
@@ -299,6 +334,18 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 	}
 	if (o->to[ph] != p.h.src_node) {
 		u_.ctr.bad_node++; // not whom this node sent it to
+		return;
+	}
+	const uint16_t all = xchg_all_pieces(o->sent.len);
+	const uint16_t fresh = uint16_t(p.h.node_map & all & ~o->acked_pieces[ph]);
+	if (!fresh) {
+		u_.ctr.dup_dropped++; // names no piece not acknowledged before
+		return;
+	}
+	o->acked_pieces[ph] |= fresh;
+	if (o->acked_pieces[ph] != all) { // a piece is missing there: it goes on the timer
+		if (!o->parked)
+			m->last_progress = now;
 		return;
 	}
 	o->sent.acked |= 1u << ph;

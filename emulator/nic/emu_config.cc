@@ -91,11 +91,11 @@ const ConfigVar kCollVars[kCollCount] = {
 	 "falls back to the ring (SWITCH and HIERARCHY fail with a timeout); once they answer, "
 	 "the wait for the grant is the collective's timeout",
 	 ConfigKind::uint, 1, 3600000},
-	{"IBV_COLL_EMU_XCHG_BYTES", "4096",
+	{"IBV_COLL_EMU_XCHG_BYTES", "32768",
 	 "an allreduce or broadcast of at most this many bytes per rank, or a barrier, on a job "
 	 "round the ring runs among the member NICs in about log2(nodes) steps instead (a pairwise "
 	 "exchange, a binomial tree; 0: never); every member must have the same value",
-	 ConfigKind::uint, 0, 4096},
+	 ConfigKind::uint, 0, 65536},
 	{"IBV_COLL_EMU_COLL_DEPTH", "4",
 	 "collectives of one job that run at once, each with its own MID, when every one of them "
 	 "runs as a pairwise exchange or a broadcast tree (IBV_COLL_EMU_XCHG_BYTES): later posts "

@@ -53,12 +53,12 @@ tshark -r "$tmp/cap.pcap" -X "lua_script:$lua" \
 	-e ibv_coll.ceth.flags -e ibv_coll.ceth.status -e ibv_coll.ceth.phase \
 	-e ibv_coll.ceth.src_node -e ibv_coll.ceth.jid -e ibv_coll.ceth.mid \
 	-e ibv_coll.ceth.len -e ibv_coll.ceth.job_key -e ibv_coll.ceth.seq -e _ws.expert \
-	-e ibv_coll.ceth.rank_map \
+	-e ibv_coll.ceth.rank_map -e ibv_coll.ceth.sid -e ibv_coll.ceth.node_map \
 	>"$tmp/fields.out" 2>"$tmp/fields.err" || fail "tshark could not read the capture"
 
 python3 - "$tmp/fields.out" "$base" <<'EOF' || fail "the decoded packets differ from what was sent"
 import sys
-cols = "sport dport opcode kind coll op dtype flags status phase src jid mid len key seq expert through".split()
+cols = "sport dport opcode kind coll op dtype flags status phase src jid mid len key seq expert through sid nmap".split()
 base = int(sys.argv[2])
 pkts = []
 for line in open(sys.argv[1]):
@@ -70,7 +70,7 @@ def num(s):
     return int(s, 0) if s else None
 
 # What was sent (coll_node --scenario xchg): MID -> (collective, bytes, root).
-msgs = {1: (0x40, 8, None), 2: (0x45, 0, None), 3: (0x42, 12, 2)}
+msgs = {1: (0x40, 8, None), 2: (0x45, 0, None), 3: (0x42, 12, 2), 4: (0x40, 8000, None)}
 JID, KEY, ACK = 42, 0x5eed0000 ^ 1, 0x08
 errors = []
 def check(cond, what, p):
@@ -78,6 +78,7 @@ def check(cond, what, p):
         errors.append("%s: %s" % (what, {k: v for k, v in p.items() if v}))
 
 partials, acks = {}, {}
+pieces_seen = set()
 finished = {} # (from, to) -> the newest MID the sender said it finished
 for p in pkts:
     check(p["kind"] != "", "every packet decodes as ibv_coll", p)
@@ -99,22 +100,28 @@ for p in pkts:
     flags = num(p["flags"])
     key = (mid, num(p["phase"]), src, dst)
     through = num(p["through"]) or 0
-    check(through <= 3 + 1, "rank_map: a MID finished, plus 1", p)
+    check(through <= 4 + 1, "rank_map: a MID finished, plus 1", p)
     if through:
         finished[(src, dst)] = max(finished.get((src, dst), 0), through - 1)
     if flags & ACK:
         check(flags & ~0x40 == ACK and num(p["len"]) == 0, "an acknowledgement (NAK: one before it missing) carries nothing", p)
+        pieces = (size + 4095) // 4096 if size else 1
+        check(0 < (num(p["nmap"]) or 0) < (1 << pieces), "an acknowledgement names pieces of the partial", p)
         acks[key] = acks.get(key, 0) + 1
     else:
         check(flags & ~0x2 == 0, "a partial's flags (at most RETRANS)", p)
-        check(num(p["len"]) == size, "a partial carries the message's bytes", p)
+        sid = num(p["sid"]) or 0
+        check(num(p["nmap"]) == size, "a partial says the message's bytes", p)
+        check(num(p["len"]) == min(4096, size - 4096 * sid) and (sid == 0 or sid * 4096 < size),
+              "a partial's piece carries its bytes of the message", p)
+        pieces_seen.add((mid, num(p["phase"]), src, dst, sid))
         partials[key] = partials.get(key, 0) + 1
 
 # Every partial acknowledged by its receiver: for the same message and
 # phase, or by a later message's XCHG that says the receiver finished it,
 # or (node 0's phase-0 partial, three nodes) by the result from node 1.
 for (mid, ph, s, d) in partials:
-    by_result = mid in (1, 2) and ph == 0 and (s, d) == (0, 1) and \
+    by_result = mid in (1, 2, 4) and ph == 0 and (s, d) == (0, 1) and \
         any(m == mid and (a, b) == (1, 0) for (m, _, a, b) in partials)
     check((mid, ph, d, s) in acks or finished.get((d, s), 0) >= mid or by_result,
           "partial of mid %d phase %d from %d to %d acknowledged" % (mid, ph, s, d), {"x": "1"})
@@ -122,7 +129,7 @@ for (mid, ph, s, d) in acks:
     check((mid, ph, d, s) in partials, "an acknowledgement answers a partial", {"mid": str(mid)})
 # Three nodes: node 0 (an extra) hands its partial to node 1 and gets the
 # result back; nodes 1 and 2 exchange once; 4 partials an allreduce.
-for mid in (1, 2):
+for mid in (1, 2, 4):
     got = sorted((s, d) for (m, ph, s, d) in partials if m == mid)
     check(got == [(0, 1), (1, 0), (1, 2), (2, 1)], "the exchange's partials of mid %d" % mid,
           {"got": str(got)})
@@ -130,6 +137,11 @@ for mid in (1, 2):
 got = sorted(d for (m, ph, s, d) in partials if m == 3)
 check(got == [0, 1] and all(s != d for (m, ph, s, d) in partials if m == 3),
       "the broadcast reaches nodes 0 and 1 once", {"got": str(got)})
+# Message 4's partials went in two pieces each.
+for (mid, ph, s, d) in partials:
+    if mid == 4:
+        check({x for (m, q, a, b, x) in pieces_seen if (m, q, a, b) == (mid, ph, s, d)} == {0, 1},
+              "both pieces of mid 4 phase %d from %d to %d" % (ph, s, d), {"x": "1"})
 if errors:
     print("\n".join(errors[:40]))
     print("%d errors" % len(errors))

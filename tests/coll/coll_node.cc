@@ -221,11 +221,14 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 			{IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_BXOR, IBV_COLL_DTYPE_UINT8, 7, 0, 0});
 	} else if (o.scenario == "xchg") {
 		// What tests/capture/test_xchg_dissector.sh expects, by its own
-		// count: messages 1 to 3 as the exchange and the broadcast tree.
+		// count: messages 1 to 3 as the exchange and the broadcast tree,
+		// 4 as the exchange in two pieces (8000 bytes).
 		v.push_back(
 			{IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 2, 0, 0});
 		v.push_back({IBV_COLL_WR_BARRIER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 0, 0, 0});
 		v.push_back({IBV_COLL_WR_BCAST, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 3, 2, 0});
+		v.push_back(
+			{IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 2000, 0, 0});
 	} else if (o.scenario == "switchbig") {
 		const uint64_t f = 4u << 20;
 		v.push_back(

@@ -806,9 +806,11 @@ TEST(CollWire, ExchangePeerAcknowledgementsForgeriesAndTheNextMessage)
 	EXPECT_EQ(p.h.flags, 0);
 	EXPECT_EQ(p.payload, i32({10, 20}));
 
-	// Forged and misdirected partials: counted, never reduced.
+	// Forged and misdirected partials: counted, never reduced.  A
+	// partial says its length in node_map (one piece here, sid 0).
 	Ceth h;
 	h.len = 8;
+	h.node_map = 8;
 	h.key = kKey;
 	const ibv_coll_counters c0 = counters();
 	Ceth x = h;
@@ -854,6 +856,7 @@ TEST(CollWire, ExchangePeerAcknowledgementsForgeriesAndTheNextMessage)
 	Ceth ack = h;
 	ack.flags = 0x08;
 	ack.len = 0;
+	ack.node_map = 1; // the pieces here: the one
 	fake.send(dev_port, 0xe9, qp->qp_num, ack, {});
 	fake.send(dev_port, 0xe9, qp->qp_num, h, i32({1, 2}));
 	auto acked = [&](uint32_t mid) {

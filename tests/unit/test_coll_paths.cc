@@ -824,7 +824,7 @@ TEST_P(CollPaths, AllreduceMatchesTheReference)
 		c.net.f.dup = pc.dup;
 		c.net.f.reorder = pc.reorder;
 		for (uint32_t mid = 1; mid <= 3; mid++) {
-			c.post_allreduce(mid, 1000 + 333 * mid, seed * 10 + mid);
+			c.post_allreduce(mid, 9000 + 333 * mid, seed * 10 + mid);
 			ASSERT_TRUE(c.run(mid, 5000 * kMs)) << "seed " << seed << " mid " << mid;
 			expect_results(c, mid);
 			if (::testing::Test::HasFailure())
@@ -890,7 +890,8 @@ TEST(CollPathsExchange, EveryShapeUnderLossMatchesTheReference)
 			c.net.f.dup = loss / 2;
 			c.net.f.reorder = loss > 0;
 			uint32_t mid = 0;
-			for (const uint64_t count : {1, 7, 100, 1024, 3, 1}) {
+			// 1025 and 8192 int32: partials of 2 and 8 pieces.
+			for (const uint64_t count : {1, 7, 100, 1024, 1025, 8192, 3, 1}) {
 				mid++;
 				c.post_allreduce(mid, count, mid * 31 + shape.size());
 				ASSERT_TRUE(c.run(mid, 5000 * kMs))
@@ -946,7 +947,7 @@ TEST(CollPathsExchange, BroadcastTreesFromEveryRootUnderLoss)
 				ranks += k;
 			uint32_t mid = 0;
 			for (uint32_t root = 0; root < ranks; root++) {
-				for (const uint64_t count : {1, 300}) {
+				for (const uint64_t count : {1, 300, 5000}) {
 					mid++;
 					c.post_bcast(mid, count, root, mid * 7 + shape.size());
 					ASSERT_TRUE(c.run(mid, 5000 * kMs))
@@ -1237,6 +1238,43 @@ TEST(CollPathsDepth, ALostPartialGoesAgainWhenALaterOneCame)
 	}
 }
 
+// A partial larger than a packet goes in pieces (XCHG's sid), and a
+// lost piece is all that goes again: 32 KiB allreduces of 2 and 3 nodes
+// (8 pieces a partial; with 3, the extra's partial and its result too),
+// the fourth piece of node 0's first partial to node 1 lost once.  The
+// result is the reference's, node 0 sends exactly one packet again, the
+// acknowledgement named the 7 pieces that came (partial 0's timer sent
+// only the missing one), and no other node sent anything again.
+TEST(CollPathsExchange, OnlyTheLostPieceOfALargePartialGoesAgain)
+{
+	for (const size_t nodes : {2, 3}) {
+		Cluster c(std::vector<uint16_t>(nodes, 1), Topology::ring, 11 + nodes, false);
+		const Endpoint from = c.nodes[0]->host_ep(), to = c.nodes[1]->host_ep();
+		bool lost = false;
+		c.net.f.drop_if = [&](const Pkt &p) {
+			const wire::Ceth h = wire::Ceth::load(p.bytes.data() + wire::kBthBytes);
+			if (lost || p.bytes[0] != wire::kCollXchg || !(p.src == from) ||
+			    !(p.dst == to) || (h.flags & wire::kCethXchgAck) || h.sid != 3)
+				return false;
+			return lost = true;
+		};
+		constexpr uint64_t count = 8192; // 32 KiB of int32
+		c.post_allreduce(1, count, 5 + nodes);
+		ASSERT_TRUE(c.run(1, 5000 * kMs)) << nodes << " nodes";
+		expect_results(c, 1);
+		EXPECT_TRUE(lost);
+		for (size_t n = 0; n < nodes; n++) {
+			const CollCounters k = c.nodes[n]->svc->counters();
+			EXPECT_EQ(k.failed, 0u);
+			EXPECT_EQ(k.retrans_data, n == 0 ? 1u : 0u) << "node " << n;
+			EXPECT_EQ(k.tx_result, 0u) << "a result went round the ring";
+		}
+		// Each partial was 8 packets: node 1 sent its 8 (and, of 3 nodes,
+		// the 8 of the result to its extra, node 0).
+		EXPECT_EQ(c.nodes[1]->svc->counters().tx_data, nodes == 2 ? 8u : 16u);
+	}
+}
+
 // A collective that reads what one in flight writes waits for it: two
 // in-place allreduces of one buffer, posted together, give N * S (the
 // second sums the first's result), not S; and one whose destination
@@ -1401,7 +1439,7 @@ TEST(CollPathsFallback, AnsweringSwitchIsUsed)
 TEST(CollPathsDeadPeer, OthersFailWithAnErrorCompletion)
 {
 	// The ring, the switch path, and a small message's exchange.
-	for (const uint64_t first : {2000, 10})
+	for (const uint64_t first : {9000, 10})
 		for (Topology t : {Topology::ring, Topology::sw}) {
 			Cluster c({1, 1, 2, 1}, t, 21, t != Topology::ring);
 			c.net.f.dead = {c.nodes[2]->host_ep()};
@@ -1433,10 +1471,10 @@ TEST(CollPathsForged, CountedAndHarmless)
 {
 	// Messages larger than the exchange's: round the ring.
 	Cluster c({1, 1, 1}, Topology::ring, 31, false);
-	c.post_allreduce(1, 1500, 3);
+	c.post_allreduce(1, 9000, 3);
 	ASSERT_TRUE(c.run(1, 5000 * kMs));
 	// Replay node 0's DATA packets with one thing wrong each.
-	c.post_allreduce(2, 1500, 4);
+	c.post_allreduce(2, 9000, 4);
 	for (auto &nd : c.nodes)
 		nd->svc->progress(nd->qp, c.clock);
 	std::vector<Pkt> flight = c.net.take();
