@@ -230,63 +230,80 @@ struct RingMsg {
 	}
 };
 
-// A partial of the exchange travels as XCHG packets of at most
-// kXchgPiece bytes each (its pieces, numbered in the CETH's sid), at most
-// kXchgPiecesMost of them: IBV_COLL_EMU_XCHG_BYTES is at most 64 KiB.
+// A partial of the exchange travels as XCHG packets of a piece each (the
+// job's path MTU, at most kXchgPiece bytes; numbered in the CETH's sid),
+// at most kXchgPiecesMost of them: a message of more goes round the ring.
 constexpr uint32_t kXchgPiece = 4096;
-constexpr uint32_t kXchgPiecesMost = 16;
+constexpr uint32_t kXchgPiecesMost = 64;
 
-inline uint32_t xchg_pieces(uint32_t len)
+inline uint32_t xchg_pieces(uint32_t len, uint32_t piece)
 {
-	return len ? (len + kXchgPiece - 1) / kXchgPiece : 1;
+	return len ? (len + piece - 1) / piece : 1;
 }
 
-inline uint32_t xchg_piece_len(uint32_t len, uint32_t piece)
+inline uint32_t xchg_piece_len(uint32_t len, uint32_t i, uint32_t piece)
 {
-	return std::min(kXchgPiece, len - std::min(len, piece * kXchgPiece));
+	return std::min(piece, len - std::min<uint32_t>(len, i * piece));
+}
+
+// The piece of a QP's job: its path MTU, at most kXchgPiece (every member
+// has the same, as for the ring's blocks).
+inline uint32_t xchg_piece_of(const Qp &qp)
+{
+	return qp.attr.path_mtu ? std::min(qp.attr.path_mtu, kXchgPiece) : kXchgPiece;
 }
 
 // Every piece of a partial of len bytes, a bit each.
-inline uint16_t xchg_all_pieces(uint32_t len)
+inline uint64_t xchg_all_pieces(uint32_t len, uint32_t piece)
 {
-	return uint16_t((1u << std::min(xchg_pieces(len), kXchgPiecesMost)) - 1);
+	const uint32_t n = std::min(xchg_pieces(len, piece), kXchgPiecesMost);
+	return n >= 64 ? ~0ull : (1ull << n) - 1;
 }
 
 // What a node of the exchange (xchg.cc) received or sent for one message:
-// a partial per phase, each len bytes, those in have (bit per phase),
-// and of a phase not complete yet the pieces here (got); of those sent,
-// the phases the peer acknowledged.
+// a partial per phase, each len bytes, those in have (bit per phase), of
+// a phase not complete yet the pieces here (got), and the phases of which
+// a piece is (begun); of those sent, the phases the peer acknowledged
+// whole.  A piece goes on as soon as it is here (a partial's pieces
+// travel its phases each at its own pace, as the ring's blocks do).
 struct XchgSlots {
 	uint32_t mid = 0;
 	bool on = false;
 	uint32_t len = 0;
 	uint32_t tag = 0; // the collective, and a broadcast's root (xchg.cc)
-	uint32_t have = 0, acked = 0;
-	std::array<uint16_t, 32> got{};
+	uint32_t have = 0, acked = 0, begun = 0;
+	uint32_t piece = kXchgPiece; // bytes a packet
+	std::array<uint64_t, 32> got{};
 	std::vector<uint8_t> data;
 
-	void reset(uint32_t m, uint32_t l, uint32_t phases, uint32_t t)
+	void reset(uint32_t m, uint32_t l, uint32_t phases, uint32_t t, uint32_t pc)
 	{
 		mid = m;
 		on = true;
 		len = l;
+		piece = pc;
 		tag = t;
-		have = acked = 0;
+		have = acked = begun = 0;
 		got.fill(0);
 		data.resize(size_t(l) * phases);
 	}
 	bool has(uint32_t ph) const { return on && (have >> ph & 1); }
 	// The pieces of phase ph here.
-	uint16_t pieces(uint32_t ph) const { return has(ph) ? xchg_all_pieces(len) : got[ph]; }
+	uint64_t pieces(uint32_t ph) const { return has(ph) ? all() : got[ph]; }
+	uint64_t all() const { return xchg_all_pieces(len, piece); }
+	uint32_t npieces() const { return xchg_pieces(len, piece); }
+	uint32_t piece_len(uint32_t i) const { return xchg_piece_len(len, i, piece); }
+	size_t off(uint32_t i) const { return size_t(i) * piece; }
 	// Piece i of phase ph came: false if it was here already; the phase
 	// is here once every piece is.
 	bool add(uint32_t ph, uint32_t i)
 	{
-		const uint16_t bit = uint16_t(1u << i);
+		const uint64_t bit = 1ull << i;
 		if (has(ph) || (got[ph] & bit))
 			return false;
 		got[ph] |= bit;
-		if (got[ph] == xchg_all_pieces(len))
+		begun |= 1u << ph;
+		if (got[ph] == all())
 			have |= 1u << ph;
 		return true;
 	}
@@ -304,15 +321,16 @@ struct XchgOut {
 	std::array<uint16_t, 32> to{}; // each phase's peer
 	uint64_t again_at = 0, again_gap = 0;
 	uint64_t parked = 0; // when the message completed here (0: it runs)
+	uint64_t heard = 0;  // ... or a piece was last acknowledged, if later
 	// Per phase: when its partial was first sent and last sent, and how
 	// often it went again (XCHG's seg, which the acknowledgement echoes:
 	// it says which transmission it answers, so a round trip is timed
 	// even when the partial went again; 0 once timed).
 	std::array<uint64_t, 32> first_at{}, last_at{};
 	std::array<uint16_t, 32> tries{};
-	// Per phase not acknowledged whole yet: the pieces that are (an
-	// acknowledgement names those its sender has, in node_map).
-	std::array<uint16_t, 32> acked_pieces{};
+	// Per phase: the pieces acknowledged (an acknowledgement names those
+	// its sender has, in node_map; all once acked has the phase).
+	std::array<uint64_t, 32> acked_pieces{};
 	// The packets go from sent's buffer (lent): the port's mark of the
 	// last, which a new message's partials may not overwrite before it
 	// left (XchgPath::open_out).
@@ -322,7 +340,8 @@ struct XchgOut {
 // The exchange's state of a message (xchg.cc): the phase this node is in,
 // its partial so far, what came of the message and what this node sent.
 struct XchgMsg {
-	uint8_t at = 0;	     // the phase this node is in
+	// The phase each piece of the partial is in here (past the last: done).
+	std::array<uint8_t, kXchgPiecesMost> at{};
 	bool result = false; // the result is written
 	bool done = false;   // ... and what was sent handed to the job (XchgJob::outs)
 	std::vector<uint8_t> acc;
@@ -522,7 +541,8 @@ struct XchgJob {
 	std::vector<XchgOut> outs;
 	std::vector<XchgOwed> owed;
 	std::vector<std::vector<uint8_t>> accs;
-	uint64_t owed_due = 0; // the oldest owed's deadline (0: none)
+	uint64_t owed_due = 0;	     // the oldest owed's deadline (0: none)
+	uint32_t piece = kXchgPiece; // a partial's bytes a packet: the path MTU
 };
 
 struct CollJob {

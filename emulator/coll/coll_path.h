@@ -173,14 +173,16 @@ private:
 	void advance_bcast(Qp &qp, CollJob &job, Message &m, uint64_t now);
 	bool finish(Qp &qp, CollJob &job, Message &m);
 	void open_out(CollJob &job, Message &m, uint32_t len, uint32_t phases, uint32_t tag);
-	void send_phase(CollJob &job, Message &m, uint32_t phase);
+	bool advance_piece(CollJob &job, Message &m, uint32_t piece);
+	void send_piece(CollJob &job, Message &m, uint32_t phase, uint32_t piece);
 	Kept keep(CollJob &job, const CollPacket &p);
 	bool missing_before(const CollJob &job, const CollPacket &p) const;
 	void repeat_older(CollJob &job, uint32_t mid, uint16_t peer, uint64_t sent_at,
 			  uint64_t now);
 	void arm(CollJob &job, Message &m, uint64_t now);
 	// What is sent and acknowledged (xchg_ack.cc).
-	void send_out(CollJob &job, XchgOut &o, uint32_t phase, bool again);
+	void send_out(CollJob &job, XchgOut &o, uint32_t phase, bool again,
+		      uint64_t pieces = ~0ull);
 	void arm_out(const CollJob &job, XchgOut &o, uint64_t now);
 	void again(CollJob &job, XchgOut &o, uint64_t now);
 	void park(CollJob &job, Message &m, uint64_t now);
@@ -188,7 +190,7 @@ private:
 	void acknowledge(CollJob &job, const wire::Ceth &p, uint16_t to, uint64_t held,
 			 bool gap = false);
 	void owe(CollJob &job, const wire::Ceth &p, uint64_t now);
-	uint16_t pieces_here(CollJob &job, const wire::Ceth &p) const;
+	uint64_t pieces_here(CollJob &job, const wire::Ceth &p) const;
 	void settle_owed(CollJob &job, uint16_t to, uint32_t mid, int phase = -1);
 	void take_through(CollJob &job, const CollPacket &p);
 	void on_ack(CollJob &job, const CollPacket &p, uint64_t now);

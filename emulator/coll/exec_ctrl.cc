@@ -278,6 +278,7 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	// The exchange keeps no block in Seg units (coll/xchg.cc), nor does
 	// the switch path at the NIC (a message that turns to the ring later
 	// is checked there: RingPath::pump).
+	job.xchg.piece = xchg_piece_of(qp);
 	const bool small = exchanges(job, m);
 	const bool ring = !job.cfg.sw.on || job.cfg.topology == Topology::ring;
 	if (!small && ring && !window(job))
@@ -338,10 +339,11 @@ bool CollEngine::may_start_beside(const CollJob &job, const CollWqe &w) const
 	const CollOp coll = CollOp(w.opcode);
 	const uint32_t es = uint32_t(dtype_size(Dtype(w.dtype)));
 	const uint32_t most = e_.params.cfg.coll_xchg_bytes;
+	const uint64_t pieces = uint64_t(kXchgPiecesMost) * job.xchg.piece;
 	if (c.nodes() < 2 || !most || sw_.wanted(job) ||
 	    (c.sw.on && c.topology != Topology::ring) || w.num_sge != c.my_count() ||
-	    !(coll == CollOp::barrier ||
-	      ((coll == CollOp::allreduce || coll == CollOp::bcast) && es && w.count <= most / es)))
+	    !(coll == CollOp::barrier || ((coll == CollOp::allreduce || coll == CollOp::bcast) &&
+					  es && w.count <= most / es && w.count * es <= pieces)))
 		return false;
 	if (coll == CollOp::barrier)
 		return true;
@@ -381,7 +383,9 @@ bool CollEngine::exchanges(const CollJob &job, const Message &m) const
 	if (c.nodes() < 2 || !most || sw_.wanted(job) || (c.sw.on && c.topology != Topology::ring))
 		return false;
 	return m.coll == CollOp::barrier ||
-	       ((m.coll == CollOp::allreduce || m.coll == CollOp::bcast) && m.count <= most / m.es);
+	       ((m.coll == CollOp::allreduce || m.coll == CollOp::bcast) &&
+		m.count <= most / m.es &&
+		m.count * m.es <= uint64_t(kXchgPiecesMost) * job.xchg.piece);
 }
 
 // The running message goes round the ring.  Why it does is execution

@@ -16,9 +16,13 @@
 // here (the root at once).  The root's node index travels in the CETH's
 // seq, so that a node can check a partial of a message it has not started.
 //
-// Every partial is one XCHG packet (kCollXchg, the phase in the CETH),
-// which its receiver acknowledges whenever it has it: kept for a message
-// that runs here or a later one, or already taken.  A sender sends a
+// A partial goes as XCHG packets (kCollXchg, the phase in the CETH) of
+// at most 4 KiB, its pieces (the piece in sid, the partial's bytes in
+// node_map), which its receiver acknowledges whenever it has them: kept
+// for a message that runs here or a later one, or already taken.  Each
+// piece goes through the phases at its own pace: a node sends piece i of
+// its next partial as soon as it folded its peer's piece i of this one,
+// as the ring sends a block on as soon as it is reduced.  A sender sends a
 // partial again until it is acknowledged; a node completes the message
 // when it has its result, and what it sent that is not acknowledged yet
 // stays with the job and goes again, after the message completed if need
@@ -140,15 +144,14 @@ uint32_t dest(const CollJob &job, const Message &m, uint32_t ph)
 	return Shape(job.cfg.nodes()).peer(job.cfg.node, ph);
 }
 
-// The reduction of this node's partial and its peer's of phase ph, the
-// lower node's first, as its peer makes it.
+// The reduction of a piece of this node's partial and its peer's of phase
+// ph (count elements), the lower node's first, as its peer makes it.
 void combine(const Message &m, const Shape &s, uint32_t node, uint32_t ph, const uint8_t *theirs,
-	     uint8_t *acc, CollCounters &ctr)
+	     uint8_t *acc, uint64_t count, CollCounters &ctr)
 {
 	const uint32_t peer = s.peer(node, ph);
 	const bool mine_first = ph == 0 ? node < peer : s.vrank(node) < s.vrank(peer);
-	reduce_fn(m.op, m.dtype)(acc, mine_first ? acc : theirs, mine_first ? theirs : acc,
-				 m.count);
+	reduce_fn(m.op, m.dtype)(acc, mine_first ? acc : theirs, mine_first ? theirs : acc, count);
 	ctr.reductions++;
 }
 
@@ -175,7 +178,7 @@ void XchgPath::start(Qp &qp, CollJob &job, Message &m, uint64_t now)
 	const uint32_t len = msg_bytes(m), phases = phases_of(job, m);
 	const uint32_t tag = tag_of(uint8_t(m.coll), m.root_node);
 	m.ran |= kRanRing; // among the member NICs, as the ring
-	x.at = 0;
+	x.at.fill(0);
 	x.result = x.done = false;
 	if (!xj.accs.empty()) { // a buffer of a message done here
 		x.acc.swap(xj.accs.back());
@@ -207,7 +210,7 @@ void XchgPath::start(Qp &qp, CollJob &job, Message &m, uint64_t now)
 		for (XchgSlots &o : xj.early)
 			if (!o.on && !o.data.empty() && x.in.data.empty())
 				std::swap(x.in, o); // its buffer
-		x.in.reset(m.mid, len, phases, tag);
+		x.in.reset(m.mid, len, phases, tag, xj.piece);
 	}
 	// The slots keep later messages' partials, not this one's or older
 	// (m is the newest that runs here).
@@ -231,34 +234,39 @@ void XchgPath::open_out(CollJob &job, Message &m, uint32_t len, uint32_t phases,
 	if (o.lent)
 		u_.reclaim_lent(o.lent);
 	o.lent = 0;
-	o.sent.reset(m.mid, len, phases, tag);
+	o.sent.reset(m.mid, len, phases, tag, job.xchg.piece);
 	o.h = u_.header(job, m, 0);
 	o.h.seq = m.coll == CollOp::bcast ? m.root_node : 0;
 	for (uint32_t ph = 0; ph < phases && ph < 32; ph++) {
 		const uint32_t d = dest(job, m, ph);
 		o.to[ph] = d == kNone ? 0 : uint16_t(d);
 	}
-	o.again_at = o.again_gap = o.parked = 0;
+	o.again_at = o.again_gap = o.parked = o.heard = 0;
 	o.acked_pieces.fill(0);
 }
 
-// This node's partial of phase ph to its peer, kept until acknowledged.
-void XchgPath::send_phase(CollJob &job, Message &m, uint32_t ph)
+// Piece i of this node's partial of phase ph (as acc holds it now) to
+// its peer, kept until acknowledged.  A phase's round trips are timed
+// from its first piece.
+void XchgPath::send_piece(CollJob &job, Message &m, uint32_t ph, uint32_t i)
 {
 	XchgOut &o = m.xchg.out;
 	XchgSlots &sent = o.sent;
-	if (sent.has(ph))
+	if (sent.pieces(ph) >> i & 1)
 		return;
-	if (sent.len)
-		memcpy(sent.at(ph), m.xchg.acc.data(), sent.len);
-	sent.have |= 1u << ph;
-	o.first_at[ph] = o.last_at[ph] = u_.host().now();
-	o.tries[ph] = 0;
-	o.acked_pieces[ph] = 0;
-	send_out(job, o, ph, false);
+	const size_t off = sent.off(i);
+	if (const uint32_t n = sent.piece_len(i))
+		memcpy(sent.at(ph) + off, m.xchg.acc.data() + off, n);
+	if (!(sent.begun >> ph & 1)) {
+		o.first_at[ph] = o.last_at[ph] = u_.host().now();
+		o.tries[ph] = 0;
+		o.acked_pieces[ph] = 0;
+	}
+	sent.add(ph, i);
+	send_out(job, o, ph, false, 1ull << i);
 	// The result an extra takes from its partner says its partial came
 	// (on_packet): no other acknowledgement of it is owed.
-	if (m.coll != CollOp::bcast && ph == Shape(job.cfg.nodes()).post())
+	if (m.coll != CollOp::bcast && ph == Shape(job.cfg.nodes()).post() && sent.has(ph))
 		settle_owed(job, o.to[ph], m.mid, 0);
 }
 
@@ -270,29 +278,44 @@ void XchgPath::advance(Qp &qp, CollJob &job, Message &m, uint64_t now)
 		advance_reduce(qp, job, m, now);
 }
 
-// The broadcast: the data from the parent (the root has it), on to every
-// child at once, and into the local ranks.
+// The broadcast: each piece of the data from the parent (the root has
+// it), on to every child as soon as it is here, and into the local ranks
+// once all are (at[i] 1: piece i went on).  What is here goes to the
+// child of the largest subtree first (the earliest phase), as the tree's
+// store-and-forward did.
 void XchgPath::advance_bcast(Qp &qp, CollJob &job, Message &m, uint64_t now)
 {
 	XchgMsg &x = m.xchg;
 	const XchgSlots &in = x.in;
 	const Tree t(job.cfg.nodes(), m.root_node);
-	const uint32_t node = job.cfg.node, len = msg_bytes(m);
-	if (!x.result) {
-		const uint32_t rp = t.recv_phase(node);
-		if (rp != kNone) {
-			if (!in.has(rp))
-				return arm(job, m, now);
-			if (len)
-				memcpy(x.acc.data(), in.at(rp), len);
+	const uint32_t node = job.cfg.node, rp = t.recv_phase(node);
+	bool all = true;
+	uint64_t ready = 0;
+	for (uint32_t i = 0; !x.result && i < in.npieces(); i++) {
+		if (x.at[i])
+			continue;
+		if (rp != kNone && !(in.pieces(rp) >> i & 1)) {
+			all = false;
+			continue;
 		}
-		for (uint32_t ph = rp == kNone ? 1 : rp + 1; ph < t.phases(); ph++)
-			if (t.child(node, ph) != kNone)
-				send_phase(job, m, ph);
+		const size_t off = in.off(i);
+		const uint32_t n = in.piece_len(i);
+		if (rp != kNone && n)
+			memcpy(x.acc.data() + off, in.at(rp) + off, n);
+		x.at[i] = 1;
+		ready |= 1ull << i;
+	}
+	for (uint32_t ph = rp == kNone ? 1 : rp + 1; ready && ph < t.phases(); ph++)
+		for (uint64_t b = ready; b && t.child(node, ph) != kNone; b &= b - 1)
+			send_piece(job, m, ph, uint32_t(std::countr_zero(b)));
+	bool moved = ready != 0;
+	if (!x.result && all) {
 		if (!finish(qp, job, m))
 			return;
-		m.last_progress = now;
+		moved = true;
 	}
+	if (moved)
+		m.last_progress = now;
 	arm(job, m, now);
 }
 
@@ -311,49 +334,69 @@ bool XchgPath::finish(Qp &qp, CollJob &job, Message &m)
 	return true;
 }
 
-void XchgPath::advance_reduce(Qp &qp, CollJob &job, Message &m, uint64_t now)
+// Piece i through the phases it can pass now (the peer's piece of each
+// here): true if it moved.  Past the last phase it is the result's.
+bool XchgPath::advance_piece(CollJob &job, Message &m, uint32_t i)
 {
 	XchgMsg &x = m.xchg;
-	XchgSlots &in = x.in;
+	const XchgSlots &in = x.in;
 	const Shape s(job.cfg.nodes());
-	const uint32_t node = job.cfg.node, len = msg_bytes(m);
-	const uint8_t at = x.at;
-	const bool had = x.result;
-	while (!x.result) {
-		const uint32_t ph = x.at;
+	const uint32_t node = job.cfg.node, n = in.piece_len(i);
+	const size_t off = in.off(i);
+	uint8_t *acc = x.acc.data() + off;
+	const uint8_t was = x.at[i];
+	while (x.at[i] <= s.post()) {
+		const uint32_t ph = x.at[i];
 		if (ph < s.post()) {
 			if (s.peer(node, ph) == kNone) { // none in phase 0
-				x.at++;
+				x.at[i]++;
 				continue;
 			}
 			if (s.sends(node, ph))
-				send_phase(job, m, ph);
+				send_piece(job, m, ph, i);
 			if (s.extra(node)) { // phase 0 sent: wait for the result
-				x.at = uint8_t(s.post());
+				x.at[i] = uint8_t(s.post());
 				continue;
 			}
-			if (!in.has(ph))
+			if (!(in.pieces(ph) >> i & 1))
 				break;
-			if (len)
-				combine(m, s, node, ph, in.at(ph), x.acc.data(), u_.ctr);
-			x.at++;
+			if (n)
+				combine(m, s, node, ph, in.at(ph) + off, acc, n / m.es, u_.ctr);
+			x.at[i]++;
 			continue;
 		}
 		if (s.extra(node)) {
-			if (!in.has(ph))
+			if (!(in.pieces(ph) >> i & 1))
 				break;
-			if (len)
-				memcpy(x.acc.data(), in.at(ph), len);
+			if (n)
+				memcpy(acc, in.at(ph) + off, n);
 		} else {
-			if (len && m.op == RedOp::avg)
-				avg_finalize(m.dtype, x.acc.data(), m.count, job.cfg.total_ranks);
+			if (n && m.op == RedOp::avg)
+				avg_finalize(m.dtype, acc, n / m.es, job.cfg.total_ranks);
 			if (s.sends(node, ph))
-				send_phase(job, m, ph);
+				send_piece(job, m, ph, i);
 		}
+		x.at[i]++;
+	}
+	return x.at[i] != was;
+}
+
+// Every piece as far as it goes; the result once all are through.
+void XchgPath::advance_reduce(Qp &qp, CollJob &job, Message &m, uint64_t now)
+{
+	XchgMsg &x = m.xchg;
+	const uint32_t post = Shape(job.cfg.nodes()).post();
+	bool moved = false, all = true;
+	for (uint32_t i = 0; !x.result && i < x.in.npieces(); i++) {
+		moved |= advance_piece(job, m, i);
+		all &= x.at[i] > post;
+	}
+	if (!x.result && all) {
 		if (!finish(qp, job, m))
 			return;
+		moved = true;
 	}
-	if (x.at != at || x.result != had)
+	if (moved)
 		m.last_progress = now;
 	arm(job, m, now);
 }
@@ -383,8 +426,9 @@ XchgPath::Kept XchgPath::keep(CollJob &job, const CollPacket &p)
 	// The partial's length (node_map) and this piece of it (sid).
 	const uint32_t len = uint32_t(std::min<uint64_t>(p.h.node_map, UINT32_MAX));
 	const uint32_t piece = p.h.sid;
-	if (p.h.node_map > uint64_t(kXchgPiece) * kXchgPiecesMost || piece >= xchg_pieces(len) ||
-	    p.paylen != xchg_piece_len(len, piece)) {
+	const uint32_t pc = job.xchg.piece;
+	if (p.h.node_map > uint64_t(pc) * kXchgPiecesMost || piece >= xchg_pieces(len, pc) ||
+	    p.paylen != xchg_piece_len(len, piece, pc)) {
 		u_.ctr.bad_block++;
 		return Kept::no;
 	}
@@ -420,7 +464,7 @@ XchgPath::Kept XchgPath::keep(CollJob &job, const CollPacket &p)
 			to->reset(p.h.mid, len,
 				  is_bcast(p.h.coll) ? Tree(n, p.h.seq).phases()
 						     : Shape(n).phases(),
-				  tag);
+				  tag, pc);
 		}
 		if (!(to->pieces(ph) >> piece & 1))
 			u_.ctr.early_stored++;
@@ -433,7 +477,7 @@ XchgPath::Kept XchgPath::keep(CollJob &job, const CollPacket &p)
 		return Kept::again;
 	}
 	if (p.paylen)
-		memcpy(to->at(ph) + size_t(piece) * kXchgPiece, p.payload, p.paylen);
+		memcpy(to->at(ph) + to->off(piece), p.payload, p.paylen);
 	return Kept::fresh;
 }
 
@@ -468,6 +512,7 @@ static bool from_peer(const CollJob &job, const CollPacket &p)
 
 void XchgPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
+	job.xchg.piece = xchg_piece_of(qp);
 	const Shape s(job.cfg.nodes());
 	const uint32_t ph = p.h.phase;
 	const bool ack = p.h.flags & kCethXchgAck;
@@ -498,10 +543,15 @@ void XchgPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now
 	Message *m = job.running(p.h.mid);
 	if (!m || m->path != this || m->xchg.result)
 		return;
-	// The result an extra takes from its partner says its partial came.
-	XchgSlots &sent = m->xchg.out.sent;
-	if (!is_bcast(p.h.coll) && ph == s.post() && sent.on)
-		sent.acked |= sent.have & 1;
+	// A piece of the result an extra takes from its partner says that
+	// piece of its partial came.
+	XchgOut &o = m->xchg.out;
+	if (!is_bcast(p.h.coll) && ph == s.post() && o.sent.on &&
+	    (o.sent.pieces(0) >> p.h.sid & 1)) {
+		o.acked_pieces[0] |= 1ull << p.h.sid;
+		if (o.acked_pieces[0] == o.sent.all())
+			o.sent.acked |= 1;
+	}
 	if (qp.state == QpState::rts)
 		advance(qp, job, *m, now);
 }

@@ -38,6 +38,7 @@
 #include "util/log.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace ibv_coll::emu {
 
@@ -61,9 +62,24 @@ uint64_t through_field(const CollJob &job)
 	return t ? uint64_t(t) + 1 : 0;
 }
 
+// The pieces of phase ph sent and not acknowledged.
+uint64_t unacked(const XchgOut &o, uint32_t ph)
+{
+	return (o.sent.acked >> ph & 1) ? 0 : o.sent.pieces(ph) & ~o.acked_pieces[ph];
+}
+
+// f on each phase this node sent a piece of.
+template <class F> void each_begun(const XchgOut &o, F &&f)
+{
+	for (uint32_t b = o.sent.begun; b; b &= b - 1)
+		f(uint32_t(std::countr_zero(b)));
+}
+
 bool all_acked(const XchgOut &o)
 {
-	return o.sent.acked == o.sent.have;
+	bool all = true;
+	each_begun(o, [&](uint32_t ph) { all &= !unacked(o, ph); });
+	return all;
 }
 
 // f on what each message of the job sent: those that run here on the
@@ -90,8 +106,9 @@ uint64_t XchgPath::ack_wait(const CollJob &job) const
 	return (probe ? probe : u_.rto_ns(job)) / 4;
 }
 
-// The pieces of phase ph's partial that its peer has not acknowledged.
-void XchgPath::send_out(CollJob &job, XchgOut &o, uint32_t ph, bool again)
+// The pieces of phase ph's partial (of those in `pieces`) sent here and
+// not acknowledged by its peer.
+void XchgPath::send_out(CollJob &job, XchgOut &o, uint32_t ph, bool again, uint64_t pieces)
 {
 	Ceth h = o.h;
 	h.phase = uint8_t(ph);
@@ -100,13 +117,13 @@ void XchgPath::send_out(CollJob &job, XchgOut &o, uint32_t ph, bool again)
 	h.node_map = o.sent.len;
 	if (again)
 		h.flags |= kCethRetrans;
-	const uint32_t len = o.sent.len;
-	for (uint32_t i = 0; i < xchg_pieces(len); i++) {
-		if (o.acked_pieces[ph] >> i & 1)
+	const uint64_t go = o.sent.pieces(ph) & ~o.acked_pieces[ph] & pieces;
+	for (uint32_t i = 0; i < o.sent.npieces(); i++) {
+		if (!(go >> i & 1))
 			continue;
 		h.sid = i;
-		const uint32_t n = xchg_piece_len(len, i);
-		const uint8_t *at = o.sent.at(ph) + size_t(i) * kXchgPiece;
+		const uint32_t n = o.sent.piece_len(i);
+		const uint8_t *at = o.sent.at(ph) + o.sent.off(i);
 		u_.send(job, o.to[ph], kCollXchg, h, n ? Payload::lent(at, n) : Payload{});
 		if (n)
 			o.lent = u_.lent_mark();
@@ -137,12 +154,13 @@ void XchgPath::arm_out(const CollJob &job, XchgOut &o, uint64_t now)
 
 void XchgPath::again(CollJob &job, XchgOut &o, uint64_t now)
 {
-	for (uint32_t ph = 0; ph < 32; ph++)
-		if ((o.sent.have & ~o.sent.acked) >> ph & 1) {
-			o.last_at[ph] = now;
-			o.tries[ph]++;
-			send_out(job, o, ph, true);
-		}
+	each_begun(o, [&](uint32_t ph) {
+		if (!unacked(o, ph))
+			return;
+		o.last_at[ph] = now;
+		o.tries[ph]++;
+		send_out(job, o, ph, true);
+	});
 	// As the ring's repeats while nothing progresses: up to a second (or
 	// twice the timeout).
 	const uint64_t most = std::max<uint64_t>(1000 * util::kNsPerMs, 2 * u_.rto_ns(job));
@@ -188,9 +206,10 @@ void XchgPath::park(CollJob &job, Message &m, uint64_t now)
 // The pieces of the partial p (a partial's header that was taken) here:
 // of a message that runs or is kept for later, those that came; of one
 // finished here, all.
-uint16_t XchgPath::pieces_here(CollJob &job, const Ceth &p) const
+uint64_t XchgPath::pieces_here(CollJob &job, const Ceth &p) const
 {
-	const uint16_t all = xchg_all_pieces(uint32_t(std::min<uint64_t>(p.node_map, UINT32_MAX)));
+	const uint64_t all = xchg_all_pieces(uint32_t(std::min<uint64_t>(p.node_map, UINT32_MAX)),
+					     job.xchg.piece);
 	const XchgSlots *s = nullptr;
 	if (Message *m = job.running(p.mid); m && m->path == this && !m->xchg.result)
 		s = &m->xchg.in;
@@ -276,9 +295,12 @@ void XchgPath::take_through(CollJob &job, const CollPacket &p)
 	auto take = [&](XchgOut &o) {
 		if (!o.sent.on || seq_after(o.sent.mid, t))
 			return;
-		for (uint32_t ph = 0; ph < 32; ph++)
-			if ((o.sent.have >> ph & 1) && o.to[ph] == src)
-				o.sent.acked |= 1u << ph;
+		each_begun(o, [&](uint32_t ph) {
+			if (o.to[ph] != src)
+				return;
+			o.sent.acked |= 1u << ph;
+			o.acked_pieces[ph] = o.sent.all();
+		});
 		if (!all_acked(o))
 			return;
 		o.again_at = 0;
@@ -319,7 +341,7 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 	for (size_t i = 0; !o && i < job.xchg.outs.size(); i++)
 		if (job.xchg.outs[i].sent.on && job.xchg.outs[i].sent.mid == p.h.mid)
 			o = &job.xchg.outs[i];
-	if (o && ph < 32 && o->sent.has(ph) && o->to[ph] == p.h.src_node) {
+	if (o && ph < 32 && o->sent.pieces(ph) && o->to[ph] == p.h.src_node) {
 		const uint16_t echo = p.h.seg;
 		const uint64_t at = echo == o->tries[ph] ? o->last_at[ph]
 				    : echo == 0		 ? o->first_at[ph]
@@ -328,7 +350,7 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 			repeat_older(job, p.h.mid, p.h.src_node, at, now);
 		time_ack(u_, job, *o, p, now);
 	}
-	if (!o || ph >= 32 || !o->sent.has(ph) || (o->sent.acked >> ph & 1)) {
+	if (!o || ph >= 32 || !o->sent.pieces(ph) || (o->sent.acked >> ph & 1)) {
 		u_.ctr.dup_dropped++; // acknowledged already, or of a message long done
 		return;
 	}
@@ -336,19 +358,17 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.bad_node++; // not whom this node sent it to
 		return;
 	}
-	const uint16_t all = xchg_all_pieces(o->sent.len);
-	const uint16_t fresh = uint16_t(p.h.node_map & all & ~o->acked_pieces[ph]);
+	const uint64_t all = o->sent.all();
+	const uint64_t fresh = p.h.node_map & o->sent.pieces(ph) & ~o->acked_pieces[ph];
 	if (!fresh) {
 		u_.ctr.dup_dropped++; // names no piece not acknowledged before
 		return;
 	}
+	// A piece missing there (lost, or not sent yet) goes on the timer.
 	o->acked_pieces[ph] |= fresh;
-	if (o->acked_pieces[ph] != all) { // a piece is missing there: it goes on the timer
-		if (!o->parked)
-			m->last_progress = now;
-		return;
-	}
-	o->sent.acked |= 1u << ph;
+	o->heard = now;
+	if (o->acked_pieces[ph] == all)
+		o->sent.acked |= 1u << ph;
 	if (!o->parked)
 		m->last_progress = now;
 	else if (all_acked(*o))
@@ -372,14 +392,15 @@ void XchgPath::repeat_older(CollJob &job, uint32_t mid, uint16_t peer, uint64_t 
 	auto older = [&](XchgOut &o) {
 		if (!o.sent.on || !seq_after(mid, o.sent.mid))
 			return;
-		for (uint32_t q = 0; q < 32; q++)
-			if (((o.sent.have & ~o.sent.acked) >> q & 1) && o.to[q] == peer &&
-			    o.last_at[q] && o.last_at[q] <= sent_at) {
+		each_begun(o, [&](uint32_t q) {
+			if (unacked(o, q) && o.to[q] == peer && o.last_at[q] &&
+			    o.last_at[q] <= sent_at) {
 				o.last_at[q] = now;
 				o.tries[q]++;
 				send_out(job, o, q, true);
 				u_.ctr.fast_repeats++;
 			}
+		});
 	};
 	each_out(job, this, older);
 }
@@ -400,7 +421,7 @@ bool XchgPath::tend(CollJob &job, uint64_t now)
 	for (XchgOut &o : xj.outs) {
 		if (!o.sent.on)
 			continue;
-		if (now - o.parked > bound) {
+		if (now - std::max(o.parked, o.heard) > bound) {
 			// Its peer is gone, or left the job: it fails there.
 			IBVC_INFO("coll",
 				  "{}: job {} message {}: a peer acknowledged nothing "
@@ -421,8 +442,8 @@ uint64_t XchgPath::due(const CollJob &job) const
 	const uint64_t bound = u_.coll_timeout_ns(job) + 1;
 	for (const XchgOut &o : job.xchg.outs)
 		if (o.sent.on) {
-			const uint64_t t = o.again_at ? std::min(o.again_at, o.parked + bound)
-						      : o.parked + bound;
+			const uint64_t quit = std::max(o.parked, o.heard) + bound;
+			const uint64_t t = o.again_at ? std::min(o.again_at, quit) : quit;
 			d = d ? std::min(d, t) : t;
 		}
 	return d;

@@ -71,6 +71,7 @@ def num(s):
 
 # What was sent (coll_node --scenario xchg): MID -> (collective, bytes, root).
 msgs = {1: (0x40, 8, None), 2: (0x45, 0, None), 3: (0x42, 12, 2), 4: (0x40, 8000, None)}
+P = 1024 # a piece: coll_node's path MTU
 JID, KEY, ACK = 42, 0x5eed0000 ^ 1, 0x08
 errors = []
 def check(cond, what, p):
@@ -105,14 +106,14 @@ for p in pkts:
         finished[(src, dst)] = max(finished.get((src, dst), 0), through - 1)
     if flags & ACK:
         check(flags & ~0x40 == ACK and num(p["len"]) == 0, "an acknowledgement (NAK: one before it missing) carries nothing", p)
-        pieces = (size + 4095) // 4096 if size else 1
+        pieces = (size + P - 1) // P if size else 1
         check(0 < (num(p["nmap"]) or 0) < (1 << pieces), "an acknowledgement names pieces of the partial", p)
         acks[key] = acks.get(key, 0) + 1
     else:
         check(flags & ~0x2 == 0, "a partial's flags (at most RETRANS)", p)
         sid = num(p["sid"]) or 0
         check(num(p["nmap"]) == size, "a partial says the message's bytes", p)
-        check(num(p["len"]) == min(4096, size - 4096 * sid) and (sid == 0 or sid * 4096 < size),
+        check(num(p["len"]) == min(P, size - P * sid) and (sid == 0 or sid * P < size),
               "a partial's piece carries its bytes of the message", p)
         pieces_seen.add((mid, num(p["phase"]), src, dst, sid))
         partials[key] = partials.get(key, 0) + 1
@@ -137,10 +138,10 @@ for mid in (1, 2, 4):
 got = sorted(d for (m, ph, s, d) in partials if m == 3)
 check(got == [0, 1] and all(s != d for (m, ph, s, d) in partials if m == 3),
       "the broadcast reaches nodes 0 and 1 once", {"got": str(got)})
-# Message 4's partials went in two pieces each.
+# Message 4's partials went in eight pieces each.
 for (mid, ph, s, d) in partials:
     if mid == 4:
-        check({x for (m, q, a, b, x) in pieces_seen if (m, q, a, b) == (mid, ph, s, d)} == {0, 1},
+        check({x for (m, q, a, b, x) in pieces_seen if (m, q, a, b) == (mid, ph, s, d)} == set(range(8)),
               "both pieces of mid 4 phase %d from %d to %d" % (ph, s, d), {"x": "1"})
 if errors:
     print("\n".join(errors[:40]))

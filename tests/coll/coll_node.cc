@@ -222,7 +222,7 @@ std::vector<Case> scenario(const Opts &o, uint32_t K)
 	} else if (o.scenario == "xchg") {
 		// What tests/capture/test_xchg_dissector.sh expects, by its own
 		// count: messages 1 to 3 as the exchange and the broadcast tree,
-		// 4 as the exchange in two pieces (8000 bytes).
+		// 4 as the exchange in eight pieces (8000 bytes, a 1024-byte MTU).
 		v.push_back(
 			{IBV_COLL_WR_ALLREDUCE, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 2, 0, 0});
 		v.push_back({IBV_COLL_WR_BARRIER, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_INT32, 0, 0, 0});

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -200,7 +201,12 @@ TEST(Capture, DecodesAsRoceWithValidIcrc)
 	std::string fields = run("tshark -r " + pcap + " " + d +
 				 " -T fields -E separator=, -e udp.dstport -e infiniband.bth.opcode"
 				 " -e infiniband.bth.destqp -e infiniband.bth.psn 2>/dev/null");
+	// A packet that went again (the probe timer repeats the oldest one
+	// when the peer does not answer for 2 ms, as a loaded host may not
+	// run it: CI of e417026 saw the WRITE three times) counts once.
 	std::vector<std::string> to_b, to_a;
+	std::set<std::string> seen;
+	size_t captured = 0;
 	std::stringstream ss(fields);
 	std::string line;
 	while (std::getline(ss, line)) {
@@ -211,7 +217,9 @@ TEST(Capture, DecodesAsRoceWithValidIcrc)
 		std::getline(ls, qp, ',');
 		std::getline(ls, psn, ',');
 		std::string rec = op + "/" + std::to_string(std::stoul(qp, nullptr, 0)) + "/" + psn;
-		(std::stoul(port) == bi.udp_port ? to_b : to_a).push_back(rec);
+		captured++;
+		if (seen.insert(port + ":" + rec).second)
+			(std::stoul(port) == bi.udp_port ? to_b : to_a).push_back(rec);
 	}
 	auto rec = [](int op, uint32_t qpn, int psn) {
 		return std::to_string(op) + "/" + std::to_string(qpn) + "/" + std::to_string(psn);
@@ -231,7 +239,7 @@ TEST(Capture, DecodesAsRoceWithValidIcrc)
 
 	// 2. Every captured packet's ICRC is right over the real headers.
 	auto pkts = read_pcap(pcap);
-	EXPECT_EQ(pkts.size(), want_to_a.size() + want_to_b.size());
+	EXPECT_EQ(pkts.size(), captured);
 	for (const Pkt &p : pkts) {
 		ASSERT_GE(p.ip.size(), 20u + 8 + 12 + 4);
 		ASSERT_EQ(p.ip[0], 0x45) << "IPv4 without options";

@@ -890,8 +890,9 @@ TEST(CollPathsExchange, EveryShapeUnderLossMatchesTheReference)
 			c.net.f.dup = loss / 2;
 			c.net.f.reorder = loss > 0;
 			uint32_t mid = 0;
-			// 1025 and 8192 int32: partials of 2 and 8 pieces.
-			for (const uint64_t count : {1, 7, 100, 1024, 1025, 8192, 3, 1}) {
+			// Pieces of the path MTU, 256 bytes here: 1024, 1025 and
+			// 4000 int32 make partials of 16, 17 and 63 pieces.
+			for (const uint64_t count : {1, 7, 100, 1024, 1025, 4000, 3, 1}) {
 				mid++;
 				c.post_allreduce(mid, count, mid * 31 + shape.size());
 				ASSERT_TRUE(c.run(mid, 5000 * kMs))
@@ -947,7 +948,7 @@ TEST(CollPathsExchange, BroadcastTreesFromEveryRootUnderLoss)
 				ranks += k;
 			uint32_t mid = 0;
 			for (uint32_t root = 0; root < ranks; root++) {
-				for (const uint64_t count : {1, 300, 5000}) {
+				for (const uint64_t count : {1, 300, 3900}) { // up to 61 pieces
 					mid++;
 					c.post_bcast(mid, count, root, mid * 7 + shape.size());
 					ASSERT_TRUE(c.run(mid, 5000 * kMs))
@@ -1249,6 +1250,8 @@ TEST(CollPathsExchange, OnlyTheLostPieceOfALargePartialGoesAgain)
 {
 	for (const size_t nodes : {2, 3}) {
 		Cluster c(std::vector<uint16_t>(nodes, 1), Topology::ring, 11 + nodes, false);
+		for (auto &nd : c.nodes)
+			nd->qp.attr.path_mtu = 4096; // pieces of 4 KiB
 		const Endpoint from = c.nodes[0]->host_ep(), to = c.nodes[1]->host_ep();
 		bool lost = false;
 		c.net.f.drop_if = [&](const Pkt &p) {
@@ -1273,6 +1276,37 @@ TEST(CollPathsExchange, OnlyTheLostPieceOfALargePartialGoesAgain)
 		// the 8 of the result to its extra, node 0).
 		EXPECT_EQ(c.nodes[1]->svc->counters().tx_data, nodes == 2 ? 8u : 16u);
 	}
+}
+
+// A piece goes on to the next phase as soon as it is folded, whatever
+// else of its partial is missing (cut-through): a 32 KiB allreduce of 4
+// nodes, the last piece of node 0's partial to node 1 lost once.  Node 1
+// sends the other seven pieces of its next phase (to node 3) before the
+// lost piece comes again; stored and forwarded whole, it sent none before.
+TEST(CollPathsExchange, APieceGoesOnBeforeItsPartialIsWhole)
+{
+	Cluster c({1, 1, 1, 1}, Topology::ring, 17, false);
+	for (auto &nd : c.nodes)
+		nd->qp.attr.path_mtu = 4096; // pieces of 4 KiB
+	const Endpoint n0 = c.nodes[0]->host_ep(), n1 = c.nodes[1]->host_ep();
+	bool lost = false, repeated = false;
+	uint32_t ahead = 0; // node 1's phase-2 pieces before the repeat
+	c.net.f.drop_if = [&](const Pkt &p) {
+		const wire::Ceth h = wire::Ceth::load(p.bytes.data() + wire::kBthBytes);
+		if (p.bytes[0] != wire::kCollXchg || (h.flags & wire::kCethXchgAck))
+			return false;
+		if (p.src == n1 && h.phase == 2 && !repeated)
+			ahead++;
+		if (!(p.src == n0) || !(p.dst == n1) || h.sid != 7)
+			return false;
+		repeated |= lost;
+		return lost ? false : (lost = true);
+	};
+	c.post_allreduce(1, 8192, 3); // 32 KiB of int32: 8 pieces
+	ASSERT_TRUE(c.run(1, 5000 * kMs));
+	expect_results(c, 1);
+	EXPECT_TRUE(repeated);
+	EXPECT_EQ(ahead, 7u) << "node 1 held its next phase for the missing piece";
 }
 
 // A collective that reads what one in flight writes waits for it: two
