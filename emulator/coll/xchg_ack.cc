@@ -312,10 +312,14 @@ void XchgPath::take_through(CollJob &job, const CollPacket &p)
 
 // The round trip an acknowledgement of phase ph closes, from the
 // transmission it answers (its echo of seg) to now, less the time the
-// acknowledgement was held; once per transmission.  It paces the repeats
-// (arm_out()): with none, an exchange on a path slower than the probe
-// time sent every partial twice, message after message (Karn's rule alone
-// never timed one).
+// acknowledgement was held; once per transmission, by the acknowledgement
+// that names every piece (a partial's round trip includes the time its
+// pieces take to leave: timed by its first pieces' acknowledgement, a
+// 32 KiB partial at 400 Mbit/s went again while its last pieces were still
+// on their way, wire/S 2.85 where 2 is the exchange's).  It paces the
+// repeats (arm_out()): with none, an exchange on a path slower than the
+// probe time sent every partial twice, message after message (Karn's rule
+// alone never timed one).
 static void time_ack(CollCore &u, CollJob &job, XchgOut &o, const CollPacket &p, uint64_t now)
 {
 	const uint32_t ph = p.h.phase;
@@ -348,7 +352,8 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 							 : 0;
 		if (at && (p.h.flags & kCethNak))
 			repeat_older(job, p.h.mid, p.h.src_node, at, now);
-		time_ack(u_, job, *o, p, now);
+		if ((p.h.node_map & o->sent.all()) == o->sent.all())
+			time_ack(u_, job, *o, p, now);
 	}
 	if (!o || ph >= 32 || !o->sent.pieces(ph) || (o->sent.acked >> ph & 1)) {
 		u_.ctr.dup_dropped++; // acknowledged already, or of a message long done

@@ -91,7 +91,7 @@ const ConfigVar kCollVars[kCollCount] = {
 	 "falls back to the ring (SWITCH and HIERARCHY fail with a timeout); once they answer, "
 	 "the wait for the grant is the collective's timeout",
 	 ConfigKind::uint, 1, 3600000},
-	{"IBV_COLL_EMU_XCHG_BYTES", "32768",
+	{"IBV_COLL_EMU_XCHG_BYTES", "16384",
 	 "an allreduce or broadcast of at most this many bytes per rank, or a barrier, on a job "
 	 "round the ring runs among the member NICs in about log2(nodes) steps instead (a pairwise "
 	 "exchange, a binomial tree; 0: never); every member must have the same value",

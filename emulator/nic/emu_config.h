@@ -26,7 +26,7 @@ struct EmuConfig {
 	uint32_t coll_rto_us = 20000; // a block without its result is sent again after this
 	uint32_t coll_probe_us = 500; // ... is probed for after at least this (0: never)
 	uint32_t coll_timeout_ms = 10000; // a collective without progress fails after this
-	uint32_t coll_xchg_bytes = 32768; // a smaller allreduce runs as a pairwise exchange
+	uint32_t coll_xchg_bytes = 16384; // a smaller allreduce runs as a pairwise exchange
 	uint32_t coll_depth = 4;	  // exchanged messages a job runs at once
 	bool gso = true;		  // UDP segmentation offload and GRO
 	uint32_t sw_config_ms = 1000;	  // wait this long for a switch's grant

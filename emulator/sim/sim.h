@@ -80,7 +80,7 @@ struct FabricSpec {
 	int64_t probe_us = -1;
 	// A ring job's allreduce of at most this many bytes per rank is the
 	// pairwise exchange (IBV_COLL_EMU_XCHG_BYTES; 0: never).
-	uint32_t xchg_bytes = 32768;
+	uint32_t xchg_bytes = 16384;
 	// Collectives of a job its NIC runs at once, when each is such an
 	// exchange or a broadcast tree (IBV_COLL_EMU_COLL_DEPTH).
 	uint32_t coll_depth = 4;

@@ -359,7 +359,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		fs.rto_us = num<uint32_t>(fo, "rto_us", "fabric.", 0, 0, 10000000);
 		fs.trace_ns = uint64_t(num<double>(fo, "trace_us", "fabric.", 0, 0, 1e9) * 1000);
 		fs.probe_us = num<int64_t>(fo, "probe_us", "fabric.", -1, 0, 10000000);
-		fs.xchg_bytes = num<uint32_t>(fo, "xchg_bytes", "fabric.", 32768, 0, 65536);
+		fs.xchg_bytes = num<uint32_t>(fo, "xchg_bytes", "fabric.", 16384, 0, 65536);
 		fs.coll_depth = num<uint32_t>(fo, "coll_depth", "fabric.", 4, 1, 16);
 		if (fo.contains("stalls")) {
 			const json &sl = fo["stalls"];

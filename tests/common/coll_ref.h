@@ -35,7 +35,7 @@ struct CollSpec {
 	// Among the member NICs, an ALLREDUCE of at most this many bytes per
 	// rank on two or more nodes folds pairwise (recursive doubling, see
 	// coll_ref.cc) instead of round the ring: -1, IBV_COLL_EMU_XCHG_BYTES
-	// as the device reads it (32768 when unset); 0: never (AUTO's members
+	// as the device reads it (16384 when unset); 0: never (AUTO's members
 	// that fell back from their switches run the ring).
 	int64_t pairwise_max = -1;
 	// A job given switches cuts ALLREDUCE's and REDUCE's chunks at whole

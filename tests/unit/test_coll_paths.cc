@@ -1250,8 +1250,10 @@ TEST(CollPathsExchange, OnlyTheLostPieceOfALargePartialGoesAgain)
 {
 	for (const size_t nodes : {2, 3}) {
 		Cluster c(std::vector<uint16_t>(nodes, 1), Topology::ring, 11 + nodes, false);
-		for (auto &nd : c.nodes)
-			nd->qp.attr.path_mtu = 4096; // pieces of 4 KiB
+		for (auto &nd : c.nodes) {
+			nd->qp.attr.path_mtu = 4096;		// pieces of 4 KiB
+			nd->params.cfg.coll_xchg_bytes = 32768; // default 16384
+		}
 		const Endpoint from = c.nodes[0]->host_ep(), to = c.nodes[1]->host_ep();
 		bool lost = false;
 		c.net.f.drop_if = [&](const Pkt &p) {
@@ -1286,8 +1288,10 @@ TEST(CollPathsExchange, OnlyTheLostPieceOfALargePartialGoesAgain)
 TEST(CollPathsExchange, APieceGoesOnBeforeItsPartialIsWhole)
 {
 	Cluster c({1, 1, 1, 1}, Topology::ring, 17, false);
-	for (auto &nd : c.nodes)
-		nd->qp.attr.path_mtu = 4096; // pieces of 4 KiB
+	for (auto &nd : c.nodes) {
+		nd->qp.attr.path_mtu = 4096;		// pieces of 4 KiB
+		nd->params.cfg.coll_xchg_bytes = 32768; // default 16384
+	}
 	const Endpoint n0 = c.nodes[0]->host_ep(), n1 = c.nodes[1]->host_ep();
 	bool lost = false, repeated = false;
 	uint32_t ahead = 0; // node 1's phase-2 pieces before the repeat
