@@ -252,6 +252,7 @@ private:
 	// small: the message runs as a pairwise exchange (exchanges()).
 	void start_ring(Qp &qp, CollJob &job, uint64_t now, bool small = false);
 	bool exchanges(const CollJob &job, const Message &m) const;
+	bool xchg_fits(const CollJob &job, uint64_t count, uint32_t es) const;
 	bool may_start_beside(const CollJob &job, const CollWqe &w) const;
 	// The timeout of no progress every message is bound by.
 	void watchdog(Qp &qp, CollJob &job, uint64_t now);

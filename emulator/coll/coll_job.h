@@ -335,6 +335,17 @@ struct XchgOut {
 	// last, which a new message's partials may not overwrite before it
 	// left (XchgPath::open_out).
 	uint64_t lent = 0;
+
+	// The peer has the pieces in mask of phase ph's partial: those it
+	// named for the first time (the phase is acknowledged once all are).
+	uint64_t take_acks(uint32_t ph, uint64_t mask)
+	{
+		const uint64_t fresh = mask & sent.pieces(ph) & ~acked_pieces[ph];
+		acked_pieces[ph] |= fresh;
+		if (acked_pieces[ph] == sent.all())
+			sent.acked |= 1u << ph;
+		return fresh;
+	}
 };
 
 // The exchange's state of a message (xchg.cc): the phase this node is in,
@@ -543,6 +554,15 @@ struct XchgJob {
 	std::vector<std::vector<uint8_t>> accs;
 	uint64_t owed_due = 0;	     // the oldest owed's deadline (0: none)
 	uint32_t piece = kXchgPiece; // a partial's bytes a packet: the path MTU
+
+	// The early slot that holds mid's partials (null: none).
+	XchgSlots *early_of(uint32_t mid)
+	{
+		for (XchgSlots &e : early)
+			if (e.on && e.mid == mid)
+				return &e;
+		return nullptr;
+	}
 };
 
 struct CollJob {

@@ -339,11 +339,10 @@ bool CollEngine::may_start_beside(const CollJob &job, const CollWqe &w) const
 	const CollOp coll = CollOp(w.opcode);
 	const uint32_t es = uint32_t(dtype_size(Dtype(w.dtype)));
 	const uint32_t most = e_.params.cfg.coll_xchg_bytes;
-	const uint64_t pieces = uint64_t(kXchgPiecesMost) * job.xchg.piece;
 	if (c.nodes() < 2 || !most || sw_.wanted(job) ||
 	    (c.sw.on && c.topology != Topology::ring) || w.num_sge != c.my_count() ||
 	    !(coll == CollOp::barrier || ((coll == CollOp::allreduce || coll == CollOp::bcast) &&
-					  es && w.count <= most / es && w.count * es <= pieces)))
+					  xchg_fits(job, w.count, es))))
 		return false;
 	if (coll == CollOp::barrier)
 		return true;
@@ -384,8 +383,15 @@ bool CollEngine::exchanges(const CollJob &job, const Message &m) const
 		return false;
 	return m.coll == CollOp::barrier ||
 	       ((m.coll == CollOp::allreduce || m.coll == CollOp::bcast) &&
-		m.count <= most / m.es &&
-		m.count * m.es <= uint64_t(kXchgPiecesMost) * job.xchg.piece);
+		xchg_fits(job, m.count, m.es));
+}
+
+// count elements of es bytes are at most IBV_COLL_EMU_XCHG_BYTES and at
+// most the exchange's pieces (the job's path MTU each).
+bool CollEngine::xchg_fits(const CollJob &job, uint64_t count, uint32_t es) const
+{
+	const uint32_t most = e_.params.cfg.coll_xchg_bytes;
+	return es && count <= most / es && count * es <= uint64_t(kXchgPiecesMost) * job.xchg.piece;
 }
 
 // The running message goes round the ring.  Why it does is execution

@@ -157,15 +157,6 @@ void combine(const Message &m, const Shape &s, uint32_t node, uint32_t ph, const
 
 } // namespace
 
-// The early slot that holds mid's partials (null: none).
-static XchgSlots *early_of(XchgJob &xj, uint32_t mid)
-{
-	for (XchgSlots &e : xj.early)
-		if (e.on && e.mid == mid)
-			return &e;
-	return nullptr;
-}
-
 void XchgPath::start(Qp &qp, CollJob &job, uint64_t now)
 {
 	start(qp, job, *job.active, now);
@@ -197,7 +188,7 @@ void XchgPath::start(Qp &qp, CollJob &job, Message &m, uint64_t now)
 	if (!ok)
 		return u_.fail(qp, job, CollStatus::local_err, false,
 			       "a local buffer is not accessible");
-	XchgSlots *e = early_of(xj, m.mid);
+	XchgSlots *e = xj.early_of(m.mid);
 	if (e && e->len == len && e->tag == tag) {
 		std::swap(x.in, *e); // what came before the message started here
 		e->on = false;
@@ -445,7 +436,7 @@ XchgPath::Kept XchgPath::keep(CollJob &job, const CollPacket &p)
 		to = &m->xchg.in;
 	} else if (job.ahead(p.h.mid)) {
 		XchgJob &xj = job.xchg;
-		to = early_of(xj, p.h.mid);
+		to = xj.early_of(p.h.mid);
 		if (to && (len != to->len || tag != to->tag)) {
 			u_.ctr.bad_block++;
 			return Kept::no;
@@ -546,12 +537,8 @@ void XchgPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now
 	// A piece of the result an extra takes from its partner says that
 	// piece of its partial came.
 	XchgOut &o = m->xchg.out;
-	if (!is_bcast(p.h.coll) && ph == s.post() && o.sent.on &&
-	    (o.sent.pieces(0) >> p.h.sid & 1)) {
-		o.acked_pieces[0] |= 1ull << p.h.sid;
-		if (o.acked_pieces[0] == o.sent.all())
-			o.sent.acked |= 1;
-	}
+	if (!is_bcast(p.h.coll) && ph == s.post() && o.sent.on)
+		o.take_acks(0, 1ull << p.h.sid);
 	if (qp.state == QpState::rts)
 		advance(qp, job, *m, now);
 }

@@ -117,10 +117,8 @@ void XchgPath::send_out(CollJob &job, XchgOut &o, uint32_t ph, bool again, uint6
 	h.node_map = o.sent.len;
 	if (again)
 		h.flags |= kCethRetrans;
-	const uint64_t go = o.sent.pieces(ph) & ~o.acked_pieces[ph] & pieces;
-	for (uint32_t i = 0; i < o.sent.npieces(); i++) {
-		if (!(go >> i & 1))
-			continue;
+	for (uint64_t go = o.sent.pieces(ph) & ~o.acked_pieces[ph] & pieces; go; go &= go - 1) {
+		const uint32_t i = uint32_t(std::countr_zero(go));
 		h.sid = i;
 		const uint32_t n = o.sent.piece_len(i);
 		const uint8_t *at = o.sent.at(ph) + o.sent.off(i);
@@ -210,12 +208,9 @@ uint64_t XchgPath::pieces_here(CollJob &job, const Ceth &p) const
 {
 	const uint64_t all = xchg_all_pieces(uint32_t(std::min<uint64_t>(p.node_map, UINT32_MAX)),
 					     job.xchg.piece);
-	const XchgSlots *s = nullptr;
+	const XchgSlots *s = job.xchg.early_of(p.mid);
 	if (Message *m = job.running(p.mid); m && m->path == this && !m->xchg.result)
 		s = &m->xchg.in;
-	for (const XchgSlots &e : job.xchg.early)
-		if (!s && e.on && e.mid == p.mid)
-			s = &e;
 	return s && s->on && s->mid == p.mid && p.phase < 32 ? s->pieces(p.phase) : all;
 }
 
@@ -363,17 +358,12 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.bad_node++; // not whom this node sent it to
 		return;
 	}
-	const uint64_t all = o->sent.all();
-	const uint64_t fresh = p.h.node_map & o->sent.pieces(ph) & ~o->acked_pieces[ph];
-	if (!fresh) {
+	// A piece missing there (lost, or not sent yet) goes on the timer.
+	if (!o->take_acks(ph, p.h.node_map)) {
 		u_.ctr.dup_dropped++; // names no piece not acknowledged before
 		return;
 	}
-	// A piece missing there (lost, or not sent yet) goes on the timer.
-	o->acked_pieces[ph] |= fresh;
 	o->heard = now;
-	if (o->acked_pieces[ph] == all)
-		o->sent.acked |= 1u << ph;
 	if (!o->parked)
 		m->last_progress = now;
 	else if (all_acked(*o))
