@@ -1,11 +1,12 @@
 #!/bin/bash
-# bench-depth - several small collectives in flight per job
+# bench-depth - several collectives in flight per job
 # (IBV_COLL_EMU_COLL_DEPTH) against one at a time, on this machine.
 #
 # ibv_coll_perf under ibv_coll_run, NP processes on loopback, keeps 32
 # collectives posted (-z 0, as nccl-tests keeps a stream busy) of each size
-# from MINBYTES to MAXBYTES (at most IBV_COLL_EMU_XCHG_BYTES, where they run
-# as the pairwise exchange or the broadcast tree), results checked.  Each
+# from MINBYTES to MAXBYTES (up to IBV_COLL_EMU_XCHG_BYTES they run as the
+# pairwise exchange or the broadcast tree, above it round the ring: e.g.
+# MINBYTES=64K MAXBYTES=4M FACTOR=4 ITERS=20 WARMUP=3), results checked.  Each
 # size runs with IBV_COLL_EMU_COLL_DEPTH=1 (the baseline: the NIC starts a
 # collective when the one before it has completed) and with each depth of
 # DEPTHS, alternating REPEAT times, and the table gives each one's median

@@ -250,7 +250,7 @@ private:
 	// After a strategy ran: AUTO's fallback moves the message to the ring.
 	void settle(Qp &qp, CollJob &job, uint64_t now);
 	// small: the message runs as a pairwise exchange (exchanges()).
-	void start_ring(Qp &qp, CollJob &job, uint64_t now, bool small = false);
+	void start_ring(Qp &qp, CollJob &job, Message &m, uint64_t now, bool small = false);
 	bool exchanges(const CollJob &job, const Message &m) const;
 	bool xchg_fits(const CollJob &job, uint64_t count, uint32_t es) const;
 	bool may_start_beside(const CollJob &job, const CollWqe &w) const;

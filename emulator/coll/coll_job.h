@@ -201,8 +201,11 @@ struct RingMsg {
 	uint64_t heard = 0; // a partial of the message last passed through here
 	// The partials this node passed on (neither origin nor finisher),
 	// kept until the block's result passes here, to send again to the
-	// next node: slots of block_bytes in the job's CollJob::ring_kept;
-	// kept_at by block: its slot + 1, or 0.
+	// next node: slots of block_bytes in kept, made as needed and kept
+	// for the job's next messages (CollJob::spare_ring: a fresh buffer a
+	// message cost its pages' faults, and a 4-node loopback ring ran 40 %
+	// slower); kept_at by block: its slot + 1, or 0.
+	std::vector<uint8_t> kept;
 	std::vector<uint32_t> kept_at;
 	std::vector<uint32_t> kept_free;
 	uint32_t block_bytes = 0;
@@ -219,6 +222,7 @@ struct RingMsg {
 		g.naked.swap(old.naked);
 		g.kept_at.swap(old.kept_at);
 		g.kept_free.swap(old.kept_free);
+		g.kept.swap(old.kept); // its contents are not read again
 		g.sent.clear();
 		g.got.clear();
 		g.gap_at.clear();
@@ -583,9 +587,10 @@ struct CollJob {
 	uint32_t run_base = 0, run_count = 0;
 	std::unique_ptr<Message> active;
 	// Messages started after the active one and running beside it, oldest
-	// first: only while each runs as the exchange (coll/xchg.cc), at most
-	// IBV_COLL_EMU_COLL_DEPTH in all; they complete in MID order, each
-	// becoming the active one in turn (CollEngine::complete).
+	// first: only while all run as the exchange (coll/xchg.cc), or all
+	// round the ring (coll/ring.cc), at most IBV_COLL_EMU_COLL_DEPTH in
+	// all; they complete in MID order, each becoming the active one in
+	// turn (CollEngine::complete).
 	std::deque<std::unique_ptr<Message>> flight;
 	// The message of mid that runs here (the active one or one in flight).
 	Message *running(uint32_t mid) const
@@ -620,11 +625,6 @@ struct CollJob {
 	// chunk's last block on to the next node's ACK of the chunk; 0 before
 	// any.
 	uint64_t hop_rtt = 0;
-	// The ring's copies of the partials passed on (RingMsg::kept_at),
-	// made as needed and kept for the job's next messages (a fresh one a
-	// message cost its pages' faults: a 4-node loopback ring ran 40 %
-	// slower).
-	std::vector<uint8_t> ring_kept;
 	// ... and from a NAK to the number it asked for (smoothed): the
 	// repair waits behind what the sender had queued.
 	uint64_t repair_rtt = 0;

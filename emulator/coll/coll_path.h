@@ -61,6 +61,10 @@ public:
 	void on_timer(Qp &qp, CollJob &job, uint64_t now) override;
 	bool done(const CollJob &job) const override;
 	uint64_t next_deadline(const CollJob &job) const override;
+	// m (the active message, or the newest in CollJob::flight) starts:
+	// on_packet, on_timer and next_deadline see every message of the
+	// job that runs round the ring.
+	void start(Qp &qp, CollJob &job, Message &m, uint64_t now);
 
 private:
 	// The services shared with the switch path (send, arm, fail, the DMA
@@ -74,10 +78,12 @@ private:
 	void acked(CollJob &job, PendingSet &pend, uint32_t sid, uint64_t now, Holding endpoint);
 	void on_data(Qp &qp, CollJob &job, const CollPacket &p);
 	void on_result(Qp &qp, CollJob &job, const CollPacket &p);
-	void timers(Qp &qp, CollJob &job, uint64_t now);
+	void timers(Qp &qp, CollJob &job, Message &m, uint64_t now);
+	Message *beside(CollJob &job, uint32_t mid) const;
+	bool deliver(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
 	// A block of a message not started here, kept for when it starts.
 	void early(CollJob &job, const CollPacket &p);
-	void adopt_early(Qp &qp, CollJob &job);
+	void adopt_early(Qp &qp, CollJob &job, Message &m);
 	void data(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
 	void result(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
 	// hop_seq >= 0: sent again to the next node with that number
@@ -119,7 +125,7 @@ private:
 				    uint32_t q);
 	Again forward_result_again(CollJob &job, Message &m, uint32_t sid, uint64_t now,
 				   uint32_t q);
-	void keep(CollJob &job, Message &m, uint32_t sid, const uint8_t *data, uint32_t len);
+	void keep(Message &m, uint32_t sid, const uint8_t *data, uint32_t len);
 	void unkeep(Message &m, uint32_t sid);
 	void hop_timers(CollJob &job, Message &m, uint64_t now);
 	uint64_t hop_deadline(const CollJob &job, const Message &m) const;

@@ -308,22 +308,23 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	if (m.inplace)
 		m.src_lent.assign(m.nblocks, 0);
 	stage_own(c, m);
-	if (beside) {
+	if (beside && small) {
 		m.path = &xchg_;
 		m.ran = 0;
 		xchg_.start(qp, job, m, now);
-	} else if (sw_.wanted(job)) {
+	} else if (!beside && sw_.wanted(job)) {
 		m.path = &sw_;
 		sw_.start(qp, job, now);
 		settle(qp, job, now);
 	} else {
-		start_ring(qp, job, now, small);
+		start_ring(qp, job, m, now, small);
 	}
 }
 
 // The next WQE w may start while the messages that run now are not done:
-// the job runs them all as the exchange (coll/xchg.cc), fewer than
-// IBV_COLL_EMU_COLL_DEPTH of them, and so would it; it is not fenced
+// the job runs them all as the exchange (coll/xchg.cc), or all round the
+// ring (coll/ring.cc), fewer than IBV_COLL_EMU_COLL_DEPTH of them, and so
+// would it (members decide alike: a job with no switch); it is not fenced
 // (IBV_COLL_SEND_FENCE); and it neither reads nor writes what one of them
 // writes (it would see, or be overwritten by,
 // a result it must follow), unless it repeats that message exactly (the
@@ -333,16 +334,22 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 bool CollEngine::may_start_beside(const CollJob &job, const CollWqe &w) const
 {
 	const JobConfig &c = job.cfg;
-	if (!job.active || job.parted() || job.active->path != &xchg_ ||
+	if (!job.active || job.parted() ||
+	    (job.active->path != &xchg_ && job.active->path != &ring_) ||
 	    1 + job.flight.size() >= e_.params.cfg.coll_depth || (w.flags & kWqeFence))
 		return false;
 	const CollOp coll = CollOp(w.opcode);
 	const uint32_t es = uint32_t(dtype_size(Dtype(w.dtype)));
 	const uint32_t most = e_.params.cfg.coll_xchg_bytes;
-	if (c.nodes() < 2 || !most || sw_.wanted(job) ||
-	    (c.sw.on && c.topology != Topology::ring) || w.num_sge != c.my_count() ||
-	    !(coll == CollOp::barrier || ((coll == CollOp::allreduce || coll == CollOp::bcast) &&
-					  xchg_fits(job, w.count, es))))
+	if (c.nodes() < 2 || sw_.wanted(job) || (c.sw.on && c.topology != Topology::ring) ||
+	    w.num_sge != c.my_count())
+		return false;
+	// The way it would run (exchanges()): all that run at once run one way.
+	const bool small = most && (coll == CollOp::barrier ||
+				    ((coll == CollOp::allreduce || coll == CollOp::bcast) &&
+				     xchg_fits(job, w.count, es)));
+	if (job.active->path != (small ? static_cast<const CollPath *>(&xchg_) : &ring_) ||
+	    (!small && !window(job)))
 		return false;
 	if (coll == CollOp::barrier)
 		return true;
@@ -394,13 +401,13 @@ bool CollEngine::xchg_fits(const CollJob &job, uint64_t count, uint32_t es) cons
 	return es && count <= most / es && count * es <= uint64_t(kXchgPiecesMost) * job.xchg.piece;
 }
 
-// The running message goes round the ring.  Why it does is execution
+// Message m goes round the ring (the running message, or one that starts
+// beside it: may_start_beside).  Why it does is execution
 // control's to say (the ring knows nothing of switches): AUTO with no
 // switch that served it, the switch refusing the job, or (time division)
 // this message.
-void CollEngine::start_ring(Qp &qp, CollJob &job, uint64_t now, bool small)
+void CollEngine::start_ring(Qp &qp, CollJob &job, Message &m, uint64_t now, bool small)
 {
-	Message &m = *job.active;
 	const JobConfig &c = job.cfg;
 	m.path = small ? static_cast<CollPath *>(&xchg_) : &ring_;
 	m.ran = 0;
@@ -410,7 +417,10 @@ void CollEngine::start_ring(Qp &qp, CollJob &job, uint64_t now, bool small)
 		m.ran |= job.sw.why;
 	if (m.sw.admit_why)
 		m.ran |= kRanFallback | m.sw.admit_why;
-	m.path->start(qp, job, now);
+	if (&m == job.active.get())
+		m.path->start(qp, job, now);
+	else
+		ring_.start(qp, job, m, now); // beside those that run round the ring
 }
 
 // The units a message holds while it runs: one per data block, at most
@@ -447,7 +457,7 @@ void CollEngine::settle(Qp &qp, CollJob &job, uint64_t now)
 {
 	if (job.active && qp.state == QpState::rts && job.active->path == &sw_ &&
 	    !job.active->sw.on && !job.active->sw.waiting)
-		start_ring(qp, job, now);
+		start_ring(qp, job, *job.active, now);
 }
 
 bool CollEngine::progress(Qp &qp, uint64_t now)

@@ -16,11 +16,18 @@
 // this node already holds is dropped, and at fin answered with the result.
 // Allgather and broadcast have no reduce-scatter: their chunks start as
 // results at their owner.  Reduce-scatter sends a result token (no data).
+// Up to IBV_COLL_EMU_COLL_DEPTH messages of a job run round the ring at
+// once (posted back to back, on a job without switches: CollJob::flight),
+// each with its own hop numbers and timers; a message's blocks go once
+// the older ones' have all started, in the job's one window (pump), and
+// the next node keeps what comes of a message it has not started yet
+// (ring_early.cc).
 //
 // RingPath (coll/coll_path.h) holds this code and its state; what it
 // shares with the switch path (send, arm, fail, the DMA helpers, the
 // counters, the Seg pool) it reaches through its CollEngine.
 #include "coll/coll_engine.h"
+#include "coll/ring_nav.h"
 
 #include "nic/nic.h"
 #include "util/clock.h"
@@ -34,16 +41,6 @@ namespace ibv_coll::emu {
 using namespace wire;
 
 namespace {
-
-uint16_t next_node(const JobConfig &c)
-{
-	return uint16_t((c.node + 1) % c.nodes());
-}
-
-uint16_t prev_node(const JobConfig &c)
-{
-	return uint16_t((c.node + c.nodes() - 1) % c.nodes());
-}
 
 // The nodes o, o+1, ..., o+h-1 (mod N) as the CETH's node bitmap; a
 // ring of more than 64 nodes sends none (0): the hop and the chunk's
@@ -64,26 +61,6 @@ uint64_t ring_bits(uint16_t o, uint32_t h, uint16_t n)
 	return low_bits(first) << o | low_bits(h - first);
 }
 
-// A ring block's hop on the wire (ibv_coll_wire(7)): in the CETH's phase,
-// and beyond 255 whole in seq as well (phase then has it modulo 256; seq
-// is 0 below).  A packet where the two disagree has no hop (0), which
-// every check refuses.
-void set_hop(Ceth &h, uint32_t hop)
-{
-	h.phase = uint8_t(hop);
-	h.seq = hop > 0xff ? hop : 0;
-}
-
-uint32_t hop_of(const Ceth &h)
-{
-	if (!h.seq)
-		return h.phase;
-	return h.seq > 0xff && uint8_t(h.seq) == h.phase ? h.seq : 0;
-}
-
-// The bit a Seg unit on the ring waits for: the partial from upstream
-// (its sender is always the predecessor).
-constexpr uint64_t kUpstream = 1;
 
 // The endpoints' part of the round trip a result ends (acked()), or not
 // known when it is no round trip's: a result sent again by its finisher's
@@ -137,8 +114,16 @@ void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *dat
 
 void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 {
-	Message &m = *job.active;
+	start(qp, job, *job.active, now);
+}
+
+// m is the active message, or the newest of those in flight beside it
+// (CollJob::flight): its blocks go once those of the messages before it
+// have all started (pump).
+void RingPath::start(Qp &qp, CollJob &job, Message &m, uint64_t now)
+{
 	const JobConfig &c = job.cfg;
+	const uint32_t mid = m.mid;
 	m.ran |= c.nodes() == 1 ? kRanLocal : kRanRing; // and why, as the caller set
 	if (c.nodes() == 1) {
 		// One node: the NIC reduces its ranks and writes the result back.
@@ -183,9 +168,9 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 	m.ring.gap_at.reserve(room);
 	for (const BlockDesc &b : m.chain)
 		m.ring.block_bytes = std::max<uint32_t>(m.ring.block_bytes, b.elems * m.es);
-	// The job's copies' slots, as this message's blocks cut them.
+	// The copies' slots, as this message's blocks cut them.
 	if (m.ring.block_bytes)
-		for (size_t k = job.ring_kept.size() / m.ring.block_bytes; k > 0; k--)
+		for (size_t k = m.ring.kept.size() / m.ring.block_bytes; k > 0; k--)
 			m.ring.kept_free.push_back(uint32_t(k));
 	// The blocks this node starts: its chunk's partials (as origin) or its
 	// chunk's results (allgather, broadcast).
@@ -195,8 +180,8 @@ void RingPath::start(Qp &qp, CollJob &job, uint64_t now)
 			m.inject_end = r.first_sid + r.nblocks;
 		}
 	}
-	adopt_early(qp, job);
-	if (job.active)
+	adopt_early(qp, job, m);
+	if (job.running(mid) == &m)
 		pump(qp, job, now);
 }
 
@@ -262,25 +247,52 @@ void RingPath::inject(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool
 	}
 }
 
+// The blocks this node starts (its chunk's), oldest message first, while
+// the window has room: the window is the job's, whatever message its
+// blocks are of (the next node keeps what comes of a message it has not
+// started: CollCore::window).  A message's blocks go once the messages
+// before it have started all of theirs.
 void RingPath::pump(Qp &qp, CollJob &job, uint64_t now)
 {
-	Message &m = *job.active;
 	const uint32_t w = u_.window(job);
 	if (!w)
 		return u_.fail(qp, job, CollStatus::buffer_err, true,
 			       "the job's Seg range cannot hold a block from every other node");
 	if (!job.cc.ready())
 		cc_init(job, w);
-	while (m.next_inject < m.inject_end && !m.dma_error) {
-		const ChunkRole &r = m.chunks[m.chain[m.next_inject].chunk];
-		const size_t inflight = r.rs ? m.o_pending.size() : m.f_pending.size();
-		if (inflight >= w || !job.cc.may_send(uint32_t(inflight), now))
-			break;
-		inject(job, m, m.next_inject++, now, false);
-		job.cc.on_send(now);
+	size_t before = 0; // the older messages' own blocks in flight
+	for (size_t i = 0; job.active && i <= job.flight.size(); i++) {
+		Message &m = i ? *job.flight[i - 1] : *job.active;
+		if (m.path != this)
+			continue;
+		while (m.next_inject < m.inject_end && !m.dma_error) {
+			const ChunkRole &r = m.chunks[m.chain[m.next_inject].chunk];
+			const size_t inflight = before +
+						(r.rs ? m.o_pending.size() : m.f_pending.size());
+			if (inflight >= w || !job.cc.may_send(uint32_t(inflight), now))
+				break;
+			inject(job, m, m.next_inject++, now, false);
+			job.cc.on_send(now);
+		}
+		if (m.dma_error)
+			return u_.fail(qp, job, CollStatus::local_err, true,
+				       "a local buffer is not accessible");
+		if (m.next_inject < m.inject_end)
+			return;
+		if (m.inject_end)
+			before += m.chunks[m.chain[m.inject_end - 1].chunk].rs ? m.o_pending.size()
+									       : m.f_pending.size();
 	}
-	if (m.dma_error)
-		u_.fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+}
+
+// The message of mid that runs here beside the active one, round the ring
+// (null: none).
+Message *RingPath::beside(CollJob &job, uint32_t mid) const
+{
+	for (const auto &f : job.flight)
+		if (f->mid == mid)
+			return f->path == this ? f.get() : nullptr;
+	return nullptr;
 }
 
 void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now, int64_t hop_seq)
@@ -323,7 +335,7 @@ RingPath::Again RingPath::forward_partial_again(CollJob &job, Message &m, uint32
 	h.node_map = ring_bits(r.origin, hop, n);
 	stamp(job, m, h, 0, sid, now, q);
 	u_.send(job, next_node(c), kCollData, h,
-		Payload::copied(job.ring_kept.data() + size_t(slot - 1) * m.ring.block_bytes, len));
+		Payload::copied(m.ring.kept.data() + size_t(slot - 1) * m.ring.block_bytes, len));
 	u_.ctr.retrans_data++;
 	u_.host().cc_counters().retrans_bytes += len;
 	return Again::sent;
@@ -419,7 +431,7 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 		finish_block(job, m, sid, acc, now, p.hold_on(now), p.queue_on(now),
 			     p.h.flags & kCethRetrans);
 	} else {
-		keep(job, m, sid, acc, len);
+		keep(m, sid, acc, len);
 		Ceth h = u_.header(job, m, sid);
 		set_hop(h, hop + 1);
 		h.node_map = ring_bits(r.origin, hop + 1, n);
@@ -491,21 +503,35 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 		Payload::lent(p.payload, hop + 1 == n ? 0 : len, p.crc));
 }
 
+// A DATA or RESULT of a message that runs here round the ring (the
+// active one, unless it waits for the switch, or one beside it): reduced
+// or written, and its number taken in.  False: none here runs it.
+bool RingPath::deliver(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
+{
+	Message *m = job.active && p.h.mid == job.active->mid
+			     ? (job.active->sw.waiting ? nullptr : job.active.get())
+			     : beside(job, p.h.mid);
+	if (!m)
+		return false;
+	if (p.kind == kCollData)
+		data(job, *m, p, now);
+	else
+		result(job, *m, p, now);
+	if (!m->dma_error)
+		rx(job, *m, p, now);
+	if (m->dma_error)
+		u_.fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
+	return true;
+}
+
 void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
 {
 	uint64_t now = u_.host().now();
 	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", u_.host().params.name,
 		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
-	if (job.active && p.h.mid == job.active->mid && !job.active->sw.waiting) {
-		data(job, *job.active, p, now);
-		if (!job.active->dma_error)
-			rx(job, *job.active, p, now);
-		if (job.active->dma_error)
-			u_.fail(qp, job, CollStatus::local_err, true,
-				"a local buffer is not accessible");
+	if (deliver(qp, job, p, now))
 		return;
-	}
 	if (job.active && p.h.mid == job.active->mid) {
 		early(job, p); // it waits for the switch, which another node gave up on
 		return;
@@ -527,15 +553,8 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}",
 		   u_.host().params.name, p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
-	if (job.active && p.h.mid == job.active->mid && !job.active->sw.waiting) {
-		result(job, *job.active, p, now);
-		if (!job.active->dma_error)
-			rx(job, *job.active, p, now);
-		if (job.active->dma_error)
-			u_.fail(qp, job, CollStatus::local_err, true,
-				"a local buffer is not accessible");
+	if (deliver(qp, job, p, now))
 		return;
-	}
 	if (job.ahead(p.h.mid) || (job.active && p.h.mid == job.active->mid)) {
 		early(job, p);
 		return;
@@ -560,141 +579,6 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 			Payload::lent(p.payload, hop + 1 == n ? 0 : p.paylen, p.crc));
 	} else {
 		u_.ctr.stale_dropped++;
-	}
-}
-
-// A block of a message this node has not started: keep it in its Seg unit
-// until the message starts here.  A result is passed on at once (it needs
-// nothing from this node), but only if it could be kept.
-void RingPath::early(CollJob &job, const CollPacket &p)
-{
-	const JobConfig &c = job.cfg;
-	const uint32_t hop = hop_of(p.h);
-	if (p.paylen > u_.segs().unit_bytes() || hop < 1 || hop >= c.nodes() ||
-	    p.h.src_node != prev_node(c)) {
-		u_.ctr.early_dropped++;
-		IBVC_DEBUG("coll", "{}: early mid {} sid {} kind {:#x} hop {} dropped",
-			   u_.host().params.name, p.h.mid, p.h.sid, p.kind, p.h.phase);
-		return;
-	}
-	auto forward = [&] {
-		if (p.kind != kCollResult)
-			return;
-		Ceth h = p.h;
-		h.src_node = c.node;
-		h.flags &= ~kCethHop;
-		h.rank_map = 0; // no number: not this node's running message
-		set_hop(h, hop + 1);
-		h.hold = p.hold_on(u_.host().now());
-		h.queue = p.queue_on(u_.host().now());
-		u_.send(job, next_node(c), kCollResult, h,
-			Payload::lent(p.payload, hop + 1 == c.nodes() ? 0 : p.paylen, p.crc));
-	};
-	// Held already (a repeat): a result is still passed on, in case the
-	// first copy was lost downstream.
-	const EarlyKey key{p.h.mid, p.h.sid, p.kind};
-	if (job.early.count(key)) {
-		u_.ctr.dup_dropped++;
-		forward();
-		return;
-	}
-	// The block's own unit, or the next free one of the job's range (the
-	// message finds its blocks again through job.early when it starts).
-	uint32_t seg = c.seg_base + p.h.sid % c.seg_count, tries = 0;
-	while (!u_.segs().acquire(seg, c.jid, p.h.mid, p.h.sid, RedOp(p.h.op & 7), Dtype::uint8,
-				  p.paylen, kUpstream, 0)) {
-		if (++tries == c.seg_count) {
-			u_.ctr.early_dropped++;
-			IBVC_DEBUG("coll", "{}: no unit for early mid {} sid {} (in use {})",
-				   u_.host().params.name, p.h.mid, p.h.sid, u_.segs().in_use());
-			return;
-		}
-		seg = c.seg_base + (seg - c.seg_base + 1) % c.seg_count;
-	}
-	SegUnit &u = u_.segs().unit(seg);
-	u_.segs().contribute(seg, kUpstream, 0, p.payload, p.paylen);
-	u.kind = p.kind;
-	u.hop = hop;
-	u.src_node = p.h.src_node;
-	u.node_map = p.h.node_map;
-	// Kept: its wait from here on is for this node's application, not a
-	// queue (CETH queue).
-	u.hold = p.h.hold;
-	u.queue = p.queue_on(u_.host().now());
-	u.rx_ns = p.rx_ns;
-	u.seq = p.h.rank_map <= UINT32_MAX ? uint32_t(p.h.rank_map) : 0; // its number, plus 1
-	u.rank_pending = 1; // waits for this node's message to start
-	job.early.emplace(key, seg);
-	u_.ctr.early_stored++;
-	forward();
-}
-
-// The message has started: take in what arrived before it.
-void RingPath::adopt_early(Qp &qp, CollJob &job)
-{
-	Message &m = *job.active;
-	const JobConfig &c = job.cfg;
-	uint64_t now = u_.host().now();
-	std::vector<uint32_t> mine;
-	for (auto it = job.early.begin(); it != job.early.end();) {
-		if (it->first.mid == m.mid) {
-			mine.push_back(it->second);
-			it = job.early.erase(it);
-		} else {
-			++it;
-		}
-	}
-	// In the order they were sent (their numbers: a gap is a loss, see
-	// ring_hop.cc), then by block.
-	std::sort(mine.begin(), mine.end(), [&](uint32_t a, uint32_t b) {
-		const SegUnit &x = u_.segs().unit(a), &y = u_.segs().unit(b);
-		return x.seq != y.seq ? x.seq < y.seq : x.sid < y.sid;
-	});
-	for (uint32_t i : mine) {
-		if (!job.active)
-			return;
-		SegUnit &u = u_.segs().unit(i);
-		CollPacket p;
-		p.kind = u.kind;
-		p.h = u_.header(job, m, u.sid);
-		p.h.src_node = u.src_node;
-		set_hop(p.h, u.hop);
-		p.h.node_map = u.node_map;
-		p.h.hold = u.hold; // its wait here, from rx_ns, is added as it goes on
-		p.h.rank_map = u.seq;
-		p.h.queue = u.queue;
-		p.payload = u.data;
-		p.paylen = u.len;
-		p.src = c.members[u.src_node].ep;
-		p.crc = nullptr;
-		p.rx_ns = u.rx_ns;
-		p.q_ns = now;
-		// Free before use: what follows may take this very unit for the
-		// block, but then only to make its result in the packet (the
-		// unit's own memory is not written while we read it).
-		u_.segs().release(i);
-		if (p.kind == kCollData) {
-			data(job, m, p, now);
-		} else if (u.sid < m.nblocks && !m.final_[u.sid]) {
-			// Already passed on when it arrived: only write it here.
-			unkeep(m, u.sid);
-			const uint32_t len = m.result_data ? m.chain[u.sid].elems * m.es : 0;
-			if (p.paylen == len &&
-			    (!len || u_.write_result(job, m, u.sid, p.payload))) {
-				m.final_[u.sid] = 1;
-				m.finals++;
-				m.last_progress = now;
-			} else {
-				u_.ctr.malformed++;
-			}
-		}
-		if (m.dma_error)
-			return u_.fail(qp, job, CollStatus::local_err, true,
-				       "a local buffer is not accessible");
-		// Its number taken in as if it came now (a block that was not
-		// kept, for want of a unit, leaves a gap).
-		if (job.active.get() == &m)
-			rx(job, m, p, now);
 	}
 }
 
@@ -734,14 +618,28 @@ void RingPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now
 // (it waits for that ACK to end the message).
 void RingPath::ack_all(CollJob &job)
 {
-	if (job.active && job.active->path == this && job.active->ring.unacked &&
-	    job.active->finals == job.active->nblocks)
-		send_ack(job, *job.active);
+	for (size_t i = 0; job.active && i <= job.flight.size(); i++) {
+		Message &m = i ? *job.flight[i - 1] : *job.active;
+		if (m.path == this && m.ring.unacked && m.finals == m.nblocks)
+			send_ack(job, m);
+	}
 }
 
+// Each message that runs round the ring, oldest first.  One in flight
+// beside an older one waits for it (its blocks go once the older one's
+// have, pump): while the older one progresses, so does it.  One that
+// fails ends them all (CollEngine::fail).
 void RingPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 {
-	timers(qp, job, now);
+	uint64_t older = 0;
+	for (size_t i = 0; job.active && qp.state == QpState::rts && i <= job.flight.size(); i++) {
+		Message &m = i ? *job.flight[i - 1] : *job.active;
+		if (m.path != this)
+			continue;
+		m.last_progress = std::max(m.last_progress, older);
+		older = m.last_progress;
+		timers(qp, job, m, now);
+	}
 	if (job.active && qp.state == QpState::rts)
 		pump(qp, job, now);
 	ack_all(job);
@@ -749,17 +647,23 @@ void RingPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 
 uint64_t RingPath::next_deadline(const CollJob &job) const
 {
-	const Message &m = *job.active;
-	// A paced window: the next block may leave then.
-	uint64_t pace = 0;
-	if (m.next_inject < m.inject_end) {
-		const bool rs = m.chunks[m.chain[m.next_inject].chunk].rs;
-		if ((rs ? m.o_pending.size() : m.f_pending.size()) < job.cc.window())
-			pace = job.cc.next_send_time();
+	uint64_t d = UINT64_MAX;
+	for (size_t i = 0; job.active && i <= job.flight.size(); i++) {
+		const Message &m = i ? *job.flight[i - 1] : *job.active;
+		if (m.path != this)
+			continue;
+		// A paced window: the next block may leave then.
+		uint64_t pace = 0;
+		if (m.next_inject < m.inject_end) {
+			const bool rs = m.chunks[m.chain[m.next_inject].chunk].rs;
+			if ((rs ? m.o_pending.size() : m.f_pending.size()) < job.cc.window())
+				pace = job.cc.next_send_time();
+		}
+		d = std::min({d, m.last_progress + u_.coll_timeout_ns(job), m.o_pending.next(),
+			      m.f_pending.next(), pace ? pace : UINT64_MAX, probe_due(job, m),
+			      hop_deadline(job, m)});
 	}
-	return std::min({m.last_progress + u_.coll_timeout_ns(job), m.o_pending.next(),
-			 m.f_pending.next(), pace ? pace : UINT64_MAX, probe_due(job, m),
-			 hop_deadline(job, m)});
+	return d;
 }
 
 } // namespace ibv_coll::emu

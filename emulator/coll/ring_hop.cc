@@ -19,6 +19,7 @@
 // block's whole way round the ring again, where 5 % loss on each link of
 // a 16-node ring failed most of a block's 30 links' crossings.
 #include "coll/coll_engine.h"
+#include "coll/ring_nav.h"
 
 #include "util/clock.h"
 
@@ -33,16 +34,6 @@ namespace {
 
 // Numbers taken in between ACKs.
 constexpr uint32_t kAckEvery = 16;
-
-uint16_t next_of(const JobConfig &c)
-{
-	return uint16_t((c.node + 1) % c.nodes());
-}
-
-uint16_t prev_of(const JobConfig &c)
-{
-	return uint16_t((c.node + c.nodes() - 1) % c.nodes());
-}
 
 // f(s, t) for each run [s, t) of [s, e) where missing() holds.
 template <class Missing, class F> void for_runs(uint32_t s, uint32_t e, Missing missing, F f)
@@ -98,7 +89,7 @@ void RingPath::stamp(CollJob &job, Message &m, Ceth &h, uint8_t phase, uint32_t 
 	g.tail_at = now + (hop_rto(job) << std::min<uint32_t>(g.tail_tries, 10));
 }
 
-void RingPath::keep(CollJob &job, Message &m, uint32_t sid, const uint8_t *data, uint32_t len)
+void RingPath::keep(Message &m, uint32_t sid, const uint8_t *data, uint32_t len)
 {
 	RingMsg &g = m.ring;
 	if (sid >= g.kept_at.size() || len > g.block_bytes)
@@ -108,9 +99,9 @@ void RingPath::keep(CollJob &job, Message &m, uint32_t sid, const uint8_t *data,
 		if (g.kept_free.empty()) {
 			// Made as needed: as many as the blocks on their way
 			// round at once.
-			const size_t had = job.ring_kept.size() / g.block_bytes;
+			const size_t had = g.kept.size() / g.block_bytes;
 			const size_t more = std::max<size_t>(had, 8);
-			job.ring_kept.resize((had + more) * g.block_bytes);
+			g.kept.resize((had + more) * g.block_bytes);
 			for (size_t k = had + more; k > had; k--)
 				g.kept_free.push_back(uint32_t(k));
 		}
@@ -118,7 +109,7 @@ void RingPath::keep(CollJob &job, Message &m, uint32_t sid, const uint8_t *data,
 		g.kept_free.pop_back();
 		g.kept_at[sid] = slot;
 	}
-	memcpy(job.ring_kept.data() + size_t(slot - 1) * g.block_bytes, data, len);
+	memcpy(g.kept.data() + size_t(slot - 1) * g.block_bytes, data, len);
 }
 
 void RingPath::unkeep(Message &m, uint32_t sid)
@@ -231,7 +222,7 @@ void RingPath::nak(CollJob &job, Message &m, uint32_t s, uint32_t e, uint64_t no
 			h.seq = b - a;
 			h.flags = kCethNak | kCethHop;
 			h.seg = ++g.naks;
-			u_.send(job, prev_of(job.cfg), kCollAck, h);
+			u_.send(job, prev_node(job.cfg), kCollAck, h);
 			u_.ctr.naks_sent++;
 			g.naked.push_back(RingMsg::Hole{a, b, now, g.naks});
 		});
@@ -243,7 +234,7 @@ void RingPath::send_ack(CollJob &job, Message &m)
 	Ceth h = hop_header(job, m);
 	h.sid = g.cum;
 	h.flags = kCethHop;
-	u_.send(job, prev_of(job.cfg), kCollAck, h);
+	u_.send(job, prev_node(job.cfg), kCollAck, h);
 	g.unacked = 0;
 	g.ack_due = UINT64_MAX;
 }
@@ -257,7 +248,7 @@ void RingPath::send_void(CollJob &job, const Message &m, uint32_t s, uint32_t e)
 	h.seq = e - s;
 	h.phase = 1;
 	h.flags = kCethHop;
-	u_.send(job, next_of(job.cfg), kCollAck, h);
+	u_.send(job, next_node(job.cfg), kCollAck, h);
 }
 
 RingPath::Again RingPath::pass_again(CollJob &job, Message &m, uint32_t q, uint64_t now)
@@ -332,30 +323,30 @@ void RingPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.malformed++;
 		return;
 	}
-	if (!job.active || p.h.mid != job.active->mid || job.active->sw.waiting ||
-	    job.active->path != this) {
+	Message *mp = job.active && p.h.mid == job.active->mid ? job.active.get()
+							       : beside(job, p.h.mid);
+	if (!mp || mp->sw.waiting || mp->path != this) {
 		u_.ctr.stale_dropped++;
 		// Void numbers of a message over here: its sender waits for
 		// them to be ACKed.
-		if (p.h.phase == 1 && (!job.active || p.h.mid != job.active->mid) &&
-		    !job.ahead(p.h.mid))
+		if (p.h.phase == 1 && !job.running(p.h.mid) && !job.ahead(p.h.mid))
 			send_over(job, p.h.mid, p.h.src_node);
 		return;
 	}
-	Message &m = *job.active;
+	Message &m = *mp;
 	RingMsg &g = m.ring;
 	const JobConfig &c = job.cfg;
 	if (p.h.phase == 2) {
-		if (p.h.src_node == next_of(c)) {
+		if (p.h.src_node == next_node(c)) {
 			g.acked = uint32_t(g.sent.size());
 			g.tail_at = UINT64_MAX;
 		}
-		if (p.h.src_node == prev_of(c) && !g.prev_over)
+		if (p.h.src_node == prev_node(c) && !g.prev_over)
 			prev_over(job, m);
 		return;
 	}
 	if (p.h.phase == 1) {
-		if (p.h.src_node != prev_of(c) || !p.h.seq ||
+		if (p.h.src_node != prev_node(c) || !p.h.seq ||
 		    uint64_t(p.h.sid) + p.h.seq > max_numbers(m)) {
 			u_.ctr.malformed++;
 			return;
@@ -364,7 +355,7 @@ void RingPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 			take(job, m, k, 0, now);
 		return;
 	}
-	if (p.h.src_node != next_of(c) || p.h.sid > g.sent.size()) {
+	if (p.h.src_node != next_node(c) || p.h.sid > g.sent.size()) {
 		u_.ctr.malformed++;
 		return;
 	}
@@ -394,7 +385,7 @@ void RingPath::on_hop_nak(CollJob &job, Message &m, const CollPacket &p, uint64_
 	RingMsg &g = m.ring;
 	if (int16_t(uint16_t(p.h.seg - g.nak_echo)) > 0)
 		g.nak_echo = p.h.seg;
-	if (p.h.src_node != next_of(job.cfg) || !p.h.seq ||
+	if (p.h.src_node != next_node(job.cfg) || !p.h.seq ||
 	    uint64_t(p.h.sid) + p.h.seq > g.sent.size()) {
 		u_.ctr.malformed++;
 		return;

@@ -59,15 +59,15 @@ void RingPath::on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.malformed++;
 		return;
 	}
-	if (!job.active || p.h.mid != job.active->mid || job.active->sw.waiting ||
-	    job.active->path != this) {
+	Message *mp = job.active && p.h.mid == job.active->mid ? job.active.get()
+							       : beside(job, p.h.mid);
+	if (!mp || mp->sw.waiting || mp->path != this) {
 		u_.ctr.stale_dropped++;
-		if ((p.h.flags & kCethHop) && (!job.active || p.h.mid != job.active->mid) &&
-		    !job.ahead(p.h.mid))
+		if ((p.h.flags & kCethHop) && !job.running(p.h.mid) && !job.ahead(p.h.mid))
 			send_over(job, p.h.mid, p.h.src_node);
 		return;
 	}
-	Message &m = *job.active;
+	Message &m = *mp;
 	if (p.h.flags & kCethHop) {
 		on_hop_nak(job, m, p, now);
 	} else {
@@ -163,9 +163,8 @@ void RingPath::probe(CollJob &job, Message &m, uint64_t now)
 	}
 }
 
-void RingPath::timers(Qp &qp, CollJob &job, uint64_t now)
+void RingPath::timers(Qp &qp, CollJob &job, Message &m, uint64_t now)
 {
-	Message &m = *job.active;
 	hop_timers(job, m, now);
 	// The hops repair what they lose, each on its own (ring_hop.cc): while
 	// the message's results still come, a block late end to end waits

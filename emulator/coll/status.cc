@@ -88,8 +88,12 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 	if (m.signaled || st != CollStatus::success)
 		e_.push_cqe(qp.scq, message_cqe(job, m, qp.qpn, m.wr_id, st));
 	finish_parts(job, m, st);
-	segs_.unreserve(job.run_base, job.run_count, job.owner);
-	job.run_count = 0;
+	// The units stay held for the next message round the ring, which
+	// already runs beside this one and uses them (seg_of).
+	if (job.flight.empty() || job.flight.front()->path != &ring_) {
+		segs_.unreserve(job.run_base, job.run_count, job.owner);
+		job.run_count = 0;
+	}
 	remember(job, m.mid, st == CollStatus::success ? MsgState::done : MsgState::failed,
 		 m.nblocks);
 	job.last_mid = m.mid;

@@ -162,6 +162,10 @@ void Fabric::on_cqe(JobQp &q, const emu::Cqe &c)
 void Fabric::job_step(uint32_t ji)
 {
 	Job &j = *jobs[ji];
+	// Several messages that complete at once each step the job: the
+	// first may have finished it.
+	if (j.finished)
+		return;
 	const uint64_t now = clock.now();
 	const uint32_t all = j.spec.warmup + j.spec.iters;
 	while (j.iter < j.posted) {

@@ -1048,102 +1048,137 @@ TEST(CollPathsExchange, AcknowledgementsRideOnTheNextPartials)
 	}
 }
 
+// Eight collectives posted at once on every node of shape, each into
+// buffers of its own (coll_of and count_of say what message i is; a
+// broadcast's root varies), with loss, duplicates, reordering and
+// descheduled hosts, at the given depth (IBV_COLL_EMU_COLL_DEPTH).  Each
+// must complete in MID order with the scalar loop's result; with depth 1
+// none starts beside another (coll_beside), with more some do.  Returns
+// the nodes' counters, summed.
+template <class CollOf, class CountOf>
+static CollCounters run_in_flight(const std::vector<uint16_t> &shape, uint32_t depth, uint64_t seed,
+				  CollOf coll_of, CountOf count_of)
+{
+	constexpr uint32_t kMsgs = 8; // the fake SQ's slots
+	CollCounters sum{};
+	Cluster c(shape, Topology::ring, seed + 10 * shape.size(), false);
+	c.net.f.loss = 0.1;
+	c.net.f.dup = 0.05;
+	c.net.f.reorder = true;
+	c.stall_every_ns = kMs / 2;
+	c.stall_ns = kMs;
+	for (auto &nd : c.nodes)
+		nd->params.cfg.coll_depth = depth;
+	uint32_t ranks = 0;
+	for (uint16_t k : shape)
+		ranks += k;
+	// Per message and rank: source and destination.
+	std::vector<std::vector<std::vector<std::vector<int32_t>>>> src(kMsgs), dst(kMsgs);
+	std::vector<std::vector<int32_t>> want(kMsgs);
+	std::mt19937 rng{uint32_t(seed)};
+	for (uint32_t i = 0; i < kMsgs; i++) {
+		const CollOp coll = coll_of(i);
+		const uint64_t count = coll == CollOp::barrier ? 0 : count_of(i);
+		const uint32_t root = (i * 3) % ranks;
+		want[i].assign(count, 0);
+		src[i].resize(c.nodes.size());
+		dst[i].resize(c.nodes.size());
+		uint32_t g = 0;
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			const uint16_t r = c.nodes[n]->ranks;
+			src[i][n].assign(r, std::vector<int32_t>(count));
+			dst[i][n].assign(r, std::vector<int32_t>(count, 0x7a7a));
+			for (auto &sv : src[i][n]) {
+				for (auto &v : sv)
+					v = int32_t(rng());
+				for (uint64_t e = 0; e < count; e++)
+					if (coll == CollOp::allreduce)
+						want[i][e] = int32_t(uint32_t(want[i][e]) +
+								     uint32_t(sv[e]));
+				if (coll == CollOp::bcast && g == root)
+					want[i] = sv;
+				g++;
+			}
+		}
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			Node &nd = *c.nodes[n];
+			Cluster::post(*nd.sq, i + 1, count, src[i][n].data(), dst[i][n].data(),
+				      nd.ranks, coll, root);
+		}
+	}
+	EXPECT_TRUE(c.run(kMsgs, 20000 * kMs)) << shape.size() << " nodes, depth " << depth;
+	for (size_t n = 0; n < c.nodes.size(); n++) {
+		Node &nd = *c.nodes[n];
+		EXPECT_EQ(nd.host->cqes.size(), kMsgs);
+		for (uint32_t i = 0; i < kMsgs && i < nd.host->cqes.size(); i++) {
+			const Cqe &q = nd.host->cqes[i];
+			EXPECT_EQ(q.status, uint8_t(WcStatus::success))
+				<< "node " << n << " message " << i + 1;
+			EXPECT_EQ(q.mid, i + 1) << "node " << n;
+			for (uint16_t r = 0; r < nd.ranks; r++)
+				EXPECT_EQ(dst[i][n][r], want[i])
+					<< "node " << n << " message " << i + 1 << " rank " << r
+					<< " depth " << depth;
+		}
+		expect_accounted(nd, n);
+		const CollCounters k = nd.svc->counters();
+		EXPECT_EQ(k.failed, 0u);
+		if (depth == 1)
+			EXPECT_EQ(k.beside, 0u) << "node " << n;
+		else
+			EXPECT_GT(k.beside, 0u) << "node " << n;
+		sum.beside += k.beside;
+		sum.tx_result += k.tx_result;
+		sum.tx_data += k.tx_data;
+	}
+	EXPECT_GT(c.net.dropped, 0u);
+	return sum;
+}
+
 // Several small collectives in flight per job (IBV_COLL_EMU_COLL_DEPTH):
-// eight posted at once on every node, each into buffers of its own
-// (allreduces of several sizes, broadcasts from several roots, a
-// barrier), with loss, duplicates, reordering and descheduled hosts.
-// Each completes in MID order with the scalar loop's result, later ones
-// started beside earlier ones (coll_beside), and with the depth at 1 none
-// does.
+// allreduces of several sizes, broadcasts from several roots and a
+// barrier, all as the exchange (no result goes round the ring).
 TEST(CollPathsDepth, SmallCollectivesInFlightCompleteInOrder)
 {
 	const std::vector<std::vector<uint16_t>> shapes = {{1, 1, 1, 1}, {1, 2, 1, 1, 1}};
-	constexpr uint32_t kMsgs = 8; // the fake SQ's slots
 	for (const auto &shape : shapes) {
 		for (const uint32_t depth : {1u, 4u, 16u}) {
 			for (uint64_t seed = 1; seed <= 2; seed++) {
-				Cluster c(shape, Topology::ring, seed + 10 * shape.size(), false);
-				c.net.f.loss = 0.1;
-				c.net.f.dup = 0.05;
-				c.net.f.reorder = true;
-				c.stall_every_ns = kMs / 2;
-				c.stall_ns = kMs;
-				for (auto &nd : c.nodes)
-					nd->params.cfg.coll_depth = depth;
-				uint32_t ranks = 0;
-				for (uint16_t k : shape)
-					ranks += k;
-				// Per message and rank: source and destination.
-				std::vector<std::vector<std::vector<std::vector<int32_t>>>> src(
-					kMsgs),
-					dst(kMsgs);
-				std::vector<std::vector<int32_t>> want(kMsgs);
-				std::mt19937 rng{uint32_t(seed)};
-				for (uint32_t i = 0; i < kMsgs; i++) {
-					const CollOp coll = i == 5	 ? CollOp::barrier
-							    : i % 3 == 1 ? CollOp::bcast
-									 : CollOp::allreduce;
-					const uint64_t count = coll == CollOp::barrier ? 0
-							       : i % 2		       ? 1 + i * 37
-										       : 1024 - i;
-					const uint32_t root = (i * 3) % ranks;
-					want[i].assign(count, 0);
-					src[i].resize(c.nodes.size());
-					dst[i].resize(c.nodes.size());
-					uint32_t g = 0;
-					for (size_t n = 0; n < c.nodes.size(); n++) {
-						const uint16_t r = c.nodes[n]->ranks;
-						src[i][n].assign(r, std::vector<int32_t>(count));
-						dst[i][n].assign(
-							r, std::vector<int32_t>(count, 0x7a7a));
-						for (auto &sv : src[i][n]) {
-							for (auto &v : sv)
-								v = int32_t(rng());
-							for (uint64_t e = 0; e < count; e++)
-								if (coll == CollOp::allreduce)
-									want[i][e] = int32_t(
-										uint32_t(want[i]
-											     [e]) +
-										uint32_t(sv[e]));
-							if (coll == CollOp::bcast && g == root)
-								want[i] = sv;
-							g++;
-						}
-					}
-					for (size_t n = 0; n < c.nodes.size(); n++) {
-						Node &nd = *c.nodes[n];
-						Cluster::post(*nd.sq, i + 1, count,
-							      src[i][n].data(), dst[i][n].data(),
-							      nd.ranks, coll, root);
-					}
-				}
-				ASSERT_TRUE(c.run(kMsgs, 20000 * kMs))
-					<< shape.size() << " nodes, depth " << depth;
-				for (size_t n = 0; n < c.nodes.size(); n++) {
-					Node &nd = *c.nodes[n];
-					ASSERT_EQ(nd.host->cqes.size(), kMsgs);
-					for (uint32_t i = 0; i < kMsgs; i++) {
-						const Cqe &q = nd.host->cqes[i];
-						EXPECT_EQ(q.status, uint8_t(WcStatus::success))
-							<< "node " << n << " message " << i + 1;
-						EXPECT_EQ(q.mid, i + 1) << "node " << n;
-						for (uint16_t r = 0; r < nd.ranks; r++)
-							ASSERT_EQ(dst[i][n][r], want[i])
-								<< "node " << n << " message "
-								<< i + 1 << " rank " << r
-								<< " depth " << depth;
-					}
-					expect_accounted(nd, n);
-					const CollCounters k = nd.svc->counters();
-					EXPECT_EQ(k.failed, 0u);
-					EXPECT_EQ(k.tx_result, 0u)
-						<< "a result went round the ring";
-					if (depth == 1)
-						EXPECT_EQ(k.beside, 0u) << "node " << n;
-					else
-						EXPECT_GT(k.beside, 0u) << "node " << n;
-				}
-				EXPECT_GT(c.net.dropped, 0u);
+				const CollCounters k = run_in_flight(
+					shape, depth, seed,
+					[](uint32_t i) {
+						return i == 5	    ? CollOp::barrier
+						       : i % 3 == 1 ? CollOp::bcast
+								    : CollOp::allreduce;
+					},
+					[](uint32_t i) { return i % 2 ? 1 + i * 37 : 1024 - i; });
+				EXPECT_EQ(k.tx_result, 0u) << "a result went round the ring";
+				if (::testing::Test::HasFailure())
+					return;
+			}
+		}
+	}
+}
+
+// Large collectives in flight round the ring, as NCCL's CollNet proxy
+// keeps its requests (each a step of 512 KiB): a message's blocks go as
+// soon as those of the messages before it have all started, in one
+// window, and the messages complete in MID order.  Allreduces and
+// broadcasts beyond the exchange's size, several sizes.
+TEST(CollPathsDepth, LargeCollectivesInFlightGoRoundTheRing)
+{
+	const std::vector<std::vector<uint16_t>> shapes = {{1, 1, 1}, {1, 2, 1, 1}};
+	for (const auto &shape : shapes) {
+		for (const uint32_t depth : {1u, 4u}) {
+			for (uint64_t seed = 1; seed <= 2; seed++) {
+				const CollCounters k = run_in_flight(
+					shape, depth, seed,
+					[](uint32_t i) {
+						return i % 3 == 1 ? CollOp::bcast
+								  : CollOp::allreduce;
+					},
+					[](uint32_t i) { return 5000 + i * 611; });
+				EXPECT_GT(k.tx_result, 0u) << "no result went round the ring";
 				if (::testing::Test::HasFailure())
 					return;
 			}
