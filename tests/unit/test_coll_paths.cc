@@ -1164,20 +1164,27 @@ TEST(CollPathsDepth, SmallCollectivesInFlightCompleteInOrder)
 // keeps its requests (each a step of 512 KiB): a message's blocks go as
 // soon as those of the messages before it have all started, in one
 // window, and the messages complete in MID order.  Allreduces and
-// broadcasts beyond the exchange's size, several sizes.
+// broadcasts beyond the exchange's size, several sizes; and runs of small
+// ones (the exchange) before and after a run of large ones: those of one
+// kind run side by side, and a message of the other kind waits for them.
 TEST(CollPathsDepth, LargeCollectivesInFlightGoRoundTheRing)
 {
 	const std::vector<std::vector<uint16_t>> shapes = {{1, 1, 1}, {1, 2, 1, 1}};
 	for (const auto &shape : shapes) {
 		for (const uint32_t depth : {1u, 4u}) {
-			for (uint64_t seed = 1; seed <= 2; seed++) {
+			for (uint64_t seed = 1; seed <= 4; seed++) {
+				const bool mixed = seed > 2;
 				const CollCounters k = run_in_flight(
 					shape, depth, seed,
 					[](uint32_t i) {
 						return i % 3 == 1 ? CollOp::bcast
 								  : CollOp::allreduce;
 					},
-					[](uint32_t i) { return 5000 + i * 611; });
+					[mixed](uint32_t i) -> uint64_t {
+						if (mixed && (i < 3 || i > 5))
+							return 100 + i * 37; // the exchange
+						return 5000 + i * 611;
+					});
 				EXPECT_GT(k.tx_result, 0u) << "no result went round the ring";
 				if (::testing::Test::HasFailure())
 					return;
