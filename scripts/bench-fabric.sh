@@ -7,7 +7,7 @@
 #
 #   scripts/bench-fabric.sh [-n HOSTS] [-r RATE] [-q QUEUE] [-S SWRATE]
 #       [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-i ITERS] [-w WARMUP]
-#       [-I IMPAIR] [-p PATHS] [-t SECONDS]
+#       [-I IMPAIR] [-p PATHS] [-t SECONDS] [-P POSTED]
 #
 #   -n  hosts, one node (one rank) each (4)
 #   -r  each host link's rate, tc units (400mbit)
@@ -26,11 +26,15 @@
 #       the same MPI benchmark as mpi with libibv_coll_mpi.so preloaded,
 #       its allreduces round the NIC ring or through one switch)
 #   -t  time limit of one run in seconds (600)
+#   -P  ours: collectives kept posted (ibv_coll_perf -z; 1: blocking, one
+#       at a time as MPI_Allreduce; 0: 32, IBV_COLL_EMU_COLL_DEPTH of them
+#       running at once) (1)
 # Environment: BUILD_DIR (build).
 #
 # Every size runs each path in turn (alternating, so that the machine's
 # swings fall on all of them), fp32 sum, blocking (one allreduce at a
-# time, as MPI_Allreduce is), each result checked element by element.
+# time, as MPI_Allreduce is; ours as -P says), each result checked element
+# by element.
 # Per row: time, algbw and busbw as nccl-tests define them, busbw as a
 # fraction of its bound (ring and Open MPI: the link rate R; switch and
 # hierarchy: R x 2(N-1)/N, since each host sends S and receives S instead
@@ -57,13 +61,13 @@ usage() {
 if [ "${1:-}" != "--inner" ]; then
 	hosts=4 rate=400mbit queue=256kb swrate=auto
 	args=("$@")
-	while getopts "n:r:q:S:b:e:f:i:w:I:p:t:" o; do
+	while getopts "n:r:q:S:b:e:f:i:w:I:p:t:P:" o; do
 		case $o in
 		n) hosts=$OPTARG ;;
 		r) rate=$OPTARG ;;
 		q) queue=$OPTARG ;;
 		S) swrate=$OPTARG ;;
-		b | e | f | i | w | I | p | t) ;;
+		b | e | f | i | w | I | p | t | P) ;;
 		*) usage ;;
 		esac
 	done
@@ -79,8 +83,9 @@ shift
 # ---- inside the fabric -------------------------------------------------
 n=$FABRIC_HOSTS
 minb=1M maxb=16M factor=4 iters=3 warmup=1 impair="" paths=ring,switch,hier,mpi,dropin,dropin-sw,rc tlimit=600
+posted=1
 OPTIND=1
-while getopts "n:r:q:S:b:e:f:i:w:I:p:t:" o; do
+while getopts "n:r:q:S:b:e:f:i:w:I:p:t:P:" o; do
 	case $o in
 	b) minb=$OPTARG ;;
 	e) maxb=$OPTARG ;;
@@ -90,6 +95,7 @@ while getopts "n:r:q:S:b:e:f:i:w:I:p:t:" o; do
 	I) impair=$OPTARG ;;
 	p) paths=$OPTARG ;;
 	t) tlimit=$OPTARG ;;
+	P) posted=$OPTARG ;;
 	*) ;;
 	esac
 done
@@ -164,7 +170,7 @@ run_ours() {
 		ns=FABRIC_NS_$i
 		ip netns exec "${!ns}" timeout "$tlimit" "$perf" -D crxe_eth0 \
 			--boot "unix:$tmp/boot.sock" --node "$i" --nodes "$n" \
-			-b "$size" -e "$size" -n "$iters" -w "$warmup" -c 1 -z 1 -d float -o sum "$@" \
+			-b "$size" -e "$size" -n "$iters" -w "$warmup" -c 1 -z "$posted" -d float -o sum "$@" \
 			>"$tmp/out$i" 2>&1 &
 		pids+=($!)
 	done
