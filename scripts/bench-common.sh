@@ -11,6 +11,9 @@
 #                         to DIR/port, its log to DIR/switch.log), waited
 #                         for: sets sw_pid and sw_port; exits 1 when it does
 #                         not start; with -N, in network namespace NETNS
+#   bench_tmpdir          sets tmp to a new directory, removed at exit, when
+#                         the switch start_switchd started (sw_pid) is
+#                         stopped too
 
 bench_bytes() {
 	local v=${1%[KkMm]}
@@ -52,4 +55,15 @@ start_switchd() {
 	echo "${bench_name:-bench}: the switch did not start" >&2
 	cat "$dir/switch.log" >&2
 	exit 1
+}
+
+bench_tmpdir() {
+	tmp=$(mktemp -d)
+	sw_pid=
+	trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+	[ -n "$sw_pid" ] && kill "$sw_pid" 2>/dev/null
+	rm -rf "$tmp"
 }

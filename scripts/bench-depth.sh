@@ -14,14 +14,20 @@
 # speed-up over depth 1.  The blocking loop (-z 1: one posted at a time,
 # which no depth changes) is printed beside it for reference.
 #
+# With TOPOLOGY=switch every run goes through one ibv_coll_switchd started
+# for the whole script (SWITCH_ARGS: its options, e.g. "--threads 1").
+#
 # Usage: scripts/bench-depth.sh [ibv_coll_perf options...]
 #   e.g. scripts/bench-depth.sh -C bcast
 # Environment: BUILD_DIR (build), NP (4), MINBYTES (8), MAXBYTES (4K),
 #   FACTOR (8), ITERS (1000), WARMUP (100), DEPTHS ("4 16"), REPEAT (3),
-#   TIMEOUT (120 s per run).
+#   TIMEOUT (120 s per run), TOPOLOGY (ring: the exchange and the ring;
+#   switch), SWITCH_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+bench_name=bench-depth
+. scripts/bench-common.sh
 build=${BUILD_DIR:-build}
 case $build in /*) ;; *) build=$root/$build ;; esac
 np=${NP:-4}
@@ -30,16 +36,34 @@ depths=(${DEPTHS:-4 16})
 repeat=${REPEAT:-3}
 timeout=${TIMEOUT:-120}
 extra=("$@")
+topology=${TOPOLOGY:-ring}
+case $topology in
+ring) ;;
+switch) ;;
+*)
+	echo "bench-depth: TOPOLOGY=$topology: ring or switch" >&2
+	exit 2
+	;;
+esac
 
 echo "== build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target ibv_coll_run ibv_coll_perf >/dev/null
+cmake --build "$build" -j "$(nproc)" --target ibv_coll_run ibv_coll_perf ibv_coll_switchd >/dev/null
+
+bench_tmpdir
+perf_args=()
+if [ "$topology" = switch ]; then
+	# shellcheck disable=SC2086 # SWITCH_ARGS is a list of options
+	start_switchd "$build/emulator/ibv_coll_switchd" "$tmp" -n switch0 ${SWITCH_ARGS:-}
+	perf_args=(-t switch -s "127.0.0.1:$sw_port")
+	echo "switch: ibv_coll_switchd on udp port $sw_port"
+fi
 
 # run DEPTH BLOCKING: the out-of-place time per collective (us) of each size,
 # one "bytes time" line each.
 run() {
 	IBV_COLL_EMU_COLL_DEPTH=$1 "$build/tools/ibv_coll_run" --timeout "$timeout" -n "$np" \
-		-k 1 -- "$build/tools/ibv_coll_perf" -d float -o sum -c 1 -z "$2" \
+		-k 1 -- "$build/tools/ibv_coll_perf" "${perf_args[@]}" -d float -o sum -c 1 -z "$2" \
 		-b "${MINBYTES:-8}" -e "${MAXBYTES:-4K}" -f "${FACTOR:-8}" -n "$iters" \
 		-w "$warmup" --no-progress "${extra[@]}" 2>&1 |
 		awk '/^\[0\] +[0-9]/ { print $2, $7; if ($10 != 0 || $14 != 0) bad = 1 }
@@ -49,8 +73,6 @@ run() {
 	}
 }
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 echo "== $np processes, 32 posted, $repeat runs each, alternating"
 for r in $(seq "$repeat"); do
 	for d in 1 "${depths[@]}"; do

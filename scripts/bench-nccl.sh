@@ -31,13 +31,7 @@ done
 for p in tools/ibv_coll_run tools/ibv_coll_perf bench/nccl_collnet_perf emulator/ibv_coll_switchd; do
 	[ -x "$build/$p" ] || { echo "$build/$p: not built (cmake --build $build)" >&2; exit 2; }
 done
-tmp=$(mktemp -d)
-sw_pid=
-cleanup() {
-	[ -n "$sw_pid" ] && kill "$sw_pid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+bench_tmpdir
 perf_sw=() nccl_env=(IBV_COLL_NCCL_DEVICE="$dev")
 if [ "$topo" = switch ]; then
 	start_switchd "$build/emulator/ibv_coll_switchd" "$tmp"

@@ -500,8 +500,7 @@ struct MsgRecord {
 
 // The switch path's state of a job (swpath.cc, swadmit.cc).  Execution
 // control reads phase and why, to start the ring on AUTO's fallback and
-// say so in the completion, and next_gs, which every member advances by
-// each message's blocks, whatever ran it.
+// say so in the completion.
 struct SwitchJob {
 	enum class Phase : uint8_t { none, configuring, ready, fallback, failed };
 	Phase phase = Phase::none;
@@ -514,7 +513,10 @@ struct SwitchJob {
 	// timeout, which its CONFIG_ACK tells), so that a job whose members
 	// are silent for a while (computing, checking) stays known; 0: never.
 	uint64_t keep_ns = 0;
-	uint64_t next_gs = 0; // the job's number for the next message's block 0
+	// The job's number for the next message's block 0: every member adds
+	// the blocks of each message it starts through the switch
+	// (SwitchPath::go), in MID order.
+	uint64_t next_gs = 0;
 	CollStatus fail = CollStatus::success;
 	bool tdm = false; // the switch decides per message (--policy tdm)
 	// Blocks in flight through the switches (nic/cc.h): delay, NAKs and
@@ -587,11 +589,16 @@ struct CollJob {
 	uint32_t run_base = 0, run_count = 0;
 	std::unique_ptr<Message> active;
 	// Messages started after the active one and running beside it, oldest
-	// first: only while all run as the exchange (coll/xchg.cc), or all
-	// round the ring (coll/ring.cc), at most IBV_COLL_EMU_COLL_DEPTH in
-	// all; they complete in MID order, each becoming the active one in
-	// turn (CollEngine::complete).
+	// first: only while all run as the exchange (coll/xchg.cc), all
+	// round the ring (coll/ring.cc), or all through the switch
+	// (coll/swpath.cc), at most IBV_COLL_EMU_COLL_DEPTH in all; they
+	// complete in MID order, each becoming the active one in turn
+	// (CollEngine::complete).
 	std::deque<std::unique_ptr<Message>> flight;
+	// The messages that run, oldest first: run(0) is the active one, then
+	// those beside it (runs() of them; 0 when none runs).
+	size_t runs() const { return active ? 1 + flight.size() : 0; }
+	Message &run(size_t i) const { return i ? *flight[i - 1] : *active; }
 	// The message of mid that runs here (the active one or one in flight).
 	Message *running(uint32_t mid) const
 	{

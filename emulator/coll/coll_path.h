@@ -221,6 +221,11 @@ public:
 	uint64_t keep_due(const CollJob &job) const;
 	void send_config(CollJob &job, uint64_t now, bool all = false);
 	void release(const CollJob &job);
+	// Messages side by side (swpath_flight.cc): whether a WQE may start
+	// beside those that run (execution control checks the rest), and m
+	// (the newest in CollJob::flight) starting so.
+	bool beside_ok(const CollJob &job) const;
+	void start(Qp &qp, CollJob &job, Message &m, uint64_t now);
 	// AUTO's agreement (swadmit.cc): a member's notice that it heard no
 	// switch and runs the job round the ring; and a member's ring DATA
 	// or RESULT of the message this node has on the switch path, which
@@ -245,13 +250,21 @@ private:
 	static uint8_t phase(const CollJob &job, int o);
 	void ready(CollJob &job);
 	void launch(Qp &qp, CollJob &job, uint64_t now);
+	void go(Qp &qp, CollJob &job, Message &m, uint64_t now);
+	uint64_t next_out(const CollJob &job) const;
+	Message *oldest_open(const CollJob &job) const;
+	uint64_t span_end(const CollJob &job) const;
+	uint32_t in_flight(const CollJob &job) const;
+	Message *message_of(const CollJob &job, uint64_t gs, uint32_t *sid) const;
+	bool repeat_due(CollJob &job, Message &m, uint64_t now);
+	void overtaken(CollJob &job, const Message &later, uint64_t now);
 	int owner(const Message &m, uint32_t sid) const;
 	// Block sid's partial to its plane's switch; with ask, no payload:
 	// a request for its result (wire/swproto.h, loss recovery).
 	void send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool again,
 			bool ask = false);
 	void pump(Qp &qp, CollJob &job, uint64_t now);
-	void note_held(const CollJob &job, Message &m, bool sent, uint64_t now);
+	void note_held(const CollJob &job, Message &m, bool sent, uint32_t flying, uint64_t now);
 	void timers(Qp &qp, CollJob &job, uint64_t now);
 	void config_timers(Qp &qp, CollJob &job, uint64_t now);
 	bool all_heard(const CollJob &job) const;
@@ -263,7 +276,7 @@ private:
 	void on_grant(Qp &qp, CollJob &job, const CollPacket &p, uint32_t plane, uint64_t now);
 	void on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
 	bool result_ok(const CollJob &job, const Message &m, const CollPacket &p) const;
-	void on_nak(CollJob &job, const CollPacket &p, uint64_t now);
+	void on_nak(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
 	void spurious(CollJob &job, const PendingSet::Entry &e, Holding h, uint64_t now);
 	void answered_twice(CollJob &job, const Message &m, uint32_t sid, uint64_t now);
 	// The job's round trip through the switch, or half the timeout
@@ -272,7 +285,7 @@ private:
 	void find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool chain);
 	bool crossed(const Message &m, const PendingSet::Entry &e, uint32_t sid,
 		     uint64_t shown) const;
-	void chained(CollJob &job, Message &m, uint64_t prev, uint64_t now);
+	void chained(CollJob &job, uint64_t prev, uint64_t now);
 	bool late_within_window(const CollJob &job, const PendingSet::Entry &e, uint64_t now) const;
 	uint64_t probe_due(const CollJob &job, const Message &m) const;
 	void probe(CollJob &job, Message &m, uint64_t now);

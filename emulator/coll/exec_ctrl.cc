@@ -250,7 +250,6 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	}
 	IBVC_DEBUG("coll", "{}: job {} message {} starts ({} opcode {:#x}{})", e_.params.name,
 		   c.jid, m.mid, m.count, w->opcode, beside ? ", beside others" : "");
-
 	// The driver checked the WR when it was posted; the device checks
 	// again what it can only know now.
 	const char *bad = nullptr;
@@ -308,14 +307,16 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 	if (m.inplace)
 		m.src_lent.assign(m.nblocks, 0);
 	stage_own(c, m);
-	if (beside && small) {
+	if (sw_.wanted(job)) {
+		m.path = &sw_;
+		if (beside) // those that run go through the switch too
+			return sw_.start(qp, job, m, now);
+		sw_.start(qp, job, now);
+		settle(qp, job, now);
+	} else if (beside && small) {
 		m.path = &xchg_;
 		m.ran = 0;
 		xchg_.start(qp, job, m, now);
-	} else if (!beside && sw_.wanted(job)) {
-		m.path = &sw_;
-		sw_.start(qp, job, now);
-		settle(qp, job, now);
 	} else {
 		start_ring(qp, job, m, now, small);
 	}
@@ -324,7 +325,10 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 // The next WQE w may start while the messages that run now are not done:
 // the job runs them all as the exchange (coll/xchg.cc), or all round the
 // ring (coll/ring.cc), fewer than IBV_COLL_EMU_COLL_DEPTH of them, and so
-// would it (members decide alike: a job with no switch); it is not fenced
+// would it (members decide alike: a job with no switch), or all through a
+// switch that granted the job for good (SwitchPath::beside_ok: the blocks
+// of all its messages are numbered in one sequence, whichever started
+// beside another at a member, so members need not decide alike); it is not fenced
 // (IBV_COLL_SEND_FENCE); and it neither reads nor writes what one of them
 // writes (it would see, or be overwritten by,
 // a result it must follow), unless it repeats that message exactly (the
@@ -334,23 +338,27 @@ void CollEngine::activate(Qp &qp, CollJob &job, uint32_t idx, uint64_t now,
 bool CollEngine::may_start_beside(const CollJob &job, const CollWqe &w) const
 {
 	const JobConfig &c = job.cfg;
-	if (!job.active || job.parted() ||
-	    (job.active->path != &xchg_ && job.active->path != &ring_) ||
-	    1 + job.flight.size() >= e_.params.cfg.coll_depth || (w.flags & kWqeFence))
+	if (!job.active || job.parted() || 1 + job.flight.size() >= e_.params.cfg.coll_depth ||
+	    (w.flags & kWqeFence) || c.nodes() < 2 || w.num_sge != c.my_count())
 		return false;
 	const CollOp coll = CollOp(w.opcode);
-	const uint32_t es = uint32_t(dtype_size(Dtype(w.dtype)));
-	const uint32_t most = e_.params.cfg.coll_xchg_bytes;
-	if (c.nodes() < 2 || sw_.wanted(job) || (c.sw.on && c.topology != Topology::ring) ||
-	    w.num_sge != c.my_count())
-		return false;
-	// The way it would run (exchanges()): all that run at once run one way.
-	const bool small = most && (coll == CollOp::barrier ||
-				    ((coll == CollOp::allreduce || coll == CollOp::bcast) &&
-				     xchg_fits(job, w.count, es)));
-	if (job.active->path != (small ? static_cast<const CollPath *>(&xchg_) : &ring_) ||
-	    (!small && !window(job)))
-		return false;
+	if (job.active->path == &sw_) {
+		if (!sw_.beside_ok(job))
+			return false;
+	} else {
+		const uint32_t es = uint32_t(dtype_size(Dtype(w.dtype)));
+		const uint32_t most = e_.params.cfg.coll_xchg_bytes;
+		if (sw_.wanted(job) || (c.sw.on && c.topology != Topology::ring))
+			return false;
+		// The way it would run (exchanges()): all that run at once run
+		// one way.
+		const bool small = most && (coll == CollOp::barrier ||
+					    ((coll == CollOp::allreduce || coll == CollOp::bcast) &&
+					     xchg_fits(job, w.count, es)));
+		if (job.active->path != (small ? static_cast<const CollPath *>(&xchg_) : &ring_) ||
+		    (!small && !window(job)))
+			return false;
+	}
 	if (coll == CollOp::barrier)
 		return true;
 	for (size_t i = 0; i <= job.flight.size(); i++) {
@@ -510,8 +518,6 @@ bool CollEngine::progress(Qp &qp, uint64_t now)
 		watchdog(qp, job, now);
 		// The messages in flight beside it finish in turn (complete()).
 		while (job.active && qp.state == QpState::rts && job.active->path->done(job)) {
-			if (job.active->sw.on)
-				job.sw.next_gs += job.active->nblocks;
 			if (flush_results(*job.active)) {
 				complete(qp, job, CollStatus::success);
 			} else {

@@ -172,8 +172,8 @@ void SwitchPath::on_member_fallback(Qp &qp, CollJob &job, const CollPacket &p, u
 		u_.ctr.dup_dropped++; // a repeat, or we gave up on the switch too
 		return;
 	}
-	const Message *m = job.active.get();
-	if (m && m->mid == p.h.mid && m->path == this && m->sw.on && !m->sw.waiting)
+	const Message *m = job.running(p.h.mid);
+	if (m && m->path == this && m->sw.on && !m->sw.waiting)
 		return u_.fail(qp, job, CollStatus::remote_abort, true,
 			       "a member heard no switch and runs the ring, this node runs the "
 			       "switch");
@@ -193,9 +193,8 @@ void SwitchPath::on_member_fallback(Qp &qp, CollJob &job, const CollPacket &p, u
 // does not run).
 bool SwitchPath::on_member_ring(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
-	Message *m = job.active.get();
-	if (!m || m->mid != p.h.mid || m->path != this || !m->sw.on ||
-	    job.cfg.topology != Topology::autosel)
+	Message *m = job.running(p.h.mid);
+	if (!m || m->path != this || !m->sw.on || job.cfg.topology != Topology::autosel)
 		return false;
 	if (job.sw.phase == CollJob::SwPhase::configuring) {
 		if (job.sw.ring_mid != m->mid) {

@@ -214,8 +214,16 @@ void SwitchPath::launch(Qp &qp, CollJob &job, uint64_t now)
 		m.sw.waiting = true; // for the switch's decision on this message
 		return admit_ask(job, m, now);
 	}
+	go(qp, job, m, now);
+}
+
+// Message m's blocks are numbered after those of the messages before it
+// (every member numbers them alike: they start in MID order), and go.
+void SwitchPath::go(Qp &qp, CollJob &job, Message &m, uint64_t now)
+{
 	m.ran = kRanSwitch | (job.cfg.sw.leaves > 1 ? kRanHierarchy : 0);
 	m.sw.gs0 = job.sw.next_gs;
+	job.sw.next_gs += m.nblocks;
 	m.sw.base = m.sw.next = m.sw.high = 0;
 	job.sw.reo_wnd -= job.sw.reo_wnd / 8; // what the path did lately counts most
 	job.sw.asks /= 2;
@@ -300,76 +308,13 @@ void SwitchPath::send_block(CollJob &job, Message &m, uint32_t sid, uint64_t now
 	e.asks = ask ? uint8_t(std::min(e.asks + 1, 255)) : 0;
 	if (!ask) {
 		e.data_sent = now;
-		e.next_at_data = m.sw.next;
+		e.next_at_data = uint32_t(next_out(job));
 		e.nak_lead = 0;
 	}
 	if (again && !ask) {
 		u_.ctr.retrans_data++;
 		u_.host().cc_counters().retrans_bytes += pl.len;
 	}
-}
-
-void SwitchPath::pump(Qp &qp, CollJob &job, uint64_t now)
-{
-	Message &m = *job.active;
-	CongestionCtl &cc = job.sw.cc;
-	if (!cc.ready()) {
-		// Blocks in flight (sent, no result) are the flow's units; the
-		// round trip crosses the way up and the way down at each level.
-		const uint32_t w = job.sw.window;
-		cc.init(&u_.host().params.cfg.cc, &u_.host().cc_counters(), std::max(1u, w / 4), w,
-			job.cfg.sw.pods > 1	? 6
-			: job.cfg.sw.leaves > 1 ? 4
-						: 2);
-	}
-	// With nothing in flight a block goes whatever the window says: below
-	// one block the window paces, and a paced member holds up every
-	// block's result, so the others' round trips take in its pause, they
-	// cut and pace in turn, and the job crawls at a block every eight
-	// round trips (the rxe.vm coll_switch timeout).  The result that every
-	// member gets at once clocks them all, in step.  With the port's rate
-	// known a block waits for the port too (CollCore::port_ready).
-	m.sw.port_wait = false;
-	const uint32_t first = m.sw.next;
-	while (m.sw.next < m.nblocks && m.sw.next < m.sw.base + job.sw.span &&
-	       m.o_pending.size() < job.sw.window && !m.dma_error) {
-		if (cc.enabled() && !cc.may_send(uint32_t(m.o_pending.size()), now))
-			break;
-		if ((m.sw.port_wait = !u_.port_ready(now)))
-			break;
-		send_block(job, m, m.sw.next++, now, false);
-		cc.on_send(now);
-	}
-	note_held(job, m, m.sw.next != first, now);
-	if (m.dma_error)
-		u_.fail(qp, job, CollStatus::local_err, true, "a local buffer is not accessible");
-}
-
-// Sending interruptions (CollCounters::win_holds): blocks left, and the
-// window (the grant's, the congestion window, or the span the units
-// allow) full of blocks whose results are not back.  One is timed from
-// when the wire is idle (a window full while the port still sends costs
-// nothing) to when a block goes, and counts when it is longer than a full
-// block's time on the wire (1 us when the port's rate is not known): a
-// window just the bandwidth-delay product waits a moment for each result,
-// which no sender would call an interruption.  A pause for the port or
-// for pacing's time is not one.
-void SwitchPath::note_held(const CollJob &job, Message &m, bool sent, uint64_t now)
-{
-	if (sent && m.sw.held_since) {
-		const uint64_t rate = u_.host().params.cfg.port_rate_bps;
-		const uint64_t block_ns = rate ? kBlockWireBytes * 8 * 1000000000ull / rate : 1000;
-		if (now > m.sw.held_since + block_ns) {
-			u_.ctr.win_holds++;
-			u_.ctr.win_held_ns += now - m.sw.held_since;
-		}
-		m.sw.held_since = 0;
-	}
-	const CongestionCtl &cc = job.sw.cc;
-	const uint32_t w = cc.enabled() ? std::min(job.sw.window, cc.window()) : job.sw.window;
-	if (!m.sw.held_since && m.sw.next < m.nblocks && !m.dma_error && !m.sw.port_wait &&
-	    (m.sw.next >= m.sw.base + job.sw.span || m.o_pending.size() >= w))
-		m.sw.held_since = std::max<uint64_t>({now, u_.port_idle_at(), 1});
 }
 
 // Every plane's leaf has answered (perhaps only "heard, wait").
@@ -428,54 +373,6 @@ void SwitchPath::config_timers(Qp &qp, CollJob &job, uint64_t now)
 	}
 	if (now - job.sw.cfg_sent > config_interval(job))
 		send_config(job, now);
-}
-
-void SwitchPath::timers(Qp &qp, CollJob &job, uint64_t now)
-{
-	if (job.sw.phase == CollJob::SwPhase::configuring)
-		return config_timers(qp, job, now);
-	if (job.active && job.active->sw.waiting && job.active->sw.admit == 1)
-		return admit_timers(qp, job, now);
-	if (!job.active || job.active->sw.waiting)
-		return;
-	Message &m = *job.active;
-	bool lost = false;
-	m.o_pending.for_due(now, [&](uint32_t sid) {
-		const PendingSet::Entry &e = *m.o_pending.find(sid);
-		if (!m.final_[sid] && e.held && sid >= m.sw.base + 2 * job.cfg.sw.planes) {
-			// The switch has our partial and waits for others': the
-			// oldest blocks' ASKs find a lost result, these need none.
-			u_.arm(job, m, m.o_pending, sid, now, true);
-		} else if (!m.final_[sid]) {
-			// Ask (a lost result, or another member's lost partial,
-			// costs no payload); the partial itself after two ASKs
-			// unanswered, unless the switch said it holds it.  Only
-			// that is a loss for the window: a late result most
-			// often waits for a slower member (on_nak cuts when the
-			// ASK finds our partial lost).
-			const bool ask = e.held || e.asks < 2;
-			lost |= !ask;
-			send_block(job, m, sid, now, true, ask);
-		} else {
-			// End-to-end mode: the result is here, node 0's ACK is not.
-			send_ack(job, m.mid, sid, 0, true);
-			u_.arm(job, m, m.o_pending, sid, now, true);
-		}
-	});
-	if (lost)
-		job.sw.cc.on_loss(now);
-	if (!m.o_pending.empty() && now >= probe_due(job, m))
-		probe(job, m, now);
-	if (now >= blocked_due(job, m, false))
-		send_block(job, m, m.sw.base, now, true, true);
-	if (m.dma_error)
-		return u_.fail(qp, job, CollStatus::local_err, true,
-			       "a local buffer is not accessible");
-	if (now > m.last_progress && now - m.last_progress > u_.coll_timeout_ns(job)) {
-		u_.ctr.timeouts++;
-		u_.fail(qp, job, CollStatus::timeout, true,
-			"no result from the switch within the timeout");
-	}
 }
 
 // A block leaves the window when its result is here and, in end-to-end
@@ -648,12 +545,12 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 	const bool nak = p.h.flags & kCethNak;
 	if (!nak)
 		u_.ctr.rx_result++;
-	if (!job.active || !job.active->sw.on || job.active->sw.waiting ||
-	    p.h.mid != job.active->mid) {
+	Message *mp = job.running(p.h.mid);
+	if (!mp || mp->path != this || !mp->sw.on || mp->sw.waiting) {
 		u_.ctr.stale_dropped++;
 		return;
 	}
-	Message &m = *job.active;
+	Message &m = *mp;
 	const uint32_t sid = p.h.sid;
 	if (sid >= m.nblocks) {
 		u_.ctr.bad_block++;
@@ -670,7 +567,7 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 		return;
 	}
 	if (nak)
-		return on_nak(job, p, now);
+		return on_nak(job, m, p, now);
 	const BlockDesc &b = m.chain[sid];
 	const uint32_t len = b.elems * m.es;
 	const int o = owner(m, sid);
@@ -704,7 +601,9 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 		e->result_at = now;
 	}
 	find_gaps(job, m, sid, now, p.h.rank_map != 0);
-	chained(job, m, p.h.rank_map, now);
+	if (m.finals == m.nblocks && &m != job.active.get())
+		overtaken(job, m, now);
+	chained(job, p.h.rank_map, now);
 	release_block(job, m, sid, now, held);
 	pump(qp, job, now);
 }
@@ -759,29 +658,6 @@ bool SwitchPath::done(const CollJob &job) const
 {
 	const Message &m = *job.active;
 	return m.sw.on && !m.sw.waiting && m.finals == m.nblocks && m.o_pending.empty();
-}
-
-uint64_t SwitchPath::next_deadline(const CollJob &job) const
-{
-	const Message &m = *job.active;
-	uint64_t d = m.last_progress + u_.coll_timeout_ns(job);
-	if (m.sw.waiting && m.sw.admit == 1) // tdm: the switch's decision
-		return std::min(d, m.sw.admit_sent + u_.rto_ns(job));
-	if (m.sw.waiting)
-		return std::min(d, job.sw.cfg_sent + config_interval(job));
-	d = std::min({d, m.o_pending.next(), m.f_pending.next()});
-	if (!m.o_pending.empty())
-		d = std::min({d, probe_due(job, m), blocked_due(job, m, false)});
-	// Pacing: the next block when the window has room and waits for time.
-	if (job.sw.cc.enabled() && m.sw.next < m.nblocks && m.sw.next < m.sw.base + job.sw.span &&
-	    m.o_pending.size() < std::min(job.sw.window, job.sw.cc.window())) {
-		if (const uint64_t t = job.sw.cc.next_send_time())
-			d = std::min(d, t);
-	}
-	// ... or for the port, which was busy at the last pump.
-	if (m.sw.port_wait)
-		d = std::min(d, u_.port_ready_at());
-	return d;
 }
 
 } // namespace ibv_coll::emu

@@ -102,7 +102,11 @@ uint64_t SwitchPath::least_answer(const CollJob &job) const
 // 8 hosts: 4,608 needless repeats, 0.85 of the bound instead of 0.97).
 uint64_t SwitchPath::blocked_due(const CollJob &job, const Message &m, bool urged) const
 {
-	if (m.sw.next >= m.nblocks || m.sw.next < m.sw.base + job.sw.span)
+	// m holds the oldest block without its result, and a block of it or
+	// of a later message waits for the span.
+	const uint64_t out = next_out(job);
+	if (out >= job.sw.next_gs || m.sw.base >= m.nblocks ||
+	    out < m.sw.gs0 + m.sw.base + job.sw.span || oldest_open(job) != &m)
 		return UINT64_MAX;
 	const PendingSet::Entry *e = m.o_pending.find(m.sw.base);
 	const uint64_t floor = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
@@ -117,7 +121,8 @@ uint64_t SwitchPath::blocked_due(const CollJob &job, const Message &m, bool urge
 }
 
 // A sure NAK names (rank_map, plus 1) the block of ours that showed the
-// loss.  When that block's first copy went before our last copy of this
+// loss (the job's number: perhaps of an older message).  When that
+// block's first copy went before our last copy of this
 // one (a repeat, then on its way), the NAK crossed that repeat and says
 // nothing of it: the switch NAKs each lacking member again as each later
 // block completes.  Taken as lost, the repeat that answered it came back
@@ -129,8 +134,8 @@ bool SwitchPath::crossed(const Message &m, const PendingSet::Entry &e, uint32_t 
 {
 	if (!shown || !e.again)
 		return false;
-	const uint32_t by = uint32_t(shown - 1) - uint32_t(m.sw.gs0);
-	return by != sid && by < e.next_at_data;
+	const uint32_t by = uint32_t(shown - 1);
+	return by != uint32_t(m.sw.gs0 + sid) && int32_t(by - e.next_at_data) < 0;
 }
 
 // The switch lacks our partial of the block (wire/swproto.h, Loss): it
@@ -138,9 +143,8 @@ bool SwitchPath::crossed(const Message &m, const PendingSet::Entry &e, uint32_t 
 // answers our ASK: the switch holds our partial and waits for others'.
 // A NAK that names us in answer to the ASK of a timed-out block is that
 // timeout's loss, and cuts the window.
-void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
+void SwitchPath::on_nak(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 {
-	Message &m = *job.active;
 	const uint32_t sid = p.h.sid;
 	PendingSet::Entry *e = m.o_pending.find(sid);
 	if (e && !(p.h.node_map & my_bit(job))) {
@@ -151,9 +155,11 @@ void SwitchPath::on_nak(CollJob &job, const CollPacket &p, uint64_t now)
 	// had the switch NAK us): the same wait before it counts as lost.
 	const uint64_t rtt = job.probe_rtt();
 	// A NAK of a block not sent yet: the switch waits for it, and this
-	// node may be what holds the job up.
-	if (!e && sid >= m.sw.next && now >= blocked_due(job, m, true))
-		send_block(job, m, m.sw.base, now, true, true);
+	// node may be what holds the job up (its oldest block, perhaps of an
+	// older message).
+	if (Message *o = oldest_open(job);
+	    !e && sid >= m.sw.next && o && now >= blocked_due(job, *o, true))
+		send_block(job, *o, o->sw.base, now, true, true);
 	// A NAK that names (rank_map, plus 1) the later block or ASK of ours
 	// that came before this partial is sure: on a path that keeps its
 	// order (no reordering seen: spurious() would have opened the
@@ -287,17 +293,20 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now,
 			continue;
 		send_block(job, m, g, now, true, true);
 	}
-	// And the oldest block without its result, as RACK does: results come
-	// in block order, so one after it here while it waits longer than a
-	// round trip allows (ASKed, or sent, once a round trip at most) is a
-	// lost result, or a partial lost again somewhere.
+	// And the oldest block without its result (perhaps of an older
+	// message), as RACK does: results come in block order, so one after
+	// it here while it waits longer than a round trip allows (ASKed, or
+	// sent, once a round trip at most) is a lost result, or a partial
+	// lost again somewhere.
+	Message *o = oldest_open(job);
 	uint32_t g = 0;
-	const PendingSet::Entry *e = m.o_pending.lowest(&g);
-	const uint64_t t = job.probe_time(uint64_t(u_.host().params.cfg.coll_probe_us) *
-					  util::kNsPerUs);
-	if (e && g < sid && !m.final_[g] && t && now - e->sent >= t &&
-	    !recently_sent(job, m, g, now, false) && !late_within_window(job, *e, now))
-		send_block(job, m, g, now, true, true);
+	const PendingSet::Entry *e = o ? o->o_pending.lowest(&g) : nullptr;
+	const uint64_t t = o == &m ? job.probe_time(uint64_t(u_.host().params.cfg.coll_probe_us) *
+						    util::kNsPerUs)
+				   : round_trip(job);
+	if (e && (o != &m || g < sid) && !o->final_[g] && t && now - e->sent >= t &&
+	    !recently_sent(job, *o, g, now, false) && !late_within_window(job, *e, now))
+		send_block(job, *o, g, now, true, true);
 }
 
 // A result says (CETH rank_map, plus 1) which block's results the switch
@@ -307,14 +316,22 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now,
 // (the answer is on its way).  A result that waited for another
 // member's repeat is late, not lost, and no later result names it
 // before it went.
-void SwitchPath::chained(CollJob &job, Message &m, uint64_t prev, uint64_t now)
+void SwitchPath::chained(CollJob &job, uint64_t prev, uint64_t now)
 {
 	if (!prev)
 		return;
-	const uint32_t g = uint32_t(prev - 1) - uint32_t(m.sw.gs0);
+	// prev - 1 is the block's number as CETH seq carries it (its low 32
+	// bits), of this message or an older one still running.
+	const uint64_t gs = job.sw.next_gs -
+			    uint32_t(uint32_t(job.sw.next_gs) - uint32_t(prev - 1));
+	uint32_t g = 0;
+	Message *mp = message_of(job, gs, &g);
+	if (!mp)
+		return;
+	Message &m = *mp;
 	const PendingSet::Entry *e = m.o_pending.find(g);
-	if (g >= m.nblocks || g < m.sw.base || m.final_[g] || !e ||
-	    (e->asks && now - e->sent < least_answer(job)) || late_within_window(job, *e, now))
+	if (g < m.sw.base || m.final_[g] || !e || (e->asks && now - e->sent < least_answer(job)) ||
+	    late_within_window(job, *e, now))
 		return;
 	send_block(job, m, g, now, true, true);
 }
