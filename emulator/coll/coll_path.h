@@ -79,7 +79,8 @@ private:
 	void on_data(Qp &qp, CollJob &job, const CollPacket &p);
 	void on_result(Qp &qp, CollJob &job, const CollPacket &p);
 	void timers(Qp &qp, CollJob &job, Message &m, uint64_t now);
-	Message *beside(CollJob &job, uint32_t mid) const;
+	Message *running(const CollJob &job, uint32_t mid) const;
+	bool switch_runs(const CollJob &job, const CollPacket &p) const;
 	bool deliver(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
 	// A block of a message not started here, kept for when it starts.
 	void early(CollJob &job, const CollPacket &p);

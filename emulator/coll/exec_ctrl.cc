@@ -361,8 +361,8 @@ bool CollEngine::may_start_beside(const CollJob &job, const CollWqe &w) const
 	}
 	if (coll == CollOp::barrier)
 		return true;
-	for (size_t i = 0; i <= job.flight.size(); i++) {
-		const Message &o = i ? *job.flight[i - 1] : *job.active;
+	for (size_t i = 0; i < job.runs(); i++) {
+		const Message &o = job.run(i);
 		if (o.coll == CollOp::barrier)
 			continue;
 		bool same = o.coll == coll && o.op == RedOp(w.op) && o.dtype == Dtype(w.dtype) &&

@@ -261,8 +261,8 @@ void RingPath::pump(Qp &qp, CollJob &job, uint64_t now)
 	if (!job.cc.ready())
 		cc_init(job, w);
 	size_t before = 0; // the older messages' own blocks in flight
-	for (size_t i = 0; job.active && i <= job.flight.size(); i++) {
-		Message &m = i ? *job.flight[i - 1] : *job.active;
+	for (size_t i = 0; i < job.runs(); i++) {
+		Message &m = job.run(i);
 		if (m.path != this)
 			continue;
 		while (m.next_inject < m.inject_end && !m.dma_error) {
@@ -285,14 +285,12 @@ void RingPath::pump(Qp &qp, CollJob &job, uint64_t now)
 	}
 }
 
-// The message of mid that runs here beside the active one, round the ring
-// (null: none).
-Message *RingPath::beside(CollJob &job, uint32_t mid) const
+// The message of mid that runs here round the ring (null: none; one that
+// waits for a switch's answer, or runs another way, is not).
+Message *RingPath::running(const CollJob &job, uint32_t mid) const
 {
-	for (const auto &f : job.flight)
-		if (f->mid == mid)
-			return f->path == this ? f.get() : nullptr;
-	return nullptr;
+	Message *m = job.running(mid);
+	return m && m->path == this && !m->sw.waiting ? m : nullptr;
 }
 
 void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now, int64_t hop_seq)
@@ -508,9 +506,7 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 // or written, and its number taken in.  False: none here runs it.
 bool RingPath::deliver(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
-	Message *m = job.active && p.h.mid == job.active->mid
-			     ? (job.active->sw.waiting ? nullptr : job.active.get())
-			     : beside(job, p.h.mid);
+	Message *m = running(job, p.h.mid);
 	if (!m)
 		return false;
 	if (p.kind == kCollData)
@@ -524,13 +520,26 @@ bool RingPath::deliver(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 	return true;
 }
 
+// A ring packet of a message that runs here through a switch (not waiting
+// for its answer): members do not run a message two ways (AUTO's
+// disagreement fails the job before: SwitchPath::on_member_ring), so it
+// is forged, and dropped.
+bool RingPath::switch_runs(const CollJob &job, const CollPacket &p) const
+{
+	const Message *m = job.running(p.h.mid);
+	if (!m || m->path == this || m->sw.waiting)
+		return false;
+	u_.ctr.malformed++;
+	return true;
+}
+
 void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
 {
 	uint64_t now = u_.host().now();
 	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", u_.host().params.name,
 		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
-	if (deliver(qp, job, p, now))
+	if (deliver(qp, job, p, now) || switch_runs(job, p))
 		return;
 	if (job.active && p.h.mid == job.active->mid) {
 		early(job, p); // it waits for the switch, which another node gave up on
@@ -553,7 +562,7 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}",
 		   u_.host().params.name, p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
-	if (deliver(qp, job, p, now))
+	if (deliver(qp, job, p, now) || switch_runs(job, p))
 		return;
 	if (job.ahead(p.h.mid) || (job.active && p.h.mid == job.active->mid)) {
 		early(job, p);
@@ -618,8 +627,8 @@ void RingPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now
 // (it waits for that ACK to end the message).
 void RingPath::ack_all(CollJob &job)
 {
-	for (size_t i = 0; job.active && i <= job.flight.size(); i++) {
-		Message &m = i ? *job.flight[i - 1] : *job.active;
+	for (size_t i = 0; i < job.runs(); i++) {
+		Message &m = job.run(i);
 		if (m.path == this && m.ring.unacked && m.finals == m.nblocks)
 			send_ack(job, m);
 	}
@@ -632,8 +641,8 @@ void RingPath::ack_all(CollJob &job)
 void RingPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 {
 	uint64_t older = 0;
-	for (size_t i = 0; job.active && qp.state == QpState::rts && i <= job.flight.size(); i++) {
-		Message &m = i ? *job.flight[i - 1] : *job.active;
+	for (size_t i = 0; qp.state == QpState::rts && i < job.runs(); i++) {
+		Message &m = job.run(i);
 		if (m.path != this)
 			continue;
 		m.last_progress = std::max(m.last_progress, older);
@@ -648,8 +657,8 @@ void RingPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 uint64_t RingPath::next_deadline(const CollJob &job) const
 {
 	uint64_t d = UINT64_MAX;
-	for (size_t i = 0; job.active && i <= job.flight.size(); i++) {
-		const Message &m = i ? *job.flight[i - 1] : *job.active;
+	for (size_t i = 0; i < job.runs(); i++) {
+		const Message &m = job.run(i);
 		if (m.path != this)
 			continue;
 		// A paced window: the next block may leave then.

@@ -323,9 +323,8 @@ void RingPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.malformed++;
 		return;
 	}
-	Message *mp = job.active && p.h.mid == job.active->mid ? job.active.get()
-							       : beside(job, p.h.mid);
-	if (!mp || mp->sw.waiting || mp->path != this) {
+	Message *mp = running(job, p.h.mid);
+	if (!mp) {
 		u_.ctr.stale_dropped++;
 		// Void numbers of a message over here: its sender waits for
 		// them to be ACKed.

@@ -59,9 +59,8 @@ void RingPath::on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.malformed++;
 		return;
 	}
-	Message *mp = job.active && p.h.mid == job.active->mid ? job.active.get()
-							       : beside(job, p.h.mid);
-	if (!mp || mp->sw.waiting || mp->path != this) {
+	Message *mp = running(job, p.h.mid);
+	if (!mp) {
 		u_.ctr.stale_dropped++;
 		if ((p.h.flags & kCethHop) && !job.running(p.h.mid) && !job.ahead(p.h.mid))
 			send_over(job, p.h.mid, p.h.src_node);

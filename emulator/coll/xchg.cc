@@ -477,8 +477,8 @@ XchgPath::Kept XchgPath::keep(CollJob &job, const CollPacket &p)
 bool XchgPath::missing_before(const CollJob &job, const CollPacket &p) const
 {
 	const uint32_t tag = tag_of(p.h.coll, p.h.seq);
-	for (size_t i = 0; job.active && i <= job.flight.size(); i++) {
-		const Message &m = i ? *job.flight[i - 1] : *job.active;
+	for (size_t i = 0; i < job.runs(); i++) {
+		const Message &m = job.run(i);
 		if (m.path == this && seq_after(p.h.mid, m.mid) && !m.xchg.result && m.xchg.in.on &&
 		    m.xchg.in.tag == tag && !m.xchg.in.has(p.h.phase))
 			return true;
@@ -548,8 +548,8 @@ void XchgPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now
 // all (CollEngine::fail).
 void XchgPath::on_timer(Qp &qp, CollJob &job, uint64_t now)
 {
-	for (size_t i = 0; job.active && qp.state == QpState::rts && i <= job.flight.size(); i++) {
-		Message &m = i ? *job.flight[i - 1] : *job.active;
+	for (size_t i = 0; qp.state == QpState::rts && i < job.runs(); i++) {
+		Message &m = job.run(i);
 		if (m.xchg.done)
 			continue;
 		advance(qp, job, m, now);
@@ -581,8 +581,8 @@ bool XchgPath::done(const CollJob &job) const
 uint64_t XchgPath::next_deadline(const CollJob &job) const
 {
 	uint64_t d = UINT64_MAX;
-	for (size_t i = 0; i <= job.flight.size(); i++) {
-		const XchgMsg &x = i ? job.flight[i - 1]->xchg : job.active->xchg;
+	for (size_t i = 0; i < job.runs(); i++) {
+		const XchgMsg &x = job.run(i).xchg;
 		if (!x.done && x.out.again_at)
 			d = std::min(d, x.out.again_at);
 	}

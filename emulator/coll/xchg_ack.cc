@@ -86,8 +86,8 @@ bool all_acked(const XchgOut &o)
 // exchange, then those done here (parked).
 template <class F> void each_out(CollJob &job, const CollPath *path, F &&f)
 {
-	for (size_t i = 0; job.active && i <= job.flight.size(); i++) {
-		Message &m = i ? *job.flight[i - 1] : *job.active;
+	for (size_t i = 0; i < job.runs(); i++) {
+		Message &m = job.run(i);
 		if (m.path == path)
 			f(m.xchg.out);
 	}

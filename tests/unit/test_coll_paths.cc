@@ -1679,6 +1679,39 @@ TEST(CollPathsForged, CountedAndHarmless)
 		expect_accounted(*c.nodes[n], n);
 }
 
+// Ring packets of a message this node runs through the switch (a member
+// that runs it round the ring: never, outside AUTO, unless forged) are
+// counted and dropped; they once went into the switch path's message as
+// if it ran round the ring.  Node 0's ring DATA of a 9000-element
+// allreduce, replayed into the same job (same key, members, QPs) running
+// the same message through a switch: every result still the sum.
+TEST(CollPathsForged, RingPacketsOfASwitchMessageAreDropped)
+{
+	Cluster ring({1, 1, 1}, Topology::ring, 33, false);
+	ring.post_allreduce(1, 9000, 5);
+	for (auto &nd : ring.nodes)
+		nd->svc->progress(nd->qp, ring.clock);
+	std::vector<Pkt> replay;
+	for (const Pkt &p : ring.net.take())
+		if (p.bytes[0] == wire::kCollData)
+			replay.push_back(p);
+	ASSERT_FALSE(replay.empty());
+	Cluster c({1, 1, 1}, Topology::sw, 33, true);
+	c.post_allreduce(1, 9000, 5);
+	for (auto &nd : c.nodes)
+		nd->svc->progress(nd->qp, c.clock);
+	for (const Pkt &p : replay)
+		c.net.queue.push_back(p);
+	ASSERT_TRUE(c.run(1, 5000 * kMs));
+	expect_results(c, 1);
+	uint64_t dropped = 0;
+	for (auto &nd : c.nodes) {
+		EXPECT_EQ(nd->svc->counters().tx_result, 0u);
+		dropped += nd->svc->counters().malformed;
+	}
+	EXPECT_EQ(dropped, replay.size());
+}
+
 // A CNP from a member before any flow between members ran (a job on the
 // switch path, or before its first message) only counts, and one from a
 // stranger does not.  It once reached the counters of a congestion window
