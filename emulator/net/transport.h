@@ -75,6 +75,9 @@ struct PortCounters {
 	uint64_t impair_dropped = 0, impair_duplicated = 0, impair_reordered = 0;
 	uint64_t impair_delayed = 0, impair_delay_overflow = 0, impair_ce = 0;
 	uint64_t rx_ce = 0; // packets received with ECN CE, for congestion control
+	// Sends that found the interface's queue full and waited for room,
+	// and the time they waited; ICMP errors read off the socket.
+	uint64_t tx_full_waits = 0, tx_full_wait_us = 0, icmp_errors = 0;
 };
 
 // ECN codepoints (RFC 3168) in the low two bits of TOS / traffic class.

@@ -161,6 +161,7 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 		int probe6 = IPV6_PMTUDISC_PROBE;
 		setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &probe6, sizeof(probe6));
 	}
+	ask_errors();
 	// ECN-capable transport, as RoCEv2 NICs send (ECT(0)): a network that
 	// marks instead of dropping may then set CE, and the receiver learns
 	// the marks from each datagram's TOS or traffic class.  The ICRC masks
@@ -189,6 +190,7 @@ int UdpPort::open(uint16_t port, bool fallback, const Impairment &imp, unsigned 
 	// one receive; on the wire (and in a capture) they are the same
 	// datagrams as without it.
 	gso_ = false;
+	gso_max_ = kGsoMax;
 	if (gso) {
 		int one = 1;
 		gso_ = setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
@@ -448,7 +450,7 @@ void UdpPort::send_queued()
 		// Grow a run: same peer and source, every packet but the last
 		// exactly seg bytes, within the kernel's segment and size limits.
 		while (gso_ && j < tx_n_ && j - i < 64 && tx_[j].len <= seg &&
-		       tx_[j - 1].len == seg && total + tx_[j].len <= kGsoMax &&
+		       tx_[j - 1].len == seg && total + tx_[j].len <= gso_max_ &&
 		       tx_[j].ce == s.ce && memcmp(&tx_[j].addr, &s.addr, sizeof(s.addr)) == 0 &&
 		       memcmp(tx_[j].cbuf, s.cbuf, pi) == 0) {
 			total += tx_[j].len;
@@ -471,40 +473,59 @@ void UdpPort::send_queued()
 	}
 	first[nmsg] = tx_n_;
 	unsigned done = 0;
+	Backlog full;
+	bool retried = false;
 	while (done < nmsg) {
 		int n = sendmmsg(fd_.get(), msgs + done, nmsg - done, 0);
 		ctr_.tx_syscalls++;
 		if (n > 0) {
 			done += unsigned(n);
+			full.since = 0;
+			retried = false;
 			continue;
 		}
 		int err = n < 0 ? errno : EIO;
 		if (err == EINTR)
 			continue;
-		msghdr &m = msgs[done].msg_hdr;
-		if (first[done + 1] - first[done] > 1 &&
-		    (err == EINVAL || err == EIO || err == EOPNOTSUPP)) {
+		const msghdr &m = msgs[done].msg_hdr;
+		const unsigned a = first[done], b = first[done + 1];
+		if (b - a > 1 && (err == EINVAL || err == EIO || err == EOPNOTSUPP)) {
 			// The kernel or the route refuses segmentation offload:
 			// send this run packet by packet, and stop using it.
 			IBVC_INFO("port", "UDP GSO refused ({}); sending packet by packet",
 				  util::errstr(err));
 			gso_ = false;
-			for (unsigned k = first[done]; k < first[done + 1]; k++) {
-				msghdr one = m;
-				TxCtl c1;
-				one.msg_iov = tx_[k].iov;
-				one.msg_iovlen = tx_[k].niov;
-				one.msg_control = c1.cbuf;
-				one.msg_controllen = build_ctl(tx_[k], 0, c1.cbuf);
-				if (sendmsg(fd_.get(), &one, 0) < 0)
-					ctr_.tx_errors++;
-			}
+			send_singly(m, a, b, full);
 			done++;
 			continue;
 		}
-		// A full socket buffer or an unreachable peer loses the packet, as
-		// a wire would; reliability is the transport's job.
+		if (err == ENOBUFS && recverr_) {
+			if (b - a > 1 && below() <= 0) {
+				// Nothing of ours waits in the interface's queue and
+				// it has no room for the run: the run is more than
+				// the queue holds (a 32 KB queue never takes a 60 KB
+				// super-packet).  Shorter runs from now on.
+				shorten_runs(a, b);
+				send_singly(m, a, b, full);
+				done++;
+				continue;
+			}
+			if (wait_room(full))
+				continue;
+		} else if (recverr_ && err != EAGAIN && !retried) {
+			// An ICMP error about an earlier datagram (IP_RECVERR
+			// reports it on the next call), or this one's own: once
+			// more, with the socket's error queue read.
+			drain_errors();
+			retried = true;
+			continue;
+		}
+		// A full socket buffer, a queue that does not drain or an
+		// unreachable peer loses the packet, as a wire would; reliability
+		// is the transport's job.
 		ctr_.tx_errors++;
+		full.since = 0;
+		retried = false;
 		if (err != EAGAIN && err != ENOBUFS && err != ECONNREFUSED)
 			IBVC_WARN("port", "sendmmsg: {}", util::errstr(err));
 		done++;
@@ -512,6 +533,47 @@ void UdpPort::send_queued()
 	tx_n_ = 0;
 	flushes_++;
 	rx_lent_ = false;
+}
+
+// Send slots a..b of the message m one datagram at a time, each waiting
+// for room in the interface's queue as send_queued's do.
+void UdpPort::send_singly(const msghdr &m, unsigned a, unsigned b, Backlog &full)
+{
+	for (unsigned k = a; k < b; k++) {
+		msghdr one = m;
+		TxCtl c1;
+		one.msg_iov = tx_[k].iov;
+		one.msg_iovlen = tx_[k].niov;
+		one.msg_control = c1.cbuf;
+		one.msg_controllen = build_ctl(tx_[k], 0, c1.cbuf);
+		full.since = 0;
+		for (;;) {
+			ctr_.tx_syscalls++;
+			if (sendmsg(fd_.get(), &one, 0) >= 0)
+				break;
+			const int err = errno;
+			if (err == EINTR || (err == ENOBUFS && recverr_ && wait_room(full)))
+				continue;
+			ctr_.tx_errors++;
+			break;
+		}
+	}
+}
+
+// The run of slots a..b did not fit the interface's queue even with none
+// of ours in it: later runs stop at half its bytes (one packet at least).
+void UdpPort::shorten_runs(unsigned a, unsigned b)
+{
+	size_t bytes = 0;
+	for (unsigned k = a; k < b; k++)
+		bytes += tx_[k].len;
+	const size_t was = gso_max_;
+	gso_max_ = std::max(bytes / 2, tx_[a].len);
+	if (gso_max_ < was)
+		IBVC_INFO("port",
+			  "a run of {} datagrams ({} bytes) does not fit the interface's queue: "
+			  "runs of at most {} bytes from now on",
+			  b - a, bytes, gso_max_);
 }
 
 // Put the queued packets of each peer together, keeping each peer's own
@@ -594,6 +656,13 @@ unsigned UdpPort::rx_fill()
 	rx_dirty_ = n > 0 ? unsigned(n) : 1; // an error may have begun the first
 	if (n <= 0) {
 		if (n < 0 && errno != EAGAIN && errno != EINTR) {
+			// With IP_RECVERR an ICMP error about an earlier datagram
+			// (a peer gone) comes here once; its copies wait in the
+			// error queue.
+			if (recverr_ && icmp_errno(errno)) {
+				drain_errors();
+				return 0;
+			}
 			ctr_.rx_errors++;
 			IBVC_WARN("port", "recvmmsg: {}", util::errstr(errno));
 		}

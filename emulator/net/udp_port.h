@@ -84,6 +84,22 @@ private:
 	void emit(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src);
 	void delay_push(const uint8_t *data, size_t len, const Endpoint &dst, const IpAddr &src);
 	void delay_release();
+	// A datagram the interface's queue refused: since when, and how much
+	// this socket had queued below it then (SIOCOUTQ); stuck: a wait in
+	// this flush gave up, and the rest of it does not wait.
+	struct Backlog {
+		uint64_t since = 0;
+		int queued = -1;
+		bool stuck = false;
+	};
+	static constexpr uint64_t kWaitStepNs = 20000, kStuckNs = 5000000;
+	void ask_errors();
+	static bool icmp_errno(int err);
+	bool wait_room(Backlog &b);
+	int below() const;
+	void send_singly(const msghdr &m, unsigned a, unsigned b, Backlog &full);
+	void shorten_runs(unsigned a, unsigned b);
+	void drain_errors();
 	void send_queued();
 	unsigned rx_fill();
 	void rx_prepare();
@@ -110,6 +126,8 @@ private:
 	uint64_t flushes_ = 0; // flushes that sent something
 	bool rx_lent_ = false; // a queued packet's payload is in rx_arena_
 	bool gso_ = false;
+	bool recverr_ = false;	   // IP_RECVERR: ENOBUFS and ICMP errors reported
+	size_t gso_max_ = kGsoMax; // bytes in one GSO run (shorter for a small queue)
 	// recvmmsg's headers, into rx_; the first rx_dirty_ are to be set up
 	// again (for the GRO setting rx_gso_).
 	std::unique_ptr<struct mmsghdr[]> rx_msgs_;

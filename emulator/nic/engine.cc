@@ -82,23 +82,23 @@ Engine::~Engine()
 		const PortCounters &pc = n.port;
 		IBVC_INFO(
 			"emu",
-			"{}: tx {} pkts {} B {} calls {} gso, rx {} pkts {} B {} calls {} gro {} ce, icrc errors {}, malformed {}, no qp {}, "
+			"{}: tx {} pkts {} B {} calls {} gso {} waits for a full queue ({} us), rx {} pkts {} B {} calls {} gro {} ce, icrc errors {}, malformed {}, no qp {}, "
 			"bad source {}, bad state {}, rc: tx {} pkts {} B rx {} pkts {} B retrans {} timeouts {} "
 			"seq naks {}/{} rnr naks {}/{} dup {}, coll: msgs {} failed {} fallbacks {} blocks {} data {}/{} "
 			"result {}/{} retrans {}/{} dup {} early {}/{} stale {} bad key {} job {} "
 			"block {} node {} malformed {} seg busy {} aborts {}/{} timeouts {} naks {}/{} "
 			"probes {}",
 			params.name, pc.tx_packets, pc.tx_bytes, pc.tx_syscalls, pc.tx_gso,
-			pc.rx_packets, pc.rx_bytes, pc.rx_syscalls, pc.rx_gro, pc.rx_ce,
-			n.rx_icrc_err, n.rx_malformed, n.rx_no_qp, n.rx_bad_src, n.rx_bad_state,
-			n.rc_tx_packets, n.rc_tx_bytes, n.rc_rx_packets, n.rc_rx_bytes,
-			n.tx_retransmits, n.timeouts, n.seq_naks_sent, n.seq_naks_rcvd,
-			n.rnr_naks_sent, n.rnr_naks_rcvd, n.rx_dup, c.messages, c.failed,
-			c.fallbacks, c.blocks, c.tx_data, c.rx_data, c.tx_result, c.rx_result,
-			c.retrans_data, c.retrans_result, c.dup_dropped, c.early_stored,
-			c.early_dropped, c.stale_dropped, c.bad_key, c.bad_job, c.bad_block,
-			c.bad_node, c.malformed, c.seg_busy, c.aborts_sent, c.aborts_rcvd,
-			c.timeouts, c.naks_sent, c.naks_rcvd, c.probes);
+			pc.tx_full_waits, pc.tx_full_wait_us, pc.rx_packets, pc.rx_bytes,
+			pc.rx_syscalls, pc.rx_gro, pc.rx_ce, n.rx_icrc_err, n.rx_malformed,
+			n.rx_no_qp, n.rx_bad_src, n.rx_bad_state, n.rc_tx_packets, n.rc_tx_bytes,
+			n.rc_rx_packets, n.rc_rx_bytes, n.tx_retransmits, n.timeouts,
+			n.seq_naks_sent, n.seq_naks_rcvd, n.rnr_naks_sent, n.rnr_naks_rcvd,
+			n.rx_dup, c.messages, c.failed, c.fallbacks, c.blocks, c.tx_data, c.rx_data,
+			c.tx_result, c.rx_result, c.retrans_data, c.retrans_result, c.dup_dropped,
+			c.early_stored, c.early_dropped, c.stale_dropped, c.bad_key, c.bad_job,
+			c.bad_block, c.bad_node, c.malformed, c.seg_busy, c.aborts_sent,
+			c.aborts_rcvd, c.timeouts, c.naks_sent, c.naks_rcvd, c.probes);
 		IBVC_INFO(
 			"emu",
 			"{}: cc: cnps {}/{} cuts {} (delay {} loss {} cnp {} host {}) rebases {} loss without a "

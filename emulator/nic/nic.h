@@ -130,7 +130,7 @@ struct NicCounters {
 
 // The counters by name, in one order: the shared-memory segment that
 // ibv_coll_stat(8) reads (nic/stats_shm.h) lists these.
-constexpr size_t kNicStatCount = 84;
+constexpr size_t kNicStatCount = 86;
 std::vector<const char *> nic_stat_names();
 void nic_stat_values(const NicCounters &c, uint64_t out[kNicStatCount]);
 

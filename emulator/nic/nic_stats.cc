@@ -23,6 +23,9 @@ constexpr Field kFields[] = {
 	{"rx_bytes", [](const NicCounters &c) -> uint64_t { return c.port.rx_bytes; }},
 	{"tx_errors", [](const NicCounters &c) -> uint64_t { return c.port.tx_errors; }},
 	{"rx_errors", [](const NicCounters &c) -> uint64_t { return c.port.rx_errors; }},
+	// Sends that found the interface's queue full and waited for room.
+	{"tx_queue_full", [](const NicCounters &c) -> uint64_t { return c.port.tx_full_waits; }},
+	{"icmp_errors", [](const NicCounters &c) -> uint64_t { return c.port.icmp_errors; }},
 	{"impair_dropped", [](const NicCounters &c) -> uint64_t { return c.port.impair_dropped; }},
 	{"impair_duplicated",
 	 [](const NicCounters &c) -> uint64_t { return c.port.impair_duplicated; }},

@@ -5,12 +5,18 @@
 # than 1.2 x 2(N-1)/N times S on a host's link per allreduce: without rate
 # control the ring overruns the link's queue and resends what it drops.
 #
-#   check_shaped.sh BUILD_DIR
+# With QUEUE, each link's queue (256kb by default): a queue smaller than
+# one GSO super-packet (32kb) refuses every run of packets the port sends
+# at once, and the port must send shorter ones and wait for room instead
+# of losing them (emulator/net/udp_port.cc); before it did, the ring
+# stalled there until the job's timeout.
+#
+#   check_shaped.sh BUILD_DIR [QUEUE]
 # Exits 77 (skipped) without root, as fabric.sh does.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-out=$(BUILD_DIR=$1 "$here/../../scripts/bench-fabric.sh" -n 3 -r 200mbit -q 256kb -b 4M -e 4M \
-	-i 1 -w 1 -p ring,switch -t 120)
+out=$(BUILD_DIR=$1 "$here/../../scripts/bench-fabric.sh" -n 3 -r 200mbit -q "${2:-256kb}" \
+	-b 4M -e 4M -i 1 -w 1 -p ring,switch -t 120)
 rc=$?
 printf '%s\n' "$out"
 [ $rc -eq 77 ] && exit 77
