@@ -11,7 +11,7 @@ namespace {
 using util::ConfigKind;
 using util::ConfigVar;
 
-enum { kSockbuf, kGso, kImpair, kCount };
+enum { kSockbuf, kGso, kPortWait, kImpair, kCount };
 
 const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_EMU_SOCKBUF", "4194304", "UDP socket send and receive buffer bytes",
@@ -19,6 +19,10 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_EMU_GSO", "1",
 	 "send runs of packets to one peer with UDP segmentation offload and receive with UDP GRO "
 	 "(0: one datagram per system call)",
+	 ConfigKind::uint, 0, 1},
+	{"IBV_COLL_EMU_PORT_WAIT", "1",
+	 "wait for room when the queue of the interface below the UDP socket is full, as a NIC's "
+	 "transmit ring does (IP_RECVERR; 0: such packets are lost)",
 	 ConfigKind::uint, 0, 1},
 	{"IBV_COLL_EMU_IMPAIR", "",
 	 "test only: impair transmitted packets: drop=P,dup=P,reorder=P (probabilities), "
@@ -44,6 +48,12 @@ const util::ConfigRegistrar kSwitchRegistrar({"switch (ibv_coll_switchd)", kSwit
 
 } // namespace
 
+bool net_port_wait()
+{
+	uint64_t v = 1;
+	return util::config_uint(kVars[kPortWait], &v) != 0 || v != 0;
+}
+
 std::span<const ConfigVar> net_config_vars()
 {
 	return kVars;
@@ -60,6 +70,9 @@ int load_net_config(NetConfig *out)
 	if ((err = util::config_uint(kVars[kGso], &v)))
 		return err;
 	c.gso = v != 0;
+	if ((err = util::config_uint(kVars[kPortWait], &v)))
+		return err;
+	c.port_wait = v != 0;
 	if ((err = util::config_uint(kSwitchVars[0], &v)))
 		return err;
 	c.switch_threads = uint32_t(v);

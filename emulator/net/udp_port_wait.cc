@@ -3,6 +3,8 @@
 // kernel says about datagrams it could not take or deliver.
 #include "net/udp_port.h"
 
+#include "net/net_config.h"
+
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -20,10 +22,14 @@ namespace ibv_coll::emu {
 // datagram with ENOBUFS, which the kernel reports only with IP_RECVERR:
 // the port then waits for room, as a NIC's transmit ring does, rather
 // than dropping its own packets (send_queued).  The option also queues
-// ICMP errors on the socket (drain_errors).
+// ICMP errors on the socket (drain_errors).  IBV_COLL_EMU_PORT_WAIT=0
+// leaves it off: such packets are lost, as they were before.
 void UdpPort::ask_errors()
 {
 	const int on = 1, fd = fd_.get();
+	recverr_ = false;
+	if (!net_port_wait())
+		return;
 	recverr_ = setsockopt(fd, IPPROTO_IP, IP_RECVERR, &on, sizeof(on)) == 0;
 	if (v6_)
 		recverr_ = setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &on, sizeof(on)) == 0 &&
