@@ -76,12 +76,13 @@ for part in 'Switch::poll_once()' 'Switch::parse(' 'Switch::fold(' 'Switch::send
 done
 printf "# total per DATA packet: %.0f instructions\n" "$(awk -v a="$total" -v b="$data" 'BEGIN { print a / b }')"
 # The simulator's transport is not the daemon's: it copies each packet sent
-# (Transport::tx_commit_split's copy, then SimPort's queue onto the
-# simulated link) and hands received ones over (SimPort::rx_batch), where
+# and puts it on the simulated link (SimPort::tx_commit_split: split_pkt's
+# copy, then the link's queue) and hands received ones over
+# (SimPort::rx_batch), where
 # the daemon's UdpPort sends the result from its unit with iovecs
 # (sendmmsg) and receives in place (recvmmsg), in system calls callgrind
 # does not count.
-sim=$(($(inclusive 'Transport::tx_commit_split(') + $(inclusive 'SimPort::rx_batch(')))
+sim=$(($(inclusive 'SimPort::tx_commit_split(') + $(inclusive 'SimPort::rx_batch(')))
 printf "# of which the simulator's transport: %.0f; the switch's own: %.0f instructions per DATA packet\n" \
 	"$(awk -v a="$sim" -v b="$data" 'BEGIN { print a / b }')" \
 	"$(awk -v a="$total" -v s="$sim" -v b="$data" 'BEGIN { print (a - s) / b }')"

@@ -128,9 +128,11 @@ __attribute__((target("pclmul,sse4.1"))) uint32_t clmul_finish(__m128i a, const 
 	return crc32_table(crc32_table(0, rest, 16), p, len);
 }
 
-// Four 16-byte lanes, 64 bytes a step.  len >= 64.
-__attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc, const uint8_t *p,
-							      size_t len)
+// Four 16-byte lanes, 64 bytes a step, folded into one; p and len move
+// past what it took.  len >= 64.  Always inlined, into callers whose
+// targets decide the encoding.
+__attribute__((target("pclmul,sse4.1"), always_inline)) inline __m128i clmul_lanes(
+	uint32_t crc, const uint8_t *&p, size_t &len)
 {
 	const __m128i k128 = _mm_set_epi64x(int64_t(kFold.k128_l), int64_t(kFold.k128_h));
 	const __m128i k512 = _mm_set_epi64x(int64_t(kFold.k512_l), int64_t(kFold.k512_h));
@@ -149,7 +151,24 @@ __attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc, cons
 	}
 	a = _mm_xor_si128(fold(a, k128), b);
 	a = _mm_xor_si128(fold(a, k128), c);
-	a = _mm_xor_si128(fold(a, k128), d);
+	return _mm_xor_si128(fold(a, k128), d);
+}
+
+__attribute__((target("pclmul,sse4.1"))) uint32_t crc32_clmul(uint32_t crc, const uint8_t *p,
+							      size_t len)
+{
+	const __m128i a = clmul_lanes(crc, p, len);
+	return clmul_finish(a, p, len);
+}
+
+// The same in AVX's encoding, for CPUs with AVX and PCLMULQDQ but not
+// VPCLMULQDQ (before Ice Lake and Zen 3): three operands, so no copies
+// of the registers the multiplies read, and the loads folded into the
+// XORs: 23 instructions a 64-byte step instead of 32.
+__attribute__((target("pclmul,avx"))) uint32_t crc32_clmul_avx(uint32_t crc, const uint8_t *p,
+							       size_t len)
+{
+	const __m128i a = clmul_lanes(crc, p, len);
 	return clmul_finish(a, p, len);
 }
 
@@ -281,6 +300,12 @@ bool have_clmul()
 	return yes;
 }
 
+bool have_clmul_avx()
+{
+	static const bool yes = have_clmul() && __builtin_cpu_supports("avx");
+	return yes;
+}
+
 bool have_vclmul()
 {
 	static const bool yes = have_clmul() && __builtin_cpu_supports("avx2") &&
@@ -300,7 +325,7 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
 	if (len >= 256 && have_vclmul())
 		return crc32_vclmul(crc, p, len);
 	if (len >= 64 && have_clmul())
-		return crc32_clmul(crc, p, len);
+		return have_clmul_avx() ? crc32_clmul_avx(crc, p, len) : crc32_clmul(crc, p, len);
 #endif
 	return crc32_table(crc, p, len);
 }
@@ -393,6 +418,7 @@ bool crc32_impl_available(CrcImpl impl)
 	switch (impl) {
 	case CrcImpl::table: return true;
 	case CrcImpl::clmul: return have_clmul();
+	case CrcImpl::clmul_avx: return have_clmul_avx();
 	case CrcImpl::vclmul: return have_vclmul();
 	case CrcImpl::vclmul512: return have_vclmul512();
 	}
@@ -410,8 +436,10 @@ uint32_t crc32_update_with(CrcImpl impl, uint32_t crc, const void *data, size_t 
 #if defined(__x86_64__)
 	if (impl == CrcImpl::vclmul512 && len >= 256)
 		return crc32_vclmul512(crc, p, len);
-	if (impl != CrcImpl::table && impl != CrcImpl::clmul && len >= 128)
+	if ((impl == CrcImpl::vclmul || impl == CrcImpl::vclmul512) && len >= 128)
 		return crc32_vclmul(crc, p, len);
+	if (impl == CrcImpl::clmul_avx && len >= 64)
+		return crc32_clmul_avx(crc, p, len);
 	if (impl != CrcImpl::table && len >= 64)
 		return crc32_clmul(crc, p, len);
 #endif

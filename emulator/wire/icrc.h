@@ -13,12 +13,13 @@ namespace ibv_coll::emu::wire {
 // caller starts at 0xffffffff and inverts at the end).
 uint32_t crc32_update(uint32_t crc, const void *data, size_t len);
 // The ways to compute it: slicing-by-8 tables; folding 64 bytes a step
-// with 128-bit carry-less multiplies (PCLMULQDQ); folding 128 bytes a step
+// with 128-bit carry-less multiplies (PCLMULQDQ), in SSE's encoding or in
+// AVX's (three operands: fewer instructions); folding 128 bytes a step
 // with 256-bit ones (VPCLMULQDQ with AVX2); folding 256 bytes a step with
 // 512-bit ones (VPCLMULQDQ with AVX-512).  crc32_update picks the fastest
 // the CPU has for the length; the others exist to be checked and measured
 // against each other (tests/unit/test_wire.cc, ibv_coll_icrc_bench).
-enum class CrcImpl { table, clmul, vclmul, vclmul512 };
+enum class CrcImpl { table, clmul, clmul_avx, vclmul, vclmul512 };
 bool crc32_impl_available(CrcImpl impl);
 // The register after LEN more zero bytes, crc32_update(crc, zeros, len),
 // without reading them: CRC-32 is linear, so a CRC can be taken in parts
