@@ -102,7 +102,7 @@ void UdpPort::drain_errors()
 {
 	alignas(cmsghdr) uint8_t cbuf[512];
 	uint8_t data[64];
-	for (int i = 0; i < 64; i++) {
+	for (;;) { // all of it: what is left keeps POLLERR up
 		iovec iov{data, sizeof(data)};
 		msghdr m{};
 		m.msg_iov = &iov;
