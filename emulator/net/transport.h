@@ -138,6 +138,11 @@ public:
 	// to leave, on util::now_ns()'s clock; 0 when it holds none.  Whoever
 	// sleeps wakes by then and calls tx_flush(), which sends what is due.
 	virtual uint64_t tx_next_due() const { return 0; }
+	// Whether a send that finds the interface's queue full waits for room
+	// (a NIC's port, the default) or loses the packet (a switch's port:
+	// a lossy network's switch drops at a full port and goes on with the
+	// others).  Transports without such a queue ignore it.
+	virtual void set_port_wait(bool /*wait*/) {}
 
 	// Collective QPs: a transport that addresses queue pairs (UdTransport)
 	// gives each its own number, which the engine then uses as the QP's;

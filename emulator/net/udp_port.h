@@ -64,6 +64,7 @@ public:
 	bool gso() const { return gso_; }
 
 	const PortCounters &counters() const override { return ctr_; }
+	void set_port_wait(bool wait) override { waits_ = wait; }
 	uint64_t tx_next_due() const override;
 
 	// Slots in the delay line: packets a delay impairment holds.  Beyond
@@ -127,6 +128,7 @@ private:
 	bool rx_lent_ = false; // a queued packet's payload is in rx_arena_
 	bool gso_ = false;
 	bool recverr_ = false;	   // IP_RECVERR: ENOBUFS and ICMP errors reported
+	bool waits_ = true;	   // a full interface queue: wait (not drop)
 	size_t gso_max_ = kGsoMax; // bytes in one GSO run (shorter for a small queue)
 	// recvmmsg's headers, into rx_; the first rx_dirty_ are to be set up
 	// again (for the GRO setting rx_gso_).

@@ -66,7 +66,7 @@ bool UdpPort::icmp_errno(int err)
 // the datagram is lost as before.
 bool UdpPort::wait_room(Backlog &b)
 {
-	if (b.stuck)
+	if (b.stuck || !waits_)
 		return false; // not again in this flush: one wait at most
 	const uint64_t now = util::now_ns();
 	const int q = below();

@@ -63,7 +63,12 @@ struct FabricSpec {
 	// (as IBV_COLL_EMU_IMPAIR delay=,jitter= on every port: packets that
 	// leave one after the other may arrive in the other order).
 	uint64_t port_delay_ns = 0, port_jitter_ns = 0;
-	bool cc = true;		      // the hosts' congestion control (IBV_COLL_EMU_CC)
+	bool cc = true; // the hosts' congestion control (IBV_COLL_EMU_CC)
+	// A host's link queue is its NIC's: it holds what the NIC sends and
+	// never drops it, as the device's port waits for room in its
+	// interface's queue (IBV_COLL_EMU_PORT_WAIT); false: it drops what
+	// overflows, as the switches' queues do.
+	bool port_wait = true;
 	uint32_t mtu = 4096;	      // the collective QPs' path MTU
 	uint32_t switch_units = 4096; // Seg units of each switch
 	// How the jobs on a switch share its pool (ibv_coll_switchd --policy;

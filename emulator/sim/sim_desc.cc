@@ -268,6 +268,24 @@ JobSpec parse_job(const json &o, const std::string &at)
 	return j;
 }
 
+// fabric.stalls: hosts that stop for a while.
+std::vector<FabricSpec::Stall> parse_stalls(const json &sl, uint32_t nodes)
+{
+	if (!sl.is_array())
+		bad("fabric.stalls", "a list of {\"host\", \"at_us\", \"for_us\"}");
+	std::vector<FabricSpec::Stall> out;
+	for (size_t i = 0; i < sl.size(); i++) {
+		const std::string at = "fabric.stalls[" + std::to_string(i) + "].";
+		only(sl[i], at, {"host", "at_us", "for_us"});
+		FabricSpec::Stall st;
+		st.host = num<uint32_t>(sl[i], "host", at, 0, 0, nodes - 1);
+		st.at_ns = uint64_t(num<double>(sl[i], "at_us", at, 0, 0, 1e9) * 1000);
+		st.for_ns = uint64_t(num<double>(sl[i], "for_us", at, 0, 0, 1e9) * 1000);
+		out.push_back(st);
+	}
+	return out;
+}
+
 } // namespace
 
 bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSpec> *jobs,
@@ -299,6 +317,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		      "port_delay_us",
 		      "port_jitter_us",
 		      "cc",
+		      "port_wait",
 		      "mtu",
 		      "switch_units",
 		      "nic_units",
@@ -347,6 +366,7 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		if (fs.port_jitter_ns > fs.port_delay_ns)
 			bad("fabric.port_jitter_us", "larger than port_delay_us");
 		fs.cc = boolean(fo, "cc", "fabric.", true);
+		fs.port_wait = boolean(fo, "port_wait", "fabric.", true);
 		fs.mtu = num<uint32_t>(fo, "mtu", "fabric.", 4096, 256, 4096);
 		fs.switch_units = num<uint32_t>(fo, "switch_units", "fabric.", 4096, 1, 1u << 20);
 		fs.nic_units = num<uint32_t>(fo, "nic_units", "fabric.", 2048, 64, 1u << 16);
@@ -361,22 +381,8 @@ bool parse_description(const std::string &text, FabricSpec *f, std::vector<JobSp
 		fs.probe_us = num<int64_t>(fo, "probe_us", "fabric.", -1, 0, 10000000);
 		fs.xchg_bytes = num<uint32_t>(fo, "xchg_bytes", "fabric.", 16384, 0, 65536);
 		fs.coll_depth = num<uint32_t>(fo, "coll_depth", "fabric.", 4, 1, 16);
-		if (fo.contains("stalls")) {
-			const json &sl = fo["stalls"];
-			if (!sl.is_array())
-				bad("fabric.stalls", "a list of {\"host\", \"at_us\", \"for_us\"}");
-			for (size_t i = 0; i < sl.size(); i++) {
-				const std::string at = "fabric.stalls[" + std::to_string(i) + "].";
-				only(sl[i], at, {"host", "at_us", "for_us"});
-				FabricSpec::Stall st;
-				st.host = num<uint32_t>(sl[i], "host", at, 0, 0, fs.nodes - 1);
-				st.at_ns = uint64_t(num<double>(sl[i], "at_us", at, 0, 0, 1e9) *
-						    1000);
-				st.for_ns = uint64_t(num<double>(sl[i], "for_us", at, 0, 0, 1e9) *
-						     1000);
-				fs.stalls.push_back(st);
-			}
-		}
+		if (fo.contains("stalls"))
+			fs.stalls = parse_stalls(fo["stalls"], fs.nodes);
 		const std::string e = check_fabric(fs);
 		if (!e.empty())
 			throw Bad{e};
@@ -437,7 +443,8 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 	if (f.port_delay_ns)
 		fprintf(out, ", each packet held %.3f +- %.3f us", double(f.port_delay_ns) / 1e3,
 			double(f.port_jitter_ns) / 1e3);
-	fprintf(out, "%s\n", f.cc ? "" : ", congestion control off");
+	fprintf(out, "%s%s\n", f.port_wait ? "" : ", hosts' queues drop",
+		f.cc ? "" : ", congestion control off");
 	for (const JobResult &j : r.jobs) {
 		const JobSpec &s = j.spec;
 		fprintf(out,
@@ -542,6 +549,7 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 		       {"port_delay_ns", f.port_delay_ns},
 		       {"port_jitter_ns", f.port_jitter_ns},
 		       {"cc", f.cc},
+		       {"port_wait", f.port_wait},
 		       {"mtu", f.mtu}};
 	json jobs = json::array();
 	for (const JobResult &j : r.jobs) {

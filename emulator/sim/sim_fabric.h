@@ -66,6 +66,7 @@ struct Link {
 	std::deque<PktPtr> q;
 	uint64_t qbytes = 0;
 	bool busy = false;
+	bool waits = false; // a NIC's own queue: never drops (FabricSpec::port_wait)
 	uint64_t tx_bytes = 0, tx_packets = 0, drops = 0, marks = 0;
 };
 
@@ -322,6 +323,7 @@ public:
 			for (uint32_t p = 0; p < planes; p++) {
 				h.ups.push_back(
 					add_link(spec.host, dev_of_switch(p * per_plane + leaf)));
+				links[h.ups.back()].waits = spec.port_wait;
 				sws[p * per_plane + leaf].down.push_back(add_link(spec.host, i));
 			}
 			h.up = h.ups[0];
@@ -521,7 +523,7 @@ public:
 	{
 		Link &l = links[li];
 		const uint32_t w = p->wire();
-		if (l.qbytes + w > l.spec.queue_bytes && !l.q.empty()) {
+		if (!l.waits && l.qbytes + w > l.spec.queue_bytes && !l.q.empty()) {
 			l.drops++;
 			return;
 		}

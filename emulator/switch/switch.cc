@@ -176,6 +176,9 @@ int Switch::open()
 		}
 		if (err)
 			return err;
+		// A switch drops what a full port cannot take and goes on:
+		// waiting for one port's room would hold every other.
+		w.port->set_port_wait(false);
 	}
 	if (w_[0]->port->fd() < 0) {
 		// A transport without a descriptor (a simulator's): its owner

@@ -367,6 +367,29 @@ TEST(Sim, DepthRunsSwitchCollectivesSideBySide)
 	expect_right(run(tree, {t}, 5));
 }
 
+// A host's link queue is its NIC's, which waits for room as the device's
+// port does (IBV_COLL_EMU_PORT_WAIT): 4 hosts round the ring on 400 Mbit/s
+// links with 256 KiB queues, 8 of 512 KiB in flight, drop nothing; the
+// same with queues that drop (the port before it waited) lose packets
+// while the window grows, and no faster.
+TEST(Sim, HostsQueuesWaitAsTheirPortsDo)
+{
+	FabricSpec f = star(4, 400000000ull, 20000);
+	f.coll_depth = 8;
+	JobSpec j = job(SimTopology::ring, {512 << 10});
+	j.iters = 20;
+	j.warmup = 3;
+	j.depth = 8;
+	const SimReport w = run(f, {j}, 1);
+	expect_right(w);
+	EXPECT_EQ(w.drops, 0u);
+	f.port_wait = false;
+	const SimReport d = run(f, {j}, 1);
+	expect_right(d);
+	EXPECT_GT(d.drops, 0u);
+	EXPECT_LE(w.end_ns, d.end_ns);
+}
+
 // Two leaves under a spine: the job aggregates through both levels; a job
 // under one leaf stays there; a ring job crosses the spine.
 // The switch's sharing policy (claim 003, bench/claims/003-time-division.sh):
