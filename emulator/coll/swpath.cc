@@ -600,8 +600,16 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 		spurious(job, *e, held, now);
 		e->result_at = now;
 	}
-	find_gaps(job, m, sid, now, p.h.rank_map != 0);
-	if (m.finals == m.nblocks && &m != job.active.get())
+	// Results chain (rank_map) only from a switch of one worker, whose
+	// results leave in block order: only there does a later message's
+	// completion say that an older one's missing result was lost.  A
+	// switch of several workers sends each worker's results in its own
+	// time, and an older block behind in a busy worker's queue was ASKed
+	// for, its members NAKed and their partials sent twice (4 workers on
+	// 2 cores: tools.perf_wire_switch over its bound in 11 of 40 runs).
+	const bool chain = p.h.rank_map != 0;
+	find_gaps(job, m, sid, now, chain);
+	if (chain && m.finals == m.nblocks && &m != job.active.get())
 		overtaken(job, m, now);
 	chained(job, p.h.rank_map, now);
 	release_block(job, m, sid, now, held);

@@ -301,7 +301,10 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now,
 	Message *o = oldest_open(job);
 	uint32_t g = 0;
 	const PendingSet::Entry *e = o ? o->o_pending.lowest(&g) : nullptr;
-	const uint64_t t = o == &m ? job.probe_time(uint64_t(u_.host().params.cfg.coll_probe_us) *
+	// An older message's block: a round trip where results keep block
+	// order across messages (they chain); else as a block of this one.
+	const uint64_t t = o == &m || !chain
+				   ? job.probe_time(uint64_t(u_.host().params.cfg.coll_probe_us) *
 						    util::kNsPerUs)
 				   : round_trip(job);
 	if (e && (o != &m || g < sid) && !o->final_[g] && t && now - e->sent >= t &&
