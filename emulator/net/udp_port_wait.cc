@@ -70,6 +70,10 @@ bool UdpPort::wait_room(Backlog &b)
 		return false; // not again in this flush: one wait at most
 	const uint64_t now = util::now_ns();
 	const int q = below();
+	if (!b.since) { // a send refused anew: counted once, however long it waits
+		if (!ctr_.tx_full_waits++)
+			IBVC_INFO("port", "the interface's queue is full: sends wait for room");
+	}
 	if (!b.since || q < b.queued) {
 		b.since = now;
 		b.queued = q;
@@ -79,8 +83,6 @@ bool UdpPort::wait_room(Backlog &b)
 		b.stuck = true;
 		return false;
 	}
-	if (!ctr_.tx_full_waits++)
-		IBVC_INFO("port", "the interface's queue is full: sends wait for room");
 	timespec ts{0, long(kWaitStepNs)};
 	nanosleep(&ts, nullptr);
 	ctr_.tx_full_wait_us += (util::now_ns() - now) / util::kNsPerUs;
