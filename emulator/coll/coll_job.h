@@ -332,6 +332,13 @@ struct XchgOut {
 	// even when the partial went again; 0 once timed).
 	std::array<uint64_t, 32> first_at{}, last_at{};
 	std::array<uint16_t, 32> tries{};
+	// Per phase: when it last sent a piece, new or again (never cleared):
+	// its repeat is due again_gap after that (XchgPath::again).
+	std::array<uint64_t, 32> went{};
+	// Phases whose repeat sent only their last unacknowledged piece, and
+	// whose other missing pieces go once its acknowledgement says which
+	// (XchgPath::on_ack).
+	uint32_t probing = 0;
 	// Per phase: the pieces acknowledged (an acknowledgement names those
 	// its sender has, in node_map; all once acked has the phase).
 	std::array<uint64_t, 32> acked_pieces{};

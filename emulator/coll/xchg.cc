@@ -233,6 +233,7 @@ void XchgPath::open_out(CollJob &job, Message &m, uint32_t len, uint32_t phases,
 		o.to[ph] = d == kNone ? 0 : uint16_t(d);
 	}
 	o.again_at = o.again_gap = o.parked = o.heard = 0;
+	o.probing = 0;
 	o.acked_pieces.fill(0);
 }
 
@@ -254,6 +255,7 @@ void XchgPath::send_piece(CollJob &job, Message &m, uint32_t ph, uint32_t i)
 		o.acked_pieces[ph] = 0;
 	}
 	sent.add(ph, i);
+	o.went[ph] = u_.host().now();
 	send_out(job, o, ph, false, 1ull << i);
 	// The result an extra takes from its partner says its partial came
 	// (on_packet): no other acknowledgement of it is owed.

@@ -133,6 +133,18 @@ void XchgPath::send_out(CollJob &job, XchgOut &o, uint32_t ph, bool again, uint6
 	settle_owed(job, o.to[ph], through(job));
 }
 
+// The longest a repeat waits: as the ring's while nothing progresses, up
+// to a second (or twice the timeout), and at most a quarter of the job's
+// timeout, so that a partial goes a few times before a peer gives up on
+// it whatever the round trips said (hosts descheduled for milliseconds
+// on end timed one at 73 ms: a repeat 147 ms after each acknowledgement,
+// and a broadcast under loss failed its 200 ms timeout).
+uint64_t XchgPath::most_gap(const CollJob &job) const
+{
+	const uint64_t most = std::max<uint64_t>(1000 * util::kNsPerMs, 2 * u_.rto_ns(job));
+	return std::min(most, u_.coll_timeout_ns(job) / 4);
+}
+
 // What is not acknowledged goes again, less often each time: after the
 // probe time (or twice the round trip) and the acknowledgement's wait,
 // then twice as long each time (again()).
@@ -144,26 +156,50 @@ void XchgPath::arm_out(const CollJob &job, XchgOut &o, uint64_t now)
 	}
 	if (!o.again_at) {
 		const uint64_t probe = uint64_t(u_.host().params.cfg.coll_probe_us) * 1000;
-		o.again_gap = (probe ? std::max(probe, 2 * job.srtt) : u_.rto_ns(job)) +
-			      ack_wait(job);
+		o.again_gap = std::min((probe ? std::max(probe, 2 * job.srtt) : u_.rto_ns(job)) +
+					       ack_wait(job),
+				       most_gap(job));
 		o.again_at = now + o.again_gap;
 	}
 }
 
 void XchgPath::again(CollJob &job, XchgOut &o, uint64_t now)
 {
+	bool whole = false;
+	uint64_t next = 0;
+	const uint64_t probe = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
+	const bool timed = probe && 2 * job.srtt > probe;
 	each_begun(o, [&](uint32_t ph) {
-		if (!unacked(o, ph))
+		const uint64_t left = unacked(o, ph);
+		if (!left)
 			return;
-		o.last_at[ph] = now;
+		if (timed && now - o.went[ph] < o.again_gap) {
+			const uint64_t due = o.went[ph] + o.again_gap;
+			next = next ? std::min(next, due) : due;
+			return;
+		}
+		o.last_at[ph] = o.went[ph] = now;
 		o.tries[ph]++;
+		const uint32_t bit = 1u << ph;
+		if ((left & (left - 1)) && (timed || !o.acked_pieces[ph])) {
+			// Nothing said of several pieces: the last alone (what
+			// went before it and is not acknowledged with it was
+			// lost), as TCP's tail loss probe; where the
+			// acknowledgement was only slow, one piece went twice,
+			// not the partial.  The first probe does not back off.
+			whole |= (o.probing & bit) != 0;
+			o.probing |= bit;
+			send_out(job, o, ph, true, uint64_t(1) << (63 - std::countl_zero(left)));
+			return;
+		}
+		o.probing &= ~bit;
 		send_out(job, o, ph, true);
+		whole = true;
 	});
-	// As the ring's repeats while nothing progresses: up to a second (or
-	// twice the timeout).
-	const uint64_t most = std::max<uint64_t>(1000 * util::kNsPerMs, 2 * u_.rto_ns(job));
-	o.again_gap = std::min(2 * o.again_gap, std::max(most, o.again_gap));
-	o.again_at = now + o.again_gap;
+	if (whole)
+		o.again_gap = std::min(2 * o.again_gap, most_gap(job));
+	const uint64_t due = now + o.again_gap;
+	o.again_at = next ? std::min(next, due) : due;
 }
 
 // m has its result: what it sent goes to the job (kept while a peer has
@@ -364,14 +400,28 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 		return;
 	}
 	o->heard = now;
+	if ((o->probing >> ph & 1) && p.h.seg == o->tries[ph]) {
+		// The probe (again()) came: what it names not, of what went
+		// before it, was lost.  It goes now.
+		o->probing &= ~(1u << ph);
+		if (unacked(*o, ph)) {
+			o->last_at[ph] = o->went[ph] = now;
+			o->tries[ph]++;
+			send_out(job, *o, ph, true);
+		}
+	}
 	if (!o->parked)
 		m->last_progress = now;
 	else if (all_acked(*o))
 		o->sent.on = false;
 	// What is still unacknowledged went later: its repeat is due a full
-	// wait from now (arm_out()), as TCP restarts its timer on every ACK.
-	o->again_at = 0;
-	arm_out(job, *o, now);
+	// wait from now (arm_out()), as TCP restarts its timer on every ACK;
+	// but not a repeat that is due already (this host was descheduled
+	// past it): pushed back on every acknowledgement, it never went.
+	if (all_acked(*o) || !o->again_at || now < o->again_at) {
+		o->again_at = 0;
+		arm_out(job, *o, now);
+	}
 }
 
 // A partial sent at sent_at to peer came (its acknowledgement, for message
@@ -390,7 +440,7 @@ void XchgPath::repeat_older(CollJob &job, uint32_t mid, uint16_t peer, uint64_t 
 		each_begun(o, [&](uint32_t q) {
 			if (unacked(o, q) && o.to[q] == peer && o.last_at[q] &&
 			    o.last_at[q] <= sent_at) {
-				o.last_at[q] = now;
+				o.last_at[q] = o.went[q] = now;
 				o.tries[q]++;
 				send_out(job, o, q, true);
 				u_.ctr.fast_repeats++;
