@@ -160,6 +160,8 @@ public:
 	// exec_ctrl.cc: timing and windows, shared by both strategies
 	uint64_t rto_ns(const CollJob &job) const;
 	uint64_t coll_timeout_ns(const CollJob &job) const;
+	// IBV_COLL_EMU_COLL_PROBE_US in ns (0: no probes).
+	uint64_t probe_ns() const;
 	void rtt_sample(CollJob &job, uint64_t rtt, Holding h);
 	void arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
 		 bool again);

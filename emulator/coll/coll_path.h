@@ -190,6 +190,8 @@ private:
 	// What is sent and acknowledged (xchg_ack.cc).
 	void send_out(CollJob &job, XchgOut &o, uint32_t phase, bool again,
 		      uint64_t pieces = ~0ull);
+	void resend(CollJob &job, XchgOut &o, uint32_t phase, uint64_t now,
+		    uint64_t pieces = ~0ull);
 	uint64_t most_gap(const CollJob &job) const;
 	void arm_out(const CollJob &job, XchgOut &o, uint64_t now);
 	void again(CollJob &job, XchgOut &o, uint64_t now);

@@ -596,6 +596,11 @@ uint64_t CollEngine::next_deadline(const Qp &qp) const
 	return keep && keep < d ? keep : d;
 }
 
+uint64_t CollCore::probe_ns() const
+{
+	return uint64_t(e_.params.cfg.coll_probe_us) * util::kNsPerUs;
+}
+
 // The retransmission timeout: srtt + 4 rttvar, at least the configured
 // floor (IBV_COLL_EMU_COLL_RTO_US: on a loaded machine a node may not run
 // for several milliseconds, and a premature repeat only adds load) and at

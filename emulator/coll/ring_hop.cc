@@ -433,7 +433,7 @@ void RingPath::again_numbers(CollJob &job, Message &m, uint32_t s, uint32_t e, u
 // floor; before any, twice the ring's round trip (or the timeout).
 uint64_t RingPath::hop_rto(const CollJob &job) const
 {
-	const uint64_t floor = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
+	const uint64_t floor = u_.probe_ns();
 	if (job.hop_rtt)
 		return std::max(floor, 3 * job.hop_rtt);
 	if (job.probe_rtt())

@@ -115,7 +115,7 @@ static uint64_t ring_pto(const CollJob &job, uint64_t floor, bool tail, uint64_t
 uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 {
 	const uint64_t rto = u_.rto_ns(job);
-	const uint64_t floor = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
+	const uint64_t floor = u_.probe_ns();
 	if (!floor)
 		return UINT64_MAX;
 	uint64_t pto = ring_pto(job, floor, m.next_inject == m.inject_end, rto);
@@ -136,9 +136,8 @@ uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 
 void RingPath::probe(CollJob &job, Message &m, uint64_t now)
 {
-	const uint64_t pto = ring_pto(job,
-				      uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs,
-				      m.next_inject == m.inject_end, u_.rto_ns(job));
+	const uint64_t pto = ring_pto(job, u_.probe_ns(), m.next_inject == m.inject_end,
+				      u_.rto_ns(job));
 	m.ring.probes = m.last_progress > m.ring.probe_at ? 0 : m.ring.probes + 1;
 	m.ring.probe_at = now;
 	// The oldest blocks that have waited a probe's time, a few of each

@@ -40,7 +40,7 @@ bool SwitchPath::recently_sent(const CollJob &job, Message &m, uint32_t sid, uin
 // sooner than IBV_COLL_EMU_COLL_PROBE_US (0: never).
 uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 {
-	const uint64_t floor = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
+	const uint64_t floor = u_.probe_ns();
 	if (!floor)
 		return UINT64_MAX;
 	const uint64_t t = job.probe_time(floor, m.sw.next == m.nblocks);
@@ -109,7 +109,7 @@ uint64_t SwitchPath::blocked_due(const CollJob &job, const Message &m, bool urge
 	    out < m.sw.gs0 + m.sw.base + job.sw.span || oldest_open(job) != &m)
 		return UINT64_MAX;
 	const PendingSet::Entry *e = m.o_pending.find(m.sw.base);
-	const uint64_t floor = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
+	const uint64_t floor = u_.probe_ns();
 	if (!e || m.final_[m.sw.base] || !floor)
 		return UINT64_MAX;
 	if (urged) // no sooner than an answer can come (a NAK comes from each asker)
@@ -303,10 +303,7 @@ void SwitchPath::find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now,
 	const PendingSet::Entry *e = o ? o->o_pending.lowest(&g) : nullptr;
 	// An older message's block: a round trip where results keep block
 	// order across messages (they chain); else as a block of this one.
-	const uint64_t t = o == &m || !chain
-				   ? job.probe_time(uint64_t(u_.host().params.cfg.coll_probe_us) *
-						    util::kNsPerUs)
-				   : round_trip(job);
+	const uint64_t t = o == &m || !chain ? job.probe_time(u_.probe_ns()) : round_trip(job);
 	if (e && (o != &m || g < sid) && !o->final_[g] && t && now - e->sent >= t &&
 	    !recently_sent(job, *o, g, now, false) && !late_within_window(job, *e, now))
 		send_block(job, *o, g, now, true, true);

@@ -102,7 +102,7 @@ template <class F> void each_out(CollJob &job, const CollPath *path, F &&f)
 // within the sender's repeat (arm_out()).
 uint64_t XchgPath::ack_wait(const CollJob &job) const
 {
-	const uint64_t probe = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
+	const uint64_t probe = u_.probe_ns();
 	return (probe ? probe : u_.rto_ns(job)) / 4;
 }
 
@@ -133,6 +133,15 @@ void XchgPath::send_out(CollJob &job, XchgOut &o, uint32_t ph, bool again, uint6
 	settle_owed(job, o.to[ph], through(job));
 }
 
+// Phase ph's pieces (of those in `pieces`) not acknowledged, again: a new
+// transmission (seg), timed from now.
+void XchgPath::resend(CollJob &job, XchgOut &o, uint32_t ph, uint64_t now, uint64_t pieces)
+{
+	o.last_at[ph] = o.went[ph] = now;
+	o.tries[ph]++;
+	send_out(job, o, ph, true, pieces);
+}
+
 // The longest a repeat waits: as the ring's while nothing progresses, up
 // to a second (or twice the timeout), and at most a quarter of the job's
 // timeout, so that a partial goes a few times before a peer gives up on
@@ -155,7 +164,7 @@ void XchgPath::arm_out(const CollJob &job, XchgOut &o, uint64_t now)
 		return;
 	}
 	if (!o.again_at) {
-		const uint64_t probe = uint64_t(u_.host().params.cfg.coll_probe_us) * 1000;
+		const uint64_t probe = u_.probe_ns();
 		o.again_gap = std::min((probe ? std::max(probe, 2 * job.srtt) : u_.rto_ns(job)) +
 					       ack_wait(job),
 				       most_gap(job));
@@ -163,11 +172,15 @@ void XchgPath::arm_out(const CollJob &job, XchgOut &o, uint64_t now)
 	}
 }
 
+// The repeat timer of what o sent.  Where round trips set the wait (a
+// slow path: they are longer than the probe time), each phase goes again
+// a full wait after it last sent, not when the timer its first phase
+// armed runs out.
 void XchgPath::again(CollJob &job, XchgOut &o, uint64_t now)
 {
 	bool whole = false;
 	uint64_t next = 0;
-	const uint64_t probe = uint64_t(u_.host().params.cfg.coll_probe_us) * util::kNsPerUs;
+	const uint64_t probe = u_.probe_ns();
 	const bool timed = probe && 2 * job.srtt > probe;
 	each_begun(o, [&](uint32_t ph) {
 		const uint64_t left = unacked(o, ph);
@@ -178,22 +191,21 @@ void XchgPath::again(CollJob &job, XchgOut &o, uint64_t now)
 			next = next ? std::min(next, due) : due;
 			return;
 		}
-		o.last_at[ph] = o.went[ph] = now;
-		o.tries[ph]++;
 		const uint32_t bit = 1u << ph;
 		if ((left & (left - 1)) && (timed || !o.acked_pieces[ph])) {
-			// Nothing said of several pieces: the last alone (what
-			// went before it and is not acknowledged with it was
-			// lost), as TCP's tail loss probe; where the
+			// Several pieces, nothing said of them (or a slow
+			// path): the last alone (what went before it and is
+			// not acknowledged with it was lost, on_ack), as TCP's
+			// tail loss probe; where the
 			// acknowledgement was only slow, one piece went twice,
 			// not the partial.  The first probe does not back off.
 			whole |= (o.probing & bit) != 0;
 			o.probing |= bit;
-			send_out(job, o, ph, true, uint64_t(1) << (63 - std::countl_zero(left)));
+			resend(job, o, ph, now, uint64_t(1) << (63 - std::countl_zero(left)));
 			return;
 		}
 		o.probing &= ~bit;
-		send_out(job, o, ph, true);
+		resend(job, o, ph, now);
 		whole = true;
 	});
 	if (whole)
@@ -404,11 +416,8 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 		// The probe (again()) came: what it names not, of what went
 		// before it, was lost.  It goes now.
 		o->probing &= ~(1u << ph);
-		if (unacked(*o, ph)) {
-			o->last_at[ph] = o->went[ph] = now;
-			o->tries[ph]++;
-			send_out(job, *o, ph, true);
-		}
+		if (unacked(*o, ph))
+			resend(job, *o, ph, now);
 	}
 	if (!o->parked)
 		m->last_progress = now;
@@ -440,9 +449,7 @@ void XchgPath::repeat_older(CollJob &job, uint32_t mid, uint16_t peer, uint64_t 
 		each_begun(o, [&](uint32_t q) {
 			if (unacked(o, q) && o.to[q] == peer && o.last_at[q] &&
 			    o.last_at[q] <= sent_at) {
-				o.last_at[q] = o.went[q] = now;
-				o.tries[q]++;
-				send_out(job, o, q, true);
+				resend(job, o, q, now);
 				u_.ctr.fast_repeats++;
 			}
 		});
