@@ -81,10 +81,13 @@ template <class Isa, Dtype D, RedOp Op> struct SimdKernel {
 		const S *a = static_cast<const S *>(a_v);
 		const S *b = static_cast<const S *>(b_v);
 		size_t i = 0;
-		// Two independent steps per iteration keep more loads in flight; the kernels are bandwidth bound.
-		for (; i + 2 * kLanes <= count; i += 2 * kLanes) {
+		// Four independent steps per iteration keep more loads in flight (the kernels are bandwidth bound)
+		// and spend the loop's own instructions once per four vectors.
+		for (; i + 4 * kLanes <= count; i += 4 * kLanes) {
 			step(dst + i, a + i, b + i);
 			step(dst + i + kLanes, a + i + kLanes, b + i + kLanes);
+			step(dst + i + 2 * kLanes, a + i + 2 * kLanes, b + i + 2 * kLanes);
+			step(dst + i + 3 * kLanes, a + i + 3 * kLanes, b + i + 3 * kLanes);
 		}
 		for (; i + kLanes <= count; i += kLanes)
 			step(dst + i, a + i, b + i);

@@ -30,6 +30,7 @@ bool SegPool::acquire(uint32_t i, uint32_t jid, uint32_t mid, uint32_t sid, RedO
 	u.sid = sid;
 	u.op = op;
 	u.dtype = dt;
+	u.fn = reduce_fn(op, dt);
 	u.len = len;
 	u.node_pending = node_pending;
 	u.rank_pending = rank_pending;
@@ -66,7 +67,7 @@ SegResult SegPool::contribute(uint32_t i, uint64_t node_bit, uint64_t rank_bit, 
 		return SegResult::filled;
 	}
 	size_t n = len / dtype_size(u.dtype);
-	reduce_fn(u.op, u.dtype)(u.data, u.data, src, n);
+	u.fn(u.data, u.data, src, n);
 	return SegResult::reduced;
 }
 
@@ -83,7 +84,7 @@ SegResult SegPool::contribute_ranks(uint32_t i, uint64_t rank_mask, const void *
 		u.filled = true;
 		return SegResult::filled;
 	}
-	reduce_fn(u.op, u.dtype)(u.data, u.data, src, len / dtype_size(u.dtype));
+	u.fn(u.data, u.data, src, len / dtype_size(u.dtype));
 	return SegResult::reduced;
 }
 
@@ -100,7 +101,7 @@ SegResult SegPool::contribute_node_and_ranks(uint32_t i, uint64_t node_bit, cons
 	u.node_pending &= ~node_bit;
 	u.rank_pending &= ~rank_mask;
 	u.node_map |= node_bit;
-	ReduceFn f = reduce_fn(u.op, u.dtype);
+	ReduceFn f = u.fn;
 	size_t n = len / dtype_size(u.dtype);
 	if (!u.filled) {
 		f(out && complete(i) ? out : u.data, node_src, rank_src, n);
@@ -131,7 +132,7 @@ SegResult SegPool::contribute_nodes(uint32_t i, uint64_t node_mask, const void *
 		u.filled = true;
 		return SegResult::filled;
 	}
-	reduce_fn(u.op, u.dtype)(u.data, u.data, src, len / dtype_size(u.dtype));
+	u.fn(u.data, u.data, src, len / dtype_size(u.dtype));
 	return SegResult::reduced;
 }
 

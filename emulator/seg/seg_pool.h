@@ -27,6 +27,7 @@ struct SegUnit {
 	uint32_t seq = 0; // protocol specific (the switch: the block's number in its job)
 	RedOp op = RedOp::sum;
 	Dtype dtype = Dtype::uint8;
+	ReduceFn fn = nullptr; // reduce_fn(op, dtype), looked up when the unit is taken
 	uint8_t kind = 0;      // what the holder stored (protocol specific)
 	uint32_t hop = 0;      // protocol specific
 	uint16_t src_node = 0; // protocol specific
