@@ -11,11 +11,6 @@
 
 namespace ibv_coll::emu {
 
-bool IpAddr::operator==(const IpAddr &o) const
-{
-	return memcmp(b, o.b, 16) == 0;
-}
-
 bool IpAddr::v4() const
 {
 	static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};

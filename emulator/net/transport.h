@@ -25,7 +25,9 @@ namespace ibv_coll::emu {
 // A RoCEv2 GID has the same form.
 struct IpAddr {
 	uint8_t b[16] = {};
-	bool operator==(const IpAddr &o) const;
+	// Inline: every packet the switch takes in is matched to its child by
+	// address.
+	bool operator==(const IpAddr &o) const { return memcmp(b, o.b, 16) == 0; }
 	bool v4() const;
 	std::string str() const;
 	static IpAddr from_v4(uint32_t be_addr);

@@ -572,6 +572,14 @@ bool Switch::sent_by(const Child &c, const In &p, const sw::Task *t)
 
 Switch::Child *Switch::child_of(Job &j, const In &p, const sw::Task *t)
 {
+	// The child whose cover holds the packet's lowest node bit, where it
+	// names one (a partial, an ASK: what members send most): one look,
+	// where the walk below compares every child's address.
+	if (p.h.node_map) {
+		const uint8_t i = j.by_bit[size_t(__builtin_ctzll(p.h.node_map))];
+		if (i < j.children.size() && sent_by(j.children[i], p, t))
+			return &j.children[i];
+	}
 	for (Child &c : j.children)
 		if (sent_by(c, p, t))
 			return &c;
@@ -615,6 +623,9 @@ int Switch::add_child(Job &j, const In &p, const sw::Task &t)
 	j.children.push_back(c);
 	std::sort(j.children.begin(), j.children.end(),
 		  [](const Child &a, const Child &b) { return lowest(a.cover) < lowest(b.cover); });
+	for (size_t i = 0; i < j.children.size(); i++)
+		for (uint64_t m = j.children[i].cover; m; m &= m - 1)
+			j.by_bit[size_t(__builtin_ctzll(m))] = uint8_t(i);
 	j.covered |= cover;
 	j.seg_req = std::min(j.seg_req, t.seg_req);
 	return 0;

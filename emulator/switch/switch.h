@@ -20,6 +20,7 @@
 
 #include <pthread.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -223,6 +224,12 @@ private:
 	};
 	// A worker's counters of a job, on cache lines of their own.
 	struct alignas(64) WorkerCounters : SwitchCounters {};
+	static std::array<uint8_t, 64> filled_bits()
+	{
+		std::array<uint8_t, 64> a;
+		a.fill(0xff);
+		return a;
+	}
 	struct Job {
 		uint32_t jid = 0;
 		uint32_t inc = 0; // the incarnation it serves (wire::Ceth::inc)
@@ -239,6 +246,9 @@ private:
 		bool has_above = false;
 		sw::Above above;
 		std::vector<Child> children;
+		// The child whose cover holds each node bit (its index in
+		// children; 0xff: none): child_of's first look.
+		std::array<uint8_t, 64> by_bit = filled_bits();
 		uint64_t covered = 0;
 		uint32_t seg_req = UINT32_MAX;
 		State state = State::collecting;
