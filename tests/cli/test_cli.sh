@@ -39,7 +39,8 @@ version)
 	for p in examples/ibv_coll_devinfo examples/ibv_coll_rc_pingpong \
 		examples/ibv_coll_allreduce tools/ibv_coll_run tools/ibv_coll_perf \
 		emulator/ibv_coll_switchd bench/ibv_coll_udp_floor bench/mpi_allreduce_perf \
-		emulator/bench/ibv_coll_icrc_bench emulator/bench/ibv_coll_reduce_bench; do
+		emulator/bench/ibv_coll_icrc_bench emulator/bench/ibv_coll_reduce_bench \
+		emulator/bench/ibv_coll_icount; do
 		name=${p##*/}
 		cmd "$b/$p" --version
 		[ "$rc" -eq 0 ] || fail "$name --version: status $rc"
@@ -50,6 +51,25 @@ version)
 		cmd "$b/$p" -V
 		[ "$(cat "$dir/out")" = "$name (ibv_coll) $version" ] || fail "$name -V"
 	done
+	;;
+icount)
+	# ibv_coll_icount against assembly whose counts are known
+	# (icount_target.c): a loop of 2n + 2, a function of 16 with a rep
+	# stosb of 4,096 bytes in it (one instruction) and a call of 8.
+	t=$b/tests/cli/icount_target ic=$b/emulator/bench/ibv_coll_icount
+	loop=$(nm "$t" | awk '$3 == "icount_loop" { print $1 }')
+	rep=$(nm "$t" | awk '$3 == "icount_rep" { print $1 }')
+	[ -n "$loop" ] && [ -n "$rep" ] || fail "nm found no icount_loop or icount_rep in $t"
+	cmd "$ic" -f "$loop=loop" -- "$t"
+	[ "$rc" -eq 0 ] || fail "status $rc"
+	grep -q "^loop  *4028  *5$" "$dir/out" || fail "icount_loop: not 4028 instructions in 5 calls"
+	cmd "$ic" -f "$rep=rep" -f "$loop=loop" -- "$t"
+	[ "$rc" -eq 0 ] || fail "status $rc"
+	grep -q "^rep  *48  *3$" "$dir/out" || fail "icount_rep: not 48 instructions in 3 calls"
+	grep -q "^loop  *24  *3$" "$dir/out" || fail "icount_loop within icount_rep: not 24 in 3"
+	bad_value -f zz "$ic" -f zz=loop -- "$t"
+	cmd "$ic" -f "$loop=loop" -- "$dir/none"
+	[ "$rc" -ne 0 ] || fail "a program that does not exist: status 0"
 	;;
 bad_values)
 	bad_value -c abc "$allreduce" -b unix:$dir/s -i 0 -n 1 -c abc
