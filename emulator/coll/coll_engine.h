@@ -255,6 +255,7 @@ private:
 	void start_ring(Qp &qp, CollJob &job, Message &m, uint64_t now, bool small = false);
 	bool exchanges(const CollJob &job, const Message &m) const;
 	bool xchg_fits(const CollJob &job, uint64_t count, uint32_t es) const;
+	uint32_t xchg_most(const CollJob &job) const;
 	bool may_start_beside(const CollJob &job, const CollWqe &w) const;
 	// The timeout of no progress every message is bound by.
 	void watchdog(Qp &qp, CollJob &job, uint64_t now);

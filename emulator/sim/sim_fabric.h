@@ -338,6 +338,7 @@ public:
 			if (spec.probe_us >= 0)
 				h.params.cfg.coll_probe_us = uint32_t(spec.probe_us);
 			h.params.cfg.coll_xchg_bytes = spec.xchg_bytes;
+			h.params.cfg.coll_xchg_bytes_host = spec.xchg_bytes; // hosts of their own
 			h.params.cfg.coll_depth = spec.coll_depth;
 			h.params.cfg.cc.on = spec.cc;
 			// A NIC paces new blocks to its own ports, as hardware

@@ -514,6 +514,11 @@ int main(int argc, char **argv)
 	for (int i = 0; i < o.nodes; i++)
 		if (members[size_t(i)].num_ranks != o.ranks[size_t(i)])
 			die("rank counts disagree", EPROTO);
+	// Every member at one address (this host): the device's exchange
+	// goes further there (coll_ref.h, one_host).
+	bool one_host = true;
+	for (const ibv_coll_member &m : members)
+		one_host &= memcmp(m.gid.raw, members[0].gid.raw, sizeof m.gid.raw) == 0;
 	ibv_coll_job_attr job{};
 	job.jid = o.jid;
 	job.node_index = uint32_t(o.node);
@@ -595,6 +600,7 @@ int main(int argc, char **argv)
 
 	CollSpec spec;
 	spec.ranks = o.ranks;
+	spec.one_host = one_host;
 	// Through switches the fold is the tree's (unless AUTO falls back).
 	const bool via_switch = !o.leaves.empty() && o.topology != IBV_COLL_TOPO_RING &&
 				(o.expect_flags < 0 || (o.expect_flags & IBV_COLL_WC_SWITCH));

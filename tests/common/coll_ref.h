@@ -38,6 +38,10 @@ struct CollSpec {
 	// as the device reads it (16384 when unset); 0: never (AUTO's members
 	// that fell back from their switches run the ring).
 	int64_t pairwise_max = -1;
+	// Every node has one address (one host): with IBV_COLL_EMU_XCHG_BYTES
+	// unset the device exchanges up to 32768 bytes per rank there, not
+	// 16384 (CollEngine::xchg_most).
+	bool one_host = false;
 	// A job given switches cuts ALLREDUCE's and REDUCE's chunks at whole
 	// blocks of this many bytes (the path MTU, or the job's block length
 	// if smaller): B blocks, chunk c = blocks [B*c/N, B*(c+1)/N).  This

@@ -117,6 +117,7 @@ struct FuzzNic {
 		p.cfg.poll_us = 0;    // the engine thread sleeps: the fuzzer's thread drives
 		p.cfg.seg_units = 64; // the jobs take 24; 4096 would cost 16 MiB per input
 		p.cfg.coll_xchg_bytes = kXchgBytes;
+		p.cfg.coll_xchg_bytes_host = kXchgBytes;
 		p.transport = [this](std::unique_ptr<Transport> *out) {
 			auto t = std::make_unique<FuzzTransport>(kPort);
 			tr = t.get();
