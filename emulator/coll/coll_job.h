@@ -342,6 +342,11 @@ struct XchgOut {
 	// Per phase: the pieces acknowledged (an acknowledgement names those
 	// its sender has, in node_map; all once acked has the phase).
 	std::array<uint64_t, 32> acked_pieces{};
+	// Per phase: the pieces sent once, before any piece above them (a
+	// piece held back by a missing one of the phase before goes after
+	// those above it): where a later piece came and one of these below it
+	// did not, that one was lost (XchgPath::repeat_gap).
+	std::array<uint64_t, 32> in_order{};
 	// The packets go from sent's buffer (lent): the port's mark of the
 	// last, which a new message's partials may not overwrite before it
 	// left (XchgPath::open_out).

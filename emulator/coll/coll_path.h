@@ -184,8 +184,10 @@ private:
 	void send_piece(CollJob &job, Message &m, uint32_t phase, uint32_t piece);
 	Kept keep(CollJob &job, const CollPacket &p);
 	bool missing_before(const CollJob &job, const CollPacket &p) const;
+	bool gap_before(CollJob &job, const CollPacket &p) const;
 	void repeat_older(CollJob &job, uint32_t mid, uint16_t peer, uint64_t sent_at,
 			  uint64_t now);
+	void repeat_gap(CollJob &job, XchgOut &o, uint32_t phase, uint32_t piece, uint64_t now);
 	void arm(CollJob &job, Message &m, uint64_t now);
 	// What is sent and acknowledged (xchg_ack.cc).
 	void send_out(CollJob &job, XchgOut &o, uint32_t phase, bool again,

@@ -235,6 +235,7 @@ void XchgPath::open_out(CollJob &job, Message &m, uint32_t len, uint32_t phases,
 	o.again_at = o.again_gap = o.parked = o.heard = 0;
 	o.probing = 0;
 	o.acked_pieces.fill(0);
+	o.in_order.fill(0);
 }
 
 // Piece i of this node's partial of phase ph (as acc holds it now) to
@@ -253,7 +254,10 @@ void XchgPath::send_piece(CollJob &job, Message &m, uint32_t ph, uint32_t i)
 		o.first_at[ph] = o.last_at[ph] = u_.host().now();
 		o.tries[ph] = 0;
 		o.acked_pieces[ph] = 0;
+		o.in_order[ph] = 0;
 	}
+	if (!(sent.pieces(ph) >> i))
+		o.in_order[ph] |= 1ull << i;
 	sent.add(ph, i);
 	o.went[ph] = u_.host().now();
 	send_out(job, o, ph, false, 1ull << i);
@@ -488,6 +492,14 @@ bool XchgPath::missing_before(const CollJob &job, const CollPacket &p) const
 	return false;
 }
 
+// The piece before p's (of its partial) is not here: lost, most likely
+// (its sender sends a partial's pieces in order, but for those a piece
+// of the phase before held back).
+bool XchgPath::gap_before(CollJob &job, const CollPacket &p) const
+{
+	return p.h.sid > 0 && p.h.sid < 64 && !(pieces_here(job, p.h) >> (p.h.sid - 1) & 1);
+}
+
 // Only a node's peer in the phase sends it a partial, the way the phase
 // goes: in an exchange, its partner; in a broadcast's tree, its parent.
 static bool from_peer(const CollJob &job, const CollPacket &p)
@@ -529,7 +541,7 @@ void XchgPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now
 	// says so before.
 	if (k == Kept::again || (p.h.flags & kCethRetrans))
 		acknowledge(job, p.h, p.h.src_node, 0);
-	else if (missing_before(job, p))
+	else if (missing_before(job, p) || gap_before(job, p))
 		acknowledge(job, p.h, p.h.src_node, 0, true);
 	else
 		owe(job, p.h, now);

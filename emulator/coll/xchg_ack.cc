@@ -31,7 +31,9 @@
 // the same peer is missing is acknowledged at once, with NAK: its sender
 // sends the older one again then (repeat_older(), TCP's fast retransmit),
 // not after the repeat timer; with several messages in flight, and under
-// a broadcast's stream, that is how most losses are repaired.
+// a broadcast's stream, that is how most losses are repaired.  So is a
+// piece of a partial whose next piece came: that one's acknowledgement
+// goes at once, with NAK, and the lost piece again (repeat_gap()).
 #include "coll/coll_engine.h"
 
 #include "util/clock.h"
@@ -117,7 +119,10 @@ void XchgPath::send_out(CollJob &job, XchgOut &o, uint32_t ph, bool again, uint6
 	h.node_map = o.sent.len;
 	if (again)
 		h.flags |= kCethRetrans;
-	for (uint64_t go = o.sent.pieces(ph) & ~o.acked_pieces[ph] & pieces; go; go &= go - 1) {
+	const uint64_t out = o.sent.pieces(ph) & ~o.acked_pieces[ph] & pieces;
+	if (again)
+		o.in_order[ph] &= ~out; // a later piece's coming says nothing of these now
+	for (uint64_t go = out; go; go &= go - 1) {
 		const uint32_t i = uint32_t(std::countr_zero(go));
 		h.sid = i;
 		const uint32_t n = o.sent.piece_len(i);
@@ -412,6 +417,8 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 		return;
 	}
 	o->heard = now;
+	if (p.h.flags & kCethNak)
+		repeat_gap(job, *o, ph, p.h.sid, now);
 	if ((o->probing >> ph & 1) && p.h.seg == o->tries[ph]) {
 		// The probe (again()) came: what it names not, of what went
 		// before it, was lost.  It goes now.
@@ -455,6 +462,26 @@ void XchgPath::repeat_older(CollJob &job, uint32_t mid, uint16_t peer, uint64_t 
 		});
 	};
 	each_out(job, this, older);
+}
+
+// The acknowledgement of piece `piece` of a partial said (NAK) that the
+// piece before it is not there: what went before `piece`, once and in
+// order, and is not acknowledged now, was lost.  It goes again now, as
+// TCP's fast retransmit does with a hole its duplicate acknowledgements
+// show, each piece once (after that, its timer); the partial's other
+// pieces wait for their acknowledgement.  Without it, a lost piece of a
+// blocking collective (no later message comes to show the loss) waited
+// the repeat timer, the probe time and more: at 5 % loss 32 KiB
+// allreduces of 6 processes on one host lost one almost every time.
+void XchgPath::repeat_gap(CollJob &job, XchgOut &o, uint32_t ph, uint32_t piece, uint64_t now)
+{
+	if (piece == 0 || piece >= 64)
+		return;
+	const uint64_t lost = unacked(o, ph) & o.in_order[ph] & ((uint64_t(1) << piece) - 1);
+	if (!lost)
+		return;
+	resend(job, o, ph, now, lost);
+	u_.ctr.fast_repeats++;
 }
 
 bool XchgPath::tend(CollJob &job, uint64_t now)
