@@ -86,7 +86,7 @@ void RingPath::stamp(CollJob &job, Message &m, Ceth &h, uint8_t phase, uint32_t 
 	}
 	h.rank_map = uint64_t(q) + 1;
 	h.seg = g.nak_echo;
-	g.tail_at = now + (hop_rto(job) << std::min<uint32_t>(g.tail_tries, 10));
+	g.tail_at = now + tail_wait(job, g.tail_tries);
 }
 
 void RingPath::keep(Message &m, uint32_t sid, const uint8_t *data, uint32_t len)
@@ -441,6 +441,22 @@ uint64_t RingPath::hop_rto(const CollJob &job) const
 	return u_.rto_ns(job);
 }
 
+// The wait before the next tail probe after `tries` without an ACK: a
+// hop's timeout, twice as long after each, but no more than a quarter of
+// the job's timeout (which counts from the message's last progress), so
+// that a few probes go before the job gives up.  Backed off without that
+// bound (and a hop's timeout, three of its round trips, once 100 ms with
+// descheduled hosts against a job's 200), two probes lost, or their
+// answers, left the third due after the timeout: a member with every
+// result in, waiting for the next node to acknowledge what it sent (the
+// next node had finished the message and answers only when asked),
+// failed the collective, and the others with it.
+uint64_t RingPath::tail_wait(const CollJob &job, uint32_t tries) const
+{
+	const uint64_t most = std::max<uint64_t>(u_.coll_timeout_ns(job) / 4, 1);
+	return std::min(hop_rto(job) << std::min<uint32_t>(tries, 10), most);
+}
+
 // How long a NAKed number may take to come: twice a repair's usual round
 // trip (it waits behind what the sender had queued), or before any, a
 // hop's timeout.
@@ -488,7 +504,7 @@ void RingPath::hop_timers(CollJob &job, Message &m, uint64_t now)
 	}
 	if (q == g.acked && g.sent[q].phase == 0 && m.final_[g.sent[q].sid])
 		again_numbers(job, m, g.acked, uint32_t(g.sent.size()), now); // all void
-	g.tail_at = now + (hop_rto(job) << std::min<uint32_t>(g.tail_tries, 10));
+	g.tail_at = now + tail_wait(job, g.tail_tries);
 }
 
 uint64_t RingPath::hop_deadline(const CollJob &job, const Message &m) const
