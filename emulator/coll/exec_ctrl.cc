@@ -666,7 +666,9 @@ void CollCore::rtt_sample(CollJob &job, uint64_t rtt, Holding h)
 // (Re)start a block's retransmission timer.  A repeat waits twice the
 // timeout, and while the message makes no progress at all each further
 // repeat of the block waits twice as long again, up to a second (or the
-// timeout, if longer), as TCP backs off: a member that is late rather
+// timeout, if longer) and at most a quarter of the job's timeout (so that
+// a block goes a few times before the job gives up on it, RingPath::
+// tail_wait), as TCP backs off: a member that is late rather
 // than losing packets (it has not started the message, or its CPU is
 // busy) gets a few repeats, not a stream of them.  Any progress brings the
 // wait back to twice the timeout, so loss elsewhere does not slow
@@ -692,7 +694,8 @@ void CollCore::arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uin
 		}
 		if (p.repeats < 16)
 			p.repeats++;
-		const uint64_t cap = std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs);
+		const uint64_t cap = std::min(std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs),
+					      std::max<uint64_t>(coll_timeout_ns(job) / 4, 1));
 		wait = std::min(rto << p.repeats, cap);
 	}
 	p.deadline = now + wait;

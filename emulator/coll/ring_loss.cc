@@ -119,11 +119,13 @@ uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 	if (!floor)
 		return UINT64_MAX;
 	uint64_t pto = ring_pto(job, floor, m.next_inject == m.inject_end, rto);
-	// Backed off as the repeats of a block are (CollEngine::arm): a
+	// Backed off as the repeats of a block are (CollCore::arm, a quarter
+	// of the job's timeout at most): a
 	// member late to post its collective holds every block, and each
 	// probe without progress only repeats the oldest.
-	pto = std::min(pto << std::min<uint32_t>(m.ring.probes, 16),
-		       std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs));
+	pto = std::min({pto << std::min<uint32_t>(m.ring.probes, 16),
+			std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs),
+			std::max<uint64_t>(u_.coll_timeout_ns(job) / 4, 1)});
 	// Due when no block completed here for that long (TCP's TLP), not by
 	// the oldest block's age: on a link with a queue that grows with the
 	// queue, and a probe of a block on its way only doubles it.  Nor

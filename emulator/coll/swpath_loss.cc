@@ -54,7 +54,10 @@ uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 		return UINT64_MAX;
 	if (m.last_progress >= m.sw.probe_at)
 		return m.last_progress + base;
-	return m.sw.probe_at + (base << std::min<uint32_t>(m.sw.probes, 10));
+	// Backed off to a quarter of the job's timeout at most: a few probes
+	// go before the job gives up (RingPath::tail_wait).
+	return m.sw.probe_at + std::min(base << std::min<uint32_t>(m.sw.probes, 10),
+					std::max<uint64_t>(u_.coll_timeout_ns(job) / 4, 1));
 }
 
 // ASK for the oldest blocks without a result (one round trip's worth of
