@@ -1066,12 +1066,12 @@ TEST(CollPathsExchange, AcknowledgementsRideOnTheNextPartials)
 template <class CollOf, class CountOf>
 static CollCounters run_in_flight(const std::vector<uint16_t> &shape, uint32_t depth, uint64_t seed,
 				  CollOf coll_of, CountOf count_of, bool with_switch = false,
-				  double loss = 0.1)
+				  double loss = 0.1, uint32_t timeout_ms = 200)
 {
 	constexpr uint32_t kMsgs = 8; // the fake SQ's slots
 	CollCounters sum{};
 	Cluster c(shape, with_switch ? Topology::sw : Topology::ring, seed + 10 * shape.size(),
-		  with_switch);
+		  with_switch, timeout_ms);
 	c.net.f.loss = loss;
 	c.net.f.dup = 0.05;
 	c.net.f.reorder = true;
@@ -1579,13 +1579,16 @@ TEST(CollPathsExchange, APieceGoesOnBeforeItsPartialIsWhole)
 // seeds, each path on its own, every seed's failure printed (the seed
 // reproduces it).  IBVC_SWEEP_SEEDS (200), IBVC_SWEEP_LOSS (0.1),
 // IBVC_SWEEP_NODES (3; from 4 on, the second has two ranks, as the
-// shapes above), IBVC_SWEEP_PATH (ring, switch or exchange; all three):
+// shapes above), IBVC_SWEEP_TIMEOUT_MS (the job's, 200), IBVC_SWEEP_PATH (ring, switch or exchange; all three):
 //   IBVC_SWEEP_SEEDS=1000 build/tests/test_coll_paths
 //       --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_SeededSweep'
 // At 10 % loss each path passed 1,000 seeds of 3 and 4 nodes at depth 1
 // and 4; at 20 %, round the ring and through the switch 2 % of 5- and
 // 8-node runs time out (a repeat crosses several lossy hops to come home,
-// six tries in the job's 200 ms).
+// six tries in the job's 200 ms); with a timeout of 2 s, none of 100
+// seeds of 5 nodes, but 3 of 200 runs of 8 round the ring (a result that
+// a node lost after the others finished comes home by a lap of 7 hops,
+// forwarded without their repairs); with the default 10 s, none of 80.
 TEST(CollPathsDepth, DISABLED_SeededSweep)
 {
 	auto env = [](const char *k, const char *d) {
@@ -1596,6 +1599,7 @@ TEST(CollPathsDepth, DISABLED_SeededSweep)
 	const double loss = std::stod(env("IBVC_SWEEP_LOSS", "0.1"));
 	const size_t nodes = std::max<size_t>(2, std::stoul(env("IBVC_SWEEP_NODES", "3")));
 	const std::string only = env("IBVC_SWEEP_PATH", "");
+	const uint32_t timeout_ms = uint32_t(std::stoul(env("IBVC_SWEEP_TIMEOUT_MS", "200")));
 	std::vector<uint16_t> shape(nodes, 1);
 	if (nodes > 3)
 		shape[1] = 2; // as {1, 2, 1, 1} above
@@ -1624,7 +1628,7 @@ TEST(CollPathsDepth, DISABLED_SeededSweep)
 							       ? 100 + i * 37
 							       : 5000 + i * 611;
 					},
-					path == "switch", loss);
+					path == "switch", loss, timeout_ms);
 				if (info->result()->total_part_count() != before)
 					printf("failed: %s, %zu nodes, depth %u, seed %llu\n",
 					       path.c_str(), nodes, depth,
