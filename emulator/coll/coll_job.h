@@ -239,6 +239,9 @@ struct RingMsg {
 // at most kXchgPiecesMost of them: a message of more goes round the ring.
 constexpr uint32_t kXchgPiece = 4096;
 constexpr uint32_t kXchgPiecesMost = 64;
+// XCHG's seg in an acknowledgement that answers no transmission (a NAK
+// sent without one: XchgPath::nak_crossed).
+constexpr uint16_t kXchgNoSeg = 0xffff;
 
 inline uint32_t xchg_pieces(uint32_t len, uint32_t piece)
 {
@@ -370,7 +373,10 @@ struct XchgMsg {
 	// The phase each piece of the partial is in here (past the last: done).
 	std::array<uint8_t, kXchgPiecesMost> at{};
 	bool result = false; // the result is written
-	bool done = false;   // ... and what was sent handed to the job (XchgJob::outs)
+	// The phases whose partial a peer said it sent and that was not all
+	// here: NAKed once (XchgPath::nak_crossed).
+	uint32_t crossed = 0;
+	bool done = false; // ... and what was sent handed to the job (XchgJob::outs)
 	std::vector<uint8_t> acc;
 	XchgSlots in;
 	XchgOut out;

@@ -186,6 +186,8 @@ private:
 	Kept keep(CollJob &job, const CollPacket &p);
 	bool missing_before(const CollJob &job, const CollPacket &p) const;
 	bool gap_before(CollJob &job, const CollPacket &p) const;
+	void nak_crossed(CollJob &job, const CollPacket &p);
+	bool sent_whole(CollJob &job, const wire::Ceth &p, uint16_t to);
 	void repeat_older(CollJob &job, uint32_t mid, uint16_t peer, uint64_t sent_at,
 			  uint64_t now);
 	void repeat_gap(CollJob &job, XchgOut &o, uint32_t phase, uint32_t piece, uint64_t now);

@@ -171,6 +171,7 @@ void XchgPath::start(Qp &qp, CollJob &job, Message &m, uint64_t now)
 	m.ran |= kRanRing; // among the member NICs, as the ring
 	x.at.fill(0);
 	x.result = x.done = false;
+	x.crossed = 0;
 	if (!xj.accs.empty()) { // a buffer of a message done here
 		x.acc.swap(xj.accs.back());
 		xj.accs.pop_back();
@@ -498,6 +499,33 @@ bool XchgPath::missing_before(const CollJob &job, const CollPacket &p) const
 bool XchgPath::gap_before(CollJob &job, const CollPacket &p) const
 {
 	return p.h.sid > 0 && p.h.sid < 64 && !(pieces_here(job, p.h) >> (p.h.sid - 1) & 1);
+}
+
+// p acknowledges this node's partial of its phase and says its sender
+// sent this node every piece of its own partial of that phase before it
+// (kCethXchgSent: the two partials of an exchange's phase cross).  On a
+// path that keeps order, what of that partial is not here was lost: the
+// NAK that says so goes now (once a phase and message; then the repeat
+// timer), not when its sender's timer runs out.  sid names no piece (the
+// number of pieces): every piece not named in node_map goes again.
+void XchgPath::nak_crossed(CollJob &job, const CollPacket &p)
+{
+	const uint32_t ph = p.h.phase, src = p.h.src_node;
+	Message *m = job.running(p.h.mid);
+	if (is_bcast(p.h.coll) || !m || m->path != this || m->xchg.result || ph >= 32 ||
+	    (m->xchg.crossed >> ph & 1))
+		return;
+	const XchgSlots &in = m->xchg.in;
+	const Shape s(job.cfg.nodes());
+	if (!in.on || in.mid != p.h.mid || ph >= s.phases() || s.peer(job.cfg.node, ph) != src ||
+	    !s.sends(src, ph) || in.pieces(ph) == in.all())
+		return;
+	m->xchg.crossed |= 1u << ph;
+	Ceth h = p.h; // the sender's partial: the same collective, message and phase
+	h.sid = in.npieces();
+	h.seg = kXchgNoSeg;
+	h.node_map = in.len;
+	acknowledge(job, h, uint16_t(src), 0, true);
 }
 
 // Only a node's peer in the phase sends it a partial, the way the phase

@@ -281,7 +281,8 @@ void XchgPath::acknowledge(CollJob &job, const Ceth &p, uint16_t to, uint64_t he
 	h.mid = p.mid;
 	h.phase = p.phase;
 	h.seq = p.seq;
-	h.flags = kCethXchgAck | (gap ? kCethNak : 0);
+	h.flags = kCethXchgAck | (gap ? kCethNak : 0) |
+		  (sent_whole(job, p, to) ? kCethXchgSent : 0);
 	h.seg = p.seg;
 	h.sid = p.sid;
 	h.node_map = pieces_here(job, p);
@@ -291,6 +292,20 @@ void XchgPath::acknowledge(CollJob &job, const Ceth &p, uint16_t to, uint64_t he
 	u_.send(job, to, kCollXchg, h);
 	settle_owed(job, to, p.mid, p.phase);
 	settle_owed(job, to, through(job));
+}
+
+// Every piece of this node's partial of p's message and phase went to
+// `to`, which has not acknowledged it all.
+bool XchgPath::sent_whole(CollJob &job, const Ceth &p, uint16_t to)
+{
+	if (p.phase >= 32)
+		return false;
+	bool whole = false;
+	each_out(job, this, [&](const XchgOut &o) {
+		whole |= o.sent.on && o.sent.mid == p.mid && o.to[p.phase] == to &&
+			 o.sent.pieces(p.phase) == o.sent.all() && unacked(o, p.phase);
+	});
+	return whole;
 }
 
 void XchgPath::owe(CollJob &job, const Ceth &p, uint64_t now)
@@ -403,6 +418,10 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 		if ((p.h.node_map & o->sent.all()) == o->sent.all())
 			time_ack(u_, job, *o, p, now);
 	}
+	// Whether or not this node's partial was acknowledged before (its
+	// peer's rank_map says it finished the message, take_through).
+	if ((p.h.flags & kCethXchgSent) && !(p.h.flags & kCethNak))
+		nak_crossed(job, p);
 	if (!o || ph >= 32 || !o->sent.pieces(ph) || (o->sent.acked >> ph & 1)) {
 		u_.ctr.dup_dropped++; // acknowledged already, or of a message long done
 		return;
@@ -411,14 +430,17 @@ void XchgPath::on_ack(CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.bad_node++; // not whom this node sent it to
 		return;
 	}
-	// A piece missing there (lost, or not sent yet) goes on the timer.
-	if (!o->take_acks(ph, p.h.node_map)) {
-		u_.ctr.dup_dropped++; // names no piece not acknowledged before
+	// A piece missing there (lost, or not sent yet) goes on the timer,
+	// or at once where the acknowledgement says it is lost (NAK).
+	const bool fresh = o->take_acks(ph, p.h.node_map) != 0;
+	if (p.h.flags & kCethNak)
+		repeat_gap(job, *o, ph, p.h.sid, now);
+	if (!fresh) {
+		if (!(p.h.flags & kCethNak))
+			u_.ctr.dup_dropped++; // names no piece not acknowledged before
 		return;
 	}
 	o->heard = now;
-	if (p.h.flags & kCethNak)
-		repeat_gap(job, *o, ph, p.h.sid, now);
 	if ((o->probing >> ph & 1) && p.h.seg == o->tries[ph]) {
 		// The probe (again()) came: what it names not, of what went
 		// before it, was lost.  It goes now.
@@ -475,9 +497,11 @@ void XchgPath::repeat_older(CollJob &job, uint32_t mid, uint16_t peer, uint64_t 
 // allreduces of 6 processes on one host lost one almost every time.
 void XchgPath::repeat_gap(CollJob &job, XchgOut &o, uint32_t ph, uint32_t piece, uint64_t now)
 {
-	if (piece == 0 || piece >= 64)
-		return;
-	const uint64_t lost = unacked(o, ph) & o.in_order[ph] & ((uint64_t(1) << piece) - 1);
+	// piece: the one that came, or the number of pieces (a peer that
+	// had this node's word that all went before: every piece not named).
+	const uint64_t lost = piece >= o.sent.npieces() ? unacked(o, ph)
+							: unacked(o, ph) & o.in_order[ph] &
+								  ((uint64_t(1) << piece) - 1);
 	if (!lost)
 		return;
 	resend(job, o, ph, now, lost);

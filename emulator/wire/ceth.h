@@ -106,6 +106,9 @@ enum CethFlags : uint8_t {
 	// XCHG, no payload: acknowledges the receiver's partial of the phase
 	// (the bit CONFIG_ACK's kCethPending uses).
 	kCethXchgAck = 1 << 3,
+	// An XCHG acknowledgement: its sender sent the receiver every piece
+	// of its own partial of the phase before it (the bit ADMIT uses).
+	kCethXchgSent = 1 << 5,
 };
 
 struct Ceth {

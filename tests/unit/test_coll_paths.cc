@@ -1542,6 +1542,40 @@ TEST(CollPathsExchange, ALostPieceGoesAgainWhenALaterPieceCame)
 		EXPECT_EQ(c.nodes[n]->svc->counters().retrans_data, 0u) << "node " << n;
 }
 
+// The two partials of an exchange's phase cross: when one is lost, the
+// acknowledgement of the other says that its sender sent its own before
+// it (XCHG_SENT), and the node that lacks it NAKs at once, rather than
+// wait for the sender's repeat timer: one blocking 8-byte allreduce of 4
+// nodes (20 us each way, probe 2 ms: the repeat waits 2.5 ms), node 0's
+// first partial to node 1 lost once.  The result is the reference's,
+// node 0 sends it again once, as a fast repeat, and the allreduce
+// completes in the time the acknowledgement is held and two round trips.
+TEST(CollPathsExchange, ALostPartialGoesAgainWhenTheOneItCrossedIsAcknowledged)
+{
+	Cluster c({1, 1, 1, 1}, Topology::ring, 31, false);
+	c.net.f.delay_ns = 20 * 1000;
+	for (auto &nd : c.nodes)
+		nd->params.cfg.coll_probe_us = 2000;
+	const Endpoint from = c.nodes[0]->host_ep(), to = c.nodes[1]->host_ep();
+	bool lost = false;
+	c.net.f.drop_if = [&](const Pkt &p) {
+		const wire::Ceth h = wire::Ceth::load(p.bytes.data() + wire::kBthBytes);
+		if (lost || p.bytes[0] != wire::kCollXchg || !(p.src == from) || !(p.dst == to) ||
+		    (h.flags & wire::kCethXchgAck))
+			return false;
+		return lost = true;
+	};
+	const uint64_t start = c.clock;
+	c.post_allreduce(1, 2, 37); // 8 bytes of int32
+	ASSERT_TRUE(c.run(1, 5000 * kMs));
+	expect_results(c, 1);
+	EXPECT_TRUE(lost);
+	EXPECT_LT(c.clock - start, 1000 * 1000u) << "waited for the repeat timer";
+	const CollCounters k = c.nodes[0]->svc->counters();
+	EXPECT_EQ(k.fast_repeats, 1u);
+	EXPECT_EQ(k.retrans_data, 1u);
+}
+
 // A piece goes on to the next phase as soon as it is folded, whatever
 // else of its partial is missing (cut-through): a 32 KiB allreduce of 4
 // nodes, the last piece of node 0's partial to node 1 lost once.  Node 1
