@@ -9,7 +9,8 @@
 # was sent: JID 42, key 0x5eed0000 ^ seed 1, MIDs 1 to 3 with their
 # collective, the payload lengths, the broadcast's root in seq, and every
 # partial acknowledged by its receiver: by an acknowledgement (flag 0x08,
-# no payload) for the same phase, by a later XCHG whose rank_map says the
+# no payload; with 0x20 only after every piece of its sender's own
+# partial of the phase to that node) for the same phase, by a later XCHG whose rank_map says the
 # receiver finished that message, or (an extra's phase-0 partial) by the
 # result that comes back.
 # Usage: test_xchg_dissector.sh LUA COLL_NODE
@@ -72,7 +73,7 @@ def num(s):
 # What was sent (coll_node --scenario xchg): MID -> (collective, bytes, root).
 msgs = {1: (0x40, 8, None), 2: (0x45, 0, None), 3: (0x42, 12, 2), 4: (0x40, 8000, None)}
 P = 1024 # a piece: coll_node's path MTU
-JID, KEY, ACK = 42, 0x5eed0000 ^ 1, 0x08
+JID, KEY, ACK, SENT, NAK = 42, 0x5eed0000 ^ 1, 0x08, 0x20, 0x40
 errors = []
 def check(cond, what, p):
     if not cond:
@@ -105,9 +106,15 @@ for p in pkts:
     if through:
         finished[(src, dst)] = max(finished.get((src, dst), 0), through - 1)
     if flags & ACK:
-        check(flags & ~0x40 == ACK and num(p["len"]) == 0, "an acknowledgement (NAK: one before it missing) carries nothing", p)
+        check(flags & ~(NAK | SENT) == ACK and num(p["len"]) == 0,
+              "an acknowledgement (NAK: some missing; SENT: its sender's own partial went first) carries nothing", p)
         pieces = (size + P - 1) // P if size else 1
-        check(0 < (num(p["nmap"]) or 0) < (1 << pieces), "an acknowledgement names pieces of the partial", p)
+        nmap = num(p["nmap"]) or 0
+        check(nmap < (1 << pieces) and (nmap or flags & NAK), "an acknowledgement names pieces of the partial", p)
+        if flags & SENT:
+            own = {x for (m, q, a, b, x) in pieces_seen if (m, q, a, b) == key}
+            check(own == set(range(pieces)),
+                  "SENT: every piece of its sender's own partial of the phase went before", p)
         acks[key] = acks.get(key, 0) + 1
     else:
         check(flags & ~0x2 == 0, "a partial's flags (at most RETRANS)", p)
