@@ -1515,19 +1515,20 @@ static void expect_fast_repeat(Cluster &c, uint64_t count, uint32_t seed, int si
 	for (auto &nd : c.nodes)
 		nd->params.cfg.coll_probe_us = 2000;
 	const Endpoint from = c.nodes[0]->host_ep(), to = c.nodes[1]->host_ep();
-	bool lost = false;
-	c.net.f.drop_if = [&](const Pkt &p) {
+	// By value: the cluster outlives this function (its end sends).
+	auto lost = std::make_shared<bool>(false);
+	c.net.f.drop_if = [lost, from, to, sid](const Pkt &p) {
 		const wire::Ceth h = wire::Ceth::load(p.bytes.data() + wire::kBthBytes);
-		if (lost || p.bytes[0] != wire::kCollXchg || !(p.src == from) || !(p.dst == to) ||
+		if (*lost || p.bytes[0] != wire::kCollXchg || !(p.src == from) || !(p.dst == to) ||
 		    (h.flags & wire::kCethXchgAck) || (sid >= 0 && h.sid != uint32_t(sid)))
 			return false;
-		return lost = true;
+		return *lost = true;
 	};
 	const uint64_t start = c.clock;
 	c.post_allreduce(1, count, seed);
 	ASSERT_TRUE(c.run(1, 5000 * kMs));
 	expect_results(c, 1);
-	EXPECT_TRUE(lost);
+	EXPECT_TRUE(*lost);
 	EXPECT_LT(c.clock - start, 1000 * 1000u) << "waited for the repeat timer";
 	const CollCounters k = c.nodes[0]->svc->counters();
 	EXPECT_EQ(k.fast_repeats, 1u);
