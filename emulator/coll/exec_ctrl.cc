@@ -637,6 +637,11 @@ uint64_t CollCore::coll_timeout_ns(const CollJob &job) const
 	return uint64_t(ms) * util::kNsPerMs;
 }
 
+uint64_t CollCore::backoff_most(const CollJob &job) const
+{
+	return std::max<uint64_t>(coll_timeout_ns(job) / 4, 1);
+}
+
 void CollCore::rtt_sample(CollJob &job, uint64_t rtt, Holding h)
 {
 	if (h.known() && h.held < rtt) {
@@ -695,7 +700,7 @@ void CollCore::arm(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uin
 		if (p.repeats < 16)
 			p.repeats++;
 		const uint64_t cap = std::min(std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs),
-					      std::max<uint64_t>(coll_timeout_ns(job) / 4, 1));
+					      backoff_most(job));
 		wait = std::min(rto << p.repeats, cap);
 	}
 	p.deadline = now + wait;

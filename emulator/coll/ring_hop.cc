@@ -453,8 +453,7 @@ uint64_t RingPath::hop_rto(const CollJob &job) const
 // failed the collective, and the others with it.
 uint64_t RingPath::tail_wait(const CollJob &job, uint32_t tries) const
 {
-	const uint64_t most = std::max<uint64_t>(u_.coll_timeout_ns(job) / 4, 1);
-	return std::min(hop_rto(job) << std::min<uint32_t>(tries, 10), most);
+	return std::min(hop_rto(job) << std::min<uint32_t>(tries, 10), u_.backoff_most(job));
 }
 
 // How long a NAKed number may take to come: twice a repair's usual round

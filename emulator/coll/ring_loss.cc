@@ -124,8 +124,7 @@ uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 	// member late to post its collective holds every block, and each
 	// probe without progress only repeats the oldest.
 	pto = std::min({pto << std::min<uint32_t>(m.ring.probes, 16),
-			std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs),
-			std::max<uint64_t>(u_.coll_timeout_ns(job) / 4, 1)});
+			std::max<uint64_t>(2 * rto, 1000 * util::kNsPerMs), u_.backoff_most(job)});
 	// Due when no block completed here for that long (TCP's TLP), not by
 	// the oldest block's age: on a link with a queue that grows with the
 	// queue, and a probe of a block on its way only doubles it.  Nor

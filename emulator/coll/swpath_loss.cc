@@ -56,8 +56,8 @@ uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 		return m.last_progress + base;
 	// Backed off to a quarter of the job's timeout at most: a few probes
 	// go before the job gives up (RingPath::tail_wait).
-	return m.sw.probe_at + std::min(base << std::min<uint32_t>(m.sw.probes, 10),
-					std::max<uint64_t>(u_.coll_timeout_ns(job) / 4, 1));
+	return m.sw.probe_at +
+	       std::min(base << std::min<uint32_t>(m.sw.probes, 10), u_.backoff_most(job));
 }
 
 // ASK for the oldest blocks without a result (one round trip's worth of

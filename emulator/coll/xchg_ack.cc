@@ -156,7 +156,7 @@ void XchgPath::resend(CollJob &job, XchgOut &o, uint32_t ph, uint64_t now, uint6
 uint64_t XchgPath::most_gap(const CollJob &job) const
 {
 	const uint64_t most = std::max<uint64_t>(1000 * util::kNsPerMs, 2 * u_.rto_ns(job));
-	return std::min(most, u_.coll_timeout_ns(job) / 4);
+	return std::min(most, u_.backoff_most(job));
 }
 
 // What is not acknowledged goes again, less often each time: after the
