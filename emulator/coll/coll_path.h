@@ -95,7 +95,9 @@ private:
 	// to their origin or finisher (on_nak), a block whose later ones came
 	// back first (acked), the oldest when nothing comes back (probe).
 	void on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
-	void again(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now);
+	// to: the node that NAKed a result, answered straight (result_to).
+	void again(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
+		   int32_t to = -1);
 	// Each hop made reliable (ring_hop.cc): a number on every packet to
 	// the next node (stamp; again_seq >= 0: the packet goes again with
 	// that number), numbers taken in from the previous node (rx, take),
@@ -113,7 +115,10 @@ private:
 	// Message mid is over here: what a neighbour asks of it is not sent
 	// again from here (ACK flagged HOP, phase 2).
 	void send_over(const CollJob &job, uint32_t mid, uint16_t to);
-	void prev_over(CollJob &job, Message &m);
+	void prev_over(CollJob &job, Message &m, uint64_t now);
+	void nak_finishers(CollJob &job, Message &m, uint64_t now);
+	uint64_t over_due(const CollJob &job, const Message &m) const;
+	void ask_prev(CollJob &job, Message &m, uint64_t now);
 	void on_ack(CollJob &job, const CollPacket &p, uint64_t now);
 	void on_hop_nak(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
 	void again_numbers(CollJob &job, Message &m, uint32_t s, uint32_t e, uint64_t now);
@@ -140,6 +145,7 @@ private:
 			  uint32_t hold, uint32_t queue, uint8_t retrans);
 	void resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now,
 			   int64_t hop_seq = -1);
+	void result_to(CollJob &job, Message &m, uint32_t sid, uint64_t now, uint16_t to);
 };
 
 // A small message among the member NICs in about log2(N) packets in a

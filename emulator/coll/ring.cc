@@ -314,6 +314,35 @@ void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t no
 	u_.host().cc_counters().retrans_bytes += m.result_data ? b.elems * m.es : 0;
 }
 
+// The result of block sid (this node its finisher) straight to node `to`,
+// which NAKed it: with the hop it would have come in round the ring, and
+// no number (it came from no neighbour).  Its way home from there is
+// the ring's, and its timer the block's as a repeat's.
+void RingPath::result_to(CollJob &job, Message &m, uint32_t sid, uint64_t now, uint16_t to)
+{
+	const JobConfig &c = job.cfg;
+	const uint16_t n = c.nodes();
+	const BlockDesc &b = m.chain[sid];
+	const bool starts = !m.chunks[b.chunk].rs; // allgather, broadcast: inject()'s
+	const uint32_t len = starts || m.result_data ? b.elems * m.es : 0;
+	const uint8_t *src = nullptr;
+	if (len && !u_.result_source(job, m, sid, &src)) {
+		m.dma_error = true;
+		return;
+	}
+	Ceth h = u_.header(job, m, sid);
+	set_hop(h, (to + n - c.node) % n);
+	h.node_map = all_nodes(n);
+	h.flags |= kCethRetrans;
+	h.rank_map = 0;
+	u_.send(job, to, kCollResult, h, Payload::lent(src, len));
+	if (starts)
+		u_.note_src_lent(m, sid);
+	u_.arm(job, m, m.f_pending, sid, now, true);
+	u_.ctr.retrans_result++;
+	u_.host().cc_counters().retrans_bytes += len;
+}
+
 // What this node passed on of block sid, sent again to the next node with
 // its number q (ring_hop.cc): a partial from the copy kept, a result
 // from where this node wrote it.
@@ -457,10 +486,14 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 	const ChunkRole &r = m.chunks[b.chunk];
 	const uint32_t hop = hop_of(p.h);
 	const uint32_t len = m.result_data ? b.elems * m.es : 0;
-	// The last hop, home to fin, is a token: fin has the data.
-	if (hop < 1 || hop > n || (r.fin + hop) % n != c.node || p.h.src_node != prev_node(c) ||
-	    p.h.node_map != all_nodes(n) || p.paylen != (hop == n ? 0 : len) ||
-	    p.h.coll != uint8_t(m.coll)) {
+	// The last hop, home to fin, is a token: fin has the data.  From the
+	// previous node, or straight from fin, unnumbered, to a node that
+	// NAKed it (RingPath::result_to).
+	const bool straight = p.h.src_node == r.fin && (p.h.flags & kCethRetrans) &&
+			      !(p.h.flags & kCethHop) && !p.h.rank_map;
+	if (hop < 1 || hop > n || (r.fin + hop) % n != c.node ||
+	    (p.h.src_node != prev_node(c) && !straight) || p.h.node_map != all_nodes(n) ||
+	    p.paylen != (hop == n ? 0 : len) || p.h.coll != uint8_t(m.coll)) {
 		u_.ctr.malformed++;
 		return;
 	}
@@ -576,7 +609,12 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 		send_over(job, p.h.mid, p.h.src_node); // numbered: its sender waits
 	if (p.h.flags & kCethHop) {
 		u_.ctr.stale_dropped++;
-	} else if (hop >= 1 && hop < n && p.h.src_node == prev_node(job.cfg)) {
+	} else if (hop >= 1 && hop < n &&
+		   (p.h.src_node == prev_node(job.cfg) ||
+		    ((p.h.src_node + hop) % n == job.cfg.node && (p.h.flags & kCethRetrans)))) {
+		// From the previous node, or straight from the block's
+		// finisher (RingPath::result_to) to a node that has finished
+		// since it asked.
 		Ceth h = p.h;
 		h.src_node = job.cfg.node;
 		h.flags &= ~kCethHop;

@@ -5,6 +5,7 @@
 // oldest block waiting longer than a round trip allows (probe) go again
 // before their timeout (RingPath::timers), which stays the last resort.
 #include "coll/coll_engine.h"
+#include "coll/ring_nav.h"
 
 #include "util/clock.h"
 
@@ -36,14 +37,18 @@ void RingPath::acked(CollJob &job, PendingSet &pend, uint32_t sid, uint64_t now,
 
 // Block sid of pend goes again now, unless it went less than half a round
 // trip ago: a repeat already on its way answers the loss (the NAKs of the
-// nodes after the first to see a gap, a probe after a NAK).
-void RingPath::again(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now)
+// nodes after the first to see a gap, a probe after a NAK).  A result
+// NAKed by node `to` goes to it straight.
+void RingPath::again(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
+		     int32_t to)
 {
 	const PendingSet::Entry *e = pend.find(sid);
 	if (!e || (e->again && now - e->sent < job.probe_rtt() / 2))
 		return;
 	u_.host().cc_counters().fast_retrans++;
-	if (&pend == &m.o_pending || !m.chunks[m.chain[sid].chunk].rs)
+	if (&pend == &m.f_pending && to >= 0 && uint16_t(to) != next_node(job.cfg))
+		result_to(job, m, sid, now, uint16_t(to));
+	else if (&pend == &m.o_pending || !m.chunks[m.chain[sid].chunk].rs)
 		inject(job, m, sid, now, true);
 	else
 		resend_result(job, m, sid, now);
@@ -85,7 +90,7 @@ void RingPath::on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 		u_.ctr.naks_rcvd++;
 		PendingSet &pend = p.h.phase ? m.f_pending : m.o_pending;
 		for (uint32_t s = sid; s < sid + n && !m.dma_error; s++)
-			again(job, m, pend, s, now);
+			again(job, m, pend, s, now, p.h.phase ? p.h.src_node : -1);
 		job.cc.on_loss(now, false);
 	}
 	if (m.dma_error)

@@ -1404,6 +1404,30 @@ TEST(CollPathsDepth, ATailProbeGoesWithinTheJobsTimeout)
 	}
 }
 
+// A result lost on the way into a node after its predecessor had ended
+// the message (passed on unnumbered: no gap shows it) came only by its
+// finisher's probe round the nodes where the message was over, unrepaired
+// there: at 20 % loss on 8 nodes these seeds timed out at 2 s.  The node
+// now asks its predecessor, hears the message is over there and asks the
+// finisher, which sends the result straight to it (RingPath::ask_prev,
+// prev_over, result_to); every result is still the reference's.
+TEST(CollPathsDepth, AResultLostAfterThePreviousNodeEndedComesStraight)
+{
+	for (const uint64_t seed : {24u, 40u, 117u}) {
+		run_in_flight(
+			{1, 2, 1, 1, 1, 1, 1, 1}, 1, seed,
+			[](uint32_t i) { return i % 3 == 1 ? CollOp::bcast : CollOp::allreduce; },
+			[seed](uint32_t i) -> uint64_t {
+				return seed % 2 && (i < 3 || i > 5) ? 100 + i * 37 : 5000 + i * 611;
+			},
+			false, 0.2, 2000);
+		if (::testing::Test::HasFailure()) {
+			ADD_FAILURE() << "seed " << seed;
+			return;
+		}
+	}
+}
+
 // A partial lost among several small collectives in flight goes again as
 // soon as its receiver has a later message's partial from the same peer
 // (the acknowledgement of that one says an older one is missing, NAK),
@@ -1600,7 +1624,8 @@ TEST(CollPathsExchange, APieceGoesOnBeforeItsPartialIsWhole)
 // seeds, each path on its own, every seed's failure printed (the seed
 // reproduces it).  IBVC_SWEEP_SEEDS (200), IBVC_SWEEP_LOSS (0.1),
 // IBVC_SWEEP_NODES (3; from 4 on, the second has two ranks, as the
-// shapes above), IBVC_SWEEP_TIMEOUT_MS (the job's, 200), IBVC_SWEEP_PATH (ring, switch or exchange; all three):
+// shapes above), IBVC_SWEEP_TIMEOUT_MS (the job's, 200), IBVC_SWEEP_PATH (ring, switch or exchange; all three),
+// IBVC_SWEEP_FIRST (the first seed, 1: one failure again, alone):
 //   IBVC_SWEEP_SEEDS=1000 build/tests/test_coll_paths
 //       --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_SeededSweep'
 // At 10 % loss each path passed 1,000 seeds of 3 and 4 nodes at depth 1
@@ -1608,8 +1633,11 @@ TEST(CollPathsExchange, APieceGoesOnBeforeItsPartialIsWhole)
 // 8-node runs time out (a repeat crosses several lossy hops to come home,
 // six tries in the job's 200 ms); with a timeout of 2 s, none of 100
 // seeds of 5 nodes, but 3 of 200 runs of 8 round the ring (a result that
-// a node lost after the others finished comes home by a lap of 7 hops,
-// forwarded without their repairs); with the default 10 s, none of 80.
+// a node lost after the others finished came home by a lap of 7 hops,
+// forwarded without their repairs; now it comes straight from its
+// finisher: none of 400, and 4-5 of 2,000 runs of 5 nodes, as before,
+// where a node that ended the message answers no relayed NAK); with
+// the default 10 s, none of 80.
 TEST(CollPathsDepth, DISABLED_SeededSweep)
 {
 	auto env = [](const char *k, const char *d) {
@@ -1621,6 +1649,7 @@ TEST(CollPathsDepth, DISABLED_SeededSweep)
 	const size_t nodes = std::max<size_t>(2, std::stoul(env("IBVC_SWEEP_NODES", "3")));
 	const std::string only = env("IBVC_SWEEP_PATH", "");
 	const uint32_t timeout_ms = uint32_t(std::stoul(env("IBVC_SWEEP_TIMEOUT_MS", "200")));
+	const uint64_t first = std::max<uint64_t>(1, std::stoull(env("IBVC_SWEEP_FIRST", "1")));
 	std::vector<uint16_t> shape(nodes, 1);
 	if (nodes > 3)
 		shape[1] = 2; // as {1, 2, 1, 1} above
@@ -1629,7 +1658,7 @@ TEST(CollPathsDepth, DISABLED_SeededSweep)
 		if (!only.empty() && only != path)
 			continue;
 		for (const uint32_t depth : {1u, 4u})
-			for (uint64_t seed = 1; seed <= seeds; seed++) {
+			for (uint64_t seed = first; seed < first + seeds; seed++) {
 				const auto *info =
 					::testing::UnitTest::GetInstance()->current_test_info();
 				const int before = info->result()->total_part_count();
