@@ -575,7 +575,12 @@ void RingPath::hop_timers(CollJob &job, Message &m, uint64_t now)
 	}
 	if (q == g.acked && g.sent[q].phase == 0 && m.final_[g.sent[q].sid])
 		again_numbers(job, m, g.acked, uint32_t(g.sent.size()), now); // all void
-	g.tail_at = now + tail_wait(job, g.tail_tries);
+	// With the message done here but for this ACK, what the wait costs
+	// is the application's: a probe and its answer are two small packets,
+	// so they do not back off past four hop timeouts.
+	const bool only_acks = m.finals >= m.nblocks && m.f_pending.empty() && m.o_pending.empty();
+	g.tail_at = now +
+		    tail_wait(job, only_acks ? std::min<uint32_t>(g.tail_tries, 2) : g.tail_tries);
 }
 
 uint64_t RingPath::hop_deadline(const CollJob &job, const Message &m) const
