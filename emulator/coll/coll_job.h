@@ -195,8 +195,9 @@ struct RingMsg {
 	uint32_t unacked = 0;
 	uint64_t ack_due = UINT64_MAX;
 	bool prev_over = false; // the message is over at the previous node
-	// Then the results still missing here are NAKed to their finishers,
-	// again at over_at while some are (over_tries without them).
+	// When this node next asks for what it still lacks (RingPath::
+	// over_due): the previous node, or once it is over the finishers;
+	// over_tries asks so far without it.
 	uint64_t over_at = UINT64_MAX;
 	uint32_t over_tries = 0;
 

@@ -95,7 +95,7 @@ private:
 	// to their origin or finisher (on_nak), a block whose later ones came
 	// back first (acked), the oldest when nothing comes back (probe).
 	void on_nak(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
-	// to: the node that NAKed a result, answered straight (result_to).
+	// to: the node that NAKed a result, answered straight (resend_result).
 	void again(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, uint64_t now,
 		   int32_t to = -1);
 	// Each hop made reliable (ring_hop.cc): a number on every packet to
@@ -144,8 +144,7 @@ private:
 	void finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now,
 			  uint32_t hold, uint32_t queue, uint8_t retrans);
 	void resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now,
-			   int64_t hop_seq = -1);
-	void result_to(CollJob &job, Message &m, uint32_t sid, uint64_t now, uint16_t to);
+			   int64_t hop_seq = -1, int32_t to = -1);
 };
 
 // A small message among the member NICs in about log2(N) packets in a

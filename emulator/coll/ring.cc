@@ -293,52 +293,35 @@ Message *RingPath::running(const CollJob &job, uint32_t mid) const
 	return m && m->path == this && !m->sw.waiting ? m : nullptr;
 }
 
-void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now, int64_t hop_seq)
-{
-	const BlockDesc &b = m.chain[sid];
-	const uint8_t *src = nullptr;
-	if (m.result_data && !u_.result_source(job, m, sid, &src)) {
-		m.dma_error = true;
-		return;
-	}
-	Ceth h = u_.header(job, m, sid);
-	set_hop(h, 1);
-	h.node_map = all_nodes(job.cfg.nodes());
-	h.flags |= kCethRetrans;
-	stamp(job, m, h, 1, sid, now, hop_seq);
-	u_.send(job, next_node(job.cfg), kCollResult, h,
-		Payload::lent(src, m.result_data ? b.elems * m.es : 0));
-	if (hop_seq < 0)
-		u_.arm(job, m, m.f_pending, sid, now, true);
-	u_.ctr.retrans_result++;
-	u_.host().cc_counters().retrans_bytes += m.result_data ? b.elems * m.es : 0;
-}
-
-// The result of block sid (this node its finisher) straight to node `to`,
-// which NAKed it: with the hop it would have come in round the ring, and
-// no number (it came from no neighbour).  Its way home from there is
-// the ring's, and its timer the block's as a repeat's.
-void RingPath::result_to(CollJob &job, Message &m, uint32_t sid, uint64_t now, uint16_t to)
+// The result of block sid (this node its finisher) again: to the next
+// node (with number hop_seq, or as a repeat round the ring), or straight
+// to node `to`, which NAKed it, with the hop it has there and no number
+// (it comes from no neighbour); its way home is the ring's from there.
+void RingPath::resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now, int64_t hop_seq,
+			     int32_t to)
 {
 	const JobConfig &c = job.cfg;
 	const uint16_t n = c.nodes();
 	const BlockDesc &b = m.chain[sid];
-	const bool starts = !m.chunks[b.chunk].rs; // allgather, broadcast: inject()'s
-	const uint32_t len = starts || m.result_data ? b.elems * m.es : 0;
+	const bool straight = to >= 0 && uint16_t(to) != next_node(c);
+	const uint32_t len = m.result_data ? b.elems * m.es : 0;
 	const uint8_t *src = nullptr;
 	if (len && !u_.result_source(job, m, sid, &src)) {
 		m.dma_error = true;
 		return;
 	}
 	Ceth h = u_.header(job, m, sid);
-	set_hop(h, (to + n - c.node) % n);
+	set_hop(h, straight ? (uint16_t(to) + n - c.node) % n : 1);
 	h.node_map = all_nodes(n);
 	h.flags |= kCethRetrans;
-	h.rank_map = 0;
-	u_.send(job, to, kCollResult, h, Payload::lent(src, len));
-	if (starts)
+	if (!straight)
+		stamp(job, m, h, 1, sid, now, hop_seq);
+	u_.send(job, straight ? uint16_t(to) : next_node(c), kCollResult, h,
+		Payload::lent(src, len));
+	if (!m.chunks[b.chunk].rs) // allgather, broadcast: from the source (inject())
 		u_.note_src_lent(m, sid);
-	u_.arm(job, m, m.f_pending, sid, now, true);
+	if (hop_seq < 0)
+		u_.arm(job, m, m.f_pending, sid, now, true);
 	u_.ctr.retrans_result++;
 	u_.host().cc_counters().retrans_bytes += len;
 }
@@ -488,7 +471,7 @@ void RingPath::result(CollJob &job, Message &m, const CollPacket &p, uint64_t no
 	const uint32_t len = m.result_data ? b.elems * m.es : 0;
 	// The last hop, home to fin, is a token: fin has the data.  From the
 	// previous node, or straight from fin, unnumbered, to a node that
-	// NAKed it (RingPath::result_to).
+	// NAKed it (RingPath::resend_result).
 	const bool straight = p.h.src_node == r.fin && (p.h.flags & kCethRetrans) &&
 			      !(p.h.flags & kCethHop) && !p.h.rank_map;
 	if (hop < 1 || hop > n || (r.fin + hop) % n != c.node ||
@@ -613,7 +596,7 @@ void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
 		   (p.h.src_node == prev_node(job.cfg) ||
 		    ((p.h.src_node + hop) % n == job.cfg.node && (p.h.flags & kCethRetrans)))) {
 		// From the previous node, or straight from the block's
-		// finisher (RingPath::result_to) to a node that has finished
+		// finisher (RingPath::resend_result) to a node that has finished
 		// since it asked.
 		Ceth h = p.h;
 		h.src_node = job.cfg.node;

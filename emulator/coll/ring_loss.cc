@@ -47,7 +47,7 @@ void RingPath::again(CollJob &job, Message &m, PendingSet &pend, uint32_t sid, u
 		return;
 	u_.host().cc_counters().fast_retrans++;
 	if (&pend == &m.f_pending && to >= 0 && uint16_t(to) != next_node(job.cfg))
-		result_to(job, m, sid, now, uint16_t(to));
+		resend_result(job, m, sid, now, -1, to);
 	else if (&pend == &m.o_pending || !m.chunks[m.chain[sid].chunk].rs)
 		inject(job, m, sid, now, true);
 	else

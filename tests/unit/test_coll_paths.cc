@@ -1404,28 +1404,45 @@ TEST(CollPathsDepth, ATailProbeGoesWithinTheJobsTimeout)
 	}
 }
 
+// The sweep's mix round the ring (DISABLED_SeededSweep): every third
+// message a broadcast, the sizes by seed (a few blocks, or one).
+static CollOp ring_mix_coll(uint32_t i)
+{
+	return i % 3 == 1 ? CollOp::bcast : CollOp::allreduce;
+}
+
+static uint64_t ring_mix_count(uint64_t seed, uint32_t i)
+{
+	return seed % 2 && (i < 3 || i > 5) ? 100 + i * 37 : 5000 + i * 611;
+}
+
+// The mix on 8 nodes (the second with two ranks), seed by seed, at the
+// loss and job timeout given; a failure names its seed.
+static void ring_mix_8_nodes(std::initializer_list<uint64_t> seeds, double loss,
+			     uint32_t timeout_ms)
+{
+	for (const uint64_t seed : seeds) {
+		run_in_flight(
+			{1, 2, 1, 1, 1, 1, 1, 1}, 1, seed, ring_mix_coll,
+			[seed](uint32_t i) { return ring_mix_count(seed, i); }, false, loss,
+			timeout_ms);
+		if (::testing::Test::HasFailure()) {
+			ADD_FAILURE() << "seed " << seed;
+			return;
+		}
+	}
+}
+
 // A result lost on the way into a node after its predecessor had ended
 // the message (passed on unnumbered: no gap shows it) came only by its
 // finisher's probe round the nodes where the message was over, unrepaired
 // there: at 20 % loss on 8 nodes these seeds timed out at 2 s.  The node
 // now asks its predecessor, hears the message is over there and asks the
 // finisher, which sends the result straight to it (RingPath::ask_prev,
-// prev_over, result_to); every result is still the reference's.
+// prev_over, resend_result); every result is still the reference's.
 TEST(CollPathsDepth, AResultLostAfterThePreviousNodeEndedComesStraight)
 {
-	for (const uint64_t seed : {24u, 40u, 117u}) {
-		run_in_flight(
-			{1, 2, 1, 1, 1, 1, 1, 1}, 1, seed,
-			[](uint32_t i) { return i % 3 == 1 ? CollOp::bcast : CollOp::allreduce; },
-			[seed](uint32_t i) -> uint64_t {
-				return seed % 2 && (i < 3 || i > 5) ? 100 + i * 37 : 5000 + i * 611;
-			},
-			false, 0.2, 2000);
-		if (::testing::Test::HasFailure()) {
-			ADD_FAILURE() << "seed " << seed;
-			return;
-		}
-	}
+	ring_mix_8_nodes({24, 40, 117}, 0.2, 2000);
 }
 
 // A node with every result of a message in waits for its successor to
@@ -1436,19 +1453,7 @@ TEST(CollPathsDepth, AResultLostAfterThePreviousNodeEndedComesStraight)
 // the probes stay within four hop timeouts of each other.
 TEST(CollPathsDepth, AProbeForTheLastAckDoesNotBackOffFar)
 {
-	for (const uint64_t seed : {4u, 26u, 38u}) {
-		run_in_flight(
-			{1, 2, 1, 1, 1, 1, 1, 1}, 1, seed,
-			[](uint32_t i) { return i % 3 == 1 ? CollOp::bcast : CollOp::allreduce; },
-			[seed](uint32_t i) -> uint64_t {
-				return seed % 2 && (i < 3 || i > 5) ? 100 + i * 37 : 5000 + i * 611;
-			},
-			false, 0.2, 200);
-		if (::testing::Test::HasFailure()) {
-			ADD_FAILURE() << "seed " << seed;
-			return;
-		}
-	}
+	ring_mix_8_nodes({4, 26, 38}, 0.2, 200);
 }
 
 // A partial lost among several small collectives in flight goes again as
@@ -1685,18 +1690,15 @@ TEST(CollPathsDepth, DISABLED_SeededSweep)
 				run_in_flight(
 					shape, depth, seed,
 					[&](uint32_t i) {
-						return path == "ring" && i % 3 == 1
-							       ? CollOp::bcast
-							       : CollOp::allreduce;
+						return path == "ring" ? ring_mix_coll(i)
+								      : CollOp::allreduce;
 					},
 					[&](uint32_t i) -> uint64_t {
 						if (path == "exchange")
 							return 1 + (seed * 7 + i * 13) % 9000;
 						if (path == "switch")
 							return 1 + (seed * 7 + i * 211) % 2000;
-						return seed % 2 && (i < 3 || i > 5)
-							       ? 100 + i * 37
-							       : 5000 + i * 611;
+						return ring_mix_count(seed, i);
 					},
 					path == "switch", loss, timeout_ms);
 				if (info->result()->total_part_count() != before)
