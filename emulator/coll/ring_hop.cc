@@ -333,19 +333,20 @@ uint64_t RingPath::over_due(const CollJob &job, const Message &m) const
 	return std::max(m.last_progress, g.heard) + tail_wait(job, 0);
 }
 
-// Asked of the previous node while it runs the message: its next number
-// NAKed, which it sends again if it went (the tail loss), ignores if not,
-// and answers, if the message is over there, with the ACK that says so
-// (prev_over: the finishers are asked then).  Not of the finishers
-// before that: a result sent straight here passes on home from here, and
-// the nodes between its finisher and the previous node may lack it too
-// while the previous node runs.
+// Asked of the previous node: a hop NAK of no numbers, which it ignores
+// while it runs the message (what it sent and is not ACKed its own tail
+// probe sends again; a NAK of a number on its way in a queue would be
+// sent twice and cut its window) and answers, if the message is over
+// there, with the ACK that says so (prev_over: the finishers are asked
+// then).  Not of the finishers before that: a result sent straight here
+// passes on home from here, and the nodes between its finisher and the
+// previous node may lack it too while the previous node runs.
 void RingPath::ask_prev(CollJob &job, Message &m, uint64_t now)
 {
 	RingMsg &g = m.ring;
 	Ceth h = hop_header(job, m);
 	h.sid = g.high;
-	h.seq = 1;
+	h.seq = 0;
 	h.flags = kCethNak | kCethHop;
 	h.seg = g.naks;
 	u_.send(job, prev_node(job.cfg), kCollAck, h);
@@ -446,8 +447,8 @@ void RingPath::on_hop_nak(CollJob &job, Message &m, const CollPacket &p, uint64_
 	RingMsg &g = m.ring;
 	if (int16_t(uint16_t(p.h.seg - g.nak_echo)) > 0)
 		g.nak_echo = p.h.seg;
-	if (p.h.src_node == next_node(job.cfg) && p.h.seq == 1 && p.h.sid == g.sent.size())
-		return; // the next node's probe (ask_prev): nothing went since
+	if (p.h.src_node == next_node(job.cfg) && !p.h.seq)
+		return; // the next node asks whether the message is over here (ask_prev)
 	if (p.h.src_node != next_node(job.cfg) || !p.h.seq ||
 	    uint64_t(p.h.sid) + p.h.seq > g.sent.size()) {
 		u_.ctr.malformed++;
