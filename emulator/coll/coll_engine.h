@@ -160,8 +160,8 @@ public:
 	// exec_ctrl.cc: timing and windows, shared by both strategies
 	uint64_t rto_ns(const CollJob &job) const;
 	uint64_t coll_timeout_ns(const CollJob &job) const;
-	// The longest a repeat or probe backs off to: a quarter of the job's
-	// timeout, so that a few go before the job gives up (exec_ctrl.cc).
+	// The longest a repeat or probe backs off to: an eighth of the job's
+	// timeout, so that several go before the job gives up (exec_ctrl.cc).
 	uint64_t backoff_most(const CollJob &job) const;
 	// IBV_COLL_EMU_COLL_PROBE_US in ns (0: no probes).
 	uint64_t probe_ns() const;

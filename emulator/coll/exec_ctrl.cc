@@ -639,7 +639,7 @@ uint64_t CollCore::coll_timeout_ns(const CollJob &job) const
 
 uint64_t CollCore::backoff_most(const CollJob &job) const
 {
-	return std::max<uint64_t>(coll_timeout_ns(job) / 4, 1);
+	return std::max<uint64_t>(coll_timeout_ns(job) / 8, 1);
 }
 
 void CollCore::rtt_sample(CollJob &job, uint64_t rtt, Holding h)
@@ -671,8 +671,8 @@ void CollCore::rtt_sample(CollJob &job, uint64_t rtt, Holding h)
 // (Re)start a block's retransmission timer.  A repeat waits twice the
 // timeout, and while the message makes no progress at all each further
 // repeat of the block waits twice as long again, up to a second (or the
-// timeout, if longer) and at most a quarter of the job's timeout (so that
-// a block goes a few times before the job gives up on it, RingPath::
+// timeout, if longer) and at most an eighth of the job's timeout (so that
+// a block goes several times before the job gives up on it, RingPath::
 // tail_wait), as TCP backs off: a member that is late rather
 // than losing packets (it has not started the message, or its CPU is
 // busy) gets a few repeats, not a stream of them.  Any progress brings the

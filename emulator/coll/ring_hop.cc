@@ -507,9 +507,9 @@ uint64_t RingPath::hop_rto(const CollJob &job) const
 }
 
 // The wait before the next tail probe after `tries` without an ACK: a
-// hop's timeout, twice as long after each, but no more than a quarter of
+// hop's timeout, twice as long after each, but no more than an eighth of
 // the job's timeout (which counts from the message's last progress), so
-// that a few probes go before the job gives up.  Backed off without that
+// that several probes go before the job gives up.  Backed off without that
 // bound (and a hop's timeout, three of its round trips, once 100 ms with
 // descheduled hosts against a job's 200), two probes lost, or their
 // answers, left the third due after the timeout: a member with every

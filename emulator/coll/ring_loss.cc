@@ -124,7 +124,7 @@ uint64_t RingPath::probe_due(const CollJob &job, const Message &m) const
 	if (!floor)
 		return UINT64_MAX;
 	uint64_t pto = ring_pto(job, floor, m.next_inject == m.inject_end, rto);
-	// Backed off as the repeats of a block are (CollCore::arm, a quarter
+	// Backed off as the repeats of a block are (CollCore::arm, an eighth
 	// of the job's timeout at most): a
 	// member late to post its collective holds every block, and each
 	// probe without progress only repeats the oldest.

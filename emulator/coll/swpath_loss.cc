@@ -54,7 +54,7 @@ uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 		return UINT64_MAX;
 	if (m.last_progress >= m.sw.probe_at)
 		return m.last_progress + base;
-	// Backed off to a quarter of the job's timeout at most: a few probes
+	// Backed off to an eighth of the job's timeout at most: several probes
 	// go before the job gives up (RingPath::tail_wait).
 	return m.sw.probe_at +
 	       std::min(base << std::min<uint32_t>(m.sw.probes, 10), u_.backoff_most(job));

@@ -148,8 +148,8 @@ void XchgPath::resend(CollJob &job, XchgOut &o, uint32_t ph, uint64_t now, uint6
 }
 
 // The longest a repeat waits: as the ring's while nothing progresses, up
-// to a second (or twice the timeout), and at most a quarter of the job's
-// timeout, so that a partial goes a few times before a peer gives up on
+// to a second (or twice the timeout), and at most an eighth of the job's
+// timeout, so that a partial goes several times before a peer gives up on
 // it whatever the round trips said (hosts descheduled for milliseconds
 // on end timed one at 73 ms: a repeat 147 ms after each acknowledgement,
 // and a broadcast under loss failed its 200 ms timeout).

@@ -1433,6 +1433,30 @@ static void ring_mix_8_nodes(std::initializer_list<uint64_t> seeds, double loss,
 	}
 }
 
+// The sweep's allreduces through the switch: sizes by seed and message,
+// of one block to several.
+static uint64_t switch_mix_count(uint64_t seed, uint32_t i)
+{
+	return 1 + (seed * 7 + i * 211) % 2000;
+}
+
+// Those on 5 nodes (the second with two ranks), seed by seed, at the loss
+// and job timeout given; a failure names its seed.
+static void switch_mix_5_nodes(std::initializer_list<uint64_t> seeds, double loss,
+			       uint32_t timeout_ms)
+{
+	for (const uint64_t seed : seeds) {
+		run_in_flight(
+			{1, 2, 1, 1, 1}, 1, seed, [](uint32_t) { return CollOp::allreduce; },
+			[seed](uint32_t i) { return switch_mix_count(seed, i); }, true, loss,
+			timeout_ms);
+		if (::testing::Test::HasFailure()) {
+			ADD_FAILURE() << "seed " << seed;
+			return;
+		}
+	}
+}
+
 // A result lost on the way into a node after its predecessor had ended
 // the message (passed on unnumbered: no gap shows it) came only by its
 // finisher's probe round the nodes where the message was over, unrepaired
@@ -1454,6 +1478,18 @@ TEST(CollPathsDepth, AResultLostAfterThePreviousNodeEndedComesStraight)
 TEST(CollPathsDepth, AProbeForTheLastAckDoesNotBackOffFar)
 {
 	ring_mix_8_nodes({4, 26, 38}, 0.2, 200);
+}
+
+// A block's repeats and a message's probes back off, doubling, to at most
+// an eighth of the job's timeout.  At a quarter, a member that waited
+// long for a late one had its probes 50 ms apart when the result it then
+// needed was lost, and a few probes and answers lost in a row (20 % loss
+// each way) left too few tries before the job's 200 ms: these seeds of 8
+// nodes round the ring and of 5 through the switch timed out.
+TEST(CollPathsDepth, ABlockGoesSeveralTimesWithinTheTimeout)
+{
+	ring_mix_8_nodes({67, 435, 508}, 0.2, 200);
+	switch_mix_5_nodes({25, 103, 142}, 0.2, 200);
 }
 
 // A partial lost among several small collectives in flight goes again as
@@ -1657,12 +1693,13 @@ TEST(CollPathsExchange, APieceGoesOnBeforeItsPartialIsWhole)
 //   IBVC_SWEEP_SEEDS=1000 build/tests/test_coll_paths
 //       --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_SeededSweep'
 // At 10 % loss each path passed 1,000 seeds of 3 and 4 nodes at depth 1
-// and 4.  At 20 % with the job's 200 ms, about 2 % of 5- and 8-node runs
-// through the switch time out (a repeat crosses several lossy hops), and
-// round the ring 0.2-2 % (3-8 nodes; 2-6 % before a result lost after
-// the node before had ended the message came straight from its finisher
-// and the last ACK's probes stopped backing off far); with 2 s, 1 of
-// 2,000 runs of 5 nodes and none of 2,000 of 8.
+// and 4.  At 20 % with the job's 200 ms, runs of 3-8 nodes round the
+// ring time out in 0-0.2 % (2-6 % before a result lost after the node
+// before had ended the message came straight from its finisher, the last
+// ACK's probes stopped backing off far, and every backoff stopped at an
+// eighth of the timeout, not a quarter); none of 400 of 5 and 8 nodes
+// through the switch or by the exchange; with 2 s, none of 600 round the
+// ring and of 400 through the switch.
 TEST(CollPathsDepth, DISABLED_SeededSweep)
 {
 	auto env = [](const char *k, const char *d) {
@@ -1697,7 +1734,7 @@ TEST(CollPathsDepth, DISABLED_SeededSweep)
 						if (path == "exchange")
 							return 1 + (seed * 7 + i * 13) % 9000;
 						if (path == "switch")
-							return 1 + (seed * 7 + i * 211) % 2000;
+							return switch_mix_count(seed, i);
 						return ring_mix_count(seed, i);
 					},
 					path == "switch", loss, timeout_ms);
