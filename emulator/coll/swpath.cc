@@ -476,6 +476,16 @@ void SwitchPath::on_config_ack(Qp &qp, CollJob &job, const CollPacket &p, uint64
 			plane = q;
 	if (plane == s.planes)
 		return;
+	// The first answer to the one CONFIG sent ("heard, wait", or the
+	// grant to the member that completed the job) came at once: its
+	// round trip is the job's first sample, as TCP's handshake gives
+	// its first.  Before one a lost block waits a quarter of the
+	// retransmission timeout for its probe (5 ms); an answer slower than
+	// that (its "wait" lost, the grant waited for the others) is no
+	// better.
+	if (!job.srtt && job.sw.cfg_sent == job.sw.cfg_start && now > job.sw.cfg_sent &&
+	    now - job.sw.cfg_sent < u_.rto_ns(job) / 4)
+		u_.rtt_sample(job, now - job.sw.cfg_sent, Holding{0, 0});
 	if (p.h.flags & kCethPending) {
 		if (!job.sw.heard[plane])
 			IBVC_DEBUG("coll", "{}: job {}: plane {}'s switch waits for other members",

@@ -151,6 +151,14 @@ void SwitchPath::on_nak(CollJob &job, Message &m, const CollPacket &p, uint64_t 
 	const uint32_t sid = p.h.sid;
 	PendingSet::Entry *e = m.o_pending.find(sid);
 	if (e && !(p.h.node_map & my_bit(job))) {
+		// The answer to our ASK: the switch holds our partial and waits
+		// for others'.  With one ASK out it answers that one, at once: a
+		// round trip nothing waited in.  Before any block gave a sample
+		// (every one went again: a member joined late) it is the first,
+		// as TCP takes its first from the handshake; else the probes
+		// wait a quarter of the retransmission timeout (5 ms).
+		if (e->asks == 1 && !job.srtt && now > e->sent)
+			u_.rtt_sample(job, now - e->sent, Holding{0, 0});
 		e->held = true;
 		return;
 	}
@@ -264,9 +272,13 @@ void SwitchPath::answered_twice(CollJob &job, const Message &m, uint32_t sid, ui
 				  std::min(2 * (e->result_at - e->sent), u_.rto_ns(job)));
 }
 
+// The round trip an answer takes; before any sample, a quarter of the
+// retransmission timeout, as the probes wait (half of it made the first
+// probe, due at a quarter, ask for nothing: its block had gone less than
+// this long before).
 uint64_t SwitchPath::round_trip(const CollJob &job) const
 {
-	return job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 2;
+	return job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 4;
 }
 
 // The result of block sid is here: an older block of its plane two blocks

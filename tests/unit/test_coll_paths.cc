@@ -1823,6 +1823,43 @@ TEST(CollPathsSwitchLoss, RetransmitsOnlyWhatWasLost)
 		  << "\n";
 }
 
+// A member's first lost result, before any block gave it a round trip
+// (each went again, or its result was lost): its probe waited a quarter
+// of the retransmission timeout (5 ms of 20).  The first answer to its
+// one CONFIG (PENDING, or the grant that completed the job) comes at
+// once, as does the switch's NAK to its ASK naming others: either is its
+// first sample, as TCP's handshake gives its first, and the probe goes
+// at the floor (500 us).  Configured: node 0's first result is lost, and
+// the job is done within 3 ms, not 5.  Inline (no CONFIG): node 2 runs
+// 6 ms late, nodes 0 and 1 ASK at 5 ms and hear that the switch waits
+// for node 2; node 0's result is then lost, and it asks again within
+// 2 ms of node 2's partial, not 5 ms after its first ASK.
+TEST(CollPathsSwitchLoss, TheFirstAnswerTimesTheFirstProbe)
+{
+	for (const bool configured : {true, false}) {
+		SCOPED_TRACE(configured ? "configured" : "inline");
+		bool lost = false;
+		Cluster c({1, 1, 1}, Topology::sw, 5, true, 1000, 20000, configured);
+		c.net.f.delay_ns = 20 * 1000;
+		const Endpoint sw = c.sw_ep, to = c.nodes[0]->host_ep();
+		c.net.f.drop_if = [&lost, sw, to](const Pkt &p) {
+			const wire::Ceth h = wire::Ceth::load(p.bytes.data() + wire::kBthBytes);
+			if (lost || p.bytes[0] != wire::kCollResult || !(p.src == sw) ||
+			    !(p.dst == to) || (h.flags & wire::kCethNak))
+				return false;
+			return lost = true;
+		};
+		if (!configured)
+			c.nodes[2]->stalled_until = c.clock + 6 * kMs;
+		const uint64_t t0 = c.clock;
+		c.post_allreduce(1, 16, 1);
+		ASSERT_TRUE(c.run(1, 1000 * kMs));
+		expect_results(c, 1);
+		EXPECT_TRUE(lost);
+		EXPECT_LT(c.clock - t0, (configured ? 3 : 8) * kMs);
+	}
+}
+
 // The switch path under a varying delay (5 ms +- 4 ms each way, no loss),
 // as on a loaded machine: the delay signal cuts the windows below one
 // block, but a member never waits for its pacing with nothing in flight
