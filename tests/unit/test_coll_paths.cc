@@ -1694,12 +1694,12 @@ TEST(CollPathsExchange, APieceGoesOnBeforeItsPartialIsWhole)
 //       --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_SeededSweep'
 // At 10 % loss each path passed 1,000 seeds of 3 and 4 nodes at depth 1
 // and 4.  At 20 % with the job's 200 ms, runs of 3-8 nodes round the
-// ring time out in 0-0.2 % (2-6 % before a result lost after the node
+// ring time out in 0-0.1 % (2-6 % before a result lost after the node
 // before had ended the message came straight from its finisher, the last
 // ACK's probes stopped backing off far, and every backoff stopped at an
-// eighth of the timeout, not a quarter); none of 400 of 5 and 8 nodes
-// through the switch or by the exchange; with 2 s, none of 600 round the
-// ring and of 400 through the switch.
+// eighth of the timeout, not a quarter); none of 800 of 5 and 8 nodes
+// through the switch or by the exchange; with 2 s, none of 1,200 round
+// the ring and of 800 through the switch.
 TEST(CollPathsDepth, DISABLED_SeededSweep)
 {
 	auto env = [](const char *k, const char *d) {
