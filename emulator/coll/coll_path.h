@@ -293,9 +293,15 @@ private:
 	void on_nak(CollJob &job, Message &m, const CollPacket &p, uint64_t now);
 	void spurious(CollJob &job, const PendingSet::Entry &e, Holding h, uint64_t now);
 	void answered_twice(CollJob &job, const Message &m, uint32_t sid, uint64_t now);
-	// The job's round trip through the switch, or half the timeout
-	// before it has one.
+	// The job's round trip through the switch, or unsampled() before it
+	// has one.
 	uint64_t round_trip(const CollJob &job) const;
+	// Before the job has a round trip: a quarter of the retransmission
+	// timeout, what an answer is taken to need and a probe waits.
+	uint64_t unsampled(const CollJob &job) const;
+	// rtt, of an answer that waited for nothing, as the job's first round
+	// trip if it has none (swpath.cc: a CONFIG's, an ASK's).
+	void first_sample(CollJob &job, uint64_t rtt);
 	void find_gaps(CollJob &job, Message &m, uint32_t sid, uint64_t now, bool chain);
 	bool crossed(const Message &m, const PendingSet::Entry &e, uint32_t sid,
 		     uint64_t shown) const;

@@ -483,9 +483,9 @@ void SwitchPath::on_config_ack(Qp &qp, CollJob &job, const CollPacket &p, uint64
 	// retransmission timeout for its probe (5 ms); an answer slower than
 	// that (its "wait" lost, the grant waited for the others) is no
 	// better.
-	if (!job.srtt && job.sw.cfg_sent == job.sw.cfg_start && now > job.sw.cfg_sent &&
-	    now - job.sw.cfg_sent < u_.rto_ns(job) / 4)
-		u_.rtt_sample(job, now - job.sw.cfg_sent, Holding{0, 0});
+	if (job.sw.cfg_sent == job.sw.cfg_start && now > job.sw.cfg_sent &&
+	    now - job.sw.cfg_sent < unsampled(job))
+		first_sample(job, now - job.sw.cfg_sent);
 	if (p.h.flags & kCethPending) {
 		if (!job.sw.heard[plane])
 			IBVC_DEBUG("coll", "{}: job {}: plane {}'s switch waits for other members",

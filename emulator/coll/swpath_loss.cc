@@ -44,7 +44,7 @@ uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 	if (!floor)
 		return UINT64_MAX;
 	const uint64_t t = job.probe_time(floor, m.sw.next == m.nblocks);
-	const uint64_t base = t ? t : u_.rto_ns(job) / 4;
+	const uint64_t base = t ? t : unsampled(job);
 	// Due when no result came for that long (TCP's TLP): a block whose
 	// result is late while later ones come is found by the gaps it
 	// leaves (find_gaps) and the NAKs other members' ASKs bring, not by
@@ -85,7 +85,7 @@ void SwitchPath::probe(CollJob &job, Message &m, uint64_t now)
 // any a quarter of the timeout (as the probes take).
 uint64_t SwitchPath::least_answer(const CollJob &job) const
 {
-	return job.qmin ? job.qmin : u_.rto_ns(job) / 4;
+	return job.qmin ? job.qmin : unsampled(job);
 }
 
 // When the oldest block without its result is next asked for because it
@@ -120,7 +120,7 @@ uint64_t SwitchPath::blocked_due(const CollJob &job, const Message &m, bool urge
 	const uint64_t t = job.probe_time(floor, true);
 	const bool gap = m.sw.high > m.sw.base + 1;
 	const uint64_t from = gap ? e->sent : std::max(e->sent, m.last_progress);
-	return from + (t ? t : u_.rto_ns(job) / 4);
+	return from + (t ? t : unsampled(job));
 }
 
 // A sure NAK names (rank_map, plus 1) the block of ours that showed the
@@ -157,8 +157,8 @@ void SwitchPath::on_nak(CollJob &job, Message &m, const CollPacket &p, uint64_t 
 		// (every one went again: a member joined late) it is the first,
 		// as TCP takes its first from the handshake; else the probes
 		// wait a quarter of the retransmission timeout (5 ms).
-		if (e->asks == 1 && !job.srtt && now > e->sent)
-			u_.rtt_sample(job, now - e->sent, Holding{0, 0});
+		if (e->asks == 1 && now > e->sent)
+			first_sample(job, now - e->sent);
 		e->held = true;
 		return;
 	}
@@ -272,13 +272,23 @@ void SwitchPath::answered_twice(CollJob &job, const Message &m, uint32_t sid, ui
 				  std::min(2 * (e->result_at - e->sent), u_.rto_ns(job)));
 }
 
-// The round trip an answer takes; before any sample, a quarter of the
-// retransmission timeout, as the probes wait (half of it made the first
-// probe, due at a quarter, ask for nothing: its block had gone less than
-// this long before).
+// The round trip an answer takes; before any sample, what the probes
+// wait (half the timeout, as it was, made the first probe, due at a
+// quarter, ask for nothing: its block had gone less than that before).
 uint64_t SwitchPath::round_trip(const CollJob &job) const
 {
-	return job.probe_rtt() ? job.probe_rtt() : u_.rto_ns(job) / 4;
+	return job.probe_rtt() ? job.probe_rtt() : unsampled(job);
+}
+
+uint64_t SwitchPath::unsampled(const CollJob &job) const
+{
+	return u_.rto_ns(job) / 4;
+}
+
+void SwitchPath::first_sample(CollJob &job, uint64_t rtt)
+{
+	if (!job.srtt)
+		u_.rtt_sample(job, rtt, Holding{0, 0});
 }
 
 // The result of block sid is here: an older block of its plane two blocks

@@ -1416,23 +1416,6 @@ static uint64_t ring_mix_count(uint64_t seed, uint32_t i)
 	return seed % 2 && (i < 3 || i > 5) ? 100 + i * 37 : 5000 + i * 611;
 }
 
-// The mix on 8 nodes (the second with two ranks), seed by seed, at the
-// loss and job timeout given; a failure names its seed.
-static void ring_mix_8_nodes(std::initializer_list<uint64_t> seeds, double loss,
-			     uint32_t timeout_ms)
-{
-	for (const uint64_t seed : seeds) {
-		run_in_flight(
-			{1, 2, 1, 1, 1, 1, 1, 1}, 1, seed, ring_mix_coll,
-			[seed](uint32_t i) { return ring_mix_count(seed, i); }, false, loss,
-			timeout_ms);
-		if (::testing::Test::HasFailure()) {
-			ADD_FAILURE() << "seed " << seed;
-			return;
-		}
-	}
-}
-
 // The sweep's allreduces through the switch: sizes by seed and message,
 // of one block to several.
 static uint64_t switch_mix_count(uint64_t seed, uint32_t i)
@@ -1440,22 +1423,31 @@ static uint64_t switch_mix_count(uint64_t seed, uint32_t i)
 	return 1 + (seed * 7 + i * 211) % 2000;
 }
 
-// Those on 5 nodes (the second with two ranks), seed by seed, at the loss
-// and job timeout given; a failure names its seed.
-static void switch_mix_5_nodes(std::initializer_list<uint64_t> seeds, double loss,
-			       uint32_t timeout_ms)
+// The sweep's mix, round the ring or through the switch, on the shape
+// given at depth 1, seed by seed, at the loss and job timeout given; a
+// failure names its seed.
+static void mix_seeds(const std::vector<uint16_t> &shape, bool with_switch,
+		      std::initializer_list<uint64_t> seeds, double loss, uint32_t timeout_ms)
 {
 	for (const uint64_t seed : seeds) {
 		run_in_flight(
-			{1, 2, 1, 1, 1}, 1, seed, [](uint32_t) { return CollOp::allreduce; },
-			[seed](uint32_t i) { return switch_mix_count(seed, i); }, true, loss,
-			timeout_ms);
+			shape, 1, seed,
+			[with_switch](uint32_t i) {
+				return with_switch ? CollOp::allreduce : ring_mix_coll(i);
+			},
+			[with_switch, seed](uint32_t i) {
+				return with_switch ? switch_mix_count(seed, i)
+						   : ring_mix_count(seed, i);
+			},
+			with_switch, loss, timeout_ms);
 		if (::testing::Test::HasFailure()) {
 			ADD_FAILURE() << "seed " << seed;
 			return;
 		}
 	}
 }
+
+static const std::vector<uint16_t> kMix8 = {1, 2, 1, 1, 1, 1, 1, 1}, kMix5 = {1, 2, 1, 1, 1};
 
 // A result lost on the way into a node after its predecessor had ended
 // the message (passed on unnumbered: no gap shows it) came only by its
@@ -1466,7 +1458,7 @@ static void switch_mix_5_nodes(std::initializer_list<uint64_t> seeds, double los
 // prev_over, resend_result); every result is still the reference's.
 TEST(CollPathsDepth, AResultLostAfterThePreviousNodeEndedComesStraight)
 {
-	ring_mix_8_nodes({24, 40, 117}, 0.2, 2000);
+	mix_seeds(kMix8, false, {24, 40, 117}, 0.2, 2000);
 }
 
 // A node with every result of a message in waits for its successor to
@@ -1477,7 +1469,7 @@ TEST(CollPathsDepth, AResultLostAfterThePreviousNodeEndedComesStraight)
 // the probes stay within four hop timeouts of each other.
 TEST(CollPathsDepth, AProbeForTheLastAckDoesNotBackOffFar)
 {
-	ring_mix_8_nodes({4, 26, 38}, 0.2, 200);
+	mix_seeds(kMix8, false, {4, 26, 38}, 0.2, 200);
 }
 
 // A block's repeats and a message's probes back off, doubling, to at most
@@ -1488,8 +1480,8 @@ TEST(CollPathsDepth, AProbeForTheLastAckDoesNotBackOffFar)
 // nodes round the ring and of 5 through the switch timed out.
 TEST(CollPathsDepth, ABlockGoesSeveralTimesWithinTheTimeout)
 {
-	ring_mix_8_nodes({67, 435, 508}, 0.2, 200);
-	switch_mix_5_nodes({25, 103, 142}, 0.2, 200);
+	mix_seeds(kMix8, false, {67, 435, 508}, 0.2, 200);
+	mix_seeds(kMix5, true, {25, 103, 142}, 0.2, 200);
 }
 
 // A partial lost among several small collectives in flight goes again as
