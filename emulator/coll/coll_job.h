@@ -405,6 +405,9 @@ struct SwitchMsg {
 	// (ASKed), and how many probes since the last result.
 	uint64_t probe_at = 0;
 	uint32_t probes = 0;
+	// The switch answered this message (a result or a NAK came): the
+	// path works, and the probes back off less (SwitchPath::probe_due).
+	bool heard = false;
 	std::vector<uint8_t> acked; // end-to-end mode: node 0 acknowledged the block
 };
 

@@ -252,6 +252,8 @@ SimReport Simulator::run(
 		u.adm_refusals = c.adm_busy + c.adm_scored + c.adm_refused;
 		u.adm_streak = c.adm_streak;
 		u.pool_us = c.pool_us;
+		u.asks = c.asks;
+		u.naks = c.naks;
 		r.switch_use.push_back(u);
 	}
 	for (auto &j : f.jobs) {

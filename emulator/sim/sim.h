@@ -182,6 +182,8 @@ struct SwitchUse {
 	// refused), the most of one job's messages refused in a row, and the
 	// time messages held the pool.
 	uint64_t adm_grants = 0, adm_refusals = 0, adm_streak = 0, pool_us = 0;
+	// ASKs it took in, and NAKs it sent (ibv_coll_switchd(8)'s asks, naks).
+	uint64_t asks = 0, naks = 0;
 };
 
 struct SimReport {

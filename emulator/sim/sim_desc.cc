@@ -502,8 +502,10 @@ void print_report(FILE *out, const FabricSpec &f, const SimReport &r)
 		const SwitchUse &u = r.switch_use[i];
 		fprintf(out,
 			"# switch %zu: at most %u Seg units held blocks at once, %u waiting for "
-			"partials; it took in %.1f %% of what its ports can\n",
-			i, r.switch_peak[i], u.peak_collecting, 100 * u.load);
+			"partials; it took in %.1f %% of what its ports can, %llu ASKs, and sent "
+			"%llu NAKs\n",
+			i, r.switch_peak[i], u.peak_collecting, 100 * u.load,
+			(unsigned long long)u.asks, (unsigned long long)u.naks);
 		if (f.switch_policy == emu::Policy::tdm)
 			fprintf(out,
 				"# switch %zu: tdm: %llu message(s) granted the pool, %llu refused, "
@@ -583,7 +585,9 @@ std::string report_json(const FabricSpec &f, const SimReport &r)
 			       {"adm_grants", u.adm_grants},
 			       {"adm_refusals", u.adm_refusals},
 			       {"adm_streak", u.adm_streak},
-			       {"pool_us", u.pool_us}});
+			       {"pool_us", u.pool_us},
+			       {"asks", u.asks},
+			       {"naks", u.naks}});
 	d["switch_use"] = use;
 	if (!r.trace.empty()) {
 		json t = json::array(), units = json::array(), cwnd = json::array();
