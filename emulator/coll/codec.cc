@@ -92,8 +92,9 @@ void CollEngine::from_switch(Qp &qp, CollJob &job, const CollPacket &p)
 		return;
 	}
 	ctr.rx_bytes += p.paylen;
-	sw_.on_packet(qp, job, p, e_.now());
-	settle(qp, job, e_.now());
+	const uint64_t now = e_.now();
+	sw_.on_packet(qp, job, p, now);
+	settle(qp, job, now);
 }
 
 void CollEngine::classify(const InPacket &ip)
@@ -144,12 +145,15 @@ void CollEngine::classify(const InPacket &ip)
 		other_incarnation(qp, job, p);
 		return;
 	}
+	// One clock read a packet (a system call's worth on some VMs, and
+	// every part of the handling takes the packet's time from it).
+	const uint64_t now = e_.now();
 	// Congestion on the way here: tell the sender (nic/cc.h).
 	if ((ip.ecn & kEcnMask) == kEcnCe) {
 		if (job.cnp_at.size() != job.cfg.nodes())
 			job.cnp_at.assign(job.cfg.nodes(), 0);
 		e_.send_cnp(p.src, job.src_ip, job.cfg.members[p.h.src_node].qpn,
-			    &job.cnp_at[p.h.src_node], e_.now());
+			    &job.cnp_at[p.h.src_node], now);
 	}
 	ctr.rx_bytes += p.paylen;
 	// The ring's packets of a message this node runs as the pairwise
@@ -169,25 +173,25 @@ void CollEngine::classify(const InPacket &ip)
 			ctr.rx_result++;
 		// AUTO: the sender runs round the ring a message this node has
 		// on the switch path (coll/swadmit.cc).
-		if (sw_.on_member_ring(qp, job, p, e_.now()))
+		if (sw_.on_member_ring(qp, job, p, now))
 			break;
-		settle(qp, job, e_.now());
-		ring_.on_packet(qp, job, p, e_.now());
+		settle(qp, job, now);
+		ring_.on_packet(qp, job, p, now);
 		break;
 	case kCollAck:
 		// A NAK or a chunk's ACK between ring members (ring_loss.cc),
 		// else an end-to-end ACK of the switch path.
 		if (p.h.flags & (kCethNak | kCethHop))
-			ring_.on_packet(qp, job, p, e_.now());
+			ring_.on_packet(qp, job, p, now);
 		else
-			sw_.on_packet(qp, job, p, e_.now());
+			sw_.on_packet(qp, job, p, now);
 		break;
 	case kCollXchg: // a small message's exchange (coll/xchg.cc)
-		xchg_.on_packet(qp, job, p, e_.now());
+		xchg_.on_packet(qp, job, p, now);
 		break;
 	case kCollConfigAck: // AUTO: the sender heard no switch (coll/swadmit.cc)
-		sw_.on_member_fallback(qp, job, p, e_.now());
-		settle(qp, job, e_.now());
+		sw_.on_member_fallback(qp, job, p, now);
+		settle(qp, job, now);
 		break;
 	case kCollAbort:
 		ctr.aborts_rcvd++;

@@ -76,8 +76,8 @@ private:
 	// endpoint: the round trip's holding at endpoints (CollPacket::holding;
 	// not known: no round trip to sample).
 	void acked(CollJob &job, PendingSet &pend, uint32_t sid, uint64_t now, Holding endpoint);
-	void on_data(Qp &qp, CollJob &job, const CollPacket &p);
-	void on_result(Qp &qp, CollJob &job, const CollPacket &p);
+	void on_data(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
+	void on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now);
 	void timers(Qp &qp, CollJob &job, Message &m, uint64_t now);
 	Message *running(const CollJob &job, uint32_t mid) const;
 	bool switch_runs(const CollJob &job, const CollPacket &p) const;

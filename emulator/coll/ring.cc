@@ -549,9 +549,8 @@ bool RingPath::switch_runs(const CollJob &job, const CollPacket &p) const
 	return true;
 }
 
-void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
+void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
-	uint64_t now = u_.host().now();
 	IBVC_TRACE("coll", "{}: data mid {} sid {} hop {} from {} active {}", u_.host().params.name,
 		   p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
@@ -572,9 +571,8 @@ void RingPath::on_data(Qp &qp, CollJob &job, const CollPacket &p)
 		send_over(job, p.h.mid, p.h.src_node); // numbered: its sender waits
 }
 
-void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p)
+void RingPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now)
 {
-	uint64_t now = u_.host().now();
 	IBVC_TRACE("coll", "{}: result mid {} sid {} hop {} from {} active {}",
 		   u_.host().params.name, p.h.mid, p.h.sid, p.h.phase, p.h.src_node,
 		   job.active ? int(job.active->mid) : -1);
@@ -638,9 +636,9 @@ void RingPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now
 	else if (p.kind == kCollAck)
 		on_nak(qp, job, p, now);
 	else if (p.kind == kCollData)
-		on_data(qp, job, p);
+		on_data(qp, job, p, now);
 	else
-		on_result(qp, job, p);
+		on_result(qp, job, p, now);
 	ack_all(job);
 }
 
