@@ -137,6 +137,7 @@ private:
 	uint64_t hop_deadline(const CollJob &job, const Message &m) const;
 	uint64_t hop_rto(const CollJob &job) const;
 	uint64_t tail_wait(const CollJob &job, uint32_t tries) const;
+	uint64_t ack_wait(const CollJob &job, const Message &m, uint64_t now) const;
 	uint64_t ack_delay(const CollJob &job) const;
 	uint64_t renak_time(const CollJob &job) const;
 	uint64_t probe_due(const CollJob &job, const Message &m) const;

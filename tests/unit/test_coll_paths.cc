@@ -1427,11 +1427,12 @@ static uint64_t switch_mix_count(uint64_t seed, uint32_t i)
 // given at depth 1, seed by seed, at the loss and job timeout given; a
 // failure names its seed.
 static void mix_seeds(const std::vector<uint16_t> &shape, bool with_switch,
-		      std::initializer_list<uint64_t> seeds, double loss, uint32_t timeout_ms)
+		      std::initializer_list<uint64_t> seeds, double loss, uint32_t timeout_ms,
+		      uint32_t depth = 1)
 {
 	for (const uint64_t seed : seeds) {
 		run_in_flight(
-			shape, 1, seed,
+			shape, depth, seed,
 			[with_switch](uint32_t i) {
 				return with_switch ? CollOp::allreduce : ring_mix_coll(i);
 			},
@@ -1466,10 +1467,17 @@ TEST(CollPathsDepth, AResultLostAfterThePreviousNodeEndedComesStraight)
 // its tail probes, which backed off, doubling from a hop's timeout: at
 // 20 % loss, a few probes and answers lost in a row left these seeds of
 // 8 nodes past the job's 200 ms.  With nothing else left of the message
-// the probes stay within four hop timeouts of each other.
+// the probes went within four hop timeouts of each other; a probe and its
+// answer both arrive 64 % of the time at 20 % loss, and at four (25 ms
+// here) the seven or so tries within the timeout all failed in these
+// runs of 3 and 4 nodes with four messages in flight (3 nodes, seed 430:
+// six answers lost).  Now a hop's timeout apart, or an eighth of the wait
+// since the message's last progress.
 TEST(CollPathsDepth, AProbeForTheLastAckDoesNotBackOffFar)
 {
 	mix_seeds(kMix8, false, {4, 26, 38}, 0.2, 200);
+	mix_seeds({1, 1, 1}, false, {430}, 0.2, 200, 4);
+	mix_seeds({1, 2, 1, 1}, false, {472}, 0.2, 200, 4);
 }
 
 // A block's repeats and a message's probes back off, doubling, to at most
