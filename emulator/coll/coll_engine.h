@@ -163,6 +163,12 @@ public:
 	// The longest a repeat or probe backs off to: an eighth of the job's
 	// timeout, so that several go before the job gives up (exec_ctrl.cc).
 	uint64_t backoff_most(const CollJob &job) const;
+	// The wait before the next probe of a peer that has answered (the
+	// path works: a probe or its answer was lost, or the peer waits for
+	// another): least, or an eighth of the time waited if longer, so a
+	// lost answer costs an eighth of the wait at most and a wait of W
+	// draws some 8 ln(W) probes; backoff_most at most.
+	uint64_t answered_wait(const CollJob &job, uint64_t least, uint64_t waited) const;
 	// IBV_COLL_EMU_COLL_PROBE_US in ns (0: no probes).
 	uint64_t probe_ns() const;
 	void rtt_sample(CollJob &job, uint64_t rtt, Holding h);

@@ -407,7 +407,7 @@ struct SwitchMsg {
 	uint32_t probes = 0;
 	// The switch answered this message (a result or a NAK came): the
 	// path works, and the probes back off less (SwitchPath::probe_due).
-	bool heard = false;
+	bool answered = false;
 	std::vector<uint8_t> acked; // end-to-end mode: node 0 acknowledged the block
 };
 

@@ -642,6 +642,11 @@ uint64_t CollCore::backoff_most(const CollJob &job) const
 	return std::max<uint64_t>(coll_timeout_ns(job) / 8, 1);
 }
 
+uint64_t CollCore::answered_wait(const CollJob &job, uint64_t least, uint64_t waited) const
+{
+	return std::min(std::max(least, waited / 8), backoff_most(job));
+}
+
 void CollCore::rtt_sample(CollJob &job, uint64_t rtt, Holding h)
 {
 	if (h.known() && h.held < rtt) {

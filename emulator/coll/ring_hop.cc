@@ -583,16 +583,13 @@ void RingPath::hop_timers(CollJob &job, Message &m, uint64_t now)
 // With the message done here but for the successor's ACK, what the wait
 // costs is the application's: a probe and its answer are two small
 // packets, so they go a hop's timeout apart, or an eighth of the wait
-// since the message's last progress if that is longer (as the switch
-// path's probes once answered: SwitchPath::probe_due).  A lost answer
-// costs an eighth of the wait at most, and a successor descheduled for
-// long draws some 8 ln(W) probes.  Backed off to four hop timeouts, a
-// probe and its answer both arriving 64 % of the time at 20 % loss, a
+// since the message's last progress (CollCore::answered_wait, as the
+// switch path's probes once answered).  Backed off to four hop timeouts,
+// a probe and its answer both arriving 64 % of the time at 20 % loss, a
 // few runs had too few tries left in a 200 ms timeout.
 uint64_t RingPath::ack_wait(const CollJob &job, const Message &m, uint64_t now) const
 {
-	const uint64_t waited = now - std::min(now, m.last_progress);
-	return std::min(std::max(hop_rto(job), waited / 8), u_.backoff_most(job));
+	return u_.answered_wait(job, hop_rto(job), now - std::min(now, m.last_progress));
 }
 
 uint64_t RingPath::hop_deadline(const CollJob &job, const Message &m) const

@@ -570,7 +570,7 @@ void SwitchPath::on_result(Qp &qp, CollJob &job, const CollPacket &p, uint64_t n
 		u_.ctr.malformed++;
 		return;
 	}
-	m.sw.heard = true;
+	m.sw.answered = true;
 	if (m.final_[sid]) {
 		u_.ctr.dup_dropped++;
 		if (!nak)

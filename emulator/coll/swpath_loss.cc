@@ -60,17 +60,18 @@ uint64_t SwitchPath::probe_due(const CollJob &job, const Message &m) const
 	// since was lost, or its answer was, or the switch still waits for
 	// another member (and NAKs it: Switch::on_ask): eight times the first
 	// wait, or an eighth of the wait since the last result, whichever is
-	// longer, not doubling on (8 hosts, 20 % loss, seed 7: five answers
-	// lost in a row doubled a member's probes to 1 s apart).  A lost
-	// answer then costs an eighth of the wait at most, and a wait of W
-	// takes some 8 ln(W) probes, not W over a fixed time apart: every
-	// member waiting for one descheduled for long asks, and each ASK
-	// has the switch NAK that one (8 hosts, one stalled 500 ms: 910 ASKs
-	// and 946 NAKs to it, 574 and 610 when the probes doubled on).
-	uint64_t wait = base << std::min<uint32_t>(m.sw.probes, m.sw.heard ? 3 : 10);
-	if (m.sw.heard)
-		wait = std::max(wait, (m.sw.probe_at - m.last_progress) / 8);
-	return m.sw.probe_at + std::min(wait, u_.backoff_most(job));
+	// longer (CollCore::answered_wait), not doubling on (8 hosts, 20 %
+	// loss, seed 7: five answers lost in a row doubled a member's probes
+	// to 1 s apart).  Not a fixed time apart either: every member waiting
+	// for one descheduled for long asks, and each ASK has the switch NAK
+	// that one (8 hosts, one stalled 500 ms: 910 ASKs and 946 NAKs to it,
+	// 574 and 610 when the probes doubled on).
+	if (m.sw.answered)
+		return m.sw.probe_at + u_.answered_wait(job,
+							base << std::min<uint32_t>(m.sw.probes, 3),
+							m.sw.probe_at - m.last_progress);
+	return m.sw.probe_at +
+	       std::min(base << std::min<uint32_t>(m.sw.probes, 10), u_.backoff_most(job));
 }
 
 // ASK for the oldest blocks without a result (one round trip's worth of

@@ -1424,8 +1424,8 @@ static uint64_t switch_mix_count(uint64_t seed, uint32_t i)
 }
 
 // The sweep's mix, round the ring or through the switch, on the shape
-// given at depth 1, seed by seed, at the loss and job timeout given; a
-// failure names its seed.
+// and at the depth given (1 unless said), seed by seed, at the loss and
+// job timeout given; a failure names its seed.
 static void mix_seeds(const std::vector<uint16_t> &shape, bool with_switch,
 		      std::initializer_list<uint64_t> seeds, double loss, uint32_t timeout_ms,
 		      uint32_t depth = 1)

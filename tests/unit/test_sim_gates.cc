@@ -270,8 +270,8 @@ TEST(SimGate, LostGrantCostsTheWaitSoFar)
 }
 
 // A member that lacks a result once the switch answered it: its probes
-// back off to eight times the first wait, not on to an eighth of the
-// timeout.  8 hosts at 10 Gb/s, 20 % loss, seed 7 (as
+// back off to eight times the first wait, or an eighth of the wait so far,
+// not on to an eighth of the timeout.  8 hosts at 10 Gb/s, 20 % loss, seed 7 (as
 // ibv_coll_sim -s 7 on a desc of these): one member lacked a 64 KiB
 // message's block for a second, its probes doubling while five answers
 // in a row were lost (64 KiB: 105 ms a message, the mean of 10; now 3 ms).
