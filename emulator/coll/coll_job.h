@@ -210,9 +210,13 @@ struct RingMsg {
 	// for the job's next messages (CollJob::spare_ring: a fresh buffer a
 	// message cost its pages' faults, and a 4-node loopback ring ran 40 %
 	// slower); kept_at by block: its slot + 1, or 0.
+	// A partial is made in its slot and sent from there (lent:
+	// kept_mark by slot, the port's lend mark of the last packet sent
+	// from it, reclaimed before the slot is written again).
 	std::vector<uint8_t> kept;
 	std::vector<uint32_t> kept_at;
 	std::vector<uint32_t> kept_free;
+	std::vector<uint64_t> kept_mark;
 	uint32_t block_bytes = 0;
 
 	// A fresh state that keeps the memory of old's (the job's last
@@ -227,7 +231,8 @@ struct RingMsg {
 		g.naked.swap(old.naked);
 		g.kept_at.swap(old.kept_at);
 		g.kept_free.swap(old.kept_free);
-		g.kept.swap(old.kept); // its contents are not read again
+		g.kept.swap(old.kept);		 // its contents are not read again
+		g.kept_mark.swap(old.kept_mark); // reclaimed when old completed
 		g.sent.clear();
 		g.got.clear();
 		g.gap_at.clear();

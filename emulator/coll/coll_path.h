@@ -131,7 +131,8 @@ private:
 				    uint32_t q);
 	Again forward_result_again(CollJob &job, Message &m, uint32_t sid, uint64_t now,
 				   uint32_t q);
-	void keep(Message &m, uint32_t sid, const uint8_t *data, uint32_t len);
+	uint8_t *keep_slot(Message &m, uint32_t sid, uint32_t len);
+	void kept_lent(Message &m, uint32_t sid);
 	void unkeep(Message &m, uint32_t sid);
 	void hop_timers(CollJob &job, Message &m, uint64_t now);
 	uint64_t hop_deadline(const CollJob &job, const Message &m) const;

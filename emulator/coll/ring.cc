@@ -422,26 +422,28 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 	}
 	bool own = u_.segs().acquire(seg, c.jid, m.mid, sid, m.op, m.dtype, len, kUpstream,
 				     rank_mask(m.ranks));
+	// The unit's result goes on at once, so it is made where it goes: a
+	// partial passed on in the slot that keeps it for a repeat (and sent
+	// from there), a block's last one in the packet that carries it on.
+	const bool last = hop == uint32_t(n - 1);
+	uint8_t *kept = last ? nullptr : keep_slot(m, sid, len);
 	uint8_t *acc;
 	if (own) {
-		// The unit's result goes on at once, so it is made where it
-		// goes: in the packet that carries it on.
-		acc = u_.tx_payload();
+		acc = kept ? kept : u_.tx_payload();
 		u_.segs().contribute_node_and_ranks(seg, kUpstream, p.payload, rank_mask(m.ranks),
 						    local, len, acc);
 	} else {
 		// Held by an early block of a later message: work beside it.
 		u_.ctr.seg_busy++;
-		acc = u_.scratch().data();
+		acc = kept ? kept : u_.scratch().data();
 		reduce_fn(m.op, m.dtype)(acc, p.payload, local, b.elems);
 	}
 	u_.ctr.reductions++;
 	m.ring.heard = now;
-	if (hop == uint32_t(n - 1)) {
+	if (last) {
 		finish_block(job, m, sid, acc, now, p.hold_on(now), p.queue_on(now),
 			     p.h.flags & kCethRetrans);
 	} else {
-		keep(m, sid, acc, len);
 		Ceth h = u_.header(job, m, sid);
 		set_hop(h, hop + 1);
 		h.node_map = ring_bits(r.origin, hop + 1, n);
@@ -449,7 +451,10 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 		h.queue = p.queue_on(now);
 		h.flags |= p.h.flags & kCethRetrans; // a repeat all the way
 		stamp(job, m, h, 0, sid, now);
-		u_.send(job, next_node(c), kCollData, h, Payload::copied(acc, len));
+		u_.send(job, next_node(c), kCollData, h,
+			kept ? Payload::lent(acc, len) : Payload::copied(acc, len));
+		if (kept)
+			kept_lent(m, sid);
 	}
 	if (own)
 		u_.segs().release(seg); // both bitmaps are empty: the block has moved on

@@ -89,16 +89,20 @@ void RingPath::stamp(CollJob &job, Message &m, Ceth &h, uint8_t phase, uint32_t 
 	g.tail_at = now + tail_wait(job, g.tail_tries);
 }
 
-void RingPath::keep(Message &m, uint32_t sid, const uint8_t *data, uint32_t len)
+// Where the partial of block sid that this node passes on is made and
+// kept (null: nowhere, a block larger than the slots), free of packets
+// still to be sent from it.
+uint8_t *RingPath::keep_slot(Message &m, uint32_t sid, uint32_t len)
 {
 	RingMsg &g = m.ring;
 	if (sid >= g.kept_at.size() || len > g.block_bytes)
-		return;
+		return nullptr;
 	uint32_t slot = g.kept_at[sid];
 	if (!slot) {
 		if (g.kept_free.empty()) {
 			// Made as needed: as many as the blocks on their way
-			// round at once.
+			// round at once.  The slots move: none may be lent.
+			u_.reclaim_lent(u_.lent_mark());
 			const size_t had = g.kept.size() / g.block_bytes;
 			const size_t more = std::max<size_t>(had, 8);
 			g.kept.resize((had + more) * g.block_bytes);
@@ -109,7 +113,17 @@ void RingPath::keep(Message &m, uint32_t sid, const uint8_t *data, uint32_t len)
 		g.kept_free.pop_back();
 		g.kept_at[sid] = slot;
 	}
-	memcpy(g.kept.data() + size_t(slot - 1) * g.block_bytes, data, len);
+	if (slot > g.kept_mark.size())
+		g.kept_mark.resize(g.kept.size() / g.block_bytes, 0);
+	u_.reclaim_lent(g.kept_mark[slot - 1]);
+	return g.kept.data() + size_t(slot - 1) * g.block_bytes;
+}
+
+// The partial in block sid's slot was just sent from there.
+void RingPath::kept_lent(Message &m, uint32_t sid)
+{
+	RingMsg &g = m.ring;
+	g.kept_mark[g.kept_at[sid] - 1] = u_.lent_mark();
 }
 
 void RingPath::unkeep(Message &m, uint32_t sid)
