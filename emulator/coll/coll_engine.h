@@ -147,6 +147,11 @@ public:
 	bool local_data(const CollJob &job, Message &m, uint32_t sid, uint8_t *scratch,
 			const uint8_t **out);
 	bool write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data);
+	// Where block sid's result may be made in its destination: this
+	// node's one rank's, in this process, of an allreduce not in place
+	// (its sources stay as they are) that copy_out would copy through
+	// the caches; null otherwise.  write_result() given it copies nothing.
+	uint8_t *result_in_dst(Message &m, uint32_t sid);
 	bool result_source(const CollJob &job, Message &m, uint32_t sid, const uint8_t **out);
 	// The result of block sid this node wrote, to pass on again: *out
 	// null for a token (reduce-scatter); false where this node keeps

@@ -86,8 +86,10 @@ uint64_t rank_mask(uint16_t k)
 // send the result on its way round.
 // retrans: the partial that completed it was a repeat (kCethRetrans),
 // and so is its result, for the gaps the nodes after look for (gaps()).
+// data: the result, made in the packet or scratch, or in the destination
+// (in_dst, CollCore::result_in_dst), and then sent from there.
 void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now,
-			    uint32_t hold, uint32_t queue, uint8_t retrans)
+			    uint32_t hold, uint32_t queue, uint8_t retrans, bool in_dst)
 {
 	const BlockDesc &b = m.chain[sid];
 	if (m.op == RedOp::avg)
@@ -106,9 +108,9 @@ void RingPath::finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *dat
 	h.queue = queue;
 	h.flags |= retrans;
 	stamp(job, m, h, 1, sid, now);
+	const uint32_t len = m.result_data ? b.elems * m.es : 0;
 	u_.send(job, next_node(job.cfg), kCollResult, h,
-		Payload::copied(m.result_data ? data : nullptr,
-				m.result_data ? b.elems * m.es : 0));
+		in_dst ? Payload::lent(data, len) : Payload::copied(len ? data : nullptr, len));
 	u_.arm(job, m, m.f_pending, sid, now, false);
 }
 
@@ -423,26 +425,29 @@ void RingPath::data(CollJob &job, Message &m, const CollPacket &p, uint64_t now)
 	bool own = u_.segs().acquire(seg, c.jid, m.mid, sid, m.op, m.dtype, len, kUpstream,
 				     rank_mask(m.ranks));
 	// The unit's result goes on at once, so it is made where it goes: a
-	// partial passed on in the slot that keeps it for a repeat (and sent
-	// from there), a block's last one in the packet that carries it on.
+	// partial passed on in the slot that keeps it for a repeat, a result
+	// in the destination (each sent from there), else in the packet that
+	// carries it on.
 	const bool last = hop == uint32_t(n - 1);
 	uint8_t *kept = last ? nullptr : keep_slot(m, sid, len);
+	uint8_t *in_dst = last ? u_.result_in_dst(m, sid) : nullptr;
+	uint8_t *made = kept ? kept : in_dst;
 	uint8_t *acc;
 	if (own) {
-		acc = kept ? kept : u_.tx_payload();
+		acc = made ? made : u_.tx_payload();
 		u_.segs().contribute_node_and_ranks(seg, kUpstream, p.payload, rank_mask(m.ranks),
 						    local, len, acc);
 	} else {
 		// Held by an early block of a later message: work beside it.
 		u_.ctr.seg_busy++;
-		acc = kept ? kept : u_.scratch().data();
+		acc = made ? made : u_.scratch().data();
 		reduce_fn(m.op, m.dtype)(acc, p.payload, local, b.elems);
 	}
 	u_.ctr.reductions++;
 	m.ring.heard = now;
 	if (last) {
 		finish_block(job, m, sid, acc, now, p.hold_on(now), p.queue_on(now),
-			     p.h.flags & kCethRetrans);
+			     p.h.flags & kCethRetrans, in_dst != nullptr);
 	} else {
 		Ceth h = u_.header(job, m, sid);
 		set_hop(h, hop + 1);

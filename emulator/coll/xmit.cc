@@ -337,13 +337,18 @@ __attribute__((target("avx2"))) static void copy_nt(uint8_t *d, const uint8_t *s
 	memcpy(d, s, len);
 }
 
-static void copy_out(const Message &m, uint64_t dst, const uint8_t *src, uint64_t len)
+static bool copies_around_cache(const Message &m)
 {
 	static const bool avx2 = __builtin_cpu_supports("avx2");
+	return avx2 && m.count * m.es >= (8u << 20);
+}
+
+static void copy_out(const Message &m, uint64_t dst, const uint8_t *src, uint64_t len)
+{
 	uint8_t *d = reinterpret_cast<uint8_t *>(dst);
 	if (d == src)
 		return;
-	if (avx2 && m.count * m.es >= (8u << 20) && len >= 1024)
+	if (copies_around_cache(m) && len >= 1024)
 		copy_nt(d, src, len);
 	else
 		memcpy(d, src, len);
@@ -415,6 +420,18 @@ bool CollCore::stage_result(Message &m, uint32_t sid, const uint8_t *data)
 		m.wrun_b = b.voff;
 	m.wrun_e = b.voff + b.elems;
 	return (m.wrun_e - m.wrun_b) * m.es < kDmaRunBytes || flush_results(m);
+}
+
+uint8_t *CollCore::result_in_dst(Message &m, uint32_t sid)
+{
+	if (m.coll != CollOp::allreduce || m.ranks != 1 || m.inplace || m.remote ||
+	    m.rank[0].space != kLocalSpace || copies_around_cache(m))
+		return nullptr;
+	const BlockDesc &b = m.chain[sid];
+	const uint64_t off = b.voff * m.es, len = uint64_t(b.elems) * m.es;
+	if (!dma_ok(e_, m.rank[0].pdn, m.rank[0].dst, off, len, kAccLocalWrite))
+		return nullptr;
+	return reinterpret_cast<uint8_t *>(m.rank[0].dst.addr + off);
 }
 
 bool CollCore::write_result(const CollJob &job, Message &m, uint32_t sid, const uint8_t *data)
