@@ -144,7 +144,7 @@ private:
 	uint64_t probe_due(const CollJob &job, const Message &m) const;
 	void probe(CollJob &job, Message &m, uint64_t now);
 	void finish_block(CollJob &job, Message &m, uint32_t sid, uint8_t *data, uint64_t now,
-			  uint32_t hold, uint32_t queue, uint8_t retrans, bool in_dst = false);
+			  uint32_t hold, uint32_t queue, uint8_t retrans, bool in_dst);
 	void resend_result(CollJob &job, Message &m, uint32_t sid, uint64_t now,
 			   int64_t hop_seq = -1, int32_t to = -1);
 };
