@@ -47,8 +47,11 @@ void destroy(CollComm *c)
 		ibv_destroy_coll_qp(c->qp);
 	if (c->cq)
 		ibv_destroy_coll_cq(c->cq);
-	for (CollReq &r : c->reqs)
+	for (CollReq &r : c->reqs) {
 		coll_free_stages(&r);
+		cuda::event_destroy(c->cu, r.cu_event);
+	}
+	cuda::stream_destroy(&c->cu);
 	c->magic = 0;
 	delete c;
 }
@@ -84,6 +87,8 @@ template <typename Props> ncclResult_t get_properties(int dev, Props *p)
 	}
 	*p = {};
 	fill_properties(p);
+	if (cuda::available())
+		p->ptrSupport |= NCCL_PTR_CUDA; // staged (cuda_stage.h)
 	if constexpr (requires { p->maxMultiRequestSize; })
 		p->maxMultiRequestSize = 1;
 	return ncclSuccess;
@@ -254,19 +259,67 @@ ncclResult_t reduce_support(ncclDataType_t dt, ncclRedOp_t op, int *supported)
 	return ncclSuccess;
 }
 
+// GPU memory: a shadow of it in pinned host memory, which the device
+// registers; the communicator's stream made with the first.
+ncclResult_t reg_gpu(CollComm *c, void *data, size_t size, void **mhandle)
+{
+	void *ctx = cuda::context_of(data);
+	if (!ctx) {
+		NCCL_PLUGIN_WARN("regMr: %zu bytes at %p of type NCCL_PTR_CUDA: %s", size, data,
+				 cuda::available() ? "not GPU memory, or GPU memory of no context "
+						     "with none current on this thread"
+						   : "no CUDA driver and device here, "
+						     "host memory only (NCCL_PTR_HOST)");
+		return ncclInvalidArgument;
+	}
+	if (c->cu.stream && c->cu.ctx != ctx) {
+		NCCL_PLUGIN_WARN("regMr: %zu bytes at %p: GPU memory of another CUDA context than "
+				 "the communicator's other registrations",
+				 size, data);
+		return ncclInvalidArgument;
+	}
+	if (!c->cu.stream) {
+		if (!cuda::stream_create(ctx, &c->cu))
+			return ncclUnhandledCudaError;
+		NCCL_PLUGIN_INFO(NCCL_NET,
+				 "CollNet rank %d: GPU memory staged through pinned host "
+				 "memory",
+				 c->rank);
+	}
+	auto *shadow = static_cast<char *>(cuda::host_alloc(ctx, size ? size : 1));
+	if (!shadow)
+		return ncclUnhandledCudaError;
+	auto *m = new (std::nothrow)
+		CollMr{kMrMagic, nullptr, static_cast<char *>(data), size, shadow, ctx};
+	if (!m || !(m->mr = ibv_reg_coll_mr(device().pd, shadow, size ? size : 1,
+					    IBV_ACCESS_LOCAL_WRITE))) {
+		NCCL_PLUGIN_WARN("regMr: the %zu-byte shadow of GPU memory at %p: %s", size, data,
+				 strerror(m ? errno : ENOMEM));
+		delete m;
+		cuda::host_free(ctx, shadow);
+		return ncclSystemError;
+	}
+	*mhandle = m;
+	return ncclSuccess;
+}
+
 ncclResult_t reg_mr(void *coll_comm, void *data, size_t size, int type, void **mhandle)
 {
 	*mhandle = nullptr;
-	if (type != NCCL_PTR_HOST) {
-		NCCL_PLUGIN_WARN("regMr: memory of type %d; this plugin takes host memory only "
-				 "(NCCL_PTR_HOST)",
+	if (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA) {
+		NCCL_PLUGIN_WARN("regMr: memory of type %d; this plugin takes host memory "
+				 "(NCCL_PTR_HOST) and, with a CUDA driver, GPU memory "
+				 "(NCCL_PTR_CUDA)",
 				 type);
 		return ncclInvalidArgument;
 	}
-	if (!coll_comm || static_cast<CollComm *>(coll_comm)->magic != kCommMagic) {
+	auto *c = static_cast<CollComm *>(coll_comm);
+	if (!c || c->magic != kCommMagic) {
 		NCCL_PLUGIN_WARN("regMr: %p is not a collective communicator", coll_comm);
 		return ncclInvalidArgument;
 	}
+	if (type == NCCL_PTR_CUDA)
+		return reg_gpu(c, data, size, mhandle);
 	auto *m = new (std::nothrow) CollMr{kMrMagic, nullptr, static_cast<char *>(data), size};
 	if (!m || !(m->mr = ibv_reg_coll_mr(device().pd, data, size ? size : 1,
 					    IBV_ACCESS_LOCAL_WRITE))) {
@@ -282,7 +335,8 @@ ncclResult_t reg_mr(void *coll_comm, void *data, size_t size, int type, void **m
 ncclResult_t reg_mr_dmabuf(void *, void *, size_t size, int, uint64_t, int fd, void **mhandle)
 {
 	*mhandle = nullptr;
-	NCCL_PLUGIN_WARN("regMrDmaBuf: %zu bytes of dma-buf %d: this plugin takes host memory only",
+	NCCL_PLUGIN_WARN("regMrDmaBuf: %zu bytes of dma-buf %d: this plugin takes no dma-buf "
+			 "(regMr takes host memory, and GPU memory where CUDA is)",
 			 size, fd);
 	return ncclInvalidArgument;
 }
@@ -295,6 +349,7 @@ ncclResult_t dereg_mr(void *, void *mhandle)
 		return ncclInvalidArgument;
 	}
 	int err = ibv_dereg_coll_mr(m->mr);
+	cuda::host_free(m->cu_ctx, m->shadow);
 	m->magic = 0;
 	delete m;
 	if (err)
@@ -304,7 +359,9 @@ ncclResult_t dereg_mr(void *, void *mhandle)
 
 ncclResult_t iflush(void *, void *, int, void *, void **request)
 {
-	*request = nullptr; // host memory: what the device wrote is visible
+	// Host memory: what the device wrote is visible; GPU memory: test()
+	// said done after the copy into it was through.
+	*request = nullptr;
 	return ncclSuccess;
 }
 

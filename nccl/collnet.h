@@ -4,6 +4,7 @@
 // holds NCCL's tables; collnet_ops.cc posts and completes the requests.
 #pragma once
 
+#include "cuda_stage.h"
 #include "plugin.h"
 
 #include <cstddef>
@@ -12,12 +13,16 @@
 
 namespace ibv_coll::nccl {
 
-// A registration: NCCL's mhandle.
+// A registration: NCCL's mhandle.  Of GPU memory (NCCL_PTR_CUDA), the
+// device's registration is of a shadow in pinned host memory, the
+// same length: the byte at base + i is staged at shadow + i.
 struct CollMr {
 	uint32_t magic;
 	ibv_coll_mr *mr;
 	const char *base;
 	size_t len;
+	char *shadow = nullptr;
+	void *cu_ctx = nullptr;
 };
 
 // A staging buffer for windowed allgather and reduce-scatter, kept by its
@@ -30,8 +35,9 @@ struct Stage {
 
 struct CollComm;
 
-// One NCCL request: a posted WR, and what to copy out of the staging
-// buffer when it completes.
+// One NCCL request: a posted WR, and what to copy where when it
+// completes (out of a staging buffer or a shadow; into GPU memory on the
+// communicator's stream, test() saying done once that is through).
 struct CollReq {
 	CollComm *comm = nullptr;
 	bool busy = false, done = false;
@@ -41,9 +47,13 @@ struct CollReq {
 	size_t bytes = 0; // reported by test()
 	struct Copy {
 		char *to;
-		size_t from, len; // offset in the slot's destination stage
+		const char *from;
+		size_t len;
+		bool gpu; // to is GPU memory
 	};
 	std::vector<Copy> copies;
+	bool copied = false, to_gpu = false;
+	void *cu_event = nullptr; // after the copies into GPU memory
 	Stage src, dst;
 	const char *what = "";
 };
@@ -56,6 +66,7 @@ struct CollComm {
 	uint64_t next_wr = 1;
 	CollReq reqs[NCCL_NET_MAX_REQUESTS];
 	unsigned inflight = 0;
+	cuda::Stream cu; // made by the first registration of GPU memory
 };
 
 constexpr uint32_t kMrMagic = 0x6d72636e, kCommMagic = 0x636f6d6d;

@@ -5,7 +5,8 @@
 // reduce-scatter take equal shares by contract.  So: the whole collective
 // goes straight through; a window inside one rank's share is a broadcast
 // from it (allgather) or a reduce to it (reduce-scatter); a window across
-// shares is an allreduce of the window, staged.
+// shares is an allreduce of the window, staged.  GPU memory goes through
+// its registration's shadow (collnet.h, cuda_stage.h).
 #include "collnet.h"
 
 #include <poll.h>
@@ -73,6 +74,7 @@ CollReq *take_req(CollComm *c, const char *what)
 			r.done = false;
 			r.comm = c;
 			r.copies.clear();
+			r.copied = r.to_gpu = false;
 			r.bytes = 0;
 			r.status = IBV_WC_SUCCESS;
 			r.coll_status = IBV_COLL_STATUS_SUCCESS;
@@ -89,6 +91,49 @@ void give_back(CollReq *r)
 {
 	r->busy = false;
 	r->comm->inflight--;
+}
+
+// Where the device finds p of registration m: p, or its shadow.
+char *host_at(const CollMr *m, const void *p)
+{
+	auto *c = static_cast<const char *>(p);
+	return m->shadow ? m->shadow + (c - m->base) : const_cast<char *>(c);
+}
+
+ibv_sge sge_of(const CollMr *m, const void *p, size_t n)
+{
+	return {uintptr_t(host_at(m, p)), uint32_t(n), m->mr->lkey};
+}
+
+// n bytes at p of m into host memory at `to`, or into m's shadow when to
+// is null (nothing to do then for host memory): from GPU memory, finished
+// before the WR that reads them is posted.  false after a WARN.
+bool fetch(CollReq *r, const CollMr *m, const void *p, size_t n, char *to = nullptr)
+{
+	if (!n || (!to && !m->shadow))
+		return true;
+	if (!to)
+		to = host_at(m, p);
+	if (!m->shadow) {
+		memcpy(to, p, n);
+		return true;
+	}
+	return cuda::copy_in(r->comm->cu, to, p, n, r->what);
+}
+
+// At completion, n bytes at `from` (host memory) to p of m: a copy into
+// GPU memory, or into host memory unless the device wrote them there.
+void deliver(CollReq *r, const CollMr *m, void *p, const char *from, size_t n)
+{
+	if (m->shadow || from != p)
+		r->copies.push_back({static_cast<char *>(p), from, n, m->shadow != nullptr});
+}
+
+// A request whose sources could not be fetched from GPU memory.
+ncclResult_t fetch_failed(CollReq *r)
+{
+	give_back(r);
+	return ncclUnhandledCudaError;
 }
 
 // Make the stage at least n bytes, registered.  false after a WARN.
@@ -230,8 +275,11 @@ ncclResult_t coll_iallreduce(void *comm, void *send, void *recv, size_t count, n
 	if (!r)
 		return ncclInternalError;
 	r->bytes = n;
-	return post(r, IBV_COLL_WR_ALLREDUCE, {uintptr_t(send), uint32_t(n), s->mr->lkey},
-		    {uintptr_t(recv), uint32_t(n), d->mr->lkey}, count, cop, cdt, request);
+	if (!fetch(r, s, send, n))
+		return fetch_failed(r);
+	deliver(r, d, recv, host_at(d, recv), n);
+	return post(r, IBV_COLL_WR_ALLREDUCE, sge_of(s, send, n), sge_of(d, recv, n), count, cop,
+		    cdt, request);
 }
 
 ncclResult_t coll_iallgather(void *comm, void *send, int nparts, ncclNetSGE_v10_t *parts,
@@ -264,20 +312,24 @@ ncclResult_t coll_iallgather(void *comm, void *send, int nparts, ncclNetSGE_v10_
 		return ncclInternalError;
 	r->bytes = win_bytes;
 	auto *d0 = static_cast<const CollMr *>(parts[0].mhandle);
-	if (win_off == 0 && win_bytes == per_rank * size_t(c->nranks) && nparts == 1)
-		return post(r, IBV_COLL_WR_ALLGATHER,
-			    {uintptr_t(send), uint32_t(per_rank), s->mr->lkey},
-			    {uintptr_t(parts[0].address), uint32_t(win_bytes), d0->mr->lkey},
-			    per_rank, IBV_COLL_OP_SUM, IBV_COLL_DTYPE_UINT8, request);
+	if (win_off == 0 && win_bytes == per_rank * size_t(c->nranks) && nparts == 1) {
+		if (!fetch(r, s, send, per_rank))
+			return fetch_failed(r);
+		deliver(r, d0, parts[0].address, host_at(d0, parts[0].address), win_bytes);
+		return post(r, IBV_COLL_WR_ALLGATHER, sge_of(s, send, per_rank),
+			    sge_of(d0, parts[0].address, win_bytes), per_rank, IBV_COLL_OP_SUM,
+			    IBV_COLL_DTYPE_UINT8, request);
+	}
 	// A window inside one rank's share (most of NCCL's steps when the
 	// shares are large): a broadcast from that rank straight into the
 	// destination, the window's bytes once.
 	const size_t owner = win_off / per_rank;
 	if (nparts == 1 && (win_off + win_bytes - 1) / per_rank == owner) {
-		ibv_sge dst{uintptr_t(parts[0].address), uint32_t(win_bytes), d0->mr->lkey};
-		ibv_sge src = owner == size_t(c->rank)
-				      ? ibv_sge{uintptr_t(send), uint32_t(win_bytes), s->mr->lkey}
-				      : dst;
+		ibv_sge dst = sge_of(d0, parts[0].address, win_bytes);
+		ibv_sge src = owner == size_t(c->rank) ? sge_of(s, send, win_bytes) : dst;
+		if (owner == size_t(c->rank) && !fetch(r, s, send, win_bytes))
+			return fetch_failed(r);
+		deliver(r, d0, parts[0].address, host_at(d0, parts[0].address), win_bytes);
 		return post(r, IBV_COLL_WR_BCAST, src, dst, win_bytes, IBV_COLL_OP_SUM,
 			    IBV_COLL_DTYPE_UINT8, request, uint32_t(owner));
 	}
@@ -288,10 +340,11 @@ ncclResult_t coll_iallgather(void *comm, void *send, int nparts, ncclNetSGE_v10_
 		return ncclSystemError;
 	}
 	memset(r->src.buf, 0, win_bytes);
-	if (hi > lo)
-		memcpy(r->src.buf + (lo - win_off), send, hi - lo);
+	if (!fetch(r, s, send, hi - lo, r->src.buf + (lo - win_off)))
+		return fetch_failed(r);
 	for (size_t i = 0, at = 0; i < size_t(nparts); at += parts[i++].size)
-		r->copies.push_back({static_cast<char *>(parts[i].address), at, parts[i].size});
+		deliver(r, static_cast<const CollMr *>(parts[i].mhandle), parts[i].address,
+			r->dst.buf + at, parts[i].size);
 	return post(r, IBV_COLL_WR_ALLREDUCE,
 		    {uintptr_t(r->src.buf), uint32_t(win_bytes), r->src.mr->lkey},
 		    {uintptr_t(r->dst.buf), uint32_t(win_bytes), r->dst.mr->lkey}, win_bytes,
@@ -333,29 +386,34 @@ ncclResult_t coll_ireducescatter(void *comm, int nparts, ncclNetSGE_v10_t *parts
 		return ncclInternalError;
 	r->bytes = hi - lo;
 	auto *s0 = static_cast<const CollMr *>(parts[0].mhandle);
-	if (win_off == 0 && win_bytes == per_rank * size_t(c->nranks) && nparts == 1)
-		return post(r, IBV_COLL_WR_REDUCE_SCATTER,
-			    {uintptr_t(parts[0].address), uint32_t(win_bytes), s0->mr->lkey},
-			    {uintptr_t(recv), uint32_t(per_rank), d->mr->lkey}, per_rank / es, cop,
-			    cdt, request);
+	if (win_off == 0 && win_bytes == per_rank * size_t(c->nranks) && nparts == 1) {
+		if (!fetch(r, s0, parts[0].address, win_bytes))
+			return fetch_failed(r);
+		deliver(r, d, recv, host_at(d, recv), per_rank);
+		return post(r, IBV_COLL_WR_REDUCE_SCATTER, sge_of(s0, parts[0].address, win_bytes),
+			    sge_of(d, recv, per_rank), per_rank / es, cop, cdt, request);
+	}
 	// The window's source in one piece: NCCL's part, or staged.
-	ibv_sge src{uintptr_t(parts[0].address), uint32_t(win_bytes), s0->mr->lkey};
+	ibv_sge src = sge_of(s0, parts[0].address, win_bytes);
 	if (nparts > 1) {
 		if (!grow(&r->src, win_bytes)) {
 			give_back(r);
 			return ncclSystemError;
 		}
 		for (size_t i = 0, at = 0; i < size_t(nparts); at += parts[i++].size)
-			memcpy(r->src.buf + at, parts[i].address, parts[i].size);
+			if (!fetch(r, static_cast<const CollMr *>(parts[i].mhandle),
+				   parts[i].address, parts[i].size, r->src.buf + at))
+				return fetch_failed(r);
 		src = {uintptr_t(r->src.buf), uint32_t(win_bytes), r->src.mr->lkey};
-	}
+	} else if (!fetch(r, s0, parts[0].address, win_bytes))
+		return fetch_failed(r);
 	// A window inside one rank's share: reduced to that rank alone (a
 	// reduce writes no other rank's destination: its source stands in).
 	const size_t owner = win_off / per_rank;
 	if ((win_off + win_bytes - 1) / per_rank == owner) {
-		ibv_sge dst = owner == size_t(c->rank)
-				      ? ibv_sge{uintptr_t(recv), uint32_t(win_bytes), d->mr->lkey}
-				      : src;
+		ibv_sge dst = owner == size_t(c->rank) ? sge_of(d, recv, win_bytes) : src;
+		if (owner == size_t(c->rank))
+			deliver(r, d, recv, host_at(d, recv), win_bytes);
 		return post(r, IBV_COLL_WR_REDUCE, src, dst, win_bytes / es, cop, cdt, request,
 			    uint32_t(owner));
 	}
@@ -364,7 +422,7 @@ ncclResult_t coll_ireducescatter(void *comm, int nparts, ncclNetSGE_v10_t *parts
 		return ncclSystemError;
 	}
 	if (hi > lo)
-		r->copies.push_back({static_cast<char *>(recv), lo - win_off, hi - lo});
+		deliver(r, d, recv, r->dst.buf + (lo - win_off), hi - lo);
 	return post(r, IBV_COLL_WR_ALLREDUCE, src,
 		    {uintptr_t(r->dst.buf), uint32_t(win_bytes), r->dst.mr->lkey}, win_bytes / es,
 		    cop, cdt, request);
@@ -382,15 +440,35 @@ ncclResult_t coll_test(void *request, int *done, int *size)
 		drain(r->comm);
 	if (!r->done)
 		return ncclSuccess;
-	*done = 1;
 	ncclResult_t res = ncclSuccess;
+	const cuda::Stream &cu = r->comm->cu;
 	if (r->status != IBV_WC_SUCCESS) {
 		NCCL_PLUGIN_WARN("%s failed: %s (%s)", r->what, ibv_coll_wc_status_str(r->status),
 				 ibv_coll_status_str(r->coll_status));
 		res = r->coll_status == IBV_COLL_STATUS_TIMEOUT ? ncclRemoteError : ncclSystemError;
-	} else
-		for (const CollReq::Copy &k : r->copies)
-			memcpy(k.to, r->dst.buf + k.from, k.len);
+	} else if (!r->copied) {
+		r->copied = true;
+		for (const CollReq::Copy &k : r->copies) {
+			if (!k.gpu)
+				memcpy(k.to, k.from, k.len);
+			else if (!cuda::copy_out(cu, k.to, k.from, k.len, r->what)) {
+				res = ncclUnhandledCudaError;
+				break;
+			} else
+				r->to_gpu = true;
+		}
+		if (!res && r->to_gpu && !cuda::record(cu, &r->cu_event, r->what))
+			res = ncclUnhandledCudaError;
+	}
+	// Done once what goes into GPU memory is there.
+	if (!res && r->to_gpu) {
+		int q = cuda::query(cu, r->cu_event, r->what);
+		if (!q)
+			return ncclSuccess;
+		if (q < 0)
+			res = ncclUnhandledCudaError;
+	}
+	*done = 1;
 	if (size)
 		*size = int(r->bytes);
 	give_back(r);

@@ -25,6 +25,7 @@ struct Config {
 	uint32_t seg_units = 512; // each CollNet communicator's share
 	uint32_t timeout_ms = 0;
 	uint64_t max_bytes = 0; // 0: what the device takes per collective
+	std::string cuda_lib;	// empty: libcuda.so.1
 };
 
 // The process's device, opened by the first init of either net.

@@ -18,7 +18,7 @@ namespace {
 using util::ConfigKind;
 using util::ConfigVar;
 
-enum { kDevice, kSwitch, kTopology, kSegUnits, kTimeoutMs, kMaxBytes, kCount };
+enum { kDevice, kSwitch, kTopology, kSegUnits, kTimeoutMs, kMaxBytes, kCudaLib, kCount };
 
 const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_NCCL_DEVICE", "",
@@ -43,6 +43,10 @@ const ConfigVar kVars[kCount] = {
 	 "the most bytes per rank NCCL may give one CollNet request (maxCollBytes; 0: what the "
 	 "device takes)",
 	 ConfigKind::size},
+	{"IBV_COLL_NCCL_CUDA_LIB", "",
+	 "the CUDA driver library the plugin stages GPU memory with (empty: libcuda.so.1; none "
+	 "found: host memory only)",
+	 ConfigKind::string},
 };
 
 // Into libibv_coll's registry (as libibv_coll_mpi does: util/config.h).
@@ -85,6 +89,7 @@ int load_config(Config *c, std::string *err)
 	n.seg_units = uint32_t(r.size(kSegUnits));
 	n.timeout_ms = uint32_t(r.size(kTimeoutMs));
 	n.max_bytes = r.size(kMaxBytes);
+	n.cuda_lib = r.text(kCudaLib);
 	*c = std::move(n);
 	return 0;
 }

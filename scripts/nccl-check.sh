@@ -5,7 +5,9 @@
 # and fp16 CUDA tensors through NCCL with NCCL_NET_PLUGIN=ibv_coll and
 # NCCL_COLLNET_ENABLE=1, every element checked against a CPU reference;
 # round the ring of the ranks' crxe_lo devices, then through an
-# ibv_coll_switchd.  It needs no network.  It fails unless NCCL's log
+# ibv_coll_switchd, then round the ring with NCCL handing the plugin its
+# GPU buffers (NCCL_NET_GDR_LEVEL=SYS: the plugin stages them through
+# pinned host memory; its INFO lines must say so).  It needs no network.  It fails unless NCCL's log
 # shows that it loaded our plugin and our CollNet connected every rank
 # (a silent fallback to NCCL's own transports is a failure).
 #
@@ -125,6 +127,12 @@ run() {
 		{ echo "nccl-check: $name: CollNet connected $joined of $n ranks (NCCL fell back)"; return 1; }
 	! grep -q "NET/ibv_coll: .*" <<<"$(grep WARN <<<"$nccl_log")" ||
 		{ grep WARN <<<"$nccl_log"; echo "nccl-check: $name: the plugin warned"; return 1; }
+	if [ "$name" = gpu_memory ]; then
+		local staged
+		staged=$(grep -c "NET/ibv_coll: CollNet rank .*GPU memory staged" <<<"$nccl_log" || true)
+		[ "$staged" -ge "$n" ] ||
+			{ echo "nccl-check: $name: $staged of $n ranks registered GPU memory"; return 1; }
+	fi
 	echo "nccl-check: $name: PASS ($joined CollNet ranks, every element right)"
 }
 
@@ -138,4 +146,5 @@ if [ "$with_switch" = 1 ]; then
 	run switch IBV_COLL_NCCL_SWITCH="127.0.0.1:$(cat "$tmp/port")" IBV_COLL_NCCL_TOPOLOGY=switch ||
 		fail=1
 fi
+run gpu_memory NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1 || fail=1
 exit $fail

@@ -7,13 +7,15 @@
 // are checked against tests/common/coll_ref (allreduce) and scalar loops
 // written here (the windows); bad arguments must give NCCL's error codes.
 // It links neither the plugin nor libibv_coll: it loads the plugin as NCCL
-// does.
+// does.  The same calls on GPU memory run against tests/nccl/fake_cuda.cc,
+// a CUDA driver without a GPU.
 #include "coll_ref.h"
 #include "collnet_driver.h"
 #include "rank_check.h"
 #include "switchd_proc.h"
 
 #include <gtest/gtest.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,6 +50,59 @@ struct Ctx {
 	const Api *a;
 	void *cc;
 	bool tree;
+};
+
+// The fake CUDA driver's allocation and synchronous copies (which the
+// plugin does not use: the test fills and reads GPU memory with them).
+struct FakeCuda {
+	int (*alloc)(unsigned long long *, size_t);
+	int (*alloc_vmm)(unsigned long long *, size_t); // of no context
+	void (*set_current)(int on);
+	int (*release)(unsigned long long);
+	int (*htod)(unsigned long long, const void *, size_t);
+	int (*dtoh)(void *, unsigned long long, size_t);
+	long (*outstanding)();
+};
+const FakeCuda *g_cuda; // the ranks' buffers are GPU memory
+
+// A buffer the plugin is given: host memory, or GPU memory of the fake
+// driver (no host access: filled and read through its copies).
+struct Mem {
+	size_t n;
+	std::vector<uint8_t> host;
+	unsigned long long dev = 0;
+	explicit Mem(size_t len, bool vmm = false) : n(len)
+	{
+		if (!g_cuda || (vmm ? g_cuda->alloc_vmm : g_cuda->alloc)(&dev, n))
+			host.resize(n);
+	}
+	~Mem()
+	{
+		if (dev)
+			g_cuda->release(dev);
+	}
+	Mem(const Mem &) = delete;
+	Mem &operator=(const Mem &) = delete;
+	char *ptr()
+	{
+		return dev ? reinterpret_cast<char *>(uintptr_t(dev))
+			   : reinterpret_cast<char *>(host.data());
+	}
+	int type() const { return dev ? NCCL_PTR_CUDA : NCCL_PTR_HOST; }
+	void put(const void *p)
+	{
+		if (dev)
+			g_cuda->htod(dev, p, n);
+		else
+			memcpy(host.data(), p, n);
+	}
+	void get(void *p)
+	{
+		if (dev)
+			g_cuda->dtoh(p, dev, n);
+		else
+			memcpy(p, host.data(), n);
+	}
 };
 
 // Wait for every request, as NCCL's proxy does: test() until done.
@@ -148,9 +203,11 @@ bool allgathers(const Ctx &x)
 	for (int r = 0; r < g_n; r++)
 		for (size_t i = 0; i < per; i++)
 			want[size_t(r) * per + i] = pattern(r, i);
+	Mem ms(per), md(all);
+	ms.put(src.data());
 	void *smh, *dmh;
-	CHECK(x.a->regMr(x.cc, src.data(), per, NCCL_PTR_HOST, &smh) == ncclSuccess &&
-		      x.a->regMr(x.cc, dst.data(), all, NCCL_PTR_HOST, &dmh) == ncclSuccess,
+	CHECK(x.a->regMr(x.cc, ms.ptr(), per, ms.type(), &smh) == ncclSuccess &&
+		      x.a->regMr(x.cc, md.ptr(), all, md.type(), &dmh) == ncclSuccess,
 	      "regMr");
 	// (window, parts): whole; across shares; inside one share (a
 	// broadcast from its rank when in one part); windows of both kinds.
@@ -158,18 +215,19 @@ bool allgathers(const Ctx &x)
 						  {250, 1}, {77, 2},  {77, 1}};
 	for (auto [win, np] : windows) {
 		std::fill(dst.begin(), dst.end(), 0);
+		md.put(dst.data());
 		std::vector<void *> reqs;
 		for (size_t off = 0; off < all; off += win) {
 			size_t len = std::min(win, all - off);
 			size_t lo = std::max(off, size_t(g_rank) * per);
 			ncclNetSGE_v10_t parts[2] = {
-				{dmh, dst.data() + off, len / 2},
-				{dmh, dst.data() + off + len / 2, len - len / 2}};
+				{dmh, md.ptr() + off, len / 2},
+				{dmh, md.ptr() + off + len / 2, len - len / 2}};
 			int nparts = np;
 			if (nparts == 1)
 				parts[0].size = len;
 			void *r = nullptr;
-			CHECK(x.a->iallgather(x.cc, src.data() + (lo - size_t(g_rank) * per) % per,
+			CHECK(x.a->iallgather(x.cc, ms.ptr() + (lo - size_t(g_rank) * per) % per,
 					      nparts, parts, per, off, len, smh,
 					      &r) == ncclSuccess &&
 				      r,
@@ -180,6 +238,7 @@ bool allgathers(const Ctx &x)
 		}
 		if (!wait_all(x, reqs))
 			return false;
+		md.get(dst.data());
 		for (size_t i = 0; i < all; i++)
 			CHECK(dst[i] == want[i],
 			      "allgather in windows of %zu: byte %zu is %u, want %u", win, i,
@@ -205,9 +264,11 @@ bool reduce_scatters(const Ctx &x)
 			want[i] = int32_t(uint32_t(want[i]) +
 					  uint32_t(int32_t(pattern(r, j)) * (r + 1) - 300));
 		}
+	Mem ms(all), md(per);
+	ms.put(src.data());
 	void *smh, *dmh;
-	CHECK(x.a->regMr(x.cc, src.data(), all, NCCL_PTR_HOST, &smh) == ncclSuccess &&
-		      x.a->regMr(x.cc, dst.data(), per, NCCL_PTR_HOST, &dmh) == ncclSuccess,
+	CHECK(x.a->regMr(x.cc, ms.ptr(), all, ms.type(), &smh) == ncclSuccess &&
+		      x.a->regMr(x.cc, md.ptr(), per, md.type(), &dmh) == ncclSuccess,
 	      "regMr");
 	// (window, parts): whole; across shares; inside one share (a reduce
 	// to its rank); windows of both kinds.
@@ -215,17 +276,18 @@ bool reduce_scatters(const Ctx &x)
 						  {200, 1}, {36, 2},  {36, 1}};
 	for (auto [win, np] : windows) {
 		std::fill(dst.begin(), dst.end(), 0);
+		md.put(dst.data());
 		std::vector<void *> reqs;
 		for (size_t off = 0; off < all; off += win) {
 			size_t len = std::min(win, all - off);
 			size_t mine = size_t(g_rank) * per, lo = std::max(off, mine);
-			char *base = reinterpret_cast<char *>(src.data()) + off;
+			char *base = ms.ptr() + off;
 			ncclNetSGE_v10_t parts[2] = {{smh, base, len / 8 * 4},
 						     {smh, base + len / 8 * 4, len - len / 8 * 4}};
 			int nparts = np;
 			if (nparts == 1)
 				parts[0].size = len;
-			char *to = reinterpret_cast<char *>(dst.data()) + (lo - mine) % per;
+			char *to = md.ptr() + (lo - mine) % per;
 			void *r = nullptr;
 			CHECK(x.a->ireducescatter(x.cc, nparts, parts, to, per, off, len, ncclInt32,
 						  ncclSum, dmh, &r) == ncclSuccess &&
@@ -237,6 +299,7 @@ bool reduce_scatters(const Ctx &x)
 		}
 		if (!wait_all(x, reqs))
 			return false;
+		md.get(dst.data());
 		for (size_t i = 0; i < per_el; i++)
 			CHECK(dst[i] == want[i],
 			      "reduce-scatter in windows of %zu: element %zu is %d, "
@@ -312,8 +375,9 @@ bool rank_main(const Api &a, bool tree)
 	size_t most = 0;
 	CHECK(a.init(&ctx) == ncclSuccess, "init");
 	CHECK(a.devices(&ndev) == ncclSuccess && ndev == 1, "devices: %d", ndev);
-	CHECK(a.props(&ptr, &most, &multi) == ncclSuccess && ptr == NCCL_PTR_HOST &&
-		      most >= (1u << 20) && multi == 1,
+	// NCCL_PTR_CUDA too where this host has a CUDA driver and a GPU.
+	CHECK(a.props(&ptr, &most, &multi) == ncclSuccess &&
+		      (ptr & ~NCCL_PTR_CUDA) == NCCL_PTR_HOST && most >= (1u << 20) && multi == 1,
 	      "getProperties: ptrSupport %d, maxCollBytes %zu", ptr, most);
 	CHECK((cc = connect_comm(a, ctx, 0, 0)), "listen, connect, closeListen");
 	Ctx x{&a, cc, tree};
@@ -522,6 +586,136 @@ TEST(CollNetSwitch, FourRanksThroughTheSwitch)
 	run_ranks(12, 4, true);
 	unsetenv("IBV_COLL_NCCL_SWITCH");
 	unsetenv("IBV_COLL_NCCL_TOPOLOGY");
+}
+
+// Allreduces of GPU memory (or host memory without g_cuda): fp32 sums out
+// of place and in place, int32 maxima, all in flight at once, against
+// scalar loops.  The in-place buffer is memory of no context (NCCL's
+// cuMem allocations): registered while the thread has a context current,
+// refused while it has none.
+bool allreduces_mem(const Ctx &x)
+{
+	constexpr size_t kCount = 3001;
+	std::vector<float> f(kCount), fsum(kCount, 0), got(kCount);
+	std::vector<int32_t> v(kCount), vmax(kCount, INT32_MIN), vgot(kCount);
+	for (size_t i = 0; i < kCount; i++) {
+		f[i] = float((i * 5 + size_t(g_rank) * 11) % 23);
+		v[i] = int32_t((i * 7919 + size_t(g_rank) * 104729) % 1000) - 500;
+		for (int r = 0; r < g_n; r++) {
+			fsum[i] += float((i * 5 + size_t(r) * 11) % 23);
+			vmax[i] = std::max(vmax[i],
+					   int32_t((i * 7919 + size_t(r) * 104729) % 1000) - 500);
+		}
+	}
+	Mem fs(kCount * 4), fd(kCount * 4), fi(kCount * 4, true), vs(kCount * 4), vd(kCount * 4);
+	fs.put(f.data());
+	fi.put(f.data());
+	vs.put(v.data());
+	Mem *mems[] = {&fs, &fd, &fi, &vs, &vd};
+	void *mh[5], *r[3] = {};
+	if (g_cuda) {
+		int w = g_warns;
+		CHECK(x.a->regMr(x.cc, fi.ptr(), kCount * 4, fi.type(), &mh[2]) ==
+				      ncclInvalidArgument &&
+			      g_warns == w + 1,
+		      "regMr of memory of no context, none current");
+		g_cuda->set_current(1);
+	}
+	for (int k = 0; k < 5; k++)
+		CHECK(x.a->regMr(x.cc, mems[k]->ptr(), kCount * 4, mems[k]->type(), &mh[k]) ==
+			      ncclSuccess,
+		      "regMr %d", k);
+	if (g_cuda)
+		g_cuda->set_current(0);
+	CHECK(x.a->iallreduce(x.cc, fs.ptr(), fd.ptr(), kCount, ncclFloat32, ncclSum, mh[0], mh[1],
+			      &r[0]) == ncclSuccess &&
+		      x.a->iallreduce(x.cc, fi.ptr(), fi.ptr(), kCount, ncclFloat32, ncclSum, mh[2],
+				      mh[2], &r[1]) == ncclSuccess &&
+		      x.a->iallreduce(x.cc, vs.ptr(), vd.ptr(), kCount, ncclInt32, ncclMax, mh[3],
+				      mh[4], &r[2]) == ncclSuccess,
+	      "iallreduce");
+	std::vector<void *> reqs(r, r + 3);
+	if (!wait_all(x, reqs))
+		return false;
+	for (Mem *m : {&fd, &fi}) {
+		m->get(got.data());
+		for (size_t i = 0; i < kCount; i++)
+			CHECK(got[i] == fsum[i], "fp32 sum%s: element %zu is %g, want %g",
+			      m == &fi ? " in place" : "", i, double(got[i]), double(fsum[i]));
+	}
+	vd.get(vgot.data());
+	for (size_t i = 0; i < kCount; i++)
+		CHECK(vgot[i] == vmax[i], "int32 max: element %zu is %d, want %d", i, vgot[i],
+		      vmax[i]);
+	for (void *m : mh)
+		x.a->deregMr(x.cc, m);
+	return true;
+}
+
+bool cuda_main(const Api &a, const FakeCuda &fake)
+{
+	g_cuda = &fake;
+	void *ctx = nullptr, *cc = nullptr, *m = nullptr;
+	int ptr = 0, multi = 0;
+	size_t most = 0;
+	CHECK(a.init(&ctx) == ncclSuccess, "init");
+	CHECK(a.props(&ptr, &most, &multi) == ncclSuccess && ptr == (NCCL_PTR_HOST | NCCL_PTR_CUDA),
+	      "getProperties: ptrSupport %d with a CUDA driver", ptr);
+	CHECK((cc = connect_comm(a, ctx, 0, 0)), "listen, connect, closeListen");
+	Ctx x{&a, cc, false};
+	bool ok = allreduces_mem(x) && allgathers(x) && reduce_scatters(x);
+	// Host memory said to be GPU memory: refused, one WARN.
+	std::vector<float> h(64);
+	int w = g_warns;
+	CHECK(a.regMr(cc, h.data(), 256, NCCL_PTR_CUDA, &m) == ncclInvalidArgument && !m &&
+		      g_warns == w + 1,
+	      "regMr of host memory as NCCL_PTR_CUDA");
+	CHECK(barrier(1), "not every rank finished");
+	CHECK(a.closeColl(cc) == ncclSuccess, "closeColl");
+	CHECK(fake.outstanding() == 0, "%ld CUDA allocations, streams or events left",
+	      fake.outstanding());
+	CHECK(a.finalize(ctx) == ncclSuccess, "finalize");
+	return ok;
+}
+
+// GPU memory (NCCL_PTR_CUDA) through the plugin's staging, with the fake
+// driver: getProperties offers it, every kind of request moves the right
+// bytes in and out of memory the host cannot touch, only after the
+// copies' events are done, and closeColl gives back every shadow, stream
+// and event.
+TEST(CollNetCuda, GpuMemoryIsStagedThroughPinnedHostMemory)
+{
+	void *fl = dlopen(FAKE_CUDA_PATH, RTLD_NOW | RTLD_LOCAL);
+	ASSERT_NE(fl, nullptr) << dlerror();
+	FakeCuda fake{};
+	fake.alloc = reinterpret_cast<int (*)(unsigned long long *, size_t)>(
+		dlsym(fl, "cuMemAlloc_v2"));
+	fake.alloc_vmm = reinterpret_cast<int (*)(unsigned long long *, size_t)>(
+		dlsym(fl, "fake_cuda_alloc_vmm"));
+	fake.set_current = reinterpret_cast<void (*)(int)>(dlsym(fl, "fake_cuda_set_current"));
+	fake.release = reinterpret_cast<int (*)(unsigned long long)>(dlsym(fl, "cuMemFree_v2"));
+	fake.htod = reinterpret_cast<int (*)(unsigned long long, const void *, size_t)>(
+		dlsym(fl, "cuMemcpyHtoD_v2"));
+	fake.dtoh = reinterpret_cast<int (*)(void *, unsigned long long, size_t)>(
+		dlsym(fl, "cuMemcpyDtoH_v2"));
+	fake.outstanding = reinterpret_cast<long (*)()>(dlsym(fl, "fake_cuda_outstanding"));
+	ASSERT_TRUE(fake.alloc && fake.alloc_vmm && fake.set_current && fake.release && fake.htod &&
+		    fake.dtoh && fake.outstanding);
+	void *lib = nullptr;
+	Api a;
+	std::string err;
+	ASSERT_TRUE(ibvc_nccl::load(NCCL_PLUGIN_PATH, 12, &lib, &a, &err)) << err;
+	setenv("IBV_COLL_NCCL_DEVICE", "crxe_lo", 1);
+	setenv("IBV_COLL_NCCL_CUDA_LIB", FAKE_CUDA_PATH, 1);
+	unsetenv("IBV_COLL_NCCL_SWITCH");
+	std::vector<int> st = ibvc_nccl::run_ranks(4, 120, true,
+						   [&] { return cuda_main(a, fake); });
+	for (int r = 0; r < 4; r++)
+		EXPECT_EQ(st[size_t(r)], 0)
+			<< "rank " << r << (st[size_t(r)] < 0 ? " hung: killed" : " failed");
+	unsetenv("IBV_COLL_NCCL_CUDA_LIB");
+	dlclose(lib);
+	dlclose(fl);
 }
 
 INSTANTIATE_TEST_SUITE_P(Versions, CollNet,
