@@ -50,6 +50,7 @@ void destroy(CollComm *c)
 	for (CollReq &r : c->reqs) {
 		coll_free_stages(&r);
 		cuda::event_destroy(c->cu, r.cu_event);
+		cuda::event_destroy(c->cu, r.in_event);
 	}
 	cuda::stream_destroy(&c->cu);
 	c->magic = 0;

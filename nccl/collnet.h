@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 namespace ibv_coll::nccl {
@@ -54,6 +55,13 @@ struct CollReq {
 	std::vector<Copy> copies;
 	bool copied = false, to_gpu = false;
 	void *cu_event = nullptr; // after the copies into GPU memory
+	// The WR, kept while it waits (CollComm::waiting) for its sources'
+	// copies out of GPU memory (in_event), or behind one that does.
+	ibv_coll_send_wr wr{};
+	ibv_sge wr_src{}, wr_dst{};
+	bool fetching = false, waiting = false;
+	void *in_event = nullptr;
+	ncclResult_t fail = ncclSuccess; // it failed before the device had it
 	Stage src, dst;
 	const char *what = "";
 };
@@ -66,7 +74,8 @@ struct CollComm {
 	uint64_t next_wr = 1;
 	CollReq reqs[NCCL_NET_MAX_REQUESTS];
 	unsigned inflight = 0;
-	cuda::Stream cu; // made by the first registration of GPU memory
+	cuda::Stream cu;	       // made by the first registration of GPU memory
+	std::deque<CollReq *> waiting; // posted in NCCL's order as they can be
 };
 
 constexpr uint32_t kMrMagic = 0x6d72636e, kCommMagic = 0x636f6d6d;

@@ -74,7 +74,8 @@ CollReq *take_req(CollComm *c, const char *what)
 			r.done = false;
 			r.comm = c;
 			r.copies.clear();
-			r.copied = r.to_gpu = false;
+			r.copied = r.to_gpu = r.fetching = r.waiting = false;
+			r.fail = ncclSuccess;
 			r.bytes = 0;
 			r.status = IBV_WC_SUCCESS;
 			r.coll_status = IBV_COLL_STATUS_SUCCESS;
@@ -106,8 +107,9 @@ ibv_sge sge_of(const CollMr *m, const void *p, size_t n)
 }
 
 // n bytes at p of m into host memory at `to`, or into m's shadow when to
-// is null (nothing to do then for host memory): from GPU memory, finished
-// before the WR that reads them is posted.  false after a WARN.
+// is null (nothing to do then for host memory): from GPU memory queued on
+// the communicator's stream, the WR that reads them waiting for it
+// (post).  false after a WARN.
 bool fetch(CollReq *r, const CollMr *m, const void *p, size_t n, char *to = nullptr)
 {
 	if (!n || (!to && !m->shadow))
@@ -118,6 +120,7 @@ bool fetch(CollReq *r, const CollMr *m, const void *p, size_t n, char *to = null
 		memcpy(to, p, n);
 		return true;
 	}
+	r->fetching = true;
 	return cuda::copy_in(r->comm->cu, to, p, n, r->what);
 }
 
@@ -129,9 +132,11 @@ void deliver(CollReq *r, const CollMr *m, void *p, const char *from, size_t n)
 		r->copies.push_back({static_cast<char *>(p), from, n, m->shadow != nullptr});
 }
 
-// A request whose sources could not be fetched from GPU memory.
+// A request whose sources could not be fetched from GPU memory: none of
+// its copies still to come into its buffers.
 ncclResult_t fetch_failed(CollReq *r)
 {
+	cuda::finish(r->comm->cu, r->what);
 	give_back(r);
 	return ncclUnhandledCudaError;
 }
@@ -156,25 +161,70 @@ bool grow(Stage *s, size_t n)
 	return true;
 }
 
+// The request's WR to the device: false after a WARN.
+bool post_now(CollReq *r)
+{
+	ibv_coll_send_wr *bad;
+	if (int err = ibv_post_coll_send(r->comm->qp, &r->wr, &bad)) {
+		NCCL_PLUGIN_WARN("%s of %lu elements: post: %s", r->what,
+				 (unsigned long)r->wr.wr.coll.count, strerror(err));
+		return false;
+	}
+	return true;
+}
+
+// The waiting WRs whose sources are in, in NCCL's order (every rank's
+// device must see a communicator's collectives in one order); one that
+// fails completes its request with the error.
+void advance(CollComm *c)
+{
+	while (!c->waiting.empty()) {
+		CollReq *r = c->waiting.front();
+		if (r->fetching) {
+			int q = cuda::query(c->cu, r->in_event, r->what);
+			if (!q)
+				return;
+			r->fetching = false;
+			if (q < 0)
+				r->fail = ncclUnhandledCudaError;
+		}
+		if (!r->fail && !post_now(r))
+			r->fail = ncclSystemError;
+		r->done = r->fail != ncclSuccess;
+		r->waiting = false;
+		c->waiting.pop_front();
+	}
+}
+
 ncclResult_t post(CollReq *r, ibv_coll_wr_opcode opc, ibv_sge src, ibv_sge dst, uint64_t count,
 		  ibv_coll_op op, ibv_coll_dtype dt, void **request, uint32_t root = 0)
 {
 	CollComm *c = r->comm;
-	ibv_coll_send_wr wr{}, *bad;
+	ibv_coll_send_wr &wr = r->wr;
+	wr = {};
+	r->wr_src = src;
+	r->wr_dst = dst;
 	r->wr_id = uint64_t(r - c->reqs) | (c->next_wr++ << 8);
 	wr.wr_id = r->wr_id;
 	wr.opcode = opc;
 	wr.send_flags = IBV_COLL_SEND_SIGNALED;
-	wr.sg_list = &src;
+	wr.sg_list = &r->wr_src;
 	wr.num_sge = 1;
-	wr.wr.coll.dst_list = &dst;
+	wr.wr.coll.dst_list = &r->wr_dst;
 	wr.wr.coll.count = count;
 	wr.wr.coll.op = op;
 	wr.wr.coll.dtype = dt;
 	wr.wr.coll.root = root;
-	if (int err = ibv_post_coll_send(c->qp, &wr, &bad)) {
-		NCCL_PLUGIN_WARN("%s of %lu elements: post: %s", r->what, (unsigned long)count,
-				 strerror(err));
+	if (r->fetching && !cuda::record(c->cu, &r->in_event, r->what))
+		return fetch_failed(r);
+	if (r->fetching || !c->waiting.empty()) {
+		r->waiting = true;
+		c->waiting.push_back(r);
+		*request = r;
+		advance(c);
+		return ncclSuccess;
+	}
+	if (!post_now(r)) {
 		give_back(r);
 		return ncclSystemError;
 	}
@@ -436,17 +486,20 @@ ncclResult_t coll_test(void *request, int *done, int *size)
 		NCCL_PLUGIN_WARN("test: %p is not a request in flight", request);
 		return ncclInvalidArgument;
 	}
+	advance(r->comm);
+	if (r->waiting)
+		return ncclSuccess;
 	if (!r->done)
 		drain(r->comm);
 	if (!r->done)
 		return ncclSuccess;
-	ncclResult_t res = ncclSuccess;
+	ncclResult_t res = r->fail; // said in a WARN already
 	const cuda::Stream &cu = r->comm->cu;
-	if (r->status != IBV_WC_SUCCESS) {
+	if (!res && r->status != IBV_WC_SUCCESS) {
 		NCCL_PLUGIN_WARN("%s failed: %s (%s)", r->what, ibv_coll_wc_status_str(r->status),
 				 ibv_coll_status_str(r->coll_status));
 		res = r->coll_status == IBV_COLL_STATUS_TIMEOUT ? ncclRemoteError : ncclSystemError;
-	} else if (!r->copied) {
+	} else if (!res && !r->copied) {
 		r->copied = true;
 		for (const CollReq::Copy &k : r->copies) {
 			if (!k.gpu)

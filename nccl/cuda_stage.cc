@@ -173,10 +173,16 @@ bool copy_in(const Stream &s, void *dst, const void *src, size_t n, const char *
 {
 	return check(in_ctx(s.ctx,
 			    [&](const CuApi &a) {
-				    CUresult e = a.dtoh_async(dst, dev_ptr(src), n, s.stream);
-				    return e ? e : a.stream_sync(s.stream);
+				    return a.dtoh_async(dst, dev_ptr(src), n, s.stream);
 			    }),
 		     what, "copy from GPU memory");
+}
+
+bool finish(const Stream &s, const char *what)
+{
+	return !s.stream ||
+	       check(in_ctx(s.ctx, [&](const CuApi &a) { return a.stream_sync(s.stream); }), what,
+		     "cuStreamSynchronize");
 }
 
 bool copy_out(const Stream &s, void *dst, const void *src, size_t n, const char *what)

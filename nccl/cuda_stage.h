@@ -1,8 +1,9 @@
 // CUDA device memory for the CollNet side (ibv_coll_nccl(7), Memory): the
 // device reads and writes host memory only, so a registration of GPU
 // memory gets a shadow of pinned host memory that the device uses; a
-// request's GPU sources are copied into it before the WR is posted and
-// its GPU destinations out of it before test() says done.  The CUDA
+// request's GPU sources are copied into it before its WR is posted and
+// its GPU destinations out of it before test() says done, all on the
+// communicator's stream (no call waits for a copy).  The CUDA
 // driver (libcuda.so.1, or IBV_COLL_NCCL_CUDA_LIB) is opened at run time,
 // so the plugin needs no CUDA to build or to load; without a driver and a
 // device it offers host memory only, as before.
@@ -30,9 +31,11 @@ struct Stream {
 };
 bool stream_create(void *ctx, Stream *s);
 void stream_destroy(Stream *s);
-// n bytes of device memory at src into host memory at dst, finished on
-// return.
+// n bytes of device memory at src into host memory at dst, queued on
+// the stream (dst is written once the stream's next event is done).
 bool copy_in(const Stream &s, void *dst, const void *src, size_t n, const char *what);
+// Wait for everything queued on the stream.
+bool finish(const Stream &s, const char *what);
 // n bytes of host memory at src into device memory at dst, queued on the
 // stream (src must stay until the stream's next event is done).
 bool copy_out(const Stream &s, void *dst, const void *src, size_t n, const char *what);
