@@ -103,6 +103,40 @@ const FoldConsts kFold = {fold_const(128 + 63),	 fold_const(128 - 1),  fold_cons
 			  fold_const(1024 + 63), fold_const(1024 - 1), fold_const(2048 + 63),
 			  fold_const(2048 - 1),	 fold_const(63)};
 
+// v's low `bits` bits in the other order: a polynomial of degree < bits
+// into the reflected layout (its x^0 term at bit bits - 1).
+uint64_t reflect(uint64_t v, int bits)
+{
+	uint64_t r = 0;
+	for (int i = 0; i < bits; i++)
+		if (v >> i & 1)
+			r |= 1ull << (bits - 1 - i);
+	return r;
+}
+
+// floor(x^64 / P), of degree 32: long division, the numerator's terms
+// brought down from x^64 (the only one set) to x^0.
+uint64_t x64_div_p()
+{
+	uint64_t rem = 0, q = 0;
+	for (int d = 64; d >= 0; d--) {
+		rem = rem << 1 | (d == 64);
+		if (rem >> 32 & 1) {
+			rem ^= 0x104c11db7ull;
+			q |= 1ull << d;
+		}
+	}
+	return q;
+}
+
+// The end's constants, reflected (clmul_finish): x^64 mod P (32 bits),
+// Barrett's mu = floor(x^64 / P) and P itself (33 bits each).
+struct BarrettConsts {
+	uint64_t x64, mu, p;
+};
+const BarrettConsts kBarrett = {reflect(xpow_mod(64), 32), reflect(x64_div_p(), 33),
+				reflect(0x104c11db7ull, 33)};
+
 __attribute__((target("pclmul,sse4.1"))) inline __m128i fold(__m128i a, __m128i k)
 {
 	return _mm_xor_si128(_mm_clmulepi64_si128(a, k, 0x00), _mm_clmulepi64_si128(a, k, 0x11));
@@ -123,9 +157,10 @@ __attribute__((target("pclmul,sse4.1"), always_inline)) inline __m128i fold_in(_
 }
 
 // The 16-byte steps and the end: A (the data before p, folded) moves on
-// over what is left in whole blocks, two more folds and one step of the
-// tables reduce it to the register (16 bytes through the tables took two
-// steps and a store), and the table walk takes the tail.
+// over what is left in whole blocks, three more folds and Barrett's
+// reduction make it the register (until stop 70 the last fold and the
+// reduction were one step of the tables, eight lookups), and the table
+// walk takes the tail.
 __attribute__((target("pclmul,sse4.1"))) uint32_t clmul_finish(__m128i a, const uint8_t *p,
 							       size_t len)
 {
@@ -138,17 +173,28 @@ __attribute__((target("pclmul,sse4.1"))) uint32_t clmul_finish(__m128i a, const 
 	// The register is A x^32 mod P.  A = H x^64 + L (H the low
 	// quadword) is congruent to H (x^64 mod P) + L, of at most 96 bits,
 	// whose terms of x^64 and up (now bits 32-63 of the low quadword) fold
-	// the same way: L' of 64 bits, in the high quadword, and L' x^32 mod P
-	// is what its eight bytes through the tables give.
+	// the same way: L' of 64 bits, in the high quadword, and the register
+	// is L' x^32 mod P.
 	const __m128i k64 = _mm_set_epi64x(0, int64_t(kFold.k64));
 	const __m128i zero = _mm_setzero_si128();
 	a = _mm_xor_si128(_mm_clmulepi64_si128(a, k64, 0x00), _mm_blend_epi16(a, zero, 0x0f));
 	a = _mm_xor_si128(_mm_clmulepi64_si128(a, k64, 0x00), _mm_blend_epi16(a, zero, 0x0f));
-	const uint64_t w = uint64_t(_mm_extract_epi64(a, 1));
-	const uint32_t lo = uint32_t(w), hi = uint32_t(w >> 32);
-	const uint32_t crc = kT[7][lo & 0xff] ^ kT[6][(lo >> 8) & 0xff] ^ kT[5][(lo >> 16) & 0xff] ^
-			     kT[4][lo >> 24] ^ kT[3][hi & 0xff] ^ kT[2][(hi >> 8) & 0xff] ^
-			     kT[1][(hi >> 16) & 0xff] ^ kT[0][hi >> 24];
+	// L' x^32 mod P without the tables: with L' = A x^32 + B (in the
+	// reflected layout A is L''s low doubleword), L' x^32 = A x^64 + B x^32
+	// is congruent to T = A (x^64 mod P) + B x^32, of degree < 64, and T
+	// mod P is Barrett's reduction: q = floor(floor(T / x^32) mu / x^32),
+	// then T - q P, whose terms below x^32 are the high doubleword.
+	const __m128i lo32 = _mm_set_epi32(0, 0, 0, -1);
+	const __m128i x = _mm_srli_si128(a, 8);
+	__m128i t = _mm_clmulepi64_si128(_mm_and_si128(x, lo32),
+					 _mm_cvtsi64_si128(int64_t(kBarrett.x64)), 0x00);
+	t = _mm_xor_si128(_mm_slli_epi64(t, 1), _mm_srli_epi64(x, 32)); // product 63 bits: align
+	const __m128i q = _mm_and_si128(
+		_mm_clmulepi64_si128(_mm_and_si128(t, lo32),
+				     _mm_cvtsi64_si128(int64_t(kBarrett.mu)), 0x00),
+		lo32);
+	t = _mm_xor_si128(t, _mm_clmulepi64_si128(q, _mm_cvtsi64_si128(int64_t(kBarrett.p)), 0x00));
+	const uint32_t crc = uint32_t(_mm_extract_epi32(t, 1));
 	return len ? crc32_table(crc, p, len) : crc;
 }
 
