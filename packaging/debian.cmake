@@ -73,8 +73,12 @@ set(CPACK_COMPONENT_NCCL_DESCRIPTION "NCCL net and CollNet plugin for ibv_coll
  NCCL_COLLNET_ENABLE=1, NCCL (PyTorch, JAX) hands its CollNet allreduce,
  allgather and reduce-scatter to the ibv_coll offload engine, through an
  aggregation switch or round the ring, and its point-to-point traffic to
- RC queue pairs of the same device.")
+ RC queue pairs of the same device. With a CUDA driver (libcuda.so.1,
+ opened at run time) its CollNet also takes GPU memory, staged through
+ pinned host memory.")
 set(CPACK_DEBIAN_NCCL_PACKAGE_DEPENDS "${_ibvc_lib_pkg} (= ${_ibvc_exact})")
+# The NVIDIA driver's library, for GPU memory (non-free; not needed).
+set(CPACK_DEBIAN_NCCL_PACKAGE_SUGGESTS "libcuda1")
 set(CPACK_DEBIAN_NCCL_PACKAGE_SHLIBDEPS ON)
 
 include(CPack)

@@ -72,6 +72,7 @@ for f in "/libnccl-net-ibv_coll\.so$" /man7/ibv_coll_nccl.7; do
 	files "$nccl" | grep -q "$f" || fail "libnccl-net-ibv-coll lacks $f"
 done
 field "$nccl" Depends | grep -q "libibv-coll1 (= $version-1)" || fail "nccl plugin Depends"
+field "$nccl" Suggests | grep -q "libcuda1" || fail "nccl plugin Suggests (the CUDA driver)"
 
 # 3. Into the empty root; the SONAME and the file name agree.
 for d in "$lib" "$dev" "$utils" "$nccl"; do
