@@ -83,13 +83,21 @@ uint64_t xpow_mod(unsigned n)
 	return v;
 }
 
+// v's low `bits` bits in the other order: a polynomial of degree < bits
+// into the reflected layout (its x^0 term at bit bits - 1).
+uint64_t reflect(uint64_t v, int bits)
+{
+	uint64_t r = 0;
+	for (int i = 0; i < bits; i++)
+		if (v >> i & 1)
+			r |= 1ull << (bits - 1 - i);
+	return r;
+}
+
+// (x^n mod P) x in the quadword layout: its x^t term at bit 64 - t.
 uint64_t fold_const(unsigned n)
 {
-	uint64_t k = xpow_mod(n) << 1, r = 0; // degree <= 32, no x^0 term
-	for (unsigned t = 1; t <= 32; t++)
-		if (k >> t & 1)
-			r |= 1ull << (64 - t);
-	return r;
+	return reflect(xpow_mod(n), 64);
 }
 
 struct FoldConsts {
@@ -102,17 +110,6 @@ const FoldConsts kFold = {fold_const(128 + 63),	 fold_const(128 - 1),  fold_cons
 			  fold_const(256 - 1),	 fold_const(512 + 63), fold_const(512 - 1),
 			  fold_const(1024 + 63), fold_const(1024 - 1), fold_const(2048 + 63),
 			  fold_const(2048 - 1),	 fold_const(63)};
-
-// v's low `bits` bits in the other order: a polynomial of degree < bits
-// into the reflected layout (its x^0 term at bit bits - 1).
-uint64_t reflect(uint64_t v, int bits)
-{
-	uint64_t r = 0;
-	for (int i = 0; i < bits; i++)
-		if (v >> i & 1)
-			r |= 1ull << (bits - 1 - i);
-	return r;
-}
 
 // floor(x^64 / P), of degree 32: long division, the numerator's terms
 // brought down from x^64 (the only one set) to x^0.
@@ -598,6 +595,12 @@ uint32_t crc32_update_with(CrcImpl impl, uint32_t crc, const void *data, size_t 
 		return crc32_clmul(crc, p, len);
 #endif
 	return crc32_table(crc, p, len);
+}
+
+bool is_v4mapped(const uint8_t a[16])
+{
+	static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	return memcmp(a, prefix, 12) == 0;
 }
 
 uint32_t icrc(const UdpEndpoints &ep, const uint8_t *roce, size_t roce_len)

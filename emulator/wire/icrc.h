@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 namespace ibv_coll::emu::wire {
 
@@ -41,15 +40,7 @@ struct UdpEndpoints {
 	uint16_t dport;
 };
 
-// ::ffff:a.b.c.d (every packet asks: inline).
-inline bool is_v4mapped(const uint8_t a[16])
-{
-	uint64_t lo;
-	uint32_t mid;
-	memcpy(&lo, a, 8);
-	memcpy(&mid, a + 8, 4);
-	return lo == 0 && mid == 0xffff0000u; // bytes 10 and 11 0xff, little-endian
-}
+bool is_v4mapped(const uint8_t a[16]);
 
 // ICRC of a RoCEv2 packet: roce points at the BTH, roce_len counts the
 // bytes from the BTH to the end of the padded payload (not the ICRC).  The
