@@ -43,9 +43,23 @@ bool SegPool::acquire(uint32_t i, uint32_t jid, uint32_t mid, uint32_t sid, RedO
 
 void SegPool::release(uint32_t i)
 {
-	if (units_[i].busy) {
-		units_[i].busy = false;
+	SegUnit &u = units_[i];
+	if (u.busy) {
+		if (u.settled) {
+			u.settled = false;
+			settled_.fetch_sub(1, std::memory_order_relaxed);
+		}
+		u.busy = false;
 		in_use_.fetch_sub(1, std::memory_order_relaxed);
+	}
+}
+
+void SegPool::settle(uint32_t i)
+{
+	SegUnit &u = units_[i];
+	if (u.busy && !u.settled) {
+		u.settled = true;
+		settled_.fetch_add(1, std::memory_order_relaxed);
 	}
 }
 

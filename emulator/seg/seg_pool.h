@@ -23,6 +23,7 @@ namespace ibv_coll::emu {
 struct SegUnit {
 	bool busy = false;
 	bool filled = false;
+	bool settled = false; // its holder has its result (SegPool::settle)
 	uint32_t jid = 0, mid = 0, sid = 0;
 	uint32_t seq = 0; // protocol specific (the switch: the block's number in its job)
 	RedOp op = RedOp::sum;
@@ -57,6 +58,15 @@ public:
 	uint32_t unit_bytes() const { return unit_bytes_; }
 	uint32_t in_use() const { return in_use_.load(std::memory_order_relaxed); }
 	uint64_t high_water() const { return high_water_.load(std::memory_order_relaxed); }
+	// Busy units whose holder still collects for them (not settled):
+	// counted as units are taken, settled and released, so that a
+	// simulator can sample it after every pass of a pool of thousands.
+	uint32_t collecting() const
+	{
+		const uint32_t n = in_use_.load(std::memory_order_relaxed),
+			       s = settled_.load(std::memory_order_relaxed);
+		return n > s ? n - s : 0;
+	}
 	SegUnit &unit(uint32_t i) { return units_[i]; }
 	const SegUnit &unit(uint32_t i) const { return units_[i]; }
 
@@ -64,6 +74,9 @@ public:
 	bool acquire(uint32_t i, uint32_t jid, uint32_t mid, uint32_t sid, RedOp op, Dtype dt,
 		     uint32_t len, uint64_t node_pending, uint64_t rank_pending);
 	void release(uint32_t i);
+	// Busy unit i holds its block's final result: it collects no more
+	// (once per taking; again, or on a free unit, nothing).
+	void settle(uint32_t i);
 
 	// Add one contribution: a node's (node_bit) or a local rank's
 	// (rank_bit) data, exactly one of the two bits set.  The first fills
@@ -115,6 +128,7 @@ private:
 	// their own at once.
 	std::atomic<uint32_t> in_use_{0};
 	std::atomic<uint32_t> high_water_{0};
+	std::atomic<uint32_t> settled_{0};
 };
 
 } // namespace ibv_coll::emu

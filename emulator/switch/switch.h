@@ -199,7 +199,7 @@ public:
 	uint32_t units_high_water() const { return uint32_t(pool_.high_water()); }
 	// Of those, the units still waiting for partials (or for the parent's
 	// result): a unit holding its result is kept only to answer repeats
-	// and is taken by the next block at once.  Walks the pool.
+	// and is taken by the next block at once.  Counted by the pool.
 	uint32_t units_collecting() const;
 	// What STATS_REPLY carries: the totals, then the Seg units and jobs.
 	std::vector<NamedCounter> stat_records() const;

@@ -93,6 +93,7 @@ void Switch::complete_unit(Job &j, uint32_t unit)
 		send_up(j, unit);
 	} else {
 		u.kind = kUnitDone;
+		pool_.settle(j.seg_base + unit);
 		ctr(j).results++;
 		send_results(j, unit, now);
 	}
@@ -675,6 +676,7 @@ void Switch::on_result(const In &p)
 		memcpy(u.data, p.payload, p.paylen);
 	const uint32_t len = std::max(u.len, p.paylen);
 	u.kind = kUnitDone;
+	pool_.settle(j.seg_base + p.h.seg);
 	if (len == p.paylen)
 		u.crc = p.tail_crc;
 	u.len = len;

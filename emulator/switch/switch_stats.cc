@@ -160,14 +160,12 @@ bool Switch::job_counters(uint32_t jid, SwitchCounters *out) const
 	return true;
 }
 
+// The units taken and not yet done (kUnitDone: SegPool::settle where it
+// is set), counted by the pool as they change, not by a walk over it:
+// ibv_coll_sim asks after every pass of every switch.
 uint32_t Switch::units_collecting() const
 {
-	uint32_t n = 0;
-	for (uint32_t i = 0; i < p_.units; i++) {
-		const SegUnit &u = pool_.unit(i);
-		n += u.busy && u.kind != swimpl::kUnitDone;
-	}
-	return n;
+	return pool_.collecting();
 }
 
 uint32_t Switch::units_in_use() const

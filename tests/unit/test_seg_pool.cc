@@ -144,3 +144,35 @@ TEST(SegPool, RangesHaveOneOwnerAtATime)
 	p.unreserve(0, 16, 5);
 	EXPECT_TRUE(p.reserve(0, 16, 6));
 }
+
+// collecting() counts busy units not settled, against a walk over the
+// pool after every step of a seeded run of takes, settles (some twice,
+// some of free units) and releases.
+TEST(SegPool, CollectingIsBusyLessSettled)
+{
+	SegPool p(64, 64);
+	uint32_t x = 12345; // xorshift: the same steps every run
+	auto next = [&x] {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		return x;
+	};
+	for (int step = 0; step < 20000; step++) {
+		const uint32_t i = next() % 64;
+		switch (next() % 3) {
+		case 0: p.acquire(i, 1, 0, i, RedOp::sum, Dtype::int32, 16, 1, 0); break;
+		case 1: p.settle(i); break;
+		default: p.release(i); break;
+		}
+		uint32_t walk = 0;
+		for (uint32_t k = 0; k < p.size(); k++)
+			walk += p.unit(k).busy && !p.unit(k).settled;
+		ASSERT_EQ(p.collecting(), walk) << "step " << step;
+	}
+	p.acquire(63, 1, 0, 0, RedOp::sum, Dtype::int32, 16, 1, 0); // busy either way
+	p.settle(63);
+	p.release(63);
+	EXPECT_TRUE(p.acquire(63, 1, 0, 0, RedOp::sum, Dtype::int32, 16, 1, 0));
+	EXPECT_FALSE(p.unit(63).settled) << "a unit taken again collects";
+}
