@@ -54,7 +54,7 @@ public:
 	std::vector<Cq *> cqs;
 	uint32_t next_cqn = 1;
 
-	// Wake-up protocol with the engine thread: see engine.cc.
+	// Wake-up protocol with the engine thread: see engine_wait.cc.
 	std::atomic<bool> work_pending{false};
 	std::atomic<bool> sleeping{false};
 	std::atomic<uint64_t> armed_deadline{0};
@@ -76,7 +76,7 @@ public:
 	// 0 from just before it sleeps.  A client that stores a work queue's
 	// producer index and then reads 1 needs no doorbell message: the
 	// thread sees the queue in a pass, the last of them after the word
-	// went to 0 (engine.cc run()).
+	// went to 0 (engine_wait.cc run_passes()).
 	std::atomic<uint32_t> *awake_word = nullptr;
 
 	bool progress_locked();
@@ -144,6 +144,8 @@ public:
 private:
 	void run();
 	void run_passes();
+	// Asleep while an application thread polls (see engine_wait.cc).
+	bool sleep_while_app_polls();
 	void handle_packet(const RxPacket &rx);
 
 	// epfd_ watches the port, the doorbell and the timer; epq_ only the

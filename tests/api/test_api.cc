@@ -617,6 +617,40 @@ TEST(CompChannel, ArmingAfterPollingHandsTheDeviceBack)
 	c.close();
 }
 
+// The other way the hold ends: the application stops polling without
+// arming (it computes, say).  Its device's engine thread must run the
+// port again once IBV_COLL_EMU_APP_POLL_US (here 20 ms) has passed since
+// the last poll, however many times the hold was renewed before, or the
+// peer's send is never acknowledged: a waits for its send completion,
+// polling its own device only, and b's receive is there afterwards.
+TEST(CompChannel, EngineTakesThePortBackWhenPollingStopsUnsaid)
+{
+	if (!test_device_is_emulated())
+		GTEST_SKIP() << "the hand-off is the emulated device's";
+	setenv("IBV_COLL_EMU_APP_POLL_US", "20000", 1);
+	ChannelPair c;
+	c.open();
+	unsetenv("IBV_COLL_EMU_APP_POLL_US");
+	ASSERT_FALSE(HasFatalFailure());
+	ASSERT_NO_FATAL_FAILURE(c.post_recv(79));
+	ibv_coll_wc wc;
+	// Polls over 50 ms: the engine thread wakes at least twice at the
+	// hold's end and finds it renewed.
+	for (int i = 0; i < 50; i++) {
+		ASSERT_EQ(ibv_poll_coll_cq(c.cq, 1, &wc), 0);
+		usleep(1000);
+	}
+	ASSERT_EQ(c.a.post_send(IBV_COLL_WR_SEND, 0, 64, 0, 0, 2), 0);
+	ASSERT_EQ(c.a.wait(&wc, 3000), 0) << "b's engine thread did not take the port back";
+	EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+	ASSERT_EQ(ibv_poll_coll_cq(c.cq, 1, &wc), 1);
+	EXPECT_EQ(wc.wr_id, 79u);
+	EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+	EXPECT_EQ(ibv_destroy_coll_qp(c.qp), 0);
+	EXPECT_EQ(ibv_destroy_coll_cq(c.cq), 0);
+	EXPECT_EQ(ibv_destroy_coll_comp_channel(c.ch), 0);
+}
+
 TEST(Strings, StatusAndOpcodes)
 {
 	EXPECT_STREQ(ibv_coll_wc_status_str(IBV_WC_SUCCESS), "success");
