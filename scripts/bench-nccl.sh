@@ -7,6 +7,12 @@
 # that both see the machine alike.  Prints each side's median time and
 # busbw of ROUNDS runs and their ratio (perf's time over the plugin's, the
 # plugin's busbw over perf's); the target is >= 0.90 at NP=4.
+# Beside them, for sizes above the chunk, ibv_coll_perf once more cut as
+# the proxy cuts (allreduces of CHUNK bytes, --depth INFLIGHT in flight;
+# its time per chunk times the chunks of the size): what the device
+# itself takes for the requests the plugin posts, so that the plugin's
+# own cost (at.chunk = that time over the plugin's) shows apart from the
+# cost of smaller collectives.
 # Every result is checked on both sides (a wrong element fails the run).
 #
 # Usage: scripts/bench-nccl.sh [-t ring|switch]
@@ -43,9 +49,13 @@ fi
 median() { sort -g | awk '{ v[NR] = $0 } END { print (NR ? v[int((NR + 1) / 2)] : "nan nan") }'; }
 
 echo "# $(nproc) cores, $np ranks, $topo, fp32 sum; plugin: chunk $chunk, $inflight in flight"
-printf "#%11s %11s %9s %11s %9s %8s\n" size "perf(us)" busbw "plugin(us)" busbw ratio
+printf "#%11s %11s %9s %11s %9s %8s %13s %8s\n" size "perf(us)" busbw "plugin(us)" busbw ratio \
+	"perf@chunk(us)" at.chunk
+chunk_b=$(bench_bytes "$chunk")
 for s in $sizes; do
-	: >"$tmp/perf" && : >"$tmp/nccl"
+	: >"$tmp/perf" && : >"$tmp/nccl" && : >"$tmp/cut"
+	s_b=$(bench_bytes "$s")
+	cuts=$((s_b > chunk_b ? s_b / chunk_b : 0))
 	for _ in $(seq "$rounds"); do
 		"$build/tools/ibv_coll_run" -n "$np" -- "$build/tools/ibv_coll_perf" -D "$dev" \
 			"${perf_sw[@]}" -b "$s" -e "$s" -n "$iters" -w "$warmup" -z 0 -c 1 >"$tmp/p.out" 2>&1 ||
@@ -57,9 +67,19 @@ for s in $sizes; do
 			{ cat "$tmp/n.out"; exit 1; }
 		awk '$1 ~ /^[0-9]+$/ { if ($6 != 0) exit 1; print $3, $5 }' "$tmp/n.out" >>"$tmp/nccl" ||
 			{ cat "$tmp/n.out"; exit 1; }
+		[ "$cuts" -gt 0 ] || continue
+		"$build/tools/ibv_coll_run" -n "$np" -- "$build/tools/ibv_coll_perf" -D "$dev" \
+			"${perf_sw[@]}" -b "$chunk" -e "$chunk" -n "$((iters * cuts))" -w "$((warmup * cuts))" \
+			-z 0 --depth "$inflight" -c 1 >"$tmp/c.out" 2>&1 || { cat "$tmp/c.out"; exit 1; }
+		grep -q 'Wrong elements *: 0 OK' "$tmp/c.out" || { cat "$tmp/c.out"; exit 1; }
+		sed 's/^\[0\] *//' "$tmp/c.out" | awk -v k="$cuts" '$1 ~ /^[0-9]+$/ { print $6 * k }' |
+			head -1 >>"$tmp/cut"
 	done
 	read -r pt pb <<<"$(median <"$tmp/perf")"
 	read -r nt nb <<<"$(median <"$tmp/nccl")"
-	printf " %11s %11s %9s %11s %9s %8s\n" "$s" "$pt" "$pb" "$nt" "$nb" \
-		"$(awk -v a="$pt" -v b="$nt" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')"
+	ct=-
+	[ "$cuts" -gt 0 ] && ct=$(median <"$tmp/cut")
+	printf " %11s %11s %9s %11s %9s %8s %13s %8s\n" "$s" "$pt" "$pb" "$nt" "$nb" \
+		"$(awk -v a="$pt" -v b="$nt" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')" \
+		"$ct" "$(awk -v a="$ct" -v b="$nt" 'BEGIN { if (a != "-" && b > 0) printf "%.2f", a / b; else print "-" }')"
 done

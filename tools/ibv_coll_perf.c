@@ -136,12 +136,14 @@ static int wait_wcs(struct perf *p, struct ibv_coll_wc *wc, int max)
 	}
 }
 
-/* Post n copies of *tmpl, at most QDEPTH in flight, and wait for all. */
+/* Post n copies of *tmpl, at most --depth (QDEPTH) in flight, and wait
+ * for all. */
 static int run_ops(struct perf *p, const struct ibv_coll_send_wr *tmpl, int n, size_t bytes)
 {
 	struct ibv_coll_send_wr wrs[QDEPTH], *bad;
 	struct ibv_coll_wc wc[QDEPTH];
-	int posted = 0, done = 0, err, depth = p->o.blocking ? 1 : QDEPTH;
+	int posted = 0, done = 0, err;
+	const int depth = p->o.blocking ? 1 : p->o.depth < QDEPTH ? p->o.depth : QDEPTH;
 	while (done < n) {
 		int batch = n - posted < depth - (posted - done) ? n - posted
 								 : depth - (posted - done);

@@ -81,6 +81,8 @@ bad_values)
 	bad_value --only allreduc "$allreduce" -b unix:$dir/s -i 0 -n 1 -o allreduc
 	IBVC_RANKS_PER_NODE=zero bad_value IBVC_RANKS_PER_NODE zero "$allreduce" -b unix:$dir/s -i 0 -n 1
 	bad_value -L -1 "$b/emulator/ibv_coll_switchd" -p 0 -L -1
+	bad_value --depth 0 "$perf" --nodes 1 --depth 0
+	bad_value --depth 33 "$perf" --nodes 1 --depth 33
 	;;
 wrong_device)
 	for c in "$allreduce -b unix:$dir/s -i 0 -n 1 -d mlx5_0" "$perf --nodes 1 -D mlx5_0 -b 8 -e 8"; do

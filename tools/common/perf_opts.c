@@ -70,6 +70,7 @@ static void usage(FILE *f)
 		"  -c, --check 0|1         check every destination element (1)\n"
 		"  -z, --blocking 0|1      wait for each collective before posting the next (0: keep\n"
 		"                          up to 32 in flight, as nccl-tests keeps a stream busy)\n"
+		"      --depth N           with -z 0, at most N in flight (1-32; 32)\n"
 		"  -d, --datatype TYPE     int8 uint8 int16 uint16 int32 uint32 int64 uint64\n"
 		"                          half bfloat16 float double (float)\n"
 		"  -o, --op OP             sum prod min max avg band bor bxor (sum)\n"
@@ -324,6 +325,7 @@ enum {
 	OPT_NO_PROGRESS,
 	OPT_SPINE,
 	OPT_GAP,
+	OPT_DEPTH,
 	OPT_RANLOG
 };
 
@@ -357,6 +359,7 @@ static const struct option long_opts[] = {
 	{"version", 0, NULL, 'V'},
 	{"spine", 1, NULL, OPT_SPINE},
 	{"gap-us", 1, NULL, OPT_GAP},
+	{"depth", 1, NULL, OPT_DEPTH},
 	{"ran-log", 1, NULL, OPT_RANLOG},
 	{NULL, 0, NULL, 0},
 };
@@ -379,6 +382,7 @@ static void set_defaults(struct perf_opts *o)
 		.op = PD_SUM,
 		.coll = 0,
 		.spin_us = -1,
+		.depth = 32,
 		.dev = "crxe_lo",
 		.node = 0,
 		.nodes = 1,
@@ -413,6 +417,7 @@ static int take_opt(int c, const char *arg, struct perf_opts *o, int *node, int 
 	case 'z': bad = parse_int(arg, 0, 1, &o->blocking); break;
 	case OPT_SPIN: bad = parse_int(arg, 0, 1000000, &o->spin_us); break;
 	case OPT_GAP: bad = parse_int(arg, 0, 10000000, &o->gap_us); break;
+	case OPT_DEPTH: bad = parse_int(arg, 1, 32, &o->depth); break;
 	case OPT_RANLOG: o->ran_log = arg; break;
 	case OPT_WINDOW: bad = parse_int(arg, 1, 1 << 20, &o->window); break;
 	case OPT_E2E: o->e2e_ack = 1; break;

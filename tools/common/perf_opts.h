@@ -30,6 +30,7 @@ struct perf_opts {
 	int type, op, coll; /* enum pd_type, enum pd_op, index in colls */
 	int spin_us;
 	int blocking; /* -z: one collective in flight at a time */
+	int depth;    /* --depth: in flight with -z 0 (1..32) */
 	int window;   /* --window: switch window (0: the grant's) */
 	int e2e_ack;  /* --e2e-ack */
 	const char *dev;
