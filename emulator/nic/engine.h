@@ -146,6 +146,7 @@ private:
 	void run_passes();
 	// Asleep while an application thread polls (see engine_wait.cc).
 	bool sleep_while_app_polls();
+	bool sleep_on(int epfd, uint64_t timer); // true: the doorbell rang
 	void handle_packet(const RxPacket &rx);
 
 	// epfd_ watches the port, the doorbell and the timer; epq_ only the

@@ -42,7 +42,6 @@ void Engine::run_passes()
 {
 	uint64_t idle_since = 0;
 	bool pass = true; // run a progress pass before sleeping again
-	epoll_event evs[4];
 	while (!stop_.load() && !dead.load()) {
 		work_pending.store(false);
 		bool did = false, quiet;
@@ -103,25 +102,10 @@ void Engine::run_passes()
 			sleeping.store(false);
 			continue;
 		}
-		itimerspec its{};
-		if (timer) {
-			its.it_value.tv_sec = time_t(timer / 1000000000ull);
-			its.it_value.tv_nsec = long(timer % 1000000000ull);
-		}
-		timerfd_settime(tfd_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
-		int n = epoll_wait(quiet ? epq_.get() : epfd_.get(), evs, 4, -1);
+		const bool rung = sleep_on(quiet ? epq_.get() : epfd_.get(), timer);
 		sleeping.store(false);
 		if (aw)
 			aw->store(1);
-		bool rung = false;
-		for (int i = 0; i < n; i++) {
-			if (evs[i].data.fd == evfd_.get() || evs[i].data.fd == tfd_.get()) {
-				uint64_t v;
-				ssize_t r = read(evs[i].data.fd, &v, sizeof(v));
-				(void)r;
-				rung |= evs[i].data.fd == evfd_.get();
-			}
-		}
 		// The hand-off timer, with the application still polling: its
 		// polls run the timers too, so only sleep on.
 		pass = !(quiet && !rung && app_until.load() > util::now_ns());
@@ -143,7 +127,6 @@ void Engine::run_passes()
 // pass before every sleep.
 bool Engine::sleep_while_app_polls()
 {
-	epoll_event evs[4];
 	for (;;) {
 		const uint64_t until = app_until.load();
 		if (until <= util::now_ns() || stop_.load() || dead.load())
@@ -154,22 +137,37 @@ bool Engine::sleep_while_app_polls()
 			sleeping.store(false);
 			return true;
 		}
-		itimerspec its{};
-		its.it_value.tv_sec = time_t(until / 1000000000ull);
-		its.it_value.tv_nsec = long(until % 1000000000ull);
-		timerfd_settime(tfd_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
-		const int n = epoll_wait(epq_.get(), evs, 4, -1);
+		const bool rung = sleep_on(epq_.get(), until);
 		sleeping.store(false);
-		bool rung = false;
-		for (int i = 0; i < n; i++) {
+		if (rung)
+			return true;
+	}
+}
+
+// One sleep of the engine thread: the timer set to `timer` (absolute, on
+// the monotonic clock; 0: none), then epoll on epfd (epfd_: the port, the
+// doorbell and the timer; epq_: the last two), the doorbell's and the
+// timer's counts read.  True when the doorbell rang.
+bool Engine::sleep_on(int epfd, uint64_t timer)
+{
+	itimerspec its{};
+	if (timer) {
+		its.it_value.tv_sec = time_t(timer / 1000000000ull);
+		its.it_value.tv_nsec = long(timer % 1000000000ull);
+	}
+	timerfd_settime(tfd_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
+	epoll_event evs[4];
+	const int n = epoll_wait(epfd, evs, 4, -1);
+	bool rung = false;
+	for (int i = 0; i < n; i++) {
+		if (evs[i].data.fd == evfd_.get() || evs[i].data.fd == tfd_.get()) {
 			uint64_t v;
 			ssize_t r = read(evs[i].data.fd, &v, sizeof(v));
 			(void)r;
 			rung |= evs[i].data.fd == evfd_.get();
 		}
-		if (rung)
-			return true;
 	}
+	return rung;
 }
 
 } // namespace ibv_coll::emu
