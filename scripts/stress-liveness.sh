@@ -1,6 +1,7 @@
 #!/bin/sh
 # stress-liveness - seeded random collectives on the shapes that once stalled
-# hanging, until each shape has run at least COUNT collectives: every
+# hanging, until each shape has run at least COUNT collectives (or COUNT
+# seeds, should runs fail before their first collective): every
 # result is checked against the scalar reference (coll_node), and a node
 # that neither completes nor fails within its job's timeout is a hang.
 #
@@ -23,11 +24,22 @@ while getopts B:c:s:t: o; do
 	c) count=$OPTARG ;;
 	s) seed0=$OPTARG ;;
 	t) tmo=$OPTARG ;;
-	*) sed -n '5,6p' "$0"; exit 2 ;;
+	*) sed -n '8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
 shapes=${*:-ring5 switch4 ring5_lossy switch4_lossy}
+for v in "c $count" "s $seed0" "t $tmo"; do
+	case ${v#? } in
+	'' | *[!0-9]* | 0) echo "stress-liveness: -${v%% *} ${v#? }: a positive integer" >&2; exit 2 ;;
+	esac
+done
+for shape in $shapes; do
+	case $shape in
+	ring5 | switch4 | ring5_lossy | switch4_lossy) ;;
+	*) echo "stress-liveness: unknown shape $shape (ring5, switch4, ring5_lossy, switch4_lossy)" >&2; exit 2 ;;
+	esac
+done
 node=$build/tests/coll_node switchd=$build/emulator/ibv_coll_switchd
 [ -x "$node" ] && [ -x "$switchd" ] || { echo "stress-liveness: build coll_node and ibv_coll_switchd in $build" >&2; exit 2; }
 tmp=$(mktemp -d /tmp/ibvc_stress.XXXXXX)
@@ -48,12 +60,13 @@ for shape in $shapes; do
 	switch4) n=4 topo=switch imp= ;;
 	ring5_lossy) n=5 topo=ring imp=drop=0.05,dup=0.01,reorder=0.01 ;;
 	switch4_lossy) n=4 topo=switch imp=drop=0.05,dup=0.01,reorder=0.01 ;;
-	*) echo "stress-liveness: unknown shape $shape" >&2; exit 2 ;;
 	esac
 	colls=0 seeds=0 hangs=0 failed=0 slowest=0
 	start=$(date +%s)
 	seed=$seed0
-	while [ "$colls" -lt "$count" ]; do
+	# Every seed runs at least 3 collectives; a run that fails before its
+	# first adds none, so the seeds are bounded too.
+	while [ "$colls" -lt "$count" ] && [ "$seeds" -lt "$count" ]; do
 		seeds=$((seeds + 1))
 		scen=random
 		[ $((seed % 4)) -eq 0 ] && scen=heavy
