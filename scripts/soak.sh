@@ -26,8 +26,16 @@ while getopts B:t:S:R: o; do
 	t) secs=$OPTARG ;;
 	S) seed=$OPTARG ;;
 	R) max_rounds=$OPTARG ;; # stop after this many rounds too (0: none)
-	*) sed -n '2,5p' "$0"; exit 2 ;;
+	*) sed -n '4p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
+done
+for v in "t $secs 1" "S $seed 0" "R $max_rounds 0"; do
+	set -- $v
+	case $2 in
+	'' | *[!0-9]*) ok=0 ;;
+	*) [ "$2" -ge "$3" ] && ok=1 || ok=0 ;;
+	esac
+	[ $ok -eq 1 ] || { echo "soak: -$1 $2: an integer of at least $3" >&2; exit 2; }
 done
 node=$build/tests/coll_node switchd=$build/emulator/ibv_coll_switchd
 [ -x "$node" ] && [ -x "$switchd" ] || { echo "soak: build coll_node and ibv_coll_switchd in $build" >&2; exit 2; }
@@ -142,6 +150,8 @@ while [ $(($(date +%s) - start)) -lt "$secs" ] &&
 	last_rss=$((r0 + r1 + r2))
 	last_fds=$f
 done
+# A soak that checked nothing passes nothing.
+[ "$colls" -gt 0 ] || fail "no collective completed in $round rounds"
 # Growth: descriptors not at all, memory by at most 25 % + 8 MiB over the
 # warmed-up baseline (allocator noise, not a leak per job).  A run too
 # short for a baseline (a slow machine) still checked every result.

@@ -83,11 +83,14 @@ bad_values)
 	bad_value -L -1 "$b/emulator/ibv_coll_switchd" -p 0 -L -1
 	bad_value --depth 0 "$perf" --nodes 1 --depth 0
 	bad_value --depth 33 "$perf" --nodes 1 --depth 33
-	# A script's too: stress-liveness once ran no collective and passed.
+	# A script's too: stress-liveness -c abc once ran no collective and
+	# passed.
 	stress=$(dirname "$0")/../../scripts/stress-liveness.sh
 	bad_value -c abc sh "$stress" -B "$b" -c abc
 	bad_value -t 0 sh "$stress" -B "$b" -t 0
 	bad_value "unknown shape" ring6 sh "$stress" -B "$b" -c 1 ring6
+	# soak.sh -t abc ran no round and said PASS.
+	bad_value -t abc sh "$(dirname "$0")/../../scripts/soak.sh" -B "$b" -t abc
 	;;
 wrong_device)
 	for c in "$allreduce -b unix:$dir/s -i 0 -n 1 -d mlx5_0" "$perf --nodes 1 -D mlx5_0 -b 8 -e 8"; do
