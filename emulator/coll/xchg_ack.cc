@@ -246,6 +246,16 @@ void XchgPath::park(CollJob &job, Message &m, uint64_t now)
 			   u_.host().params.name, job.cfg.jid, slot->sent.mid);
 	}
 	std::swap(*slot, o);
+	// The slot's buffer (its peers have what it held) stays with the job
+	// for a later message's partials: with m's it would go when m is
+	// done, and a message that opens while the one before it waits for
+	// its acknowledgement (every message of a blocking loop) would
+	// allocate and clear its partials' buffer again (128 KiB for a 32 KiB
+	// allreduce of 4 nodes).
+	if (!o.sent.on && !o.sent.data.empty() && xj.outs.size() < kOutSlots) {
+		xj.outs.emplace_back();
+		std::swap(xj.outs.back(), o);
+	}
 	x.in.on = false;
 	for (XchgSlots &e : xj.early)
 		if (!e.on && e.data.empty() && !x.in.data.empty())

@@ -1056,6 +1056,34 @@ TEST(CollPathsExchange, AcknowledgementsRideOnTheNextPartials)
 	}
 }
 
+// A blocking loop of exchanges: each message opens while the one before
+// it still waits for its acknowledgement (they ride on this one's
+// partials), so the buffer its partials go from must come from one that
+// is acknowledged.  Each message that completes leaves such a buffer with
+// the job; it once went away with the message, and every message of a
+// 32 KiB allreduce allocated and cleared 128 KiB anew (4 nodes: a
+// partial per phase).
+TEST(CollPathsExchange, APartialsBufferIsKeptForTheNextMessage)
+{
+	Cluster c({1, 1, 1, 1}, Topology::ring, 5, false);
+	constexpr uint32_t kMsgs = 12;
+	constexpr uint64_t kCount = 1000; // 4000 bytes a rank: 16 pieces of 256
+	for (uint32_t mid = 1; mid <= kMsgs; mid++) {
+		c.post_allreduce(mid, kCount, mid);
+		ASSERT_TRUE(c.run(mid, 5000 * kMs)) << "mid " << mid;
+		expect_results(c, mid);
+		if (mid < 2)
+			continue; // the first message's buffer is still in use
+		for (size_t n = 0; n < c.nodes.size(); n++) {
+			const CollJob &job = *c.nodes[n]->qp.job;
+			size_t spare = 0;
+			for (const XchgOut &o : job.xchg.outs)
+				spare += !o.sent.on && o.sent.data.size() >= kCount * 4;
+			EXPECT_GE(spare, 1u) << "node " << n << ", after message " << mid;
+		}
+	}
+}
+
 // Eight collectives posted at once on every node of shape, each into
 // buffers of its own (coll_of and count_of say what message i is; a
 // broadcast's root varies), with loss, duplicates, reordering and
