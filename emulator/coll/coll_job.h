@@ -207,7 +207,7 @@ struct RingMsg {
 	// The partials this node passed on (neither origin nor finisher),
 	// kept until the block's result passes here, to send again to the
 	// next node: slots of block_bytes in kept, made as needed and kept
-	// for the job's next messages (CollJob::spare_ring: a fresh buffer a
+	// for the job's next messages (CollJob::spare_rings: a fresh buffer a
 	// message cost its pages' faults, and a 4-node loopback ring ran 40 %
 	// slower); kept_at by block: its slot + 1, or 0.
 	// A partial is made in its slot and sent from there (lent:
@@ -642,7 +642,10 @@ struct CollJob {
 	}
 	// The last message's bounce buffer, for the next (no zeroing again).
 	std::vector<uint8_t> spare_bounce;
-	RingMsg spare_ring;	  // the last message's hop state, for its memory
+	// The hop state of messages done round the ring, for their memory:
+	// one for each message that may run at once (IBV_COLL_EMU_COLL_DEPTH),
+	// so that messages in flight together each find one.
+	std::vector<RingMsg> spare_rings;
 	uint32_t inc = 0;	  // incarnation: the QP's count of jobs given it (wire::Ceth::inc)
 	uint32_t last_mid = 0;	  // most recent finished (or failed) message; 0: none yet
 	uint32_t aborted_mid = 0; // a member aborted this message before we ran it (0: none)

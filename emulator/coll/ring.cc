@@ -158,7 +158,12 @@ void RingPath::start(Qp &qp, CollJob &job, Message &m, uint64_t now)
 	}
 	// Gaps are looked for from each chunk's first block on.
 	job.reo_wnd -= job.reo_wnd / 8; // what the path did lately counts most
-	m.ring = RingMsg::reusing(job.spare_ring);
+	if (job.spare_rings.empty()) {
+		m.ring = RingMsg{};
+	} else {
+		m.ring = RingMsg::reusing(job.spare_rings.back());
+		job.spare_rings.pop_back();
+	}
 	m.ring.probe_at = now;
 	m.ring.kept_at.assign(m.nblocks, 0);
 	// Room for the numbers of the hops (every block twice, and a few

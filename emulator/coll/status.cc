@@ -5,6 +5,8 @@
 #include "nic/nic.h"
 #include "util/log.h"
 
+#include <algorithm>
+
 namespace ibv_coll::emu {
 
 static WcStatus wc_status_of(CollStatus st)
@@ -99,8 +101,9 @@ void CollEngine::complete(Qp &qp, CollJob &job, CollStatus st)
 	job.last_mid = m.mid;
 	if (!m.bounce.empty())
 		job.spare_bounce = std::move(m.bounce);
-	if (m.ring.kept_at.capacity()) // it ran round the ring
-		job.spare_ring = std::move(m.ring);
+	if (m.ring.kept_at.capacity() && // it ran round the ring
+	    job.spare_rings.size() < std::max<uint32_t>(e_.params.cfg.coll_depth, 1))
+		job.spare_rings.push_back(std::move(m.ring));
 	IBVC_DEBUG("coll", "{}: job {} message {} done ({}), {} Seg units in use", e_.params.name,
 		   job.cfg.jid, m.mid, int(st), segs_.in_use());
 	// The oldest message in flight beside it (it started before this
