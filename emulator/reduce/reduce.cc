@@ -226,6 +226,17 @@ bool dtype_is_pair(Dtype d)
 {
 	return detail::is_pair(d);
 }
+bool op_order_free(RedOp op, Dtype d)
+{
+	if (!detail::supported(op, d))
+		return false;
+	switch (d) {
+	case Dtype::int64_int32:
+	case Dtype::int32_int32:
+	case Dtype::int16_int32: return true;
+	default: return static_cast<unsigned>(d) <= static_cast<unsigned>(Dtype::uint64);
+	}
+}
 
 const char *dtype_name(Dtype d)
 {

@@ -63,6 +63,12 @@ bool redop_valid(uint8_t);
 // sum, prod, min, max and avg on the 12 numeric types.
 bool op_supported(RedOp, Dtype);
 bool dtype_is_pair(Dtype);
+// Whether op's result on dtype has the same bits whatever the order its operands are combined in: integer
+// arithmetic (it wraps), bitwise and logical ops, avg's integer sum, and maxloc/minloc on integer values (a total
+// order on whole pairs).  Not floats: their sum and prod are not associative, and which NaN a result carries
+// depends on which operand came first (also for the float pairs, whose NaNs tie).  The switch folds such
+// partials as they arrive instead of in its fixed child order.
+bool op_order_free(RedOp, Dtype);
 const char *dtype_name(Dtype); // "int8", ..., "invalid" for out-of-range values
 const char *redop_name(RedOp);
 

@@ -4,6 +4,7 @@
 #include "switch/switch.h"
 #include "switch/switch_impl.h"
 
+#include "reduce/reduce.h"
 #include "util/clock.h"
 #include "wire/roce.h"
 
@@ -16,12 +17,14 @@ using namespace wire;
 using namespace swimpl;
 
 // Fold a child's partial into the unit, in child order: it goes in now
-// if its lowest node is the lowest still pending, else it waits.
+// if its lowest node is the lowest still pending, else it waits (a copy).
+// Where the order cannot change the result's bits (op_order_free: integer
+// types, bitwise and logical ops, maxloc/minloc) it goes in as it comes.
 void Switch::fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, uint32_t len)
 {
 	SegUnit &u = pool_.unit(j.seg_base + unit);
 	std::vector<Stash> &v = j.stash[unit];
-	if (lowest(cover) != lowest(u.node_pending)) {
+	if (lowest(cover) != lowest(u.node_pending) && !op_order_free(u.op, u.dtype)) {
 		std::vector<uint8_t> buf;
 		if (!wk().spare.empty()) {
 			buf.swap(wk().spare.back());

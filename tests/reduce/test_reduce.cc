@@ -1397,6 +1397,60 @@ TEST(Metadata, EnumValuesSizesAndNames)
 	EXPECT_FALSE(op_supported(RedOp::sum, static_cast<Dtype>(17)));
 }
 
+// op_order_free: where it says the order does not matter, five operands
+// folded in any order give the bits of folding them in order (operands
+// drawn to tie often: 0, 1, 0x80, 0xff bytes); floats and float pairs are
+// not order free, and the test can tell an order that matters (float sums).
+TEST(OrderFree, AnyOrderGivesTheBitsOfTheFixedOrder)
+{
+	std::mt19937 rng{20261206};
+	constexpr size_t kCount = 64;
+	constexpr unsigned kOps = 5;
+	const uint8_t ties[] = {0, 1, 0x80, 0xff};
+	unsigned checked = 0;
+	for (unsigned o = 0; o < kNumRedOps; ++o)
+		for (unsigned d = 0; d < kNumDtypes; ++d) {
+			const RedOp op = redop_at(o);
+			const Dtype t = dtype_at(d);
+			const bool want = op_supported(op, t) &&
+					  (is_integer(t) || t == Dtype::int64_int32 ||
+					   t == Dtype::int32_int32 || t == Dtype::int16_int32);
+			ASSERT_EQ(op_order_free(op, t), want)
+				<< redop_name(op) << "/" << dtype_name(t);
+			if (!want)
+				continue;
+			const ReduceFn fn = reduce_fn(op, t);
+			const size_t n = kCount * dtype_size(t);
+			std::vector<std::vector<uint8_t>> in(kOps, std::vector<uint8_t>(n));
+			for (auto &v : in)
+				for (auto &b : v)
+					b = rng() % 2 ? ties[rng() % 4] : uint8_t(rng());
+			auto fold = [&](const std::vector<unsigned> &order) {
+				std::vector<uint8_t> acc = in[order[0]];
+				for (size_t k = 1; k < order.size(); k++)
+					fn(acc.data(), acc.data(), in[order[k]].data(), kCount);
+				return acc;
+			};
+			std::vector<unsigned> order{0, 1, 2, 3, 4};
+			const std::vector<uint8_t> fixed = fold(order);
+			for (int p = 0; p < 12; p++) {
+				std::shuffle(order.begin(), order.end(), rng);
+				ASSERT_EQ(fold(order), fixed)
+					<< redop_name(op) << "/" << dtype_name(t);
+			}
+			checked++;
+		}
+	EXPECT_EQ(checked, 8u * 11u + 3u * 2u); // 8 integer types x 11 ops, 3 integer pairs x 2
+	// An order that matters: 1e8 + 1 rounds back to 1e8 in float.
+	const ReduceFn add = reduce_fn(RedOp::sum, Dtype::float32);
+	float x = 1e8f, y = 1.0f, z = -1e8f, p = x, q = x;
+	add(&p, &p, &y, 1);
+	add(&p, &p, &z, 1); // (x + y) + z = 0
+	add(&q, &q, &z, 1);
+	add(&q, &q, &y, 1); // (x + z) + y = 1
+	EXPECT_NE(p, q);
+}
+
 TEST(IsaSelection, EnvironmentValues)
 {
 	const Isa best = best_isa();

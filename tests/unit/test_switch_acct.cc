@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -261,6 +262,60 @@ TEST_F(SwitchAcct, ForgedAcrossTenantsChangeNothing)
 	EXPECT_EQ(result(b1), 1002);
 	SwitchCounters c2 = sw_->totals();
 	EXPECT_EQ(c2.rx_packets, c2.delivered + drops(c2));
+}
+
+// Partials whose fold order cannot change the result's bits (integers:
+// op_order_free) fold as they come; floats' wait for their turn in child
+// order (copied), so that which partial came first does not change the
+// result.  Node 1's partial of each job comes first.
+TEST_F(SwitchAcct, IntegerPartialsFoldAsTheyComeFloatsInChildOrder)
+{
+	Peer a0, a1, b0, b1;
+	configure(a0, a1, 1, kKeyA);
+	configure(b0, b1, 2, kKeyB);
+	const uint16_t to = sw_->port();
+	auto f32 = [](float x) {
+		std::vector<uint8_t> b(4);
+		memcpy(b.data(), &x, 4);
+		return b;
+	};
+	Hdr hi, hf;
+	hi.jid = 1;
+	hi.key = kKeyA;
+	hf.jid = 2;
+	hf.key = kKeyB;
+	hf.dtype = 10; // FLOAT32
+	hi.src_node = hf.src_node = 1;
+	hi.node_map = hf.node_map = 2;
+	const SwitchCounters c0 = sw_->totals();
+	a1.send(to, hi, i32(7));
+	b1.send(to, hf, f32(1.0f));
+	sent_ += 2;
+	pump(sent_);
+	const SwitchCounters c1 = sw_->totals();
+	EXPECT_EQ(c1.reductions - c0.reductions, 1u)
+		<< "the integer partial waited for node 0's, or the float one did not";
+	hi.src_node = hf.src_node = 0;
+	hi.node_map = hf.node_map = 1;
+	a0.send(to, hi, i32(35));
+	b0.send(to, hf, f32(0.5f));
+	sent_ += 2;
+	pump(sent_);
+	EXPECT_EQ(sw_->totals().reductions - c1.reductions, 3u);
+	for (const Peer *p : {&a0, &a1, &b0, &b1}) {
+		Pkt pk;
+		bool got = false;
+		while (!got && p->recv(&pk, 200))
+			got = pk.opcode == 0xe1 && pk.payload.size() == 4;
+		ASSERT_TRUE(got) << "no result";
+		if (p == &a0 || p == &a1) {
+			EXPECT_EQ(pk.value(), 42);
+		} else {
+			float v;
+			memcpy(&v, pk.payload.data(), 4);
+			EXPECT_EQ(v, 1.5f);
+		}
+	}
 }
 
 // Found by fuzz_switch_rx: a task naming a node index of 64 or more was

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -808,9 +809,22 @@ TEST_F(SwitchClass, FirstPartialIsDeliveredAndFolded)
 	still_serves();
 }
 
+// A float partial before its turn waits for it (the fold order makes the
+// result's bits); an integer one, whose order changes no bit, is folded.
 TEST_F(SwitchClass, PartialBeforeItsTurnIsDeliveredAndKept)
 {
-	one(b_, data(1), i32(7), {{&C::data, 1}, {&C::delivered, 1}});
+	Hdr h = data(1);
+	h.dtype = 10; // FLOAT32
+	const float v = 7.0f;
+	std::vector<uint8_t> b(4);
+	memcpy(b.data(), &v, 4);
+	one(b_, h, b, {{&C::data, 1}, {&C::delivered, 1}});
+	still_serves();
+}
+
+TEST_F(SwitchClass, IntegerPartialBeforeItsTurnIsDeliveredAndFolded)
+{
+	one(b_, data(1), i32(7), {{&C::data, 1}, {&C::delivered, 1}, {&C::reductions, 1}});
 	still_serves();
 }
 
