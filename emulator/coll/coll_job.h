@@ -584,6 +584,10 @@ struct XchgOwed {
 	uint64_t since = 0;
 };
 
+// Later messages' partials kept at a time (XchgPath::keep): twice the
+// deepest depth.
+constexpr size_t kXchgEarlySlots = 32;
+
 struct XchgJob {
 	std::vector<XchgSlots> early;
 	std::vector<XchgOut> outs;

@@ -412,14 +412,13 @@ void XchgPath::arm(CollJob &job, Message &m, uint64_t now)
 // A peer's partial: for a message that runs here, or kept for a later one.
 // Taken (fresh), or this node had it already (again: a message it took
 // the partial of, or finished; the peer did not hear so), which the peer
-// is told; or not taken (no).  Up to kEarlySlots later messages' partials
+// is told; or not taken (no).  Up to kXchgEarlySlots later messages' partials
 // are kept at a time: members run at most the depth ahead, and a
 // broadcast's leaves more (they wait for no one but their parent); a
 // partial of another later message while every slot holds one is not
 // taken, nor acknowledged: its sender sends it again.
 XchgPath::Kept XchgPath::keep(CollJob &job, const CollPacket &p)
 {
-	constexpr size_t kEarlySlots = 32; // twice the deepest depth
 	const uint32_t ph = p.h.phase, tag = tag_of(p.h.coll, p.h.seq);
 	// The partial's length (node_map) and this piece of it (sid).
 	const uint32_t len = uint32_t(std::min<uint64_t>(p.h.node_map, UINT32_MAX));
@@ -452,7 +451,7 @@ XchgPath::Kept XchgPath::keep(CollJob &job, const CollPacket &p)
 			for (XchgSlots &e : xj.early)
 				if (!e.on && (!to || (to->data.empty() && !e.data.empty())))
 					to = &e;
-			if (!to && xj.early.size() < kEarlySlots)
+			if (!to && xj.early.size() < kXchgEarlySlots)
 				to = &xj.early.emplace_back();
 			if (!to) {
 				u_.ctr.early_dropped++; // every slot holds a later message's

@@ -231,12 +231,24 @@ void XchgPath::park(CollJob &job, Message &m, uint64_t now)
 	o.parked = now;
 	if (o.sent.on)
 		arm_out(job, o, now); // sent in the pass that completed it
+	// Its slot: a free one without a buffer, else a new one, else a free
+	// one whose buffer then goes with m.  A free slot's buffer (its peers
+	// have what it held) stays with the job for a later message's
+	// partials: a message that opens while the one before it waits for
+	// its acknowledgement (every message of a blocking loop) would
+	// otherwise allocate and clear its partials' buffer again (128 KiB
+	// for a 32 KiB allreduce of 4 nodes).
 	XchgOut *slot = nullptr;
 	for (XchgOut &e : xj.outs)
-		if (!e.sent.on && (!slot || (!slot->sent.data.empty() && e.sent.data.empty())))
+		if (!e.sent.on && e.sent.data.empty()) {
 			slot = &e;
+			break;
+		}
 	if (!slot && xj.outs.size() < kOutSlots)
 		slot = &xj.outs.emplace_back();
+	for (XchgOut &e : xj.outs)
+		if (!slot && !e.sent.on)
+			slot = &e;
 	if (!slot) { // the oldest: its peer has not answered for 64 messages
 		slot = &xj.outs.front();
 		for (XchgOut &e : xj.outs)
@@ -246,20 +258,18 @@ void XchgPath::park(CollJob &job, Message &m, uint64_t now)
 			   u_.host().params.name, job.cfg.jid, slot->sent.mid);
 	}
 	std::swap(*slot, o);
-	// The slot's buffer (its peers have what it held) stays with the job
-	// for a later message's partials: with m's it would go when m is
-	// done, and a message that opens while the one before it waits for
-	// its acknowledgement (every message of a blocking loop) would
-	// allocate and clear its partials' buffer again (128 KiB for a 32 KiB
-	// allreduce of 4 nodes).
-	if (!o.sent.on && !o.sent.data.empty() && xj.outs.size() < kOutSlots) {
-		xj.outs.emplace_back();
-		std::swap(xj.outs.back(), o);
-	}
+	// Its partials' buffer likewise, in an early slot without one (else a
+	// new one): a later message's partial that came before m completed
+	// took the slot m's buffer came from.
 	x.in.on = false;
+	XchgSlots *keep = nullptr;
 	for (XchgSlots &e : xj.early)
-		if (!e.on && e.data.empty() && !x.in.data.empty())
-			std::swap(e, x.in);
+		if (!keep && !e.on && e.data.empty())
+			keep = &e;
+	if (!keep && !x.in.data.empty() && xj.early.size() < kXchgEarlySlots)
+		keep = &xj.early.emplace_back();
+	if (keep && !x.in.data.empty())
+		std::swap(*keep, x.in);
 	if (xj.accs.size() < kOutSlots && !x.acc.empty())
 		xj.accs.push_back(std::move(x.acc));
 }

@@ -19,7 +19,7 @@ using namespace swimpl;
 // Fold a child's partial into the unit, in child order: it goes in now
 // if its lowest node is the lowest still pending, else it waits (a copy).
 // Where the order cannot change the result's bits (op_order_free: integer
-// types, bitwise and logical ops, maxloc/minloc) it goes in as it comes.
+// types, maxloc/minloc on integer values) it goes in as it comes.
 void Switch::fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, uint32_t len)
 {
 	SegUnit &u = pool_.unit(j.seg_base + unit);

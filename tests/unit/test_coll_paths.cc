@@ -1063,7 +1063,8 @@ TEST(CollPathsExchange, AcknowledgementsRideOnTheNextPartials)
 // is acknowledged.  Each message that completes leaves such a buffer with
 // the job; it once went away with the message, and every message of a
 // 32 KiB allreduce allocated and cleared 128 KiB anew (4 nodes: a
-// partial per phase).
+// partial per phase).  So does the buffer its peers' partials came into,
+// which a later message's early partial may have left its slot for.
 TEST(CollPathsExchange, APartialsBufferIsKeptForTheNextMessage)
 {
 	Cluster c({1, 1, 1, 1}, Topology::ring, 5, false);
@@ -1077,10 +1078,14 @@ TEST(CollPathsExchange, APartialsBufferIsKeptForTheNextMessage)
 			continue; // the first message's buffer is still in use
 		for (size_t n = 0; n < c.nodes.size(); n++) {
 			const CollJob &job = *c.nodes[n]->qp.job;
-			size_t spare = 0;
+			size_t spare = 0, spare_in = 0;
 			for (const XchgOut &o : job.xchg.outs)
 				spare += !o.sent.on && o.sent.data.size() >= kCount * 4;
+			for (const XchgSlots &e : job.xchg.early)
+				spare_in += !e.on && e.data.size() >= kCount * 4;
 			EXPECT_GE(spare, 1u) << "node " << n << ", after message " << mid;
+			EXPECT_GE(spare_in, 1u) << "node " << n << ", after message " << mid
+						<< ": the buffer its peers' partials came into";
 		}
 	}
 }
