@@ -2,6 +2,7 @@
 // for every process of the host that opens it.  See ibv_coll_devd(8).
 #include "crxe.h"
 #include "devd/devd_server.h"
+#include "ibvc_version.h"
 #include "util/log.h"
 
 #include <getopt.h>
@@ -39,11 +40,13 @@ void on_nic_fatal(void *)
 void usage(FILE *f)
 {
 	fprintf(f, "usage: ibv_coll_devd [--exit-idle] [--ready-fd FD] NETDEV\n"
+		   "       ibv_coll_devd --version\n"
 		   "Serve the emulated RoCEv2 device crxe_NETDEV to every process of this host\n"
 		   "that opens it with IBV_COLL_CRXE_SHARED=1.\n"
 		   "  -x, --exit-idle    exit when the last client has gone\n"
 		   "  -r, --ready-fd FD  write a byte to FD and close it once serving\n"
-		   "  -h, --help         this text\n");
+		   "  -h, --help         this text\n"
+		   "  -V, --version      print the version and exit\n");
 }
 
 } // namespace
@@ -53,11 +56,12 @@ int main(int argc, char **argv)
 	static const option opts[] = {{"exit-idle", no_argument, nullptr, 'x'},
 				      {"ready-fd", required_argument, nullptr, 'r'},
 				      {"help", no_argument, nullptr, 'h'},
+				      {"version", no_argument, nullptr, 'V'},
 				      {nullptr, 0, nullptr, 0}};
 	devd::ServerOptions o;
 	int c, ready_fd = -1;
 	uint64_t v;
-	while ((c = getopt_long(argc, argv, "xr:h", opts, nullptr)) != -1) {
+	while ((c = getopt_long(argc, argv, "xr:hV", opts, nullptr)) != -1) {
 		switch (c) {
 		case 'x': o.exit_idle = true; break;
 		case 'r':
@@ -70,6 +74,7 @@ int main(int argc, char **argv)
 			ready_fd = int(v);
 			break;
 		case 'h': usage(stdout); return 0;
+		case 'V': return ibvc_print_version("ibv_coll_devd", nullptr);
 		default: usage(stderr); return 2;
 		}
 	}

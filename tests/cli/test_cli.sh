@@ -2,7 +2,7 @@
 # The programs' command lines: --version, bad values named with their
 # option, a wrong device, ibv_coll_run -k, a lone member, perf's sizes and
 # progress, devinfo -c, unknown variables, IBV_COLL_LOG_FILE, the rendezvous
-# taking Unix sockets only.
+# taking Unix sockets only, the kernel and ICRC benchmarks on their defaults.
 # Usage: test_cli.sh BINDIR VERSION CASE
 #   BINDIR holds examples/, tools/, emulator/, bench/ (the build directory).
 set -u
@@ -40,7 +40,7 @@ version)
 		examples/ibv_coll_allreduce tools/ibv_coll_run tools/ibv_coll_perf \
 		emulator/ibv_coll_switchd bench/ibv_coll_udp_floor bench/mpi_allreduce_perf \
 		emulator/bench/ibv_coll_icrc_bench emulator/bench/ibv_coll_reduce_bench \
-		emulator/bench/ibv_coll_icount; do
+		emulator/bench/ibv_coll_icount providers/crxe/ibv_coll_devd; do
 		name=${p##*/}
 		cmd "$b/$p" --version
 		[ "$rc" -eq 0 ] || fail "$name --version: status $rc"
@@ -159,6 +159,23 @@ perf_sizes)
 	cmd "$perf" --nodes 1 -b 0 -e 0 -n 1 -w 0
 	[ "$rc" -eq 0 ] || fail "-b 0: status $rc"
 	grep -q "^ *0  *0 " "$dir/out" || fail "no row of size 0 for -b 0"
+	;;
+benches)
+	# The kernel and ICRC benchmarks as README runs them (defaults), on
+	# tiny buffers: every row printed, nothing crashed (the reduce
+	# benchmark once called a null kernel for the value-index pairs).
+	rb=$b/emulator/bench/ibv_coll_reduce_bench
+	cmd "$rb" --size 4k --iters 1 --reps 1 --isa scalar
+	[ "$rc" -eq 0 ] || fail "ibv_coll_reduce_bench: status $rc"
+	for row in "sum +float64" "bxor +uint32" "maxloc +float32_int32"; do
+		grep -Eq "^scalar +$row " "$dir/out" || fail "ibv_coll_reduce_bench: no row '$row'"
+	done
+	grep -q "int32_int32" "$dir/out" && fail "ibv_coll_reduce_bench: sum on a pair type"
+	cmd "$rb" --size 4k --iters 1 --reps 1 --isa scalar --all
+	[ "$rc" -eq 0 ] || fail "ibv_coll_reduce_bench --all: status $rc"
+	grep -Eq "^scalar +minloc +int16_int32 " "$dir/out" || fail "--all: no minloc int16_int32 row"
+	cmd "$b/emulator/bench/ibv_coll_icrc_bench" --size 64 --size 4096 --reps 1
+	[ "$rc" -eq 0 ] || fail "ibv_coll_icrc_bench: status $rc"
 	;;
 progress)
 	cmd "$perf" --nodes 1 -b 8 -e 64 -f 2 -n 1 -w 0 --progress
