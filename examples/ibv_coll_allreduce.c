@@ -99,7 +99,8 @@ static void usage(const char *argv0)
 	       "                     reduce_scatter, barrier)\n"
 	       "  -T, --boot-timeout SEC  give up when the other nodes have not all come\n"
 	       "                     within SEC seconds (default 60)\n"
-	       "  -V, --version      print the version and exit\n",
+	       "  -V, --version      print the version and exit\n"
+	       "  -h, --help         this text\n",
 	       argv0);
 }
 

@@ -91,7 +91,8 @@ static void usage(FILE *f)
 		"  --timeout SEC          kill everything after SEC seconds and exit 124\n"
 		"  --grace SEC            after a child fails, wait SEC seconds before\n"
 		"                         terminating the others (default 1)\n"
-		"  -V, --version          print the version and exit\n",
+		"  -V, --version          print the version and exit\n"
+		"  -h, --help             this text\n",
 		MAX_NODES, MAX_PROCS);
 }
 

@@ -46,7 +46,7 @@ void on_signal(int)
 void usage(FILE *f, const char *argv0)
 {
 	fprintf(f,
-		"usage: %s [-j] [-z] [-d DEVICE] [-p PID] [-s HOST[:PORT]]... [-w SEC [-c COUNT]]\n"
+		"usage: %s [-jSvz] [-d DEVICE] [-p PID] [-s HOST[:PORT]]... [-t MS] [-w SEC [-c COUNT]]\n"
 		"Show the counters of every ibv_coll device open on this host, and of switches.\n"
 		"  -j, --json             JSON (one document per sample)\n"
 		"  -z, --nonzero          leave out counters that are 0 (table only)\n"

@@ -73,7 +73,8 @@ void usage(FILE *f, const char *argv0)
 		"  -g, --gid-index N      with --verbs: the GID printed (default: the first RoCE v2\n"
 		"                         IPv4 GID)\n"
 		"  -X, --fail-after N     testing: stop dead after taking in N partials\n"
-		"      --version          print the version and exit (-V is --verbs)\n",
+		"      --version          print the version and exit (-V is --verbs)\n"
+		"  -h, --help             this text\n",
 		argv0);
 }
 

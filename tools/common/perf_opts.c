@@ -104,7 +104,8 @@ static void usage(FILE *f)
 		"      --progress, --no-progress\n"
 		"                          a line per size on stderr as the sweep goes (default:\n"
 		"                          when stderr, or ibv_coll_run's, is a terminal)\n"
-		"  -V, --version           print the version and exit\n");
+		"  -V, --version           print the version and exit\n"
+		"  -h, --help              this text\n");
 }
 
 static int parse_int(const char *s, long lo, long hi, int *out)

@@ -297,6 +297,7 @@ static void usage(FILE *f)
 		"  -p, --port PORT          TCP port of the side channel (18515)\n"
 		"  -c, --connection RC      the transport (RC only)\n"
 		"      --report_gbits       bandwidth in Gb/s (10^9 bits), not MB/s (2^20 bytes)\n"
+		"  -V, --version            print the version and exit\n"
 		"  -h, --help               this text\n"
 		"The client chooses the test; the server takes its size, depth, QPs and MTU.\n",
 		MAX_QPS);
