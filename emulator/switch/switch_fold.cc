@@ -387,7 +387,7 @@ void Switch::on_data(const In &p0)
 			      (ph == sw::kPhaseAbove && (j.has_parent || c->is_switch)) ||
 			      (ph <= 64 && (j.subtree >> (ph - 1) & 1));
 	if (p.h.seg >= j.granted || !phase_ok || p.paylen > pool_.unit_bytes() || !es ||
-	    p.paylen % es || !redop_valid(p.h.op) || !reduce_fn(RedOp(p.h.op), Dtype(p.h.dtype))) {
+	    p.paylen % es || !op_supported(RedOp(p.h.op), Dtype(p.h.dtype))) {
 		ctr(j).drop_block++;
 		return;
 	}
