@@ -136,7 +136,32 @@ void fill(Dtype d, RedOp op, unsigned char *p, size_t bytes, bool is_b)
 			std::memcpy(p + 8 * i, &v, 8);
 			break;
 		}
-		default: {
+		case Dtype::float32_int32:
+		case Dtype::float64_int32:
+		case Dtype::int64_int32:
+		case Dtype::int32_int32:
+		case Dtype::int16_int32: {
+			// { value; int32_t index; }, padding zero: the value as
+			// the floats' (ties included), the index i.
+			unsigned char e[16] = {};
+			const size_t es = dtype_size(d);
+			const int32_t idx = static_cast<int32_t>(i);
+			const double v64 = f;
+			const int64_t i64 = static_cast<int64_t>(f * 100.0f);
+			const int32_t i32 = static_cast<int32_t>(i64);
+			const int16_t i16 = static_cast<int16_t>(i64);
+			switch (d) {
+			case Dtype::float32_int32: std::memcpy(e, &f, 4); break;
+			case Dtype::float64_int32: std::memcpy(e, &v64, 8); break;
+			case Dtype::int64_int32: std::memcpy(e, &i64, 8); break;
+			case Dtype::int32_int32: std::memcpy(e, &i32, 4); break;
+			default: std::memcpy(e, &i16, 2); break;
+			}
+			std::memcpy(e + (es == 16 ? 8 : 4), &idx, 4); // after the value, aligned
+			std::memcpy(p + i * es, e, es);
+			break;
+		}
+		default: { // the integers, 1 to 8 bytes
 			const uint64_t v = ((i * 0x9E3779B97F4A7C15ull) >> 17) | 1;
 			std::memcpy(p + i * dtype_size(d), &v, dtype_size(d));
 			break;
