@@ -21,8 +21,9 @@
 #   1 MiB, BIG_ITERS (5) and
 #   BIG_WARMUP (1) above, TIMEOUT (600 s per run), BLOCKING (1: ours waits
 #   for each collective, as MPI_Allreduce does), REPEAT (3): each size
-#   runs REPEAT times on each side, alternating, and the tables keep each
-#   side's median run; the comparison also shows the fastest and slowest.
+#   runs REPEAT times on each side, alternating (ours, MPI, drop-in, then
+#   the other way round), and the tables keep each side's median run; the
+#   comparison also shows the fastest and slowest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -175,6 +176,42 @@ min_max() {
 }
 
 echo "== runs: $np processes, float sum, $minb to $maxb bytes, factor $factor, ours, MPI and MPI with the drop-in at each size, $repeat times"
+# One run of each side at $size ($n timed, $w warm-up), its row added to
+# its side's tries.
+run_ours() {
+	local out
+	if ! out=$("${ours_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" "${ours_extra[@]}" 2>&1); then
+		printf '%s\n' "$out"
+		echo "bench-baseline: ibv_coll_perf failed at $size bytes" >&2
+		exit 1
+	fi
+	collect "$(printf '%s\n' "$out" | sed 's/^\[0\] //')" "$ours_hdr" "$ours_try"
+}
+run_mpi() {
+	local out
+	if ! out=$("${mpi_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" 2>&1); then
+		printf '%s\n' "$out"
+		echo "bench-baseline: mpi_allreduce_perf failed at $size bytes" >&2
+		exit 1
+	fi
+	collect "$out" "$mpi_hdr" "$mpi_try"
+}
+run_dropin() {
+	local out
+	if ! out=$("${dropin_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" 2>&1); then
+		printf '%s\n' "$out"
+		echo "bench-baseline: mpi_allreduce_perf with the drop-in failed at $size bytes" >&2
+		exit 1
+	fi
+	# Every rank's statistics: its allreduces offloaded, none failed.
+	if [ "$(printf '%s\n' "$out" | grep -c "offloaded [1-9].*failed 0).*allreduce [1-9]")" != "$np" ]; then
+		printf '%s\n' "$out" | grep "^ibv_coll_mpi" >&2
+		echo "bench-baseline: the drop-in did not offload every rank's allreduce at $size bytes" >&2
+		exit 1
+	fi
+	collect "$out" "$dropin_hdr" "$dropin_try"
+}
+
 size=$minb
 while [ "$size" -le "$maxb" ]; do
 	n=$iters w=$warmup
@@ -187,30 +224,18 @@ while [ "$size" -le "$maxb" ]; do
 	: >"$mpi_try"
 	: >"$dropin_try"
 	for ((r = 1; r <= repeat; r++)); do
-		if ! out=$("${ours_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" "${ours_extra[@]}" 2>&1); then
-			printf '%s\n' "$out"
-			echo "bench-baseline: ibv_coll_perf failed at $size bytes" >&2
-			exit 1
+		# Odd rounds ours, MPI, drop-in; even rounds the other way
+		# round: a machine that speeds up or slows down over the
+		# rounds (other tenants) then favours no side.
+		if [ $((r % 2)) -eq 1 ]; then
+			run_ours
+			run_mpi
+			run_dropin
+		else
+			run_dropin
+			run_mpi
+			run_ours
 		fi
-		collect "$(printf '%s\n' "$out" | sed 's/^\[0\] //')" "$ours_hdr" "$ours_try"
-		if ! out=$("${mpi_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" 2>&1); then
-			printf '%s\n' "$out"
-			echo "bench-baseline: mpi_allreduce_perf failed at $size bytes" >&2
-			exit 1
-		fi
-		collect "$out" "$mpi_hdr" "$mpi_try"
-		if ! out=$("${dropin_cmd[@]}" -b "$size" -e "$size" -n "$n" -w "$w" 2>&1); then
-			printf '%s\n' "$out"
-			echo "bench-baseline: mpi_allreduce_perf with the drop-in failed at $size bytes" >&2
-			exit 1
-		fi
-		# Every rank's statistics: its allreduces offloaded, none failed.
-		if [ "$(printf '%s\n' "$out" | grep -c "offloaded [1-9].*failed 0).*allreduce [1-9]")" != "$np" ]; then
-			printf '%s\n' "$out" | grep "^ibv_coll_mpi" >&2
-			echo "bench-baseline: the drop-in did not offload every rank's allreduce at $size bytes" >&2
-			exit 1
-		fi
-		collect "$out" "$dropin_hdr" "$dropin_try"
 	done
 	median_row "$ours_try" >>"$ours_rows"
 	median_row "$mpi_try" >>"$mpi_rows"

@@ -9,9 +9,9 @@
 # MINBYTES=64K MAXBYTES=4M FACTOR=4 ITERS=20 WARMUP=3), results checked.  Each
 # size runs with IBV_COLL_EMU_COLL_DEPTH=1 (the baseline: the NIC starts a
 # collective when the one before it has completed) and with each depth of
-# DEPTHS, alternating REPEAT times, and the table gives each one's median
-# time per collective (the fastest and slowest in brackets) and the
-# speed-up over depth 1.  The blocking loop (-z 1: one posted at a time,
+# DEPTHS, alternating REPEAT times (even rounds the other way round), and
+# the table gives each one's median time per collective (the fastest and
+# slowest in brackets) and the speed-up over depth 1.  The blocking loop (-z 1: one posted at a time,
 # which no depth changes) is printed beside it for reference.
 #
 # With TOPOLOGY=switch every run goes through one ibv_coll_switchd started
@@ -75,9 +75,18 @@ run() {
 
 echo "== $np processes, 32 posted, $repeat runs each, alternating"
 for r in $(seq "$repeat"); do
-	for d in 1 "${depths[@]}"; do
-		run "$d" 0 >"$tmp/d$d.$r"
-	done
+	# Even rounds the other way round: a machine whose speed drifts over
+	# the rounds then favours no depth.
+	order=(1 "${depths[@]}")
+	if [ $((r % 2)) -eq 0 ]; then
+		for ((k = ${#order[@]} - 1; k >= 0; k--)); do
+			run "${order[k]}" 0 >"$tmp/d${order[k]}.$r"
+		done
+	else
+		for d in "${order[@]}"; do
+			run "$d" 0 >"$tmp/d$d.$r"
+		done
+	fi
 	run 1 1 >"$tmp/blocking.$r"
 done
 

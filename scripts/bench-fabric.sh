@@ -31,8 +31,8 @@
 #       running at once) (1)
 # Environment: BUILD_DIR (build).
 #
-# Every size runs each path in turn (alternating, so that the machine's
-# swings fall on all of them), fp32 sum, blocking (one allreduce at a
+# Every size runs each path in turn (alternating, every other size in the
+# reverse order, so that the machine's swings fall on all of them), fp32 sum, blocking (one allreduce at a
 # time, as MPI_Allreduce is; ours as -P says), each result checked element
 # by element.
 # Per row: time, algbw and busbw as nccl-tests define them, busbw as a
@@ -240,8 +240,16 @@ declare -A rows
 # Each run is 2 x (warm-up + timed + check) allreduces: out of place, then
 # in place, for ibv_coll_perf and mpi_allreduce_perf alike.
 ops=$((2 * (warmup + iters + 1)))
+step=0
 for ((size = minb; size <= maxb; size *= factor)); do
-	for p in "${plist[@]}"; do
+	# Every other size the other way round: a machine whose speed drifts
+	# over the run then favours no path.
+	order=("${plist[@]}")
+	if [ $((step++ % 2)) -eq 1 ]; then
+		order=()
+		for ((k = ${#plist[@]} - 1; k >= 0; k--)); do order+=("${plist[k]}"); done
+	fi
+	for p in "${order[@]}"; do
 		host=
 		[ "$p" = rc ] && host=0
 		t0=$(fabric_tx_sum $host)

@@ -3,8 +3,9 @@
 # the plugin dlopen()ed and driven as NCCL's CollNet proxy drives it, each
 # allreduce cut into the proxy's steps with up to 8 requests in flight)
 # beside ibv_coll_perf under ibv_coll_run (the same allreduces, each one
-# collective WR, up to 32 in flight), on this host, alternating per size so
-# that both see the machine alike.  Prints each side's median time and
+# collective WR, up to 32 in flight), on this host, alternating per size
+# (and in even rounds the other way round) so that both see the machine
+# alike.  Prints each side's median time and
 # busbw of ROUNDS runs and their ratio (perf's time over the plugin's, the
 # plugin's busbw over perf's); the target is >= 0.90 at NP=4.
 # Beside them, for sizes above the chunk, ibv_coll_perf once more cut as
@@ -51,29 +52,49 @@ median() { sort -g | awk '{ v[NR] = $0 } END { print (NR ? v[int((NR + 1) / 2)] 
 echo "# $(nproc) cores, $np ranks, $topo, fp32 sum; plugin: chunk $chunk, $inflight in flight"
 printf "#%11s %11s %9s %11s %9s %8s %13s %8s\n" size "perf(us)" busbw "plugin(us)" busbw ratio \
 	"perf@chunk(us)" at.chunk
+# One run of each side at size $s; each adds its row to its side's file.
+run_perf() {
+	"$build/tools/ibv_coll_run" -n "$np" -- "$build/tools/ibv_coll_perf" -D "$dev" \
+		"${perf_sw[@]}" -b "$s" -e "$s" -n "$iters" -w "$warmup" -z 0 -c 1 >"$tmp/p.out" 2>&1 ||
+		{ cat "$tmp/p.out"; exit 1; }
+	grep -q 'Wrong elements *: 0 OK' "$tmp/p.out" || { cat "$tmp/p.out"; exit 1; }
+	sed 's/^\[0\] *//' "$tmp/p.out" | awk '$1 ~ /^[0-9]+$/ { print $6, $8 }' | head -1 >>"$tmp/perf"
+}
+run_plugin() {
+	env "${nccl_env[@]}" "$build/bench/nccl_collnet_perf" -n "$np" -b "$s" -e "$s" \
+		-i "$iters" -w "$warmup" -c "$chunk" -k "$inflight" >"$tmp/n.out" 2>&1 ||
+		{ cat "$tmp/n.out"; exit 1; }
+	awk '$1 ~ /^[0-9]+$/ { if ($6 != 0) exit 1; print $3, $5 }' "$tmp/n.out" >>"$tmp/nccl" ||
+		{ cat "$tmp/n.out"; exit 1; }
+}
+run_cut() {
+	[ "$cuts" -gt 0 ] || return 0
+	"$build/tools/ibv_coll_run" -n "$np" -- "$build/tools/ibv_coll_perf" -D "$dev" \
+		"${perf_sw[@]}" -b "$chunk" -e "$chunk" -n "$((iters * cuts))" -w "$((warmup * cuts))" \
+		-z 0 --depth "$inflight" -c 1 >"$tmp/c.out" 2>&1 || { cat "$tmp/c.out"; exit 1; }
+	grep -q 'Wrong elements *: 0 OK' "$tmp/c.out" || { cat "$tmp/c.out"; exit 1; }
+	sed 's/^\[0\] *//' "$tmp/c.out" | awk -v k="$cuts" '$1 ~ /^[0-9]+$/ { print $6 * k }' |
+		head -1 >>"$tmp/cut"
+}
+
 chunk_b=$(bench_bytes "$chunk")
 for s in $sizes; do
 	: >"$tmp/perf" && : >"$tmp/nccl" && : >"$tmp/cut"
 	s_b=$(bench_bytes "$s")
 	cuts=$((s_b > chunk_b ? s_b / chunk_b : 0))
-	for _ in $(seq "$rounds"); do
-		"$build/tools/ibv_coll_run" -n "$np" -- "$build/tools/ibv_coll_perf" -D "$dev" \
-			"${perf_sw[@]}" -b "$s" -e "$s" -n "$iters" -w "$warmup" -z 0 -c 1 >"$tmp/p.out" 2>&1 ||
-			{ cat "$tmp/p.out"; exit 1; }
-		grep -q 'Wrong elements *: 0 OK' "$tmp/p.out" || { cat "$tmp/p.out"; exit 1; }
-		sed 's/^\[0\] *//' "$tmp/p.out" | awk '$1 ~ /^[0-9]+$/ { print $6, $8 }' | head -1 >>"$tmp/perf"
-		env "${nccl_env[@]}" "$build/bench/nccl_collnet_perf" -n "$np" -b "$s" -e "$s" \
-			-i "$iters" -w "$warmup" -c "$chunk" -k "$inflight" >"$tmp/n.out" 2>&1 ||
-			{ cat "$tmp/n.out"; exit 1; }
-		awk '$1 ~ /^[0-9]+$/ { if ($6 != 0) exit 1; print $3, $5 }' "$tmp/n.out" >>"$tmp/nccl" ||
-			{ cat "$tmp/n.out"; exit 1; }
-		[ "$cuts" -gt 0 ] || continue
-		"$build/tools/ibv_coll_run" -n "$np" -- "$build/tools/ibv_coll_perf" -D "$dev" \
-			"${perf_sw[@]}" -b "$chunk" -e "$chunk" -n "$((iters * cuts))" -w "$((warmup * cuts))" \
-			-z 0 --depth "$inflight" -c 1 >"$tmp/c.out" 2>&1 || { cat "$tmp/c.out"; exit 1; }
-		grep -q 'Wrong elements *: 0 OK' "$tmp/c.out" || { cat "$tmp/c.out"; exit 1; }
-		sed 's/^\[0\] *//' "$tmp/c.out" | awk -v k="$cuts" '$1 ~ /^[0-9]+$/ { print $6 * k }' |
-			head -1 >>"$tmp/cut"
+	for r in $(seq "$rounds"); do
+		# perf, plugin, cut in odd rounds, the other way round in even
+		# ones: a machine whose speed drifts over the rounds then
+		# favours no side.
+		if [ $((r % 2)) -eq 1 ]; then
+			run_perf
+			run_plugin
+			run_cut
+		else
+			run_cut
+			run_plugin
+			run_perf
+		fi
 	done
 	read -r pt pb <<<"$(median <"$tmp/perf")"
 	read -r nt nb <<<"$(median <"$tmp/nccl")"
