@@ -654,16 +654,24 @@ void RingPath::on_packet(Qp &qp, CollJob &job, const CollPacket &p, uint64_t now
 		on_data(qp, job, p, now);
 	else
 		on_result(qp, job, p, now);
-	ack_all(job);
 }
 
-// Every result is here: what came from the previous node is ACKed now
-// (it waits for that ACK to end the message).
+// Every result is here and every block this node started or finished
+// has come round: all the previous node sends in the message (results,
+// the blocks' end-to-end acknowledgements) is here, and is ACKed now (it
+// waits for that ACK to end the message); numbers still to come wait for
+// the usual ACK (every kAckEvery, a short delay after the last).  Once a
+// pass (on_timer, after the packets the pass took in), not once a
+// packet.  ACKed at once from the last result on, each acknowledgement
+// that followed it drew an ACK of its own: as many hop ACKs again as all
+// the others (1 MiB, 4 nodes: 17-31 a message beside 26; round a ring of
+// 4 on 10 Gbit/s links, 70 % of the ACKs).
 void RingPath::ack_all(CollJob &job)
 {
 	for (size_t i = 0; i < job.runs(); i++) {
 		Message &m = job.run(i);
-		if (m.path == this && m.ring.unacked && m.finals == m.nblocks)
+		if (m.path == this && m.ring.unacked && m.finals == m.nblocks &&
+		    m.o_pending.empty() && m.f_pending.empty())
 			send_ack(job, m);
 	}
 }

@@ -127,6 +127,40 @@ TEST(Sim, RingBeyondTheNodeBitmap)
 	EXPECT_LT(z.wire_s, 2.0 * 299 / 300 * 1.06);
 }
 
+// Round the ring a node ACKs what it took in from the node before every
+// kAckEvery numbers or a short delay after the last, and the message's
+// last ACK once all that node sends in it has come.  Loss-free on fast
+// links (a packet every 3.3 us, a hop's round trip of a few), and with
+// every host off its CPU three quarters of the time (as four processes
+// on two cores; what came meanwhile is taken in one pass): the ACKs stay
+// under an eighth of the numbers.  Before, each of the blocks' end-to-end
+// acknowledgements that came after a node's last result drew an ACK of
+// its own: 26 % of the numbers, 22 % with the hosts held.
+TEST(Sim, RingHopAcksCoverManyNumbers)
+{
+	constexpr uint64_t n = 4, bytes = 512 << 10, blocks = bytes / 4096, msgs = 16;
+	FabricSpec calm = star(uint32_t(n), 10000000000ull, 5000);
+	FabricSpec held = calm;
+	for (uint64_t t = 0; t < 40000000; t += 200000)
+		for (uint32_t h = 0; h < n; h++)
+			held.stalls.push_back(FabricSpec::Stall{h, t + 50000 * h, 150000});
+	JobSpec j = job(SimTopology::ring, {bytes});
+	j.iters = msgs;
+	j.warmup = 0;
+	for (const FabricSpec &f : {calm, held}) {
+		const SimReport r = run(f, {j}, 1);
+		expect_right(r);
+		// Each packet crosses two links of the star.  Each node sends
+		// the next 2(N-1) DATA and RESULT per N blocks, and the result
+		// of each block it is the last to get back to its finisher.
+		const uint64_t sent = r.packets / 2, numbers = msgs * 2 * (n - 1) * blocks,
+			       e2e = msgs * blocks;
+		ASSERT_GE(sent, numbers + e2e);
+		EXPECT_LT(sent - numbers - e2e, numbers / 8)
+			<< (f.stalls.empty() ? "calm" : "held");
+	}
+}
+
 // Loss-free, one switch: the switch path puts S on each host's link (plus
 // headers), the ring 2(N-1)/N S; both near the link's bound at 1.6 MiB.
 TEST(Sim, StarRingAndSwitchNearTheBound)
@@ -280,7 +314,7 @@ TEST(Sim, InPlaceCompletesRight)
 // 5 % loss and with jittered hosts, every result right in every one of
 // them; allreduces, broadcasts and a barrier; the same seed the same run.
 // With the NICs' depth at 1 the posts wait their turn: same results, and
-// the deeper run takes less virtual time per collective, at a size the
+// the deeper runs take less virtual time per collective, at a size the
 // exchange carries and at one above it, which goes round the ring with
 // several messages in flight (a lost block's repair no longer stalls
 // every message behind it).
@@ -292,12 +326,33 @@ TEST(Sim, DepthRunsSmallCollectivesSideBySide)
 	f.coll_depth = 8;
 	const std::vector<JobSpec> jobs = depth_jobs(SimTopology::ring, {8, 4096, 64 << 10}, 2, 5,
 						     40, 4);
+	// At 5 % loss one seed's time hangs on whether a loss waited out a
+	// timeout (8 B: about 3 or 18 us, at either depth): the claim is on
+	// average, so it is checked on the sums over eight seeds.
 	const auto [a, s] = deep_and_one(f, jobs, 3);
+	FabricSpec one = f;
+	one.coll_depth = 1;
+	std::vector<uint64_t> deep(2 * jobs.size()), single(2 * jobs.size());
+	auto add = [&](const SimReport &r, std::vector<uint64_t> &t) {
+		for (size_t k = 0; k < jobs.size(); k++) {
+			t[2 * k] += r.jobs[k].sizes[0].time_ns;
+			if (r.jobs[k].sizes.size() > 2)
+				t[2 * k + 1] += r.jobs[k].sizes[2].time_ns;
+		}
+	};
+	add(a, deep);
+	add(s, single);
+	for (uint64_t seed = 4; seed <= 10; seed++) {
+		const SimReport d = run(f, jobs, seed), o = run(one, jobs, seed);
+		expect_right(d);
+		expect_right(o);
+		add(d, deep);
+		add(o, single);
+	}
 	for (size_t k = 0; k < jobs.size(); k++) {
-		EXPECT_LT(a.jobs[k].sizes[0].time_ns, s.jobs[k].sizes[0].time_ns) << "job " << k;
+		EXPECT_LT(deep[2 * k], single[2 * k]) << "job " << k;
 		if (a.jobs[k].sizes.size() > 2) {
-			EXPECT_LT(a.jobs[k].sizes[2].time_ns, s.jobs[k].sizes[2].time_ns)
-				<< "job " << k << ", 64 KiB";
+			EXPECT_LT(deep[2 * k + 1], single[2 * k + 1]) << "job " << k << ", 64 KiB";
 		}
 	}
 	// Without loss every message puts about the same bytes on the wire,
