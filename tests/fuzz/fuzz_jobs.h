@@ -40,11 +40,13 @@ inline ibv_coll::emu::wire::Bth coll_bth(uint8_t kind, uint32_t dqpn = 0)
 
 // CONFIG from node `node` of a two-node job, its task naming the parent
 // switch (peer 2) when tree.
-inline void switch_config(std::vector<uint8_t> &out, uint32_t jid, uint16_t node, bool tree)
+inline void switch_config(std::vector<uint8_t> &out, uint32_t jid, uint16_t node, bool tree,
+			  uint32_t inc = 0)
 {
 	using namespace ibv_coll::emu;
 	wire::Ceth h;
 	h.jid = jid;
+	h.inc = inc;
 	h.src_node = node;
 	h.node_map = 1u << node;
 	h.job_key = kKey;

@@ -317,6 +317,14 @@ void switch_seeds()
 	r[0] = 3;
 	put(t, "config_new", r);
 	r.clear();
+	// Job 1 given again (incarnation 1 over the set-up's 0): node 0 from
+	// the stranger's address (its process restarted on another port; the
+	// key admits it), node 1 from its own.
+	switch_config(r, kJidFlat, 0, false, 1);
+	r[0] = 3;
+	switch_config(r, kJidFlat, 1, false, 1);
+	put(t, "config_moved", r);
+	r.clear();
 	// A three-level job: each node's CONFIG carries the Above record (its
 	// leaf's spine as the core's child).
 	for (uint16_t n = 0; n < 2; n++) {
