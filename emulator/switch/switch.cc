@@ -429,6 +429,16 @@ SwitchCounters Switch::job_total(const Job &j)
 }
 
 // A job as its first packet (CONFIG, or inline DATA) describes it.
+// A sender's claim in a job of `nodes` nodes whose nodes below us are
+// `subtree`: a member is one node of the job and has one bit of ours; a
+// switch below us any of ours.
+static bool claim_ok(uint64_t cover, const sw::Task &t, uint64_t subtree, uint16_t nodes)
+{
+	if (!cover || (cover & ~subtree))
+		return false;
+	return t.node == sw::kNodeSwitch || (t.node < nodes && !(cover & (cover - 1)));
+}
+
 bool Switch::init_job(Job &j, const In &p, const sw::Task &t, const sw::Above *above)
 {
 	// Without a parent we are the top switch: our bits are the job's;
@@ -436,7 +446,11 @@ bool Switch::init_job(Job &j, const In &p, const sw::Task &t, const sw::Above *a
 	// when it has a parent too (three levels: the Above record), whose
 	// bit is then one of the top's (wire/swproto.h).
 	const uint64_t parents = above ? above->subtree : t.members;
+	// The sender's own claim is checked before a job is made (or given
+	// again: a keyed CONFIG that could not join would end the running
+	// incarnation for nothing; found by fuzz_switch_rx).
 	if (!t.nodes || !t.subtree || t.plane >= sw::kMaxPlanes ||
+	    !claim_ok(p.h.node_map, t, t.subtree, t.nodes) ||
 	    (!t.parent_port && (t.subtree & ~t.members || t.up || above)) ||
 	    (t.parent_port && (t.up >= 64 || !(parents >> t.up & 1))) ||
 	    (above && (!above->parent_port || above->up >= 64 || !(t.members >> above->up & 1))))
@@ -591,9 +605,7 @@ int Switch::add_child(Job &j, const In &p, const sw::Task &t)
 {
 	uint64_t cover = p.h.node_map;
 	bool is_switch = t.node == sw::kNodeSwitch;
-	// A member is one node of the job, and has one bit of ours.
-	if (!cover || (cover & ~j.subtree) ||
-	    (!is_switch && (t.node >= j.nodes || (cover & (cover - 1))))) {
+	if (!claim_ok(cover, t, j.subtree, j.nodes)) {
 		ctr(j).drop_node++;
 		return EINVAL;
 	}

@@ -159,6 +159,19 @@ struct SwitchCounters {
 using NamedCounter = std::pair<const char *, uint64_t>;
 std::vector<NamedCounter> named_counters(const SwitchCounters &c);
 
+// What a switch holds of one job: the incarnation it serves, its key and
+// its members (children), each with the nodes it serves.
+struct SwitchJobView {
+	struct Member {
+		Endpoint ep;
+		uint32_t qpn = 0;
+		uint64_t cover = 0;
+	};
+	uint32_t inc = 0;
+	uint64_t key = 0;
+	std::vector<Member> members;
+};
+
 class Switch {
 public:
 	explicit Switch(const SwitchParams &p);
@@ -193,6 +206,8 @@ public:
 	uint64_t next_deadline() const;
 	// One job's counters; false when the switch holds no such job.
 	bool job_counters(uint32_t jid, SwitchCounters *out) const;
+	// One job's incarnation, key and members; false when there is none.
+	bool job_view(uint32_t jid, SwitchJobView *out) const;
 	uint32_t units_in_use() const; // reserved by jobs
 	// Seg units holding a block now, and the most that ever did at once.
 	uint32_t units_busy() const { return uint32_t(pool_.in_use()); }

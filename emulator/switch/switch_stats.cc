@@ -160,6 +160,21 @@ bool Switch::job_counters(uint32_t jid, SwitchCounters *out) const
 	return true;
 }
 
+bool Switch::job_view(uint32_t jid, SwitchJobView *out) const
+{
+	ReadLock l(mu_, multi());
+	auto it = jobs_.find(jid);
+	if (it == jobs_.end())
+		return false;
+	const Job &j = it->second;
+	out->inc = j.inc;
+	out->key = j.key;
+	out->members.clear();
+	for (const Child &c : j.children)
+		out->members.push_back({c.ep, c.qpn, c.cover});
+	return true;
+}
+
 // The units taken and not yet done (kUnitDone: SegPool::settle where it
 // is set), counted by the pool as they change, not by a walk over it:
 // ibv_coll_sim asks after every pass of every switch.

@@ -39,16 +39,16 @@ inline ibv_coll::emu::wire::Bth coll_bth(uint8_t kind, uint32_t dqpn = 0)
 }
 
 // CONFIG from node `node` of a two-node job, its task naming the parent
-// switch (peer 2) when tree.
+// switch (peer 2) when tree; its node map `node_map` (0: the node's bit).
 inline void switch_config(std::vector<uint8_t> &out, uint32_t jid, uint16_t node, bool tree,
-			  uint32_t inc = 0)
+			  uint32_t inc = 0, uint64_t node_map = 0)
 {
 	using namespace ibv_coll::emu;
 	wire::Ceth h;
 	h.jid = jid;
 	h.inc = inc;
 	h.src_node = node;
-	h.node_map = 1u << node;
+	h.node_map = node_map ? node_map : 1ull << node;
 	h.job_key = kKey;
 	h.len = sw::kTaskBytes;
 	sw::Task t;

@@ -11,31 +11,18 @@ using namespace ibv_coll::emu;
 
 namespace {
 
-// What a packet a job takes in moves, for the set-up's two jobs (a job
-// that is gone reads as all zero).
-std::vector<uint64_t> taken(const Switch &sw)
-{
-	std::vector<uint64_t> r;
-	for (uint32_t jid : {kJidFlat, kJidTree}) {
-		SwitchCounters c;
-		if (!sw.job_counters(jid, &c))
-			c = SwitchCounters{};
-		for (uint64_t x : {c.delivered, c.data, c.reductions, c.results, c.configs,
-				   c.releases, c.retrans_answered, c.resent_up})
-			r.push_back(x);
-	}
-	return r;
-}
+// The set-up's two jobs.
+constexpr uint32_t kJobs[] = {kJidFlat, kJidTree};
 
-// The times each of the set-up's jobs was given again.
-std::vector<uint64_t> incarnations(const Switch &sw)
+// What a packet job `jid` takes in moves (a job that is gone reads as all
+// zero).
+std::vector<uint64_t> taken(const Switch &sw, uint32_t jid)
 {
-	std::vector<uint64_t> r;
-	for (uint32_t jid : {kJidFlat, kJidTree}) {
-		SwitchCounters c;
-		r.push_back(sw.job_counters(jid, &c) ? c.incarnations : 0);
-	}
-	return r;
+	SwitchCounters c;
+	if (!sw.job_counters(jid, &c))
+		c = SwitchCounters{};
+	return {c.delivered, c.data,	 c.reductions,	     c.results,
+		c.configs,   c.releases, c.retrans_answered, c.resent_up};
 }
 
 // The worker that takes a record: the unit's (CETH seg modulo the
@@ -56,36 +43,86 @@ unsigned worker_of(uint8_t framing, const std::vector<uint8_t> &pkt, unsigned wo
 	return (k + (framing >> 2 & 3)) % workers;
 }
 
+// Set-up job `jid` as the switch holds it, or none (false).
+bool view(const Switch &sw, uint32_t jid, SwitchJobView *v)
+{
+	*v = SwitchJobView{};
+	return sw.job_view(jid, v);
+}
+
+bool member(const SwitchJobView &v, const Endpoint &ep)
+{
+	for (const SwitchJobView::Member &m : v.members)
+		if (m.ep == ep)
+			return true;
+	return false;
+}
+
+// What one packet may do to a set-up job.  Within one incarnation a
+// node's holder (the child that serves it) stays, and no incarnation
+// changes the key.  Peer 3 is none of the set-up's members: it may make
+// jobs of its own, never change theirs, but for one thing: a packet with
+// a task (a CONFIG, or DATA inline) and their key is a member's that moved
+// (a restarted process, from a new port; the key admits it, DESIGN.md 9):
+// it may give the job again (a later incarnation) or claim a node its
+// incarnation has not heard from, and is then a member like the others.
+void check(uint32_t jid, bool had, const SwitchJobView &b, const std::vector<uint64_t> &tb,
+	   bool has, const SwitchJobView &a, const std::vector<uint64_t> &ta, int who,
+	   const std::vector<uint8_t> &pkt)
+{
+	using namespace ibv_coll::emu::wire;
+	const char *why = nullptr;
+	if (had && has && a.key != b.key)
+		why = "its key changed";
+	if (had && has && a.inc == b.inc)
+		for (const SwitchJobView::Member &m : b.members) {
+			bool kept = false;
+			for (const SwitchJobView::Member &n : a.members)
+				kept |= n.ep == m.ep && n.qpn == m.qpn &&
+					(n.cover & m.cover) == m.cover;
+			if (!kept)
+				why = "a node's holder changed";
+		}
+	const Endpoint stranger = peer(3);
+	const bool changed = had != has || tb != ta || a.inc != b.inc ||
+			     a.members.size() != b.members.size();
+	if (who == 3 && changed && !(had && member(b, stranger))) {
+		const bool task = pkt.size() >= kBthBytes + kCethBytes &&
+				  (pkt[0] == kCollConfig ||
+				   (pkt[0] == kCollData && (pkt[kBthBytes + 3] & kCethInline)));
+		if (!task || load_be32(&pkt[kBthBytes + 8]) != jid || !has ||
+		    !member(a, stranger) || load_be64(&pkt[kBthBytes + 40]) != a.key)
+			why = "a non-member's packet changed it";
+	}
+	if (why) {
+		fprintf(stderr, "fuzz_switch_rx: job %u: %s\n", jid, why);
+		abort();
+	}
+}
+
 void feed(Switch &sw, std::vector<FuzzTransport *> &trs, const uint8_t *d, size_t n)
 {
 	const IpAddr self = v4_endpoint(kSelf, kPort).ip;
 	for_each_record(d, n, [&](uint8_t f, const uint8_t *p, size_t len) {
 		Endpoint src = peer(f);
 		std::vector<uint8_t> pkt = frame(f, p, len, src, self, kPort);
-		// Peer 3 is neither a child nor the parent of the set-up's jobs:
-		// it may make jobs of its own, never change theirs, but for one
-		// thing: a CONFIG of theirs with their key and a later
-		// incarnation is a member's that moved (a job given again from a
-		// restarted process's new port; the key admits it, DESIGN.md 9),
-		// and gives the job again.
-		const bool keyed_config = pkt.size() >= wire::kBthBytes + wire::kCethBytes &&
-					  pkt[0] == wire::kCollConfig &&
-					  wire::load_be64(&pkt[wire::kBthBytes + 40]) == kKey;
-		const bool stranger = (f & 3) == 3;
-		std::vector<uint64_t> before, inc_before;
-		if (stranger) {
-			before = taken(sw);
-			inc_before = incarnations(sw);
+		SwitchJobView before[2];
+		bool had[2];
+		std::vector<uint64_t> tb[2];
+		for (int i = 0; i < 2; i++) {
+			had[i] = view(sw, kJobs[i], &before[i]);
+			tb[i] = taken(sw, kJobs[i]);
 		}
 		const unsigned k = worker_of(f, pkt, unsigned(trs.size()));
 		trs[k]->put(pkt.data(), pkt.size(), src, self);
 		sw.poll_worker(k);
 		if (k)
 			sw.poll_once(); // worker 0's timers
-		if (stranger && taken(sw) != before &&
-		    !(keyed_config && incarnations(sw) != inc_before)) {
-			fprintf(stderr, "fuzz_switch_rx: a non-member's packet changed a job\n");
-			abort();
+		for (int i = 0; i < 2; i++) {
+			SwitchJobView after;
+			const bool has = view(sw, kJobs[i], &after);
+			check(kJobs[i], had[i], before[i], tb[i], has, after, taken(sw, kJobs[i]),
+			      f & 3, pkt);
 		}
 	});
 }

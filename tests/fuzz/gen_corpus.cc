@@ -325,6 +325,28 @@ void switch_seeds()
 	switch_config(r, kJidFlat, 1, false, 1);
 	put(t, "config_moved", r);
 	r.clear();
+	// The moved member's CONFIG twice (its repeat, a member's now), then
+	// node 1's.
+	for (int i = 0; i < 2; i++) {
+		const size_t at = r.size();
+		switch_config(r, kJidFlat, 0, false, 1);
+		r[at] = 3;
+	}
+	switch_config(r, kJidFlat, 1, false, 1);
+	put(t, "config_moved_again", r);
+	r.clear();
+	// The key does not take a node its member holds: node 0's CONFIG of
+	// the set-up's incarnation from the stranger's address is dropped.
+	switch_config(r, kJidFlat, 0, false);
+	r[0] = 3;
+	put(t, "config_claims_held", r);
+	r.clear();
+	// A keyed CONFIG of a later incarnation whose sender names node 4 of
+	// two: it neither joins nor ends the running incarnation.
+	switch_config(r, kJidFlat, 4, false, 1, 1);
+	r[0] = 3;
+	put(t, "config_again_cannot_join", r);
+	r.clear();
 	// A three-level job: each node's CONFIG carries the Above record (its
 	// leaf's spine as the core's child).
 	for (uint16_t n = 0; n < 2; n++) {

@@ -543,6 +543,31 @@ TEST_F(SwitchClass, LaterIncarnationWithAnInvalidTaskIsDropMalformed)
 	still_serves();
 }
 
+// A task whose sender could not join the job it makes (node 4 of two)
+// makes none, and gives none again: a keyed CONFIG of a later incarnation
+// ended the running one and then was refused as a child (fuzz_switch_rx).
+TEST_F(SwitchClass, LaterIncarnationItsSenderCannotJoinIsDropMalformed)
+{
+	Task t;
+	t.node = 4;
+	Hdr h = config_hdr(0);
+	h.inc = 2;
+	one(stranger_, h, task(t), {{&C::drop_malformed, 1}});
+	still_serves();
+}
+
+TEST_F(SwitchClass, ConfigMakingAJobItsSenderCannotJoinIsDropMalformed)
+{
+	Task t;
+	t.node = 4;
+	Hdr h = config_hdr(0);
+	h.jid = 2;
+	one(a_, h, task(t), {{&C::drop_malformed, 1}});
+	ibv_coll::emu::SwitchJobView v;
+	EXPECT_FALSE(sw_->job_view(2, &v));
+	still_serves();
+}
+
 TEST_F(SwitchClass, ConfigWhoseTaskDiffersFromTheJobsIsDropMalformed)
 {
 	Task t;
