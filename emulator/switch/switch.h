@@ -208,6 +208,10 @@ public:
 	bool job_counters(uint32_t jid, SwitchCounters *out) const;
 	// One job's incarnation, key and members; false when there is none.
 	bool job_view(uint32_t jid, SwitchJobView *out) const;
+	// Buffers of stashed partials worker k keeps for its next ones, at
+	// most kMaxSpare (tests: not while worker k runs on another thread).
+	static constexpr size_t kMaxSpare = 256;
+	size_t spare_buffers(unsigned k) const { return w_[k]->spare.size(); }
 	uint32_t units_in_use() const; // reserved by jobs
 	// Seg units holding a block now, and the most that ever did at once.
 	uint32_t units_busy() const { return uint32_t(pool_.in_use()); }
@@ -344,8 +348,8 @@ private:
 		// Buffers of stashed partials, kept for the next ones: a
 		// partial that arrives before its turn costs a copy, not an
 		// allocation.
-		std::vector<std::vector<uint8_t>> spare;
-		SwitchCounters gone; // packets of no job (or of jobs forgotten)
+		std::vector<std::vector<uint8_t>> spare; // at most kMaxSpare
+		SwitchCounters gone;			 // packets of no job (or of jobs forgotten)
 		// What a receive returns, made once (not 64 packets' worth on
 		// every pass).
 		std::vector<RxPacket> rx = std::vector<RxPacket>(Transport::kBatch);
@@ -420,6 +424,7 @@ private:
 	void free_units(Job &j);
 	void fold(Job &j, uint32_t unit, uint64_t cover, const uint8_t *data, uint32_t len);
 	void unstash(Job &j, uint32_t unit); // drop a unit's waiting partials
+	void keep_spare(std::vector<uint8_t> &&b);
 	void complete_unit(Job &j, uint32_t unit);
 	void send_up(Job &j, uint32_t unit);
 	void send_result(Job &j, uint32_t unit, const Child &c, uint64_t now, uint64_t prev = 0);
