@@ -428,7 +428,6 @@ SwitchCounters Switch::job_total(const Job &j)
 	return t;
 }
 
-// A job as its first packet (CONFIG, or inline DATA) describes it.
 // A sender's claim in a job of `nodes` nodes whose nodes below us are
 // `subtree`: a member is one node of the job and has one bit of ours; a
 // switch below us any of ours.
@@ -439,6 +438,7 @@ static bool claim_ok(uint64_t cover, const sw::Task &t, uint64_t subtree, uint16
 	return t.node == sw::kNodeSwitch || (t.node < nodes && !(cover & (cover - 1)));
 }
 
+// A job as its first packet (CONFIG, or inline DATA) describes it.
 bool Switch::init_job(Job &j, const In &p, const sw::Task &t, const sw::Above *above)
 {
 	// Without a parent we are the top switch: our bits are the job's;
