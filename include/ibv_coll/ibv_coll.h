@@ -343,15 +343,15 @@ struct ibv_coll_job_attr {
 	/* IBV_COLL_JOB_ATTR_LOCAL: this QP serves only the node's local ranks
 	 * [local_first, local_first + local_count); the node's other ranks come
 	 * from other collective QPs of the same device, in other processes of
-	 * the host (a shared device, ibv_coll_devd(8)) or in this one.  The QP
-	 * that members[node_index].qp_num names leads the node's part of the
-	 * job: it alone talks to the network.  Every other QP joins it by
-	 * giving the same job (jid, job_key, members) with its own local
-	 * range.  The ranges must not overlap and, once all have joined, cover
-	 * members[node_index].num_ranks.  A collective runs when every QP of
-	 * the node has posted it (the same MID, opcode, op, type, count and
-	 * root), and completes on each of them.  Without the flag a QP serves
-	 * all of its node's ranks. */
+	 * the host (a shared device: the ibv_coll_devd daemon, section 8) or in
+	 * this one.  The QP that members[node_index].qp_num names leads the
+	 * node's part of the job: it alone talks to the network.  Every other
+	 * QP joins it by giving the same job (jid, job_key, members) with its
+	 * own local range.  The ranges must not overlap and, once all have
+	 * joined, cover members[node_index].num_ranks.  A collective runs
+	 * when every QP of the node has posted it (the same MID, opcode, op,
+	 * type, count and root), and completes on each of them.  Without the
+	 * flag a QP serves all of its node's ranks. */
 	uint32_t local_first;
 	uint32_t local_count;
 	const struct ibv_coll_pods_attr *pods; /* IBV_COLL_JOB_ATTR_PODS; copied by the call */
@@ -413,8 +413,9 @@ enum ibv_coll_caps_mask {
 
 enum ibv_coll_caps_flags {
 	/* The context reaches the host's shared device, the one NIC that
-	 * ibv_coll_devd(8) runs for the netdev, which other processes of the
-	 * host may be using too; else the NIC is this context's own. */
+	 * the ibv_coll_devd daemon (section 8) runs for the netdev, which other
+	 * processes of the host may be using too; else the NIC is this
+	 * context's own. */
 	IBV_COLL_CAPS_SHARED_DEVICE = 1 << 0
 };
 

@@ -375,10 +375,10 @@ TEST(SimGate, ReorderingPortsSwitchWithTheControllerOnAndOff)
 // same links, the fabric of scripts/bench-fabric-latency.sh (4 hosts at
 // 400 Mb/s, 256 KiB tail-drop queues).  The 8 KiB allreduce is a pairwise
 // exchange of two steps, each across two queues the 64 MiB ring keeps
-// busy; the ring's window holds each near its target (1 ms of standing
-// delay per queue crossed), where a fixed window fills them.  Target: the
-// small one at most 0.6x its time without the controller, and the big one
-// at 0.95 of R or more either way.  Today (seed 1): 7.76 ms against
+// busy; the ring's window holds them near its target (1 ms of standing
+// delay for each link its round trip crosses: 4 ms), where a fixed
+// window fills them.  Target: the small one at most 0.6x its time without
+// the controller, and the big one at 0.95 of R or more either way.  Today (seed 1): 7.76 ms against
 // 16.68 ms (0.47x), the ring 0.963 of R both ways.  (On the namespace
 // fabric the controller does not shorten them: the noise it allows for on
 // a 2-core host raises its target to 6-12 ms; README, On a shaped network.)
