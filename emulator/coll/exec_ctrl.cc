@@ -386,11 +386,12 @@ bool CollEngine::may_start_beside(const CollJob &job, const CollWqe &w) const
 }
 
 // The exchange's most bytes per rank: IBV_COLL_EMU_XCHG_BYTES, or,
-// unless that is set, 32768 for a job whose members all have one address:
-// on one host a step costs a hand-off between processes (two cores, a
-// dozen threads), not the wire, and the exchange's log2(N) steps beat the
-// ring's 2(N - 1) to larger sizes (4 processes, 32 KiB: about 1.5x), where
-// on slow links its 2 S on the wire against the ring's 1.5 S lose from 16
+// unless that is set, 65536 (the most) for a job whose members all have
+// one address: on one host a step costs a hand-off between processes (two
+// cores, a dozen threads), not the wire, and the exchange's log2(N) steps
+// beat the ring's 2(N - 1) to larger sizes (4 processes, 32 KiB: about
+// 1.5x; 64 KiB: 1.14x, 2 and 3 processes 1.3x, 8 about even), where on
+// slow links its 2 S on the wire against the ring's 1.5 S lose from 16
 // KiB.  The member list is the same on every member, so every member
 // decides alike.
 uint32_t CollEngine::xchg_most(const CollJob &job) const

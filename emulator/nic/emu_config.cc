@@ -94,7 +94,7 @@ const ConfigVar kCollVars[kCollCount] = {
 	{"IBV_COLL_EMU_XCHG_BYTES", "16384",
 	 "an allreduce or broadcast of at most this many bytes per rank, or a barrier, on a job "
 	 "round the ring runs among the member NICs in about log2(nodes) steps instead (a pairwise "
-	 "exchange, a binomial tree; 0: never); unset, 32768 for a job whose members all have one "
+	 "exchange, a binomial tree; 0: never); unset, 65536 for a job whose members all have one "
 	 "address (one host); every member must have the same value",
 	 ConfigKind::uint, 0, 65536},
 	{"IBV_COLL_EMU_COLL_DEPTH", "4",
@@ -230,7 +230,7 @@ int load_emu_config(EmuConfig *out)
 	if ((err = util::config_uint(kCollVars[kCollXchg], &v)))
 		return err;
 	c.coll_xchg_bytes = uint32_t(v);
-	c.coll_xchg_bytes_host = util::config_is_set(kCollVars[kCollXchg]) ? uint32_t(v) : 32768;
+	c.coll_xchg_bytes_host = util::config_is_set(kCollVars[kCollXchg]) ? uint32_t(v) : 65536;
 	if ((err = util::config_uint(kCollVars[kCollDepth], &v)))
 		return err;
 	c.coll_depth = uint32_t(v);

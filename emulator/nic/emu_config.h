@@ -27,9 +27,9 @@ struct EmuConfig {
 	uint32_t coll_probe_us = 500; // ... is probed for after at least this (0: never)
 	uint32_t coll_timeout_ms = 10000; // a collective without progress fails after this
 	uint32_t coll_xchg_bytes = 16384; // a smaller allreduce runs as a pairwise exchange
-	// ... on a job whose members all have one address: 32768 unless
+	// ... on a job whose members all have one address: 65536 unless
 	// IBV_COLL_EMU_XCHG_BYTES is set (then that)
-	uint32_t coll_xchg_bytes_host = 32768;
+	uint32_t coll_xchg_bytes_host = 65536;
 	uint32_t coll_depth = 4;      // exchanged messages a job runs at once
 	bool gso = true;	      // UDP segmentation offload and GRO
 	uint32_t sw_config_ms = 1000; // wait this long for a switch's grant

@@ -518,7 +518,7 @@ bool folds_pairwise(const CollSpec &s)
 	int64_t most = s.pairwise_max;
 	if (most < 0) {
 		const char *v = getenv("IBV_COLL_EMU_XCHG_BYTES");
-		most = v && *v ? strtoll(v, nullptr, 10) : s.one_host ? 32768 : 16384;
+		most = v && *v ? strtoll(v, nullptr, 10) : s.one_host ? 65536 : 16384;
 	}
 	return s.coll == IBV_COLL_WR_ALLREDUCE && s.ranks.size() >= 2 &&
 	       s.count * dtype_size(s.dtype) <= uint64_t(std::max<int64_t>(most, 0)) && most > 0;

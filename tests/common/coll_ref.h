@@ -39,7 +39,7 @@ struct CollSpec {
 	// that fell back from their switches run the ring).
 	int64_t pairwise_max = -1;
 	// Every node has one address (one host): with IBV_COLL_EMU_XCHG_BYTES
-	// unset the device exchanges up to 32768 bytes per rank there, not
+	// unset the device exchanges up to 65536 bytes per rank there, not
 	// 16384 (CollEngine::xchg_most).
 	bool one_host = false;
 	// A job given switches cuts ALLREDUCE's and REDUCE's chunks at whole
