@@ -601,6 +601,7 @@ int main(int argc, char **argv)
 	CollSpec spec;
 	spec.ranks = o.ranks;
 	spec.one_host = one_host;
+	spec.piece_bytes = 128u << o.mtu;
 	// Through switches the fold is the tree's (unless AUTO falls back).
 	const bool via_switch = !o.leaves.empty() && o.topology != IBV_COLL_TOPO_RING &&
 				(o.expect_flags < 0 || (o.expect_flags & IBV_COLL_WC_SWITCH));

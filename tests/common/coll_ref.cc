@@ -520,8 +520,10 @@ bool folds_pairwise(const CollSpec &s)
 		const char *v = getenv("IBV_COLL_EMU_XCHG_BYTES");
 		most = v && *v ? strtoll(v, nullptr, 10) : s.one_host ? 65536 : 16384;
 	}
+	const uint64_t bytes = s.count * dtype_size(s.dtype);
 	return s.coll == IBV_COLL_WR_ALLREDUCE && s.ranks.size() >= 2 &&
-	       s.count * dtype_size(s.dtype) <= uint64_t(std::max<int64_t>(most, 0)) && most > 0;
+	       bytes <= uint64_t(std::max<int64_t>(most, 0)) && most > 0 &&
+	       (!s.piece_bytes || bytes <= 64ull * s.piece_bytes);
 }
 
 // The reduced vector every reduction's destinations are cut from: count

@@ -42,6 +42,10 @@ struct CollSpec {
 	// unset the device exchanges up to 65536 bytes per rank there, not
 	// 16384 (CollEngine::xchg_most).
 	bool one_host = false;
+	// The path MTU: the exchange takes at most 64 pieces of it
+	// (kXchgPiecesMost), a larger message goes round the ring.  0: no
+	// such limit.
+	uint32_t piece_bytes = 0;
 	// A job given switches cuts ALLREDUCE's and REDUCE's chunks at whole
 	// blocks of this many bytes (the path MTU, or the job's block length
 	// if smaller): B blocks, chunk c = blocks [B*c/N, B*(c+1)/N).  This
