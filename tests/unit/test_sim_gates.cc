@@ -378,8 +378,9 @@ TEST(SimGate, ReorderingPortsSwitchWithTheControllerOnAndOff)
 // busy; the ring's window holds them near its target (1 ms of standing
 // delay for each link its round trip crosses: 4 ms), where a fixed
 // window fills them.  Target: the small one at most 0.6x its time without
-// the controller, and the big one at 0.95 of R or more either way.  Today (seed 1): 7.76 ms against
-// 16.68 ms (0.47x), the ring 0.963 of R both ways.  (On the namespace
+// the controller, and the big one at 0.95 of R or more either way.  Today
+// (seed 1): 7.76 ms against 16.68 ms (0.47x), the ring 0.963 of R both
+// ways.  (On the namespace
 // fabric the controller does not shorten them: the noise it allows for on
 // a 2-core host raises its target to 6-12 ms; README, On a shaped network.)
 TEST(SimGate, ControllerKeepsTheQueuesOfASmallAllreduceShort)
