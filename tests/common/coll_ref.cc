@@ -521,9 +521,8 @@ bool folds_pairwise(const CollSpec &s)
 		most = v && *v ? strtoll(v, nullptr, 10) : s.one_host ? 65536 : 16384;
 	}
 	const uint64_t bytes = s.count * dtype_size(s.dtype);
-	return s.coll == IBV_COLL_WR_ALLREDUCE && s.ranks.size() >= 2 &&
-	       bytes <= uint64_t(std::max<int64_t>(most, 0)) && most > 0 &&
-	       (!s.piece_bytes || bytes <= 64ull * s.piece_bytes);
+	return s.coll == IBV_COLL_WR_ALLREDUCE && s.ranks.size() >= 2 && most > 0 &&
+	       bytes <= uint64_t(most) && (!s.piece_bytes || bytes <= 64ull * s.piece_bytes);
 }
 
 // The reduced vector every reduction's destinations are cut from: count

@@ -380,9 +380,9 @@ TEST(SimGate, ReorderingPortsSwitchWithTheControllerOnAndOff)
 // window fills them.  Target: the small one at most 0.6x its time without
 // the controller, and the big one at 0.95 of R or more either way.  Today
 // (seed 1): 7.76 ms against 16.68 ms (0.47x), the ring 0.963 of R both
-// ways.  (On the namespace
-// fabric the controller does not shorten them: the noise it allows for on
-// a 2-core host raises its target to 6-12 ms; README, On a shaped network.)
+// ways.  (On the namespace fabric the controller does not shorten them:
+// the noise it allows for on a 2-core host raises its target to 6-12 ms;
+// README, On a shaped network.)
 TEST(SimGate, ControllerKeepsTheQueuesOfASmallAllreduceShort)
 {
 	FabricSpec f = star(4, 400000000ull, 20000, 256 << 10);
