@@ -41,6 +41,7 @@ enum Why {
 	kOp,	   // user op, or a predefined one the device lacks
 	kSize,	   // outside IBV_COLL_MPI_MIN_BYTES..MAX_BYTES, or 0 elements
 	kSetup,	   // the communicator's job could not be brought up
+	kFirst,	   // nonblocking, before the communicator's first blocking call set its job up
 	kNumWhy
 };
 extern const char *const kWhyNames[kNumWhy];
@@ -53,9 +54,9 @@ struct Config {
 	int topology = -1;			    // -1: auto with a switch, ring without
 	size_t min_bytes = 0, max_bytes = 0;	    // per rank; max 0: what the device takes
 	int min_ranks = 2;
-	uint32_t seg_units = 512; // each communicator's share of the Seg units
-	uint32_t timeout_ms = 0;
-	int spin_us = 2000; // poll this long before sleeping; -1: never sleep
+	uint32_t seg_units = 512;      // each communicator's share of the Seg units
+	uint32_t timeout_ms = 3600000; // a rank may come an hour late: MPI waits for it
+	int spin_us = 2000;	       // poll this long before sleeping; -1: never sleep
 	bool stats = false;
 };
 
@@ -93,6 +94,10 @@ struct Op {
 	void *tmp = nullptr;	  // a private copy of the input (in place)
 	void *owned = nullptr;	  // the caller's copy of an in-place input, freed with the op
 	struct Job *job = nullptr;
+	// The work request, kept while the send queue is full (posted later,
+	// in order, by the job's progress).
+	ibv_coll_send_wr wr{};
+	ibv_sge sge[2] = {};
 	Coll coll = kAllreduce;
 };
 
@@ -111,9 +116,12 @@ struct Request {
 struct Job;
 // Read the configuration and this process's world rank (once).
 void lib_init();
-// The communicator's job, set up on first use (collective over comm);
-// nullptr when it cannot be (the reason counted as kSetup).
-Job *job_of(MPI_Comm comm);
+// The communicator's job, set up on first use when may_setup (a collective
+// over comm of its own: only a blocking call may make it, since ranks may
+// start nonblocking collectives on different communicators in different
+// orders); nullptr when it cannot be or, without may_setup, is not yet.
+Job *job_of(MPI_Comm comm, bool may_setup);
+bool job_failed(const Job *j);
 size_t job_max_bytes(const Job *j);
 // Post; the Op is heap-allocated and owned by the caller after wait/test.
 int job_post(Job *j, const Request &r, Coll coll, Op **out);

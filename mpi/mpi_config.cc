@@ -18,7 +18,8 @@ const char *const kCollNames[kNumColls] = {
 	"allreduce",  "reduce",	       "bcast",	  "allgather",	"reduce_scatter_block",	 "barrier",
 	"iallreduce", "ibcast",	       "ireduce", "iallgather", "ireduce_scatter_block", "ibarrier",
 	"allgatherv", "reduce_scatter"};
-const char *const kWhyNames[kNumWhy] = {"disabled", "comm", "datatype", "op", "size", "setup"};
+const char *const kWhyNames[kNumWhy] = {"disabled", "comm",  "datatype", "op",
+					"size",	    "setup", "first"};
 
 Config g_cfg;
 Stats g_stats;
@@ -144,9 +145,9 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_MPI_SEG_UNITS", "512",
 	 "Seg units each communicator's job takes in the NIC and the switch", ConfigKind::size, 1,
 	 1u << 20},
-	{"IBV_COLL_MPI_TIMEOUT_MS", "0",
-	 "a collective that makes no progress this long fails (0: the device's default, "
-	 "IBV_COLL_EMU_COLL_TIMEOUT_MS)",
+	{"IBV_COLL_MPI_TIMEOUT_MS", "3600000",
+	 "a collective that makes no progress this long fails, a rank that comes this late to "
+	 "it included (0: the device's default, IBV_COLL_EMU_COLL_TIMEOUT_MS)",
 	 ConfigKind::size, 0, 3600000},
 	{"IBV_COLL_MPI_SPIN_US", "2000",
 	 "microseconds a blocking call polls, yielding between polls, before it sleeps on the "

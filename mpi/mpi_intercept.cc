@@ -135,9 +135,14 @@ Job *admit(Coll c, MPI_Comm comm, size_t bytes, bool has_data)
 	if (has_data &&
 	    (bytes == 0 || bytes < g_cfg.min_bytes || (g_cfg.max_bytes && bytes > g_cfg.max_bytes)))
 		return refuse(c, kSize);
-	Job *j = job_of(comm);
-	if (!j)
-		return refuse(c, kSetup);
+	// Setting a job up takes collective calls of its own, which a
+	// nonblocking call must not make: another rank may start this one
+	// after a blocking collective on another communicator that waits for
+	// us.  So a communicator's job comes with its first blocking call.
+	const bool nonblocking = c >= kIallreduce && c <= kIbarrier;
+	Job *j = job_of(comm, !nonblocking);
+	if (!j || job_failed(j))
+		return refuse(c, j || !nonblocking ? kSetup : kFirst);
 	// What one source or destination may hold.
 	if (has_data && bytes * (per_rank ? size_t(size) : 1) > job_max_bytes(j))
 		return refuse(c, kSize);

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <list>
 
 namespace ibv_coll::mpi {
@@ -46,6 +47,7 @@ struct Job {
 	ibv_coll_mr *arena_mr = nullptr;
 	Slot slots[kSlots] = {};
 	std::vector<Op *> pending;
+	std::deque<Op *> backlog; // posted by the application, not yet to the full send queue
 	uint64_t next_wr = 1;
 	size_t max_bytes = 0;
 };
@@ -59,6 +61,7 @@ bool g_dev_tried, g_cfg_loaded, g_cfg_bad;
 int g_keyval = MPI_KEYVAL_INVALID;
 std::list<Job *> g_jobs;
 uint32_t g_comm_counter;
+size_t g_backlogged; // ops of all jobs waiting for room in a send queue
 
 // What each member contributes to the communicator's allgather.
 struct Blob {
@@ -125,6 +128,7 @@ void destroy(Job *j)
 	if (j->ch)
 		ibv_destroy_coll_comp_channel(j->ch);
 	free(j->arena);
+	g_backlogged -= j->backlog.size();
 	for (Op *op : j->pending)
 		op->job = nullptr; // an unfinished nonblocking call: reported as failed
 	g_jobs.remove(j);
@@ -362,8 +366,37 @@ Job *setup(MPI_Comm comm)
 	return j;
 }
 
+int post_wr(Job *j, Op *op)
+{
+	ibv_coll_send_wr *bad;
+	return ibv_post_coll_send(j->qp, &op->wr, &bad);
+}
+
+// Post what waited for room in the send queue, oldest first.  A post that
+// fails otherwise fails its op, as the device would have.
+void post_backlog(Job *j)
+{
+	while (!j->backlog.empty()) {
+		Op *op = j->backlog.front();
+		int err = post_wr(j, op);
+		if (err == ENOMEM)
+			return;
+		j->backlog.pop_front();
+		g_backlogged--;
+		if (err) {
+			log_line("%s: post: %s", kCollNames[op->coll], strerror(err));
+			op->done = true;
+			op->status = IBV_WC_GENERAL_ERR;
+			op->coll_status = IBV_COLL_STATUS_SUCCESS;
+			std::erase(j->pending, op);
+		}
+	}
+}
+
 void progress(Job *j)
 {
+	if (!j->backlog.empty())
+		post_backlog(j);
 	ibv_coll_wc wc[8];
 	int n = ibv_poll_coll_cq(j->cq, 8, wc);
 	for (int i = 0; i < n; i++)
@@ -401,7 +434,7 @@ void lib_init()
 	}
 }
 
-Job *job_of(MPI_Comm comm)
+Job *job_of(MPI_Comm comm, bool may_setup)
 {
 	if (!g_dev_tried)
 		open_device();
@@ -413,11 +446,16 @@ Job *job_of(MPI_Comm comm)
 	int found = 0;
 	PMPI_Comm_get_attr(comm, g_keyval, &attr, &found);
 	Job *j = found ? static_cast<Job *>(attr) : nullptr;
-	if (!j) {
+	if (!j && may_setup) {
 		j = setup(comm);
 		PMPI_Comm_set_attr(comm, g_keyval, j);
 	}
-	return j->failed ? nullptr : j;
+	return j;
+}
+
+bool job_failed(const Job *j)
+{
+	return j->failed;
 }
 
 size_t job_max_bytes(const Job *j)
@@ -460,14 +498,9 @@ int job_post(Job *j, const Request &r, Coll coll, Op **out)
 	for (int i = 0; small && i < kSlots && !slot; i++)
 		if (!j->slots[i].busy)
 			slot = &j->slots[i];
-	while (small && !slot) { // every slot in flight: wait for one
-		progress(j);
-		for (int i = 0; i < kSlots && !slot; i++)
-			if (!j->slots[i].busy)
-				slot = &j->slots[i];
-		if (!slot)
-			sched_yield();
-	}
+	// Every slot in flight: register the caller's buffers instead (never
+	// wait here: a slot comes back only when its request completes, which
+	// may take a call this rank has yet to make).
 	// No destination (a reduce's non-root): the device writes none there,
 	// so the source stands in for it.
 	const bool no_dst = !r.dst;
@@ -497,18 +530,27 @@ int job_post(Job *j, const Request &r, Coll coll, Op **out)
 		s = {uintptr_t(r.src), uint32_t(r.src_bytes), op->mrs[0]->lkey};
 		d = {uintptr_t(dst), uint32_t(dst_bytes), dm->lkey};
 	}
-	ibv_coll_send_wr wr{}, *bad;
+	ibv_coll_send_wr &wr = op->wr;
+	op->sge[0] = s;
+	op->sge[1] = d;
 	wr.wr_id = op->wr_id;
 	wr.opcode = r.opcode;
 	wr.send_flags = IBV_COLL_SEND_SIGNALED;
-	wr.sg_list = &s;
+	wr.sg_list = &op->sge[0];
 	wr.num_sge = r.opcode == IBV_COLL_WR_BARRIER ? 0 : 1;
-	wr.wr.coll.dst_list = &d;
+	wr.wr.coll.dst_list = &op->sge[1];
 	wr.wr.coll.count = r.count;
 	wr.wr.coll.op = r.op;
 	wr.wr.coll.dtype = r.dtype;
 	wr.wr.coll.root = r.root;
-	if (int err = ibv_post_coll_send(j->qp, &wr, &bad)) {
+	// Behind those still waiting for the send queue, or waiting itself
+	// when the queue is full: the device takes them in the order posted,
+	// as every rank posts them.
+	int err = j->backlog.empty() ? post_wr(j, op) : ENOMEM;
+	if (err == ENOMEM) {
+		j->backlog.push_back(op);
+		g_backlogged++;
+	} else if (err) {
 		log_line("%s: post: %s", kCollNames[coll], strerror(err));
 		release(op);
 		return MPI_ERR_OTHER;
@@ -543,14 +585,36 @@ void sleep_on_cq(Job *j)
 		j->armed = !ibv_req_notify_coll_cq(j->cq, 0);
 		return;
 	}
+	// Not long: MPI's own requests and other jobs' queued posts are
+	// driven between sleeps (below).
 	pollfd pf = {j->ch->fd, POLLIN, 0};
-	if (poll(&pf, 1, 100) > 0) {
+	if (poll(&pf, 1, 10) > 0) {
 		ibv_coll_cq *ecq;
 		void *ectx;
 		if (!ibv_get_coll_cq_event(j->ch, &ecq, &ectx))
 			ibv_ack_coll_cq_events(ecq, 1);
 		j->armed = false;
 	}
+}
+
+// While we wait, MPI's progress must go on as it would inside MPI_Wait:
+// another rank may sit in a point-to-point call (a rendezvous send, a
+// receive) that needs this one's MPI to answer before it reaches the
+// collective we wait for.  A probe that matches nothing runs MPI's
+// progress engine once (Open MPI's and MPICH's both do).  And the posts
+// other jobs keep for a full send queue go out: a rank may wait for them
+// before it joins ours.  Every kDriveUs of a wait, not every poll: each
+// costs a system call or two.
+constexpr double kDriveUs = 20;
+
+void drive_others()
+{
+	int flag = 0;
+	PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+	if (g_backlogged)
+		for (Job *j : g_jobs)
+			if (!j->backlog.empty())
+				post_backlog(j);
 }
 
 } // namespace
@@ -561,8 +625,15 @@ int job_wait(Op *op)
 	// thread sleeps, and yielding between them lets the other processes
 	// of this machine (and its switch) have the processor; after
 	// IBV_COLL_MPI_SPIN_US, sleep on the completion channel.
-	const double spin_end = now_us() + g_cfg.spin_us;
+	const double start = now_us(), spin_end = start + g_cfg.spin_us;
+	double drive_at = start + kDriveUs;
 	while (!job_test(op)) {
+		if (const double t = now_us(); t >= drive_at) {
+			drive_others();
+			drive_at = t + kDriveUs;
+			if (job_test(op))
+				break;
+		}
 		if (g_cfg.spin_us < 0 || now_us() < spin_end)
 			sched_yield();
 		else

@@ -5,11 +5,14 @@
 // must be bit-identical (floats are given values whose sums and products
 // are exact in any order, and random reals are checked within a bound).
 //
-//   mpi_coll_check [--iters N] [--seed S] [--max-count C] [--unsupported | --one-rank]
+//   mpi_coll_check [--iters N] [--seed S] [--max-count C] [--unsupported | --one-rank |
+//                   --liveness]
 //
 // --one-rank: only rank 0 calls a collective (on MPI_COMM_SELF), then
 // every rank finalizes: MPI_Finalize must not wait for ranks that never
 // touched the drop-in (it hung once).
+// --liveness: what MPI programs may do that once hung or failed the
+// drop-in (see liveness() below).
 // --unsupported runs what the drop-in must leave to MPI (derived types,
 // MPI_Op_create, MPI_LONG_DOUBLE_INT, an intercommunicator) and checks
 // those results against PMPI and hand-computed values too.
@@ -580,6 +583,116 @@ void loc_rules(MPI_Comm comm)
 	}
 }
 
+// What a program may do that MPI itself survives, each a hang or a failed
+// collective once (--liveness):
+//  - nonblocking collectives first on fresh communicators, started in
+//    different orders across communicators by different ranks (each
+//    communicator sees one order): setting a job up must not block there;
+//  - more requests outstanding on one communicator than it has bounce
+//    slots and than its send queue holds, small and large;
+//  - a rendezvous-sized point-to-point message whose other side waits in
+//    an offloaded collective (ours must run MPI's progress while it waits);
+//  - a rank that comes to a collective longer after the others than the
+//    device's own timeout (set to 1 s here).
+void liveness()
+{
+	const int rank = g_rank, size = g_size;
+	const int sum_ranks = size * (size - 1) / 2;
+	MPI_Comm a, b, c, d;
+	MPI_Comm_dup(MPI_COMM_WORLD, &a);
+	MPI_Comm_dup(MPI_COMM_WORLD, &b);
+	MPI_Comm_dup(MPI_COMM_WORLD, &c);
+	MPI_Comm_dup(MPI_COMM_WORLD, &d);
+	{
+		int x = rank + 1, y = 0, x2 = 2 * rank, y2 = 0;
+		MPI_Request r[2];
+		if (rank % 2 == 0) {
+			MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, a, &r[0]);
+			MPI_Ibarrier(c, &r[1]);
+			MPI_Allreduce(&x2, &y2, 1, MPI_INT, MPI_SUM, b);
+			MPI_Barrier(d);
+		} else { // the blocking ones in the same order: they may synchronize
+			MPI_Allreduce(&x2, &y2, 1, MPI_INT, MPI_SUM, b);
+			MPI_Barrier(d);
+			MPI_Ibarrier(c, &r[1]);
+			MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, a, &r[0]);
+		}
+		MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+		if (y != sum_ranks + size || y2 != 2 * sum_ranks)
+			fail("collectives first on fresh communicators, in two orders", "liveness",
+			     0);
+	}
+	// Many outstanding on one communicator: a blocking call sets its job
+	// up first (a nonblocking one would go to MPI).
+	MPI_Barrier(a);
+	for (int len : {1, 25000}) {
+		const int n = len == 1 ? 100 : 40;
+		std::vector<int> in(size_t(n) * size_t(len)), out(in.size(), -1);
+		std::vector<MPI_Request> r(static_cast<size_t>(n));
+		for (size_t i = 0; i < in.size(); i++)
+			in[i] = rank + int(i % 1000);
+		for (int i = 0; i < n; i++)
+			MPI_Iallreduce(&in[size_t(i) * size_t(len)], &out[size_t(i) * size_t(len)],
+				       len, MPI_INT, MPI_SUM, a, &r[size_t(i)]);
+		MPI_Waitall(n, r.data(), MPI_STATUSES_IGNORE);
+		for (size_t i = 0; i < out.size(); i++)
+			if (out[i] != sum_ranks + size * int(i % 1000)) {
+				fail(len == 1 ? "100 small requests outstanding"
+					      : "40 large requests outstanding",
+				     "liveness", i * sizeof(int));
+				break;
+			}
+	}
+	// A rendezvous message beside an offloaded collective, both ways.
+	const int big = 1 << 18; // 1 MiB of ints
+	std::vector<int> msg(big, rank == 1 ? 7 : -1);
+	for (int mode = 0; mode < 2 && size >= 2; mode++) {
+		int x = rank, y = -1;
+		MPI_Request r[2];
+		if (mode == 0 && rank == 1) { // the sender then waits in the collective
+			MPI_Isend(msg.data(), big, MPI_INT, 0, 5, a, &r[0]);
+			MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, a);
+			MPI_Wait(&r[0], MPI_STATUS_IGNORE);
+		} else if (mode == 0) {
+			if (rank == 0)
+				MPI_Recv(msg.data(), big, MPI_INT, 1, 5, a, MPI_STATUS_IGNORE);
+			MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, a);
+		} else if (rank == 0) { // the receiver waits for both at once
+			MPI_Irecv(msg.data(), big, MPI_INT, 1, 6, a, &r[0]);
+			MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, a, &r[1]);
+			MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+		} else {
+			if (rank == 1)
+				MPI_Send(msg.data(), big, MPI_INT, 0, 6, a);
+			MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, a, &r[1]);
+			MPI_Wait(&r[1], MPI_STATUS_IGNORE);
+		}
+		if (y != sum_ranks || (rank == 0 && (msg[0] != 7 || msg[big - 1] != 7)))
+			fail(mode ? "a receive and a collective waited for together"
+				  : "a rendezvous send beside a blocking collective",
+			     "liveness", 0);
+		if (rank == 0)
+			msg.assign(size_t(big), -1);
+	}
+	// Late by 2.5 times the device's timeout, blocking and nonblocking.
+	for (int nb = 0; nb < 2; nb++) {
+		int x = rank, y = -1;
+		if (rank == size - 1)
+			usleep(2500 * 1000);
+		if (nb) {
+			MPI_Request r;
+			MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_SUM, b, &r);
+			MPI_Wait(&r, MPI_STATUS_IGNORE);
+		} else {
+			MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, b);
+		}
+		if (y != sum_ranks)
+			fail("a rank 2.5 s late", "liveness", 0);
+	}
+	for (MPI_Comm *k : {&a, &b, &c, &d})
+		MPI_Comm_free(k);
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -587,7 +700,7 @@ int main(int argc, char **argv)
 	int iters = 200;
 	uint64_t seed = 1;
 	size_t max_count = 70000;
-	bool unsup = false, one_rank = false;
+	bool unsup = false, one_rank = false, live = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
 			iters = atoi(argv[++i]);
@@ -599,13 +712,17 @@ int main(int argc, char **argv)
 			unsup = true;
 		else if (!strcmp(argv[i], "--one-rank"))
 			one_rank = true;
+		else if (!strcmp(argv[i], "--liveness"))
+			live = true;
 		else {
 			fprintf(stderr,
 				"usage: mpi_coll_check [--iters N] [--seed S] [--max-count C] "
-				"[--unsupported | --one-rank]\n");
+				"[--unsupported | --one-rank | --liveness]\n");
 			return 2;
 		}
 	}
+	if (live) // the device's own timeout short: the drop-in's must hold
+		setenv("IBV_COLL_EMU_COLL_TIMEOUT_MS", "1000", 1);
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &g_size);
@@ -623,6 +740,8 @@ int main(int argc, char **argv)
 	}
 	if (unsup) {
 		unsupported(MPI_COMM_WORLD);
+	} else if (live) {
+		liveness();
 	} else {
 		// The world, a duplicate, halves and the world in reverse order.
 		MPI_Comm dup, half, rev;
@@ -652,7 +771,10 @@ int main(int argc, char **argv)
 	PMPI_Allreduce(&g_wrong, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
 	if (g_rank == 0)
 		printf("mpi_coll_check: %s, %d ranks: %ld wrong\n",
-		       unsup ? "unsupported cases" : "random collectives", g_size, all);
+		       unsup  ? "unsupported cases"
+		       : live ? "liveness cases"
+			      : "random collectives",
+		       g_size, all);
 	MPI_Finalize();
 	return all ? 1 : 0;
 }

@@ -7,6 +7,7 @@
 #   run_mpi_check.sh LIB CHECK NP ring|switch|shared SWITCHD|DEVD [mpi_coll_check args...]
 #
 # switch: an ibv_coll_switchd on the loopback, IBV_COLL_MPI_SWITCH set.
+# IVC_MPIRUN_ARGS: more mpirun options (such as --mca btl self,tcp).
 # shared: the ranks on the host's shared device (IBV_COLL_CRXE_SHARED=y,
 # the daemon DEVD started on the first open): the host's ranks are one
 # node of each job, so every offloaded call must have run inside the NIC
@@ -46,7 +47,8 @@ fi
 # --mca op ^avx: Open MPI 4.1's AVX reductions saturate unsigned 8- and
 # 16-bit sums instead of wrapping as C (and the device) do; the reference
 # must be the standard's answer.
-timeout 120 mpirun --oversubscribe --bind-to none --mca op ^avx -np "$np" "${env[@]}" \
+read -r -a extra <<<"${IVC_MPIRUN_ARGS:-}"
+timeout 120 mpirun --oversubscribe --bind-to none --mca op ^avx "${extra[@]}" -np "$np" "${env[@]}" \
 	"$check" "$@" >"$tmp/out" 2>&1
 rc=$?
 cat "$tmp/out"

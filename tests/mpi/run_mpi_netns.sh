@@ -55,6 +55,15 @@ if [ "$mode" = switch ]; then
 		{ echo "run_mpi_netns: nothing ran in the switch"; exit 1; }
 fi
 
+# What MPI programs may do that once hung the drop-in (mpi_coll_check.cc,
+# liveness()), here with Open MPI's TCP transport between the hosts.
+timeout 60 ip netns exec "$FABRIC_NS_0" "${mpi[@]}" "${env[@]}" "$check" --liveness \
+	>"$tmp/out" 2>&1
+rc=$?
+cat "$tmp/out"
+[ $rc = 0 ] || { echo "run_mpi_netns: mpi_coll_check --liveness failed ($rc)"; exit 1; }
+grep -q "failed [1-9]" "$tmp/out" && { echo "run_mpi_netns: a call failed"; exit 1; }
+
 timeout 60 ip netns exec "$FABRIC_NS_0" "${mpi[@]}" "$perf" "${perf_args[@]}" -b 8 -e 1M -f 16 \
 	-n 3 -w 1 -c 1 >"$tmp/out" 2>&1
 rc=$?

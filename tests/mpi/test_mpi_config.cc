@@ -95,7 +95,7 @@ TEST_F(MpiConfig, DefaultsAreTheManPages)
 	EXPECT_EQ(c.max_bytes, 0u);
 	EXPECT_EQ(c.min_ranks, 2);
 	EXPECT_EQ(c.seg_units, 512u);
-	EXPECT_EQ(c.timeout_ms, 0u);
+	EXPECT_EQ(c.timeout_ms, 3600000u);
 	EXPECT_EQ(c.spin_us, 2000);
 	EXPECT_FALSE(c.stats);
 }
@@ -111,7 +111,7 @@ TEST_F(MpiConfig, EveryVariableInItsSyntax)
 	setenv("IBV_COLL_MPI_MAX_BYTES", "2m", 1);
 	setenv("IBV_COLL_MPI_MIN_RANKS", "64", 1);
 	setenv("IBV_COLL_MPI_SEG_UNITS", "0x100", 1);
-	setenv("IBV_COLL_MPI_TIMEOUT_MS", "3600000", 1);
+	setenv("IBV_COLL_MPI_TIMEOUT_MS", "60000", 1);
 	setenv("IBV_COLL_MPI_SPIN_US", "-1", 1);
 	Config c;
 	std::string err;
@@ -132,7 +132,7 @@ TEST_F(MpiConfig, EveryVariableInItsSyntax)
 	EXPECT_EQ(c.max_bytes, 2097152u);
 	EXPECT_EQ(c.min_ranks, 64);
 	EXPECT_EQ(c.seg_units, 256u);
-	EXPECT_EQ(c.timeout_ms, 3600000u);
+	EXPECT_EQ(c.timeout_ms, 60000u);
 	EXPECT_EQ(c.spin_us, -1);
 
 	setenv("IBV_COLL_MPI_TOPOLOGY", "switch", 1);
@@ -205,7 +205,7 @@ TEST_F(MpiConfig, ListedByTheLibrary)
 		{"IBV_COLL_MPI_DEVICE", ""},	   {"IBV_COLL_MPI_SWITCH", ""},
 		{"IBV_COLL_MPI_TOPOLOGY", ""},	   {"IBV_COLL_MPI_MIN_BYTES", "0"},
 		{"IBV_COLL_MPI_MAX_BYTES", "0"},   {"IBV_COLL_MPI_MIN_RANKS", "2"},
-		{"IBV_COLL_MPI_SEG_UNITS", "512"}, {"IBV_COLL_MPI_TIMEOUT_MS", "0"},
+		{"IBV_COLL_MPI_SEG_UNITS", "512"}, {"IBV_COLL_MPI_TIMEOUT_MS", "3600000"},
 		{"IBV_COLL_MPI_SPIN_US", "2000"},  {"IBV_COLL_MPI_STATS", "0"},
 	};
 	for (const auto &w : want)
