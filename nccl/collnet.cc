@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -239,7 +240,9 @@ ncclResult_t connect(void *handles[], int nranks, int rank, void *listen_comm, v
 				 strerror(err));
 		return ncclSystemError;
 	}
-	uint32_t wait = config().timeout_ms ? config().timeout_ms : 60000;
+	// The ranks are all in NCCL's communicator setup: a minute at most.
+	uint32_t wait = config().timeout_ms ? std::min<uint32_t>(config().timeout_ms, 60000)
+					    : 60000;
 	if (ncclResult_t r = coll_barrier(c, int(wait)))
 		return r;
 	l->comm = nullptr;

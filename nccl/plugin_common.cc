@@ -36,8 +36,9 @@ const ConfigVar kVars[kCount] = {
 	{"IBV_COLL_NCCL_SEG_UNITS", "512",
 	 "Seg units each CollNet communicator takes in the NIC and the switch", ConfigKind::size, 1,
 	 1u << 20},
-	{"IBV_COLL_NCCL_TIMEOUT_MS", "0",
-	 "a collective that makes no progress this long fails (0: the device's default)",
+	{"IBV_COLL_NCCL_TIMEOUT_MS", "3600000",
+	 "a collective that makes no progress this long fails, a rank that comes this late to "
+	 "it included (0: the device's default)",
 	 ConfigKind::size, 0, 3600000},
 	{"IBV_COLL_NCCL_MAX_BYTES", "0",
 	 "the most bytes per rank NCCL may give one CollNet request (maxCollBytes; 0: what the "

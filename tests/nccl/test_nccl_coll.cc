@@ -543,6 +543,57 @@ TEST(CollNetPeer, ADeadPeerFailsTheRequestWithoutAHang)
 	dlclose(lib);
 }
 
+// A rank that comes late (a checkpoint, a stalled data loader) by 2.5
+// times the device's own timeout, here 1 s: the other's request waits for
+// it and completes right, as NCCL's own transports do (the plugin's
+// timeout, IBV_COLL_NCCL_TIMEOUT_MS, is an hour unless set).
+bool late_peer_main(const Api &a)
+{
+	void *ctx = nullptr, *cc;
+	CHECK(a.init(&ctx) == ncclSuccess && (cc = connect_comm(a, ctx, 0, 0)), "connect");
+	std::vector<float> v(1024, float(g_rank + 1)), w(1024, 0.0f);
+	void *vm, *wm, *r = nullptr;
+	CHECK(a.regMr(cc, v.data(), 4096, NCCL_PTR_HOST, &vm) == ncclSuccess &&
+		      a.regMr(cc, w.data(), 4096, NCCL_PTR_HOST, &wm) == ncclSuccess,
+	      "regMr");
+	if (g_rank == 1)
+		usleep(2500 * 1000);
+	CHECK(a.iallreduce(cc, v.data(), w.data(), 1024, ncclFloat32, ncclSum, vm, wm, &r) ==
+			      ncclSuccess &&
+		      r,
+	      "iallreduce");
+	int done = 0, size = 0;
+	ncclResult_t res = ncclSuccess;
+	while (!done && res == ncclSuccess) {
+		res = a.test(r, &done, &size);
+		usleep(1000);
+	}
+	CHECK(res == ncclSuccess, "test gave %d", int(res));
+	for (float f : w)
+		CHECK(f == 3.0f, "result %g, want 3", double(f));
+	a.deregMr(cc, vm);
+	a.deregMr(cc, wm);
+	CHECK(a.closeColl(cc) == ncclSuccess, "closeColl");
+	return a.finalize(ctx) == ncclSuccess;
+}
+
+TEST(CollNetPeer, ALatePeerIsWaitedFor)
+{
+	void *lib = nullptr;
+	Api a;
+	std::string err;
+	ASSERT_TRUE(ibvc_nccl::load(NCCL_PLUGIN_PATH, 12, &lib, &a, &err)) << err;
+	setenv("IBV_COLL_NCCL_DEVICE", "crxe_lo", 1);
+	setenv("IBV_COLL_EMU_COLL_TIMEOUT_MS", "1000", 1);
+	unsetenv("IBV_COLL_NCCL_SWITCH");
+	unsetenv("IBV_COLL_NCCL_TIMEOUT_MS");
+	std::vector<int> st = ibvc_nccl::run_ranks(2, 60, true, [&] { return late_peer_main(a); });
+	EXPECT_EQ(st[0], 0) << "the punctual one";
+	EXPECT_EQ(st[1], 0) << "the late one";
+	unsetenv("IBV_COLL_EMU_COLL_TIMEOUT_MS");
+	dlclose(lib);
+}
+
 // A misspelt setting: init fails with ncclInvalidArgument and one WARN
 // naming the variable, and opens nothing.
 TEST(CollNetConfig, BadValuesFailInitWithOneWarning)
