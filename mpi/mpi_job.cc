@@ -46,8 +46,8 @@ struct Job {
 	char *arena = nullptr;
 	ibv_coll_mr *arena_mr = nullptr;
 	Slot slots[kSlots] = {};
-	std::vector<Op *> pending;
-	std::deque<Op *> backlog; // posted by the application, not yet to the full send queue
+	std::vector<Op *> pending; // posted and not yet finished (done or not)
+	std::deque<Op *> backlog;  // posted by the application, not yet to the full send queue
 	uint64_t next_wr = 1;
 	size_t max_bytes = 0;
 };
@@ -127,10 +127,20 @@ void destroy(Job *j)
 		ibv_destroy_coll_cq(j->cq);
 	if (j->ch)
 		ibv_destroy_coll_comp_channel(j->ch);
-	free(j->arena);
 	g_backlogged -= j->backlog.size();
-	for (Op *op : j->pending)
-		op->job = nullptr; // an unfinished nonblocking call: reported as failed
+	// A request the device finished keeps its result: one that went
+	// through a bounce slot is copied out now, before the slots go.  One
+	// it did not (MPI_Comm_free waits for them, so only at MPI_Finalize
+	// or when MPI frees a communicator behind our back) is reported as
+	// failed when waited for.
+	for (Op *op : j->pending) {
+		if (op->done && op->status == IBV_WC_SUCCESS && op->copy_bytes)
+			memcpy(op->copy_to, op->copy_from, op->copy_bytes);
+		op->copy_bytes = 0;
+		op->tmp = nullptr;
+		op->job = nullptr;
+	}
+	free(j->arena);
 	g_jobs.remove(j);
 	delete j;
 }
@@ -388,7 +398,6 @@ void post_backlog(Job *j)
 			op->done = true;
 			op->status = IBV_WC_GENERAL_ERR;
 			op->coll_status = IBV_COLL_STATUS_SUCCESS;
-			std::erase(j->pending, op);
 		}
 	}
 }
@@ -401,14 +410,12 @@ void progress(Job *j)
 	int n = ibv_poll_coll_cq(j->cq, 8, wc);
 	for (int i = 0; i < n; i++)
 		for (Op *op : j->pending)
-			if (op->wr_id == wc[i].wr_id) {
+			if (!op->done && op->wr_id == wc[i].wr_id) {
 				op->done = true;
 				op->status = wc[i].status;
 				op->coll_status = wc[i].coll_status;
 				op->flags = wc[i].wc_flags;
 			}
-	if (n > 0)
-		std::erase_if(j->pending, [](const Op *op) { return op->done; });
 }
 
 } // namespace
@@ -469,8 +476,11 @@ namespace {
 // slot's memory) still exists.
 void release(Op *op)
 {
-	if (op->tmp && op->job)
-		static_cast<Slot *>(op->tmp)->busy = false;
+	if (op->job) {
+		if (op->tmp)
+			static_cast<Slot *>(op->tmp)->busy = false;
+		std::erase(op->job->pending, op);
+	}
 	for (ibv_coll_mr *mr : op->mrs)
 		if (mr)
 			ibv_dereg_coll_mr(mr);
@@ -645,7 +655,7 @@ int job_wait(Op *op)
 int job_finish(Op *op, MPI_Comm comm)
 {
 	int rc = MPI_SUCCESS;
-	bool ok = op->done && op->status == IBV_WC_SUCCESS && op->job;
+	bool ok = op->done && op->status == IBV_WC_SUCCESS;
 	if (op->done && !ok) {
 		log_line("%s failed: %s (%s)", kCollNames[op->coll],
 			 ibv_coll_wc_status_str(op->status), ibv_coll_status_str(op->coll_status));
@@ -686,7 +696,17 @@ bool comm_free_hook(MPI_Comm comm)
 	void *attr = nullptr;
 	int found = 0;
 	PMPI_Comm_get_attr(comm, g_keyval, &attr, &found);
-	return found;
+	if (!found)
+		return false;
+	// MPI: operations pending on a freed communicator complete normally.
+	// Every member has started them (it frees the communicator after),
+	// so they complete; their requests are finished when waited for.
+	Job *j = static_cast<Job *>(attr);
+	const std::vector<Op *> open = j->pending;
+	for (Op *op : open)
+		if (!op->done)
+			job_wait(op);
+	return true;
 }
 
 void jobs_finalize()

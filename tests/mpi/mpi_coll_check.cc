@@ -583,8 +583,8 @@ void loc_rules(MPI_Comm comm)
 	}
 }
 
-// What a program may do that MPI itself survives, each a hang or a failed
-// collective once (--liveness):
+// What a program may do that MPI itself survives, each a hang, a failed
+// collective or a lost result once (--liveness):
 //  - nonblocking collectives first on fresh communicators, started in
 //    different orders across communicators by different ranks (each
 //    communicator sees one order): setting a job up must not block there;
@@ -592,6 +592,7 @@ void loc_rules(MPI_Comm comm)
 //    slots and than its send queue holds, small and large;
 //  - a rendezvous-sized point-to-point message whose other side waits in
 //    an offloaded collective (ours must run MPI's progress while it waits);
+//  - requests still pending when their communicator is freed;
 //  - a rank that comes to a collective longer after the others than the
 //    device's own timeout (set to 1 s here).
 void liveness()
@@ -673,6 +674,32 @@ void liveness()
 			     "liveness", 0);
 		if (rank == 0)
 			msg.assign(size_t(big), -1);
+	}
+	// Requests pending when their communicator is freed complete normally
+	// (MPI_Comm_free): some the device finished before (their results sat
+	// in the job's bounce buffers), some not yet.
+	for (int early = 0; early < 2; early++) {
+		MPI_Comm e;
+		MPI_Comm_dup(MPI_COMM_WORLD, &e);
+		MPI_Barrier(e); // its job
+		int x[4], y[4];
+		MPI_Request r[4];
+		for (int i = 0; i < 4; i++) {
+			x[i] = rank + i;
+			y[i] = -1;
+			MPI_Iallreduce(&x[i], &y[i], 1, MPI_INT, MPI_SUM, e, &r[i]);
+		}
+		if (early)
+			MPI_Wait(&r[3], MPI_STATUS_IGNORE); // and so the three before it
+		MPI_Comm_free(&e);
+		std::vector<char> scribble(1 << 20, 0x55); // what was freed, reused
+		const int rc = MPI_Waitall(early ? 3 : 4, r, MPI_STATUSES_IGNORE);
+		for (int i = 0; i < 4; i++)
+			if (rc != MPI_SUCCESS || y[i] != sum_ranks + size * i)
+				fail(early ? "requests finished by the device, then their communicator "
+					     "freed"
+					   : "requests pending when their communicator was freed",
+				     "liveness", size_t(i) * sizeof(int));
 	}
 	// Late by 2.5 times the device's timeout, blocking and nonblocking.
 	for (int nb = 0; nb < 2; nb++) {
