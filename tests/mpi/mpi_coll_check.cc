@@ -627,7 +627,7 @@ void liveness()
 	// up first (a nonblocking one would go to MPI).
 	MPI_Barrier(a);
 	for (int len : {1, 25000}) {
-		const int n = len == 1 ? 100 : 40;
+		const int n = len == 1 ? 300 : 40;
 		std::vector<int> in(size_t(n) * size_t(len)), out(in.size(), -1);
 		std::vector<MPI_Request> r(static_cast<size_t>(n));
 		for (size_t i = 0; i < in.size(); i++)
@@ -638,7 +638,7 @@ void liveness()
 		MPI_Waitall(n, r.data(), MPI_STATUSES_IGNORE);
 		for (size_t i = 0; i < out.size(); i++)
 			if (out[i] != sum_ranks + size * int(i % 1000)) {
-				fail(len == 1 ? "100 small requests outstanding"
+				fail(len == 1 ? "300 small requests outstanding"
 					      : "40 large requests outstanding",
 				     "liveness", i * sizeof(int));
 				break;
