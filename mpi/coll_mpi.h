@@ -122,6 +122,10 @@ void lib_init();
 // orders); nullptr when it cannot be or, without may_setup, is not yet.
 Job *job_of(MPI_Comm comm, bool may_setup);
 bool job_failed(const Job *j);
+// MPI_COMM_WORLD's job, from MPI_Init, which every process makes together:
+// a program whose first collective is nonblocking (OSU's osu_iallreduce)
+// then has it offloaded too.
+void job_world();
 size_t job_max_bytes(const Job *j);
 // Post; the Op is heap-allocated and owned by the caller after wait/test.
 int job_post(Job *j, const Request &r, Coll coll, Op **out);

@@ -679,27 +679,11 @@ EXPORT int MPI_Ibarrier(MPI_Comm comm, MPI_Request *req)
 	return start(k, kIbarrier, comm, req);
 }
 
-namespace {
-
-// MPI_COMM_WORLD's job comes with initialization, which every process
-// makes together: a program whose first collective is nonblocking (such as
-// OSU's osu_iallreduce) then has it offloaded too.
-void world_job()
-{
-	lib_init();
-	int size = 0;
-	if (g_cfg.enable && g_cfg.colls && PMPI_Comm_size(MPI_COMM_WORLD, &size) == MPI_SUCCESS &&
-	    size >= g_cfg.min_ranks && size <= 64)
-		job_of(MPI_COMM_WORLD, true);
-}
-
-} // namespace
-
 EXPORT int MPI_Init(int *argc, char ***argv)
 {
 	int rc = PMPI_Init(argc, argv);
 	if (rc == MPI_SUCCESS)
-		world_job();
+		job_world();
 	return rc;
 }
 
@@ -707,7 +691,7 @@ EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 {
 	int rc = PMPI_Init_thread(argc, argv, required, provided);
 	if (rc == MPI_SUCCESS)
-		world_job();
+		job_world();
 	return rc;
 }
 

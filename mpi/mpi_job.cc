@@ -464,6 +464,15 @@ Job *job_of(MPI_Comm comm, bool may_setup)
 	return j;
 }
 
+void job_world()
+{
+	lib_init();
+	int size = 0;
+	if (g_cfg.enable && g_cfg.colls && PMPI_Comm_size(MPI_COMM_WORLD, &size) == MPI_SUCCESS &&
+	    size >= g_cfg.min_ranks && size <= 64)
+		job_of(MPI_COMM_WORLD, true);
+}
+
 bool job_failed(const Job *j)
 {
 	return j->failed;
