@@ -215,6 +215,7 @@ SimReport Simulator::run(
 				f.host_pass(e.id);
 			break;
 		case Ev::job: f.job_step(e.id); break;
+		case Ev::late: f.late_post(e.id); break;
 		case Ev::trace:
 			f.sample(&r.trace);
 			if (!f.evq.empty()) // else nothing is left to trace

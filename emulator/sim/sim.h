@@ -145,6 +145,11 @@ struct JobSpec {
 	// once per message, on that shared buffer (every element as its last
 	// writer left it), against the reduction of N equal vectors.
 	bool phantom = false;
+	// One member whose application posts each message late_ns after the
+	// others (its NIC runs meanwhile, as a rank's does while the rank
+	// writes a checkpoint): late_node indexes the job's nodes.
+	uint64_t late_ns = 0;
+	uint32_t late_node = 0;
 };
 
 // One size of one job: the mean of its timed iterations.

@@ -185,7 +185,7 @@ JobSpec parse_job(const json &o, const std::string &at)
 	only(o, at,
 	     {"name", "topology", "ranks_per_node", "collective", "root", "type", "op", "sizes",
 	      "iters", "warmup", "start_us", "nodes", "seg_units", "window", "e2e_ack", "in_place",
-	      "phantom", "depth"});
+	      "phantom", "depth", "late"});
 	JobSpec j;
 	j.name = str(o, "name", at, "");
 	const std::string topo = str(o, "topology", at, "switch");
@@ -239,6 +239,17 @@ JobSpec parse_job(const json &o, const std::string &at)
 	if (j.depth > 1 && (j.phantom || j.in_place))
 		bad(at + "depth", "above 1 not with phantom or in_place (one buffer a rank)");
 	j.start_ns = uint64_t(num<double>(o, "start_us", at, 0, 0, 1e9) * 1000);
+	if (o.contains("late")) {
+		const json &l = o["late"];
+		const std::string la = at + "late.";
+		if (!l.is_object())
+			bad(at + "late", "{\"node\": N, \"us\": T}");
+		only(l, la, {"node", "us"});
+		j.late_node = num<uint32_t>(l, "node", la, 0, 0, 1u << 20);
+		j.late_ns = uint64_t(num<double>(l, "us", la, 0, 0, 1e10) * 1000);
+		if (j.late_ns && j.depth > 1)
+			bad(at + "late", "not with depth above 1 (one message in flight)");
+	}
 	if (!o.contains("sizes") && j.coll != SimColl::barrier)
 		bad(at + "sizes", "missing");
 	if (!o.contains("sizes")) {

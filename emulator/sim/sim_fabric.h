@@ -70,7 +70,7 @@ struct Link {
 	uint64_t tx_bytes = 0, tx_packets = 0, drops = 0, marks = 0;
 };
 
-enum class Ev : uint8_t { link_done, arrive, held, pass, job, trace };
+enum class Ev : uint8_t { link_done, arrive, held, pass, job, late, trace };
 
 struct Event {
 	uint64_t t, seq;
@@ -210,6 +210,7 @@ struct JobQp {
 	uint32_t job = 0, host = 0;
 	uint64_t cqes = 0;
 	uint64_t last_cqe_ns = 0;
+	uint32_t late_prod = 0; // its post waits until the late event (JobSpec::late_ns)
 	bool failed = false;
 };
 
@@ -614,6 +615,7 @@ public:
 	void switch_pass(uint32_t s);
 	void job_step(uint32_t j);
 	void post(Job &j);
+	void late_post(uint32_t j);
 	void post_phantom(Job &j, uint64_t bytes);
 	void on_cqe(JobQp &q, const emu::Cqe &c);
 	std::string state() const;

@@ -103,6 +103,7 @@ void Fabric::post(Job &j)
 		j.wire0 = host_tx(j.hosts[0]);
 	}
 	for (JobQp *q : j.qps) {
+		const bool late = j.spec.late_ns && q == j.qps[j.spec.late_node];
 		emu::Queue &sq = *q->sq;
 		const uint32_t idx = sq.prod_relaxed();
 		auto *w = sq.at<emu::CollWqe>(idx);
@@ -129,9 +130,23 @@ void Fabric::post(Job &j)
 								    : q->dst[sl * nr + r];
 			w->dsts()[r] = emu::Sge{uint64_t(uintptr_t(d.data())), uint32_t(bytes), 1};
 		}
+		if (late) {
+			q->late_prod = idx + 1;
+			at(clock.now() + j.spec.late_ns, Ev::late, q->job);
+			continue;
+		}
 		sq.publish(idx + 1);
 		schedule_host(q->host, clock.now());
 	}
+}
+
+// The late member's application posts what it wrote at post().
+void Fabric::late_post(uint32_t ji)
+{
+	Job &j = *jobs[ji];
+	JobQp &q = *j.qps[j.spec.late_node];
+	q.sq->publish(q.late_prod);
+	schedule_host(q.host, clock.now());
 }
 
 void Fabric::on_cqe(JobQp &q, const emu::Cqe &c)
@@ -423,6 +438,10 @@ bool Simulator::add_job(const JobSpec &js, std::string *err)
 	if (mem > (16ull << 30)) {
 		*err = at + "sizes: " + std::to_string(mem >> 20) +
 		       " MiB of buffers at the largest size, beyond the simulator's 16 GiB";
+		return false;
+	}
+	if (js.late_ns && js.late_node >= j->hosts.size()) {
+		*err = at + "late.node: the job has " + std::to_string(j->hosts.size()) + " nodes";
 		return false;
 	}
 	const uint32_t ji = uint32_t(f.jobs.size());
