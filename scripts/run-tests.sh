@@ -69,7 +69,7 @@ echo "== switch tests: switches of 4 workers ($(date +%T))"
 echo "== build and test: AddressSanitizer + UndefinedBehaviorSanitizer ($(date +%T))"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp print_suppressions=0" \
-	run build-asan "-E _big|switchbig|n8k2_switch_|AllocFail.TwoNodeSwitch|CostsAFractionOfTheLossFreeTime|DescheduledHostsStallNothing|coll_hier_8x1|multihost.chaos|mpi\.(check|unsupported|finalize|netns|shared|slurm) -LE rxe|pkg|liveness|perf|style" \
+	run build-asan "-E _big|switchbig|n8k2_switch_|AllocFail.TwoNodeSwitch|CostsAFractionOfTheLossFreeTime|DescheduledHostsStallNothing|coll_hier_8x1|multihost.chaos|mpi\.(check|unsupported|finalize|liveness|netns|shared|slurm) -LE rxe|pkg|liveness|perf|style" \
 	-DIBV_COLL_SANITIZE=ON
 
 # ThreadSanitizer: the library, the emulator and the suites
