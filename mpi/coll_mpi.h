@@ -116,6 +116,12 @@ struct Request {
 struct Job;
 // Read the configuration and this process's world rank (once).
 void lib_init();
+// Whether a communicator of size processes may be offloaded (the device's
+// node bitmap holds 64).
+inline bool offload_size(int size)
+{
+	return size >= g_cfg.min_ranks && size <= 64;
+}
 // The communicator's job, set up on first use when may_setup (a collective
 // over comm of its own: only a blocking call may make it, since ranks may
 // start nonblocking collectives on different communicators in different

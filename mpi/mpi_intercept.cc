@@ -130,7 +130,7 @@ Job *admit(Coll c, MPI_Comm comm, size_t bytes, bool has_data)
 	if (!g_cfg.enable || !(g_cfg.colls & (1u << c)))
 		return refuse(c, kDisabled);
 	if (comm == MPI_COMM_NULL || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
-	    PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size < g_cfg.min_ranks || size > 64)
+	    PMPI_Comm_size(comm, &size) != MPI_SUCCESS || !offload_size(size))
 		return refuse(c, kComm);
 	if (has_data &&
 	    (bytes == 0 || bytes < g_cfg.min_bytes || (g_cfg.max_bytes && bytes > g_cfg.max_bytes)))

@@ -25,7 +25,7 @@ namespace ibv_coll::mpi {
 
 namespace {
 
-constexpr int kSlots = 16;	     // operations in flight per communicator
+constexpr int kSlots = 16;	     // bounce slots per communicator (more in flight: registered)
 constexpr size_t kBounce = 32 << 10; // per slot and direction: small calls copy
 // Requests a communicator's send queue holds; more wait in the library
 // until a wait or test of ours posts them, so the deep queue keeps that
@@ -469,7 +469,7 @@ void job_world()
 	lib_init();
 	int size = 0;
 	if (g_cfg.enable && g_cfg.colls && PMPI_Comm_size(MPI_COMM_WORLD, &size) == MPI_SUCCESS &&
-	    size >= g_cfg.min_ranks && size <= 64)
+	    offload_size(size))
 		job_of(MPI_COMM_WORLD, true);
 }
 
@@ -714,9 +714,9 @@ bool comm_free_hook(MPI_Comm comm)
 	// MPI: operations pending on a freed communicator complete normally.
 	// Every member has started them (it frees the communicator after),
 	// so they complete; their requests are finished when waited for.
+	// (Waiting changes no job's list: requests leave it when finished.)
 	Job *j = static_cast<Job *>(attr);
-	const std::vector<Op *> open = j->pending;
-	for (Op *op : open)
+	for (Op *op : j->pending)
 		if (!op->done)
 			job_wait(op);
 	return true;
