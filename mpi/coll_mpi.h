@@ -54,7 +54,7 @@ struct Config {
 	int topology = -1;			    // -1: auto with a switch, ring without
 	size_t min_bytes = 0, max_bytes = 0;	    // per rank; max 0: what the device takes
 	int min_ranks = 2;
-	uint32_t seg_units = 512;      // each communicator's share of the Seg units
+	uint32_t seg_units = 0;	       // each communicator's Seg units (0: by its size)
 	uint32_t timeout_ms = 3600000; // a rank may come an hour late: MPI waits for it
 	int spin_us = 2000;	       // poll this long before sleeping; -1: never sleep
 	bool stats = false;

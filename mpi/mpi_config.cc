@@ -142,9 +142,10 @@ const ConfigVar kVars[kCount] = {
 	 ConfigKind::size},
 	{"IBV_COLL_MPI_MIN_RANKS", "2", "the smallest communicator offloaded", ConfigKind::size, 1,
 	 64},
-	{"IBV_COLL_MPI_SEG_UNITS", "512",
-	 "Seg units each communicator's job takes in the NIC and the switch", ConfigKind::size, 1,
-	 1u << 20},
+	{"IBV_COLL_MPI_SEG_UNITS", "0",
+	 "Seg units each communicator's job takes in the NIC and the switch (0: 64 per other "
+	 "rank, 128 to 512)",
+	 ConfigKind::size, 0, 1u << 20},
 	{"IBV_COLL_MPI_TIMEOUT_MS", "3600000",
 	 "a collective that makes no progress this long fails, a rank that comes this late to "
 	 "it included (0: the device's default, IBV_COLL_EMU_COLL_TIMEOUT_MS)",

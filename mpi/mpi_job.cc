@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +55,7 @@ struct Job {
 	std::deque<Op *> backlog;  // posted by the application, not yet to the full send queue
 	uint64_t next_wr = 1;
 	size_t max_bytes = 0;
+	uint64_t range = 0; // its granules in g_granules_busy
 };
 
 namespace {
@@ -66,6 +68,11 @@ int g_keyval = MPI_KEYVAL_INVALID;
 std::list<Job *> g_jobs;
 uint32_t g_comm_counter;
 size_t g_backlogged; // ops of all jobs waiting for room in a send queue
+// The Seg units of this process's live jobs, one bit per 64th of the
+// device's (a granule): a job takes a run of granules free at all its
+// members (Job::range), so that its collectives never find their units
+// held by another job's, which the NIC would fail.
+uint64_t g_granules_busy;
 
 // What each member contributes to the communicator's allgather.
 struct Blob {
@@ -75,8 +82,10 @@ struct Blob {
 	uint32_t local; // this one's place in its node
 	uint32_t jid;	// member 0's is the job's
 	uint64_t job_key;
-	uint32_t seg_base;
-	uint32_t seg_count;
+	uint32_t granule;  // member 0's: units per granule,
+	uint32_t granules; // how many the job takes,
+	uint32_t of;	   // and how many the device has (at most 64)
+	uint64_t free;	   // the granules no live job of this process has
 };
 
 // The default device: the loopback one when the whole job is on this host
@@ -132,6 +141,7 @@ void destroy(Job *j)
 	if (j->ch)
 		ibv_destroy_coll_comp_channel(j->ch);
 	g_backlogged -= j->backlog.size();
+	g_granules_busy &= ~j->range;
 	// A request the device finished keeps its result: one that went
 	// through a bounce slot is copied out now, before the slots go.  One
 	// it did not (MPI_Comm_free waits for them, so only at MPI_Finalize
@@ -291,8 +301,8 @@ bool connect(Job *j, const std::vector<Blob> &all)
 			idx += k < me;
 			devs++;
 		}
-	job.seg_count = all[0].seg_count / devs;
-	job.seg_base = all[0].seg_base + idx * job.seg_count;
+	job.seg_count = all[0].granules * all[0].granule / devs;
+	job.seg_base = uint32_t(__builtin_ctzll(j->range)) * all[0].granule + idx * job.seg_count;
 	job.job_key = all[0].job_key;
 	job.timeout_ms = g_cfg.timeout_ms;
 	if (!g_cfg.switches.empty() && g_cfg.topology != IBV_COLL_TOPO_RING) {
@@ -352,18 +362,42 @@ Job *setup(MPI_Comm comm)
 		// Jobs one after another (and other programs') through one switch
 		// must differ: the process id and a count of communicators.
 		uint32_t c = g_comm_counter++;
-		uint32_t units = g_caps.max_seg_units ? g_caps.max_seg_units : 4096;
-		uint32_t share = g_cfg.seg_units < units ? g_cfg.seg_units : units;
 		me.jid = ((uint32_t(getpid()) << 10) ^ (c * 0x9e3779b1u)) | 1u;
 		me.job_key = (uint64_t(me.jid) << 32) ^ 0x1bc0317ull ^ uint64_t(c);
-		me.seg_base = (c % (units / share)) * share;
-		me.seg_count = share;
+		// The job's units: IBV_COLL_MPI_SEG_UNITS, or as many as the
+		// device's default window of blocks from every other member
+		// needs (64 each: fewer would slow the ring), 128 to 512.
+		const uint32_t units = g_caps.max_seg_units ? g_caps.max_seg_units : 4096;
+		const uint32_t want = g_cfg.seg_units
+					      ? g_cfg.seg_units
+					      : std::clamp(64u * uint32_t(j->size - 1), 128u, 512u);
+		me.of = std::min(units, 64u);
+		me.granule = units / me.of;
+		me.granules = std::clamp((want + me.granule - 1) / me.granule, 1u, me.of);
 	}
+	me.free = ~g_granules_busy;
 	std::vector<Blob> all(size_t(j->size));
 	int rc = PMPI_Allgather(&me, sizeof(me), MPI_BYTE, all.data(), sizeof(me), MPI_BYTE, comm);
 	bool ok = rc == MPI_SUCCESS;
 	for (const Blob &b : all)
 		ok = ok && b.ok;
+	// The lowest run of granules free at every member (all conclude
+	// alike): none when other live communicators hold too many.
+	uint64_t avail = ~0ull;
+	for (const Blob &b : all)
+		avail &= b.free;
+	const uint32_t k = all[0].granules, of = all[0].of;
+	const uint64_t run = k < 64 ? (uint64_t(1) << k) - 1 : ~0ull;
+	for (uint32_t at = 0; ok && at + k <= of && !j->range; at++)
+		if ((avail >> at & run) == run)
+			j->range = run << at;
+	if (ok && !j->range && j->rank == 0)
+		log_line(
+			"a communicator of %d: no %u Seg units free at every member (live "
+			"communicators hold them; IBV_COLL_MPI_SEG_UNITS); its collectives go to MPI",
+			j->size, k * all[0].granule);
+	ok = ok && j->range;
+	g_granules_busy |= j->range;
 	int up = ok && connect(j, all), every = 0;
 	// Everyone at RTS (or everyone told that someone is not) before the
 	// first post, so that no data block reaches a QP still in INIT.
@@ -374,6 +408,8 @@ Job *setup(MPI_Comm comm)
 			ibv_destroy_coll_qp(j->qp);
 			j->qp = nullptr;
 		}
+		g_granules_busy &= ~j->range;
+		j->range = 0;
 		j->failed = true;
 	}
 	g_jobs.push_back(j);

@@ -594,7 +594,9 @@ void loc_rules(MPI_Comm comm)
 //    an offloaded collective (ours must run MPI's progress while it waits);
 //  - requests still pending when their communicator is freed;
 //  - a rank that comes to a collective longer after the others than the
-//    device's own timeout (set to 1 s here).
+//    device's own timeout (set to 1 s here);
+//  - more communicators, each with a large request in flight, than the
+//    NIC's Seg units hold at once (the 17th of 1 MiB failed).
 void liveness()
 {
 	const int rank = g_rank, size = g_size;
@@ -721,6 +723,34 @@ void liveness()
 				fail("a rank 2.5 s late", "liveness", i * sizeof(int));
 				break;
 			}
+	}
+	// 20 communicators, each a 1 MiB request in flight, twice.
+	{
+		constexpr int kComms = 20;
+		MPI_Comm m[kComms];
+		std::vector<int> in(big), out(size_t(kComms) * size_t(big));
+		for (int i = 0; i < big; i++)
+			in[size_t(i)] = rank + i % 977;
+		for (MPI_Comm &k : m) {
+			MPI_Comm_dup(MPI_COMM_WORLD, &k);
+			MPI_Barrier(k); // its job, when it can have one
+		}
+		for (int round = 0; round < 2; round++) {
+			MPI_Request r[kComms];
+			out.assign(out.size(), -1);
+			for (int k = 0; k < kComms; k++)
+				MPI_Iallreduce(in.data(), &out[size_t(k) * size_t(big)], big,
+					       MPI_INT, MPI_SUM, m[k], &r[k]);
+			MPI_Waitall(kComms, r, MPI_STATUSES_IGNORE);
+			for (size_t i = 0; i < out.size(); i++)
+				if (out[i] != sum_ranks + size * int(i % size_t(big) % 977)) {
+					fail("20 communicators with 1 MiB in flight", "liveness",
+					     i * sizeof(int));
+					break;
+				}
+		}
+		for (MPI_Comm &k : m)
+			MPI_Comm_free(&k);
 	}
 	for (MPI_Comm *k : {&a, &b, &c, &d})
 		MPI_Comm_free(k);

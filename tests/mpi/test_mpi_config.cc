@@ -94,7 +94,7 @@ TEST_F(MpiConfig, DefaultsAreTheManPages)
 	EXPECT_EQ(c.min_bytes, 0u);
 	EXPECT_EQ(c.max_bytes, 0u);
 	EXPECT_EQ(c.min_ranks, 2);
-	EXPECT_EQ(c.seg_units, 512u);
+	EXPECT_EQ(c.seg_units, 0u); // by the communicator's size
 	EXPECT_EQ(c.timeout_ms, 3600000u);
 	EXPECT_EQ(c.spin_us, 2000);
 	EXPECT_FALSE(c.stats);
@@ -172,7 +172,7 @@ TEST_F(MpiConfig, BadValueIsRefusedWithItsName)
 		{"IBV_COLL_MPI_MAX_BYTES", "12abc"},
 		{"IBV_COLL_MPI_MIN_RANKS", "0"},
 		{"IBV_COLL_MPI_MIN_RANKS", "65"},
-		{"IBV_COLL_MPI_SEG_UNITS", "0"},
+		{"IBV_COLL_MPI_SEG_UNITS", "-1"},
 		{"IBV_COLL_MPI_SEG_UNITS", "2M"},
 		{"IBV_COLL_MPI_TIMEOUT_MS", "3600001"},
 		{"IBV_COLL_MPI_SPIN_US", "-2"},
@@ -201,12 +201,12 @@ TEST_F(MpiConfig, ListedByTheLibrary)
 	std::string all = listing();
 	EXPECT_NE(all.find("# mpi (libibv_coll_mpi)\n"), std::string::npos) << all;
 	const char *const want[][2] = {
-		{"IBV_COLL_MPI_ENABLE", "1"},	   {"IBV_COLL_MPI_COLLS", "all"},
-		{"IBV_COLL_MPI_DEVICE", ""},	   {"IBV_COLL_MPI_SWITCH", ""},
-		{"IBV_COLL_MPI_TOPOLOGY", ""},	   {"IBV_COLL_MPI_MIN_BYTES", "0"},
-		{"IBV_COLL_MPI_MAX_BYTES", "0"},   {"IBV_COLL_MPI_MIN_RANKS", "2"},
-		{"IBV_COLL_MPI_SEG_UNITS", "512"}, {"IBV_COLL_MPI_TIMEOUT_MS", "3600000"},
-		{"IBV_COLL_MPI_SPIN_US", "2000"},  {"IBV_COLL_MPI_STATS", "0"},
+		{"IBV_COLL_MPI_ENABLE", "1"},	  {"IBV_COLL_MPI_COLLS", "all"},
+		{"IBV_COLL_MPI_DEVICE", ""},	  {"IBV_COLL_MPI_SWITCH", ""},
+		{"IBV_COLL_MPI_TOPOLOGY", ""},	  {"IBV_COLL_MPI_MIN_BYTES", "0"},
+		{"IBV_COLL_MPI_MAX_BYTES", "0"},  {"IBV_COLL_MPI_MIN_RANKS", "2"},
+		{"IBV_COLL_MPI_SEG_UNITS", "0"},  {"IBV_COLL_MPI_TIMEOUT_MS", "3600000"},
+		{"IBV_COLL_MPI_SPIN_US", "2000"}, {"IBV_COLL_MPI_STATS", "0"},
 	};
 	for (const auto &w : want)
 		EXPECT_EQ(line_of(all, w[0]), std::string(w[0]) + "=" + w[1]) << all;
