@@ -9,6 +9,7 @@
 // others join it (IBV_COLL_JOB_ATTR_LOCAL), so that the NIC reduces the
 // host's ranks and sends one partial.
 #include "coll_mpi.h"
+#include "seg_range.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -68,10 +69,8 @@ int g_keyval = MPI_KEYVAL_INVALID;
 std::list<Job *> g_jobs;
 uint32_t g_comm_counter;
 size_t g_backlogged; // ops of all jobs waiting for room in a send queue
-// The Seg units of this process's live jobs, one bit per 64th of the
-// device's (a granule): a job takes a run of granules free at all its
-// members (Job::range), so that its collectives never find their units
-// held by another job's, which the NIC would fail.
+// The Seg units of this process's live jobs, a bit per granule of the
+// device's (addon/seg_range.h; Job::range).
 uint64_t g_granules_busy;
 
 // What each member contributes to the communicator's allgather.
@@ -82,9 +81,7 @@ struct Blob {
 	uint32_t local; // this one's place in its node
 	uint32_t jid;	// member 0's is the job's
 	uint64_t job_key;
-	uint32_t granule;  // member 0's: units per granule,
-	uint32_t granules; // how many the job takes,
-	uint32_t of;	   // and how many the device has (at most 64)
+	addon::SegAsk ask; // member 0's: the job's Seg units
 	uint64_t free;	   // the granules no live job of this process has
 };
 
@@ -301,8 +298,8 @@ bool connect(Job *j, const std::vector<Blob> &all)
 			idx += k < me;
 			devs++;
 		}
-	job.seg_count = all[0].granules * all[0].granule / devs;
-	job.seg_base = uint32_t(__builtin_ctzll(j->range)) * all[0].granule + idx * job.seg_count;
+	job.seg_count = addon::seg_count(all[0].ask, devs);
+	job.seg_base = addon::seg_base(all[0].ask, j->range, devs, idx);
 	job.job_key = all[0].job_key;
 	job.timeout_ms = g_cfg.timeout_ms;
 	if (!g_cfg.switches.empty() && g_cfg.topology != IBV_COLL_TOPO_RING) {
@@ -364,16 +361,7 @@ Job *setup(MPI_Comm comm)
 		uint32_t c = g_comm_counter++;
 		me.jid = ((uint32_t(getpid()) << 10) ^ (c * 0x9e3779b1u)) | 1u;
 		me.job_key = (uint64_t(me.jid) << 32) ^ 0x1bc0317ull ^ uint64_t(c);
-		// The job's units: IBV_COLL_MPI_SEG_UNITS, or as many as the
-		// device's default window of blocks from every other member
-		// needs (64 each: fewer would slow the ring), 128 to 512.
-		const uint32_t units = g_caps.max_seg_units ? g_caps.max_seg_units : 4096;
-		const uint32_t want = g_cfg.seg_units
-					      ? g_cfg.seg_units
-					      : std::clamp(64u * uint32_t(j->size - 1), 128u, 512u);
-		me.of = std::min(units, 64u);
-		me.granule = units / me.of;
-		me.granules = std::clamp((want + me.granule - 1) / me.granule, 1u, me.of);
+		me.ask = addon::seg_ask(g_caps.max_seg_units, g_cfg.seg_units, j->size);
 	}
 	me.free = ~g_granules_busy;
 	std::vector<Blob> all(size_t(j->size));
@@ -386,16 +374,12 @@ Job *setup(MPI_Comm comm)
 	uint64_t avail = ~0ull;
 	for (const Blob &b : all)
 		avail &= b.free;
-	const uint32_t k = all[0].granules, of = all[0].of;
-	const uint64_t run = k < 64 ? (uint64_t(1) << k) - 1 : ~0ull;
-	for (uint32_t at = 0; ok && at + k <= of && !j->range; at++)
-		if ((avail >> at & run) == run)
-			j->range = run << at;
+	j->range = ok ? addon::seg_pick(all[0].ask, avail) : 0;
 	if (ok && !j->range && j->rank == 0)
 		log_line(
 			"a communicator of %d: no %u Seg units free at every member (live "
 			"communicators hold them; IBV_COLL_MPI_SEG_UNITS); its collectives go to MPI",
-			j->size, k * all[0].granule);
+			j->size, all[0].ask.granules * all[0].ask.granule);
 	ok = ok && j->range;
 	g_granules_busy |= j->range;
 	int up = ok && connect(j, all), every = 0;

@@ -6,6 +6,7 @@
 // barrier through the device, so that no rank's first collective meets a
 // QP still without its job.
 #include "collnet.h"
+#include "seg_range.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 namespace ibv_coll::nccl {
@@ -27,7 +29,8 @@ struct Handle {
 	uint32_t jid;
 	ibv_coll_member m;
 	uint64_t job_key;
-	uint32_t seg_base, seg_count;
+	uint32_t units, want; // rank 0's: the device's Seg units, the job's wish
+	uint64_t free;	      // the granules no live communicator here held (seg_range.h)
 };
 static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE);
 constexpr uint32_t kHandleMagic = 0x69626363, kListenMagic = 0x6c69736e;
@@ -39,6 +42,11 @@ struct ListenComm {
 
 std::atomic<uint32_t> g_comms; // this process's CollNet communicators
 uint64_t g_comm_id;	       // v11+: NCCL's communicator hash, from init
+// The Seg units of this process's live CollNet communicators, a bit per
+// granule (seg_range.h; CollComm::range).  NCCL may make communicators
+// from several threads.
+std::mutex g_units_mu;
+uint64_t g_granules_busy;
 
 void destroy(CollComm *c)
 {
@@ -46,6 +54,10 @@ void destroy(CollComm *c)
 		NCCL_PLUGIN_WARN("closeColl: %u requests still in flight", c->inflight);
 	if (c->qp)
 		ibv_destroy_coll_qp(c->qp);
+	if (c->range) {
+		std::lock_guard<std::mutex> g(g_units_mu);
+		g_granules_busy &= ~c->range;
+	}
 	if (c->cq)
 		ibv_destroy_coll_cq(c->cq);
 	for (CollReq &r : c->reqs) {
@@ -127,8 +139,6 @@ ncclResult_t listen_any(int dev, void *handle, void **listen_comm)
 	{
 		Handle h{};
 		uint32_t n = g_comms++;
-		uint32_t units = d.caps.max_seg_units ? d.caps.max_seg_units : 4096;
-		uint32_t share = config().seg_units < units ? config().seg_units : units;
 		timespec t;
 		clock_gettime(CLOCK_MONOTONIC, &t);
 		h.magic = kHandleMagic;
@@ -141,8 +151,10 @@ ncclResult_t listen_any(int dev, void *handle, void **listen_comm)
 				(uint64_t(n) * 0x9e3779b97f4a7c15ull));
 		h.jid = uint32_t(mix ^ (mix >> 32)) | 1u;
 		h.job_key = mix * 0xbf58476d1ce4e5b9ull ^ 0x6e63636cull;
-		h.seg_base = (n % (units / share)) * share;
-		h.seg_count = share;
+		h.units = d.caps.max_seg_units;
+		h.want = config().seg_units;
+		std::lock_guard<std::mutex> g(g_units_mu);
+		h.free = ~g_granules_busy;
 		memcpy(handle, &h, sizeof(h));
 	}
 	l->comm = c;
@@ -191,8 +203,9 @@ int give_job(CollComm *c, const Handle *const *h)
 	job.num_nodes = uint32_t(n);
 	job.members = members.data();
 	job.topology = ibv_coll_topology(cfg.topology);
-	job.seg_count = h[0]->seg_count / devs ? h[0]->seg_count / devs : 1;
-	job.seg_base = h[0]->seg_base + idx * job.seg_count;
+	const addon::SegAsk ask = addon::seg_ask(h[0]->units, h[0]->want, n);
+	job.seg_count = addon::seg_count(ask, devs);
+	job.seg_base = addon::seg_base(ask, c->range, devs, idx);
 	job.job_key = h[0]->job_key;
 	job.timeout_ms = cfg.timeout_ms;
 	if (!cfg.switches.empty() && cfg.topology != IBV_COLL_TOPO_RING) {
@@ -234,6 +247,29 @@ ncclResult_t connect(void *handles[], int nranks, int rank, void *listen_comm, v
 	CollComm *c = l->comm;
 	c->rank = rank;
 	c->nranks = nranks;
+	// The lowest run of granules free at every rank when it listened (all
+	// conclude alike), unless another communicator of this process took
+	// some since (NCCL makes them from several threads), or none is left:
+	// then this one has no CollNet, which NCCL learns from every rank.
+	const addon::SegAsk ask = addon::seg_ask(h[0]->units, h[0]->want, nranks);
+	uint64_t avail = ~0ull;
+	for (const Handle *x : h)
+		avail &= x->free;
+	{
+		const uint64_t range = addon::seg_pick(ask, avail);
+		std::lock_guard<std::mutex> g(g_units_mu);
+		if (!range || (range & g_granules_busy)) {
+			NCCL_PLUGIN_WARN(
+				"connect: rank %d of %d: %s %u Seg units free at every rank "
+				"(live CollNet communicators hold them; "
+				"IBV_COLL_NCCL_SEG_UNITS)",
+				rank, nranks, range ? "another communicator took the" : "no",
+				ask.granules * ask.granule);
+			return ncclSystemError;
+		}
+		g_granules_busy |= range;
+		c->range = range;
+	}
 	if (int err = give_job(c, h.data())) {
 		NCCL_PLUGIN_WARN("connect: job 0x%x of %d ranks (%s): %s", h[0]->jid, nranks,
 				 config().switches.empty() ? "ring" : "through the switch",

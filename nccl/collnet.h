@@ -76,6 +76,7 @@ struct CollComm {
 	unsigned inflight = 0;
 	cuda::Stream cu;	       // made by the first registration of GPU memory
 	std::deque<CollReq *> waiting; // posted in NCCL's order as they can be
+	uint64_t range = 0;	       // its Seg granules (seg_range.h), from connect
 };
 
 constexpr uint32_t kMrMagic = 0x6d72636e, kCommMagic = 0x636f6d6d;

@@ -22,7 +22,7 @@ struct Config {
 	std::string device; // empty: the first crxe device of another interface, else crxe_lo
 	std::vector<ibv_coll_switch_addr> switches; // one per plane
 	int topology = IBV_COLL_TOPO_RING;
-	uint32_t seg_units = 512;      // each CollNet communicator's share
+	uint32_t seg_units = 0;	       // each CollNet communicator's Seg units (0: by its size)
 	uint32_t timeout_ms = 3600000; // a rank may come an hour late (a checkpoint): NCCL waits
 	uint64_t max_bytes = 0;	       // 0: what the device takes per collective
 	std::string cuda_lib;	       // empty: libcuda.so.1

@@ -33,9 +33,10 @@ const ConfigVar kVars[kCount] = {
 	 "ring, switch or auto; switch and auto need IBV_COLL_NCCL_SWITCH (empty: auto with a "
 	 "switch, ring without)",
 	 ConfigKind::string, 0, UINT64_MAX, addon::check_topology},
-	{"IBV_COLL_NCCL_SEG_UNITS", "512",
-	 "Seg units each CollNet communicator takes in the NIC and the switch", ConfigKind::size, 1,
-	 1u << 20},
+	{"IBV_COLL_NCCL_SEG_UNITS", "0",
+	 "Seg units each CollNet communicator takes in the NIC and the switch (0: 64 per other "
+	 "rank, 128 to 512)",
+	 ConfigKind::size, 0, 1u << 20},
 	{"IBV_COLL_NCCL_TIMEOUT_MS", "3600000",
 	 "a collective that makes no progress this long fails, a rank that comes this late to "
 	 "it included (0: the device's default)",

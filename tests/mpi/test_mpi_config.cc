@@ -5,6 +5,7 @@
 // registry, listed by ibv_coll_print_config and known to its check for
 // misspelt names.
 #include "coll_mpi.h"
+#include "seg_range.h"
 
 #include <gtest/gtest.h>
 
@@ -224,4 +225,49 @@ TEST_F(MpiConfig, ListedByTheLibrary)
 	ASSERT_NE(unknown, std::string::npos) << all;
 	EXPECT_NE(all.find("IBV_COLL_MPI_STATZ=1", unknown), std::string::npos) << all;
 	EXPECT_EQ(all.find("IBV_COLL_MPI_STATS=", unknown), std::string::npos) << all;
+}
+
+// The add-ons' Seg ranges (addon_common/seg_range.h), against values
+// worked out by hand.
+TEST(SegRange, AskFollowsTheMembersAndTheDevice)
+{
+	using ibv_coll::addon::seg_ask;
+	auto a = seg_ask(4096, 0, 4); // 64 x 3 = 192 units: 3 granules of 64
+	EXPECT_EQ(a.of, 64u);
+	EXPECT_EQ(a.granule, 64u);
+	EXPECT_EQ(a.granules, 3u);
+	EXPECT_EQ(seg_ask(4096, 0, 2).granules, 2u);	     // at least 128
+	EXPECT_EQ(seg_ask(4096, 0, 1).granules, 2u);	     // one member too
+	EXPECT_EQ(seg_ask(4096, 0, 64).granules, 8u);	     // at most 512
+	EXPECT_EQ(seg_ask(0, 0, 64).granules, 8u);	     // 0: a device of 4096
+	EXPECT_EQ(seg_ask(4096, 100, 4).granules, 2u);	     // 100 rounded up to 128
+	EXPECT_EQ(seg_ask(4096, 1u << 20, 4).granules, 64u); // no more than the device
+	a = seg_ask(16, 0, 4); // a device of 16 units: 16 granules of 1, all of them
+	EXPECT_EQ(a.of, 16u);
+	EXPECT_EQ(a.granule, 1u);
+	EXPECT_EQ(a.granules, 16u);
+	a = seg_ask(8192, 0, 4); // granules of 128: 192 takes 2
+	EXPECT_EQ(a.granule, 128u);
+	EXPECT_EQ(a.granules, 2u);
+}
+
+TEST(SegRange, PickTakesTheLowestRunFreeEverywhere)
+{
+	using ibv_coll::addon::seg_pick;
+	const ibv_coll::addon::SegAsk three{64, 3, 64}, all{64, 64, 64}, small{1, 2, 4};
+	EXPECT_EQ(seg_pick(three, ~0ull), 0x7ull);
+	EXPECT_EQ(seg_pick(three, ~0ull << 5), 0xe0ull);
+	// 0b1101_1011: runs of 2 only below bit 5; bits 6-7 (0xc0) make 2, not 3.
+	EXPECT_EQ(seg_pick(three, 0xdbull), 0ull);
+	EXPECT_EQ(seg_pick(three, 0x1dbull), 0x1c0ull);
+	EXPECT_EQ(seg_pick(three, 0), 0ull);
+	EXPECT_EQ(seg_pick(all, ~0ull), ~0ull);
+	EXPECT_EQ(seg_pick(all, ~0ull >> 1), 0ull);
+	// Only the device's granules count: bits 4 and up are not a device of 4.
+	EXPECT_EQ(seg_pick(small, 0x38ull), 0ull);
+	EXPECT_EQ(seg_pick(small, 0x3cull), 0xcull);
+	// Base and count: granule 5 of 64 units, split two ways.
+	EXPECT_EQ(ibv_coll::addon::seg_base(three, 0xe0ull, 1, 0), 320u);
+	EXPECT_EQ(ibv_coll::addon::seg_count(three, 2), 96u);
+	EXPECT_EQ(ibv_coll::addon::seg_base(three, 0xe0ull, 2, 1), 416u);
 }

@@ -458,6 +458,114 @@ TEST(CollNetTwo, TwoCommunicatorsOfTheSameRanksAtOnce)
 	dlclose(lib);
 }
 
+// More CollNet communicators, each with a 1 MiB allreduce in flight, than
+// the NIC's Seg units hold at once if they shared ranges (the 17th failed
+// when communicators took 512-unit ranges in turn): each keeps a range
+// of its own from connect to closeColl.
+bool many_comms_main(const Api &a)
+{
+	constexpr int kComms = 20;
+	constexpr size_t kCount = 1 << 18; // 1 MiB of int32
+	void *ctx = nullptr, *cc[kComms];
+	CHECK(a.init(&ctx) == ncclSuccess, "init");
+	for (int k = 0; k < kComms; k++)
+		CHECK((cc[k] = connect_comm(a, ctx, k % 2, 2 + k)), "communicator %d", k);
+	std::vector<int32_t> in(kCount), out(kCount * kComms, -1);
+	for (size_t e = 0; e < kCount; e++)
+		in[e] = int32_t(e % 1009) + g_rank * 7;
+	void *mh[kComms][2], *reqs[kComms];
+	for (int k = 0; k < kComms; k++) {
+		int32_t *o = &out[size_t(k) * kCount];
+		CHECK(a.regMr(cc[k], in.data(), kCount * 4, NCCL_PTR_HOST, &mh[k][0]) ==
+				      ncclSuccess &&
+			      a.regMr(cc[k], o, kCount * 4, NCCL_PTR_HOST, &mh[k][1]) ==
+				      ncclSuccess,
+		      "regMr");
+		CHECK(a.iallreduce(cc[k], in.data(), o, kCount, ncclInt32, ncclSum, mh[k][0],
+				   mh[k][1], &reqs[k]) == ncclSuccess &&
+			      reqs[k],
+		      "iallreduce on communicator %d", k);
+	}
+	for (int k = 0; k < kComms; k++) {
+		std::vector<void *> r{reqs[k]};
+		CHECK(wait_all(Ctx{&a, cc[k], false}, r), "communicator %d", k);
+		const int32_t *o = &out[size_t(k) * kCount];
+		for (size_t e = 0; e < kCount; e++) {
+			const int32_t want = g_n * int32_t(e % 1009) + 7 * g_n * (g_n - 1) / 2;
+			CHECK(o[e] == want, "communicator %d element %zu: %d, want %d", k, e, o[e],
+			      want);
+		}
+		a.deregMr(cc[k], mh[k][0]);
+		a.deregMr(cc[k], mh[k][1]);
+	}
+	CHECK(barrier(2 + kComms), "not every rank finished");
+	for (void *c : cc)
+		CHECK(a.closeColl(c) == ncclSuccess, "closeColl");
+	CHECK(a.finalize(ctx) == ncclSuccess, "finalize");
+	return true;
+}
+
+TEST(CollNetTwo, TwentyCommunicatorsEachWithOneMegabyteInFlight)
+{
+	void *lib = nullptr;
+	Api a;
+	std::string err;
+	ASSERT_TRUE(ibvc_nccl::load(NCCL_PLUGIN_PATH, 12, &lib, &a, &err)) << err;
+	setenv("IBV_COLL_NCCL_DEVICE", "crxe_lo", 1);
+	unsetenv("IBV_COLL_NCCL_SWITCH");
+	std::vector<int> st = ibvc_nccl::run_ranks(3, 120, true,
+						   [&] { return many_comms_main(a); });
+	for (int r = 0; r < 3; r++)
+		EXPECT_EQ(st[size_t(r)], 0) << "rank " << r;
+	dlclose(lib);
+}
+
+// Room for two communicators' Seg units (2048 of the device's 4096
+// each): the third is refused at connect on every rank, with one WARN, and
+// one made after the first is closed gets its units back.
+bool refused_main(const Api &a)
+{
+	void *ctx = nullptr, *cc[3];
+	CHECK(a.init(&ctx) == ncclSuccess, "init");
+	CHECK((cc[0] = connect_comm(a, ctx, 0, 0)) && (cc[1] = connect_comm(a, ctx, 1, 1)),
+	      "two communicators");
+	CHECK(!connect_comm(a, ctx, 0, 2) && g_warns == 1, "a third: refused, one WARN (%d)",
+	      g_warns);
+	CHECK(barrier(3) && a.closeColl(cc[0]) == ncclSuccess, "closeColl");
+	CHECK((cc[2] = connect_comm(a, ctx, 1, 4)), "one after the first is closed");
+	int32_t x = g_rank + 1, y = 0;
+	void *mh[2], *req = nullptr;
+	CHECK(a.regMr(cc[2], &x, 4, NCCL_PTR_HOST, &mh[0]) == ncclSuccess &&
+		      a.regMr(cc[2], &y, 4, NCCL_PTR_HOST, &mh[1]) == ncclSuccess &&
+		      a.iallreduce(cc[2], &x, &y, 1, ncclInt32, ncclSum, mh[0], mh[1], &req) ==
+			      ncclSuccess,
+	      "iallreduce");
+	std::vector<void *> r{req};
+	CHECK(wait_all(Ctx{&a, cc[2], false}, r) && y == g_n * (g_n + 1) / 2, "sum %d", y);
+	a.deregMr(cc[2], mh[0]);
+	a.deregMr(cc[2], mh[1]);
+	CHECK(barrier(5), "not every rank finished");
+	CHECK(a.closeColl(cc[1]) == ncclSuccess && a.closeColl(cc[2]) == ncclSuccess, "closeColl");
+	CHECK(a.finalize(ctx) == ncclSuccess, "finalize");
+	return true;
+}
+
+TEST(CollNetTwo, ACommunicatorBeyondTheSegUnitsIsRefusedAtConnect)
+{
+	void *lib = nullptr;
+	Api a;
+	std::string err;
+	ASSERT_TRUE(ibvc_nccl::load(NCCL_PLUGIN_PATH, 12, &lib, &a, &err)) << err;
+	setenv("IBV_COLL_NCCL_DEVICE", "crxe_lo", 1);
+	setenv("IBV_COLL_NCCL_SEG_UNITS", "2048", 1);
+	unsetenv("IBV_COLL_NCCL_SWITCH");
+	std::vector<int> st = ibvc_nccl::run_ranks(2, 120, true, [&] { return refused_main(a); });
+	for (int r = 0; r < 2; r++)
+		EXPECT_EQ(st[size_t(r)], 0) << "rank " << r;
+	unsetenv("IBV_COLL_NCCL_SEG_UNITS");
+	dlclose(lib);
+}
+
 struct Param {
 	int version, ranks;
 };
@@ -606,7 +714,7 @@ TEST(CollNetConfig, BadValuesFailInitWithOneWarning)
 				  {"IBV_COLL_NCCL_SWITCH", "host:4791"},
 				  {"IBV_COLL_NCCL_TOPOLOGY", "tree"},
 				  {"IBV_COLL_NCCL_TOPOLOGY", "switch"}, // without a switch
-				  {"IBV_COLL_NCCL_SEG_UNITS", "0"}};
+				  {"IBV_COLL_NCCL_SEG_UNITS", "-1"}};
 	for (auto &c : cases) {
 		SCOPED_TRACE(std::string(c[0]) + "=" + c[1]);
 		setenv(c[0], c[1], 1);
