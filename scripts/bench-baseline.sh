@@ -24,6 +24,10 @@
 #   runs REPEAT times on each side, alternating (ours, MPI, drop-in, then
 #   the other way round), and the tables keep each side's median run; the
 #   comparison also shows the fastest and slowest.
+#   SHARED (0; 1: ours and the drop-in on the host's shared device,
+#   IBV_COLL_CRXE_SHARED=y, one ibv_coll_devd for the run: the NP
+#   processes are one node, as on a host with one NIC, and every
+#   collective runs inside it, neither round a ring nor through a switch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -69,17 +73,34 @@ echo "$(mpirun --version 2>&1 | head -1)"
 echo "== build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc)" --target ibv_coll_run ibv_coll_perf ibv_coll_switchd \
-	ibv_coll_mpi mpi_allreduce_perf >/dev/null
+	ibv_coll_devd ibv_coll_mpi mpi_allreduce_perf >/dev/null
 echo "built $build/tools/ibv_coll_run, $build/tools/ibv_coll_perf, $build/bench/mpi_allreduce_perf"
 
 # A switch for -t switch / -t auto without -s: ours, for the whole run.
 tmpd=$(mktemp -d)
 sw_pid=
+devd_pid=
 cleanup() {
 	[ -n "$sw_pid" ] && kill "$sw_pid" 2>/dev/null
+	[ -n "$devd_pid" ] && kill "$devd_pid" 2>/dev/null
 	rm -rf "$tmpd"
 }
 trap cleanup EXIT
+shared=${SHARED:-0}
+if [ "$shared" = 1 ]; then
+	# The daemon first, as a service would run it; the ranks' opens
+	# then find it (IBV_COLL_CRXE_DEVD empty: none starts another).
+	IBV_COLL_LOG_LEVEL=info "$build/providers/crxe/ibv_coll_devd" lo >"$tmpd/devd.log" 2>&1 &
+	devd_pid=$!
+	for _ in $(seq 100); do
+		grep -q "serving on" "$tmpd/devd.log" && break
+		sleep 0.05
+	done
+	grep -q "serving on" "$tmpd/devd.log" ||
+		{ cat "$tmpd/devd.log"; echo "bench-baseline: the shared device did not start" >&2; exit 1; }
+	export IBV_COLL_CRXE_SHARED=y IBV_COLL_CRXE_DEVD=
+	echo "shared device: ibv_coll_devd serving crxe_lo"
+fi
 wants_switch=0 has_s=0 prev=
 for a in "${ours_extra[@]}"; do
 	case "$prev $a" in
@@ -103,6 +124,7 @@ fi
 # The drop-in goes the way ours goes: the same switch and topology.
 dropin_env=(-x LD_PRELOAD="$build/mpi/libibv_coll_mpi.so" -x IBV_COLL_MPI_DEVICE=crxe_lo
 	-x IBV_COLL_MPI_STATS=1)
+[ "$shared" = 1 ] && dropin_env+=(-x IBV_COLL_CRXE_SHARED=y -x IBV_COLL_CRXE_DEVD=)
 prev=
 for a in "${ours_extra[@]}"; do
 	case "$prev" in
@@ -124,7 +146,9 @@ mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe -np "$np" --bind-to none
 # Both sides wait for each collective before starting the next, as a
 # blocking MPI_Allreduce does (ibv_coll_perf -z 1; BLOCKING=0 lets ours
 # keep 32 in flight, as nccl-tests does, which is not what MPI is doing).
-ours_cmd=("$build/tools/ibv_coll_run" --timeout "$timeout" -n "$np" -k 1 --
+nodes=(-n "$np")
+[ "$shared" = 1 ] && nodes=(-n 1 -p "$np")
+ours_cmd=("$build/tools/ibv_coll_run" --timeout "$timeout" "${nodes[@]}" -k 1 --
 	"$build/tools/ibv_coll_perf" -C allreduce -d float -o sum -c 1 -z "${BLOCKING:-1}")
 mpi_cmd=(timeout "$timeout" "${mpirun_cmd[@]}" "$build/bench/mpi_allreduce_perf" -d float -o sum -c 1)
 dropin_cmd=(timeout "$timeout" "${mpirun_cmd[@]}" "${dropin_env[@]}" "$build/bench/mpi_allreduce_perf"
@@ -262,7 +286,7 @@ table() {
 	     END { printf "# Out of bounds values : 0 OK\n# Wrong elements       : %d %s\n", w, w ? "FAILED" : "OK"
 		   printf "# Avg bus bandwidth    : %g \n#\n", n ? bw / n : 0 }' "$rows"
 }
-table "ibv_coll: ibv_coll_run -n $np -k 1 -- ibv_coll_perf -C allreduce -d float -o sum -c 1 ${ours_extra[*]}" \
+table "ibv_coll: ibv_coll_run ${nodes[*]} -k 1 -- ibv_coll_perf -C allreduce -d float -o sum -c 1 ${ours_extra[*]}" \
 	"$ours_hdr" "$ours_rows"
 table "Open MPI: ${mpirun_cmd[*]} mpi_allreduce_perf" "$mpi_hdr" "$mpi_rows"
 table "Open MPI with the drop-in: ${mpirun_cmd[*]} ${dropin_env[*]} mpi_allreduce_perf" "$dropin_hdr" \
