@@ -90,7 +90,7 @@ struct Op {
 	void *copy_to = nullptr;
 	const void *copy_from = nullptr;
 	size_t copy_bytes = 0;
-	ibv_coll_mr *mrs[2] = {}; // registered for this op alone
+	ibv_coll_mr *mrs[2] = {}; // the registrations it uses (mr_get)
 	void *tmp = nullptr;	  // a private copy of the input (in place)
 	void *owned = nullptr;	  // the caller's copy of an in-place input, freed with the op
 	struct Job *job = nullptr;
@@ -140,6 +140,13 @@ int job_wait(Op *op);
 bool job_test(Op *op);
 // Release the op's buffers; returns 0 or an MPI error after logging it.
 int job_finish(Op *op, MPI_Comm comm);
+
+// The registration cache (mpi_mr.cc): a registration that covers
+// [p, p + n), taken until mr_put (nullptr with errno on failure); at
+// MPI_Finalize, before the protection domain goes, mr_flush.
+ibv_coll_mr *mr_get(ibv_coll_pd *pd, const void *p, size_t n);
+void mr_put(ibv_coll_mr *mr);
+void mr_flush();
 
 // Keyval plumbing: attach, and tear everything down at MPI_Finalize.
 void jobs_finalize();

@@ -516,16 +516,11 @@ void release(Op *op)
 	}
 	for (ibv_coll_mr *mr : op->mrs)
 		if (mr)
-			ibv_dereg_coll_mr(mr);
+			mr_put(mr);
 	free(op->owned);
 	delete op;
 }
 
-// Register [p, p + n) for one op; nullptr on failure.
-ibv_coll_mr *reg(const void *p, size_t n)
-{
-	return ibv_reg_coll_mr(g_pd, const_cast<void *>(p), n ? n : 1, IBV_ACCESS_LOCAL_WRITE);
-}
 
 } // namespace
 
@@ -561,8 +556,8 @@ int job_post(Job *j, const Request &r, Coll coll, Op **out)
 		op->copy_bytes = no_dst ? 0 : r.dst_bytes;
 		op->tmp = slot; // released at finish
 	} else {
-		op->mrs[0] = reg(r.src, r.src_bytes);
-		op->mrs[1] = dst == r.src ? nullptr : reg(dst, dst_bytes);
+		op->mrs[0] = mr_get(g_pd, r.src, r.src_bytes);
+		op->mrs[1] = dst == r.src ? nullptr : mr_get(g_pd, dst, dst_bytes);
 		if (!op->mrs[0] || (dst != r.src && !op->mrs[1])) {
 			log_line("%s: register %zu bytes: %s", kCollNames[coll], r.src_bytes,
 				 strerror(errno));
@@ -756,6 +751,7 @@ void jobs_finalize()
 	}
 	if (g_keyval != MPI_KEYVAL_INVALID)
 		PMPI_Comm_free_keyval(&g_keyval);
+	mr_flush();
 	if (g_pd)
 		ibv_dealloc_coll_pd(g_pd);
 	if (g_ctx)

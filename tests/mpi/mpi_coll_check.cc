@@ -596,7 +596,8 @@ void loc_rules(MPI_Comm comm)
 //  - a rank that comes to a collective longer after the others than the
 //    device's own timeout (set to 1 s here);
 //  - more communicators, each with a large request in flight, than the
-//    NIC's Seg units hold at once (the 17th of 1 MiB failed).
+//    NIC's Seg units hold at once (the 17th of 1 MiB failed);
+//  - registered buffers freed and their addresses reused.
 void liveness()
 {
 	const int rank = g_rank, size = g_size;
@@ -723,6 +724,27 @@ void liveness()
 				fail("a rank 2.5 s late", "liveness", i * sizeof(int));
 				break;
 			}
+	}
+	// Buffers above the bounce size, which the library registers and
+	// keeps registered, freed after each call and their addresses given
+	// to new allocations (mmap()ed: new pages, other contents).
+	for (int round = 0; round < 4; round++) {
+		const size_t n = 100000 + size_t(round % 2);
+		int *x = static_cast<int *>(malloc(n * sizeof(int)));
+		int *y = static_cast<int *>(malloc(n * sizeof(int)));
+		for (size_t i = 0; i < n; i++) {
+			x[i] = rank * (round + 1) + int(i % 333);
+			y[i] = -1;
+		}
+		MPI_Allreduce(x, y, int(n), MPI_INT, MPI_SUM, b);
+		for (size_t i = 0; i < n; i++)
+			if (y[i] != (round + 1) * sum_ranks + size * int(i % 333)) {
+				fail("buffers freed and their addresses reused", "liveness",
+				     i * sizeof(int));
+				break;
+			}
+		free(x);
+		free(y);
 	}
 	// 20 communicators, each a 1 MiB request in flight, twice.
 	{
