@@ -33,7 +33,10 @@ struct Handle {
 	uint64_t free;	      // the granules no live communicator here held (seg_range.h)
 };
 static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE);
-constexpr uint32_t kHandleMagic = 0x69626363, kListenMagic = 0x6c69736e;
+// The magic names the handle's layout: a rank of a plugin whose handle
+// says other things (0x69626363 carried seg_base and seg_count) is refused
+// at connect, not misread.
+constexpr uint32_t kHandleMagic = 0x69626332, kListenMagic = 0x6c69736e;
 
 struct ListenComm {
 	uint32_t magic = kListenMagic;
@@ -240,7 +243,9 @@ ncclResult_t connect(void *handles[], int nranks, int rank, void *listen_comm, v
 	for (int k = 0; k < nranks; k++) {
 		h[size_t(k)] = static_cast<const Handle *>(handles[k]);
 		if (!h[size_t(k)] || h[size_t(k)]->magic != kHandleMagic) {
-			NCCL_PLUGIN_WARN("connect: rank %d's handle is not this plugin's", k);
+			NCCL_PLUGIN_WARN("connect: rank %d's handle is not this plugin's (or is "
+					 "another version's)",
+					 k);
 			return ncclInvalidArgument;
 		}
 	}

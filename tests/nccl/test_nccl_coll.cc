@@ -566,6 +566,34 @@ TEST(CollNetTwo, ACommunicatorBeyondTheSegUnitsIsRefusedAtConnect)
 	dlclose(lib);
 }
 
+// A rank whose plugin writes another handle layout (the one before the
+// Seg ranges carried seg_base and seg_count under magic 0x69626363) is
+// refused at connect with one WARN, not misread.
+TEST(CollNetTwo, AHandleOfAnotherVersionIsRefused)
+{
+	void *lib = nullptr;
+	Api a;
+	std::string err;
+	ASSERT_TRUE(ibvc_nccl::load(NCCL_PLUGIN_PATH, 12, &lib, &a, &err)) << err;
+	setenv("IBV_COLL_NCCL_DEVICE", "crxe_lo", 1);
+	unsetenv("IBV_COLL_NCCL_SWITCH");
+	std::vector<int> st = ibvc_nccl::run_ranks(1, 30, true, [&] {
+		void *ctx = nullptr, *lc = nullptr, *cc = nullptr;
+		char h[NCCL_NET_HANDLE_MAXSIZE] = {};
+		CHECK(a.init(&ctx) == ncclSuccess && a.listen(ctx, h, &lc) == ncclSuccess,
+		      "listen");
+		const uint32_t old = 0x69626363;
+		memcpy(h, &old, sizeof(old));
+		void *hs[1] = {h};
+		CHECK(a.connect(hs, 1, 0, lc, &cc) == ncclInvalidArgument && !cc && g_warns == 1,
+		      "connect: %d WARN lines", g_warns);
+		CHECK(a.closeListen(lc) == ncclSuccess && a.finalize(ctx) == ncclSuccess, "close");
+		return true;
+	});
+	EXPECT_EQ(st[0], 0);
+	dlclose(lib);
+}
+
 struct Param {
 	int version, ranks;
 };
