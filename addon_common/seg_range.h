@@ -31,17 +31,16 @@ SegAsk seg_ask(uint32_t units, uint32_t want, int members);
 // set in avail (the members' free masks ANDed), or 0 when there is none.
 uint64_t seg_pick(const SegAsk &ask, uint64_t avail);
 
-// The job's first unit and unit count: its range, split in `ways` equal
+// The job's unit count and first unit: its range, split in `ways` equal
 // parts (leads of several nodes that share a device), part `idx`.
-inline uint32_t seg_base(const SegAsk &ask, uint64_t range, uint32_t ways, uint32_t idx)
-{
-	const uint32_t count = ask.granules * ask.granule / ways;
-	return uint32_t(__builtin_ctzll(range)) * ask.granule + idx * count;
-}
 inline uint32_t seg_count(const SegAsk &ask, uint32_t ways)
 {
 	const uint32_t count = ask.granules * ask.granule / ways;
 	return count ? count : 1;
+}
+inline uint32_t seg_base(const SegAsk &ask, uint64_t range, uint32_t ways, uint32_t idx)
+{
+	return uint32_t(__builtin_ctzll(range)) * ask.granule + idx * seg_count(ask, ways);
 }
 
 } // namespace ibv_coll::addon

@@ -16,7 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -520,7 +519,6 @@ void release(Op *op)
 	free(op->owned);
 	delete op;
 }
-
 
 } // namespace
 

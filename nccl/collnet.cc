@@ -181,8 +181,9 @@ ncclResult_t listen_v11(void *, int dev, void *handle, void **listen_comm)
 	return listen_any(dev, handle, listen_comm);
 }
 
-// The job's attributes from the ranks' handles, into the QP (RTR, RTS).
-int give_job(CollComm *c, const Handle *const *h)
+// The job's attributes from the ranks' handles and the Seg units connect
+// took (ask, c->range), into the QP (RTR, RTS).
+int give_job(CollComm *c, const Handle *const *h, const addon::SegAsk &ask)
 {
 	const int n = c->nranks, me = c->rank;
 	std::vector<ibv_coll_member> members(static_cast<size_t>(n));
@@ -206,7 +207,6 @@ int give_job(CollComm *c, const Handle *const *h)
 	job.num_nodes = uint32_t(n);
 	job.members = members.data();
 	job.topology = ibv_coll_topology(cfg.topology);
-	const addon::SegAsk ask = addon::seg_ask(h[0]->units, h[0]->want, n);
 	job.seg_count = addon::seg_count(ask, devs);
 	job.seg_base = addon::seg_base(ask, c->range, devs, idx);
 	job.job_key = h[0]->job_key;
@@ -275,7 +275,7 @@ ncclResult_t connect(void *handles[], int nranks, int rank, void *listen_comm, v
 		g_granules_busy |= range;
 		c->range = range;
 	}
-	if (int err = give_job(c, h.data())) {
+	if (int err = give_job(c, h.data(), ask)) {
 		NCCL_PLUGIN_WARN("connect: job 0x%x of %d ranks (%s): %s", h[0]->jid, nranks,
 				 config().switches.empty() ? "ring" : "through the switch",
 				 strerror(err));
